@@ -1,0 +1,342 @@
+//! The sans-IO coalescing core: pending output plus the flush policy, as a pure state machine.
+//!
+//! [`Coalescer`] performs no I/O and reads no clock: time is passed in. Its inputs are "the
+//! application wrote", "is about to read", "flushed", "closes", "the socket took n bytes",
+//! "the socket would block" and "time is now T"; its outputs are "send these bytes now"
+//! ([`Coalescer::poll_transmit`] + [`Coalescer::io_slices`]) and "wake me at T"
+//! ([`Coalescer::poll_timeout`]). [`drive`] runs that loop against any [`Transport`], which is
+//! how the real sockets in [`crate::stream`] and the fake ones in tests share one code path.
+
+use std::io::{self, IoSlice};
+use std::time::Instant;
+
+use crate::policy::{FlushPolicy, FlushReason, Urgency};
+use crate::queue::SendQueue;
+
+/// Segment size assumed until the I/O layer reports the socket's MSS (an Ethernet path).
+pub const DEFAULT_SEGMENT: usize = 1448;
+
+/// Most slices handed to one `writev`/`sendmsg` (Linux `IOV_MAX` is 1024).
+pub const MAX_IOV: usize = 64;
+
+/// Per-stream counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Writes accepted from the application.
+    pub writes: u64,
+    /// Bytes accepted from the application.
+    pub bytes_written: u64,
+    /// Flushes that sent at least one byte (one flush may take several syscalls).
+    pub flushes: u64,
+    /// Send syscalls made, including short, interrupted, blocked and failed ones.
+    pub syscalls: u64,
+    /// Send syscalls that returned `WouldBlock`.
+    pub would_block: u64,
+    /// Bytes the socket accepted.
+    pub bytes_sent: u64,
+    /// Flushes counted by the reason that started them, indexed like [`FlushReason::ALL`].
+    pub flushes_by_reason: [u64; 7],
+}
+
+impl Stats {
+    /// Flushes started for `reason`.
+    pub fn flushes_for(&self, reason: FlushReason) -> u64 {
+        self.flushes_by_reason[reason.index()]
+    }
+}
+
+/// What the socket should be given now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Bytes due now, from the front of the queue.
+    pub len: usize,
+    /// Why they are due.
+    pub reason: FlushReason,
+}
+
+/// Pending output and the flush policy: the pure heart of nagless.
+///
+/// # How to drive it
+/// 1. **Configure**: [`new`](Self::new) with a [`FlushPolicy`]; report the socket's send MSS
+///    with [`set_segment_size`](Self::set_segment_size) when known.
+/// 2. **Application events**: [`write`](Self::write) / [`write_owned`](Self::write_owned) for
+///    each message; [`before_read`](Self::before_read) before reading or waiting for input;
+///    [`flush`](Self::flush) and [`close`](Self::close) when the caller asks.
+/// 3. **Transmit**: after every event, loop on [`poll_transmit`](Self::poll_transmit); for each
+///    [`Transmit`] gather [`io_slices`](Self::io_slices), hand them to the socket, then report
+///    [`on_sent`](Self::on_sent), [`on_would_block`](Self::on_would_block) (stop; try again when
+///    writable) or [`on_error`](Self::on_error). [`drive`] does exactly this.
+/// 4. **Timers**: sleep no later than [`poll_timeout`](Self::poll_timeout); when it passes, call
+///    `poll_transmit` again with the new time.
+///
+/// Non-goals: no socket, no clock, no threads, no allocation policy beyond the queue; it never
+/// reorders, drops or duplicates a byte.
+#[derive(Debug)]
+pub struct Coalescer {
+    queue: SendQueue,
+    policy: FlushPolicy,
+    segment: usize,
+    /// Bytes at the front that a flush point made due; they leave as soon as the socket allows.
+    must_send: usize,
+    must_reason: FlushReason,
+    /// Arrival of the oldest pending byte not covered by `must_send` (the linger clock).
+    oldest_unflushed: Option<Instant>,
+    /// Set when the transmit in progress is the first of a flush (for counting flushes).
+    flush_open: bool,
+    stats: Stats,
+}
+
+impl Coalescer {
+    /// A coalescer with an empty queue.
+    pub fn new(policy: FlushPolicy) -> Self {
+        Self {
+            queue: SendQueue::new(),
+            policy,
+            segment: DEFAULT_SEGMENT,
+            must_send: 0,
+            must_reason: FlushReason::Explicit,
+            oldest_unflushed: None,
+            flush_open: false,
+            stats: Stats::default(),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &FlushPolicy {
+        &self.policy
+    }
+
+    /// Replaces the policy; pending bytes stay queued and are judged by the new one.
+    pub fn set_policy(&mut self, policy: FlushPolicy) {
+        self.policy = policy;
+    }
+
+    /// Sets the segment size the threshold rounds to (the socket's send MSS).
+    pub fn set_segment_size(&mut self, mss: usize) {
+        self.segment = mss.max(1);
+    }
+
+    /// The segment size in use.
+    pub fn segment_size(&self) -> usize {
+        self.segment
+    }
+
+    /// Bytes pending (accepted, not yet sent).
+    pub fn pending(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Bytes that a flush point already made due but the socket has not taken.
+    pub fn must_send(&self) -> usize {
+        self.must_send
+    }
+
+    /// True when pending bytes exceed the high-water mark: writers should wait.
+    pub fn over_high_water(&self) -> bool {
+        self.queue.len() >= self.policy.high_water
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Queues a copy of `data`.
+    pub fn write(&mut self, data: &[u8], urgency: Urgency, now: Instant) {
+        self.queue.push_copy(data);
+        self.after_write(data.len(), urgency, now);
+    }
+
+    /// Queues an owned buffer; large ones are sent later without another copy.
+    pub fn write_owned(&mut self, data: Vec<u8>, urgency: Urgency, now: Instant) {
+        let len = data.len();
+        self.queue.push_owned(data);
+        self.after_write(len, urgency, now);
+    }
+
+    fn after_write(&mut self, len: usize, urgency: Urgency, now: Instant) {
+        self.stats.writes += 1;
+        self.stats.bytes_written += len as u64;
+        if len > 0 && self.oldest_unflushed.is_none() && self.queue.len() > self.must_send {
+            self.oldest_unflushed = Some(now);
+        }
+        let immediate = self.policy.linger.is_some_and(|d| d.is_zero());
+        match urgency {
+            Urgency::SendNow => self.make_all_due(FlushReason::Urgent),
+            Urgency::Normal if immediate => self.make_all_due(FlushReason::Urgent),
+            Urgency::Normal | Urgency::MoreFollows => {}
+        }
+    }
+
+    /// The application flushed: everything pending is due.
+    pub fn flush(&mut self) {
+        self.make_all_due(FlushReason::Explicit);
+    }
+
+    /// The application is about to read or wait for input: under a before-read policy,
+    /// everything pending is due.
+    pub fn before_read(&mut self) {
+        if self.policy.before_read {
+            self.make_all_due(FlushReason::BeforeRead);
+        }
+    }
+
+    /// The stream is closing, shutting down or being dropped: everything pending is due.
+    pub fn close(&mut self) {
+        self.make_all_due(FlushReason::Close);
+    }
+
+    fn make_all_due(&mut self, reason: FlushReason) {
+        if self.queue.len() > self.must_send {
+            self.must_send = self.queue.len();
+            self.must_reason = reason;
+        }
+        self.oldest_unflushed = None;
+    }
+
+    /// When the linger deadline of the oldest unflushed byte passes, if one is pending.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let linger = self.policy.linger?;
+        self.oldest_unflushed
+            .map(|t| t.checked_add(linger).unwrap_or(t))
+    }
+
+    /// What must be sent now, if anything. Call again after each `on_sent`.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        let pending = self.queue.len();
+        if pending == 0 {
+            self.flush_open = false;
+            return None;
+        }
+        if self.poll_timeout().is_some_and(|deadline| now >= deadline) {
+            self.make_all_due(FlushReason::Linger);
+        }
+        let mut due = Transmit {
+            len: self.must_send,
+            reason: self.must_reason,
+        };
+        if pending >= self.policy.high_water {
+            due = Transmit {
+                len: pending,
+                reason: FlushReason::HighWater,
+            };
+        } else if let Some(threshold) = self.policy.threshold {
+            let seg = self.segment;
+            if pending >= threshold.max(seg) {
+                let whole = pending / seg * seg;
+                if whole > due.len {
+                    due = Transmit {
+                        len: whole,
+                        reason: FlushReason::Threshold,
+                    };
+                }
+            }
+        }
+        if due.len == 0 {
+            self.flush_open = false;
+            return None;
+        }
+        if !self.flush_open {
+            self.flush_open = true;
+            self.stats.flushes += 1;
+            self.stats.flushes_by_reason[due.reason.index()] += 1;
+        }
+        Some(due)
+    }
+
+    /// Fills `out` with slices covering at most `limit` bytes from the front of the queue;
+    /// returns how many slices were filled.
+    pub fn io_slices<'a>(&'a self, out: &mut [IoSlice<'a>], limit: usize) -> usize {
+        self.queue.io_slices(out, limit)
+    }
+
+    /// The socket accepted `n` bytes from the front.
+    ///
+    /// # Panics
+    /// If `n` exceeds [`pending`](Self::pending): the transport reported more than it was given.
+    pub fn on_sent(&mut self, n: usize) {
+        self.stats.syscalls += 1;
+        self.stats.bytes_sent += n as u64;
+        self.queue.consume(n);
+        self.must_send = self.must_send.saturating_sub(n);
+        if self.queue.is_empty() {
+            self.oldest_unflushed = None;
+        }
+    }
+
+    /// The socket would block: due bytes stay queued until it is writable.
+    pub fn on_would_block(&mut self) {
+        self.stats.syscalls += 1;
+        self.stats.would_block += 1;
+        self.flush_open = false;
+    }
+
+    /// A send failed (or was interrupted); the bytes stay queued.
+    pub fn on_error(&mut self) {
+        self.stats.syscalls += 1;
+        self.flush_open = false;
+    }
+
+    /// Every pending byte, front to back (diagnostics and tests).
+    pub fn pending_bytes(&self) -> Vec<u8> {
+        self.queue.to_vec()
+    }
+}
+
+/// Where [`drive`] sends bytes: a socket, or a scripted fake in tests.
+pub trait Transport {
+    /// Sends a prefix of `bufs` in one call; `more` asks the kernel to hold a partial segment
+    /// because the same flush continues with another call (`MSG_MORE`).
+    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize>;
+}
+
+/// How a [`drive`] call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drive {
+    /// Nothing is due any more (bytes may still be pending, waiting for a flush point).
+    Idle,
+    /// The socket would block with bytes still due.
+    Blocked,
+}
+
+/// Sends everything due now through `transport`, retrying `EINTR` and looping on short
+/// writes. Stops at `WouldBlock` (returns [`Drive::Blocked`]) or at the first other error,
+/// which is returned with the unsent bytes still queued.
+pub fn drive<T: Transport + ?Sized>(
+    core: &mut Coalescer,
+    transport: &mut T,
+    now: Instant,
+) -> io::Result<Drive> {
+    while let Some(tx) = core.poll_transmit(now) {
+        let mut slices = [IoSlice::new(&[]); MAX_IOV];
+        let n = core.io_slices(&mut slices, tx.len);
+        let gathered: usize = slices[..n].iter().map(|s| s.len()).sum();
+        let more = core.policy.msg_more && gathered < tx.len;
+        match transport.send(&slices[..n], more) {
+            Ok(0) => {
+                core.on_error();
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "socket accepted no bytes",
+                ));
+            }
+            Ok(sent) => {
+                debug_assert!(
+                    sent <= gathered,
+                    "transport took {sent} of {gathered} bytes"
+                );
+                core.on_sent(sent.min(gathered));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => core.stats.syscalls += 1,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                core.on_would_block();
+                return Ok(Drive::Blocked);
+            }
+            Err(e) => {
+                core.on_error();
+                return Err(e);
+            }
+        }
+    }
+    Ok(Drive::Idle)
+}

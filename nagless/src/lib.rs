@@ -1,0 +1,46 @@
+//! # nagless
+//!
+//! Application-level TCP send coalescing: the latency of `TCP_NODELAY` with the packet count
+//! of perfect batching, without tuning.
+//!
+//! Nagle's algorithm (sender) and delayed ACK (receiver) together stall any exchange where a
+//! small write waits behind unacknowledged data while the peer waits for that write before
+//! answering: 40 ms per exchange on Linux. `TCP_NODELAY` removes the stall but sends one
+//! packet per write; `TCP_CORK` saves packets but needs releasing at exactly the right
+//! moment. nagless sets `TCP_NODELAY`, queues writes in user space and releases each burst
+//! as one `sendmsg` at the moment only the application knows: before it reads
+//! ([`FlushPolicy`]'s before-read point), when a full segment is ready, at a short hard
+//! deadline, or when the caller says so.
+//!
+//! ## Layers
+//! - [`Coalescer`] (module `core`): the sans-IO state machine, pure and deterministic.
+//! - `sys`: the thin syscall layer (`sendmsg`/`writev`, `MSG_MORE`, socket options, `TCP_INFO`).
+//! - [`NaglessStream`]: the std wrapper (`Read + Write`), and [`Sender`] for event loops.
+//! - `nagless::tokio::NaglessStream` (feature `tokio`): `AsyncRead + AsyncWrite`.
+//!
+//! ## Example
+//! ```no_run
+//! use std::io::{Read, Write};
+//! let mut s = nagless::NaglessStream::connect("127.0.0.1:7000")?;
+//! s.write_all(b"header")?;   // queued
+//! s.write_all(b"body")?;     // queued
+//! let mut reply = [0u8; 100];
+//! s.read(&mut reply)?;       // both leave as one segment, then we read
+//! # Ok::<(), std::io::Error>(())
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod core;
+pub mod policy;
+pub mod queue;
+pub mod stream;
+pub mod sys;
+pub mod tcp_info;
+#[cfg(feature = "tokio")]
+pub mod tokio;
+
+pub use crate::core::{drive, Coalescer, Drive, Stats, Transmit, Transport};
+pub use crate::policy::{FlushPolicy, FlushReason, Urgency};
+pub use crate::stream::{NaglessStream, Sender};
+pub use crate::tcp_info::TcpInfo;

@@ -1,0 +1,185 @@
+//! When pending output leaves: the flush policy, per-write urgency and flush reasons.
+//!
+//! A policy combines independent flush points. Any one of them that fires makes bytes due; the
+//! [`Coalescer`](crate::Coalescer) turns the policy into "send these bytes now" and "wake me
+//! at T". The default needs no tuning: flush before every read, stream full segments once
+//! 64 KiB are pending, and never hold a byte longer than 500 µs.
+
+use std::time::Duration;
+
+/// How a [`Coalescer`](crate::Coalescer) decides that pending bytes must leave.
+///
+/// Flush points combine: bytes become due when *any* enabled point fires. An explicit
+/// [`flush`](crate::Coalescer::flush), a [`Urgency::SendNow`] write and closing always flush,
+/// whatever the policy.
+///
+/// | point | fires when | choose it for |
+/// |---|---|---|
+/// | before-read | the application reads or waits for input | request/response (the write-write-read fix) |
+/// | threshold | `threshold` bytes are pending; sends whole segments, keeps the tail | bulk streams |
+/// | linger | the oldest unflushed byte is `linger` old (a hard deadline, not an idle timer) | senders that wait elsewhere (event loops) |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlushPolicy {
+    pub(crate) before_read: bool,
+    pub(crate) threshold: Option<usize>,
+    pub(crate) linger: Option<Duration>,
+    pub(crate) high_water: usize,
+    pub(crate) msg_more: bool,
+}
+
+/// Default size threshold: 64 KiB pending (a loopback segment, or 45 Ethernet segments).
+pub const DEFAULT_THRESHOLD: usize = 64 * 1024;
+/// Default linger deadline: no byte waits longer than this.
+pub const DEFAULT_LINGER: Duration = Duration::from_micros(500);
+/// Default high-water mark: beyond this many pending bytes writes flush first and, on a
+/// non-blocking socket, return `WouldBlock`.
+pub const DEFAULT_HIGH_WATER: usize = 4 * 1024 * 1024;
+
+impl Default for FlushPolicy {
+    /// Before-read on, threshold [`DEFAULT_THRESHOLD`], linger [`DEFAULT_LINGER`], high-water
+    /// [`DEFAULT_HIGH_WATER`], `MSG_MORE` between the syscalls of one flush.
+    fn default() -> Self {
+        Self {
+            before_read: true,
+            threshold: Some(DEFAULT_THRESHOLD),
+            linger: Some(DEFAULT_LINGER),
+            high_water: DEFAULT_HIGH_WATER,
+            msg_more: true,
+        }
+    }
+}
+
+impl FlushPolicy {
+    /// Only explicit flushes, urgent writes, closing and the high-water mark send anything:
+    /// like `BufWriter`, but the caller must flush.
+    pub fn explicit_only() -> Self {
+        Self {
+            before_read: false,
+            threshold: None,
+            linger: None,
+            ..Self::default()
+        }
+    }
+
+    /// Every write leaves at once (what `TCP_NODELAY` alone does): for comparisons.
+    pub fn immediate() -> Self {
+        Self {
+            linger: Some(Duration::ZERO),
+            ..Self::default()
+        }
+    }
+
+    /// Flush pending output before the wrapped stream reads or waits for input.
+    pub fn before_read(mut self, on: bool) -> Self {
+        self.before_read = on;
+        self
+    }
+
+    /// Send whole segments as soon as `bytes` are pending (`None` disables). The threshold is
+    /// never below one segment; the sub-segment tail waits for the next flush point.
+    pub fn threshold(mut self, bytes: Option<usize>) -> Self {
+        self.threshold = bytes;
+        self
+    }
+
+    /// Hard deadline counted from the first unflushed byte (`None` disables; zero sends every
+    /// normal write at once).
+    pub fn linger(mut self, deadline: Option<Duration>) -> Self {
+        self.linger = deadline;
+        self
+    }
+
+    /// Pending bytes beyond which writes flush first and may return `WouldBlock`.
+    pub fn high_water(mut self, bytes: usize) -> Self {
+        self.high_water = bytes.max(1);
+        self
+    }
+
+    /// Set `MSG_MORE` on every syscall of a flush but the last (Linux).
+    pub fn msg_more(mut self, on: bool) -> Self {
+        self.msg_more = on;
+        self
+    }
+
+    /// Whether before-read flushing is on.
+    pub fn is_before_read(&self) -> bool {
+        self.before_read
+    }
+
+    /// The size threshold, if any.
+    pub fn threshold_bytes(&self) -> Option<usize> {
+        self.threshold
+    }
+
+    /// The linger deadline, if any.
+    pub fn linger_deadline(&self) -> Option<Duration> {
+        self.linger
+    }
+
+    /// The high-water mark in bytes.
+    pub fn high_water_bytes(&self) -> usize {
+        self.high_water
+    }
+}
+
+/// What a single write says about its own timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Urgency {
+    /// The policy decides.
+    #[default]
+    Normal,
+    /// Send this and everything before it now (a keepalive, an error notice, the last reply).
+    SendNow,
+    /// More follows: pack this with the next write. It never makes bytes due by itself, even
+    /// under [`FlushPolicy::immediate`]; flush points and the linger deadline still apply.
+    MoreFollows,
+}
+
+/// Why bytes were sent: counted in [`Stats`](crate::Stats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlushReason {
+    /// The caller flushed.
+    Explicit,
+    /// The application read or waited for input.
+    BeforeRead,
+    /// Enough bytes were pending for whole segments.
+    Threshold,
+    /// The linger deadline passed.
+    Linger,
+    /// A write said [`Urgency::SendNow`], or a normal write under a zero linger.
+    Urgent,
+    /// Close, shutdown or drop.
+    Close,
+    /// More than the high-water mark was pending.
+    HighWater,
+}
+
+impl FlushReason {
+    /// Every reason, in a fixed order (the index used by [`Stats::flushes_by_reason`](crate::Stats)).
+    pub const ALL: [FlushReason; 7] = [
+        FlushReason::Explicit,
+        FlushReason::BeforeRead,
+        FlushReason::Threshold,
+        FlushReason::Linger,
+        FlushReason::Urgent,
+        FlushReason::Close,
+        FlushReason::HighWater,
+    ];
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// A short lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FlushReason::Explicit => "explicit",
+            FlushReason::BeforeRead => "before-read",
+            FlushReason::Threshold => "threshold",
+            FlushReason::Linger => "linger",
+            FlushReason::Urgent => "urgent",
+            FlushReason::Close => "close",
+            FlushReason::HighWater => "high-water",
+        }
+    }
+}

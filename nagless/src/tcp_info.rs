@@ -1,0 +1,141 @@
+//! A typed snapshot of Linux `struct tcp_info`: the kernel's own count of data segments,
+//! bytes, RTT and MSS, readable without root.
+//!
+//! The kernel copies `min(asked, sizeof)` bytes, so older kernels return a shorter struct:
+//! [`TcpInfo::parse`] reads only fields inside the returned length and leaves later ones
+//! `None`. Layout: `include/uapi/linux/tcp.h` (6.x); counters are in MSS units (a 64 KiB GSO
+//! super-packet counts as several segments).
+
+use std::io;
+use std::os::fd::AsFd;
+
+/// The fields of `struct tcp_info` this project uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TcpInfo {
+    /// TCP state (1 = ESTABLISHED).
+    pub state: u8,
+    /// Retransmission timeout, µs.
+    pub rto_us: u32,
+    /// Delayed-ACK timeout, µs.
+    pub ato_us: u32,
+    /// Current send MSS.
+    pub snd_mss: u32,
+    /// Receiver's estimate of the peer's MSS.
+    pub rcv_mss: u32,
+    /// Segments in flight (MSS units).
+    pub unacked: u32,
+    /// Smoothed RTT, µs.
+    pub rtt_us: u32,
+    /// RTT variance, µs.
+    pub rttvar_us: u32,
+    /// Congestion window, segments.
+    pub snd_cwnd: u32,
+    /// Retransmitted segments over the connection's life.
+    pub total_retrans: u32,
+    /// Cumulative bytes acknowledged by the peer (SYN and FIN count one each).
+    pub bytes_acked: Option<u64>,
+    /// Payload bytes received.
+    pub bytes_received: Option<u64>,
+    /// Every segment sent: data, pure ACKs, SYN/FIN, probes, retransmits.
+    pub segs_out: Option<u32>,
+    /// Every segment received.
+    pub segs_in: Option<u32>,
+    /// Bytes written but not yet sent.
+    pub notsent_bytes: Option<u32>,
+    /// Windowed minimum RTT, µs.
+    pub min_rtt_us: Option<u32>,
+    /// Segments received with payload.
+    pub data_segs_in: Option<u32>,
+    /// Segments sent with payload, including retransmits.
+    pub data_segs_out: Option<u32>,
+    /// Payload bytes sent, including retransmits.
+    pub bytes_sent: Option<u64>,
+}
+
+fn u32_at(b: &[u8], off: usize) -> Option<u32> {
+    b.get(off..off + 4)
+        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u64_at(b: &[u8], off: usize) -> Option<u64> {
+    b.get(off..off + 8).map(|s| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        u64::from_ne_bytes(a)
+    })
+}
+
+/// Size of the original (pre-4.x) struct, which every Linux kernel fills.
+const BASE_LEN: usize = 104;
+
+impl TcpInfo {
+    /// Parses the bytes `getsockopt(TCP_INFO)` filled. Returns `None` if even the base struct
+    /// is missing.
+    pub fn parse(raw: &[u8]) -> Option<TcpInfo> {
+        if raw.len() < BASE_LEN {
+            return None;
+        }
+        let base = |off| u32_at(raw, off).unwrap_or(0);
+        Some(TcpInfo {
+            state: raw[0],
+            rto_us: base(8),
+            ato_us: base(12),
+            snd_mss: base(16),
+            rcv_mss: base(20),
+            unacked: base(24),
+            rtt_us: base(68),
+            rttvar_us: base(72),
+            snd_cwnd: base(80),
+            total_retrans: base(100),
+            bytes_acked: u64_at(raw, 120),
+            bytes_received: u64_at(raw, 128),
+            segs_out: u32_at(raw, 136),
+            segs_in: u32_at(raw, 140),
+            notsent_bytes: u32_at(raw, 144),
+            min_rtt_us: u32_at(raw, 148),
+            data_segs_in: u32_at(raw, 152),
+            data_segs_out: u32_at(raw, 156),
+            bytes_sent: u64_at(raw, 200),
+        })
+    }
+
+    /// Reads a snapshot from a TCP socket (Linux).
+    pub fn of(socket: &impl AsFd) -> io::Result<TcpInfo> {
+        let mut buf = [0u8; 512];
+        let len = crate::sys::tcp_info_raw(socket.as_fd(), &mut buf)?;
+        TcpInfo::parse(&buf[..len]).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("kernel returned a {len}-byte tcp_info, shorter than {BASE_LEN}"),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_struct_leaves_new_fields_empty() {
+        let mut raw = vec![0u8; 120];
+        raw[0] = 1;
+        raw[16..20].copy_from_slice(&1448u32.to_ne_bytes());
+        let info = TcpInfo::parse(&raw).unwrap();
+        assert_eq!(info.state, 1);
+        assert_eq!(info.snd_mss, 1448);
+        assert_eq!(info.data_segs_out, None);
+        assert_eq!(info.bytes_acked, None);
+        assert!(TcpInfo::parse(&raw[..50]).is_none());
+    }
+
+    #[test]
+    fn full_struct_fields_at_their_offsets() {
+        let mut raw = vec![0u8; 232];
+        raw[156..160].copy_from_slice(&7u32.to_ne_bytes());
+        raw[200..208].copy_from_slice(&12345u64.to_ne_bytes());
+        let info = TcpInfo::parse(&raw).unwrap();
+        assert_eq!(info.data_segs_out, Some(7));
+        assert_eq!(info.bytes_sent, Some(12345));
+    }
+}
