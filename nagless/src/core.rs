@@ -195,8 +195,11 @@ impl Coalescer {
     }
 
     /// When the linger deadline of the oldest unflushed byte passes, if one is pending.
+    ///
+    /// A zero linger is no deadline: it means "normal writes leave at once", and
+    /// [`Urgency::MoreFollows`] bytes then wait for the next write or flush point.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let linger = self.policy.linger?;
+        let linger = self.policy.linger.filter(|d| !d.is_zero())?;
         self.oldest_unflushed
             .map(|t| t.checked_add(linger).unwrap_or(t))
     }

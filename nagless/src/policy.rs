@@ -131,7 +131,8 @@ pub enum Urgency {
     /// Send this and everything before it now (a keepalive, an error notice, the last reply).
     SendNow,
     /// More follows: pack this with the next write. It never makes bytes due by itself, even
-    /// under [`FlushPolicy::immediate`]; flush points and the linger deadline still apply.
+    /// under [`FlushPolicy::immediate`] (where it waits for the next write); flush points and
+    /// a non-zero linger deadline still apply.
     MoreFollows,
 }
 

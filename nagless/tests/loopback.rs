@@ -1,0 +1,258 @@
+//! Real sockets on 127.0.0.1: the stall a plain stream shows, and its absence under nagless.
+//!
+//! Assertions are robust facts with wide margins (a stall is >= 30 ms, "no stall" is < 10 ms,
+//! segments are counted by the kernel's own TCP_INFO), so a noisy 2-core CI cannot flake them.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nagless::{FlushPolicy, NaglessStream, TcpInfo, Urgency};
+
+const ROUNDS: usize = 50;
+
+/// A server that answers every 200-byte request with one 100-byte write, `rounds` times.
+fn reply_server(rounds: usize) -> (std::net::SocketAddr, thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let h = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut req = [0u8; 200];
+        for _ in 0..rounds {
+            s.read_exact(&mut req).unwrap();
+            s.write_all(&[b'r'; 100]).unwrap();
+        }
+    });
+    (addr, h)
+}
+
+fn data_segs_out(s: &TcpStream) -> u32 {
+    TcpInfo::of(s)
+        .unwrap()
+        .data_segs_out
+        .expect("kernel >= 4.6")
+}
+
+/// Runs write-write-read rounds; returns per-round durations.
+fn wwr_rounds(client: &mut (impl Read + Write), rounds: usize) -> Vec<Duration> {
+    let mut reply = [0u8; 100];
+    (0..rounds)
+        .map(|_| {
+            let t = Instant::now();
+            client.write_all(&[b'a'; 100]).unwrap();
+            client.write_all(&[b'b'; 100]).unwrap();
+            client.read_exact(&mut reply).unwrap();
+            t.elapsed()
+        })
+        .collect()
+}
+
+#[test]
+fn plain_stream_shows_the_write_write_read_stall() {
+    let (addr, server) = reply_server(ROUNDS);
+    let mut client = TcpStream::connect(addr).unwrap();
+    let times = wwr_rounds(&mut client, ROUNDS);
+    server.join().unwrap();
+    let stalled = times
+        .iter()
+        .filter(|d| **d >= Duration::from_millis(30))
+        .count();
+    // Proof the test can see the stall: most rounds wait for the delayed ACK.
+    assert!(
+        stalled >= ROUNDS / 2,
+        "only {stalled}/{ROUNDS} rounds stalled: {times:?}"
+    );
+}
+
+#[test]
+fn nagless_stream_never_stalls_and_sends_one_segment_per_request() {
+    let (addr, server) = reply_server(ROUNDS);
+    let mut client = NaglessStream::connect(addr).unwrap();
+    let before = data_segs_out(client.get_ref());
+    let times = wwr_rounds(&mut client, ROUNDS);
+    let segs = data_segs_out(client.get_ref()) - before;
+    server.join().unwrap();
+    let worst = times.iter().max().unwrap();
+    assert!(*worst < Duration::from_millis(10), "worst round {worst:?}");
+    assert_eq!(segs as usize, ROUNDS, "data segments for {ROUNDS} requests");
+    assert_eq!(client.stats().syscalls as usize, ROUNDS);
+}
+
+/// 255 small messages, then a read: at most ceil(bytes / MSS) + 1 data segments.
+#[test]
+fn burst_of_255_messages_packs_into_full_segments() {
+    let msg = [0x55u8; 45]; // the size of a one-prefix BGP UPDATE
+    let total = msg.len() * 255;
+    let run = |nagless: bool| -> (u32, u32) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut buf = vec![0u8; total];
+            s.read_exact(&mut buf).unwrap();
+            s.write_all(b"k").unwrap();
+        });
+        let tcp = TcpStream::connect(addr).unwrap();
+        let before = data_segs_out(&tcp);
+        let (segs, mss) = if nagless {
+            let mut s = NaglessStream::new(tcp).unwrap();
+            for _ in 0..255 {
+                s.write_all(&msg).unwrap();
+            }
+            let mut k = [0u8; 1];
+            s.read_exact(&mut k).unwrap();
+            let info = s.tcp_info().unwrap();
+            (info.data_segs_out.unwrap() - before, info.snd_mss)
+        } else {
+            let mut s = tcp;
+            s.set_nodelay(true).unwrap();
+            for _ in 0..255 {
+                s.write_all(&msg).unwrap();
+            }
+            let mut k = [0u8; 1];
+            s.read_exact(&mut k).unwrap();
+            let info = TcpInfo::of(&s).unwrap();
+            (info.data_segs_out.unwrap() - before, info.snd_mss)
+        };
+        server.join().unwrap();
+        (segs, mss)
+    };
+    let (nagless_segs, mss) = run(true);
+    let (nodelay_segs, _) = run(false);
+    let bound = total.div_ceil(mss as usize) + 1;
+    eprintln!(
+        "255 x 45 B: nagless {nagless_segs} segments (bound {bound}), NODELAY alone {nodelay_segs}"
+    );
+    assert!(nagless_segs as usize <= bound, "{nagless_segs} > {bound}");
+    assert!(nodelay_segs > nagless_segs);
+}
+
+#[test]
+fn drop_flushes_pending_output() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).unwrap();
+        v
+    });
+    {
+        let mut s = NaglessStream::with_policy(
+            TcpStream::connect(addr).unwrap(),
+            FlushPolicy::explicit_only(),
+        )
+        .unwrap();
+        s.write_all(b"last words").unwrap();
+        assert_eq!(s.pending(), 10);
+    }
+    assert_eq!(server.join().unwrap(), b"last words");
+}
+
+#[test]
+fn sender_deadline_is_honoured_by_the_event_loop() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut b = [0u8; 5];
+        s.read_exact(&mut b).unwrap();
+        b
+    });
+    let tcp = TcpStream::connect(addr).unwrap();
+    let linger = Duration::from_micros(500);
+    let mut sender =
+        NaglessStream::with_policy(&tcp, FlushPolicy::default().linger(Some(linger))).unwrap();
+    sender.write_all(b"tick!").unwrap();
+    let deadline = sender
+        .next_deadline()
+        .expect("a deadline for pending bytes");
+    // The event loop sleeps until the deadline, then polls.
+    while Instant::now() < deadline {
+        thread::yield_now();
+    }
+    sender.poll_deadline().unwrap();
+    assert_eq!(sender.pending(), 0);
+    assert_eq!(sender.stats().flushes_for(nagless::FlushReason::Linger), 1);
+    assert_eq!(&server.join().unwrap(), b"tick!");
+}
+
+#[test]
+fn nonblocking_backpressure_loses_and_duplicates_nothing() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tcp = TcpStream::connect(addr).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let policy = FlushPolicy::default().high_water(64 * 1024);
+    let mut s = NaglessStream::with_policy(tcp, policy).unwrap();
+    // Write a counter stream until the socket and the queue are full.
+    let mut sent: u64 = 0;
+    let mut blocked = false;
+    for _ in 0..1_000_000 {
+        let chunk: Vec<u8> = (sent..sent + 1000).map(|i| (i % 251) as u8).collect();
+        match s.write(&chunk) {
+            Ok(n) => {
+                assert_eq!(n, chunk.len());
+                sent += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                blocked = true;
+                break;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(blocked, "a non-reading peer must push back");
+    assert!(s.pending() >= 64 * 1024);
+    // Drain on the peer while finishing the flush.
+    let reader = thread::spawn(move || {
+        let mut got = Vec::new();
+        peer.read_to_end(&mut got).unwrap();
+        got
+    });
+    let start = Instant::now();
+    loop {
+        match s.flush() {
+            Ok(()) => break,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "flush never finished"
+                );
+                thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    drop(s);
+    let got = reader.join().unwrap();
+    assert_eq!(got.len() as u64, sent);
+    assert!(got.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+}
+
+#[test]
+fn send_error_is_reported_to_a_later_call() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut s = NaglessStream::connect(addr).unwrap();
+    let (peer, _) = listener.accept().unwrap();
+    drop(peer);
+    let mut failure = None;
+    for _ in 0..1000 {
+        if let Err(e) = s.write_with(&[0u8; 1000], Urgency::SendNow) {
+            failure = Some(e);
+            break;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    let e = failure.expect("writes to a closed peer must eventually fail");
+    assert!(
+        matches!(
+            e.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+        ),
+        "{e:?}"
+    );
+}

@@ -1,0 +1,130 @@
+//! The tokio adapter on 127.0.0.1: no stall, one segment per request, a linger that fires by
+//! timer while the task is busy elsewhere, and split halves that keep before-read.
+#![cfg(feature = "tokio")]
+
+use std::time::{Duration, Instant};
+
+use nagless::tokio::NaglessStream;
+use nagless::{FlushPolicy, TcpInfo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const ROUNDS: usize = 50;
+
+async fn reply_server(rounds: usize) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let h = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut req = [0u8; 200];
+        for _ in 0..rounds {
+            s.read_exact(&mut req).await.unwrap();
+            s.write_all(&[b'r'; 100]).await.unwrap();
+        }
+    });
+    (addr, h)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_tokio_stream_stalls() {
+    let (addr, server) = reply_server(ROUNDS).await;
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut reply = [0u8; 100];
+    let mut stalled = 0;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        c.write_all(&[b'a'; 100]).await.unwrap();
+        c.write_all(&[b'b'; 100]).await.unwrap();
+        c.read_exact(&mut reply).await.unwrap();
+        if t.elapsed() >= Duration::from_millis(30) {
+            stalled += 1;
+        }
+    }
+    server.await.unwrap();
+    assert!(stalled >= ROUNDS / 2, "only {stalled}/{ROUNDS} stalled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nagless_tokio_stream_never_stalls() {
+    let (addr, server) = reply_server(ROUNDS).await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let before = TcpInfo::of(&tcp).unwrap().data_segs_out.unwrap();
+    let mut c = NaglessStream::tcp(tcp).unwrap();
+    let mut reply = [0u8; 100];
+    let mut worst = Duration::ZERO;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        c.write_all(&[b'a'; 100]).await.unwrap();
+        c.write_all(&[b'b'; 100]).await.unwrap();
+        c.read_exact(&mut reply).await.unwrap();
+        worst = worst.max(t.elapsed());
+    }
+    server.await.unwrap();
+    let segs = c.tcp_info().unwrap().data_segs_out.unwrap() - before;
+    assert!(worst < Duration::from_millis(10), "worst round {worst:?}");
+    assert_eq!(segs as usize, ROUNDS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_halves_keep_before_read() {
+    let (addr, server) = reply_server(ROUNDS).await;
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    // No linger: only before-read can release the requests.
+    let policy = FlushPolicy::default().linger(None);
+    let (mut rd, mut wr) = NaglessStream::tcp_with_policy(tcp, policy)
+        .unwrap()
+        .into_split();
+    let mut reply = [0u8; 100];
+    let mut worst = Duration::ZERO;
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        wr.write_all(&[b'a'; 100]).await.unwrap();
+        wr.write_all(&[b'b'; 100]).await.unwrap();
+        rd.read_exact(&mut reply).await.unwrap();
+        worst = worst.max(t.elapsed());
+    }
+    server.await.unwrap();
+    assert!(worst < Duration::from_millis(10), "worst round {worst:?}");
+    assert_eq!(wr.stats().syscalls as usize, ROUNDS);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linger_fires_by_timer_while_the_task_waits_elsewhere() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut peer, _) = listener.accept().await.unwrap();
+    let policy = FlushPolicy::default().linger(Some(Duration::from_micros(500)));
+    let mut c = NaglessStream::tcp_with_policy(tcp, policy).unwrap();
+    c.write_all(b"ping").await.unwrap();
+    assert_eq!(c.pending(), 4, "held for coalescing");
+    // The writer never touches the stream again; the peer must still get the bytes.
+    let mut got = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(5), peer.read_exact(&mut got))
+        .await
+        .expect("linger timer never flushed")
+        .unwrap();
+    assert_eq!(&got, b"ping");
+    assert_eq!(c.pending(), 0);
+    assert_eq!(c.stats().flushes_for(nagless::FlushReason::Linger), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_flushes_everything() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut peer, _) = listener.accept().await.unwrap();
+    let mut c = NaglessStream::tcp_with_policy(tcp, FlushPolicy::explicit_only()).unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    let reader = tokio::spawn(async move {
+        let mut v = Vec::new();
+        peer.read_to_end(&mut v).await.unwrap();
+        v
+    });
+    for chunk in data.chunks(1000) {
+        c.write_all(chunk).await.unwrap();
+    }
+    c.shutdown().await.unwrap();
+    assert_eq!(reader.await.unwrap(), data);
+}
