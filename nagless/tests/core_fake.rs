@@ -1,5 +1,7 @@
 //! The core against a scripted fake socket and a virtual clock: no sleeps, no real I/O.
 
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::time::{Duration, Instant};

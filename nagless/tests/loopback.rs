@@ -3,6 +3,8 @@
 //! Assertions are robust facts with wide margins (a stall is >= 30 ms, "no stall" is < 10 ms,
 //! segments are counted by the kernel's own TCP_INFO), so a noisy 2-core CI cannot flake them.
 
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread;

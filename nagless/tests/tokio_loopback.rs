@@ -1,6 +1,7 @@
 //! The tokio adapter on 127.0.0.1: no stall, one segment per request, a linger that fires by
 //! timer while the task is busy elsewhere, and split halves that keep before-read.
 #![cfg(feature = "tokio")]
+#![allow(clippy::disallowed_methods)] // tests measure real time
 
 use std::time::{Duration, Instant};
 
