@@ -1,1 +1,295 @@
-fn main() {}
+//! The `nagless` command: `nagless lab` reproduces Nagle/delayed-ACK stalls strategy by
+//! strategy on loopback. (`run` and `doctor` are planned.)
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use nagless_lab::pattern::{check_pair, Pattern};
+use nagless_lab::scenario::SCENARIOS;
+use nagless_lab::{report, run_plan, Case, Path, Plan, Scale, Strategy};
+
+#[derive(Parser)]
+#[command(
+    name = "nagless",
+    version,
+    about = "Find and fix TCP stalls from Nagle's algorithm and delayed ACK",
+    long_about = "nagless: TCP programs that are slow for no visible reason.\n\n\
+Nagle's algorithm (sender) and delayed ACK (receiver) together stall any exchange where a \
+small write waits behind unacknowledged data: 40 ms per exchange on Linux. The nagless \
+library coalesces writes in user space and sends each burst as one sendmsg at the right \
+moment. This command measures it."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Reproduce each source case on loopback, strategy by strategy: latency against packets.
+    #[command(after_long_help = LAB_HELP)]
+    Lab(LabArgs),
+}
+
+const LAB_HELP: &str = "\
+SCENARIOS (default: all but custom)
+  split-write     1024 B sent as K writes (K = 1, 10, 100, 1000), answered alike; 10 round trips
+  bgp-burst       connect, OPEN/KEEPALIVE, 255 UPDATEs + End-of-RIB; time connect -> End-of-RIB
+  framed-window   4098 B messages through a 4096 B receiver window (tiny-tail) and 4098 (aligned)
+  pipelined-read  32 MB read as 8 KiB requests at depth 1, 2, 10; header and data as two writes
+  http-keepalive  request in one write; response header then 100 B body; C = 1, 10 connections
+  custom          your own exchange: --client PATTERN --server PATTERN [--rounds N]
+
+STRATEGIES (default: all)
+  nagle     kernel default          nodelay   TCP_NODELAY
+  cork      TCP_CORK around bursts   msgmore   TCP_NODELAY + MSG_MORE on all but the last write
+  quickack  receiver re-arms TCP_QUICKACK after every read
+  nagless   the nagless library, default policy
+
+PATTERNS (custom)
+  Comma-separated steps per round: wN writes N bytes in one call, rN reads exactly N bytes.
+  Each side must read what the other writes. Write-write-read:
+    nagless lab custom --client w100,w100,r100 --server r200,w100
+
+PATHS
+  Loopback (MSS ~64 KiB). --mss N sets TCP_MAXSEG on both ends (1448 = Ethernet); by default
+  split-write, bgp-burst and framed-window also run at MSS 1448.
+
+EXIT STATUS
+  0 success, 1 a run failed, 2 bad arguments.";
+
+#[derive(clap::Args)]
+struct LabArgs {
+    /// Scenario to run (default: every scenario but custom).
+    scenario: Option<String>,
+    /// Strategies to compare, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    strategy: Vec<String>,
+    /// Run every default case small and once: well under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Runs per case and strategy (default 3, or 1 with --quick); medians are reported.
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Time limit of one open-ended run, ms (default 1500, or 300 with --quick).
+    #[arg(long)]
+    limit_ms: Option<u64>,
+    /// Only this path: TCP_MAXSEG on both ends (e.g. 1448); default: loopback, plus 1448 where segments matter.
+    #[arg(long)]
+    mss: Option<u32>,
+    /// split-write: writes per message (default: 1, 10, 100, 1000).
+    #[arg(long)]
+    k: Option<usize>,
+    /// Client pattern for custom, e.g. w100,w100,r100.
+    #[arg(long)]
+    client: Option<String>,
+    /// Server pattern for custom, e.g. r200,w100.
+    #[arg(long)]
+    server: Option<String>,
+    /// Rounds for custom and split-write.
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Write the results as JSON to FILE ('-' for stdout); schema in docs/lab-json.md.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// Write the results as CSV to FILE ('-' for stdout).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<String>,
+    /// Write a self-contained HTML report with SVG charts to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<String>,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+/// A usage error: exit status 2.
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Usage {}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    Usage(msg.into()).into()
+}
+
+fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
+    let scale = if args.quick { Scale::Quick } else { Scale::Full };
+    let mut plan = Plan::defaults(scale);
+    if !args.strategy.is_empty() {
+        plan.strategies = args
+            .strategy
+            .iter()
+            .map(|s| s.parse::<Strategy>().map_err(usage))
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if let Some(name) = &args.scenario {
+        if !SCENARIOS.contains(&name.as_str()) {
+            return Err(usage(format!(
+                "unknown scenario '{name}' (expected one of: {})",
+                SCENARIOS.join(", ")
+            )));
+        }
+        if name == "custom" {
+            let (Some(c), Some(s)) = (&args.client, &args.server) else {
+                return Err(usage("custom needs --client PATTERN and --server PATTERN, e.g. --client w100,w100,r100 --server r200,w100"));
+            };
+            let cp = Pattern::parse(c).map_err(|e| usage(format!("--client: {e}")))?;
+            let sp = Pattern::parse(s).map_err(|e| usage(format!("--server: {e}")))?;
+            check_pair(&cp, &sp).map_err(|e| usage(e.to_string()))?;
+            let case = Case::Custom {
+                client: cp.to_string(),
+                server: sp.to_string(),
+                rounds: args.rounds.unwrap_or(50),
+            };
+            plan.cases = vec![(case, Path { mss: None })];
+        } else {
+            plan.cases = Plan::default_cases(Some(name), scale);
+        }
+    } else if args.client.is_some() || args.server.is_some() {
+        return Err(usage("--client/--server go with the custom scenario: nagless lab custom --client ... --server ..."));
+    }
+    if let Some(k) = args.k {
+        if !(1..=1024).contains(&k) {
+            return Err(usage("--k must be 1..=1024"));
+        }
+        plan.cases.retain(|(c, _)| matches!(c, Case::SplitWrite { .. }));
+        plan.cases.dedup_by(|a, b| a.1 == b.1 && matches!((&a.0, &b.0), (Case::SplitWrite{..}, Case::SplitWrite{..})));
+        for (c, _) in &mut plan.cases {
+            if let Case::SplitWrite { k: kk, .. } = c {
+                *kk = k;
+            }
+        }
+        if plan.cases.is_empty() {
+            return Err(usage("--k applies to split-write"));
+        }
+    }
+    if let Some(rounds) = args.rounds {
+        for (c, _) in &mut plan.cases {
+            if let Case::SplitWrite { rounds: r, .. } = c {
+                *r = rounds.max(1);
+            }
+        }
+    }
+    if let Some(mss) = args.mss {
+        if !(88..=65495).contains(&mss) {
+            return Err(usage("--mss must be 88..=65495"));
+        }
+        for (_, p) in &mut plan.cases {
+            p.mss = Some(mss);
+        }
+        plan.cases.dedup();
+    }
+    if let Some(r) = args.repeat {
+        if r == 0 {
+            return Err(usage("--repeat must be at least 1"));
+        }
+        plan.repeats = r;
+    }
+    if let Some(ms) = args.limit_ms {
+        plan.limit = Duration::from_millis(ms.max(1));
+    }
+    Ok(plan)
+}
+
+fn write_out(path: &str, content: &str) -> anyhow::Result<()> {
+    if path == "-" {
+        std::io::stdout().write_all(content.as_bytes())?;
+        Ok(())
+    } else {
+        std::fs::write(path, content).with_context(|| format!("cannot write {path}"))
+    }
+}
+
+fn lab(args: LabArgs) -> anyhow::Result<bool> {
+    let plan = plan(&args)?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let total = plan.run_count();
+    let bar = if args.no_progress || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let hidden = bar.is_hidden();
+    let mut last_scenario = String::new();
+    let tables = run_plan(&plan, &mut |done, _, what| {
+        bar.set_position(done as u64);
+        bar.set_message(what.to_string());
+        // Without a bar (CI, pipes), say which case is running now and then.
+        let scenario = what.split(' ').next().unwrap_or("").to_string();
+        if hidden && !args.no_progress && !what.is_empty() && scenario != last_scenario {
+            eprintln!("[{done}/{total}] {scenario}");
+            last_scenario = scenario;
+        }
+    });
+    bar.finish_and_clear();
+    let to_stdout = [&args.json, &args.csv].iter().any(|o| o.as_deref() == Some("-"));
+    let text = report::text(&tables);
+    if to_stdout {
+        eprint!("{text}");
+        eprintln!("\n{}", report::corner_summary(&tables));
+    } else {
+        print!("{text}");
+        println!("\n{}", report::corner_summary(&tables));
+    }
+    if let Some(path) = &args.json {
+        let meta = serde_json::json!({
+            "command": command,
+            "repeats": plan.repeats,
+            "limit_ms": plan.limit.as_millis() as u64,
+            "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        });
+        let doc = report::json(&tables, meta);
+        write_out(path, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
+    }
+    if let Some(path) = &args.csv {
+        write_out(path, &report::csv(&tables))?;
+    }
+    if let Some(path) = &args.html {
+        let page = report::html(&tables, &command).map_err(anyhow::Error::msg)?;
+        write_out(path, &page)?;
+    }
+    Ok(tables.iter().all(|t| t.errors.is_empty()))
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    let result = match cli.command {
+        Command::Lab(args) => lab(args),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("nagless: some runs failed (see 'error:' lines above)");
+            ExitCode::from(1)
+        }
+        Err(e) if e.is::<Usage>() => {
+            eprintln!("nagless: {e}\nTry 'nagless lab --help'.");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            eprintln!("nagless: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,1 +1,417 @@
-//! x
+//! # nagless-lab
+//!
+//! Reproduces each source case on real loopback sockets, strategy by strategy, and measures
+//! latency per exchange against data segments per exchange (the two axes nagless must win
+//! together). A [`Plan`] lists cases, paths and strategies; [`run_plan`] runs them with
+//! repetitions and returns one [`Table`] per case and path, ready for [`report`].
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod harness;
+pub mod pattern;
+pub mod report;
+pub mod scenario;
+pub mod strategy;
+mod sys;
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+pub use harness::{Path, RunResult, SideCost};
+pub use scenario::Case;
+pub use strategy::Strategy;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Cases with the paths to run each on.
+    pub cases: Vec<(Case, Path)>,
+    /// Strategies to compare (rows of each table).
+    pub strategies: Vec<Strategy>,
+    /// Runs per case and strategy; medians are reported.
+    pub repeats: usize,
+    /// Time limit of one open-ended run.
+    pub limit: Duration,
+}
+
+/// Scale of the default plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    /// Every default case in well under a minute.
+    Quick,
+    /// The defaults of the source texts.
+    Full,
+}
+
+const ETHERNET_MSS: u32 = 1448;
+
+impl Plan {
+    /// The default cases of `scenario` (all scenarios but `custom` when `None`).
+    pub fn default_cases(scenario: Option<&str>, scale: Scale) -> Vec<(Case, Path)> {
+        let quick = scale == Scale::Quick;
+        let lo = Path { mss: None };
+        let eth = Path {
+            mss: Some(ETHERNET_MSS),
+        };
+        let mut out = Vec::new();
+        let want = |name: &str| scenario.is_none_or(|s| s == name);
+        if want("split-write") {
+            for path in [lo, eth] {
+                for k in [1, 10, 100, 1000] {
+                    out.push((Case::SplitWrite { k, rounds: 10 }, path));
+                }
+            }
+        }
+        if want("bgp-burst") {
+            let sessions = if quick { 5 } else { 20 };
+            for path in [lo, eth] {
+                out.push((
+                    Case::BgpBurst {
+                        routes: 255,
+                        sessions,
+                    },
+                    path,
+                ));
+            }
+        }
+        if want("framed-window") {
+            let total = 30 * 1024 * 1024;
+            for path in [lo, eth] {
+                for (message, window) in [(4098, 4096), (4098, 4098)] {
+                    out.push((
+                        Case::FramedWindow {
+                            total,
+                            message,
+                            window,
+                        },
+                        path,
+                    ));
+                }
+            }
+        }
+        if want("pipelined-read") {
+            let total = if quick { 4 } else { 32 } * 1024 * 1024;
+            for depth in [1, 2, 10] {
+                out.push((
+                    Case::PipelinedRead {
+                        total,
+                        block: 8192,
+                        depth,
+                    },
+                    lo,
+                ));
+            }
+        }
+        if want("http-keepalive") {
+            for conns in [1, 10] {
+                out.push((Case::HttpKeepalive { conns }, lo));
+            }
+        }
+        out
+    }
+
+    /// The default plan: every scenario's defaults, every strategy.
+    pub fn defaults(scale: Scale) -> Plan {
+        Plan {
+            cases: Self::default_cases(None, scale),
+            strategies: Strategy::ALL.to_vec(),
+            repeats: if scale == Scale::Quick { 1 } else { 3 },
+            limit: if scale == Scale::Quick {
+                Duration::from_millis(300)
+            } else {
+                Duration::from_millis(1500)
+            },
+        }
+    }
+
+    /// Number of runs the plan makes.
+    pub fn run_count(&self) -> usize {
+        self.cases.len() * self.strategies.len() * self.repeats
+    }
+}
+
+/// Median and spread of one measure over the repetitions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Spread {
+    /// Median over runs.
+    pub median: f64,
+    /// Smallest run.
+    pub min: f64,
+    /// Largest run.
+    pub max: f64,
+}
+
+impl Spread {
+    /// Median, min and max of `values` (zeros if empty).
+    pub fn of(values: &[f64]) -> Spread {
+        if values.is_empty() {
+            return Spread::default();
+        }
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let mid = v.len() / 2;
+        let median = if v.len() % 2 == 1 {
+            v[mid]
+        } else {
+            (v[mid - 1] + v[mid]) / 2.0
+        };
+        Spread {
+            median,
+            min: v[0],
+            max: v[v.len() - 1],
+        }
+    }
+}
+
+/// One strategy's line in a table: medians over runs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    /// The strategy.
+    pub strategy: Strategy,
+    /// Runs that completed.
+    pub runs: usize,
+    /// Exchanges timed, over all runs.
+    pub exchanges: u64,
+    /// Median latency per exchange, µs.
+    pub p50_us: Spread,
+    /// 99th percentile latency, µs.
+    pub p99_us: Spread,
+    /// Worst exchange, µs.
+    pub max_us: Spread,
+    /// Exchanges of 30 ms or more, per run.
+    pub stalls: Spread,
+    /// Wall time per run, s.
+    pub elapsed_s: Spread,
+    /// Work per second, in the table's unit.
+    pub throughput: Spread,
+    /// Data segments per exchange, both sides (TCP_INFO).
+    pub segs_per_exchange: Spread,
+    /// Data segments per run, client side.
+    pub client_data_segs: Spread,
+    /// Data segments per run, server side.
+    pub server_data_segs: Spread,
+    /// Wire bytes (payload + 66 B of headers per segment, ACKs included) per exchange.
+    pub wire_bytes_per_exchange: Spread,
+    /// Syscalls per exchange, both sides.
+    pub syscalls_per_exchange: Spread,
+    /// CPU time per exchange, both sides, µs.
+    pub cpu_us_per_exchange: Spread,
+    /// Latency CDF over all runs: (latency µs, fraction of exchanges at or below it).
+    pub cdf: Vec<(u64, f64)>,
+}
+
+/// Is nagless on the Pareto corner of its table?
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Verdict {
+    /// nagless's median p50 is within 1.1 x the best (+20 µs).
+    pub latency_ok: bool,
+    /// nagless's data segments per exchange are within 1.05 x the fewest.
+    pub segments_ok: bool,
+    /// Both.
+    pub on_corner: bool,
+    /// One line for people.
+    pub summary: String,
+}
+
+/// One case on one path: a table of strategies.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Table {
+    /// Scenario name.
+    pub scenario: String,
+    /// The case and its parameters.
+    pub case: Case,
+    /// Parameters as text.
+    pub params: String,
+    /// The path.
+    pub path: Path,
+    /// Unit of the throughput column.
+    pub unit: String,
+    /// One row per strategy.
+    pub rows: Vec<Row>,
+    /// Strategy with the lowest median p50.
+    pub best_latency: Option<Strategy>,
+    /// Strategy with the fewest data segments per exchange.
+    pub fewest_segments: Option<Strategy>,
+    /// Where nagless stands (absent if nagless was not run).
+    pub verdict: Option<Verdict>,
+    /// Runs that failed, with their errors.
+    pub errors: Vec<String>,
+}
+
+/// Summary of one run.
+struct RunSummary {
+    p50: f64,
+    p99: f64,
+    max: f64,
+    stalls: f64,
+    elapsed: f64,
+    throughput: f64,
+    segs_per_ex: f64,
+    client_segs: f64,
+    server_segs: f64,
+    wire_per_ex: f64,
+    sys_per_ex: f64,
+    cpu_per_ex: f64,
+}
+
+fn histogram(lat: &[u64]) -> Histogram<u64> {
+    // 1 µs .. 1 hour at 3 significant digits: bounds that cannot fail.
+    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+        .unwrap_or_else(|_| unreachable!("constant histogram bounds are valid"));
+    for &v in lat {
+        h.saturating_record(v.max(1));
+    }
+    h
+}
+
+fn summarize(r: &RunResult) -> RunSummary {
+    let h = histogram(&r.latencies_us);
+    let ex = (r.latencies_us.len() as f64).max(1.0);
+    let both = {
+        let mut b = r.client;
+        b.add(&r.server);
+        b
+    };
+    RunSummary {
+        p50: h.value_at_quantile(0.5) as f64,
+        p99: h.value_at_quantile(0.99) as f64,
+        max: h.max() as f64,
+        stalls: r.latencies_us.iter().filter(|&&l| l >= 30_000).count() as f64,
+        elapsed: r.elapsed.as_secs_f64(),
+        throughput: r.work / r.elapsed.as_secs_f64().max(1e-9),
+        segs_per_ex: both.data_segs as f64 / ex,
+        client_segs: r.client.data_segs as f64,
+        server_segs: r.server.data_segs as f64,
+        wire_per_ex: both.wire_bytes() as f64 / ex,
+        sys_per_ex: both.syscalls as f64 / ex,
+        cpu_per_ex: both.cpu_us as f64 / ex,
+    }
+}
+
+fn cdf(runs: &[RunResult]) -> Vec<(u64, f64)> {
+    let all: Vec<u64> = runs.iter().flat_map(|r| r.latencies_us.iter().copied()).collect();
+    if all.is_empty() {
+        return Vec::new();
+    }
+    let h = histogram(&all);
+    let mut pts: Vec<(u64, f64)> = (0..=100)
+        .map(|i| {
+            let q = i as f64 / 100.0;
+            (h.value_at_quantile(q), q)
+        })
+        .collect();
+    pts.dedup_by_key(|p| p.0);
+    pts
+}
+
+fn row(strategy: Strategy, runs: &[RunResult]) -> Row {
+    let s: Vec<RunSummary> = runs.iter().map(summarize).collect();
+    let spread = |f: fn(&RunSummary) -> f64| Spread::of(&s.iter().map(f).collect::<Vec<_>>());
+    Row {
+        strategy,
+        runs: runs.len(),
+        exchanges: runs.iter().map(|r| r.latencies_us.len() as u64).sum(),
+        p50_us: spread(|x| x.p50),
+        p99_us: spread(|x| x.p99),
+        max_us: spread(|x| x.max),
+        stalls: spread(|x| x.stalls),
+        elapsed_s: spread(|x| x.elapsed),
+        throughput: spread(|x| x.throughput),
+        segs_per_exchange: spread(|x| x.segs_per_ex),
+        client_data_segs: spread(|x| x.client_segs),
+        server_data_segs: spread(|x| x.server_segs),
+        wire_bytes_per_exchange: spread(|x| x.wire_per_ex),
+        syscalls_per_exchange: spread(|x| x.sys_per_ex),
+        cpu_us_per_exchange: spread(|x| x.cpu_per_ex),
+        cdf: cdf(runs),
+    }
+}
+
+/// Judges nagless against the best latency and the fewest segments of `rows`.
+pub fn verdict(rows: &[Row]) -> Option<Verdict> {
+    let ours = rows.iter().find(|r| r.strategy == Strategy::Nagless && r.runs > 0)?;
+    let done: Vec<&Row> = rows.iter().filter(|r| r.runs > 0).collect();
+    let best = done.iter().map(|r| r.p50_us.median).fold(f64::INFINITY, f64::min);
+    let fewest = done
+        .iter()
+        .map(|r| r.segs_per_exchange.median)
+        .fold(f64::INFINITY, f64::min);
+    let latency_ok = ours.p50_us.median <= best * 1.1 + 20.0;
+    let segments_ok = ours.segs_per_exchange.median <= fewest * 1.05 + 1e-9;
+    let on_corner = latency_ok && segments_ok;
+    let summary = format!(
+        "nagless {}: p50 {:.0} us vs best {:.0} us ({}), segments/exchange {:.2} vs fewest {:.2} ({})",
+        if on_corner { "is on the Pareto corner" } else { "is NOT on the Pareto corner" },
+        ours.p50_us.median,
+        best,
+        if latency_ok { "ok" } else { "too slow" },
+        ours.segs_per_exchange.median,
+        fewest,
+        if segments_ok { "ok" } else { "too many" },
+    );
+    Some(Verdict {
+        latency_ok,
+        segments_ok,
+        on_corner,
+        summary,
+    })
+}
+
+/// Progress callback: (runs done, runs total, what is running).
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
+
+/// Runs every case of `plan` with every strategy, `repeats` times each.
+pub fn run_plan(plan: &Plan, progress: Progress<'_>) -> Vec<Table> {
+    let total = plan.run_count();
+    let mut done = 0;
+    let mut tables = Vec::new();
+    for (case, path) in &plan.cases {
+        let mut rows = Vec::new();
+        let mut errors = Vec::new();
+        for &strategy in &plan.strategies {
+            let mut runs = Vec::new();
+            for rep in 0..plan.repeats {
+                let what = format!(
+                    "{} {} {} {} #{}",
+                    case.scenario(),
+                    case.params(),
+                    path.label(),
+                    strategy.name(),
+                    rep + 1
+                );
+                progress(done, total, &what);
+                match case.run(strategy, *path, plan.limit) {
+                    Ok(r) => runs.push(r),
+                    Err(e) => errors.push(format!("{what}: {e}")),
+                }
+                done += 1;
+            }
+            rows.push(row(strategy, &runs));
+        }
+        progress(done, total, "");
+        let best_latency = rows
+            .iter()
+            .filter(|r| r.runs > 0)
+            .min_by(|a, b| a.p50_us.median.total_cmp(&b.p50_us.median))
+            .map(|r| r.strategy);
+        let fewest_segments = rows
+            .iter()
+            .filter(|r| r.runs > 0)
+            .min_by(|a, b| a.segs_per_exchange.median.total_cmp(&b.segs_per_exchange.median))
+            .map(|r| r.strategy);
+        tables.push(Table {
+            scenario: case.scenario().to_string(),
+            params: case.params(),
+            case: case.clone(),
+            path: *path,
+            unit: case.unit().to_string(),
+            verdict: verdict(&rows),
+            rows,
+            best_latency,
+            fewest_segments,
+            errors,
+        });
+    }
+    tables
+}

@@ -1,0 +1,186 @@
+//! Runs one connection (a session) on loopback: a server thread and a client thread, each
+//! with a [`Conn`] of the same strategy, and collects what each side cost.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Socket, Type};
+
+use crate::strategy::{Conn, Strategy};
+use crate::sys;
+
+/// The path a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Path {
+    /// `TCP_MAXSEG` on both ends (`None`: loopback's own ~64 KiB).
+    pub mss: Option<u32>,
+}
+
+impl Path {
+    /// A short label: `lo` or `mss1448`.
+    pub fn label(&self) -> String {
+        match self.mss {
+            None => "lo".into(),
+            Some(m) => format!("mss{m}"),
+        }
+    }
+}
+
+/// What one side of a session cost, from the kernel's and the process's own counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct SideCost {
+    /// Data segments sent (`tcpi_data_segs_out`, MSS units).
+    pub data_segs: u64,
+    /// All segments sent, pure ACKs included (`tcpi_segs_out`).
+    pub segs: u64,
+    /// Payload bytes sent (`tcpi_bytes_sent`).
+    pub bytes: u64,
+    /// Syscalls the strategy made.
+    pub syscalls: u64,
+    /// CPU time of the side's thread, µs.
+    pub cpu_us: u64,
+}
+
+/// Bytes of headers per segment on an Ethernet wire: Ethernet 14 + IPv4 20 + TCP 20 +
+/// timestamps option 12.
+pub const HEADER_BYTES: u64 = 66;
+
+impl SideCost {
+    /// Payload plus headers of every segment.
+    pub fn wire_bytes(&self) -> u64 {
+        self.bytes + self.segs * HEADER_BYTES
+    }
+
+    /// Adds another side's counters.
+    pub fn add(&mut self, o: &SideCost) {
+        self.data_segs += o.data_segs;
+        self.segs += o.segs;
+        self.bytes += o.bytes;
+        self.syscalls += o.syscalls;
+        self.cpu_us += o.cpu_us;
+    }
+}
+
+/// What a session's client reports: one latency per exchange and the units of work done.
+#[derive(Debug, Clone, Default)]
+pub struct ClientReport {
+    /// Per-exchange latencies, µs.
+    pub latencies_us: Vec<u64>,
+    /// Units of work completed (round trips, messages, bytes, requests).
+    pub work: f64,
+}
+
+/// The result of one run of a case with one strategy.
+#[derive(Debug, Clone, Default)]
+pub struct RunResult {
+    /// Per-exchange latencies, µs.
+    pub latencies_us: Vec<u64>,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Units of work completed.
+    pub work: f64,
+    /// Client side cost.
+    pub client: SideCost,
+    /// Server side cost.
+    pub server: SideCost,
+}
+
+impl RunResult {
+    /// Merges another session into this run (elapsed is set by the caller).
+    pub fn absorb(&mut self, report: ClientReport, client: SideCost, server: SideCost) {
+        self.latencies_us.extend(report.latencies_us);
+        self.work += report.work;
+        self.client.add(&client);
+        self.server.add(&server);
+    }
+}
+
+/// Safety net: no lab socket waits longer than this for a byte.
+const IO_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn listener(path: Path) -> io::Result<TcpListener> {
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    sock.set_reuse_address(true)?;
+    if let Some(mss) = path.mss {
+        nagless::sys::set_maxseg(sock.as_fd(), mss)?;
+    }
+    let addr: SocketAddr = "127.0.0.1:0".parse().map_err(io::Error::other)?;
+    sock.bind(&addr.into())?;
+    sock.listen(128)?;
+    Ok(sock.into())
+}
+
+fn connect(path: Path, addr: SocketAddr) -> io::Result<TcpStream> {
+    let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    if let Some(mss) = path.mss {
+        nagless::sys::set_maxseg(sock.as_fd(), mss)?;
+    }
+    sock.connect(&addr.into())?;
+    Ok(sock.into())
+}
+
+fn side_cost(conn: &Conn, cpu_start: u64) -> io::Result<SideCost> {
+    let info = conn.tcp_info()?;
+    Ok(SideCost {
+        data_segs: info.data_segs_out.unwrap_or(0) as u64,
+        segs: info.segs_out.unwrap_or(0) as u64,
+        bytes: info.bytes_sent.unwrap_or(0),
+        syscalls: conn.syscalls(),
+        cpu_us: sys::thread_cpu_us().saturating_sub(cpu_start),
+    })
+}
+
+/// Runs one session: `server` on the accepted end, `client` on the connecting end. The
+/// client closes the connection when it returns; the server should return on EOF.
+/// `started` receives the instant just before connect.
+pub fn session<C, S>(
+    path: Path,
+    strategy: Strategy,
+    client: C,
+    server: S,
+) -> io::Result<(ClientReport, SideCost, SideCost)>
+where
+    C: FnOnce(&mut Conn, Instant) -> io::Result<ClientReport>,
+    S: FnOnce(&mut Conn) -> io::Result<()> + Send,
+{
+    let listener = listener(path)?;
+    let addr = listener.local_addr()?;
+    std::thread::scope(|scope| {
+        let server_thread = scope.spawn(move || -> io::Result<SideCost> {
+            let cpu0 = sys::thread_cpu_us();
+            let (tcp, _) = listener.accept()?;
+            tcp.set_read_timeout(Some(IO_TIMEOUT))?;
+            let mut conn = Conn::new(tcp, strategy)?;
+            match server(&mut conn) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+                Err(e) => return Err(e),
+            }
+            conn.finish()?;
+            side_cost(&conn, cpu0)
+        });
+        let client_result: io::Result<(ClientReport, SideCost)> = (|| {
+            let cpu0 = sys::thread_cpu_us();
+            let started = Instant::now();
+            let tcp = connect(path, addr)?;
+            tcp.set_read_timeout(Some(IO_TIMEOUT))?;
+            let mut conn = Conn::new(tcp, strategy)?;
+            let report = client(&mut conn, started)?;
+            conn.finish()?;
+            let cost = side_cost(&conn, cpu0)?;
+            drop(conn);
+            Ok((report, cost))
+        })();
+        if client_result.is_err() {
+            // Unblock a server still waiting in accept (the client may have failed first).
+            let _ = TcpStream::connect(addr);
+        }
+        let server_cost = server_thread
+            .join()
+            .map_err(|_| io::Error::other("server thread panicked"))?;
+        let (report, client_cost) = client_result?;
+        Ok((report, client_cost, server_cost?))
+    })
+}

@@ -1,0 +1,527 @@
+//! The lab's scenarios, one per source case plus `custom`. Each states its traffic once
+//! through [`Conn`]; the strategy decides how it reaches the socket.
+//!
+//! | scenario | source | exchange timed | throughput unit |
+//! |---|---|---|---|
+//! | `split-write` | 003 | one round trip of 1024 B each way, sent as K writes | round trips/s |
+//! | `bgp-burst` | 000 | connect to End-of-RIB received (OPEN, KEEPALIVE, 255 UPDATEs) | sessions/s |
+//! | `framed-window` | 001 | one 4098 B message through a 4096 B window | messages/s |
+//! | `pipelined-read` | 002 | one 8 KiB read request, header and data as two writes | MB/s |
+//! | `http-keepalive` | 004 | one request, response as header then 100 B body | requests/s |
+//! | `custom` | — | one round of the user's patterns | rounds/s |
+
+use std::io;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::harness::{session, ClientReport, Path, RunResult};
+use crate::pattern::{Pattern, Step};
+use crate::strategy::{Burst, Conn, Strategy};
+
+/// A scenario with its parameters: one table in the report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "scenario", rename_all = "kebab-case")]
+pub enum Case {
+    /// 1024 bytes as `k` writes, answered the same way, `rounds` times.
+    SplitWrite {
+        /// Writes per 1024-byte message.
+        k: usize,
+        /// Round trips per run.
+        rounds: usize,
+    },
+    /// `sessions` connections, each announcing `routes` routes.
+    BgpBurst {
+        /// UPDATE messages per session.
+        routes: usize,
+        /// Sessions per run.
+        sessions: usize,
+    },
+    /// `total` bytes as `message`-byte messages through a `window`-byte receiver window.
+    FramedWindow {
+        /// Bytes to send (the run may stop earlier at its time limit).
+        total: usize,
+        /// Message size.
+        message: usize,
+        /// Receiver window (credit granted back after each frame).
+        window: usize,
+    },
+    /// Reads `total` bytes in `block`-byte requests with `depth` outstanding.
+    PipelinedRead {
+        /// Bytes to read (the run may stop earlier at its time limit).
+        total: usize,
+        /// Request size.
+        block: usize,
+        /// Requests in flight.
+        depth: usize,
+    },
+    /// `conns` keep-alive connections for the run's time limit.
+    HttpKeepalive {
+        /// Concurrent connections.
+        conns: usize,
+    },
+    /// The user's own patterns, `rounds` times.
+    Custom {
+        /// Client pattern.
+        client: String,
+        /// Server pattern.
+        server: String,
+        /// Rounds per run.
+        rounds: usize,
+    },
+}
+
+/// Scenario names accepted on the command line.
+pub const SCENARIOS: [&str; 6] = [
+    "split-write",
+    "bgp-burst",
+    "framed-window",
+    "pipelined-read",
+    "http-keepalive",
+    "custom",
+];
+
+impl Case {
+    /// The scenario's name.
+    pub fn scenario(&self) -> &'static str {
+        match self {
+            Case::SplitWrite { .. } => "split-write",
+            Case::BgpBurst { .. } => "bgp-burst",
+            Case::FramedWindow { .. } => "framed-window",
+            Case::PipelinedRead { .. } => "pipelined-read",
+            Case::HttpKeepalive { .. } => "http-keepalive",
+            Case::Custom { .. } => "custom",
+        }
+    }
+
+    /// The parameters, for table titles.
+    pub fn params(&self) -> String {
+        match self {
+            Case::SplitWrite { k, rounds } => format!("K={k} rounds={rounds}"),
+            Case::BgpBurst { routes, sessions } => format!("routes={routes} sessions={sessions}"),
+            Case::FramedWindow {
+                message, window, ..
+            } => {
+                let kind = if message > window { "tiny-tail" } else { "aligned" };
+                format!("message={message} window={window} ({kind})")
+            }
+            Case::PipelinedRead { block, depth, .. } => format!("block={block} depth={depth}"),
+            Case::HttpKeepalive { conns } => format!("C={conns}"),
+            Case::Custom {
+                client,
+                server,
+                rounds,
+            } => format!("client={client} server={server} rounds={rounds}"),
+        }
+    }
+
+    /// The unit of the throughput column.
+    pub fn unit(&self) -> &'static str {
+        match self {
+            Case::SplitWrite { .. } => "rt/s",
+            Case::BgpBurst { .. } => "sess/s",
+            Case::FramedWindow { .. } => "msg/s",
+            Case::PipelinedRead { .. } => "MB/s",
+            Case::HttpKeepalive { .. } => "req/s",
+            Case::Custom { .. } => "rounds/s",
+        }
+    }
+
+    /// Runs the case once with `strategy` on `path`, stopping at `limit` where the scenario
+    /// is open-ended.
+    pub fn run(&self, strategy: Strategy, path: Path, limit: Duration) -> io::Result<RunResult> {
+        let start = Instant::now();
+        let mut result = RunResult::default();
+        match self {
+            Case::SplitWrite { k, rounds } => {
+                let (c, s) = split_write_patterns(*k);
+                let r = patterns(&c, &s, *rounds, strategy, path, limit)?;
+                result.absorb(r.0, r.1, r.2);
+            }
+            Case::Custom {
+                client,
+                server,
+                rounds,
+            } => {
+                let c = Pattern::parse(client).map_err(io::Error::other)?;
+                let s = Pattern::parse(server).map_err(io::Error::other)?;
+                let r = patterns(&c, &s, *rounds, strategy, path, limit)?;
+                result.absorb(r.0, r.1, r.2);
+            }
+            Case::BgpBurst { routes, sessions } => {
+                for _ in 0..*sessions {
+                    let r = bgp_session(*routes, strategy, path)?;
+                    result.absorb(r.0, r.1, r.2);
+                    if start.elapsed() > limit {
+                        break;
+                    }
+                }
+            }
+            Case::FramedWindow {
+                total,
+                message,
+                window,
+            } => {
+                let r = framed_window(*total, *message, *window, strategy, path, limit)?;
+                result.absorb(r.0, r.1, r.2);
+            }
+            Case::PipelinedRead {
+                total,
+                block,
+                depth,
+            } => {
+                let r = pipelined_read(*total, *block, *depth, strategy, path, limit)?;
+                result.absorb(r.0, r.1, r.2);
+            }
+            Case::HttpKeepalive { conns } => {
+                let runs: Vec<_> = std::thread::scope(|scope| {
+                    let handles: Vec<_> = (0..*conns)
+                        .map(|_| scope.spawn(move || http_session(strategy, path, limit)))
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("panic"))))
+                        .collect()
+                });
+                for r in runs {
+                    let r = r?;
+                    result.absorb(r.0, r.1, r.2);
+                }
+            }
+        }
+        result.elapsed = start.elapsed();
+        Ok(result)
+    }
+}
+
+type Session = (ClientReport, crate::harness::SideCost, crate::harness::SideCost);
+
+/// 1024 bytes as K near-equal writes, answered the same way (source 003).
+pub fn split_write_patterns(k: usize) -> (Pattern, Pattern) {
+    let k = k.clamp(1, 1024);
+    let pieces: Vec<Step> = (0..k)
+        .map(|i| Step::Write(1024 / k + usize::from(i < 1024 % k)))
+        .collect();
+    let mut client = pieces.clone();
+    client.push(Step::Read(1024));
+    let mut server = vec![Step::Read(1024)];
+    server.extend(pieces);
+    (Pattern(client), Pattern(server))
+}
+
+fn play(conn: &mut Conn, pattern: &Pattern, buf: &mut [u8]) -> io::Result<()> {
+    for (i, step) in pattern.0.iter().enumerate() {
+        match *step {
+            Step::Write(n) => {
+                let burst = if pattern.ends_burst(i) { Burst::Last } else { Burst::More };
+                conn.send(&buf[..n], burst)?;
+            }
+            Step::Read(n) => conn.recv_exact(&mut buf[..n])?,
+        }
+    }
+    Ok(())
+}
+
+/// Runs two patterns against each other for `rounds` rounds (or until `limit`).
+fn patterns(
+    client: &Pattern,
+    server: &Pattern,
+    rounds: usize,
+    strategy: Strategy,
+    path: Path,
+    limit: Duration,
+) -> io::Result<Session> {
+    crate::pattern::check_pair(client, server).map_err(io::Error::other)?;
+    let largest = client
+        .0
+        .iter()
+        .chain(server.0.iter())
+        .map(|s| match s {
+            Step::Write(n) | Step::Read(n) => *n,
+        })
+        .max()
+        .unwrap_or(1);
+    session(
+        path,
+        strategy,
+        |conn, _| {
+            let mut buf = vec![b'c'; largest];
+            let mut report = ClientReport::default();
+            let start = Instant::now();
+            for _ in 0..rounds {
+                let t = Instant::now();
+                play(conn, client, &mut buf)?;
+                report.latencies_us.push(t.elapsed().as_micros() as u64);
+                report.work += 1.0;
+                if start.elapsed() > limit {
+                    break;
+                }
+            }
+            Ok(report)
+        },
+        |conn| {
+            let mut buf = vec![b's'; largest];
+            loop {
+                play(conn, server, &mut buf)?;
+            }
+        },
+    )
+}
+
+/// BGP messages in real framing: 16-byte marker, length, type.
+mod bgp {
+    pub const OPEN: u8 = 1;
+    pub const UPDATE: u8 = 2;
+    pub const KEEPALIVE: u8 = 4;
+    pub const HEADER: usize = 19;
+
+    fn message(kind: u8, body: &[u8]) -> Vec<u8> {
+        let mut m = vec![0xff; 16];
+        m.extend_from_slice(&((HEADER + body.len()) as u16).to_be_bytes());
+        m.push(kind);
+        m.extend_from_slice(body);
+        m
+    }
+
+    pub fn open(asn: u16, id: [u8; 4]) -> Vec<u8> {
+        let mut b = vec![4];
+        b.extend_from_slice(&asn.to_be_bytes());
+        b.extend_from_slice(&90u16.to_be_bytes());
+        b.extend_from_slice(&id);
+        b.push(0);
+        message(OPEN, &b)
+    }
+
+    pub fn keepalive() -> Vec<u8> {
+        message(KEEPALIVE, &[])
+    }
+
+    /// An UPDATE announcing one /24 (10.x.y.0/24) with ORIGIN, AS_PATH and NEXT_HOP.
+    pub fn update(i: usize, asn: u16) -> Vec<u8> {
+        let mut attrs = vec![0x40, 1, 1, 0]; // ORIGIN IGP
+        attrs.extend_from_slice(&[0x40, 2, 4, 2, 1]); // AS_PATH: one AS_SEQUENCE of 1
+        attrs.extend_from_slice(&asn.to_be_bytes());
+        attrs.extend_from_slice(&[0x40, 3, 4, 192, 0, 2, 1]); // NEXT_HOP
+        let mut b = vec![0, 0];
+        b.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
+        b.extend_from_slice(&attrs);
+        b.extend_from_slice(&[24, 10, (i >> 8) as u8, i as u8]);
+        message(UPDATE, &b)
+    }
+
+    /// End-of-RIB: an UPDATE with no withdrawn routes and no attributes.
+    pub fn end_of_rib() -> Vec<u8> {
+        message(UPDATE, &[0, 0, 0, 0])
+    }
+}
+
+fn read_bgp(conn: &mut Conn) -> io::Result<Vec<u8>> {
+    let mut m = vec![0u8; bgp::HEADER];
+    conn.recv_exact(&mut m)?;
+    let len = u16::from_be_bytes([m[16], m[17]]) as usize;
+    if !(bgp::HEADER..=4096).contains(&len) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad BGP length"));
+    }
+    m.resize(len, 0);
+    conn.recv_exact(&mut m[bgp::HEADER..])?;
+    Ok(m)
+}
+
+/// One BGP session (source 000): OPEN and KEEPALIVE exchange, then `routes` UPDATEs and an
+/// End-of-RIB, each its own write; the peer answers End-of-RIB with a KEEPALIVE.
+fn bgp_session(routes: usize, strategy: Strategy, path: Path) -> io::Result<Session> {
+    let (tx, rx) = mpsc::channel::<Instant>();
+    session(
+        path,
+        strategy,
+        |conn, started| {
+            conn.send(&bgp::open(65001, [192, 0, 2, 1]), Burst::Last)?;
+            read_bgp(conn)?;
+            conn.send(&bgp::keepalive(), Burst::Last)?;
+            read_bgp(conn)?;
+            for i in 0..routes {
+                conn.send(&bgp::update(i, 65001), Burst::More)?;
+            }
+            conn.send(&bgp::end_of_rib(), Burst::Last)?;
+            read_bgp(conn)?;
+            let eor_at = rx
+                .recv()
+                .map_err(|_| io::Error::other("peer never saw End-of-RIB"))?;
+            Ok(ClientReport {
+                latencies_us: vec![eor_at.saturating_duration_since(started).as_micros() as u64],
+                work: 1.0,
+            })
+        },
+        move |conn| {
+            read_bgp(conn)?;
+            conn.send(&bgp::open(65002, [192, 0, 2, 2]), Burst::Last)?;
+            read_bgp(conn)?;
+            conn.send(&bgp::keepalive(), Burst::Last)?;
+            loop {
+                let m = read_bgp(conn)?;
+                if m.len() == 23 && m[18] == bgp::UPDATE {
+                    let _ = tx.send(Instant::now());
+                    conn.send(&bgp::keepalive(), Burst::Last)?;
+                }
+            }
+        },
+    )
+}
+
+const FRAME_HEADER: usize = 8;
+
+fn frame(kind: u8, len: usize, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::with_capacity(FRAME_HEADER + payload.len());
+    f.extend_from_slice(&[kind, 0, 0, 0]);
+    f.extend_from_slice(&(len as u32).to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A framed protocol with a receiver window (source 001): the sender may have at most
+/// `window` payload bytes unacknowledged; the receiver grants credit with a small SEQ frame
+/// after each frame it consumes.
+fn framed_window(
+    total: usize,
+    message: usize,
+    window: usize,
+    strategy: Strategy,
+    path: Path,
+    limit: Duration,
+) -> io::Result<Session> {
+    session(
+        path,
+        strategy,
+        |conn, _| {
+            let payload = vec![b'm'; message.max(window)];
+            let mut credit = window;
+            let mut report = ClientReport::default();
+            let mut seq = [0u8; FRAME_HEADER];
+            let start = Instant::now();
+            let mut sent_total = 0;
+            while sent_total < total && start.elapsed() < limit {
+                let t = Instant::now();
+                let mut left = message;
+                while left > 0 {
+                    if credit == 0 {
+                        conn.recv_exact(&mut seq)?;
+                        credit += u32::from_be_bytes([seq[4], seq[5], seq[6], seq[7]]) as usize;
+                        continue;
+                    }
+                    let n = left.min(credit);
+                    credit -= n;
+                    left -= n;
+                    let burst = if credit == 0 { Burst::Last } else { Burst::More };
+                    conn.send(&frame(b'M', n, &payload[..n]), burst)?;
+                }
+                sent_total += message;
+                report.latencies_us.push(t.elapsed().as_micros() as u64);
+                report.work += 1.0;
+            }
+            Ok(report)
+        },
+        |conn| {
+            let mut header = [0u8; FRAME_HEADER];
+            let mut payload = vec![0u8; message.max(window)];
+            loop {
+                conn.recv_exact(&mut header)?;
+                let len = u32::from_be_bytes([header[4], header[5], header[6], header[7]]) as usize;
+                if len > payload.len() {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, "frame too large"));
+                }
+                conn.recv_exact(&mut payload[..len])?;
+                conn.send(&frame(b'S', len, &[]), Burst::Last)?;
+            }
+        },
+    )
+}
+
+/// sftp-like reads (source 002): `depth` requests outstanding; the server answers each with a
+/// small header and the data as separate writes.
+fn pipelined_read(
+    total: usize,
+    block: usize,
+    depth: usize,
+    strategy: Strategy,
+    path: Path,
+    limit: Duration,
+) -> io::Result<Session> {
+    const REQ: usize = 16;
+    const HDR: usize = 13;
+    session(
+        path,
+        strategy,
+        |conn, _| {
+            let mut report = ClientReport::default();
+            let requests = total.div_ceil(block.max(1));
+            let mut sent_at = std::collections::VecDeque::new();
+            let mut next = 0usize;
+            let mut hdr = [0u8; HDR];
+            let mut data = vec![0u8; block];
+            let start = Instant::now();
+            let mut stop = false;
+            let first = depth.max(1).min(requests);
+            for i in 0..first {
+                let burst = if i + 1 == first { Burst::Last } else { Burst::More };
+                conn.send(&[b'R'; REQ], burst)?;
+                sent_at.push_back(Instant::now());
+                next += 1;
+            }
+            while let Some(t) = sent_at.pop_front() {
+                conn.recv_exact(&mut hdr)?;
+                conn.recv_exact(&mut data)?;
+                report.latencies_us.push(t.elapsed().as_micros() as u64);
+                report.work += block as f64 / 1e6;
+                stop |= start.elapsed() > limit;
+                if next < requests && !stop {
+                    conn.send(&[b'R'; REQ], Burst::Last)?;
+                    sent_at.push_back(Instant::now());
+                    next += 1;
+                }
+            }
+            Ok(report)
+        },
+        |conn| {
+            let mut req = [0u8; REQ];
+            let data = vec![b'd'; block];
+            loop {
+                conn.recv_exact(&mut req)?;
+                conn.send(&[b'H'; HDR], Burst::More)?;
+                conn.send(&data, Burst::Last)?;
+            }
+        },
+    )
+}
+
+/// One HTTP/1.1-like keep-alive connection (source 004) for `limit`: a request in one write,
+/// the response as a header write and a 100-byte body write.
+fn http_session(strategy: Strategy, path: Path, limit: Duration) -> io::Result<Session> {
+    const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n";
+    const HEADER: &[u8] =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\nConnection: keep-alive\r\n\r\n";
+    const BODY: [u8; 100] = [b'x'; 100];
+    session(
+        path,
+        strategy,
+        |conn, _| {
+            let mut report = ClientReport::default();
+            let mut resp = vec![0u8; HEADER.len() + BODY.len()];
+            let start = Instant::now();
+            while start.elapsed() < limit {
+                let t = Instant::now();
+                conn.send(REQUEST, Burst::Last)?;
+                conn.recv_exact(&mut resp)?;
+                report.latencies_us.push(t.elapsed().as_micros() as u64);
+                report.work += 1.0;
+            }
+            Ok(report)
+        },
+        |conn| {
+            let mut req = vec![0u8; REQUEST.len()];
+            loop {
+                conn.recv_exact(&mut req)?;
+                conn.send(HEADER, Burst::More)?;
+                conn.send(&BODY, Burst::Last)?;
+            }
+        },
+    )
+}
