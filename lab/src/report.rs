@@ -154,6 +154,9 @@ fn color(r: &Row) -> RGBColor {
 /// Latency (p50, log scale) against data segments per exchange: one point per strategy.
 fn scatter_svg(t: &Table) -> Result<String, String> {
     let rows: Vec<&Row> = t.rows.iter().filter(|r| r.runs > 0).collect();
+    if rows.is_empty() {
+        return Ok(String::new());
+    }
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (480, 320)).into_drawing_area();
@@ -196,6 +199,9 @@ fn scatter_svg(t: &Table) -> Result<String, String> {
 /// Latency CDFs, one line per strategy, log latency axis.
 fn cdf_svg(t: &Table) -> Result<String, String> {
     let rows: Vec<&Row> = t.rows.iter().filter(|r| !r.cdf.is_empty()).collect();
+    if rows.is_empty() {
+        return Ok(String::new());
+    }
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (480, 320)).into_drawing_area();

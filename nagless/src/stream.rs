@@ -143,6 +143,11 @@ impl<S: AsFd> NaglessStream<S> {
         TcpInfo::of(&self.inner)
     }
 
+    /// True when a read would return at once: input is buffered in the kernel.
+    fn input_ready(&self) -> bool {
+        sys::readable_bytes(self.inner.as_fd()).is_some_and(|n| n > 0)
+    }
+
     fn take_deferred(&mut self) -> io::Result<()> {
         self.deferred_error.take().map_or(Ok(()), Err)
     }
@@ -268,10 +273,16 @@ impl<S: AsFd> Write for NaglessStream<S> {
 }
 
 impl<S: AsFd + Read> Read for NaglessStream<S> {
-    /// Sends pending output first (before-read), then reads.
+    /// Sends pending output first if the read would wait (before-read), then reads.
+    ///
+    /// Input already buffered in the kernel is read without flushing: the read cannot wait,
+    /// so output keeps coalescing (pipelined requests answered in one segment). The moment
+    /// a read would wait, everything pending leaves first.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         self.take_deferred()?;
-        self.core.before_read();
+        if self.core.pending() > 0 && !self.input_ready() {
+            self.core.before_read();
+        }
         // A non-blocking socket that is full still lets us read; the rest stays queued.
         self.pump(now())?;
         self.inner.read(buf)

@@ -200,3 +200,11 @@ pub fn shutdown(fd: BorrowedFd<'_>, how: std::net::Shutdown) -> io::Result<()> {
     let ret = unsafe { libc::shutdown(fd.as_raw_fd(), how) };
     cvt(ret as libc::c_long).map(drop)
 }
+
+/// Bytes that can be read without waiting (`FIONREAD`); `None` if the descriptor cannot say.
+pub fn readable_bytes(fd: BorrowedFd<'_>) -> Option<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which is valid for writes.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    (ret == 0 && n >= 0).then_some(n as usize)
+}

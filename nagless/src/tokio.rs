@@ -257,11 +257,25 @@ fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 ) -> Poll<io::Result<()>> {
     let mut g = lock(arc);
     g.take_deferred()?;
-    g.core.before_read();
     let now = now();
+    // Try the read first: input that is already there is read without flushing, so output
+    // keeps coalescing; pending output stays bounded by the linger timer.
+    let filled = buf.filled().len();
+    match Pin::new(&mut g.io).poll_read(cx, buf) {
+        Poll::Ready(Ok(())) if buf.filled().len() > filled || buf.remaining() == 0 => {
+            ensure_flusher(arc, &mut g, now);
+            return Poll::Ready(Ok(()));
+        }
+        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+        // Pending: we are about to wait. Ready with nothing: EOF; flush before reporting it.
+        Poll::Ready(Ok(())) | Poll::Pending => {}
+    }
+    g.core.before_read();
     // A full socket must not stop us from reading: the flusher finishes the send.
     g.drive(cx, now)?;
     ensure_flusher(arc, &mut g, now);
+    // Poll again so that the read waker is registered after the flush (and a reply to what
+    // we just sent may already be there).
     Pin::new(&mut g.io).poll_read(cx, buf)
 }
 
