@@ -162,13 +162,16 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
         if !(1..=1024).contains(&k) {
             return Err(usage("--k must be 1..=1024"));
         }
-        plan.cases.retain(|(c, _)| matches!(c, Case::SplitWrite { .. }));
-        plan.cases.dedup_by(|a, b| a.1 == b.1 && matches!((&a.0, &b.0), (Case::SplitWrite{..}, Case::SplitWrite{..})));
-        for (c, _) in &mut plan.cases {
-            if let Case::SplitWrite { k: kk, .. } = c {
+        let mut kept: Vec<(Case, Path)> = Vec::new();
+        for (mut c, p) in std::mem::take(&mut plan.cases) {
+            if let Case::SplitWrite { k: kk, .. } = &mut c {
                 *kk = k;
+                if !kept.contains(&(c.clone(), p)) {
+                    kept.push((c, p));
+                }
             }
         }
+        plan.cases = kept;
         if plan.cases.is_empty() {
             return Err(usage("--k applies to split-write"));
         }
@@ -181,13 +184,17 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
         }
     }
     if let Some(mss) = args.mss {
-        if !(88..=65495).contains(&mss) {
-            return Err(usage("--mss must be 88..=65495"));
+        if !(88..=32767).contains(&mss) {
+            return Err(usage("--mss must be 88..=32767 (the kernel's TCP_MAXSEG range)"));
         }
-        for (_, p) in &mut plan.cases {
+        let mut seen = Vec::new();
+        for (c, mut p) in std::mem::take(&mut plan.cases) {
             p.mss = Some(mss);
+            if !seen.contains(&(c.clone(), p)) {
+                seen.push((c, p));
+            }
         }
-        plan.cases.dedup();
+        plan.cases = seen;
     }
     if let Some(r) = args.repeat {
         if r == 0 {

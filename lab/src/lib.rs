@@ -19,7 +19,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 
 pub use harness::{Path, RunResult, SideCost};
-pub use scenario::Case;
+pub use scenario::{Case, Credit};
 pub use strategy::Strategy;
 
 /// What to run.
@@ -79,14 +79,17 @@ impl Plan {
             let total = 30 * 1024 * 1024;
             for path in [lo, eth] {
                 for (message, window) in [(4098, 4096), (4098, 4098)] {
-                    out.push((
-                        Case::FramedWindow {
-                            total,
-                            message,
-                            window,
-                        },
-                        path,
-                    ));
+                    for credit in [Credit::HalfWindow, Credit::EachFrame] {
+                        out.push((
+                            Case::FramedWindow {
+                                total,
+                                message,
+                                window,
+                                credit,
+                            },
+                            path,
+                        ));
+                    }
                 }
             }
         }

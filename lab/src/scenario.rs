@@ -42,8 +42,10 @@ pub enum Case {
         total: usize,
         /// Message size.
         message: usize,
-        /// Receiver window (credit granted back after each frame).
+        /// Receiver window.
         window: usize,
+        /// When the receiver grants credit back.
+        credit: Credit,
     },
     /// Reads `total` bytes in `block`-byte requests with `depth` outstanding.
     PipelinedRead {
@@ -68,6 +70,17 @@ pub enum Case {
         /// Rounds per run.
         rounds: usize,
     },
+}
+
+/// When the framed-window receiver sends a credit (SEQ) frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Credit {
+    /// After every frame it consumes.
+    EachFrame,
+    /// Once at least half the window has been consumed since the last grant (as BEEP stacks
+    /// do to avoid a SEQ per tiny frame): the setting of source 001's collapse.
+    HalfWindow,
 }
 
 /// Scenario names accepted on the command line.
@@ -99,10 +112,17 @@ impl Case {
             Case::SplitWrite { k, rounds } => format!("K={k} rounds={rounds}"),
             Case::BgpBurst { routes, sessions } => format!("routes={routes} sessions={sessions}"),
             Case::FramedWindow {
-                message, window, ..
+                message,
+                window,
+                credit,
+                ..
             } => {
                 let kind = if message > window { "tiny-tail" } else { "aligned" };
-                format!("message={message} window={window} ({kind})")
+                let credit = match credit {
+                    Credit::EachFrame => "each-frame",
+                    Credit::HalfWindow => "half-window",
+                };
+                format!("message={message} window={window} ({kind}) credit={credit}")
             }
             Case::PipelinedRead { block, depth, .. } => format!("block={block} depth={depth}"),
             Case::HttpKeepalive { conns } => format!("C={conns}"),
@@ -160,8 +180,9 @@ impl Case {
                 total,
                 message,
                 window,
+                credit,
             } => {
-                let r = framed_window(*total, *message, *window, strategy, path, limit)?;
+                let r = framed_window(*total, *message, *window, *credit, strategy, path, limit)?;
                 result.absorb(r.0, r.1, r.2);
             }
             Case::PipelinedRead {
@@ -378,33 +399,42 @@ fn frame(kind: u8, len: usize, payload: &[u8]) -> Vec<u8> {
 }
 
 /// A framed protocol with a receiver window (source 001): the sender may have at most
-/// `window` payload bytes unacknowledged; the receiver grants credit with a small SEQ frame
-/// after each frame it consumes.
+/// `window` payload bytes unacknowledged; the receiver grants credit back with a small SEQ
+/// frame (after each frame, or once half the window is consumed). The sender reads every
+/// SEQ frame that has arrived before it computes its credit. A message's latency runs from
+/// the sender starting it to the receiver holding all of it, so it includes delivery.
 fn framed_window(
     total: usize,
     message: usize,
     window: usize,
+    credit_rule: Credit,
     strategy: Strategy,
     path: Path,
     limit: Duration,
 ) -> io::Result<Session> {
-    session(
+    let (tx, rx) = mpsc::channel::<Instant>();
+    let mut starts = Vec::new();
+    let mut done = session(
         path,
         strategy,
         |conn, _| {
             let payload = vec![b'm'; message.max(window)];
             let mut credit = window;
-            let mut report = ClientReport::default();
             let mut seq = [0u8; FRAME_HEADER];
             let start = Instant::now();
             let mut sent_total = 0;
             while sent_total < total && start.elapsed() < limit {
-                let t = Instant::now();
+                starts.push(Instant::now());
                 let mut left = message;
                 while left > 0 {
                     if credit == 0 {
                         conn.recv_exact(&mut seq)?;
                         credit += u32::from_be_bytes([seq[4], seq[5], seq[6], seq[7]]) as usize;
+                        while conn.available() >= FRAME_HEADER {
+                            conn.recv_exact(&mut seq)?;
+                            credit +=
+                                u32::from_be_bytes([seq[4], seq[5], seq[6], seq[7]]) as usize;
+                        }
                         continue;
                     }
                     let n = left.min(credit);
@@ -414,14 +444,14 @@ fn framed_window(
                     conn.send(&frame(b'M', n, &payload[..n]), burst)?;
                 }
                 sent_total += message;
-                report.latencies_us.push(t.elapsed().as_micros() as u64);
-                report.work += 1.0;
             }
-            Ok(report)
+            Ok(ClientReport::default())
         },
-        |conn| {
+        move |conn| {
             let mut header = [0u8; FRAME_HEADER];
             let mut payload = vec![0u8; message.max(window)];
+            let mut consumed = 0;
+            let mut in_message = 0;
             loop {
                 conn.recv_exact(&mut header)?;
                 let len = u32::from_be_bytes([header[4], header[5], header[6], header[7]]) as usize;
@@ -429,10 +459,28 @@ fn framed_window(
                     return Err(io::Error::new(io::ErrorKind::InvalidData, "frame too large"));
                 }
                 conn.recv_exact(&mut payload[..len])?;
-                conn.send(&frame(b'S', len, &[]), Burst::Last)?;
+                in_message += len;
+                while in_message >= message {
+                    in_message -= message;
+                    let _ = tx.send(Instant::now());
+                }
+                consumed += len;
+                let grant = match credit_rule {
+                    Credit::EachFrame => true,
+                    Credit::HalfWindow => consumed * 2 >= window,
+                };
+                if grant {
+                    conn.send(&frame(b'S', consumed, &[]), Burst::Last)?;
+                    consumed = 0;
+                }
             }
         },
-    )
+    )?;
+    for (start, arrived) in starts.iter().zip(rx.try_iter()) {
+        done.0.latencies_us.push(arrived.saturating_duration_since(*start).as_micros() as u64);
+        done.0.work += 1.0;
+    }
+    Ok(done)
 }
 
 /// sftp-like reads (source 002): `depth` requests outstanding; the server answers each with a

@@ -171,6 +171,11 @@ impl Conn {
         Ok(())
     }
 
+    /// Bytes that can be read without waiting.
+    pub fn available(&self) -> usize {
+        sys::readable_bytes(self.tcp().as_fd()).unwrap_or(0)
+    }
+
     /// Flushes anything still held (the end of a scenario).
     pub fn finish(&mut self) -> io::Result<()> {
         if let Io::Nagless(s) = &mut self.io {
