@@ -123,7 +123,11 @@ fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
-    let scale = if args.quick { Scale::Quick } else { Scale::Full };
+    let scale = if args.quick {
+        Scale::Quick
+    } else {
+        Scale::Full
+    };
     let mut plan = Plan::defaults(scale);
     if !args.strategy.is_empty() {
         plan.strategies = args
@@ -185,7 +189,9 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
     }
     if let Some(mss) = args.mss {
         if !(88..=32767).contains(&mss) {
-            return Err(usage("--mss must be 88..=32767 (the kernel's TCP_MAXSEG range)"));
+            return Err(usage(
+                "--mss must be 88..=32767 (the kernel's TCP_MAXSEG range)",
+            ));
         }
         let mut seen = Vec::new();
         for (c, mut p) in std::mem::take(&mut plan.cases) {
@@ -244,7 +250,9 @@ fn lab(args: LabArgs) -> anyhow::Result<bool> {
         }
     });
     bar.finish_and_clear();
-    let to_stdout = [&args.json, &args.csv].iter().any(|o| o.as_deref() == Some("-"));
+    let to_stdout = [&args.json, &args.csv]
+        .iter()
+        .any(|o| o.as_deref() == Some("-"));
     let text = report::text(&tables);
     if to_stdout {
         eprint!("{text}");
@@ -278,7 +286,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     let result = match cli.command {

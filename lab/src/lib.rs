@@ -293,7 +293,10 @@ fn summarize(r: &RunResult) -> RunSummary {
 }
 
 fn cdf(runs: &[RunResult]) -> Vec<(u64, f64)> {
-    let all: Vec<u64> = runs.iter().flat_map(|r| r.latencies_us.iter().copied()).collect();
+    let all: Vec<u64> = runs
+        .iter()
+        .flat_map(|r| r.latencies_us.iter().copied())
+        .collect();
     if all.is_empty() {
         return Vec::new();
     }
@@ -333,9 +336,14 @@ fn row(strategy: Strategy, runs: &[RunResult]) -> Row {
 
 /// Judges nagless against the best latency and the fewest segments of `rows`.
 pub fn verdict(rows: &[Row]) -> Option<Verdict> {
-    let ours = rows.iter().find(|r| r.strategy == Strategy::Nagless && r.runs > 0)?;
+    let ours = rows
+        .iter()
+        .find(|r| r.strategy == Strategy::Nagless && r.runs > 0)?;
     let done: Vec<&Row> = rows.iter().filter(|r| r.runs > 0).collect();
-    let best = done.iter().map(|r| r.p50_us.median).fold(f64::INFINITY, f64::min);
+    let best = done
+        .iter()
+        .map(|r| r.p50_us.median)
+        .fold(f64::INFINITY, f64::min);
     let fewest = done
         .iter()
         .map(|r| r.segs_per_exchange.median)
@@ -401,7 +409,11 @@ pub fn run_plan(plan: &Plan, progress: Progress<'_>) -> Vec<Table> {
         let fewest_segments = rows
             .iter()
             .filter(|r| r.runs > 0)
-            .min_by(|a, b| a.segs_per_exchange.median.total_cmp(&b.segs_per_exchange.median))
+            .min_by(|a, b| {
+                a.segs_per_exchange
+                    .median
+                    .total_cmp(&b.segs_per_exchange.median)
+            })
             .map(|r| r.strategy);
         tables.push(Table {
             scenario: case.scenario().to_string(),

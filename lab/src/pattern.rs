@@ -25,7 +25,9 @@ pub struct Pattern(pub Vec<Step>);
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatternError {
     /// A step is not `w<bytes>` or `r<bytes>`.
-    #[error("bad step '{step}' in pattern '{pattern}': expected w<bytes> or r<bytes>, e.g. w100,r100")]
+    #[error(
+        "bad step '{step}' in pattern '{pattern}': expected w<bytes> or r<bytes>, e.g. w100,r100"
+    )]
     BadStep {
         /// The offending step.
         step: String,
@@ -151,7 +153,10 @@ mod tests {
     fn parses_and_checks_write_write_read() {
         let c = Pattern::parse("w100,w100,r100").unwrap();
         let s = Pattern::parse("r200, w100").unwrap();
-        assert_eq!(c.0, vec![Step::Write(100), Step::Write(100), Step::Read(100)]);
+        assert_eq!(
+            c.0,
+            vec![Step::Write(100), Step::Write(100), Step::Read(100)]
+        );
         assert!(!c.ends_burst(0));
         assert!(c.ends_burst(1));
         check_pair(&c, &s).unwrap();
@@ -160,9 +165,18 @@ mod tests {
 
     #[test]
     fn rejects_malformed_and_mismatched() {
-        assert!(matches!(Pattern::parse("x5"), Err(PatternError::BadStep { .. })));
-        assert!(matches!(Pattern::parse("w"), Err(PatternError::BadStep { .. })));
-        assert!(matches!(Pattern::parse("w0"), Err(PatternError::BadSize { .. })));
+        assert!(matches!(
+            Pattern::parse("x5"),
+            Err(PatternError::BadStep { .. })
+        ));
+        assert!(matches!(
+            Pattern::parse("w"),
+            Err(PatternError::BadStep { .. })
+        ));
+        assert!(matches!(
+            Pattern::parse("w0"),
+            Err(PatternError::BadSize { .. })
+        ));
         assert!(matches!(Pattern::parse(""), Err(PatternError::Empty)));
         let c = Pattern::parse("w100,r100").unwrap();
         let s = Pattern::parse("r50,w100").unwrap();

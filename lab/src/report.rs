@@ -44,15 +44,32 @@ pub fn text(tables: &[Table]) -> String {
         let _ = writeln!(
             out,
             "{:<9} {:>10} {:>10} {:>10} {:>7} {:>11} {:>9} {:>10} {:>9} {:>8}",
-            "strategy", "p50", "p99", "max", "stalls", t.unit, "segs/ex", "wire B/ex", "sys/ex", "cpu/ex"
+            "strategy",
+            "p50",
+            "p99",
+            "max",
+            "stalls",
+            t.unit,
+            "segs/ex",
+            "wire B/ex",
+            "sys/ex",
+            "cpu/ex"
         );
         for r in &t.rows {
             if r.runs == 0 {
                 let _ = writeln!(out, "{:<9} (no successful run)", r.strategy.name());
                 continue;
             }
-            let best = if t.best_latency == Some(r.strategy) { "*" } else { " " };
-            let few = if t.fewest_segments == Some(r.strategy) { "*" } else { " " };
+            let best = if t.best_latency == Some(r.strategy) {
+                "*"
+            } else {
+                " "
+            };
+            let few = if t.fewest_segments == Some(r.strategy) {
+                "*"
+            } else {
+                " "
+            };
             let _ = writeln!(
                 out,
                 "{:<9} {:>9}{} {:>10} {:>10} {:>7} {:>11} {:>8}{} {:>10} {:>9} {:>8}",
@@ -82,9 +99,15 @@ pub fn text(tables: &[Table]) -> String {
 
 /// One line per table for the end of a run: how many tables have nagless on the corner.
 pub fn corner_summary(tables: &[Table]) -> String {
-    let judged: Vec<_> = tables.iter().filter_map(|t| t.verdict.as_ref().map(|v| (t, v))).collect();
+    let judged: Vec<_> = tables
+        .iter()
+        .filter_map(|t| t.verdict.as_ref().map(|v| (t, v)))
+        .collect();
     let on = judged.iter().filter(|(_, v)| v.on_corner).count();
-    let mut s = format!("nagless on the Pareto corner in {on} of {} tables", judged.len());
+    let mut s = format!(
+        "nagless on the Pareto corner in {on} of {} tables",
+        judged.len()
+    );
     for (t, v) in judged.iter().filter(|(_, v)| !v.on_corner) {
         let _ = write!(s, "\n  not on corner: {} ({})", title(t), v.summary);
     }
@@ -161,8 +184,17 @@ fn scatter_svg(t: &Table) -> Result<String, String> {
     {
         let root = SVGBackend::with_string(&mut svg, (480, 320)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let xmax = rows.iter().map(|r| r.segs_per_exchange.median).fold(1.0, f64::max) * 1.15;
-        let ymin = rows.iter().map(|r| r.p50_us.median).fold(f64::INFINITY, f64::min).max(1.0) / 2.0;
+        let xmax = rows
+            .iter()
+            .map(|r| r.segs_per_exchange.median)
+            .fold(1.0, f64::max)
+            * 1.15;
+        let ymin = rows
+            .iter()
+            .map(|r| r.p50_us.median)
+            .fold(f64::INFINITY, f64::min)
+            .max(1.0)
+            / 2.0;
         let ymax = rows.iter().map(|r| r.p50_us.median).fold(1.0, f64::max) * 2.0;
         let mut chart = ChartBuilder::on(&root)
             .caption("p50 latency vs data segments", ("sans-serif", 15))
@@ -206,8 +238,20 @@ fn cdf_svg(t: &Table) -> Result<String, String> {
     {
         let root = SVGBackend::with_string(&mut svg, (480, 320)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
-        let lo = rows.iter().flat_map(|r| r.cdf.first()).map(|p| p.0).min().unwrap_or(1).max(1);
-        let hi = rows.iter().flat_map(|r| r.cdf.last()).map(|p| p.0).max().unwrap_or(10).max(lo * 10);
+        let lo = rows
+            .iter()
+            .flat_map(|r| r.cdf.first())
+            .map(|p| p.0)
+            .min()
+            .unwrap_or(1)
+            .max(1);
+        let hi = rows
+            .iter()
+            .flat_map(|r| r.cdf.last())
+            .map(|p| p.0)
+            .max()
+            .unwrap_or(10)
+            .max(lo * 10);
         let mut chart = ChartBuilder::on(&root)
             .caption("latency CDF", ("sans-serif", 15))
             .margin(10)
@@ -230,7 +274,9 @@ fn cdf_svg(t: &Table) -> Result<String, String> {
                 ))
                 .map_err(|e| e.to_string())?
                 .label(r.strategy.name())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], c.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 15, y)], c.stroke_width(2))
+                });
         }
         chart
             .configure_series_labels()
@@ -245,7 +291,9 @@ fn cdf_svg(t: &Table) -> Result<String, String> {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// One self-contained HTML page: per table the numbers, a latency-vs-segments scatter and
@@ -266,7 +314,11 @@ section{border-top:2px solid #eee;margin-top:1.5em}</style></head><body>\n",
 segments are data segments per exchange counted by the kernel (TCP_INFO, both sides); wire bytes add 66 B of headers per segment, ACKs included.</p>",
         esc(command)
     );
-    let _ = writeln!(out, "<p>{}</p>", esc(&corner_summary(tables)).replace('\n', "<br>"));
+    let _ = writeln!(
+        out,
+        "<p>{}</p>",
+        esc(&corner_summary(tables)).replace('\n', "<br>")
+    );
     for t in tables {
         let _ = writeln!(out, "<section><h2>{}</h2>", esc(&title(t)));
         out.push_str("<table><tr><th>strategy</th><th>p50</th><th>p99</th><th>max</th><th>stalls ≥30 ms</th>");
@@ -300,7 +352,12 @@ segments are data segments per exchange counted by the kernel (TCP_INFO, both si
                 esc(&v.summary)
             );
         }
-        let _ = writeln!(out, "<div class=\"charts\">{}{}</div></section>", scatter_svg(t)?, cdf_svg(t)?);
+        let _ = writeln!(
+            out,
+            "<div class=\"charts\">{}{}</div></section>",
+            scatter_svg(t)?,
+            cdf_svg(t)?
+        );
     }
     out.push_str("</body></html>\n");
     Ok(out)

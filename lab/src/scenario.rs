@@ -117,7 +117,11 @@ impl Case {
                 credit,
                 ..
             } => {
-                let kind = if message > window { "tiny-tail" } else { "aligned" };
+                let kind = if message > window {
+                    "tiny-tail"
+                } else {
+                    "aligned"
+                };
                 let credit = match credit {
                     Credit::EachFrame => "each-frame",
                     Credit::HalfWindow => "half-window",
@@ -214,7 +218,11 @@ impl Case {
     }
 }
 
-type Session = (ClientReport, crate::harness::SideCost, crate::harness::SideCost);
+type Session = (
+    ClientReport,
+    crate::harness::SideCost,
+    crate::harness::SideCost,
+);
 
 /// 1024 bytes as K near-equal writes, answered the same way (source 003).
 pub fn split_write_patterns(k: usize) -> (Pattern, Pattern) {
@@ -233,7 +241,11 @@ fn play(conn: &mut Conn, pattern: &Pattern, buf: &mut [u8]) -> io::Result<()> {
     for (i, step) in pattern.0.iter().enumerate() {
         match *step {
             Step::Write(n) => {
-                let burst = if pattern.ends_burst(i) { Burst::Last } else { Burst::More };
+                let burst = if pattern.ends_burst(i) {
+                    Burst::Last
+                } else {
+                    Burst::More
+                };
                 conn.send(&buf[..n], burst)?;
             }
             Step::Read(n) => conn.recv_exact(&mut buf[..n])?,
@@ -432,15 +444,18 @@ fn framed_window(
                         credit += u32::from_be_bytes([seq[4], seq[5], seq[6], seq[7]]) as usize;
                         while conn.available() >= FRAME_HEADER {
                             conn.recv_exact(&mut seq)?;
-                            credit +=
-                                u32::from_be_bytes([seq[4], seq[5], seq[6], seq[7]]) as usize;
+                            credit += u32::from_be_bytes([seq[4], seq[5], seq[6], seq[7]]) as usize;
                         }
                         continue;
                     }
                     let n = left.min(credit);
                     credit -= n;
                     left -= n;
-                    let burst = if credit == 0 { Burst::Last } else { Burst::More };
+                    let burst = if credit == 0 {
+                        Burst::Last
+                    } else {
+                        Burst::More
+                    };
                     conn.send(&frame(b'M', n, &payload[..n]), burst)?;
                 }
                 sent_total += message;
@@ -456,7 +471,10 @@ fn framed_window(
                 conn.recv_exact(&mut header)?;
                 let len = u32::from_be_bytes([header[4], header[5], header[6], header[7]]) as usize;
                 if len > payload.len() {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, "frame too large"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "frame too large",
+                    ));
                 }
                 conn.recv_exact(&mut payload[..len])?;
                 in_message += len;
@@ -477,7 +495,9 @@ fn framed_window(
         },
     )?;
     for (start, arrived) in starts.iter().zip(rx.try_iter()) {
-        done.0.latencies_us.push(arrived.saturating_duration_since(*start).as_micros() as u64);
+        done.0
+            .latencies_us
+            .push(arrived.saturating_duration_since(*start).as_micros() as u64);
         done.0.work += 1.0;
     }
     Ok(done)
@@ -509,7 +529,11 @@ fn pipelined_read(
             let mut stop = false;
             let first = depth.max(1).min(requests);
             for i in 0..first {
-                let burst = if i + 1 == first { Burst::Last } else { Burst::More };
+                let burst = if i + 1 == first {
+                    Burst::Last
+                } else {
+                    Burst::More
+                };
                 conn.send(&[b'R'; REQ], burst)?;
                 sent_at.push_back(Instant::now());
                 next += 1;

@@ -61,7 +61,10 @@ impl FromStr for Strategy {
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = Strategy::ALL.iter().map(|k| k.name()).collect();
-                format!("unknown strategy '{s}' (expected one of: {})", names.join(", "))
+                format!(
+                    "unknown strategy '{s}' (expected one of: {})",
+                    names.join(", ")
+                )
             })
     }
 }
@@ -77,7 +80,7 @@ pub enum Burst {
 
 enum Io {
     Plain(TcpStream),
-    Nagless(NaglessStream<TcpStream>),
+    Nagless(Box<NaglessStream<TcpStream>>),
 }
 
 /// One end of a lab connection, driven by a [`Strategy`].
@@ -97,7 +100,7 @@ impl Conn {
                 tcp.set_nodelay(true)?;
                 Io::Plain(tcp)
             }
-            Strategy::Nagless => Io::Nagless(NaglessStream::new(tcp)?),
+            Strategy::Nagless => Io::Nagless(Box::new(NaglessStream::new(tcp)?)),
         };
         Ok(Conn {
             strategy,

@@ -1,0 +1,174 @@
+//! The command line: exit statuses, messages, and the JSON schema of `nagless lab`.
+
+use std::process::{Command, Output};
+
+fn nagless(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args(args)
+        .output()
+        .expect("run nagless")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn help_and_version() {
+    let o = nagless(&["--version"]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("nagless "));
+    let o = nagless(&["lab", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    for word in [
+        "split-write",
+        "bgp-burst",
+        "custom",
+        "w100,w100,r100",
+        "nagless",
+        "--json",
+    ] {
+        assert!(help.contains(word), "lab --help lacks {word}");
+    }
+}
+
+#[test]
+fn bad_input_exits_2_with_a_clear_message() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["lab", "no-such"], "unknown scenario 'no-such'"),
+        (
+            &["lab", "split-write", "--strategy", "turbo"],
+            "unknown strategy 'turbo'",
+        ),
+        (
+            &["lab", "custom", "--client", "w100,x7", "--server", "r100"],
+            "bad step 'x7'",
+        ),
+        (
+            &[
+                "lab",
+                "custom",
+                "--client",
+                "w100,r100",
+                "--server",
+                "r50,w100",
+            ],
+            "client writes 100 bytes per round but server reads 50",
+        ),
+        (&["lab", "custom"], "custom needs --client"),
+        (&["lab", "--mss", "5"], "--mss must be"),
+        (&["lab", "--repeat", "0"], "--repeat must be"),
+        (&["frobnicate"], "unrecognized subcommand"),
+    ];
+    for (args, msg) in cases {
+        let o = nagless(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(msg), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn json_follows_the_documented_schema() {
+    let o = nagless(&[
+        "lab",
+        "custom",
+        "--client",
+        "w100,w100,r100",
+        "--server",
+        "r200,w100",
+        "--rounds",
+        "5",
+        "--repeat",
+        "2",
+        "--json",
+        "-",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("valid JSON on stdout");
+    assert_eq!(doc["schema"], 1);
+    assert!(doc["tool"].as_str().unwrap().starts_with("nagless-lab"));
+    assert!(doc["meta"]["repeats"].as_u64() == Some(2));
+    let tables = doc["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 1);
+    let t = &tables[0];
+    assert_eq!(t["scenario"], "custom");
+    assert_eq!(t["case"]["scenario"], "custom");
+    assert_eq!(t["path"]["mss"], serde_json::Value::Null);
+    assert_eq!(t["unit"], "rounds/s");
+    assert!(t["verdict"]["on_corner"].is_boolean());
+    let rows = t["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["strategy"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["nagle", "nodelay", "cork", "msgmore", "quickack", "nagless"]
+    );
+    for r in rows {
+        assert_eq!(r["runs"], 2);
+        assert_eq!(r["exchanges"], 10);
+        for key in [
+            "p50_us",
+            "p99_us",
+            "max_us",
+            "stalls",
+            "elapsed_s",
+            "throughput",
+            "segs_per_exchange",
+            "client_data_segs",
+            "server_data_segs",
+            "wire_bytes_per_exchange",
+            "syscalls_per_exchange",
+            "cpu_us_per_exchange",
+        ] {
+            for f in ["median", "min", "max"] {
+                assert!(r[key][f].is_number(), "{key}.{f} in {r}");
+            }
+        }
+        assert!(r["cdf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p[0].is_u64() && p[1].is_f64()));
+    }
+}
+
+#[test]
+fn csv_and_html_are_written() {
+    let dir = std::env::temp_dir().join(format!("nagless-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("r.csv");
+    let html = dir.join("r.html");
+    let o = nagless(&[
+        "lab",
+        "custom",
+        "--client",
+        "w10,r10",
+        "--server",
+        "r10,w10",
+        "--rounds",
+        "3",
+        "--repeat",
+        "1",
+        "--strategy",
+        "nodelay,nagless",
+        "--csv",
+        csv.to_str().unwrap(),
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = std::fs::read_to_string(csv).unwrap();
+    assert_eq!(csv.lines().count(), 3);
+    assert!(csv
+        .lines()
+        .next()
+        .unwrap()
+        .starts_with("scenario,params,path,strategy"));
+    let html = std::fs::read_to_string(html).unwrap();
+    assert!(html.contains("<svg") && html.contains("latency CDF") && html.contains("nagless"));
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -1,0 +1,146 @@
+//! A fast mode of every scenario on loopback, asserting robust facts: the stall a strategy
+//! shows is >= 30 ms (delayed ACK is 40 ms on Linux), "no stall" means no exchange took that
+//! long, and segment counts come from the kernel's TCP_INFO.
+
+use std::time::Duration;
+
+use nagless_lab::{Case, Credit, Path, RunResult, Strategy};
+
+const LO: Path = Path { mss: None };
+const ETH: Path = Path { mss: Some(1448) };
+const STALL_US: u64 = 30_000;
+
+fn run(case: &Case, strategy: Strategy, path: Path) -> RunResult {
+    case.run(strategy, path, Duration::from_millis(300))
+        .unwrap_or_else(|e| panic!("{case:?} {strategy:?} {path:?}: {e}"))
+}
+
+fn stalls(r: &RunResult) -> usize {
+    r.latencies_us.iter().filter(|&&l| l >= STALL_US).count()
+}
+
+#[test]
+fn split_write_nagle_stalls_where_nagless_does_not() {
+    let case = Case::SplitWrite { k: 10, rounds: 6 };
+    let nagle = run(&case, Strategy::Nagle, LO);
+    assert!(stalls(&nagle) >= 3, "nagle: {:?}", nagle.latencies_us);
+    for path in [LO, ETH] {
+        let ours = run(&case, Strategy::Nagless, path);
+        assert_eq!(ours.latencies_us.len(), 6);
+        assert_eq!(
+            stalls(&ours),
+            0,
+            "nagless {path:?}: {:?}",
+            ours.latencies_us
+        );
+        // Each 1024-byte burst is one segment on loopback; on MSS 1448 too.
+        assert_eq!(ours.client.data_segs, 6);
+        assert_eq!(ours.server.data_segs, 6);
+    }
+}
+
+#[test]
+fn bgp_burst_with_nagless_fills_segments() {
+    let case = Case::BgpBurst {
+        routes: 255,
+        sessions: 1,
+    };
+    let burst_bytes: usize = 255 * 45 + 23;
+    for path in [LO, ETH] {
+        let r = run(&case, Strategy::Nagless, path);
+        assert_eq!(r.latencies_us.len(), 1);
+        assert!(
+            r.latencies_us[0] < STALL_US,
+            "{path:?}: {:?}",
+            r.latencies_us
+        );
+        let mss = path.mss.unwrap_or(32_741) as usize; // loopback MSS is at least this
+                                                       // OPEN and KEEPALIVE are one segment each; the burst at most ceil(bytes/MSS) + 1.
+        let bound = 2 + burst_bytes.div_ceil(mss) + 1;
+        assert!(
+            r.client.data_segs as usize <= bound,
+            "{path:?}: {} data segments > {bound}",
+            r.client.data_segs
+        );
+    }
+    let nodelay = run(&case, Strategy::Nodelay, ETH);
+    let ours = run(&case, Strategy::Nagless, ETH);
+    assert!(nodelay.client.data_segs > ours.client.data_segs);
+}
+
+#[test]
+fn framed_window_tiny_tail_collapses_under_nagle_and_not_under_nagless() {
+    let tiny = Case::FramedWindow {
+        total: 4098 * 50,
+        message: 4098,
+        window: 4096,
+        credit: Credit::HalfWindow,
+    };
+    let nagle = run(&tiny, Strategy::Nagle, LO);
+    assert!(stalls(&nagle) >= 3, "nagle: {:?}", nagle.latencies_us);
+    let ours = run(&tiny, Strategy::Nagless, LO);
+    assert_eq!(stalls(&ours), 0, "nagless: {:?}", ours.latencies_us);
+    assert_eq!(ours.latencies_us.len(), 50, "every message arrives");
+    // The text's fix, aligned framing, removes the stall even under Nagle.
+    let aligned = Case::FramedWindow {
+        total: 4098 * 50,
+        message: 4098,
+        window: 4098,
+        credit: Credit::HalfWindow,
+    };
+    assert_eq!(stalls(&run(&aligned, Strategy::Nagle, LO)), 0);
+}
+
+#[test]
+fn pipelined_read_depth_one_stalls_only_under_nagle() {
+    let case = Case::PipelinedRead {
+        total: 8192 * 20,
+        block: 8192,
+        depth: 1,
+    };
+    let nagle = run(&case, Strategy::Nagle, LO);
+    assert!(stalls(&nagle) >= 3, "nagle: {:?}", nagle.latencies_us);
+    let ours = run(&case, Strategy::Nagless, LO);
+    assert_eq!(ours.latencies_us.len(), 20);
+    assert_eq!(stalls(&ours), 0);
+    // Header and data leave together: one segment per response on loopback.
+    assert_eq!(ours.server.data_segs, 20);
+}
+
+#[test]
+fn http_keepalive_header_then_body() {
+    let case = Case::HttpKeepalive { conns: 2 };
+    let nagle = run(&case, Strategy::Nagle, LO);
+    assert!(
+        stalls(&nagle) * 2 >= nagle.latencies_us.len(),
+        "most nagle requests stall"
+    );
+    let ours = run(&case, Strategy::Nagless, LO);
+    assert!(ours.latencies_us.len() > 10 * nagle.latencies_us.len());
+    let mut lat = ours.latencies_us.clone();
+    lat.sort_unstable();
+    assert!(lat[lat.len() * 99 / 100] < STALL_US, "p99 of nagless");
+    // One data segment per response.
+    let responses = ours.latencies_us.len() as u64;
+    assert!(
+        ours.server.data_segs <= responses + 2,
+        "{} segs for {responses}",
+        ours.server.data_segs
+    );
+}
+
+#[test]
+fn custom_pattern_runs_every_strategy() {
+    let case = Case::Custom {
+        client: "w100,w100,r100".into(),
+        server: "r200,w100".into(),
+        rounds: 5,
+    };
+    for s in Strategy::ALL {
+        let r = run(&case, s, LO);
+        assert_eq!(r.latencies_us.len(), 5, "{s:?}");
+    }
+    let ours = run(&case, Strategy::Nagless, LO);
+    assert_eq!(stalls(&ours), 0);
+    assert_eq!(ours.client.data_segs, 5);
+}
