@@ -102,7 +102,16 @@ struct LabArgs {
     /// Write a self-contained HTML report with SVG charts to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<String>,
-    /// No progress bar.
+    /// Run each source case's headline case and print the figures its text reports beside ours.
+    #[arg(long, conflicts_with_all = ["scenario", "client", "server", "k", "mss"])]
+    seeds: bool,
+    /// Pin both ends of each connection to this CPU (default: the last CPU).
+    #[arg(long, value_name = "CPU", conflicts_with = "no_pin")]
+    pin: Option<usize>,
+    /// Let the scheduler place client and server threads (cross-CPU wake-ups add noise).
+    #[arg(long)]
+    no_pin: bool,
+    /// No progress bar or progress lines.
     #[arg(long)]
     no_progress: bool,
 }
@@ -129,6 +138,9 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
         Scale::Full
     };
     let mut plan = Plan::defaults(scale);
+    if args.seeds {
+        plan.cases = nagless_lab::seeds::cases(scale);
+    }
     if !args.strategy.is_empty() {
         plan.strategies = args
             .strategy
@@ -208,6 +220,18 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
         }
         plan.repeats = r;
     }
+    if args.no_pin {
+        plan.pin = None;
+    } else if let Some(cpu) = args.pin {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpu >= cpus {
+            return Err(usage(format!(
+                "--pin {cpu}: this machine has CPUs 0..={}",
+                cpus - 1
+            )));
+        }
+        plan.pin = Some(cpu);
+    }
     if let Some(ms) = args.limit_ms {
         plan.limit = Duration::from_millis(ms.max(1));
     }
@@ -261,11 +285,20 @@ fn lab(args: LabArgs) -> anyhow::Result<bool> {
         print!("{text}");
         println!("\n{}", report::corner_summary(&tables));
     }
+    if args.seeds {
+        let seeds = nagless_lab::seeds::report(&tables);
+        if to_stdout {
+            eprint!("{seeds}");
+        } else {
+            print!("{seeds}");
+        }
+    }
     if let Some(path) = &args.json {
         let meta = serde_json::json!({
             "command": command,
             "repeats": plan.repeats,
             "limit_ms": plan.limit.as_millis() as u64,
+            "pin": plan.pin,
             "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         });
         let doc = report::json(&tables, meta);

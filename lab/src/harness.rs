@@ -28,6 +28,20 @@ impl Path {
     }
 }
 
+/// Where a run happens: the path, and the CPU both ends are pinned to.
+///
+/// Pinning client and server to one CPU (the default of `nagless lab`) takes cross-CPU
+/// wake-ups out of the latencies: on a small virtual machine they cost 50-100 µs and vary
+/// from run to run, while the stalls under study are 40 ms and the differences between
+/// stall-free strategies are a few µs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setup {
+    /// The network path.
+    pub path: Path,
+    /// Pin both ends' threads to this CPU (`None`: the scheduler places them).
+    pub pin: Option<usize>,
+}
+
 /// What one side of a session cost, from the kernel's and the process's own counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct SideCost {
@@ -136,7 +150,7 @@ fn side_cost(conn: &Conn, cpu_start: u64) -> io::Result<SideCost> {
 /// client closes the connection when it returns; the server should return on EOF.
 /// `started` receives the instant just before connect.
 pub fn session<C, S>(
-    path: Path,
+    setup: Setup,
     strategy: Strategy,
     client: C,
     server: S,
@@ -145,10 +159,14 @@ where
     C: FnOnce(&mut Conn, Instant) -> io::Result<ClientReport>,
     S: FnOnce(&mut Conn) -> io::Result<()> + Send,
 {
+    let path = setup.path;
     let listener = listener(path)?;
     let addr = listener.local_addr()?;
     std::thread::scope(|scope| {
         let server_thread = scope.spawn(move || -> io::Result<SideCost> {
+            if let Some(cpu) = setup.pin {
+                sys::pin_to_cpu(cpu);
+            }
             let cpu0 = sys::thread_cpu_us();
             let (tcp, _) = listener.accept()?;
             tcp.set_read_timeout(Some(IO_TIMEOUT))?;
@@ -170,6 +188,9 @@ where
             side_cost(&conn, cpu0)
         });
         let client_result: io::Result<(ClientReport, SideCost)> = (|| {
+            if let Some(cpu) = setup.pin {
+                sys::pin_to_cpu(cpu);
+            }
             let cpu0 = sys::thread_cpu_us();
             let started = Instant::now();
             let tcp = connect(path, addr)?;

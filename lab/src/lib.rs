@@ -11,6 +11,7 @@ pub mod harness;
 pub mod pattern;
 pub mod report;
 pub mod scenario;
+pub mod seeds;
 pub mod strategy;
 mod sys;
 
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-pub use harness::{Path, RunResult, SideCost};
+pub use harness::{Path, RunResult, Setup, SideCost};
 pub use scenario::{Case, Credit};
 pub use strategy::Strategy;
 
@@ -33,6 +34,15 @@ pub struct Plan {
     pub repeats: usize,
     /// Time limit of one open-ended run.
     pub limit: Duration,
+    /// Pin both ends of every connection to this CPU (`None`: let the scheduler place them).
+    pub pin: Option<usize>,
+}
+
+/// The CPU the lab pins to by default: the last one, away from CPU 0's interrupt work.
+pub fn default_pin() -> Option<usize> {
+    std::thread::available_parallelism()
+        .ok()
+        .map(|n| n.get() - 1)
 }
 
 /// Scale of the default plan.
@@ -125,6 +135,7 @@ impl Plan {
             } else {
                 Duration::from_millis(1500)
             },
+            pin: default_pin(),
         }
     }
 
@@ -194,6 +205,10 @@ pub struct Row {
     pub client_data_segs: Spread,
     /// Data segments per run, server side.
     pub server_data_segs: Spread,
+    /// Payload bytes sent per run, client side (TCP_INFO).
+    pub client_bytes: Spread,
+    /// Payload bytes sent per run, server side (TCP_INFO).
+    pub server_bytes: Spread,
     /// Wire bytes (payload + 66 B of headers per segment, ACKs included) per exchange.
     pub wire_bytes_per_exchange: Spread,
     /// Syscalls per exchange, both sides.
@@ -253,6 +268,8 @@ struct RunSummary {
     segs_per_ex: f64,
     client_segs: f64,
     server_segs: f64,
+    client_bytes: f64,
+    server_bytes: f64,
     wire_per_ex: f64,
     sys_per_ex: f64,
     cpu_per_ex: f64,
@@ -286,6 +303,8 @@ fn summarize(r: &RunResult) -> RunSummary {
         segs_per_ex: both.data_segs as f64 / ex,
         client_segs: r.client.data_segs as f64,
         server_segs: r.server.data_segs as f64,
+        client_bytes: r.client.bytes as f64,
+        server_bytes: r.server.bytes as f64,
         wire_per_ex: both.wire_bytes() as f64 / ex,
         sys_per_ex: both.syscalls as f64 / ex,
         cpu_per_ex: both.cpu_us as f64 / ex,
@@ -327,6 +346,8 @@ fn row(strategy: Strategy, runs: &[RunResult]) -> Row {
         segs_per_exchange: spread(|x| x.segs_per_ex),
         client_data_segs: spread(|x| x.client_segs),
         server_data_segs: spread(|x| x.server_segs),
+        client_bytes: spread(|x| x.client_bytes),
+        server_bytes: spread(|x| x.server_bytes),
         wire_bytes_per_exchange: spread(|x| x.wire_per_ex),
         syscalls_per_exchange: spread(|x| x.sys_per_ex),
         cpu_us_per_exchange: spread(|x| x.cpu_per_ex),
@@ -392,7 +413,11 @@ pub fn run_plan(plan: &Plan, progress: Progress<'_>) -> Vec<Table> {
                     rep + 1
                 );
                 progress(done, total, &what);
-                match case.run(strategy, *path, plan.limit) {
+                let setup = Setup {
+                    path: *path,
+                    pin: plan.pin,
+                };
+                match case.run(strategy, setup, plan.limit) {
                     Ok(r) => runs.push(r),
                     Err(e) => errors.push(format!("{what}: {e}")),
                 }

@@ -14,7 +14,7 @@ use std::io;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{session, ClientReport, Path, RunResult};
+use crate::harness::{session, ClientReport, RunResult, Setup};
 use crate::pattern::{Pattern, Step};
 use crate::strategy::{Burst, Conn, Strategy};
 
@@ -150,15 +150,15 @@ impl Case {
         }
     }
 
-    /// Runs the case once with `strategy` on `path`, stopping at `limit` where the scenario
+    /// Runs the case once with `strategy` in `setup`, stopping at `limit` where the scenario
     /// is open-ended.
-    pub fn run(&self, strategy: Strategy, path: Path, limit: Duration) -> io::Result<RunResult> {
+    pub fn run(&self, strategy: Strategy, setup: Setup, limit: Duration) -> io::Result<RunResult> {
         let start = Instant::now();
         let mut result = RunResult::default();
         match self {
             Case::SplitWrite { k, rounds } => {
                 let (c, s) = split_write_patterns(*k);
-                let r = patterns(&c, &s, *rounds, strategy, path, limit)?;
+                let r = patterns(&c, &s, *rounds, strategy, setup, limit)?;
                 result.absorb(r.0, r.1, r.2);
             }
             Case::Custom {
@@ -168,12 +168,12 @@ impl Case {
             } => {
                 let c = Pattern::parse(client).map_err(io::Error::other)?;
                 let s = Pattern::parse(server).map_err(io::Error::other)?;
-                let r = patterns(&c, &s, *rounds, strategy, path, limit)?;
+                let r = patterns(&c, &s, *rounds, strategy, setup, limit)?;
                 result.absorb(r.0, r.1, r.2);
             }
             Case::BgpBurst { routes, sessions } => {
                 for _ in 0..*sessions {
-                    let r = bgp_session(*routes, strategy, path)?;
+                    let r = bgp_session(*routes, strategy, setup)?;
                     result.absorb(r.0, r.1, r.2);
                     if start.elapsed() > limit {
                         break;
@@ -186,7 +186,7 @@ impl Case {
                 window,
                 credit,
             } => {
-                let r = framed_window(*total, *message, *window, *credit, strategy, path, limit)?;
+                let r = framed_window(*total, *message, *window, *credit, strategy, setup, limit)?;
                 result.absorb(r.0, r.1, r.2);
             }
             Case::PipelinedRead {
@@ -194,13 +194,13 @@ impl Case {
                 block,
                 depth,
             } => {
-                let r = pipelined_read(*total, *block, *depth, strategy, path, limit)?;
+                let r = pipelined_read(*total, *block, *depth, strategy, setup, limit)?;
                 result.absorb(r.0, r.1, r.2);
             }
             Case::HttpKeepalive { conns } => {
                 let runs: Vec<_> = std::thread::scope(|scope| {
                     let handles: Vec<_> = (0..*conns)
-                        .map(|_| scope.spawn(move || http_session(strategy, path, limit)))
+                        .map(|_| scope.spawn(move || http_session(strategy, setup, limit)))
                         .collect();
                     handles
                         .into_iter()
@@ -260,7 +260,7 @@ fn patterns(
     server: &Pattern,
     rounds: usize,
     strategy: Strategy,
-    path: Path,
+    setup: Setup,
     limit: Duration,
 ) -> io::Result<Session> {
     crate::pattern::check_pair(client, server).map_err(io::Error::other)?;
@@ -274,7 +274,7 @@ fn patterns(
         .max()
         .unwrap_or(1);
     session(
-        path,
+        setup,
         strategy,
         |conn, _| {
             let mut buf = vec![b'c'; largest];
@@ -361,10 +361,10 @@ fn read_bgp(conn: &mut Conn) -> io::Result<Vec<u8>> {
 
 /// One BGP session (source 000): OPEN and KEEPALIVE exchange, then `routes` UPDATEs and an
 /// End-of-RIB, each its own write; the peer answers End-of-RIB with a KEEPALIVE.
-fn bgp_session(routes: usize, strategy: Strategy, path: Path) -> io::Result<Session> {
+fn bgp_session(routes: usize, strategy: Strategy, setup: Setup) -> io::Result<Session> {
     let (tx, rx) = mpsc::channel::<Instant>();
     session(
-        path,
+        setup,
         strategy,
         |conn, started| {
             conn.send(&bgp::open(65001, [192, 0, 2, 1]), Burst::Last)?;
@@ -421,13 +421,13 @@ fn framed_window(
     window: usize,
     credit_rule: Credit,
     strategy: Strategy,
-    path: Path,
+    setup: Setup,
     limit: Duration,
 ) -> io::Result<Session> {
     let (tx, rx) = mpsc::channel::<Instant>();
     let mut starts = Vec::new();
     let mut done = session(
-        path,
+        setup,
         strategy,
         |conn, _| {
             let payload = vec![b'm'; message.max(window)];
@@ -510,13 +510,13 @@ fn pipelined_read(
     block: usize,
     depth: usize,
     strategy: Strategy,
-    path: Path,
+    setup: Setup,
     limit: Duration,
 ) -> io::Result<Session> {
     const REQ: usize = 16;
     const HDR: usize = 13;
     session(
-        path,
+        setup,
         strategy,
         |conn, _| {
             let mut report = ClientReport::default();
@@ -534,8 +534,8 @@ fn pipelined_read(
                 } else {
                     Burst::More
                 };
-                conn.send(&[b'R'; REQ], burst)?;
                 sent_at.push_back(Instant::now());
+                conn.send(&[b'R'; REQ], burst)?;
                 next += 1;
             }
             while let Some(t) = sent_at.pop_front() {
@@ -545,8 +545,8 @@ fn pipelined_read(
                 report.work += block as f64 / 1e6;
                 stop |= start.elapsed() > limit;
                 if next < requests && !stop {
-                    conn.send(&[b'R'; REQ], Burst::Last)?;
                     sent_at.push_back(Instant::now());
+                    conn.send(&[b'R'; REQ], Burst::Last)?;
                     next += 1;
                 }
             }
@@ -566,13 +566,13 @@ fn pipelined_read(
 
 /// One HTTP/1.1-like keep-alive connection (source 004) for `limit`: a request in one write,
 /// the response as a header write and a 100-byte body write.
-fn http_session(strategy: Strategy, path: Path, limit: Duration) -> io::Result<Session> {
+fn http_session(strategy: Strategy, setup: Setup, limit: Duration) -> io::Result<Session> {
     const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n";
     const HEADER: &[u8] =
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\nConnection: keep-alive\r\n\r\n";
     const BODY: [u8; 100] = [b'x'; 100];
     session(
-        path,
+        setup,
         strategy,
         |conn, _| {
             let mut report = ClientReport::default();

@@ -44,3 +44,8 @@ pub use crate::core::{drive, Coalescer, Drive, Stats, Transmit, Transport};
 pub use crate::policy::{FlushPolicy, FlushReason, Urgency};
 pub use crate::stream::{NaglessStream, Sender};
 pub use crate::tcp_info::TcpInfo;
+
+/// The README's Rust examples, compiled as doc tests so that they cannot drift from the API.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
