@@ -51,7 +51,7 @@ pub fn cases(scale: Scale) -> Vec<(Case, Path)> {
     v
 }
 
-fn find<'a>(tables: &'a [Table], f: impl Fn(&Case) -> bool) -> Option<&'a Table> {
+fn find(tables: &[Table], f: impl Fn(&Case) -> bool) -> Option<&Table> {
     tables.iter().find(|t| f(&t.case))
 }
 
