@@ -10,7 +10,7 @@ use crate::{Row, Table};
 /// Version of the JSON schema; bumped on any incompatible change.
 pub const JSON_SCHEMA_VERSION: u32 = 1;
 
-fn fmt_us(us: f64) -> String {
+pub(crate) fn fmt_us(us: f64) -> String {
     if us >= 10_000.0 {
         format!("{:.1} ms", us / 1000.0)
     } else if us >= 1000.0 {

@@ -60,7 +60,7 @@ fn row(t: &Table, s: Strategy) -> Option<&Row> {
 }
 
 fn ms(us: f64) -> String {
-    format!("{:.3} s", us / 1e6)
+    crate::report::fmt_us(us)
 }
 
 /// Lines of the seeds report: source, what its text reports, what we measured.
