@@ -173,8 +173,9 @@ impl Coalescer {
         self.make_all_due(FlushReason::Explicit);
     }
 
-    /// The application is about to read or wait for input: under a before-read policy,
-    /// everything pending is due.
+    /// The application is about to wait for input: under a before-read policy, everything
+    /// pending is due. (The I/O layers call it when a read would wait, not for input that is
+    /// already buffered.)
     pub fn before_read(&mut self) {
         if self.policy.before_read {
             self.make_all_due(FlushReason::BeforeRead);

@@ -15,7 +15,7 @@ use std::time::Duration;
 ///
 /// | point | fires when | choose it for |
 /// |---|---|---|
-/// | before-read | the application reads or waits for input | request/response (the write-write-read fix) |
+/// | before-read | the application reads and no input is waiting (it is about to wait) | request/response (the write-write-read fix) |
 /// | threshold | `threshold` bytes are pending; sends whole segments, keeps the tail | bulk streams |
 /// | linger | the oldest unflushed byte is `linger` old (a hard deadline, not an idle timer) | senders that wait elsewhere (event loops) |
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +69,8 @@ impl FlushPolicy {
         }
     }
 
-    /// Flush pending output before the wrapped stream reads or waits for input.
+    /// Flush pending output before the wrapped stream waits for input. Reading input that is
+    /// already there does not flush, so answers to pipelined requests still coalesce.
     pub fn before_read(mut self, on: bool) -> Self {
         self.before_read = on;
         self

@@ -122,27 +122,6 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
         }
     }
 
-    /// Bytes accepted but not yet taken by the socket.
-    pub fn pending(&self) -> usize {
-        lock(&self.shared).core.pending()
-    }
-
-    /// Per-stream counters.
-    pub fn stats(&self) -> Stats {
-        lock(&self.shared).core.stats().clone()
-    }
-
-    /// Queues `buf` with an explicit [`Urgency`] (the async twin of
-    /// [`crate::NaglessStream::write_with`]); never waits unless past the high-water mark.
-    pub fn poll_write_with(
-        &self,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-        urgency: Urgency,
-    ) -> Poll<io::Result<usize>> {
-        poll_write_shared(&self.shared, cx, buf, urgency)
-    }
-
     /// Splits into a read half and a write half sharing one queue: reading through the read
     /// half still flushes what the write half queued.
     pub fn into_split(self) -> (ReadHalf<T>, WriteHalf<T>) {
@@ -293,6 +272,34 @@ fn flush_on_drop<T: AsyncWrite + Unpin + Send + 'static>(arc: &Arc<Mutex<Shared<
 
 macro_rules! impl_async_write {
     ($ty:ident) => {
+        impl<T: AsyncWrite + Unpin + Send + 'static> $ty<T> {
+            /// Queues `buf` with an explicit [`Urgency`] (the async twin of
+            /// [`crate::NaglessStream::write_with`]); waits only past the high-water mark.
+            pub fn poll_write_with(
+                &self,
+                cx: &mut Context<'_>,
+                buf: &[u8],
+                urgency: Urgency,
+            ) -> Poll<io::Result<usize>> {
+                poll_write_shared(&self.shared, cx, buf, urgency)
+            }
+
+            /// Queues `buf` with an explicit [`Urgency`], e.g. `SendNow` for a keepalive.
+            pub async fn write_with(&self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
+                std::future::poll_fn(|cx| self.poll_write_with(cx, buf, urgency)).await
+            }
+
+            /// Bytes accepted but not yet taken by the socket.
+            pub fn pending(&self) -> usize {
+                lock(&self.shared).core.pending()
+            }
+
+            /// Per-stream counters.
+            pub fn stats(&self) -> Stats {
+                lock(&self.shared).core.stats().clone()
+            }
+        }
+
         impl<T: AsyncWrite + Unpin + Send + 'static> AsyncWrite for $ty<T> {
             fn poll_write(
                 self: Pin<&mut Self>,
@@ -338,23 +345,6 @@ pub struct ReadHalf<T: AsyncWrite + Unpin + Send + 'static> {
 /// The write half of a split [`NaglessStream`].
 pub struct WriteHalf<T: AsyncWrite + Unpin + Send + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
-}
-
-impl<T: AsyncWrite + Unpin + Send + 'static> WriteHalf<T> {
-    /// Queues `buf` with an explicit [`Urgency`].
-    pub fn poll_write_with(
-        &self,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-        urgency: Urgency,
-    ) -> Poll<io::Result<usize>> {
-        poll_write_shared(&self.shared, cx, buf, urgency)
-    }
-
-    /// Per-stream counters.
-    pub fn stats(&self) -> Stats {
-        lock(&self.shared).core.stats().clone()
-    }
 }
 
 impl<T: AsyncWrite + Unpin + Send + 'static> Drop for ReadHalf<T> {

@@ -7,6 +7,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::fd::AsFd;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -257,4 +258,42 @@ fn send_error_is_reported_to_a_later_call() {
         ),
         "{e:?}"
     );
+}
+
+/// A server answering pipelined requests: input already waiting does not flush, so the
+/// answers to requests that arrived together leave together.
+#[test]
+fn answers_to_pipelined_requests_coalesce() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut client = TcpStream::connect(addr).unwrap();
+    let (tcp, _) = listener.accept().unwrap();
+    let before = data_segs_out(&tcp);
+    let mut server = NaglessStream::new(tcp).unwrap();
+    // Ten requests arrive at once.
+    client.write_all(&[b'q'; 10 * 20]).unwrap();
+    while nagless::sys::readable_bytes(server.get_ref().as_fd()).unwrap_or(0) < 200 {
+        thread::yield_now();
+    }
+    let mut req = [0u8; 20];
+    for _ in 0..10 {
+        server.read_exact(&mut req).unwrap();
+        server.write_all(&[b'a'; 50]).unwrap();
+    }
+    assert_eq!(server.pending(), 500, "answers wait while input is waiting");
+    // The next read would wait: everything leaves first, as one segment.
+    client.write_all(b"bye").unwrap();
+    let mut reply = vec![0u8; 500];
+    let reader = thread::spawn(move || {
+        client.read_exact(&mut reply).unwrap();
+        reply
+    });
+    let mut bye = [0u8; 3];
+    server.read_exact(&mut bye).unwrap();
+    let mut one = [0u8; 1];
+    let _ = server.get_ref().set_nonblocking(true);
+    let _ = server.read(&mut one); // nothing more: would wait, so it flushes
+    let reply = reader.join().unwrap();
+    assert!(reply.iter().all(|&b| b == b'a'));
+    assert_eq!(data_segs_out(server.get_ref()) - before, 1);
 }

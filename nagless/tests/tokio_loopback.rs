@@ -129,3 +129,25 @@ async fn shutdown_flushes_everything() {
     c.shutdown().await.unwrap();
     assert_eq!(reader.await.unwrap(), data);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_now_leaves_without_a_flush() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut peer, _) = listener.accept().await.unwrap();
+    let c = NaglessStream::tcp_with_policy(tcp, FlushPolicy::explicit_only()).unwrap();
+    c.write_with(b"queued ", nagless::Urgency::Normal)
+        .await
+        .unwrap();
+    assert_eq!(c.pending(), 7);
+    c.write_with(b"now", nagless::Urgency::SendNow)
+        .await
+        .unwrap();
+    let mut got = [0u8; 10];
+    tokio::time::timeout(Duration::from_secs(5), peer.read_exact(&mut got))
+        .await
+        .expect("SendNow bytes never arrived")
+        .unwrap();
+    assert_eq!(&got, b"queued now");
+}
