@@ -1,0 +1,34 @@
+//! # nagless-preload
+//!
+//! `libnagless_preload.so`: loaded with `LD_PRELOAD` (or by `nagless run -- CMD`), it gives
+//! an unmodified program's TCP sockets the nagless behaviour, in any language that goes
+//! through libc.
+//!
+//! **What it does.** Every TCP stream socket the program creates, accepts or connects (any
+//! flags, any descriptor number) gets `TCP_NODELAY`. The first write of a burst sets
+//! `TCP_CORK`; the burst ends, and the cork comes off, when the program turns to wait: before
+//! it reads or receives on that socket, before it blocks in poll, ppoll, select, pselect,
+//! epoll_wait or epoll_pwait, and before close, shutdown, dup2/dup3 onto it, fork and exec.
+//! With `TCP_NODELAY` on, uncorking sends the held tail at once, so the burst leaves as
+//! ⌈bytes / MSS⌉ segments with no Nagle or delayed-ACK wait. A program that writes and then
+//! neither reads nor polls still has its data on the wire within the linger bound
+//! (`NAGLESS_LINGER_US`, default 1000 µs), enforced by a flusher thread.
+//!
+//! **Why the kernel holds the bytes.** Unsent bytes stay in the socket's send queue under
+//! `TCP_CORK`, never in a user-space buffer of ours: `write()` returns exactly what the kernel
+//! returned, a crash, `_exit` or `exec` cannot lose accepted data (the kernel sends it, at
+//! worst after its ~200 ms cork limit), and a forked child shares no half-built buffer.
+//! The price is two `setsockopt` calls per burst.
+//!
+//! **Modes** (`NAGLESS_MODE`): `nagless` (the above), `cork` (libautocork's rule: release only
+//! on a read of the socket or on poll/select; epoll users wait for the kernel's cork limit),
+//! `nodelay` (set `TCP_NODELAY` only). `NAGLESS_STATS=1` prints counters at exit;
+//! `NAGLESS_LOG=FILE` appends a debug trace.
+//!
+//! Limits: programs that bypass libc (Go, static binaries, raw `syscall()`) are not reached;
+//! `nagless run` detects the first two. Variadic `execl*` calls are not intercepted.
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+mod interpose;
+mod state;
