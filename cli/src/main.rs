@@ -1,5 +1,8 @@
 //! The `nagless` command: `nagless lab` reproduces Nagle/delayed-ACK stalls strategy by
-//! strategy on loopback. (`run` and `doctor` are planned.)
+//! strategy on loopback; `nagless run -- CMD` fixes unmodified programs with a preloaded shim.
+//! (`doctor` is planned.)
+
+mod run;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -33,6 +36,45 @@ enum Command {
     /// Reproduce each source case on loopback, strategy by strategy: latency against packets.
     #[command(after_long_help = LAB_HELP)]
     Lab(LabArgs),
+    /// Run an unmodified program with its TCP sockets coalesced (LD_PRELOAD shim).
+    #[command(after_long_help = RUN_HELP)]
+    Run(RunArgs),
+}
+
+const RUN_HELP: &str = "\
+HOW IT WORKS
+  CMD starts with libnagless_preload.so preloaded. Every TCP socket it creates, accepts or
+  connects gets TCP_NODELAY; each burst of writes is held with TCP_CORK and released when the
+  program turns to wait (read/recv, poll/select/epoll, close, shutdown, fork, exec) or after
+  --linger-us at the latest. Unsent bytes stay in the kernel, never in a buffer of ours.
+  Without nagless run: LD_PRELOAD=/path/to/libnagless_preload.so CMD (settings in NAGLESS_MODE,
+  NAGLESS_STATS=1, NAGLESS_LOG=FILE, NAGLESS_LINGER_US).
+
+EXAMPLES
+  nagless run --stats -- python3 -m http.server --protocol HTTP/1.1 8000
+  nagless run --mode nodelay -- ./vendor-daemon --port 179
+
+EXIT STATUS
+  CMD's own; 2 if CMD cannot be run or cannot be reached (static or Go binaries).";
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// nagless (cork bursts, release on wait), cork (libautocork's rule: release on read and
+    /// poll/select only), nodelay (set TCP_NODELAY only).
+    #[arg(long, default_value = "nagless", value_parser = ["nagless", "cork", "nodelay"])]
+    mode: String,
+    /// Print per-process counters to stderr at exit.
+    #[arg(long)]
+    stats: bool,
+    /// Append a debug trace to FILE.
+    #[arg(long, value_name = "FILE")]
+    log: Option<std::path::PathBuf>,
+    /// Longest time a burst is held when the program neither reads nor polls, µs (50..=100000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=100_000))]
+    linger_us: u64,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    cmd: Vec<std::ffi::OsString>,
 }
 
 const LAB_HELP: &str = "\
@@ -328,6 +370,17 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Lab(args) => lab(args),
+        Command::Run(args) => {
+            let opts = run::RunOptions {
+                mode: args.mode,
+                stats: args.stats,
+                log: args.log,
+                linger_us: args.linger_us,
+            };
+            let Err(e) = run::run(&opts, &args.cmd);
+            eprintln!("nagless run: {e}");
+            return ExitCode::from(2);
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -100,7 +100,9 @@ pub fn init() {
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(1000)
         .clamp(50, 100_000);
-    let log_fd = std::env::var("NAGLESS_LOG").ok().and_then(|p| sys::open_log(&p));
+    let log_fd = std::env::var("NAGLESS_LOG")
+        .ok()
+        .and_then(|p| sys::open_log(&p));
     let size = sys::fd_limit().clamp(1024, MAX_FDS);
     let config = Config {
         mode: env_mode(),
@@ -142,7 +144,12 @@ impl Shim {
             let n = {
                 use std::io::Write;
                 let mut c = std::io::Cursor::new(&mut buf[..]);
-                let _ = write!(c, "nagless[{}] {:>10} us ", std::process::id(), self.now_us());
+                let _ = write!(
+                    c,
+                    "nagless[{}] {:>10} us ",
+                    std::process::id(),
+                    self.now_us()
+                );
                 let _ = c.write_fmt(args);
                 let _ = c.write_all(b"\n");
                 c.position() as usize
@@ -153,7 +160,8 @@ impl Shim {
 
     /// Whether `fd` is a socket we manage.
     pub fn is_managed(&self, fd: i32) -> bool {
-        self.slot(fd).is_some_and(|s| s.load(Relaxed) & MANAGED != 0)
+        self.slot(fd)
+            .is_some_and(|s| s.load(Relaxed) & MANAGED != 0)
     }
 
     /// A new descriptor exists: manage it if it is a TCP stream socket.
@@ -305,7 +313,8 @@ impl Shim {
 
     /// Prints the counters to stderr (at exit, with `--stats`).
     pub fn print_stats(&self) {
-        if !self.config.stats {
+        // Processes that never touched a TCP socket (shells, helpers) stay quiet.
+        if !self.config.stats || self.stats.sockets.load(Relaxed) == 0 {
             return;
         }
         let high = self.high.load(Relaxed).min(self.fds.len());

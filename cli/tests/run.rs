@@ -1,0 +1,63 @@
+//! `nagless run`: refuses what it cannot reach, and fixes a write-write-read program.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nagless-run-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn gcc(src: &str, out: &PathBuf, extra: &[&str]) {
+    let st = Command::new("gcc")
+        .args(extra)
+        .args(["-O2", "-o"])
+        .arg(out)
+        .arg(src)
+        .status()
+        .expect("gcc");
+    assert!(st.success());
+}
+
+#[test]
+fn static_programs_and_missing_commands_exit_2() {
+    let src = tmp("hello.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let bin = tmp("hello_static");
+    gcc(src.to_str().unwrap(), &bin, &["-static"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .arg("run")
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("statically linked"));
+    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args(["run", "--", "no-such-command-xyz"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("command not found"));
+}
+
+#[test]
+fn run_fixes_write_write_read_and_reports_stats() {
+    let bin = tmp("wwr");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../preload/tests/c/wwr.c");
+    gcc(src, &bin, &["-Wall", "-Werror"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args(["run", "--stats", "--"])
+        .arg(&bin)
+        .arg("20")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}\n{err}");
+    assert!(out.contains("stalled=0"), "{out}");
+    assert!(out.contains("client_segs=20"), "{out}");
+    assert_eq!(err.matches("nagless stats:").count(), 2, "{err}");
+    assert!(err.contains("mode nagless"), "{err}");
+}

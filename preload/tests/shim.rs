@@ -1,0 +1,344 @@
+//! The preloaded shim on real programs: our own C client/server and epoll echo server (built
+//! here with gcc), a Python script, and a stock HTTP/1.1 server under wrk. Loopback only;
+//! every program started here is stopped here, by its PID.
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// `target/<profile>/libnagless_preload.so`, built with this test.
+fn shim() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let so = dir.join("libnagless_preload.so");
+    assert!(so.is_file(), "{} not built", so.display());
+    so
+}
+
+/// Compiles a C program of `tests/c/` once per test run.
+fn c_program(name: &str) -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("nagless-preload-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    });
+    let out = dir.join(name);
+    if !out.exists() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+        let st = Command::new("gcc")
+            .args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("gcc");
+        assert!(st.success(), "gcc {name}");
+    }
+    out
+}
+
+fn with_shim(cmd: &mut Command, mode: &str) {
+    cmd.env("LD_PRELOAD", shim())
+        .env("NAGLESS_MODE", mode)
+        .env("NAGLESS_STATS", "1");
+}
+
+/// Parses `key=value` pairs from a program's output.
+fn fields(text: &str) -> HashMap<String, i64> {
+    text.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+/// The numbers of a `nagless stats:` line, by the word that follows each.
+fn stats_lines(stderr: &str) -> Vec<HashMap<String, u64>> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("nagless stats:"))
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let mut m = HashMap::new();
+            for w in words.windows(2) {
+                if let Ok(n) = w[0].parse::<u64>() {
+                    m.insert(w[1].trim_end_matches([',', '(']).to_string(), n);
+                }
+            }
+            m
+        })
+        .collect()
+}
+
+fn run_wwr(rounds: u32, mode: Option<&str>) -> (HashMap<String, i64>, String) {
+    let mut cmd = Command::new(c_program("wwr"));
+    cmd.arg(rounds.to_string());
+    if let Some(m) = mode {
+        with_shim(&mut cmd, m);
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().unwrap();
+    assert!(status.success());
+    let out = String::from_utf8_lossy(&stdout).into_owned();
+    (fields(&out), String::from_utf8_lossy(&stderr).into_owned())
+}
+
+#[test]
+fn c_write_write_read_stalls_plain_and_not_under_the_shim() {
+    let (plain, _) = run_wwr(30, None);
+    assert!(plain["stalled"] >= 15, "unshimmed: {plain:?}");
+
+    let (ours, stderr) = run_wwr(30, Some("nagless"));
+    assert_eq!(ours["stalled"], 0, "{ours:?}");
+    assert!(ours["max_us"] < 10_000, "{ours:?}");
+    assert_eq!(
+        ours["client_segs"], 30,
+        "one data segment per burst: {ours:?}"
+    );
+    // Both processes (client and forked server): one segment per burst, two writes each.
+    let stats = stats_lines(&stderr);
+    assert_eq!(stats.len(), 2, "{stderr}");
+    for s in stats {
+        assert_eq!(s["bursts"], 30, "{s:?}");
+        assert_eq!(s["writes"], 60, "{s:?}");
+        assert_eq!(s["data"], 30, "{s:?}");
+    }
+}
+
+#[test]
+fn nodelay_mode_sends_a_segment_per_write() {
+    let (r, _) = run_wwr(20, Some("nodelay"));
+    assert_eq!(r["stalled"], 0);
+    assert_eq!(r["client_segs"], 40);
+}
+
+/// Finds the Python interpreter itself (not a wrapper script), so the shim sees its calls.
+fn python() -> String {
+    let out = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn only_tcp_sockets_are_touched_and_errno_is_preserved() {
+    let log = std::env::temp_dir().join(format!("nagless-shim-log-{}", std::process::id()));
+    let script = r#"
+import errno, os, socket
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.sendto(b"x", ("127.0.0.1", 9))
+a, b = socket.socketpair(); a.send(b"unix"); assert b.recv(10) == b"unix"
+r, w = os.pipe(); os.write(w, b"pipe"); assert os.read(r, 10) == b"pipe"
+l = socket.socket(socket.AF_INET6, socket.SOCK_STREAM | socket.SOCK_NONBLOCK); l.bind(("::1", 0)); l.listen()
+c = socket.create_connection(l.getsockname()[:2]); l.setblocking(True); s, _ = l.accept()
+nodelay = [x.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for x in (c, s)]
+assert nodelay == [1, 1], nodelay
+s.setblocking(False)
+try: s.recv(10); raise SystemExit("recv on an empty socket succeeded")
+except BlockingIOError as e: assert e.errno == errno.EAGAIN, e
+try: os.read(9999, 1); raise SystemExit("read of a bad fd succeeded")
+except OSError as e: assert e.errno == errno.EBADF, e
+c.shutdown(socket.SHUT_WR)
+try: c.send(b"x"); raise SystemExit("send after shutdown succeeded")
+except OSError as e: assert e.errno == errno.EPIPE, e
+print("ok")
+"#;
+    let mut cmd = Command::new(python());
+    cmd.args(["-c", script]).env("NAGLESS_LOG", &log);
+    with_shim(&mut cmd, "nagless");
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.trim() == "ok",
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trace = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    // The IPv6 listener, the client and the accepted socket; not UDP, UNIX or the pipe.
+    assert_eq!(trace.matches("adopt fd").count(), 3, "{trace}");
+}
+
+/// Kills a started server by its PID when the test ends, whatever happens.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_echo(mode: Option<&str>) -> (Server, u16) {
+    let mut cmd = Command::new(c_program("echo_epoll"));
+    cmd.arg("2").stdout(Stdio::piped()).stderr(Stdio::null());
+    if let Some(m) = mode {
+        with_shim(&mut cmd, m);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = fields(&line)["port"] as u16;
+    (Server(child), port)
+}
+
+/// A tiny deterministic generator (xorshift) for message sizes and contents.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+#[test]
+fn epoll_echo_server_under_the_shim_loses_and_reorders_nothing() {
+    let (_server, port) = start_echo(Some("nagless"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let clients: Vec<_> = (0..100u64)
+        .map(|id| {
+            std::thread::spawn(move || -> (u64, u64) {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let mut rng = id.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                let (mut sent, mut sum) = (0u64, 0u64);
+                let mut back = vec![0u8; 16 * 1024];
+                // Bounded in count and time.
+                for _ in 0..1_000_000 {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let len = (xorshift(&mut rng) % 16_000) as usize + 1;
+                    let msg: Vec<u8> = (0..len).map(|_| xorshift(&mut rng) as u8).collect();
+                    s.write_all(&msg).unwrap();
+                    s.read_exact(&mut back[..len]).unwrap();
+                    assert_eq!(&back[..len], &msg[..], "client {id}: echo differs");
+                    sent += len as u64;
+                    sum = msg
+                        .iter()
+                        .fold(sum, |a, &b| a.wrapping_mul(31).wrapping_add(b as u64));
+                }
+                (sent, sum)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for c in clients {
+        let (sent, _checksum) = c.join().expect("a client failed");
+        assert!(sent > 0);
+        total += sent;
+    }
+    eprintln!("echoed {total} bytes over 100 connections in 10 s");
+}
+
+/// A free port on 127.0.0.1 (bound, read and released; the server binds it right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16) {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `python3 -m http.server --protocol HTTP/1.1` (headers and body as two writes) under wrk:
+/// returns requests/s and, under the shim, data segments per response.
+fn http_server_under_wrk(mode: Option<&str>) -> (f64, Option<f64>) {
+    let dir = std::env::temp_dir().join(format!("nagless-http-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("f.txt"), [b'x'; 100]).unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(python());
+    cmd.args([
+        "-m",
+        "http.server",
+        "--protocol",
+        "HTTP/1.1",
+        "--bind",
+        "127.0.0.1",
+    ])
+    .arg(port.to_string())
+    .current_dir(&dir)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    if let Some(m) = mode {
+        with_shim(&mut cmd, m);
+    }
+    let mut server = cmd.spawn().unwrap();
+    let pid = server.id() as i32;
+    wait_for_port(port);
+    let wrk = Command::new("wrk")
+        .args(["-t1", "-c10", "-d2s"])
+        .arg(format!("http://127.0.0.1:{port}/f.txt"))
+        .output()
+        .expect("wrk (Debian package wrk; scripts/test installs it)");
+    let text = String::from_utf8_lossy(&wrk.stdout).into_owned();
+    // SIGINT: Python exits normally, so the shim's exit report runs.
+    let _ = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status();
+    let mut err = String::new();
+    let _ = server.stderr.take().unwrap().read_to_string(&mut err);
+    let _ = server.wait();
+    let rps: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Requests/sec in wrk output: {text}"));
+    let requests: f64 = text
+        .lines()
+        .find_map(|l| {
+            l.split(" requests in")
+                .next()
+                .filter(|_| l.contains(" requests in"))
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    let segs = stats_lines(&err)
+        .first()
+        .map(|s| s["data"] as f64 / requests.max(1.0));
+    (rps, segs)
+}
+
+#[test]
+fn stock_http_server_under_wrk() {
+    let (plain, _) = http_server_under_wrk(None);
+    let (nodelay, nodelay_segs) = http_server_under_wrk(Some("nodelay"));
+    let (ours, our_segs) = http_server_under_wrk(Some("nagless"));
+    let (nodelay_segs, our_segs) = (nodelay_segs.unwrap(), our_segs.unwrap());
+    eprintln!(
+        "python3 -m http.server under wrk -c10: plain {plain:.0} req/s; nodelay {nodelay:.0} req/s, \
+         {nodelay_segs:.2} segments/response; nagless {ours:.0} req/s, {our_segs:.2} segments/response"
+    );
+    assert!(
+        plain < nodelay * 0.7,
+        "the unshimmed server must show the stall"
+    );
+    assert!(
+        ours >= nodelay * 0.8,
+        "nagless {ours:.0} vs nodelay {nodelay:.0} req/s"
+    );
+    assert!(our_segs < nodelay_segs, "{our_segs} vs {nodelay_segs}");
+    assert!(
+        our_segs <= 1.3,
+        "close to one segment per response: {our_segs}"
+    );
+}
