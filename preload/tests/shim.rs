@@ -342,3 +342,53 @@ fn stock_http_server_under_wrk() {
         "close to one segment per response: {our_segs}"
     );
 }
+
+/// A program that writes and then neither reads nor polls: the flusher releases the burst
+/// within the linger bound, where libautocork's rule (mode cork) waits for the kernel's
+/// ~200 ms cork limit. Returns the time from the program saying "sent" to the bytes' arrival.
+fn late_writer_delay(mode: &str) -> Duration {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "import socket, time\n\
+         s = socket.create_connection(('127.0.0.1', {port}))\n\
+         s.send(b'late')\n\
+         print('sent', flush=True)\n\
+         time.sleep(1.5)\n"
+    );
+    let mut cmd = Command::new(python());
+    cmd.args(["-c", &script]);
+    with_shim(&mut cmd, mode);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _guard = Server(child);
+    let said = std::thread::spawn(move || {
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "sent");
+        Instant::now()
+    });
+    let (mut s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = [0u8; 4];
+    s.read_exact(&mut got).unwrap();
+    let arrived = Instant::now();
+    assert_eq!(&got, b"late");
+    arrived.saturating_duration_since(said.join().unwrap())
+}
+
+#[test]
+fn a_burst_nobody_waits_after_leaves_within_the_linger_bound() {
+    let ours = late_writer_delay("nagless");
+    assert!(ours < Duration::from_millis(100), "nagless: {ours:?}");
+    let cork = late_writer_delay("cork");
+    assert!(
+        cork > Duration::from_millis(150),
+        "cork mode waits for the kernel: {cork:?}"
+    );
+    eprintln!("write then sleep: arrival after {ours:?} (nagless) vs {cork:?} (cork mode)");
+}
