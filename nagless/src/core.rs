@@ -28,8 +28,11 @@ pub struct Stats {
     pub bytes_written: u64,
     /// Flushes that sent at least one byte (one flush may take several syscalls).
     pub flushes: u64,
-    /// Send syscalls made, including short, interrupted, blocked and failed ones.
+    /// Syscalls made for sending: every send (short, interrupted, blocked and failed ones
+    /// included) and every check for waiting input before a read.
     pub syscalls: u64,
+    /// Checks for waiting input made before reads (`FIONREAD`), included in `syscalls`.
+    pub input_checks: u64,
     /// Send syscalls that returned `WouldBlock`.
     pub would_block: u64,
     /// Bytes the socket accepted.
@@ -273,6 +276,12 @@ impl Coalescer {
         self.stats.syscalls += 1;
         self.stats.would_block += 1;
         self.flush_open = false;
+    }
+
+    /// The I/O layer asked the kernel whether input is waiting (a syscall, for the counters).
+    pub fn on_input_check(&mut self) {
+        self.stats.syscalls += 1;
+        self.stats.input_checks += 1;
     }
 
     /// A send failed (or was interrupted); the bytes stay queued.

@@ -144,7 +144,8 @@ impl<S: AsFd> NaglessStream<S> {
     }
 
     /// True when a read would return at once: input is buffered in the kernel.
-    fn input_ready(&self) -> bool {
+    fn input_ready(&mut self) -> bool {
+        self.core.on_input_check();
         sys::readable_bytes(self.inner.as_fd()).is_some_and(|n| n > 0)
     }
 

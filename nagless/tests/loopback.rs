@@ -79,7 +79,16 @@ fn nagless_stream_never_stalls_and_sends_one_segment_per_request() {
     let worst = times.iter().max().unwrap();
     assert!(*worst < Duration::from_millis(10), "worst round {worst:?}");
     assert_eq!(segs as usize, ROUNDS, "data segments for {ROUNDS} requests");
-    assert_eq!(client.stats().syscalls as usize, ROUNDS);
+    let st = client.stats();
+    assert_eq!(
+        (st.syscalls - st.input_checks) as usize,
+        ROUNDS,
+        "one sendmsg per request"
+    );
+    assert_eq!(
+        st.input_checks as usize, ROUNDS,
+        "one FIONREAD before each waiting read"
+    );
 }
 
 /// 255 small messages, then a read: at most ceil(bytes / MSS) + 1 data segments.
