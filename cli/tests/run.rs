@@ -61,3 +61,24 @@ fn run_fixes_write_write_read_and_reports_stats() {
     assert_eq!(err.matches("nagless stats:").count(), 2, "{err}");
     assert!(err.contains("mode nagless"), "{err}");
 }
+
+#[test]
+fn go_programs_are_refused() {
+    // A dynamically linked program carrying Go's build-info magic, as every Go binary does.
+    let src = tmp("fakego.c");
+    std::fs::write(
+        &src,
+        "const char buildinfo[] = \"\\xff Go buildinf:\";\nint main(void) { return buildinfo[0] == 0; }\n",
+    )
+    .unwrap();
+    let bin = tmp("fakego");
+    gcc(src.to_str().unwrap(), &bin, &[]);
+    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .arg("run")
+        .arg("--")
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Go program"));
+}

@@ -18,6 +18,11 @@ use std::time::Duration;
 /// | before-read | the application reads and no input is waiting (it is about to wait) | request/response (the write-write-read fix) |
 /// | threshold | `threshold` bytes are pending; sends whole segments, keeps the tail | bulk streams |
 /// | linger | the oldest unflushed byte is `linger` old (a hard deadline, not an idle timer) | senders that wait elsewhere (event loops) |
+///
+/// The linger is only a bound, never a wait the program pays when nothing else can come:
+/// the moment the program turns to wait for input on the stream (before-read), flushes,
+/// closes or marks a write [`Urgency::SendNow`], everything pending leaves at once. The
+/// deadline matters only while the program keeps running without waiting on this stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlushPolicy {
     pub(crate) before_read: bool,

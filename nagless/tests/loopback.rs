@@ -306,3 +306,58 @@ fn answers_to_pipelined_requests_coalesce() {
     assert!(reply.iter().all(|&b| b == b'a'));
     assert_eq!(data_segs_out(server.get_ref()) - before, 1);
 }
+
+#[test]
+fn shutdown_flushes_then_sends_fin() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut s = NaglessStream::with_policy(
+        TcpStream::connect(addr).unwrap(),
+        FlushPolicy::explicit_only(),
+    )
+    .unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    s.write_all(b"bye now").unwrap();
+    assert_eq!(s.pending(), 7);
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    peer.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"bye now");
+}
+
+#[test]
+fn socket_option_helpers_and_tcp_info_snapshot() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let tcp = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    let fd = tcp.as_fd();
+    nagless::sys::set_cork(fd, true).unwrap();
+    nagless::sys::set_cork(fd, false).unwrap();
+    nagless::sys::set_quickack(fd, true).unwrap();
+    nagless::sys::set_notsent_lowat(fd, 16 * 1024).unwrap();
+    nagless::sys::set_nodelay(fd, false).unwrap();
+    assert!(!nagless::sys::nodelay(fd).unwrap());
+    let s = NaglessStream::new(&tcp).unwrap();
+    assert!(
+        nagless::sys::nodelay(fd).unwrap(),
+        "wrapping sets TCP_NODELAY"
+    );
+    drop(s);
+    (&tcp).write_all(&[1u8; 3000]).unwrap();
+    let mut buf = [0u8; 3000];
+    peer.read_exact(&mut buf).unwrap();
+    let info = TcpInfo::of(&tcp).unwrap();
+    assert_eq!(info.state, 1, "ESTABLISHED");
+    assert!(info.snd_mss > 0 && info.rtt_us > 0);
+    assert_eq!(info.bytes_sent, Some(3000));
+    assert_eq!(info.notsent_bytes, Some(0));
+    // The peer has acknowledged everything (plus one for the SYN) once the data is read.
+    let start = Instant::now();
+    while TcpInfo::of(&tcp).unwrap().bytes_acked != Some(3001) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "never acknowledged"
+        );
+        thread::yield_now();
+    }
+}

@@ -151,3 +151,34 @@ async fn send_now_leaves_without_a_flush() {
         .unwrap();
     assert_eq!(&got, b"queued now");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_met_by_the_timer_flush_is_reported_to_the_next_call() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (peer, _) = listener.accept().await.unwrap();
+    drop(peer);
+    let policy = FlushPolicy::default().linger(Some(Duration::from_micros(500)));
+    let c = NaglessStream::tcp_with_policy(tcp, policy).unwrap();
+    // Only the timer ever sends; the error it meets must surface at a later call.
+    let mut failure = None;
+    for _ in 0..200 {
+        match c.write_with(&[0u8; 100], nagless::Urgency::Normal).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    let e = failure.expect("the timer's send error was swallowed");
+    assert!(
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ),
+        "{e:?}"
+    );
+    assert!(c.stats().flushes_for(nagless::FlushReason::Linger) >= 1);
+}
