@@ -1,0 +1,232 @@
+//! From a captured frame to the TCP facts the analysis needs: link layer (Ethernet with
+//! VLAN tags, Linux cooked v1 and v2, raw IP, BSD loopback/null), IPv4 or IPv6, TCP header.
+//!
+//! Checked views over untrusted bytes that never panic. The payload length comes from the IP
+//! header, not from the captured bytes, so headers-only captures (short snap length) work.
+//! Anything that is not TCP, or is an IP fragment, reads as `None`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// TCP flags we look at.
+pub mod flags {
+    /// FIN.
+    pub const FIN: u8 = 0x01;
+    /// SYN.
+    pub const SYN: u8 = 0x02;
+    /// RST.
+    pub const RST: u8 = 0x04;
+    /// ACK.
+    pub const ACK: u8 = 0x10;
+}
+
+/// One TCP segment as seen on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Source address and port.
+    pub src: (IpAddr, u16),
+    /// Destination address and port.
+    pub dst: (IpAddr, u16),
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number (valid when the ACK flag is set).
+    pub ack: u32,
+    /// Flags (see [`flags`]).
+    pub flags: u8,
+    /// Payload bytes, from the IP length.
+    pub len: u32,
+    /// MSS option value, if the segment carries one (SYN).
+    pub mss: Option<u16>,
+}
+
+const LINKTYPE_NULL: u32 = 0;
+const LINKTYPE_ETHERNET: u32 = 1;
+const LINKTYPE_RAW: u32 = 101;
+const LINKTYPE_RAW_ALT: [u32; 2] = [12, 14];
+const LINKTYPE_LOOP: u32 = 108;
+const LINKTYPE_LINUX_SLL: u32 = 113;
+const LINKTYPE_IPV4: u32 = 228;
+const LINKTYPE_IPV6: u32 = 229;
+const LINKTYPE_LINUX_SLL2: u32 = 276;
+
+/// Whether the analysis can read frames of this link type.
+pub fn supported_linktype(lt: u32) -> bool {
+    matches!(
+        lt,
+        LINKTYPE_NULL
+            | LINKTYPE_ETHERNET
+            | LINKTYPE_RAW
+            | LINKTYPE_LOOP
+            | LINKTYPE_LINUX_SLL
+            | LINKTYPE_IPV4
+            | LINKTYPE_IPV6
+            | LINKTYPE_LINUX_SLL2
+    ) || LINKTYPE_RAW_ALT.contains(&lt)
+}
+
+fn be16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
+}
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    let s = b.get(at..at + 4)?;
+    Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+/// Decodes a frame of link type `linktype`.
+pub fn decode(linktype: u32, frame: &[u8]) -> Option<Segment> {
+    let ip = match linktype {
+        LINKTYPE_ETHERNET => {
+            let mut et = be16(frame, 12)?;
+            let mut at = 14;
+            while et == 0x8100 || et == 0x88a8 {
+                et = be16(frame, at + 2)?;
+                at += 4;
+            }
+            frame.get(at..).filter(|_| et == 0x0800 || et == 0x86dd)?
+        }
+        LINKTYPE_LINUX_SLL => {
+            let et = be16(frame, 14)?;
+            frame.get(16..).filter(|_| et == 0x0800 || et == 0x86dd)?
+        }
+        LINKTYPE_LINUX_SLL2 => {
+            let et = be16(frame, 0)?;
+            frame.get(20..).filter(|_| et == 0x0800 || et == 0x86dd)?
+        }
+        LINKTYPE_NULL | LINKTYPE_LOOP => frame.get(4..)?,
+        _ if LINKTYPE_RAW_ALT.contains(&linktype) => frame,
+        LINKTYPE_RAW | LINKTYPE_IPV4 | LINKTYPE_IPV6 => frame,
+        _ => return None,
+    };
+    decode_ip(ip)
+}
+
+fn decode_ip(ip: &[u8]) -> Option<Segment> {
+    match ip.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(ip[0] & 0x0f) * 4;
+            let total = usize::from(be16(ip, 2)?);
+            let frag = be16(ip, 6)?;
+            if *ip.get(9)? != 6 || frag & 0x3fff != 0 || ihl < 20 || total < ihl {
+                return None;
+            }
+            let src = Ipv4Addr::from(be32(ip, 12)?);
+            let dst = Ipv4Addr::from(be32(ip, 16)?);
+            tcp(ip.get(ihl..)?, total - ihl, src.into(), dst.into())
+        }
+        6 => {
+            let payload = usize::from(be16(ip, 4)?);
+            let mut next = *ip.get(6)?;
+            let src: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
+            let dst: [u8; 16] = ip.get(24..40)?.try_into().ok()?;
+            let mut at = 40;
+            // Hop-by-hop, routing and destination options headers.
+            while matches!(next, 0 | 43 | 60) {
+                let len = (usize::from(*ip.get(at + 1)?) + 1) * 8;
+                next = *ip.get(at)?;
+                at += len;
+            }
+            if next != 6 {
+                return None;
+            }
+            let tcp_len = (40 + payload).checked_sub(at)?;
+            tcp(
+                ip.get(at..)?,
+                tcp_len,
+                Ipv6Addr::from(src).into(),
+                Ipv6Addr::from(dst).into(),
+            )
+        }
+        _ => None,
+    }
+}
+
+fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr) -> Option<Segment> {
+    let doff = usize::from(*t.get(12)? >> 4) * 4;
+    if doff < 20 || tcp_len < doff {
+        return None;
+    }
+    let flags = *t.get(13)?;
+    let mut mss = None;
+    if flags & flags::SYN != 0 {
+        let mut o = 20;
+        while o < doff {
+            match t.get(o).copied() {
+                Some(0) | None => break,
+                Some(1) => o += 1,
+                Some(2) => {
+                    mss = be16(t, o + 2);
+                    break;
+                }
+                Some(_) => o += usize::from(*t.get(o + 1)?).max(2),
+            }
+        }
+    }
+    Some(Segment {
+        src: (src, be16(t, 0)?),
+        dst: (dst, be16(t, 2)?),
+        seq: be32(t, 4)?,
+        ack: be32(t, 8)?,
+        flags,
+        len: (tcp_len - doff) as u32,
+        mss,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// An IPv4 TCP packet with `payload` bytes of payload declared (none captured).
+    pub fn ipv4_tcp(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, seq: u32, ack: u32, fl: u8, payload: u16) -> Vec<u8> {
+        let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0];
+        ip[2..4].copy_from_slice(&(40 + payload).to_be_bytes());
+        ip.extend_from_slice(&src);
+        ip.extend_from_slice(&dst);
+        ip.extend_from_slice(&sport.to_be_bytes());
+        ip.extend_from_slice(&dport.to_be_bytes());
+        ip.extend_from_slice(&seq.to_be_bytes());
+        ip.extend_from_slice(&ack.to_be_bytes());
+        ip.extend_from_slice(&[0x50, fl, 0xff, 0xff, 0, 0, 0, 0]);
+        ip
+    }
+
+    #[test]
+    fn every_link_type_reaches_the_same_segment() {
+        let ip = ipv4_tcp([10, 0, 0, 1], 1234, [10, 0, 0, 2], 80, 7, 9, flags::ACK, 100);
+        let mut eth = vec![0; 12];
+        eth.extend_from_slice(&[0x81, 0x00, 0, 1, 0x08, 0x00]); // one VLAN tag
+        eth.extend_from_slice(&ip);
+        let mut sll = vec![0; 14];
+        sll.extend_from_slice(&[0x08, 0x00]);
+        sll.extend_from_slice(&ip);
+        let mut sll2 = vec![0x08, 0x00];
+        sll2.extend_from_slice(&[0; 18]);
+        sll2.extend_from_slice(&ip);
+        let mut null = 2u32.to_le_bytes().to_vec();
+        null.extend_from_slice(&ip);
+        let want = decode(LINKTYPE_RAW, &ip).unwrap();
+        assert_eq!(want.len, 100, "payload length from the IP header, none captured");
+        assert_eq!(want.src.1, 1234);
+        for (lt, f) in [(1, eth), (113, sll), (276, sll2), (0, null)] {
+            assert_eq!(decode(lt, &f), Some(want), "linktype {lt}");
+        }
+    }
+
+    #[test]
+    fn ipv6_and_non_tcp() {
+        let mut ip6 = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
+        ip6.extend_from_slice(&[0; 15]);
+        ip6.push(1);
+        ip6.extend_from_slice(&[0; 15]);
+        ip6.push(1);
+        ip6.extend_from_slice(&[0x1f, 0x90, 0x04, 0xd2, 0, 0, 0, 1, 0, 0, 0, 2, 0x50, 0x12, 0, 0, 0, 0, 0, 0]);
+        let s = decode(LINKTYPE_RAW, &ip6).unwrap();
+        assert_eq!(s.src.1, 8080);
+        assert_eq!(s.len, 0);
+        assert_eq!(s.flags, 0x12);
+        let mut udp = ipv4_tcp([1, 1, 1, 1], 1, [2, 2, 2, 2], 2, 0, 0, 0, 0);
+        udp[9] = 17;
+        assert_eq!(decode(LINKTYPE_RAW, &udp), None);
+        assert_eq!(decode(LINKTYPE_ETHERNET, &[0; 5]), None);
+    }
+}
