@@ -129,7 +129,8 @@ pub struct FlowReport {
     pub delayed_acks: Vec<DelayedAck>,
     /// Verdict and advice for people.
     pub verdict: Vec<String>,
-    /// Every segment (µs since capture start, side, payload, pure ACK) for the timeline.
+    /// Every segment (µs since the capture's first frame, side, payload, pure ACK), for the
+    /// timeline.
     #[serde(skip)]
     pub timeline: Vec<(u64, usize, u32, bool)>,
 }
@@ -155,6 +156,8 @@ fn seq_le(a: u32, b: u32) -> bool {
 
 struct Flow {
     index: usize,
+    /// Time of the capture's first frame: frame times are reported relative to it.
+    origin_us: u64,
     dirs: [Dir; 2],
     sides: [Side; 2],
     packets: u64,
@@ -167,7 +170,10 @@ struct Flow {
     timeline: Vec<(u64, usize, u32, bool)>,
 }
 
-fn ep(a: (IpAddr, u16)) -> String {
+/// An address and port.
+type Endpoint = (IpAddr, u16);
+
+fn ep(a: Endpoint) -> String {
     match a.0 {
         IpAddr::V4(v) => format!("{v}:{}", a.1),
         IpAddr::V6(v) => format!("[{v}]:{}", a.1),
@@ -187,7 +193,7 @@ impl Flow {
         self.packets += 1;
         self.last_us = us;
         let pure = s.len == 0 && s.flags & (flags::SYN | flags::FIN | flags::RST) == 0;
-        self.timeline.push((us, d, s.len, pure));
+        self.timeline.push((us - self.origin_us, d, s.len, pure));
         if let Some(m) = s.mss {
             self.dirs[d].mss = Some(u32::from(m));
         }
@@ -199,7 +205,9 @@ impl Flow {
         }
         if s.flags & (flags::SYN | flags::FIN) != 0 && s.len == 0 {
             // SYN and FIN take a sequence number: their ACKs time the round trip too.
-            self.dirs[d].unacked.push_back((s.seq.wrapping_add(1), us, frame));
+            self.dirs[d]
+                .unacked
+                .push_back((s.seq.wrapping_add(1), us, frame));
         }
         if s.len > 0 {
             self.on_data(d, s, us, frame);
@@ -227,8 +235,8 @@ impl Flow {
             self.sides[d].delayed_acks += 1;
             self.delayed.push(DelayedAck {
                 acker: self.sides[d].addr.clone(),
-                ack: at(frame, us - self.first_us),
-                data: at(f, t - self.first_us),
+                ack: at(frame, us - self.origin_us),
+                data: at(f, t - self.origin_us),
                 delay_us: delay,
             });
         }
@@ -279,9 +287,9 @@ impl Flow {
                 self.sides[d].stalls += 1;
                 self.stalls.push(Stall {
                     sender: self.sides[d].addr.clone(),
-                    previous: at(prev_frame, prev_us - self.first_us),
-                    ack: at(rel_frame, rel_us - self.first_us),
-                    held: at(frame, us - self.first_us),
+                    previous: at(prev_frame, prev_us - self.origin_us),
+                    ack: at(rel_frame, rel_us - self.origin_us),
+                    held: at(frame, us - self.origin_us),
                     held_len: s.len,
                     stalled_us: waited,
                     pattern,
@@ -384,10 +392,11 @@ struct Passed {
 }
 
 fn pass(segments: &[(u64, u64, Segment)], seeds: &[[Option<u64>; 2]]) -> Vec<Passed> {
+    let origin_us = segments.first().map_or(0, |s| s.1 / 1000);
     let mut flows: Vec<Flow> = Vec::new();
-    let mut by_key: HashMap<((IpAddr, u16), (IpAddr, u16)), usize> = HashMap::new();
+    let mut by_key: HashMap<(Endpoint, Endpoint), usize> = HashMap::new();
     for (frame, ns, s) in segments {
-        let us = ns / 1000;
+        let us = (ns / 1000).max(origin_us);
         let fwd = (s.src, s.dst);
         let (idx, d) = if let Some(&i) = by_key.get(&fwd) {
             (i, 0)
@@ -395,7 +404,8 @@ fn pass(segments: &[(u64, u64, Segment)], seeds: &[[Option<u64>; 2]]) -> Vec<Pas
             (i, 1)
         } else {
             // A SYN-ACK first means its destination is the client.
-            let (client, server) = if s.flags & (flags::SYN | flags::ACK) == flags::SYN | flags::ACK {
+            let (client, server) = if s.flags & (flags::SYN | flags::ACK) == flags::SYN | flags::ACK
+            {
                 (s.dst, s.src)
             } else {
                 (s.src, s.dst)
@@ -405,6 +415,7 @@ fn pass(segments: &[(u64, u64, Segment)], seeds: &[[Option<u64>; 2]]) -> Vec<Pas
             let seed = seeds.get(i).copied().unwrap_or([None, None]);
             flows.push(Flow {
                 index: i + 1,
+                origin_us,
                 dirs: [
                     Dir {
                         base_us: seed[0],
@@ -522,7 +533,10 @@ mod tests {
         let r = &analyse(&c.segs)[0];
         assert_eq!(r.stalls.len(), 5, "{r:#?}");
         assert!(r.stalls.iter().all(|s| s.pattern == Pattern::RequestSplit));
-        assert!(r.stalls.iter().all(|s| (39_000..41_000).contains(&s.stalled_us)));
+        assert!(r
+            .stalls
+            .iter()
+            .all(|s| (39_000..41_000).contains(&s.stalled_us)));
         assert_eq!(r.sides[1].delayed_acks, 5);
         assert!(r.verdict[0].contains("127.0.0.1:40000 sends each request as two or more writes"));
         assert!(r.verdict[0].contains("127.0.0.1:8000 delays its ACKs"));
@@ -531,11 +545,21 @@ mod tests {
     #[test]
     fn header_then_body_and_tiny_tail_are_named() {
         let mut c = Conv::new();
-        c.data(1.0, 0, 80).data(1.1, 1, 150).ack(41.0, 0).data(41.05, 1, 100);
-        c.data(50.0, 0, 80).data(50.1, 1, 4000).ack(90.0, 0).data(90.05, 1, 2);
+        c.data(1.0, 0, 80)
+            .data(1.1, 1, 150)
+            .ack(41.0, 0)
+            .data(41.05, 1, 100);
+        c.data(50.0, 0, 80)
+            .data(50.1, 1, 4000)
+            .ack(90.0, 0)
+            .data(90.05, 1, 2);
         let r = &analyse(&c.segs)[0];
         let p: Vec<Pattern> = r.stalls.iter().map(|s| s.pattern).collect();
-        assert_eq!(p, [Pattern::HeaderThenBody, Pattern::TinyTrailingFrame], "{r:#?}");
+        assert_eq!(
+            p,
+            [Pattern::HeaderThenBody, Pattern::TinyTrailingFrame],
+            "{r:#?}"
+        );
     }
 
     #[test]
@@ -544,7 +568,10 @@ mod tests {
         let mut c = Conv::new();
         let mut t = 1.0;
         for _ in 0..5 {
-            c.data(t, 0, 100).ack(t + 40.0, 1).data(t + 100.0, 1, 100).data(t + 100.1, 0, 100);
+            c.data(t, 0, 100)
+                .ack(t + 40.0, 1)
+                .data(t + 100.0, 1, 100)
+                .data(t + 100.1, 0, 100);
             t += 200.0;
         }
         let r = &analyse(&c.segs)[0];
@@ -563,7 +590,10 @@ mod tests {
         let mut c = Conv::with_rtt(80.0);
         let mut t = 100.0;
         for _ in 0..5 {
-            c.data(t, 0, 100).ack(t + 80.0, 1).data(t + 80.05, 0, 100).data(t + 160.0, 1, 100);
+            c.data(t, 0, 100)
+                .ack(t + 80.0, 1)
+                .data(t + 80.05, 0, 100)
+                .data(t + 160.0, 1, 100);
             t += 200.0;
         }
         let r = &analyse(&c.segs)[0];

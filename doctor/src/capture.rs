@@ -99,13 +99,21 @@ impl<'a> Cursor<'a> {
     fn u16(&self, at: usize, what: &'static str, record: u64) -> Result<u16, CaptureError> {
         let s = self.slice(at, 2, what, record)?;
         let a = [s[0], s[1]];
-        Ok(if self.little { u16::from_le_bytes(a) } else { u16::from_be_bytes(a) })
+        Ok(if self.little {
+            u16::from_le_bytes(a)
+        } else {
+            u16::from_be_bytes(a)
+        })
     }
 
     fn u32(&self, at: usize, what: &'static str, record: u64) -> Result<u32, CaptureError> {
         let s = self.slice(at, 4, what, record)?;
         let a = [s[0], s[1], s[2], s[3]];
-        Ok(if self.little { u32::from_le_bytes(a) } else { u32::from_be_bytes(a) })
+        Ok(if self.little {
+            u32::from_le_bytes(a)
+        } else {
+            u32::from_be_bytes(a)
+        })
     }
 }
 
@@ -409,7 +417,10 @@ mod tests {
         let mut f = pcap(&[(0, b"abcdef"), (1, b"ghijkl")], 1);
         f.truncate(f.len() - 2);
         let e = read(&f).unwrap_err();
-        assert!(matches!(e, CaptureError::Truncated { record: 2, .. }), "{e}");
+        assert!(
+            matches!(e, CaptureError::Truncated { record: 2, .. }),
+            "{e}"
+        );
         assert!(read(b"hello world").is_err());
     }
 }

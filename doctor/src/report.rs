@@ -1,1 +1,199 @@
-//! placeholder
+//! What the doctor prints: a summary for people, JSON (schema in `docs/doctor-json.md`), and
+//! an SVG timeline of one flow (segments and ACKs on a time axis, stalls shaded).
+
+use std::fmt::Write as _;
+
+use crate::analysis::FlowReport;
+use crate::Diagnosis;
+
+/// Version of the JSON schema.
+pub const JSON_SCHEMA_VERSION: u32 = 1;
+
+/// Worst stalls listed per flow in the summary.
+const WORST: usize = 5;
+
+/// The flows worth reading first: with stalls, most stalled time first; then the rest.
+pub fn ranked(d: &Diagnosis) -> Vec<&FlowReport> {
+    let mut v: Vec<&FlowReport> = d.flows.iter().collect();
+    v.sort_by(|a, b| {
+        b.stalled_s
+            .total_cmp(&a.stalled_s)
+            .then(a.index.cmp(&b.index))
+    });
+    v
+}
+
+/// A readable summary.
+pub fn text(d: &Diagnosis, flows: &[&FlowReport]) -> String {
+    let mut out = String::new();
+    let stalled: Vec<&&FlowReport> = flows.iter().filter(|f| !f.stalls.is_empty()).collect();
+    let _ = writeln!(
+        out,
+        "{} frames, {} TCP segments, {} flow(s); {} with Nagle/delayed-ACK stalls",
+        d.frames,
+        d.tcp_segments,
+        flows.len(),
+        stalled.len()
+    );
+    if !d.unsupported_linktypes.is_empty() {
+        let _ = writeln!(
+            out,
+            "note: frames of link type(s) {:?} were skipped (supported: Ethernet, Linux cooked v1/v2, raw IP, BSD loopback)",
+            d.unsupported_linktypes
+        );
+    }
+    for f in flows {
+        let [c, s] = &f.sides;
+        let _ = writeln!(out, "\nflow {}: {} -> {}", f.index, c.addr, s.addr);
+        let _ = writeln!(
+            out,
+            "  {} packets, {} exchanges over {:.3} s; stalls: {}, stalled {:.3} s ({:.0}% of the flow)",
+            f.packets,
+            f.exchanges,
+            f.duration_s,
+            f.stalls.len(),
+            f.stalled_s,
+            f.stalled_share * 100.0
+        );
+        for side in &f.sides {
+            let _ = writeln!(
+                out,
+                "  {:<24} {} data segments, mean payload {:.0} B, {} pure ACKs ({} delayed)",
+                side.addr, side.data_segments, side.mean_payload, side.pure_acks, side.delayed_acks
+            );
+        }
+        let mut worst: Vec<_> = f.stalls.iter().collect();
+        worst.sort_by_key(|s| std::cmp::Reverse(s.stalled_us));
+        for st in worst.iter().take(WORST) {
+            let _ = writeln!(
+                out,
+                "  stall {:.1} ms: {} held {} B (frame {} at {:.6} s) until the ACK in frame {} at {:.6} s; previous write frame {} at {:.6} s",
+                st.stalled_us as f64 / 1000.0,
+                st.sender,
+                st.held_len,
+                st.held.frame,
+                st.held.time_s,
+                st.ack.frame,
+                st.ack.time_s,
+                st.previous.frame,
+                st.previous.time_s,
+            );
+        }
+        for v in &f.verdict {
+            let _ = writeln!(out, "  => {v}");
+        }
+    }
+    out
+}
+
+/// The JSON document.
+pub fn json(d: &Diagnosis, flows: &[&FlowReport]) -> serde_json::Value {
+    serde_json::json!({
+        "schema": JSON_SCHEMA_VERSION,
+        "tool": format!("nagless-doctor {}", env!("CARGO_PKG_VERSION")),
+        "frames": d.frames,
+        "tcp_segments": d.tcp_segments,
+        "unsupported_linktypes": d.unsupported_linktypes,
+        "flows": flows,
+    })
+}
+
+/// An SVG timeline of `f`: client segments above the axis, server segments below, data as
+/// bars (height by payload), pure ACKs as ticks, stalls shaded from the previous write to the
+/// held one.
+pub fn svg(f: &FlowReport) -> String {
+    const W: f64 = 1000.0;
+    const H: f64 = 260.0;
+    const LEFT: f64 = 60.0;
+    const MID: f64 = 130.0;
+    let end_us = f.timeline.last().map_or(1, |t| t.0).max(1) as f64;
+    let start_us = f.timeline.first().map_or(0, |t| t.0) as f64;
+    let span = (end_us - start_us).max(1.0);
+    let x = |us: f64| LEFT + (us - start_us) / span * (W - LEFT - 20.0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="11">"##
+    );
+    let _ = writeln!(out, r##"<rect width="{W}" height="{H}" fill="white"/>"##);
+    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;");
+    let _ = writeln!(
+        out,
+        r##"<text x="{LEFT}" y="16" font-size="13">flow {}: {} stalls, {:.1} ms stalled ({:.0}%)</text>"##,
+        f.index,
+        f.stalls.len(),
+        f.stalled_s * 1000.0,
+        f.stalled_share * 100.0
+    );
+    for st in &f.stalls {
+        let x0 = x(st.previous.time_s * 1e6);
+        let x1 = x(st.held.time_s * 1e6);
+        let _ = writeln!(
+            out,
+            r##"<rect x="{x0:.1}" y="30" width="{:.1}" height="200" fill="#f4a6a6" opacity="0.5"><title>stall {:.1} ms, frames {}-{}</title></rect>"##,
+            (x1 - x0).max(1.0),
+            st.stalled_us as f64 / 1000.0,
+            st.previous.frame,
+            st.held.frame
+        );
+    }
+    let _ = writeln!(
+        out,
+        r##"<line x1="{LEFT}" y1="{MID}" x2="{}" y2="{MID}" stroke="#444"/>"##,
+        W - 20.0
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="4" y="{}">{}</text>"##,
+        MID - 60.0,
+        esc("client")
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="4" y="{}">{}</text>"##,
+        MID + 70.0,
+        esc("server")
+    );
+    let _ = writeln!(
+        out,
+        r##"<text x="4" y="{}" font-size="9">{}</text><text x="4" y="{}" font-size="9">{}</text>"##,
+        MID - 46.0,
+        esc(&f.sides[0].addr),
+        MID + 84.0,
+        esc(&f.sides[1].addr)
+    );
+    for &(us, side, len, pure) in &f.timeline {
+        let px = x(us as f64);
+        let sign = if side == 0 { -1.0 } else { 1.0 };
+        let (h, color) = if len > 0 {
+            (
+                12.0 + (len as f64).log2() * 5.0,
+                if side == 0 { "#1f77b4" } else { "#2ca02c" },
+            )
+        } else if pure {
+            (8.0, "#999")
+        } else {
+            (20.0, "#000")
+        };
+        let _ = writeln!(
+            out,
+            r##"<line x1="{px:.1}" y1="{MID}" x2="{px:.1}" y2="{:.1}" stroke="{color}" stroke-width="1.5"/>"##,
+            MID + sign * h
+        );
+    }
+    for i in 0..=5 {
+        let us = start_us + span * i as f64 / 5.0;
+        let _ = writeln!(
+            out,
+            r##"<text x="{:.1}" y="250" text-anchor="middle">{:.1} ms</text>"##,
+            x(us),
+            (us - start_us) / 1000.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        r##"<text x="{}" y="16" text-anchor="end" fill="#c33">shaded: stalls (hover for frames)</text></svg>"##,
+        W - 20.0
+    );
+    out
+}

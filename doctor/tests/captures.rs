@@ -1,0 +1,262 @@
+//! Real captures of traffic this test makes on loopback, taken with tcpdump (Debian package
+//! `tcpdump`, installed by scripts/test; capturing needs root or CAP_NET_RAW): stalls are
+//! found where the kernel made them and nowhere else.
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// A tcpdump started by this test, stopped by its PID.
+struct Tcpdump {
+    child: Child,
+    file: PathBuf,
+}
+
+impl Tcpdump {
+    fn start(name: &str, port: u16, extra: &[&str]) -> Tcpdump {
+        let file =
+            std::env::temp_dir().join(format!("nagless-doctor-{}-{name}.pcap", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let mut child = Command::new("tcpdump")
+            .args(extra)
+            .args(["-s", "128", "-U", "--immediate-mode", "-Z", "root", "-w"])
+            .arg(&file)
+            .arg(format!("tcp port {port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump (Debian package tcpdump; scripts/test installs it)");
+        // Wait for "listening on ..." so no packet is missed.
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let start = Instant::now();
+        while !line.contains("listening on") {
+            line.clear();
+            if err.read_line(&mut line).unwrap_or(0) == 0 {
+                panic!("tcpdump did not start (are we root?)");
+            }
+            assert!(start.elapsed() < Duration::from_secs(10));
+        }
+        thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = err.read_to_string(&mut rest);
+        });
+        Tcpdump { child, file }
+    }
+
+    /// Stops the capture and returns the file's bytes.
+    fn finish(mut self) -> Vec<u8> {
+        thread::sleep(Duration::from_millis(200));
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        let bytes = std::fs::read(&self.file).unwrap();
+        let _ = std::fs::remove_file(&self.file);
+        bytes
+    }
+}
+
+impl Drop for Tcpdump {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A server answering every `req`-byte request with `reply` bytes after `think`.
+fn server(
+    listener: TcpListener,
+    req: usize,
+    reply: usize,
+    think: Duration,
+) -> thread::JoinHandle<()> {
+    thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; req];
+        while s.read_exact(&mut buf).is_ok() {
+            thread::sleep(think);
+            if s.write_all(&vec![b'r'; reply]).is_err() {
+                break;
+            }
+        }
+    })
+}
+
+/// Write-write-read rounds; returns how many took 30 ms or more (the true stalls).
+fn wwr(port: u16, rounds: usize, nodelay: bool) -> usize {
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.set_nodelay(nodelay).unwrap();
+    let mut reply = [0u8; 100];
+    let mut slow = 0;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        c.write_all(&[b'a'; 100]).unwrap();
+        c.write_all(&[b'b'; 100]).unwrap();
+        c.read_exact(&mut reply).unwrap();
+        if t.elapsed() >= Duration::from_millis(30) {
+            slow += 1;
+        }
+    }
+    slow
+}
+
+fn listener() -> (TcpListener, u16) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let p = l.local_addr().unwrap().port();
+    (l, p)
+}
+
+fn stalls(bytes: &[u8]) -> (usize, nagless_doctor::Diagnosis) {
+    let d = nagless_doctor::diagnose(bytes).expect("tcpdump's file parses");
+    (d.flows.iter().map(|f| f.stalls.len()).sum(), d)
+}
+
+#[test]
+fn write_write_read_under_nagle_is_found_with_its_40_ms_stalls() {
+    for (name, extra) in [
+        ("lo", &["-i", "lo"][..]),
+        (
+            "any-ns",
+            &["-i", "any", "--time-stamp-precision", "nano"][..],
+        ),
+    ] {
+        let (l, port) = listener();
+        let cap = Tcpdump::start(name, port, extra);
+        let srv = server(l, 200, 100, Duration::ZERO);
+        let truly_slow = wwr(port, 20, false);
+        srv.join().unwrap();
+        let (found, d) = stalls(&cap.finish());
+        assert!(
+            truly_slow >= 10,
+            "{name}: the kernel did not stall ({truly_slow})"
+        );
+        // Every slow round is one stall, and no fast round is called one.
+        assert_eq!(found, truly_slow, "{name}: {d:#?}");
+        let f = &d.flows[0];
+        assert!(f
+            .stalls
+            .iter()
+            .all(|s| (30_000..60_000).contains(&s.stalled_us)));
+        assert!(
+            f.verdict[0].contains("sends each request as two or more writes"),
+            "{:?}",
+            f.verdict
+        );
+        assert!(f.verdict[0].contains(&format!("127.0.0.1:{port} delays its ACKs")));
+        eprintln!("{name}: {found} stalls found, {truly_slow} rounds took >= 30 ms (precision and recall 1.0)");
+    }
+}
+
+#[test]
+fn nodelay_bulk_and_think_time_raise_no_alarm() {
+    // NODELAY: the same exchange without stalls.
+    let (l, port) = listener();
+    let cap = Tcpdump::start("nodelay", port, &["-i", "lo"]);
+    let srv = server(l, 200, 100, Duration::ZERO);
+    assert_eq!(wwr(port, 20, true), 0);
+    srv.join().unwrap();
+    let (found, d) = stalls(&cap.finish());
+    assert_eq!(found, 0, "{d:#?}");
+    assert_eq!(d.flows[0].verdict[0], "no stall found");
+
+    // Bulk: 8 MB one way.
+    let (l, port) = listener();
+    let cap = Tcpdump::start("bulk", port, &["-i", "lo"]);
+    let sink = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).unwrap();
+        v.len()
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    for _ in 0..128 {
+        c.write_all(&[7u8; 64 * 1024]).unwrap();
+    }
+    drop(c);
+    assert_eq!(sink.join().unwrap(), 8 * 1024 * 1024);
+    let (found, d) = stalls(&cap.finish());
+    assert_eq!(
+        found,
+        0,
+        "bulk: {:?}",
+        d.flows.iter().map(|f| &f.verdict).collect::<Vec<_>>()
+    );
+
+    // A slow server: one-write requests and replies, 60 ms of think time each.
+    let (l, port) = listener();
+    let cap = Tcpdump::start("think", port, &["-i", "lo"]);
+    let srv = server(l, 100, 100, Duration::from_millis(60));
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reply = [0u8; 100];
+    for _ in 0..8 {
+        c.write_all(&[b'q'; 100]).unwrap();
+        c.read_exact(&mut reply).unwrap();
+    }
+    drop(c);
+    srv.join().unwrap();
+    let (found, d) = stalls(&cap.finish());
+    assert_eq!(found, 0, "think time: {d:#?}");
+}
+
+#[test]
+fn the_doctor_command_reads_a_capture_and_rejects_a_damaged_one() {
+    let (l, port) = listener();
+    let cap = Tcpdump::start("cli", port, &["-i", "lo"]);
+    let srv = server(l, 200, 100, Duration::ZERO);
+    wwr(port, 5, false);
+    srv.join().unwrap();
+    let bytes = cap.finish();
+    let dir = std::env::temp_dir().join(format!("nagless-doctor-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.pcap");
+    std::fs::write(&good, &bytes).unwrap();
+    let bad = dir.join("bad.pcap");
+    std::fs::write(&bad, &bytes[..bytes.len() - 7]).unwrap();
+    // target/<profile>/deps/captures-* -> target/<profile>/nagless
+    let exe = std::env::current_exe().unwrap();
+    let nagless = exe.parent().unwrap().parent().unwrap().join("nagless");
+    if !nagless.exists() {
+        panic!(
+            "build the workspace first (scripts/test does): {}",
+            nagless.display()
+        );
+    }
+    let svg = dir.join("t.svg");
+    let o = Command::new(&nagless)
+        .arg("doctor")
+        .arg(&good)
+        .arg("--svg")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains("delays its ACKs") && out.contains("stall"),
+        "{out}"
+    );
+    assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
+    let o = Command::new(&nagless)
+        .arg("doctor")
+        .arg(&good)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["schema"], 1);
+    assert!(doc["flows"][0]["stalls"].as_array().is_some());
+    let o = Command::new(&nagless)
+        .arg("doctor")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("truncated") && err.contains("offset"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
