@@ -140,21 +140,9 @@ impl Shim {
     /// Writes a debug line if `NAGLESS_LOG` is set.
     pub fn log(&self, args: std::fmt::Arguments<'_>) {
         if let Some(fd) = self.config.log_fd {
-            let mut buf = [0u8; 256];
-            let n = {
-                use std::io::Write;
-                let mut c = std::io::Cursor::new(&mut buf[..]);
-                let _ = write!(
-                    c,
-                    "nagless[{}] {:>10} us ",
-                    std::process::id(),
-                    self.now_us()
-                );
-                let _ = c.write_fmt(args);
-                let _ = c.write_all(b"\n");
-                c.position() as usize
-            };
-            sys::write_all_raw(fd, &buf[..n]);
+            let pid = std::process::id();
+            let now = self.now_us();
+            write_formatted(fd, format_args!("nagless[{pid}] {now:>10} us {args}\n"));
         }
     }
 
@@ -331,22 +319,28 @@ impl Shim {
             Mode::Cork => "cork",
             Mode::Nagless => "nagless",
         };
-        let mut buf = [0u8; 512];
-        let n = {
-            use std::io::Write;
-            let mut c = std::io::Cursor::new(&mut buf[..]);
-            let _ = writeln!(
-                c,
-                "nagless stats: pid {} mode {mode}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced), {} released by linger, {} data segments, {} bytes sent",
+        write_formatted(
+            2,
+            format_args!(
+                "nagless stats: pid {} mode {mode}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced), {} released by linger, {} data segments, {} bytes sent\n",
                 std::process::id(),
                 s.sockets.load(Relaxed),
                 writes.saturating_sub(bursts),
                 s.linger_releases.load(Relaxed),
                 s.data_segs.load(Relaxed),
                 s.bytes.load(Relaxed),
-            );
-            c.position() as usize
-        };
-        sys::write_all_raw(2, &buf[..n]);
+            ),
+        );
     }
+}
+
+/// Formats into a stack buffer (no allocation: this runs inside interposed calls) and writes
+/// the result to `fd`; anything beyond 512 bytes is cut.
+fn write_formatted(fd: i32, args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut buf = [0u8; 512];
+    let mut c = std::io::Cursor::new(&mut buf[..]);
+    let _ = c.write_fmt(args);
+    let n = c.position() as usize;
+    sys::write_all_raw(fd, &buf[..n]);
 }
