@@ -24,7 +24,8 @@ use nagless_lab::{report, run_plan, Case, Path, Plan, Scale, Strategy};
 Nagle's algorithm (sender) and delayed ACK (receiver) together stall any exchange where a \
 small write waits behind unacknowledged data: 40 ms per exchange on Linux. The nagless \
 library coalesces writes in user space and sends each burst as one sendmsg at the right \
-moment. This command measures it."
+moment. This command measures the stall strategy by strategy (lab), fixes unmodified \
+programs (run) and finds stalls in packet captures (doctor)."
 )]
 struct Cli {
     #[command(subcommand)]
