@@ -172,3 +172,36 @@ fn csv_and_html_are_written() {
     assert!(html.contains("<svg") && html.contains("latency CDF") && html.contains("nagless"));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn seeds_put_each_source_figure_beside_ours() {
+    let o = nagless(&[
+        "lab",
+        "--seeds",
+        "--quick",
+        "--limit-ms",
+        "100",
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    for source in [
+        "000 BIRD",
+        "001 BEEP",
+        "002 OpenSSH",
+        "003 K-way",
+        "004 Puma",
+    ] {
+        let at = out
+            .find(source)
+            .unwrap_or_else(|| panic!("no {source} in {out}"));
+        let block = &out[at..];
+        assert!(block.contains("text:") && block.contains("lab:"), "{block}");
+    }
+    // Our side of 003 is measured, not quoted: nodelay's bytes are a multiple of nagle's.
+    let line = out
+        .lines()
+        .find(|l| l.contains("lab:") && l.contains("x nagle's bytes"))
+        .unwrap();
+    assert!(line.contains("nagless"), "{line}");
+}
