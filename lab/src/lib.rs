@@ -326,7 +326,16 @@ fn cdf(runs: &[RunResult]) -> Vec<(u64, f64)> {
             (h.value_at_quantile(q), q)
         })
         .collect();
-    pts.dedup_by_key(|p| p.0);
+    // Equal latencies collapse into one point carrying the highest fraction, so each line
+    // ends at 1.0.
+    pts.dedup_by(|later, kept| {
+        if later.0 == kept.0 {
+            kept.1 = later.1;
+            true
+        } else {
+            false
+        }
+    });
     pts
 }
 

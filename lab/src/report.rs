@@ -206,7 +206,8 @@ fn scatter_svg(t: &Table) -> Result<String, String> {
         chart
             .configure_mesh()
             .x_desc("data segments per exchange")
-            .y_desc("p50 latency (us)")
+            .y_desc("p50 latency")
+            .y_label_formatter(&|v| fmt_us(*v))
             .draw()
             .map_err(|e| e.to_string())?;
         for r in &rows {
@@ -261,8 +262,9 @@ fn cdf_svg(t: &Table) -> Result<String, String> {
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_desc("latency per exchange (us)")
-            .y_desc("fraction")
+            .x_desc("latency per exchange")
+            .y_desc("fraction of exchanges")
+            .x_label_formatter(&|v| fmt_us(*v))
             .draw()
             .map_err(|e| e.to_string())?;
         for r in &rows {
