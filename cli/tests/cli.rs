@@ -128,11 +128,9 @@ fn json_follows_the_documented_schema() {
                 assert!(r[key][f].is_number(), "{key}.{f} in {r}");
             }
         }
-        assert!(r["cdf"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|p| p[0].is_u64() && p[1].is_f64()));
+        let cdf = r["cdf"].as_array().unwrap();
+        assert!(cdf.iter().all(|p| p[0].is_u64() && p[1].is_f64()));
+        assert_eq!(cdf.last().unwrap()[1], 1.0, "a CDF ends at 1");
     }
 }
 
