@@ -1,12 +1,24 @@
 //! `nagless run`: refuses what it cannot reach, and fixes a write-write-read program.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output};
 
 fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("nagless-run-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
+}
+
+/// `nagless run OPTIONS -- CMD...`, with its output.
+fn nagless_run(options: &[&str], cmd: &[&OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .arg("run")
+        .args(options)
+        .arg("--")
+        .args(cmd)
+        .output()
+        .unwrap()
 }
 
 fn gcc(src: &str, out: &PathBuf, extra: &[&str]) {
@@ -26,18 +38,10 @@ fn static_programs_and_missing_commands_exit_2() {
     std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
     let bin = tmp("hello_static");
     gcc(src.to_str().unwrap(), &bin, &["-static"]);
-    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
-        .arg("run")
-        .arg("--")
-        .arg(&bin)
-        .output()
-        .unwrap();
+    let o = nagless_run(&[], &[bin.as_os_str()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("statically linked"));
-    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
-        .args(["run", "--", "no-such-command-xyz"])
-        .output()
-        .unwrap();
+    let o = nagless_run(&[], &[OsStr::new("no-such-command-xyz")]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("command not found"));
 }
@@ -47,12 +51,7 @@ fn run_fixes_write_write_read_and_reports_stats() {
     let bin = tmp("wwr");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../preload/tests/c/wwr.c");
     gcc(src, &bin, &["-Wall", "-Werror"]);
-    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
-        .args(["run", "--stats", "--"])
-        .arg(&bin)
-        .arg("20")
-        .output()
-        .unwrap();
+    let o = nagless_run(&["--stats"], &[bin.as_os_str(), OsStr::new("20")]);
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{out}\n{err}");
@@ -73,12 +72,7 @@ fn go_programs_are_refused() {
     .unwrap();
     let bin = tmp("fakego");
     gcc(src.to_str().unwrap(), &bin, &[]);
-    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
-        .arg("run")
-        .arg("--")
-        .arg(&bin)
-        .output()
-        .unwrap();
+    let o = nagless_run(&[], &[bin.as_os_str()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("Go program"));
 }

@@ -92,5 +92,31 @@ fn burst_then_flush(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, queued_write, burst_then_flush);
+/// One 16-byte write through the std stream (the copy, the clock read and the policy check),
+/// with a flush every 1024 writes, by policy.
+fn stream_write(c: &mut Criterion) {
+    let mut g = c.benchmark_group("stream_write16");
+    g.throughput(Throughput::Elements(1));
+    for (name, policy) in [
+        ("default", FlushPolicy::default()),
+        ("explicit_only", FlushPolicy::explicit_only()),
+    ] {
+        g.bench_function(name, |b| {
+            let mut s =
+                NaglessStream::with_policy(sink(), policy.clone().high_water(usize::MAX)).unwrap();
+            let mut n = 0u32;
+            b.iter(|| {
+                s.write_all(black_box(&[7u8; 16])).unwrap();
+                n += 1;
+                if n == 1024 {
+                    s.flush().unwrap();
+                    n = 0;
+                }
+            });
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, queued_write, burst_then_flush, stream_write);
 criterion_main!(benches);
