@@ -78,11 +78,19 @@ fn nagless_stream_never_stalls_and_sends_one_segment_per_request() {
     server.join().unwrap();
     let worst = times.iter().max().unwrap();
     assert!(*worst < Duration::from_millis(10), "worst round {worst:?}");
-    assert_eq!(segs as usize, ROUNDS, "data segments for {ROUNDS} requests");
     let st = client.stats();
+    // One segment per request; a round where the thread was descheduled for longer than the
+    // linger bound between its two writes legitimately sends the first one alone.
+    let lingered = st.flushes_for(nagless::FlushReason::Linger) as usize;
+    assert!(lingered <= 2, "{lingered} linger flushes");
+    assert_eq!(
+        segs as usize,
+        ROUNDS + lingered,
+        "data segments for {ROUNDS} requests"
+    );
     assert_eq!(
         (st.syscalls - st.input_checks) as usize,
-        ROUNDS,
+        ROUNDS + lingered,
         "one sendmsg per request"
     );
     assert_eq!(

@@ -63,7 +63,11 @@ async fn nagless_tokio_stream_never_stalls() {
     server.await.unwrap();
     let segs = c.tcp_info().unwrap().data_segs_out.unwrap() - before;
     assert!(worst < Duration::from_millis(10), "worst round {worst:?}");
-    assert_eq!(segs as usize, ROUNDS);
+    // One segment per request; a round where the task was descheduled for longer than the
+    // linger bound between its two writes legitimately sends the first one alone.
+    let lingered = c.stats().flushes_for(nagless::FlushReason::Linger) as usize;
+    assert!(lingered <= 2, "{lingered} linger flushes");
+    assert_eq!(segs as usize, ROUNDS + lingered);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -98,18 +98,21 @@ fn c_write_write_read_stalls_plain_and_not_under_the_shim() {
     let (ours, stderr) = run_wwr(30, Some("nagless"));
     assert_eq!(ours["stalled"], 0, "{ours:?}");
     assert!(ours["max_us"] < 10_000, "{ours:?}");
-    assert_eq!(
-        ours["client_segs"], 30,
-        "one data segment per burst: {ours:?}"
-    );
-    // Both processes (client and forked server): one segment per burst, two writes each.
+    // Both processes (client and forked server): one segment per burst, two writes per
+    // round. A process descheduled past the 1 ms linger bound between its two writes has
+    // that burst released early, which makes it two bursts: allow two such rounds.
     let stats = stats_lines(&stderr);
     assert_eq!(stats.len(), 2, "{stderr}");
-    for s in stats {
-        assert_eq!(s["bursts"], 30, "{s:?}");
+    for s in &stats {
         assert_eq!(s["writes"], 60, "{s:?}");
-        assert_eq!(s["data"], 30, "{s:?}");
+        assert_eq!(s["data"], s["bursts"], "one segment per burst: {s:?}");
+        assert!((30..=30 + s["released"]).contains(&s["bursts"]), "{s:?}");
+        assert!(s["released"] <= 2, "{s:?}");
     }
+    assert!(
+        (30..=32).contains(&ours["client_segs"]),
+        "one data segment per request: {ours:?}"
+    );
 }
 
 #[test]
