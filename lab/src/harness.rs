@@ -114,12 +114,18 @@ impl RunResult {
 /// Safety net: no lab socket waits longer than this for a byte.
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
-fn listener(path: Path) -> io::Result<TcpListener> {
+/// A TCP socket with the path's MSS set (before listen or connect, as the kernel needs).
+fn socket(path: Path) -> io::Result<Socket> {
     let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    sock.set_reuse_address(true)?;
     if let Some(mss) = path.mss {
         nagless::sys::set_maxseg(sock.as_fd(), mss)?;
     }
+    Ok(sock)
+}
+
+fn listener(path: Path) -> io::Result<TcpListener> {
+    let sock = socket(path)?;
+    sock.set_reuse_address(true)?;
     let addr: SocketAddr = "127.0.0.1:0".parse().map_err(io::Error::other)?;
     sock.bind(&addr.into())?;
     sock.listen(128)?;
@@ -127,10 +133,7 @@ fn listener(path: Path) -> io::Result<TcpListener> {
 }
 
 fn connect(path: Path, addr: SocketAddr) -> io::Result<TcpStream> {
-    let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
-    if let Some(mss) = path.mss {
-        nagless::sys::set_maxseg(sock.as_fd(), mss)?;
-    }
+    let sock = socket(path)?;
     sock.connect(&addr.into())?;
     Ok(sock.into())
 }

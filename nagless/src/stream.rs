@@ -36,12 +36,9 @@ impl Transport for FdTransport<'_> {
 
 /// Reads the socket's send MSS into the core, when the kernel tells it.
 pub(crate) fn refresh_segment(core: &mut Coalescer, fd: BorrowedFd<'_>) {
-    let mut buf = [0u8; 512];
-    if let Ok(len) = sys::tcp_info_raw(fd, &mut buf) {
-        if let Some(info) = TcpInfo::parse(&buf[..len]) {
-            if info.snd_mss > 0 {
-                core.set_segment_size(info.snd_mss as usize);
-            }
+    if let Ok(info) = TcpInfo::of(&fd) {
+        if info.snd_mss > 0 {
+            core.set_segment_size(info.snd_mss as usize);
         }
     }
 }
