@@ -116,7 +116,8 @@ HOW IT WORKS
   connects gets TCP_NODELAY; each burst of writes is held with TCP_CORK and released when the
   program turns to wait (read/recv, poll/select/epoll, close, shutdown, fork, exec) or after
   --linger-us at the latest. Unsent bytes stay in the kernel, never in a buffer of ours.
-  Without nagless run: LD_PRELOAD=/path/to/libnagless_preload.so CMD (settings in NAGLESS_MODE,
+  The shim is carried inside the nagless executable and unpacked once to ~/.cache/nagless.
+  Without nagless run: LD_PRELOAD=$(nagless run --print-shim) CMD (settings in NAGLESS_MODE,
   NAGLESS_STATS=1, NAGLESS_LOG=FILE, NAGLESS_LINGER_US).
 
 EXAMPLES
@@ -141,8 +142,11 @@ struct RunArgs {
     /// Longest time a burst is held when the program neither reads nor polls, µs (50..=100000).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=100_000))]
     linger_us: u64,
+    /// Print the path of the shim library (for LD_PRELOAD by hand) and exit.
+    #[arg(long, exclusive = true)]
+    print_shim: bool,
     /// The program and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "print_shim", value_name = "CMD")]
     cmd: Vec<std::ffi::OsString>,
 }
 
@@ -440,6 +444,16 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Lab(args) => lab(args),
         Command::Doctor(args) => doctor(args),
+        Command::Run(args) if args.print_shim => match run::find_shim() {
+            Ok(path) => {
+                println!("{}", path.display());
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                eprintln!("nagless run: {e}");
+                return ExitCode::from(2);
+            }
+        },
         Command::Run(args) => {
             let opts = run::RunOptions {
                 mode: args.mode,

@@ -1,6 +1,6 @@
 //! `nagless run -- CMD`: start CMD with `libnagless_preload.so` preloaded.
 //!
-//! Finds the shim (`NAGLESS_PRELOAD`, or next to this executable), refuses programs it cannot
+//! Finds the shim (`NAGLESS_PRELOAD`, or the copy embedded in this executable), refuses programs it cannot
 //! act on (statically linked ones, Go binaries that make syscalls directly) with a clear
 //! message, sets `LD_PRELOAD` and the shim's settings, and replaces this process with CMD.
 
@@ -10,7 +10,12 @@ use std::path::{Path, PathBuf};
 
 const SHIM: &str = "libnagless_preload.so";
 
-/// Where the shim library is.
+/// The shim, built by `build.rs` and carried inside this executable.
+static EMBEDDED_SHIM: &[u8] = include_bytes!(env!("NAGLESS_SHIM_PATH"));
+
+/// Where the shim library is: `NAGLESS_PRELOAD` if set, else the copy embedded in this
+/// executable, written once to a private cache directory (named by its hash, so a new build
+/// never runs an old shim).
 pub fn find_shim() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("NAGLESS_PRELOAD") {
         let p = PathBuf::from(p);
@@ -20,21 +25,68 @@ pub fn find_shim() -> Result<PathBuf, String> {
             Err(format!("NAGLESS_PRELOAD={} is not a file", p.display()))
         };
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate nagless itself: {e}"))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    for candidate in [
-        dir.join(SHIM),
-        dir.join("deps").join(SHIM),
-        dir.join("../lib").join(SHIM),
-    ] {
-        if candidate.is_file() {
-            return Ok(candidate);
+    let name = format!("libnagless_preload-{}.so", env!("NAGLESS_SHIM_HASH"));
+    let mut tried = Vec::new();
+    for dir in cache_dirs() {
+        match unpack_shim(&dir, &name) {
+            Ok(path) => return Ok(path),
+            Err(e) => tried.push(format!("{}: {e}", dir.display())),
         }
     }
     Err(format!(
-        "cannot find {SHIM} next to {} (build it with `cargo build --release --workspace`, or set NAGLESS_PRELOAD)",
-        exe.display()
+        "cannot write {SHIM} to a private cache directory ({}); set NAGLESS_PRELOAD to a copy of it",
+        tried.join("; ")
     ))
+}
+
+/// Private directories for the unpacked shim, best first.
+fn cache_dirs() -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(d).join("nagless"));
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        dirs.push(PathBuf::from(h).join(".cache/nagless"));
+    }
+    let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
+    dirs.push(std::env::temp_dir().join(format!("nagless-{user}")));
+    dirs
+}
+
+/// Writes the embedded shim as `dir/name` unless it is already there; the directory must be
+/// ours and writable by nobody else (a preloaded library runs inside every program).
+fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o755)
+        .open(&tmp)?;
+    let own_uid = f.metadata()?.uid();
+    let meta = std::fs::metadata(dir)?;
+    let path = dir.join(name);
+    let result = if meta.uid() != own_uid || meta.permissions().mode() & 0o022 != 0 {
+        Err(std::io::Error::other(
+            "not owned by this user, or writable by others",
+        ))
+    } else if std::fs::metadata(&path).is_ok_and(|m| {
+        m.len() == EMBEDDED_SHIM.len() as u64 && m.uid() == own_uid && m.mode() & 0o022 == 0
+    }) {
+        Ok(path)
+    } else {
+        f.write_all(EMBEDDED_SHIM)
+            .and_then(|()| f.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map(|()| path)
+    };
+    let _ = std::fs::remove_file(&tmp);
+    result
 }
 
 /// Resolves CMD like `execvp` does.

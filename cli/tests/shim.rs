@@ -11,13 +11,20 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// `target/<profile>/libnagless_preload.so`, built with this test.
+/// The shim library `nagless run` preloads (embedded in the binary, unpacked to a cache).
 fn shim() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let so = dir.join("libnagless_preload.so");
-    assert!(so.is_file(), "{} not built", so.display());
-    so
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = Command::new(env!("CARGO_BIN_EXE_nagless"))
+            .args(["run", "--print-shim"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+        assert!(path.is_file(), "{} missing", path.display());
+        path
+    })
+    .clone()
 }
 
 /// Compiles a C program of `tests/c/` once per test run.
