@@ -49,7 +49,7 @@ fn static_programs_and_missing_commands_exit_2() {
 #[test]
 fn run_fixes_write_write_read_and_reports_stats() {
     let bin = tmp("wwr");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../preload/tests/c/wwr.c");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/wwr.c");
     gcc(src, &bin, &["-Wall", "-Werror"]);
     let o = nagless_run(&["--stats"], &[bin.as_os_str(), OsStr::new("20")]);
     let out = String::from_utf8_lossy(&o.stdout);
