@@ -11,9 +11,17 @@ use std::process::Command;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
-    let workspace = manifest.parent().expect("cli/ lives in the workspace").to_path_buf();
+    let workspace = manifest
+        .parent()
+        .expect("cli/ lives in the workspace")
+        .to_path_buf();
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
-    for dir in ["preload/src", "preload/Cargo.toml", "nagless/src", "nagless/Cargo.toml"] {
+    for dir in [
+        "preload/src",
+        "preload/Cargo.toml",
+        "nagless/src",
+        "nagless/Cargo.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
     }
     println!("cargo:rerun-if-env-changed=NAGLESS_SHIM_TARGET_DIR");
@@ -25,7 +33,13 @@ fn main() {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&workspace)
-        .args(["build", "--release", "-p", "nagless-preload", "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "nagless-preload",
+            "--target-dir",
+        ])
         .arg(&target_dir);
     // The outer build's settings for this crate must not leak into the nested one.
     for (key, _) in std::env::vars_os() {

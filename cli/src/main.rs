@@ -146,7 +146,11 @@ struct RunArgs {
     #[arg(long, exclusive = true)]
     print_shim: bool,
     /// The program and its arguments.
-    #[arg(last = true, required_unless_present = "print_shim", value_name = "CMD")]
+    #[arg(
+        last = true,
+        required_unless_present = "print_shim",
+        value_name = "CMD"
+    )]
     cmd: Vec<std::ffi::OsString>,
 }
 

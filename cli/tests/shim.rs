@@ -19,7 +19,11 @@ fn shim() -> PathBuf {
             .args(["run", "--print-shim"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
         assert!(path.is_file(), "{} missing", path.display());
         path

@@ -139,6 +139,13 @@ impl Coalescer {
         self.queue.len() >= self.policy.high_water
     }
 
+    /// How many more bytes a write may queue before the high-water mark: the I/O layers
+    /// accept at most this much of one write (a short write, as `BufWriter` passes large
+    /// writes through), so one huge write never copies more than the mark allows.
+    pub fn room(&self) -> usize {
+        self.policy.high_water.saturating_sub(self.queue.len())
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> &Stats {
         &self.stats
@@ -293,6 +300,11 @@ impl Coalescer {
     /// Every pending byte, front to back (diagnostics and tests).
     pub fn pending_bytes(&self) -> Vec<u8> {
         self.queue.to_vec()
+    }
+
+    /// The pending bytes as the queue holds them: slices, front to back.
+    pub fn pending_slices(&self) -> impl Iterator<Item = &[u8]> {
+        self.queue.slices()
     }
 }
 

@@ -42,7 +42,7 @@ pub mod tokio;
 
 pub use crate::core::{drive, Coalescer, Drive, Stats, Transmit, Transport};
 pub use crate::policy::{FlushPolicy, FlushReason, Urgency};
-pub use crate::stream::{NaglessStream, Sender};
+pub use crate::stream::{IntoInnerError, NaglessStream, Sender};
 pub use crate::tcp_info::TcpInfo;
 
 /// The README's Rust examples, compiled as doc tests so that they cannot drift from the API.

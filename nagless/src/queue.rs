@@ -148,6 +148,11 @@ impl SendQueue {
         }
     }
 
+    /// The pending bytes, slice by slice, front to back.
+    pub fn slices(&self) -> impl Iterator<Item = &[u8]> {
+        self.chunks.iter().map(Chunk::remaining)
+    }
+
     /// Copies every pending byte out, front to back (for tests and diagnostics).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.len);

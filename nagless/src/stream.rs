@@ -50,13 +50,26 @@ pub(crate) fn refresh_segment(core: &mut Coalescer, fd: BorrowedFd<'_>) {
 /// [`flush`](Write::flush), on a [`Urgency::SendNow`] write, and on close or drop.
 ///
 /// # Errors and backpressure
-/// - A send error met after a write was accepted is kept and returned by the next call;
-///   [`pending`](Self::pending) says how many bytes remain unsent.
-/// - Beyond the high-water mark a write flushes first; on a non-blocking socket that cannot
-///   take more it returns `WouldBlock` without accepting a byte.
-/// - Drop flushes best-effort (errors are lost there); use [`close`](Self::close) to see them.
+/// - A send error met after a write was accepted is kept and returned by the next write,
+///   flush, shutdown or close (never by a read: input that arrived is read first, such as the
+///   peer's error reply); [`pending`](Self::pending) says how many bytes remain unsent.
+/// - A write queues at most the room left below the high-water mark (a short write, which
+///   `write_all` continues); when there is no room it flushes first and, on a non-blocking
+///   socket that cannot take more, returns `WouldBlock` without accepting a byte.
+///
+/// # Closing without losing bytes
+/// - [`close`](Self::close) sends everything, waiting for a non-blocking socket to become
+///   writable, then closes; on an error it gives the stream back with the unsent bytes in it
+///   ([`IntoInnerError`]).
+/// - [`into_inner`](Self::into_inner) flushes and returns the socket, or the stream and the
+///   error; [`into_parts`](Self::into_parts) returns the socket and the unsent bytes, sending
+///   nothing.
+/// - **Drop** sends everything pending on a blocking socket (it blocks as `write` would);
+///   on a non-blocking socket it sends what the socket takes at once and the rest is lost.
+///   Errors at drop are lost. Use `close` where every byte matters.
 pub struct NaglessStream<S: AsFd> {
-    inner: S,
+    /// `None` only after `into_parts` took it (then the stream is being consumed).
+    inner: Option<S>,
     core: Coalescer,
     deferred_error: Option<io::Error>,
 }
@@ -69,6 +82,49 @@ pub struct NaglessStream<S: AsFd> {
 /// [`poll_deadline`](NaglessStream::poll_deadline) when it wakes, and
 /// [`on_writable`](NaglessStream::on_writable) when a non-blocking socket becomes writable.
 pub type Sender<S> = NaglessStream<S>;
+
+/// A stream handed back with the error that stopped a flush ([`NaglessStream::close`],
+/// [`NaglessStream::into_inner`]): nothing was lost, the unsent bytes are still queued in it.
+#[derive(Debug)]
+pub struct IntoInnerError<W> {
+    stream: W,
+    error: io::Error,
+}
+
+impl<W> IntoInnerError<W> {
+    /// The error that stopped the flush.
+    pub fn error(&self) -> &io::Error {
+        &self.error
+    }
+
+    /// The stream, with its unsent bytes, to retry or to take apart with `into_parts`.
+    pub fn into_inner(self) -> W {
+        self.stream
+    }
+
+    /// The error and the stream.
+    pub fn into_parts(self) -> (io::Error, W) {
+        (self.error, self.stream)
+    }
+}
+
+impl<W> std::fmt::Display for IntoInnerError<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "flush failed, unsent bytes kept: {}", self.error)
+    }
+}
+
+impl<W: std::fmt::Debug> std::error::Error for IntoInnerError<W> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<W> From<IntoInnerError<W>> for io::Error {
+    fn from(e: IntoInnerError<W>) -> io::Error {
+        e.error
+    }
+}
 
 impl NaglessStream<TcpStream> {
     /// Connects to `addr` and wraps the stream with the default policy.
@@ -85,34 +141,41 @@ impl<S: AsFd> NaglessStream<S> {
 
     /// Wraps `inner` with `policy`; sets `TCP_NODELAY` when `inner` is a TCP socket.
     pub fn with_policy(inner: S, policy: FlushPolicy) -> io::Result<Self> {
-        match sys::set_nodelay(inner.as_fd(), true) {
-            Ok(()) => {}
-            // Not a TCP socket (a pipe, a UNIX socket): nothing to disable.
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ENOTSOCK | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
-                ) => {}
-            Err(e) => return Err(e),
-        }
+        set_nodelay_if_tcp(inner.as_fd())?;
         let mut core = Coalescer::new(policy);
         refresh_segment(&mut core, inner.as_fd());
         Ok(Self {
-            inner,
+            inner: Some(inner),
             core,
             deferred_error: None,
         })
     }
 
+    fn io(&self) -> &S {
+        // Invariant: `inner` is only taken by `into_parts`, which consumes the stream.
+        self.inner.as_ref().expect("stream used after into_parts")
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.io().as_fd()
+    }
+
     /// The wrapped stream.
     pub fn get_ref(&self) -> &S {
-        &self.inner
+        self.io()
     }
 
     /// The wrapped stream, mutably. Writing to it directly bypasses (and may reorder with)
     /// pending output: [`flush`](Write::flush) first.
     pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
+        // Invariant as in `io`.
+        self.inner.as_mut().expect("stream used after into_parts")
+    }
+
+    /// The bytes accepted and not yet sent, slice by slice, front to back (`BufWriter::buffer`
+    /// with the queue's own layout).
+    pub fn buffer(&self) -> impl Iterator<Item = &[u8]> {
+        self.core.pending_slices()
     }
 
     /// The policy in force.
@@ -137,13 +200,7 @@ impl<S: AsFd> NaglessStream<S> {
 
     /// A `TCP_INFO` snapshot of the socket (Linux).
     pub fn tcp_info(&self) -> io::Result<TcpInfo> {
-        TcpInfo::of(&self.inner)
-    }
-
-    /// True when a read would return at once: input is buffered in the kernel.
-    fn input_ready(&mut self) -> bool {
-        self.core.on_input_check();
-        sys::readable_bytes(self.inner.as_fd()).is_some_and(|n| n > 0)
+        TcpInfo::of(&self.fd())
     }
 
     fn take_deferred(&mut self) -> io::Result<()> {
@@ -152,44 +209,67 @@ impl<S: AsFd> NaglessStream<S> {
 
     /// Sends whatever is due now.
     fn pump(&mut self, now: Instant) -> io::Result<Drive> {
+        let fd = self.inner.as_ref().map(AsFd::as_fd);
+        let Some(fd) = fd else { return Ok(Drive::Idle) };
         if self
             .core
             .policy()
             .threshold_bytes()
             .is_some_and(|t| self.core.pending() >= t)
         {
-            refresh_segment(&mut self.core, self.inner.as_fd());
+            refresh_segment(&mut self.core, fd);
         }
-        drive(&mut self.core, &mut FdTransport(self.inner.as_fd()), now)
+        drive(&mut self.core, &mut FdTransport(fd), now)
     }
 
-    /// Accepts one application write: backpressure first, then queue, then send what is due.
-    /// A send error after the bytes were accepted is deferred to the next call.
-    fn accept(&mut self, queue: impl FnOnce(&mut Coalescer, Instant)) -> io::Result<()> {
+    /// Accepts one application write of `len` bytes: backpressure first, then queue at most
+    /// the room below the high-water mark (`queue` gets how many bytes to take), then send
+    /// what is due. A send error after the bytes were accepted is deferred to the next call.
+    fn accept(
+        &mut self,
+        len: usize,
+        queue: impl FnOnce(&mut Coalescer, usize, Instant),
+    ) -> io::Result<usize> {
         self.take_deferred()?;
         let now = now();
-        if self.core.over_high_water() {
+        if self.core.room() == 0 && len > 0 {
             self.pump(now)?;
-            if self.core.over_high_water() {
+            if self.core.room() == 0 {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
         }
-        queue(&mut self.core, now);
+        let take = len.min(self.core.room());
+        queue(&mut self.core, take, now);
+        if let Err(e) = self.pump(now) {
+            self.deferred_error = Some(e);
+        }
+        Ok(take)
+    }
+
+    /// Queues `buf` (or as much as fits below the high-water mark) with an explicit
+    /// [`Urgency`]; returns how many bytes were accepted.
+    pub fn write_with(&mut self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
+        self.accept(buf.len(), |core, n, now| {
+            core.write(&buf[..n], urgency, now)
+        })
+    }
+
+    /// Queues an owned buffer whole (its memory is already spent, so the high-water mark does
+    /// not cut it); large ones are sent from it without another copy.
+    pub fn write_owned(&mut self, buf: Vec<u8>, urgency: Urgency) -> io::Result<()> {
+        self.take_deferred()?;
+        let now = now();
+        if self.core.room() == 0 {
+            self.pump(now)?;
+            if self.core.room() == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+        }
+        self.core.write_owned(buf, urgency, now);
         if let Err(e) = self.pump(now) {
             self.deferred_error = Some(e);
         }
         Ok(())
-    }
-
-    /// Queues `buf` with an explicit [`Urgency`]; returns `buf.len()` once accepted.
-    pub fn write_with(&mut self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
-        self.accept(|core, now| core.write(buf, urgency, now))?;
-        Ok(buf.len())
-    }
-
-    /// Queues an owned buffer; large ones are sent from it without another copy.
-    pub fn write_owned(&mut self, buf: Vec<u8>, urgency: Urgency) -> io::Result<()> {
-        self.accept(|core, now| core.write_owned(buf, urgency, now))
     }
 
     /// When the linger deadline of pending output passes, if any (for event loops).
@@ -219,20 +299,79 @@ impl<S: AsFd> NaglessStream<S> {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
         }
-        sys::shutdown(self.inner.as_fd(), how)
+        sys::shutdown(self.fd(), how)
     }
 
-    /// Flushes everything and closes, reporting any error (drop cannot).
-    pub fn close(mut self) -> io::Result<()> {
+    /// Sends everything pending, waiting for a non-blocking socket to become writable as
+    /// often as it takes, then closes the socket. On an error the stream comes back inside
+    /// the error with every unsent byte still queued: nothing is lost.
+    #[allow(clippy::result_large_err)] // the stream comes back by value, as BufWriter's does
+    pub fn close(mut self) -> Result<(), IntoInnerError<Self>> {
+        match self.finish() {
+            Ok(()) => {
+                // Everything was sent: dropping closes the socket without another send.
+                drop(self);
+                Ok(())
+            }
+            Err(error) => Err(IntoInnerError {
+                stream: self,
+                error,
+            }),
+        }
+    }
+
+    /// Flushes everything pending, waiting for socket space when it must.
+    fn finish(&mut self) -> io::Result<()> {
         self.take_deferred()?;
         self.core.close();
-        match self.pump(now())? {
-            Drive::Idle => Ok(()),
-            Drive::Blocked => Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!("{} bytes could not be sent", self.core.pending()),
-            )),
+        while self.pump(now())? == Drive::Blocked {
+            sys::wait_writable(self.fd(), None)?;
         }
+        Ok(())
+    }
+
+    /// Flushes everything and returns the socket; on any error (a non-blocking socket that
+    /// is full gives `WouldBlock`) returns the stream with the unsent bytes and the error.
+    #[allow(clippy::result_large_err)] // as `close`
+    pub fn into_inner(mut self) -> Result<S, IntoInnerError<Self>> {
+        let flushed = self.take_deferred().and_then(|()| {
+            self.core.flush();
+            match self.pump(now())? {
+                Drive::Idle => Ok(()),
+                Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
+            }
+        });
+        match flushed {
+            Ok(()) => Ok(self.into_parts().0),
+            Err(error) => Err(IntoInnerError {
+                stream: self,
+                error,
+            }),
+        }
+    }
+
+    /// Takes the stream apart without sending anything: the socket and the unsent bytes.
+    pub fn into_parts(mut self) -> (S, Vec<u8>) {
+        let bytes = self.core.pending_bytes();
+        // Invariant as in `io`: this is the only place that takes it, and it consumes self.
+        let inner = self.inner.take().expect("stream used after into_parts");
+        (inner, bytes)
+    }
+}
+
+/// Sets `TCP_NODELAY` on TCP sockets; other descriptors (pipes, UNIX sockets) are fine as
+/// they are.
+pub(crate) fn set_nodelay_if_tcp(fd: BorrowedFd<'_>) -> io::Result<()> {
+    match sys::set_nodelay(fd, true) {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOTSOCK | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+            ) =>
+        {
+            Ok(())
+        }
+        other => other,
     }
 }
 
@@ -241,21 +380,11 @@ impl<S: AsFd> Write for NaglessStream<S> {
         self.write_with(buf, Urgency::Normal)
     }
 
-    /// Queues all slices as one message (the last one carries the normal urgency).
+    /// Queues the slices as one message (all but the last marked
+    /// [`Urgency::MoreFollows`]), as many bytes as fit below the high-water mark.
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let total = bufs.iter().map(|b| b.len()).sum();
-        self.accept(|core, now| {
-            for (i, b) in bufs.iter().enumerate() {
-                let last = i + 1 == bufs.len();
-                let urgency = if last {
-                    Urgency::Normal
-                } else {
-                    Urgency::MoreFollows
-                };
-                core.write(b, urgency, now);
-            }
-        })?;
-        Ok(total)
+        self.accept(total, |core, n, now| queue_vectored(core, bufs, n, now))
     }
 
     /// Sends everything pending. On a non-blocking socket that cannot take it all, returns
@@ -270,48 +399,96 @@ impl<S: AsFd> Write for NaglessStream<S> {
     }
 }
 
+/// Queues the first `limit` bytes of `bufs` as one message: every slice but the last one
+/// queued is [`Urgency::MoreFollows`].
+pub(crate) fn queue_vectored(
+    core: &mut Coalescer,
+    bufs: &[IoSlice<'_>],
+    limit: usize,
+    now: Instant,
+) {
+    let mut left = limit;
+    let mut parts = bufs.iter().filter(|b| !b.is_empty()).peekable();
+    while let Some(b) = parts.next() {
+        let take = b.len().min(left);
+        left -= take;
+        let last = left == 0 || parts.peek().is_none();
+        let urgency = if last {
+            Urgency::Normal
+        } else {
+            Urgency::MoreFollows
+        };
+        core.write(&b[..take], urgency, now);
+        if last {
+            break;
+        }
+    }
+}
+
+/// `S`'s `Read` must read the descriptor itself, as `TcpStream`, `UnixStream` and their
+/// references do: with output pending, the input check reads the descriptor directly.
 impl<S: AsFd + Read> Read for NaglessStream<S> {
-    /// Sends pending output first if the read would wait (before-read), then reads.
+    /// Reads; if the read would wait, sends pending output first (before-read).
     ///
-    /// Input already buffered in the kernel is read without flushing: the read cannot wait,
-    /// so output keeps coalescing (pipelined requests answered in one segment). The moment
-    /// a read would wait, everything pending leaves first.
+    /// With output pending, a socket is first read without waiting (`MSG_DONTWAIT`): input
+    /// that is already there is returned without flushing, so output keeps coalescing
+    /// (pipelined requests answered in one segment). The moment a read would wait, everything
+    /// pending leaves first. A send error met here does not hide the input: it is kept for
+    /// the next write, flush or close.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.take_deferred()?;
-        if self.core.pending() > 0 && !self.input_ready() {
-            self.core.before_read();
+        if self.core.pending() > 0 && !buf.is_empty() {
+            self.core.on_input_check();
+            match sys::recv_nowait(self.fd(), buf) {
+                Ok(n) if n > 0 => return Ok(n),
+                // Nothing buffered, or end of input (flush before reporting it).
+                Ok(_) => self.core.before_read(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.core.before_read(),
+                Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK) => {
+                    // Not a socket (a pipe): ask how much is buffered instead.
+                    if sys::readable_bytes(self.fd()).is_none_or(|n| n == 0) {
+                        self.core.before_read();
+                    }
+                }
+                Err(e) => return Err(e),
+            }
         }
         // A non-blocking socket that is full still lets us read; the rest stays queued.
-        self.pump(now())?;
-        self.inner.read(buf)
+        if let Err(e) = self.pump(now()) {
+            if self.deferred_error.is_none() {
+                self.deferred_error = Some(e);
+            }
+        }
+        self.get_mut().read(buf)
     }
 }
 
 impl<S: AsFd> AsFd for NaglessStream<S> {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.as_fd()
+        self.fd()
     }
 }
 
 impl<S: AsFd> AsRawFd for NaglessStream<S> {
     fn as_raw_fd(&self) -> RawFd {
-        self.inner.as_fd().as_raw_fd()
+        self.fd().as_raw_fd()
     }
 }
 
 impl<S: AsFd> Drop for NaglessStream<S> {
     fn drop(&mut self) {
         self.core.close();
-        // Best effort: an error here has nobody to go to.
+        // Best effort (see the type's docs): an error here has nobody to go to.
         let _ = self.pump(now());
     }
 }
 
 impl<S: AsFd> std::fmt::Debug for NaglessStream<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NaglessStream")
-            .field("fd", &self.inner.as_fd().as_raw_fd())
-            .field("pending", &self.core.pending())
+        let mut d = f.debug_struct("NaglessStream");
+        if let Some(io) = &self.inner {
+            d.field("fd", &io.as_fd().as_raw_fd());
+        }
+        d.field("pending", &self.core.pending())
             .field("policy", self.core.policy())
             .finish()
     }

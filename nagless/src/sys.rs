@@ -208,3 +208,33 @@ pub fn readable_bytes(fd: BorrowedFd<'_>) -> Option<usize> {
     let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
     (ret == 0 && n >= 0).then_some(n as usize)
 }
+
+/// `recv` with `MSG_DONTWAIT`: reads what is already buffered, never waits. `WouldBlock` when
+/// nothing is; `ENOTSOCK` on descriptors that are not sockets. Retries `EINTR`.
+pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    retry_eintr(|| {
+        // SAFETY: `buf` is valid for `buf.len()` bytes of writes; fd is borrowed for the call.
+        unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            ) as libc::c_long
+        }
+    })
+}
+
+/// Waits until `fd` can take more output (`poll` for `POLLOUT`), at most `timeout` (`None`:
+/// no limit). Returns false on timeout. Retries `EINTR`.
+pub fn wait_writable(fd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    let ms = timeout.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as libc::c_int);
+    let mut p = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    // SAFETY: `p` is one valid pollfd for the duration of the call.
+    let n = retry_eintr(|| unsafe { libc::poll(&mut p, 1, ms) as libc::c_long })?;
+    Ok(n > 0)
+}

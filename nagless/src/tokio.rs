@@ -1,28 +1,42 @@
 //! The tokio adapter (feature `tokio`): [`NaglessStream`] implements `AsyncRead` and
 //! `AsyncWrite` with the semantics of the std wrapper.
 //!
-//! - `poll_read` sends pending output first (before-read), so write-write-read never stalls.
+//! - `poll_read` sends pending output first when the read would wait (before-read), so
+//!   write-write-read never stalls; input already there is read without flushing.
 //! - **Linger by timer**: when bytes are pending with a deadline, or are due but the socket was
 //!   full, a small background task (spawned on the current runtime, holding only a weak
 //!   reference) sleeps until the deadline and flushes, even while the owning task is busy
-//!   awaiting something else. Errors it meets are returned by the next call on the stream.
+//!   awaiting something else. Errors it meets are returned by the next write, flush or
+//!   shutdown. The runtime must have its time driver (`enable_time`/`enable_all`): making a
+//!   stream on one without it is an error.
+//! - **One socket, several waiters.** A tokio socket wakes only the last task that polled it
+//!   for write readiness, yet the writer, the read half (which flushes before it waits) and the
+//!   timer task all send. The socket is therefore always polled with one fan-out waker that
+//!   wakes every task waiting for socket space, so none of them can be forgotten.
 //! - [`NaglessStream::into_split`] gives halves that share one queue, so the read half still
-//!   flushes what the write half queued.
-//! - Drop flushes best-effort with what the socket takes at once, without waiting.
+//!   flushes what the write half queued; [`WriteHalf::reunite`] puts them back together.
+//! - **Closing**: `shutdown().await` sends everything, then shuts the write side down; errors
+//!   come back from it. Dropping the last handle with bytes still queued hands them to a
+//!   background task that finishes the send (for at most [`DRAIN_LIMIT`]) and then closes the
+//!   socket, as the kernel does with a closed socket's send queue.
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::core::{drive, Coalescer, Drive, Stats, Transport};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::stream::{now, refresh_segment};
+use crate::stream::{now, queue_vectored, refresh_segment, set_nodelay_if_tcp};
 use crate::tcp_info::TcpInfo;
+
+/// Longest time the background task spends finishing the send of a stream dropped with bytes
+/// still queued.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
 /// Sends through `poll_write_vectored`; `Pending` reads as `WouldBlock` to the drive loop,
 /// with the waker of `cx` registered by the inner stream.
@@ -40,24 +54,80 @@ impl<T: AsyncWrite> Transport for PollTransport<'_, '_, T> {
     }
 }
 
+/// The tasks waiting for the socket to take bytes; woken all at once.
+#[derive(Default)]
+struct WriteWaiters(Mutex<Vec<Waker>>);
+
+impl WriteWaiters {
+    fn register(&self, waker: &Waker) {
+        let mut v = lock(&self.0);
+        if !v.iter().any(|w| w.will_wake(waker)) {
+            v.push(waker.clone());
+        }
+    }
+
+    fn unregister(&self, waker: &Waker) {
+        lock(&self.0).retain(|w| !w.will_wake(waker));
+    }
+}
+
+impl Wake for WriteWaiters {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let waiting = std::mem::take(&mut *lock(&self.0));
+        for w in waiting {
+            w.wake();
+        }
+    }
+}
+
 struct Shared<T> {
     io: T,
     core: Coalescer,
     deferred_error: Option<io::Error>,
     flusher_running: bool,
+    /// The runtime the stream was made on has tokio's time driver.
+    has_timer: bool,
+    waiters: Arc<WriteWaiters>,
+    /// Wakes every waiter: the only waker the socket ever sees for write readiness.
+    fanout: Waker,
 }
 
 impl<T: AsyncWrite + Unpin> Shared<T> {
-    fn drive(&mut self, cx: &mut Context<'_>, now: Instant) -> io::Result<Drive> {
+    /// Sends what is due. `waiter`, if given, is woken when the socket has room again should
+    /// the send block (the writer and the timer task wait; a reader does not).
+    fn drive(&mut self, waiter: Option<&Waker>, now: Instant) -> io::Result<Drive> {
+        if self.core.pending() == 0 {
+            return Ok(Drive::Idle);
+        }
+        if let Some(w) = waiter {
+            // Before the send: readiness that arrives after the socket said "full" finds us.
+            self.waiters.register(w);
+        }
+        let fanout = self.fanout.clone();
+        let mut cx = Context::from_waker(&fanout);
         let mut t = PollTransport {
             io: Pin::new(&mut self.io),
-            cx,
+            cx: &mut cx,
         };
-        drive(&mut self.core, &mut t, now)
+        let r = drive(&mut self.core, &mut t, now);
+        if let (Some(w), false) = (waiter, matches!(r, Ok(Drive::Blocked))) {
+            self.waiters.unregister(w);
+        }
+        r
     }
 
     fn take_deferred(&mut self) -> io::Result<()> {
         self.deferred_error.take().map_or(Ok(()), Err)
+    }
+
+    fn defer(&mut self, e: io::Error) {
+        if self.deferred_error.is_none() {
+            self.deferred_error = Some(e);
+        }
     }
 
     /// When the background flusher should next act, if there is anything for it.
@@ -70,8 +140,8 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
     }
 }
 
-/// An async stream whose output is coalesced. Cheap to clone internally: all handles
-/// ([`NaglessStream`], [`ReadHalf`], [`WriteHalf`]) share one queue.
+/// An async stream whose output is coalesced. All handles ([`NaglessStream`], [`ReadHalf`],
+/// [`WriteHalf`]) share one queue.
 pub struct NaglessStream<T: AsyncWrite + Unpin + Send + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
 }
@@ -83,43 +153,70 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl NaglessStream<::tokio::net::TcpStream> {
+    /// Connects to `addr` and wraps the stream with the default policy.
+    pub async fn connect(addr: impl ::tokio::net::ToSocketAddrs) -> io::Result<Self> {
+        Self::new(::tokio::net::TcpStream::connect(addr).await?)
+    }
+
     /// Wraps a tokio TCP stream with the default policy; sets `TCP_NODELAY`.
-    pub fn tcp(stream: ::tokio::net::TcpStream) -> io::Result<Self> {
-        Self::tcp_with_policy(stream, FlushPolicy::default())
+    pub fn new(stream: ::tokio::net::TcpStream) -> io::Result<Self> {
+        Self::with_policy(stream, FlushPolicy::default())
     }
 
     /// Wraps a tokio TCP stream with `policy`; sets `TCP_NODELAY`.
-    pub fn tcp_with_policy(
-        stream: ::tokio::net::TcpStream,
-        policy: FlushPolicy,
-    ) -> io::Result<Self> {
+    pub fn with_policy(stream: ::tokio::net::TcpStream, policy: FlushPolicy) -> io::Result<Self> {
         stream.set_nodelay(true)?;
         let mut core = Coalescer::new(policy);
         refresh_segment(&mut core, stream.as_fd());
-        Ok(Self::from_parts(stream, core))
-    }
-
-    /// A `TCP_INFO` snapshot of the socket (Linux).
-    pub fn tcp_info(&self) -> io::Result<TcpInfo> {
-        TcpInfo::of(&lock(&self.shared).io)
+        Self::from_parts(stream, core)
     }
 }
 
 impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
-    /// Wraps any async stream with `policy` (set `TCP_NODELAY` yourself on TCP sockets).
-    pub fn new(io: T, policy: FlushPolicy) -> Self {
+    /// Wraps any async stream with `policy`. For a socket, [`from_socket`](Self::from_socket)
+    /// also sets `TCP_NODELAY` and reads the MSS.
+    pub fn from_io(io: T, policy: FlushPolicy) -> io::Result<Self> {
         Self::from_parts(io, Coalescer::new(policy))
     }
 
-    fn from_parts(io: T, core: Coalescer) -> Self {
-        Self {
+    /// Wraps an async socket with `policy`; sets `TCP_NODELAY` if it is a TCP socket.
+    pub fn from_socket(io: T, policy: FlushPolicy) -> io::Result<Self>
+    where
+        T: AsFd,
+    {
+        set_nodelay_if_tcp(io.as_fd())?;
+        let mut core = Coalescer::new(policy);
+        refresh_segment(&mut core, io.as_fd());
+        Self::from_parts(io, core)
+    }
+
+    fn from_parts(io: T, core: Coalescer) -> io::Result<Self> {
+        let has_timer = has_time_driver();
+        if !has_timer
+            && core
+                .policy()
+                .linger_deadline()
+                .is_some_and(|d| !d.is_zero())
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "nagless: this tokio runtime has no time driver, which the linger deadline \
+                 needs; build it with enable_time() or enable_all(), or use a policy without \
+                 linger",
+            ));
+        }
+        let waiters = Arc::new(WriteWaiters::default());
+        Ok(Self {
             shared: Arc::new(Mutex::new(Shared {
                 io,
                 core,
                 deferred_error: None,
                 flusher_running: false,
+                has_timer,
+                fanout: Waker::from(Arc::clone(&waiters)),
+                waiters,
             })),
-        }
+        })
     }
 
     /// Splits into a read half and a write half sharing one queue: reading through the read
@@ -130,6 +227,34 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
         drop(self);
         (ReadHalf { shared }, WriteHalf { shared: other })
     }
+}
+
+/// Whether the current runtime has tokio's time driver (true outside a runtime, where no
+/// timer is ever started). The linger timer needs it; a runtime built without it would panic
+/// inside the timer task, so the constructors ask first.
+fn has_time_driver() -> bool {
+    use std::cell::Cell;
+    use std::sync::Once;
+    thread_local!(static PROBING: Cell<bool> = const { Cell::new(false) });
+    static QUIET_PROBE: Once = Once::new();
+    if ::tokio::runtime::Handle::try_current().is_err() {
+        return true;
+    }
+    // tokio offers no query for its time driver, only a panic when a timer is made without
+    // one. Keep that probe's panic message off stderr (only on this thread, only while
+    // probing); every other panic goes to the hook the program had.
+    QUIET_PROBE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !PROBING.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+    PROBING.with(|p| p.set(true));
+    let probe = std::panic::catch_unwind(|| drop(::tokio::time::sleep(Duration::ZERO)));
+    PROBING.with(|p| p.set(false));
+    probe.is_ok()
 }
 
 /// Starts the background flusher if bytes are waiting on a deadline or on socket space.
@@ -163,13 +288,17 @@ async fn flusher<T: AsyncWrite + Unpin + Send + 'static>(weak: Weak<Mutex<Shared
                 }
             }
         };
-        ::tokio::time::sleep_until(::tokio::time::Instant::from_std(wake)).await;
+        // A deadline in the future exists only under a linger policy, which the constructors
+        // allow only on runtimes with a timer.
+        if wake > now() {
+            ::tokio::time::sleep_until(::tokio::time::Instant::from_std(wake)).await;
+        }
         let result = std::future::poll_fn(|cx| {
             let Some(arc) = weak.upgrade() else {
                 return Poll::Ready(Ok(()));
             };
             let mut g = lock(&arc);
-            match g.drive(cx, now()) {
+            match g.drive(Some(cx.waker()), now()) {
                 Ok(Drive::Idle) => Poll::Ready(Ok(())),
                 Ok(Drive::Blocked) => Poll::Pending,
                 Err(e) => Poll::Ready(Err(e)),
@@ -179,7 +308,7 @@ async fn flusher<T: AsyncWrite + Unpin + Send + 'static>(weak: Weak<Mutex<Shared
         if let Err(e) = result {
             if let Some(arc) = weak.upgrade() {
                 let mut g = lock(&arc);
-                g.deferred_error = Some(e);
+                g.defer(e);
                 g.flusher_running = false;
             }
             return;
@@ -187,27 +316,30 @@ async fn flusher<T: AsyncWrite + Unpin + Send + 'static>(weak: Weak<Mutex<Shared
     }
 }
 
+/// Queues as much of one message as fits below the high-water mark; waits (registering the
+/// writer) only when nothing fits.
 fn poll_write_shared<T: AsyncWrite + Unpin + Send + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
     cx: &mut Context<'_>,
-    buf: &[u8],
-    urgency: Urgency,
+    len: usize,
+    queue: impl FnOnce(&mut Coalescer, usize, Instant),
 ) -> Poll<io::Result<usize>> {
     let mut g = lock(arc);
     g.take_deferred()?;
     let now = now();
-    if g.core.over_high_water() {
-        g.drive(cx, now)?;
-        if g.core.over_high_water() {
+    if g.core.room() == 0 && len > 0 {
+        g.drive(Some(cx.waker()), now)?;
+        if g.core.room() == 0 {
             return Poll::Pending;
         }
     }
-    g.core.write(buf, urgency, now);
-    if let Err(e) = g.drive(cx, now) {
-        g.deferred_error = Some(e);
+    let take = len.min(g.core.room());
+    queue(&mut g.core, take, now);
+    if let Err(e) = g.drive(None, now) {
+        g.defer(e);
     }
     ensure_flusher(arc, &mut g, now);
-    Poll::Ready(Ok(buf.len()))
+    Poll::Ready(Ok(take))
 }
 
 fn poll_flush_shared<T: AsyncWrite + Unpin + Send + 'static>(
@@ -222,7 +354,7 @@ fn poll_flush_shared<T: AsyncWrite + Unpin + Send + 'static>(
     } else {
         g.core.flush();
     }
-    match g.drive(cx, now())? {
+    match g.drive(Some(cx.waker()), now())? {
         Drive::Blocked => Poll::Pending,
         Drive::Idle if closing => Pin::new(&mut g.io).poll_shutdown(cx),
         Drive::Idle => Pin::new(&mut g.io).poll_flush(cx),
@@ -235,7 +367,6 @@ fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     buf: &mut ReadBuf<'_>,
 ) -> Poll<io::Result<()>> {
     let mut g = lock(arc);
-    g.take_deferred()?;
     let now = now();
     // Try the read first: input that is already there is read without flushing, so output
     // keeps coalescing; pending output stays bounded by the linger timer.
@@ -250,15 +381,19 @@ fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
         Poll::Ready(Ok(())) | Poll::Pending => {}
     }
     g.core.before_read();
-    // A full socket must not stop us from reading: the flusher finishes the send.
-    g.drive(cx, now)?;
+    // A full socket must not stop us from reading: the flusher finishes the send. A send
+    // error belongs to the writer (the next write, flush or shutdown), not to this read.
+    if let Err(e) = g.drive(None, now) {
+        g.defer(e);
+    }
     ensure_flusher(arc, &mut g, now);
     // Poll again so that the read waker is registered after the flush (and a reply to what
     // we just sent may already be there).
     Pin::new(&mut g.io).poll_read(cx, buf)
 }
 
-/// Best-effort flush on release of the last handle: sends what the socket takes at once.
+/// On release of the last handle: send what the socket takes at once; if bytes remain, a
+/// background task finishes the send (at most [`DRAIN_LIMIT`]) and then drops the socket.
 fn flush_on_drop<T: AsyncWrite + Unpin + Send + 'static>(arc: &Arc<Mutex<Shared<T>>>) {
     // The flusher holds only weak references, so a strong count of 1 means "last handle".
     if Arc::strong_count(arc) != 1 {
@@ -266,25 +401,47 @@ fn flush_on_drop<T: AsyncWrite + Unpin + Send + 'static>(arc: &Arc<Mutex<Shared<
     }
     let mut g = lock(arc);
     g.core.close();
-    let mut cx = Context::from_waker(Waker::noop());
-    let _ = g.drive(&mut cx, now());
+    if !matches!(g.drive(None, now()), Ok(Drive::Blocked)) {
+        return;
+    }
+    let Ok(handle) = ::tokio::runtime::Handle::try_current() else {
+        return; // No runtime to finish it: what the socket took is all that leaves.
+    };
+    let has_timer = g.has_timer;
+    drop(g);
+    let owned = Arc::clone(arc);
+    handle.spawn(async move {
+        let drain = std::future::poll_fn(|cx| match lock(&owned).drive(Some(cx.waker()), now()) {
+            Ok(Drive::Blocked) => Poll::Pending,
+            Ok(Drive::Idle) | Err(_) => Poll::Ready(()),
+        });
+        if has_timer {
+            let _ = ::tokio::time::timeout(DRAIN_LIMIT, drain).await;
+        } else {
+            drain.await;
+        }
+    });
 }
 
 macro_rules! impl_async_write {
     ($ty:ident) => {
         impl<T: AsyncWrite + Unpin + Send + 'static> $ty<T> {
-            /// Queues `buf` with an explicit [`Urgency`] (the async twin of
-            /// [`crate::NaglessStream::write_with`]); waits only past the high-water mark.
+            /// Queues `buf` (or as much as fits below the high-water mark) with an explicit
+            /// [`Urgency`] (the async twin of [`crate::NaglessStream::write_with`]); waits
+            /// only when nothing fits below the high-water mark.
             pub fn poll_write_with(
                 &self,
                 cx: &mut Context<'_>,
                 buf: &[u8],
                 urgency: Urgency,
             ) -> Poll<io::Result<usize>> {
-                poll_write_shared(&self.shared, cx, buf, urgency)
+                poll_write_shared(&self.shared, cx, buf.len(), |core, n, now| {
+                    core.write(&buf[..n], urgency, now)
+                })
             }
 
-            /// Queues `buf` with an explicit [`Urgency`], e.g. `SendNow` for a keepalive.
+            /// Queues `buf` with an explicit [`Urgency`], e.g. `SendNow` for a keepalive;
+            /// returns how many bytes were accepted.
             pub async fn write_with(&self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
                 std::future::poll_fn(|cx| self.poll_write_with(cx, buf, urgency)).await
             }
@@ -300,13 +457,35 @@ macro_rules! impl_async_write {
             }
         }
 
+        impl<T: AsyncWrite + Unpin + Send + 'static + AsFd> $ty<T> {
+            /// A `TCP_INFO` snapshot of the socket (Linux).
+            pub fn tcp_info(&self) -> io::Result<TcpInfo> {
+                TcpInfo::of(&lock(&self.shared).io)
+            }
+        }
+
         impl<T: AsyncWrite + Unpin + Send + 'static> AsyncWrite for $ty<T> {
             fn poll_write(
                 self: Pin<&mut Self>,
                 cx: &mut Context<'_>,
                 buf: &[u8],
             ) -> Poll<io::Result<usize>> {
-                poll_write_shared(&self.shared, cx, buf, Urgency::Normal)
+                self.poll_write_with(cx, buf, Urgency::Normal)
+            }
+            /// Queues the slices as one message, as many bytes as fit below the high-water
+            /// mark: hyper and rustls hand whole responses over this way.
+            fn poll_write_vectored(
+                self: Pin<&mut Self>,
+                cx: &mut Context<'_>,
+                bufs: &[IoSlice<'_>],
+            ) -> Poll<io::Result<usize>> {
+                let total = bufs.iter().map(|b| b.len()).sum();
+                poll_write_shared(&self.shared, cx, total, |core, n, now| {
+                    queue_vectored(core, bufs, n, now)
+                })
+            }
+            fn is_write_vectored(&self) -> bool {
+                true
             }
             fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
                 poll_flush_shared(&self.shared, cx, false)
@@ -345,6 +524,53 @@ pub struct ReadHalf<T: AsyncWrite + Unpin + Send + 'static> {
 /// The write half of a split [`NaglessStream`].
 pub struct WriteHalf<T: AsyncWrite + Unpin + Send + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
+}
+
+/// The halves given to [`WriteHalf::reunite`] came from different streams.
+#[derive(Debug, thiserror::Error)]
+#[error("tried to reunite halves that are not from the same stream")]
+pub struct ReuniteError<T: AsyncWrite + Unpin + Send + 'static>(pub ReadHalf<T>, pub WriteHalf<T>);
+
+impl<T: AsyncWrite + Unpin + Send + 'static> WriteHalf<T> {
+    /// Puts the halves of one [`NaglessStream::into_split`] back together.
+    pub fn reunite(self, read: ReadHalf<T>) -> Result<NaglessStream<T>, ReuniteError<T>> {
+        if !Arc::ptr_eq(&self.shared, &read.shared) {
+            return Err(ReuniteError(read, self));
+        }
+        let shared = Arc::clone(&self.shared);
+        drop(read);
+        drop(self);
+        Ok(NaglessStream { shared })
+    }
+}
+
+impl<T: AsyncWrite + Unpin + Send + 'static> ReadHalf<T> {
+    /// Puts the halves of one [`NaglessStream::into_split`] back together.
+    pub fn reunite(self, write: WriteHalf<T>) -> Result<NaglessStream<T>, ReuniteError<T>> {
+        write.reunite(self)
+    }
+}
+
+impl<T: AsyncWrite + Unpin + Send + 'static> std::fmt::Debug for NaglessStream<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = lock(&self.shared);
+        f.debug_struct("NaglessStream")
+            .field("pending", &g.core.pending())
+            .field("policy", g.core.policy())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: AsyncWrite + Unpin + Send + 'static> std::fmt::Debug for ReadHalf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadHalf { .. }")
+    }
+}
+
+impl<T: AsyncWrite + Unpin + Send + 'static> std::fmt::Debug for WriteHalf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteHalf { .. }")
+    }
 }
 
 impl<T: AsyncWrite + Unpin + Send + 'static> Drop for ReadHalf<T> {

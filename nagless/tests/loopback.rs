@@ -214,7 +214,8 @@ fn nonblocking_backpressure_loses_and_duplicates_nothing() {
         let chunk: Vec<u8> = (sent..sent + 1000).map(|i| (i % 251) as u8).collect();
         match s.write(&chunk) {
             Ok(n) => {
-                assert_eq!(n, chunk.len());
+                // Short writes happen at the high-water mark.
+                assert!(n > 0 && n <= chunk.len());
                 sent += n as u64;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

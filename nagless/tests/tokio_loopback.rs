@@ -50,7 +50,7 @@ async fn nagless_tokio_stream_never_stalls() {
     let (addr, server) = reply_server(ROUNDS).await;
     let tcp = TcpStream::connect(addr).await.unwrap();
     let before = TcpInfo::of(&tcp).unwrap().data_segs_out.unwrap();
-    let mut c = NaglessStream::tcp(tcp).unwrap();
+    let mut c = NaglessStream::new(tcp).unwrap();
     let mut reply = [0u8; 100];
     let mut worst = Duration::ZERO;
     for _ in 0..ROUNDS {
@@ -76,7 +76,7 @@ async fn split_halves_keep_before_read() {
     let tcp = TcpStream::connect(addr).await.unwrap();
     // No linger: only before-read can release the requests.
     let policy = FlushPolicy::default().linger(None);
-    let (mut rd, mut wr) = NaglessStream::tcp_with_policy(tcp, policy)
+    let (mut rd, mut wr) = NaglessStream::with_policy(tcp, policy)
         .unwrap()
         .into_split();
     let mut reply = [0u8; 100];
@@ -100,7 +100,7 @@ async fn linger_fires_by_timer_while_the_task_waits_elsewhere() {
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut peer, _) = listener.accept().await.unwrap();
     let policy = FlushPolicy::default().linger(Some(Duration::from_micros(500)));
-    let mut c = NaglessStream::tcp_with_policy(tcp, policy).unwrap();
+    let mut c = NaglessStream::with_policy(tcp, policy).unwrap();
     c.write_all(b"ping").await.unwrap();
     assert_eq!(c.pending(), 4, "held for coalescing");
     // The writer never touches the stream again; the peer must still get the bytes.
@@ -120,7 +120,7 @@ async fn shutdown_flushes_everything() {
     let addr = listener.local_addr().unwrap();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut peer, _) = listener.accept().await.unwrap();
-    let mut c = NaglessStream::tcp_with_policy(tcp, FlushPolicy::explicit_only()).unwrap();
+    let mut c = NaglessStream::with_policy(tcp, FlushPolicy::explicit_only()).unwrap();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
     let reader = tokio::spawn(async move {
         let mut v = Vec::new();
@@ -140,7 +140,7 @@ async fn send_now_leaves_without_a_flush() {
     let addr = listener.local_addr().unwrap();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut peer, _) = listener.accept().await.unwrap();
-    let c = NaglessStream::tcp_with_policy(tcp, FlushPolicy::explicit_only()).unwrap();
+    let c = NaglessStream::with_policy(tcp, FlushPolicy::explicit_only()).unwrap();
     c.write_with(b"queued ", nagless::Urgency::Normal)
         .await
         .unwrap();
@@ -164,7 +164,7 @@ async fn an_error_met_by_the_timer_flush_is_reported_to_the_next_call() {
     let (peer, _) = listener.accept().await.unwrap();
     drop(peer);
     let policy = FlushPolicy::default().linger(Some(Duration::from_micros(500)));
-    let c = NaglessStream::tcp_with_policy(tcp, policy).unwrap();
+    let c = NaglessStream::with_policy(tcp, policy).unwrap();
     // Only the timer ever sends; the error it meets must surface at a later call.
     let mut failure = None;
     for _ in 0..200 {

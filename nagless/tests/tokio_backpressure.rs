@@ -1,0 +1,251 @@
+//! The tokio adapter under backpressure, at close and on errors: a writer parked in `flush`
+//! is always woken (one socket, several waiting tasks), the linger timer survives a full
+//! socket, a dropped stream still delivers its queue, a read half never takes the write
+//! half's error, and a runtime without a timer is refused up front. 127.0.0.1 and socket
+//! pairs only; every wait has a timeout.
+#![cfg(feature = "tokio")]
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
+use std::io::Read;
+use std::time::Duration;
+
+use nagless::tokio::NaglessStream;
+use nagless::FlushPolicy;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const BULK: usize = 8 << 20;
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8).collect()
+}
+
+/// A std peer on its own thread that reads slowly (64 KiB then a 1 ms nap), then answers
+/// "done" once it has `expect` bytes, then reads to EOF. Returns everything it read.
+fn slow_peer(listener: std::net::TcpListener, expect: usize) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        while got.len() < expect {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "EOF after {} bytes", got.len());
+            got.extend_from_slice(&buf[..n]);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::io::Write::write_all(&mut s, b"done").unwrap();
+        s.read_to_end(&mut got).unwrap();
+        got
+    })
+}
+
+fn listen() -> (std::net::TcpListener, std::net::SocketAddr) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    (l, a)
+}
+
+/// One task: 8 MiB to a slow reader, `flush` must finish; then the linger timer must still
+/// work for a later small burst (it was never starved by the writer's wake-ups).
+async fn one_task() {
+    let (l, addr) = listen();
+    let tail = b"tail after backpressure";
+    let peer = slow_peer(l, BULK + tail.len());
+    let mut s = NaglessStream::new(TcpStream::connect(addr).await.unwrap()).unwrap();
+    let data = pattern(BULK);
+    tokio::time::timeout(LIMIT, async {
+        s.write_all(&data).await.unwrap();
+        s.flush().await.unwrap();
+    })
+    .await
+    .expect("flush under backpressure never finished");
+    // Neither flushed nor followed by a read: only the timer can send this.
+    s.write_all(tail).await.unwrap();
+    let mut done = [0u8; 4];
+    tokio::time::timeout(LIMIT, s.read_exact(&mut done))
+        .await
+        .expect("the peer never got the tail: the linger timer is gone")
+        .unwrap();
+    drop(s);
+    let got = tokio::task::spawn_blocking(move || peer.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got.len(), BULK + tail.len());
+    assert_eq!(&got[..BULK], &data[..]);
+    assert_eq!(&got[BULK..], tail);
+}
+
+/// Two tasks on split halves: the reader waits for "done" (and so drives output whenever it
+/// is polled), the writer writes 8 MiB and flushes. Both must finish.
+async fn split_halves() {
+    let (l, addr) = listen();
+    let peer = slow_peer(l, BULK);
+    let (mut rd, mut wr) = NaglessStream::new(TcpStream::connect(addr).await.unwrap())
+        .unwrap()
+        .into_split();
+    let reader = tokio::spawn(async move {
+        let mut done = [0u8; 4];
+        rd.read_exact(&mut done).await.unwrap();
+        rd
+    });
+    let data = pattern(BULK);
+    let writer = tokio::spawn(async move {
+        wr.write_all(&data).await.unwrap();
+        wr.flush().await.unwrap();
+        wr
+    });
+    let wr = tokio::time::timeout(LIMIT, writer)
+        .await
+        .expect("the writer's flush was never woken")
+        .unwrap();
+    let rd = tokio::time::timeout(LIMIT, reader)
+        .await
+        .expect("the reader never got the answer")
+        .unwrap();
+    let s = wr.reunite(rd).unwrap();
+    drop(s);
+    let got = tokio::task::spawn_blocking(move || peer.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got, pattern(BULK));
+}
+
+#[test]
+fn flush_under_backpressure_finishes_one_task_current_thread() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(one_task());
+}
+
+#[test]
+fn flush_under_backpressure_finishes_one_task_multi_thread() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(one_task());
+}
+
+#[test]
+fn flush_under_backpressure_finishes_split_halves_current_thread() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(split_halves());
+}
+
+#[test]
+fn flush_under_backpressure_finishes_split_halves_multi_thread() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(split_halves());
+}
+
+#[test]
+fn a_runtime_without_a_timer_is_refused_when_the_stream_is_made() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (l, addr) = listen();
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let e = NaglessStream::new(tcp).expect_err("linger needs the time driver");
+        assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("enable_time"), "{e}");
+        // A policy without linger needs no timer, and works.
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let mut s = NaglessStream::with_policy(tcp, FlushPolicy::default().linger(None)).unwrap();
+        s.write_all(b"hello").await.unwrap();
+        s.flush().await.unwrap();
+        let _first = l.accept().unwrap();
+        let (mut peer, _) = l.accept().unwrap();
+        let mut got = [0u8; 5];
+        peer.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hello");
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_stream_with_a_full_queue_still_delivers_every_byte() {
+    let (l, addr) = listen();
+    let peer = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(200)); // let the sender fill up
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        got
+    });
+    let mut s = NaglessStream::with_policy(
+        TcpStream::connect(addr).await.unwrap(),
+        FlushPolicy::explicit_only(),
+    )
+    .unwrap();
+    let data = pattern(BULK);
+    s.write_all(&data).await.unwrap();
+    assert!(s.pending() > 0);
+    drop(s); // no flush, no shutdown: the queue is handed to a background task
+    let got = tokio::time::timeout(
+        LIMIT,
+        tokio::task::spawn_blocking(move || peer.join().unwrap()),
+    )
+    .await
+    .expect("the dropped stream's bytes never all arrived")
+    .unwrap();
+    assert_eq!(got.len(), BULK);
+    assert_eq!(got, data);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_half_leaves_the_write_halfs_error_to_the_writer() {
+    let (ours, mut peer) = tokio::net::UnixStream::pair().unwrap();
+    peer.write_all(b"413 too large").await.unwrap();
+    drop(peer);
+    let (mut rd, mut wr) = NaglessStream::from_io(ours, FlushPolicy::immediate())
+        .unwrap()
+        .into_split();
+    // Accepted; the send fails (EPIPE) and the error is kept for the writer.
+    wr.write_all(b"a large request").await.unwrap();
+    let mut reply = Vec::new();
+    rd.read_to_end(&mut reply).await.unwrap();
+    assert_eq!(reply, b"413 too large");
+    let e = wr.flush().await.expect_err("the writer gets its error");
+    assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectored_writes_are_one_message_and_halves_reunite_only_with_their_own() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let a = NaglessStream::new(TcpStream::connect(addr).await.unwrap()).unwrap();
+    let (mut pa, _) = listener.accept().await.unwrap();
+    let b = NaglessStream::new(TcpStream::connect(addr).await.unwrap()).unwrap();
+    assert!(a.is_write_vectored());
+    let (ra, mut wa) = a.into_split();
+    let (rb, wb) = b.into_split();
+    let before = wa.tcp_info().unwrap().data_segs_out.unwrap();
+    let bufs = [
+        std::io::IoSlice::new(b"HTTP/1.1 200 OK\r\n"),
+        std::io::IoSlice::new(b"content-length: 5\r\n\r\n"),
+        std::io::IoSlice::new(b"hello"),
+    ];
+    let n = wa.write_vectored(&bufs).await.unwrap();
+    assert_eq!(n, 17 + 21 + 5);
+    wa.flush().await.unwrap();
+    let mut got = vec![0u8; n];
+    pa.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got[n - 5..], b"hello");
+    assert_eq!(wa.tcp_info().unwrap().data_segs_out.unwrap() - before, 1);
+    let err = wa.reunite(rb).expect_err("halves of two streams");
+    let (rb, wa) = (err.0, err.1);
+    assert!(wa.reunite(ra).is_ok());
+    assert!(wb.reunite(rb).is_ok());
+}
