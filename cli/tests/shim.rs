@@ -101,6 +101,22 @@ fn run_wwr(rounds: u32, mode: Option<&str>) -> (HashMap<String, i64>, String) {
     (fields(&out), String::from_utf8_lossy(&stderr).into_owned())
 }
 
+/// Whether the system tool `name` is installed. `./scripts/test` (and so CI) installs it; a
+/// plain `cargo test` on a machine without it skips the test with a note, except under CI
+/// (`CI` set), where a missing tool is a failure, never a silent skip.
+fn have_tool(name: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{name} is missing (Debian package {name}; ./scripts/test installs it)"
+        );
+        eprintln!("skipped: {name} is not installed (./scripts/test installs it)");
+    }
+    found
+}
+
 #[test]
 fn c_write_write_read_stalls_plain_and_not_under_the_shim() {
     let (plain, _) = run_wwr(30, None);
@@ -343,6 +359,9 @@ fn http_server_under_wrk(mode: Option<&str>) -> (f64, Option<f64>) {
 
 #[test]
 fn stock_http_server_under_wrk() {
+    if !have_tool("wrk") {
+        return;
+    }
     // CPython can abort at exit when a daemon handler thread still holds stderr's lock
     // ("_enter_buffered_busy", a CPython issue); the shim's exit report is then lost, so a
     // run without one is measured again (at most three times).
