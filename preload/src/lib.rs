@@ -30,5 +30,8 @@
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+#[cfg(not(test))]
 mod interpose;
 mod state;
+#[cfg(not(test))]
+mod sys;

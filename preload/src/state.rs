@@ -1,21 +1,53 @@
-//! Per-descriptor state and the release policy of the shim, in safe code.
+//! The shim's burst policy, in safe code with no libc: which descriptor is held, by whom, and
+//! when it is released. The libc layer (`interpose`) calls it from its hooks and hands it a
+//! [`Kernel`] for the few socket calls it makes, so the policy is unit-tested with a fake.
 //!
-//! Each descriptor has one atomic byte: `MANAGED` (a TCP stream socket we act on) and
-//! `CORKED` (we set `TCP_CORK` for the burst in progress). A burst starts at the first write
-//! on an uncorked managed socket (cork) and ends when the program turns to wait: read,
-//! poll/select/epoll, close, shutdown, fork, exec (uncork), or when the flusher thread finds
-//! it corked for longer than the linger bound. The table is allocated once at start-up;
-//! interposed calls only load, store and compare-and-swap atomics.
+//! **A burst follows the thread that wrote it.** The first write on an idle managed socket
+//! corks it and starts a burst with a new generation number; every thread that writes to it
+//! while it is corked notes `(fd, generation)` in its own short list ([`ThreadBursts`]). The
+//! burst ends when one of those threads turns to wait (poll family, condition variables,
+//! semaphores, sleeps, signal waits, `waitpid`: the libc layer calls
+//! [`Shim::release_thread`]), when any thread reads or closes that socket, or at the linger
+//! bound (the flusher). Another thread's wait never touches it, and a wait costs O(bursts of
+//! this thread), not O(descriptors). A stale list entry (the burst already ended, the
+//! descriptor was closed and reused) carries an old generation and is ignored.
+//!
+//! **Programs that hold bytes themselves** (they set `TCP_CORK`, clear `TCP_NODELAY`, or send
+//! with `MSG_MORE`) already know their moment: such a socket is marked
+//! [`SELF_MANAGED`](Shim::program_holds) and the shim stops holding it.
+//!
+//! **The flusher** ticks every half linger while anything is held, releases bursts older than
+//! the linger bound, and after [`FLUSHER_IDLE`] with nothing held parks until the next burst:
+//! no wake-up per burst, none while idle.
 #![forbid(unsafe_code)]
+// Unit tests build without the libc layer (its hooks would interpose the test runner itself),
+// so the calls only that layer makes look unused there.
+#![cfg_attr(test, allow(dead_code))]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
-use crate::interpose as sys;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::time::Duration;
 
 const MANAGED: u8 = 1;
 const CORKED: u8 = 2;
+const SELF_MANAGED: u8 = 4;
+
+/// How long the flusher keeps ticking with nothing held before it parks.
+pub const FLUSHER_IDLE: Duration = Duration::from_millis(20);
+
+/// Bursts one thread can have open at once; a thread that opens more releases its oldest.
+pub const THREAD_BURSTS: usize = 16;
+
+/// The socket calls the policy needs, provided by the libc layer (or a fake in tests).
+pub trait Kernel {
+    /// Whether `fd` is a TCP stream socket over IPv4 or IPv6.
+    fn is_tcp_stream(&self, fd: i32) -> bool;
+    /// Sets `TCP_NODELAY`.
+    fn set_nodelay(&self, fd: i32) -> bool;
+    /// Sets or clears `TCP_CORK`; false if the kernel refused.
+    fn set_cork(&self, fd: i32, on: bool) -> bool;
+    /// Microseconds on a monotonic clock.
+    fn now_us(&self) -> u64;
+}
 
 /// How the shim treats managed sockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,12 +57,33 @@ pub enum Mode {
     /// Cork each burst, release only when the program reads this socket or polls
     /// (libautocork's rule; the kernel's ~200 ms cork limit bounds the rest).
     Cork,
-    /// Cork each burst; release before any wait, and within the linger bound by the flusher.
+    /// Cork each burst; release when a writing thread waits, and within the linger bound.
     Nagless,
 }
 
+impl Mode {
+    /// Parses `NAGLESS_MODE`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "nagless" => Some(Mode::Nagless),
+            "cork" => Some(Mode::Cork),
+            "nodelay" => Some(Mode::Nodelay),
+            _ => None,
+        }
+    }
+
+    /// The name `parse` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Nodelay => "nodelay",
+            Mode::Cork => "cork",
+            Mode::Nagless => "nagless",
+        }
+    }
+}
+
 /// Settings read from the environment at start-up.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Config {
     /// The mode.
     pub mode: Mode,
@@ -38,8 +91,52 @@ pub struct Config {
     pub linger: Duration,
     /// Print statistics at exit.
     pub stats: bool,
-    /// Debug trace file descriptor, if `NAGLESS_LOG` named one.
-    pub log_fd: Option<i32>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mode: Mode::Nagless,
+            linger: DEFAULT_LINGER,
+            stats: false,
+        }
+    }
+}
+
+/// Linger bound when `NAGLESS_LINGER_US` is not set.
+pub const DEFAULT_LINGER: Duration = Duration::from_micros(1000);
+
+/// The accepted range of `NAGLESS_LINGER_US`, µs.
+pub const LINGER_RANGE_US: std::ops::RangeInclusive<u64> = 50..=100_000;
+
+impl Config {
+    /// Reads `NAGLESS_MODE`, `NAGLESS_LINGER_US` and `NAGLESS_STATS` through `var`. A value
+    /// that does not parse keeps the default and is named in the returned complaints (the
+    /// shim cannot refuse to run; `nagless run` checks the same values and exits 2).
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut c = Config::default();
+        let mut bad = Vec::new();
+        if let Some(m) = var("NAGLESS_MODE") {
+            match Mode::parse(&m) {
+                Some(mode) => c.mode = mode,
+                None => bad.push(format!(
+                    "NAGLESS_MODE={m:?} is not nagless, cork or nodelay"
+                )),
+            }
+        }
+        if let Some(v) = var("NAGLESS_LINGER_US") {
+            match v.parse::<u64>() {
+                Ok(us) if LINGER_RANGE_US.contains(&us) => c.linger = Duration::from_micros(us),
+                _ => bad.push(format!(
+                    "NAGLESS_LINGER_US={v:?} is not a number of µs in {}..={}",
+                    LINGER_RANGE_US.start(),
+                    LINGER_RANGE_US.end()
+                )),
+            }
+        }
+        c.stats = var("NAGLESS_STATS").is_some_and(|v| !v.is_empty() && v != "0");
+        (c, bad)
+    }
 }
 
 /// Counters reported by `--stats`.
@@ -49,298 +146,605 @@ pub struct Stats {
     pub sockets: AtomicU64,
     /// Bursts (cork .. uncork cycles).
     pub bursts: AtomicU64,
-    /// Writes on managed sockets while corked.
+    /// Writes on managed sockets while the shim held them.
     pub writes: AtomicU64,
     /// Bursts released by the flusher's linger bound.
     pub linger_releases: AtomicU64,
+    /// Sockets left to the program's own TCP_CORK / MSG_MORE / Nagle choice.
+    pub self_managed: AtomicU64,
     /// Data segments sent by managed sockets, summed at close (TCP_INFO).
     pub data_segs: AtomicU64,
     /// Payload bytes sent by managed sockets, summed at close (TCP_INFO).
     pub bytes: AtomicU64,
 }
 
-/// The shim's global state.
+/// The bursts one thread has written to and not yet seen released: `(fd, generation)`.
+#[derive(Debug, Clone, Copy)]
+pub struct ThreadBursts {
+    entries: [(i32, u32); THREAD_BURSTS],
+    len: usize,
+}
+
+impl ThreadBursts {
+    /// An empty list (const, for a `thread_local!`).
+    pub const fn new() -> Self {
+        ThreadBursts {
+            entries: [(-1, 0); THREAD_BURSTS],
+            len: 0,
+        }
+    }
+
+    /// Entries in the list.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the thread holds nothing.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Default for ThreadBursts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per-descriptor state.
+#[derive(Default)]
+struct Slot {
+    flags: AtomicU8,
+    /// Generation of the burst in progress (or of the last one).
+    generation: AtomicU32,
+    corked_at_us: AtomicU64,
+}
+
+/// The shim's state: one slot per descriptor, counters, and the flusher's bookkeeping.
 pub struct Shim {
     /// Settings.
     pub config: Config,
-    fds: Box<[AtomicU8]>,
-    corked_at_us: Box<[AtomicU64]>,
-    /// Highest descriptor ever managed, plus one: the range scans cover.
+    slots: Box<[Slot]>,
+    /// Highest descriptor ever managed, plus one: the flusher's scan covers this range.
     high: AtomicUsize,
-    corked: AtomicUsize,
+    /// Bursts in progress; the flusher parks on this word when it is zero.
+    corked: AtomicU32,
+    /// The flusher is parked (waiting on `corked`): the next burst must wake it.
+    flusher_parked: AtomicBool,
+    /// The process has no flusher (not started yet, or a forked child): start one.
+    flusher_missing: AtomicBool,
     /// Counters.
     pub stats: Stats,
-    epoch: Instant,
-    flusher: OnceLock<std::thread::Thread>,
-    flusher_started: AtomicBool,
 }
 
-static SHIM: OnceLock<Shim> = OnceLock::new();
-
-/// The shim, once initialised.
-pub fn shim() -> Option<&'static Shim> {
-    SHIM.get()
-}
-
-fn env_mode() -> Mode {
-    match std::env::var("NAGLESS_MODE").as_deref() {
-        Ok("nodelay") => Mode::Nodelay,
-        Ok("cork") => Mode::Cork,
-        _ => Mode::Nagless,
-    }
-}
-
-/// Most descriptors the table covers; higher ones are left alone.
-const MAX_FDS: usize = 1 << 20;
-
-/// Reads the configuration and allocates the table (start-up only).
-pub fn init() {
-    let linger_us = std::env::var("NAGLESS_LINGER_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .unwrap_or(1000)
-        .clamp(50, 100_000);
-    let log_fd = std::env::var("NAGLESS_LOG")
-        .ok()
-        .and_then(|p| sys::open_log(&p));
-    let size = sys::fd_limit().clamp(1024, MAX_FDS);
-    let config = Config {
-        mode: env_mode(),
-        linger: Duration::from_micros(linger_us),
-        stats: std::env::var_os("NAGLESS_STATS").is_some(),
-        log_fd,
-    };
-    let state = Shim {
-        config,
-        fds: (0..size).map(|_| AtomicU8::new(0)).collect(),
-        corked_at_us: (0..size).map(|_| AtomicU64::new(0)).collect(),
-        high: AtomicUsize::new(0),
-        corked: AtomicUsize::new(0),
-        stats: Stats::default(),
-        epoch: Instant::now(),
-        flusher: OnceLock::new(),
-        flusher_started: AtomicBool::new(false),
-    };
-    if SHIM.set(state).is_ok() {
-        if let Some(s) = shim() {
-            s.start_flusher();
-        }
-    }
+/// What the flusher should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlusherStep {
+    /// Sleep this long, then call [`Shim::flusher_tick`] again.
+    Sleep(Duration),
+    /// Nothing held for a while: wait on [`Shim::park_word`] while it reads 0.
+    Park,
 }
 
 impl Shim {
-    fn slot(&self, fd: i32) -> Option<&AtomicU8> {
-        usize::try_from(fd).ok().and_then(|i| self.fds.get(i))
-    }
-
-    fn now_us(&self) -> u64 {
-        self.epoch.elapsed().as_micros() as u64
-    }
-
-    /// Writes a debug line if `NAGLESS_LOG` is set.
-    pub fn log(&self, args: std::fmt::Arguments<'_>) {
-        if let Some(fd) = self.config.log_fd {
-            let pid = std::process::id();
-            let now = self.now_us();
-            write_formatted(fd, format_args!("nagless[{pid}] {now:>10} us {args}\n"));
+    /// A shim covering descriptors `0..size`.
+    pub fn new(config: Config, size: usize) -> Shim {
+        Shim {
+            config,
+            slots: (0..size).map(|_| Slot::default()).collect(),
+            high: AtomicUsize::new(0),
+            corked: AtomicU32::new(0),
+            flusher_parked: AtomicBool::new(false),
+            flusher_missing: AtomicBool::new(true),
+            stats: Stats::default(),
         }
+    }
+
+    fn slot(&self, fd: i32) -> Option<&Slot> {
+        usize::try_from(fd).ok().and_then(|i| self.slots.get(i))
     }
 
     /// Whether `fd` is a socket we manage.
     pub fn is_managed(&self, fd: i32) -> bool {
         self.slot(fd)
-            .is_some_and(|s| s.load(Relaxed) & MANAGED != 0)
+            .is_some_and(|s| s.flags.load(Relaxed) & MANAGED != 0)
     }
 
-    /// A new descriptor exists: manage it if it is a TCP stream socket.
-    pub fn adopt(&self, fd: i32) {
+    /// Whether the shim currently holds a burst on `fd`.
+    #[cfg(test)]
+    pub fn is_corked(&self, fd: i32) -> bool {
+        self.slot(fd)
+            .is_some_and(|s| s.flags.load(Relaxed) & CORKED != 0)
+    }
+
+    /// Bursts in progress.
+    #[cfg(test)]
+    pub fn held(&self) -> u32 {
+        self.corked.load(Acquire)
+    }
+
+    /// A new descriptor exists (socket, accept, connect of an unseen one): manage it if it
+    /// is a TCP stream socket. A slot that still says "corked" belonged to a descriptor closed
+    /// behind libc's back (a raw `close` syscall): its count is given back.
+    pub fn adopt(&self, k: &impl Kernel, fd: i32) {
         let Some(slot) = self.slot(fd) else { return };
-        if !sys::is_tcp_stream(fd) {
-            slot.store(0, Relaxed);
+        let old = slot.flags.swap(0, AcqRel);
+        if old & CORKED != 0 {
+            self.corked.fetch_sub(1, AcqRel);
+        }
+        slot.generation.fetch_add(1, AcqRel);
+        if !k.is_tcp_stream(fd) {
             return;
         }
-        slot.store(MANAGED, Relaxed);
+        slot.flags.store(MANAGED, Release);
         self.high.fetch_max(fd as usize + 1, Relaxed);
         self.stats.sockets.fetch_add(1, Relaxed);
         // Setting NODELAY makes every release immediate; errors leave the socket as it was.
-        let _ = sys::set_nodelay(fd);
-        self.log(format_args!("adopt fd {fd}"));
+        k.set_nodelay(fd);
     }
 
-    /// The program writes to `fd`: start a burst if none is in progress.
-    pub fn before_write(&self, fd: i32) {
-        if self.config.mode == Mode::Nodelay {
-            return;
-        }
+    /// The program set `TCP_CORK`, cleared `TCP_NODELAY` or sent with `MSG_MORE` on `fd`:
+    /// it holds bytes itself, so the shim ends its own burst there and holds it no more.
+    pub fn program_holds(&self, k: &impl Kernel, fd: i32) {
         let Some(slot) = self.slot(fd) else { return };
-        let state = slot.load(Relaxed);
-        if state & MANAGED == 0 {
+        let flags = slot.flags.load(Acquire);
+        if flags & MANAGED == 0 || flags & SELF_MANAGED != 0 {
             return;
         }
-        if state & CORKED != 0 {
-            self.stats.writes.fetch_add(1, Relaxed);
-            return;
+        self.release(k, fd);
+        if slot.flags.fetch_or(SELF_MANAGED, AcqRel) & SELF_MANAGED == 0 {
+            self.stats.self_managed.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The calling thread writes to `fd`: start a burst if none is in progress, and note it in
+    /// the thread's list. Returns true when the flusher must be woken or started.
+    pub fn before_write(&self, k: &impl Kernel, fd: i32, mine: &mut ThreadBursts) -> bool {
+        if self.config.mode == Mode::Nodelay {
+            return false;
+        }
+        let Some(slot) = self.slot(fd) else {
+            return false;
+        };
+        let flags = slot.flags.load(Acquire);
+        if flags & MANAGED == 0 || flags & SELF_MANAGED != 0 {
+            return false;
+        }
+        self.stats.writes.fetch_add(1, Relaxed);
+        if flags & CORKED != 0 {
+            self.note(k, mine, fd, slot.generation.load(Acquire));
+            return false;
         }
         // Cork first, then publish: the flusher never uncorks a socket before it is corked.
-        if sys::set_cork(fd, true).is_err() {
+        if !k.set_cork(fd, true) {
+            return false;
+        }
+        let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
+        slot.corked_at_us.store(k.now_us(), Relaxed);
+        if slot.flags.fetch_or(CORKED, AcqRel) & CORKED != 0 {
+            // Another thread started the same burst at the same moment: join it.
+            self.note(k, mine, fd, slot.generation.load(Acquire));
+            return false;
+        }
+        self.stats.bursts.fetch_add(1, Relaxed);
+        self.note(k, mine, fd, generation);
+        let first = self.corked.fetch_add(1, AcqRel) == 0;
+        self.flusher_missing.load(Acquire) || (first && self.flusher_parked.load(Acquire))
+    }
+
+    fn note(&self, k: &impl Kernel, mine: &mut ThreadBursts, fd: i32, generation: u32) {
+        if mine.entries[..mine.len].contains(&(fd, generation)) {
             return;
         }
-        self.corked_at_us[fd as usize].store(self.now_us(), Relaxed);
-        if slot.fetch_or(CORKED, AcqRel) & CORKED == 0 {
-            self.stats.bursts.fetch_add(1, Relaxed);
-            self.stats.writes.fetch_add(1, Relaxed);
-            if self.corked.fetch_add(1, AcqRel) == 0 {
-                if let Some(t) = self.flusher.get() {
-                    t.unpark();
-                }
-            }
+        if mine.len == THREAD_BURSTS {
+            // Full: the oldest burst of this thread leaves now.
+            let (old_fd, old_gen) = mine.entries[0];
+            self.release_generation(k, old_fd, old_gen);
+            mine.entries.copy_within(1.., 0);
+            mine.len -= 1;
+        }
+        mine.entries[mine.len] = (fd, generation);
+        mine.len += 1;
+    }
+
+    /// The calling thread turns to wait: end every burst it wrote to.
+    pub fn release_thread(&self, k: &impl Kernel, mine: &mut ThreadBursts) {
+        for &(fd, generation) in &mine.entries[..mine.len] {
+            self.release_generation(k, fd, generation);
+        }
+        mine.len = 0;
+    }
+
+    fn release_generation(&self, k: &impl Kernel, fd: i32, generation: u32) {
+        if self
+            .slot(fd)
+            .is_some_and(|s| s.generation.load(Acquire) == generation)
+        {
+            self.release(k, fd);
         }
     }
 
-    /// Ends the burst on `fd`, if one is in progress.
-    pub fn release(&self, fd: i32) {
-        let Some(slot) = self.slot(fd) else { return };
-        if slot.load(Relaxed) & CORKED == 0 {
-            return;
+    /// Ends the burst on `fd`, whoever started it (the program reads, shuts down or closes it).
+    pub fn release(&self, k: &impl Kernel, fd: i32) -> bool {
+        let Some(slot) = self.slot(fd) else {
+            return false;
+        };
+        if slot.flags.load(Relaxed) & CORKED == 0 {
+            return false;
         }
-        if slot.fetch_and(!CORKED, AcqRel) & CORKED != 0 {
-            self.corked.fetch_sub(1, AcqRel);
-            // With NODELAY on, uncorking sends the held tail at once.
-            let _ = sys::set_cork(fd, false);
+        if slot.flags.fetch_and(!CORKED, AcqRel) & CORKED == 0 {
+            return false;
         }
+        self.corked.fetch_sub(1, AcqRel);
+        // With NODELAY on, uncorking sends the held tail at once.
+        k.set_cork(fd, false);
+        true
     }
 
-    /// The program is about to wait (poll, select, epoll, fork, exec): end every burst.
-    pub fn release_all(&self) {
+    /// Ends every burst of the process (fork, exec, exit): O(descriptors), for rare events.
+    pub fn release_all(&self, k: &impl Kernel) {
         if self.corked.load(Acquire) == 0 {
             return;
         }
-        let high = self.high.load(Relaxed).min(self.fds.len());
-        for fd in 0..high {
-            self.release(fd as i32);
+        for fd in 0..self.high.load(Relaxed).min(self.slots.len()) {
+            self.release(k, fd as i32);
         }
     }
 
-    /// Ends bursts older than the linger bound (the flusher's pass).
-    fn release_old(&self) {
-        let high = self.high.load(Relaxed).min(self.fds.len());
-        let limit = self.config.linger.as_micros() as u64;
-        let now = self.now_us();
-        for fd in 0..high {
-            if self.fds[fd].load(Relaxed) & CORKED != 0
-                && now.saturating_sub(self.corked_at_us[fd].load(Relaxed)) >= limit
-            {
-                self.release(fd as i32);
-                self.stats.linger_releases.fetch_add(1, Relaxed);
-            }
+    /// `fd` is being closed: end its burst and forget it. Returns whether it was managed (the
+    /// caller then counts what it sent).
+    pub fn forget(&self, k: &impl Kernel, fd: i32) -> bool {
+        let Some(slot) = self.slot(fd) else {
+            return false;
+        };
+        if slot.flags.load(Relaxed) & MANAGED == 0 {
+            return false;
         }
+        self.release(k, fd);
+        slot.flags.store(0, Release);
+        slot.generation.fetch_add(1, AcqRel);
+        true
     }
 
-    /// `fd` is being closed: end its burst and count what it sent.
-    pub fn forget(&self, fd: i32) {
-        let Some(slot) = self.slot(fd) else { return };
-        if slot.load(Relaxed) & MANAGED == 0 {
-            return;
-        }
-        self.release(fd);
-        self.account(fd);
-        slot.store(0, Relaxed);
-    }
-
-    fn account(&self, fd: i32) {
-        if let Some((segs, bytes)) = sys::sent_counters(fd) {
-            self.stats.data_segs.fetch_add(segs, Relaxed);
-            self.stats.bytes.fetch_add(bytes, Relaxed);
-        }
-    }
-
-    /// `new` now refers to what `old` refers to (dup2/dup3).
-    pub fn duplicate(&self, old: i32, new: i32) {
+    /// `new` now refers to what `old` refers to (dup, dup2, dup3).
+    pub fn duplicate(&self, k: &impl Kernel, old: i32, new: i32) {
         if old == new {
             return;
         }
-        self.forget(new);
-        if self.is_managed(old) {
-            if let Some(slot) = self.slot(new) {
-                // The duplicate shares the socket; the burst stays tracked on `old`.
-                slot.store(MANAGED, Relaxed);
-                self.high.fetch_max(new as usize + 1, Relaxed);
-            }
-        }
-    }
-
-    /// In a child after fork: the flusher thread does not exist there; start a new one.
-    pub fn after_fork_child(&'static self) {
-        self.flusher_started.store(false, Relaxed);
-        self.start_flusher();
-    }
-
-    fn start_flusher(&'static self) {
-        if self.config.mode != Mode::Nagless || self.flusher_started.swap(true, AcqRel) {
+        self.forget(k, new);
+        let (Some(from), Some(to)) = (self.slot(old), self.slot(new)) else {
             return;
-        }
-        let spawned = std::thread::Builder::new()
-            .name("nagless-flusher".into())
-            .stack_size(64 * 1024)
-            .spawn(move || self.flusher_loop());
-        if let Ok(handle) = spawned {
-            let _ = self.flusher.set(handle.thread().clone());
-        }
-    }
-
-    fn flusher_loop(&self) {
-        loop {
-            if self.corked.load(Acquire) == 0 {
-                std::thread::park_timeout(Duration::from_millis(100));
-                continue;
-            }
-            std::thread::sleep(self.config.linger / 2);
-            self.release_old();
-        }
-    }
-
-    /// Prints the counters to stderr (at exit, with `--stats`).
-    pub fn print_stats(&self) {
-        // Processes that never touched a TCP socket (shells, helpers) stay quiet.
-        if !self.config.stats || self.stats.sockets.load(Relaxed) == 0 {
-            return;
-        }
-        let high = self.high.load(Relaxed).min(self.fds.len());
-        for fd in 0..high {
-            if self.fds[fd].load(Relaxed) & MANAGED != 0 {
-                self.account(fd as i32);
-            }
-        }
-        let s = &self.stats;
-        let bursts = s.bursts.load(Relaxed);
-        let writes = s.writes.load(Relaxed);
-        let mode = match self.config.mode {
-            Mode::Nodelay => "nodelay",
-            Mode::Cork => "cork",
-            Mode::Nagless => "nagless",
         };
-        write_formatted(
-            2,
-            format_args!(
-                "nagless stats: pid {} mode {mode}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced), {} released by linger, {} data segments, {} bytes sent\n",
-                std::process::id(),
-                s.sockets.load(Relaxed),
-                writes.saturating_sub(bursts),
-                s.linger_releases.load(Relaxed),
-                s.data_segs.load(Relaxed),
-                s.bytes.load(Relaxed),
-            ),
-        );
+        let flags = from.flags.load(Acquire);
+        if flags & MANAGED != 0 {
+            // The duplicate shares the socket; the burst stays tracked on `old`.
+            to.flags.store(flags & (MANAGED | SELF_MANAGED), Release);
+            self.high.fetch_max(new as usize + 1, Relaxed);
+        }
+    }
+
+    /// In a child after fork: it has no flusher thread (the next burst starts one) and
+    /// inherits no burst (the parent released them before forking).
+    pub fn after_fork_child(&self) {
+        self.flusher_parked.store(false, Release);
+        self.flusher_missing.store(true, Release);
+    }
+
+    /// The libc layer is about to start the flusher; false if one runs already.
+    pub fn claim_flusher_start(&self) -> bool {
+        self.config.mode == Mode::Nagless && self.flusher_missing.swap(false, AcqRel)
+    }
+
+    /// The word the parked flusher waits on (it sleeps while it reads 0).
+    pub fn park_word(&self) -> &AtomicU32 {
+        &self.corked
+    }
+
+    /// One pass of the flusher: release bursts older than the linger bound; say what to do
+    /// next. `idle_for` is how long nothing has been held (kept by the caller).
+    pub fn flusher_tick(&self, k: &impl Kernel, idle_for: &mut Duration) -> FlusherStep {
+        let tick = self.config.linger / 2;
+        if self.corked.load(Acquire) == 0 {
+            *idle_for += tick;
+            if *idle_for >= FLUSHER_IDLE {
+                *idle_for = Duration::ZERO;
+                self.flusher_parked.store(true, Release);
+                // A burst that started just before we said "parked" must not be slept on.
+                if self.corked.load(Acquire) != 0 {
+                    self.flusher_parked.store(false, Release);
+                    return FlusherStep::Sleep(tick);
+                }
+                return FlusherStep::Park;
+            }
+            return FlusherStep::Sleep(tick);
+        }
+        *idle_for = Duration::ZERO;
+        let limit = self.config.linger.as_micros() as u64;
+        let now = k.now_us();
+        for fd in 0..self.high.load(Relaxed).min(self.slots.len()) {
+            let slot = &self.slots[fd];
+            if slot.flags.load(Relaxed) & CORKED != 0
+                && now.saturating_sub(slot.corked_at_us.load(Relaxed)) >= limit
+                && self.release(k, fd as i32)
+            {
+                self.stats.linger_releases.fetch_add(1, Relaxed);
+            }
+        }
+        FlusherStep::Sleep(tick)
+    }
+
+    /// The flusher woke from parking.
+    pub fn flusher_unparked(&self) {
+        self.flusher_parked.store(false, Release);
+    }
+
+    /// Descriptors that are managed now (for the exit report).
+    pub fn managed_fds(&self) -> impl Iterator<Item = i32> + '_ {
+        (0..self.high.load(Relaxed).min(self.slots.len()))
+            .filter(|&fd| self.slots[fd].flags.load(Relaxed) & MANAGED != 0)
+            .map(|fd| fd as i32)
     }
 }
 
-/// Formats into a stack buffer (no allocation: this runs inside interposed calls) and writes
-/// the result to `fd`; anything beyond 512 bytes is cut.
-fn write_formatted(fd: i32, args: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let mut buf = [0u8; 512];
-    let mut c = std::io::Cursor::new(&mut buf[..]);
-    let _ = c.write_fmt(args);
-    let n = c.position() as usize;
-    sys::write_all_raw(fd, &buf[..n]);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::{Cell, RefCell};
+
+    /// A fake kernel: every descriptor below 100 is a TCP socket; records cork calls.
+    #[derive(Default)]
+    struct Fake {
+        corked: RefCell<Vec<i32>>,
+        cork_calls: Cell<u32>,
+        uncork_calls: Cell<u32>,
+        now: Cell<u64>,
+        refuse_cork: Cell<bool>,
+    }
+
+    impl Kernel for Fake {
+        fn is_tcp_stream(&self, fd: i32) -> bool {
+            fd < 100
+        }
+        fn set_nodelay(&self, _: i32) -> bool {
+            true
+        }
+        fn set_cork(&self, fd: i32, on: bool) -> bool {
+            if self.refuse_cork.get() {
+                return false;
+            }
+            let mut c = self.corked.borrow_mut();
+            if on {
+                self.cork_calls.set(self.cork_calls.get() + 1);
+                c.push(fd);
+            } else {
+                self.uncork_calls.set(self.uncork_calls.get() + 1);
+                c.retain(|&x| x != fd);
+            }
+            true
+        }
+        fn now_us(&self) -> u64 {
+            self.now.get()
+        }
+    }
+
+    fn shim() -> (Shim, Fake) {
+        let s = Shim::new(Config::default(), 256);
+        let k = Fake::default();
+        for fd in [3, 4, 5, 6, 150] {
+            s.adopt(&k, fd);
+        }
+        (s, k)
+    }
+
+    #[test]
+    fn a_burst_is_one_cork_and_ends_when_its_writer_waits() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        for _ in 0..10 {
+            s.before_write(&k, 3, &mut t);
+        }
+        assert_eq!(k.cork_calls.get(), 1);
+        assert!(s.is_corked(3));
+        s.release_thread(&k, &mut t);
+        assert!(!s.is_corked(3));
+        assert_eq!(k.uncork_calls.get(), 1);
+        assert_eq!(s.held(), 0);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn another_threads_wait_leaves_the_burst_alone() {
+        let (s, k) = shim();
+        let (mut writer, mut poller) = (ThreadBursts::new(), ThreadBursts::new());
+        s.before_write(&k, 3, &mut writer);
+        s.release_thread(&k, &mut poller);
+        assert!(s.is_corked(3), "a wait in another thread split the burst");
+        s.before_write(&k, 3, &mut writer);
+        s.release_thread(&k, &mut writer);
+        assert!(!s.is_corked(3));
+        assert_eq!(k.cork_calls.get(), 1);
+    }
+
+    #[test]
+    fn every_thread_that_wrote_to_a_burst_can_end_it() {
+        let (s, k) = shim();
+        let (mut a, mut b) = (ThreadBursts::new(), ThreadBursts::new());
+        s.before_write(&k, 4, &mut a);
+        s.before_write(&k, 4, &mut b);
+        s.release_thread(&k, &mut b);
+        assert!(!s.is_corked(4));
+        // A's stale entry must not end the next burst, started by someone else.
+        let mut c = ThreadBursts::new();
+        s.before_write(&k, 4, &mut c);
+        s.release_thread(&k, &mut a);
+        assert!(s.is_corked(4), "a stale entry released a newer burst");
+    }
+
+    #[test]
+    fn reading_the_socket_ends_its_burst_whoever_wrote_it() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        s.before_write(&k, 5, &mut t);
+        assert!(s.release(&k, 5));
+        assert!(!s.release(&k, 5));
+        assert_eq!(s.held(), 0);
+    }
+
+    #[test]
+    fn a_closed_and_reused_descriptor_is_not_released_by_an_old_entry() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        s.before_write(&k, 6, &mut t);
+        // Closed behind libc's back (raw syscall), then the number is reused by accept.
+        s.adopt(&k, 6);
+        assert_eq!(s.held(), 0, "the lost burst's count was given back");
+        let mut other = ThreadBursts::new();
+        s.before_write(&k, 6, &mut other);
+        s.release_thread(&k, &mut t);
+        assert!(s.is_corked(6));
+    }
+
+    #[test]
+    fn a_thread_with_too_many_bursts_releases_its_oldest() {
+        let s = Shim::new(Config::default(), 256);
+        let k = Fake::default();
+        let mut t = ThreadBursts::new();
+        for fd in 10..10 + THREAD_BURSTS as i32 + 1 {
+            s.adopt(&k, fd);
+            s.before_write(&k, fd, &mut t);
+        }
+        assert!(!s.is_corked(10));
+        assert!(s.is_corked(11));
+        assert_eq!(t.len(), THREAD_BURSTS);
+        s.release_thread(&k, &mut t);
+        assert_eq!(s.held(), 0);
+    }
+
+    #[test]
+    fn programs_that_hold_bytes_themselves_are_left_alone() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        s.before_write(&k, 3, &mut t);
+        s.program_holds(&k, 3);
+        assert!(!s.is_corked(3));
+        s.before_write(&k, 3, &mut t);
+        assert!(!s.is_corked(3));
+        assert_eq!(k.cork_calls.get(), 1);
+        // A dup of it inherits the choice.
+        s.duplicate(&k, 3, 20);
+        s.before_write(&k, 20, &mut t);
+        assert!(!s.is_corked(20));
+    }
+
+    #[test]
+    fn unmanaged_descriptors_and_nodelay_mode_are_never_corked() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        s.before_write(&k, 150, &mut t); // not a TCP socket in the fake
+        s.before_write(&k, 7, &mut t); // never adopted
+        s.before_write(&k, 9999, &mut t); // beyond the table
+        assert_eq!(k.cork_calls.get(), 0);
+        let n = Shim::new(
+            Config {
+                mode: Mode::Nodelay,
+                ..Config::default()
+            },
+            16,
+        );
+        n.adopt(&k, 3);
+        n.before_write(&k, 3, &mut t);
+        assert_eq!(k.cork_calls.get(), 0);
+    }
+
+    #[test]
+    fn a_refused_cork_holds_nothing() {
+        let (s, k) = shim();
+        k.refuse_cork.set(true);
+        let mut t = ThreadBursts::new();
+        s.before_write(&k, 3, &mut t);
+        assert!(!s.is_corked(3));
+        assert_eq!(s.held(), 0);
+    }
+
+    #[test]
+    fn the_flusher_releases_old_bursts_and_parks_when_idle() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        let mut idle = Duration::ZERO;
+        // The first burst asks for a flusher (none runs yet).
+        assert!(s.before_write(&k, 3, &mut t));
+        assert!(s.claim_flusher_start());
+        assert!(!s.claim_flusher_start());
+        k.now.set(400);
+        assert_eq!(
+            s.flusher_tick(&k, &mut idle),
+            FlusherStep::Sleep(Duration::from_micros(500))
+        );
+        assert!(s.is_corked(3), "younger than the linger bound");
+        k.now.set(1000);
+        s.flusher_tick(&k, &mut idle);
+        assert!(!s.is_corked(3));
+        assert_eq!(s.stats.linger_releases.load(Relaxed), 1);
+        // Idle: ticks until FLUSHER_IDLE, then parks; the next burst (only the first one
+        // after parking) asks for a wake-up.
+        let mut steps = 0;
+        while s.flusher_tick(&k, &mut idle) != FlusherStep::Park {
+            steps += 1;
+            assert!(steps < 1000);
+        }
+        assert_eq!(steps as u128, FLUSHER_IDLE.as_micros() / 500 - 1);
+        assert!(
+            s.before_write(&k, 4, &mut t),
+            "a parked flusher must be woken"
+        );
+        assert!(!s.before_write(&k, 5, &mut t), "no wake-up per burst");
+        s.flusher_unparked();
+        s.release_thread(&k, &mut t);
+        assert!(
+            !s.before_write(&k, 4, &mut t),
+            "a ticking flusher needs no wake-up"
+        );
+    }
+
+    #[test]
+    fn a_forked_child_starts_its_own_flusher() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        s.before_write(&k, 3, &mut t);
+        assert!(s.claim_flusher_start());
+        s.release_thread(&k, &mut t);
+        s.after_fork_child();
+        assert!(s.before_write(&k, 3, &mut t));
+        assert!(s.claim_flusher_start());
+    }
+
+    #[test]
+    fn environment_values_are_checked() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        let (c, bad) = Config::from_env(env(&[
+            ("NAGLESS_MODE", "cork"),
+            ("NAGLESS_LINGER_US", "200"),
+        ]));
+        assert_eq!(
+            (c.mode, c.linger, bad.len()),
+            (Mode::Cork, Duration::from_micros(200), 0)
+        );
+        let (c, bad) = Config::from_env(env(&[
+            ("NAGLESS_MODE", "fast"),
+            ("NAGLESS_LINGER_US", "1ms"),
+        ]));
+        assert_eq!((c.mode, c.linger), (Mode::Nagless, DEFAULT_LINGER));
+        assert_eq!(bad.len(), 2, "{bad:?}");
+        let (_, bad) = Config::from_env(env(&[("NAGLESS_LINGER_US", "5")]));
+        assert_eq!(bad.len(), 1);
+    }
 }

@@ -1,0 +1,479 @@
+//! The shim's libc layer: the [`Kernel`] the burst policy uses, the process-wide state, the
+//! flusher thread, fork handling, the log and the exit report. With `interpose` (the hooks),
+//! the only unsafe code of the crate.
+//!
+//! Rules for everything here, since it runs inside the program's own calls: `errno` is saved
+//! and restored around bookkeeping ([`quietly`]), nothing panics, nothing allocates after
+//! start-up except starting the flusher thread once per process.
+#![allow(unsafe_code)]
+
+use std::cell::RefCell;
+use std::os::fd::BorrowedFd;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use libc::{c_int, c_void, size_t, socklen_t, ssize_t};
+
+use crate::state::{Config, FlusherStep, Kernel, Shim, ThreadBursts};
+
+/// Resolves the next definition of a libc symbol once and caches it.
+macro_rules! next {
+    ($name:expr, $ty:ty) => {{
+        static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let mut p = SLOT.load(std::sync::atomic::Ordering::Relaxed);
+        if p == 0 {
+            // SAFETY: RTLD_NEXT lookup of a NUL-terminated name; dlsym has no other contract.
+            p = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) }
+                as usize;
+            SLOT.store(p, std::sync::atomic::Ordering::Relaxed);
+        }
+        if p == 0 {
+            None
+        } else {
+            // SAFETY: `p` is the address of the libc function named $name, whose C signature
+            // is $ty.
+            Some(unsafe { std::mem::transmute::<usize, $ty>(p) })
+        }
+    }};
+}
+pub(crate) use next;
+
+pub fn errno() -> c_int {
+    // SAFETY: __errno_location returns this thread's errno slot, always valid.
+    unsafe { *libc::__errno_location() }
+}
+
+pub fn set_errno(v: c_int) {
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = v }
+}
+
+/// Runs bookkeeping without disturbing the caller's errno.
+pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
+    let saved = errno();
+    let r = f();
+    set_errno(saved);
+    r
+}
+
+fn borrow(fd: c_int) -> BorrowedFd<'static> {
+    // SAFETY: only used for the duration of one setsockopt/getsockopt on a descriptor the
+    // program holds open across the interposed call that passed it to us.
+    unsafe { BorrowedFd::borrow_raw(fd) }
+}
+
+fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    let mut v: c_int = 0;
+    let mut len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: `v` and `len` are valid for writes; `len` holds v's size.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
+    (r == 0).then_some(v)
+}
+
+/// `setsockopt` through libc's own definition: the shim's `setsockopt` hook watches the
+/// program's calls, not ours.
+fn real_setsockopt_int(fd: c_int, level: c_int, name: c_int, value: c_int) -> bool {
+    type SetSockOpt = unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int;
+    let Some(real) = next!("setsockopt", SetSockOpt) else {
+        return false;
+    };
+    let len = std::mem::size_of::<c_int>() as socklen_t;
+    // SAFETY: `value` lives across the call and its size is passed.
+    unsafe { real(fd, level, name, (&value as *const c_int).cast(), len) == 0 }
+}
+
+/// The real kernel, through libc.
+pub struct Libc;
+
+impl Kernel for Libc {
+    fn is_tcp_stream(&self, fd: i32) -> bool {
+        sockopt_int(fd, libc::SOL_SOCKET, libc::SO_TYPE) == Some(libc::SOCK_STREAM)
+            && matches!(
+                sockopt_int(fd, libc::SOL_SOCKET, libc::SO_DOMAIN),
+                Some(libc::AF_INET | libc::AF_INET6)
+            )
+            && sockopt_int(fd, libc::SOL_SOCKET, libc::SO_PROTOCOL) == Some(libc::IPPROTO_TCP)
+    }
+    fn set_nodelay(&self, fd: i32) -> bool {
+        real_setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1)
+    }
+    fn set_cork(&self, fd: i32, on: bool) -> bool {
+        real_setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, c_int::from(on))
+    }
+    fn now_us(&self) -> u64 {
+        epoch().elapsed().as_micros() as u64
+    }
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    #[allow(clippy::disallowed_methods)] // the libc layer owns the clock
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Data segments and payload bytes the socket has sent (TCP_INFO).
+fn sent_counters(fd: c_int) -> Option<(u64, u64)> {
+    let info = nagless::TcpInfo::of(&borrow(fd)).ok()?;
+    Some((info.data_segs_out? as u64, info.bytes_sent?))
+}
+
+/// The largest number of descriptors the process may open.
+fn fd_limit() -> usize {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return 1024;
+    }
+    r.rlim_max.max(r.rlim_cur).min(usize::MAX as libc::rlim_t) as usize
+}
+
+/// Most descriptors the table covers; higher ones are left alone.
+const MAX_FDS: usize = 1 << 20;
+
+static SHIM: OnceLock<Shim> = OnceLock::new();
+
+/// The shim, once initialised.
+pub fn shim() -> Option<&'static Shim> {
+    SHIM.get()
+}
+
+thread_local! {
+    /// The bursts the current thread wrote to.
+    static MINE: RefCell<ThreadBursts> = const { RefCell::new(ThreadBursts::new()) };
+}
+
+/// Runs `f` with this thread's burst list. A signal handler that writes while this thread is
+/// inside a hook finds the list borrowed: its write is simply not noted (the linger bound
+/// still holds for it).
+fn with_mine(f: impl FnOnce(&mut ThreadBursts)) {
+    let _ = MINE.try_with(|m| {
+        if let Ok(mut m) = m.try_borrow_mut() {
+            f(&mut m);
+        }
+    });
+}
+
+// ---- what the hooks call -------------------------------------------------------------
+
+/// A new descriptor exists: manage it if it is a TCP stream socket.
+pub fn adopt(fd: c_int) {
+    if fd >= 0 {
+        if let Some(s) = shim() {
+            quietly(|| s.adopt(&Libc, fd));
+            log(format_args!("adopt fd {fd}"));
+        }
+    }
+}
+
+/// The calling thread writes to `fd`.
+pub fn on_write(fd: c_int) {
+    let Some(s) = shim() else { return };
+    quietly(|| {
+        let mut wake = false;
+        with_mine(|m| wake = s.before_write(&Libc, fd, m));
+        if wake {
+            wake_flusher(s);
+        }
+    });
+}
+
+/// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on).
+pub fn program_holds(fd: c_int) {
+    if let Some(s) = shim() {
+        quietly(|| s.program_holds(&Libc, fd));
+        log(format_args!("fd {fd}: the program holds its own bytes"));
+    }
+}
+
+/// The program reads, receives on or shuts down `fd`: its burst ends.
+pub fn on_read(fd: c_int) {
+    if let Some(s) = shim() {
+        quietly(|| s.release(&Libc, fd));
+    }
+}
+
+/// The calling thread turns to wait: the bursts it wrote to end. In cork mode (libautocork's
+/// rule) only the poll family counts, and it releases everything.
+pub fn on_wait(kind: Wait) {
+    let Some(s) = shim() else { return };
+    quietly(|| match (s.config.mode, kind) {
+        (crate::state::Mode::Nagless, _) => with_mine(|m| s.release_thread(&Libc, m)),
+        (crate::state::Mode::Cork, Wait::Poll) => s.release_all(&Libc),
+        _ => {}
+    });
+}
+
+/// What kind of wait a hook reports.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// poll, ppoll, select, pselect.
+    Poll,
+    /// epoll_wait and friends (libautocork's rule ignores them).
+    Epoll,
+    /// Condition variables, semaphores, sleeps, signal waits, waitpid.
+    Other,
+}
+
+/// Before fork and exec: no burst may be half-held across them.
+pub fn release_everything() {
+    if let Some(s) = shim() {
+        quietly(|| {
+            s.release_all(&Libc);
+            with_mine(|m| s.release_thread(&Libc, m));
+        });
+    }
+}
+
+/// `fd` is being closed: end its burst, count what it sent, forget it.
+pub fn on_close(fd: c_int) {
+    if let Some(s) = shim() {
+        quietly(|| {
+            if s.is_managed(fd) {
+                // The held tail leaves first, so that the count includes it.
+                s.release(&Libc, fd);
+                account(s, fd);
+            }
+            s.forget(&Libc, fd);
+        });
+    }
+}
+
+/// `new` now refers to what `old` refers to.
+pub fn on_dup(old: c_int, new: c_int) {
+    if new >= 0 {
+        if let Some(s) = shim() {
+            quietly(|| s.duplicate(&Libc, old, new));
+        }
+    }
+}
+
+fn account(s: &Shim, fd: c_int) {
+    if let Some((segs, bytes)) = sent_counters(fd) {
+        s.stats
+            .data_segs
+            .fetch_add(segs, std::sync::atomic::Ordering::Relaxed);
+        s.stats
+            .bytes
+            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+// ---- the flusher ---------------------------------------------------------------------
+
+fn wake_flusher(s: &'static Shim) {
+    if s.claim_flusher_start() {
+        start_flusher(s);
+        return;
+    }
+    let word = s.park_word() as *const _ as *const u32;
+    // SAFETY: FUTEX_WAKE on the address of a live static atomic; no memory is written.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
+}
+
+/// Starts the flusher with every signal blocked, so that signals the program blocks in its
+/// own threads (sigwait, signalfd, sigsuspend loops) are never delivered to it.
+fn start_flusher(s: &'static Shim) {
+    // SAFETY: sigfillset/pthread_sigmask on local, initialised sigset_t values.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    };
+    let spawned = std::thread::Builder::new()
+        .name("nagless-flusher".into())
+        .stack_size(64 * 1024)
+        .spawn(move || flusher_loop(s));
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    if spawned.is_err() {
+        log(format_args!("cannot start the flusher thread"));
+    }
+}
+
+fn flusher_loop(s: &'static Shim) {
+    let mut idle = Duration::ZERO;
+    loop {
+        match s.flusher_tick(&Libc, &mut idle) {
+            FlusherStep::Sleep(d) => std::thread::sleep(d),
+            FlusherStep::Park => {
+                let word = s.park_word() as *const _ as *const u32;
+                // SAFETY: FUTEX_WAIT on a live static atomic: sleeps while it reads 0.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_futex,
+                        word,
+                        libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                        0,
+                        std::ptr::null::<libc::timespec>(),
+                    )
+                };
+                s.flusher_unparked();
+            }
+        }
+    }
+}
+
+extern "C" fn after_fork_child() {
+    if let Some(s) = shim() {
+        s.after_fork_child();
+    }
+}
+
+// ---- start-up, exit, log -------------------------------------------------------------
+
+/// The debug log: a descriptor of ours, and the file it must still be (a daemon that closes
+/// every descriptor may get this number back for one of its own files).
+struct Log {
+    fd: c_int,
+    dev: u64,
+    ino: u64,
+}
+
+static LOG: OnceLock<Log> = OnceLock::new();
+
+fn open_log(path: &str) -> Option<Log> {
+    use std::os::fd::IntoRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    let fd = f.into_raw_fd();
+    // Far from the low numbers programs use and reuse.
+    // SAFETY: plain fcntl on our own descriptor.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 900) };
+    let fd = if high >= 0 {
+        // SAFETY: closing the low duplicate we own.
+        unsafe { libc::close(fd) };
+        high
+    } else {
+        fd
+    };
+    Some(Log {
+        fd,
+        dev: meta.dev(),
+        ino: meta.ino(),
+    })
+}
+
+/// Writes a debug line if `NAGLESS_LOG` is set and its file is still ours.
+pub fn log(args: std::fmt::Arguments<'_>) {
+    let Some(l) = LOG.get() else { return };
+    quietly(|| {
+        // SAFETY: fstat fills a zeroed stat for a descriptor number; failure is handled.
+        let same = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstat(l.fd, &mut st) == 0 && st.st_dev == l.dev && st.st_ino == l.ino
+        };
+        if same {
+            let pid = std::process::id();
+            let now = Libc.now_us();
+            write_formatted(l.fd, format_args!("nagless[{pid}] {now:>10} us {args}\n"));
+        }
+    });
+}
+
+/// Formats into a stack buffer (no allocation: this runs inside interposed calls) and writes
+/// the result to `fd`; anything beyond 512 bytes is cut.
+fn write_formatted(fd: c_int, args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut buf = [0u8; 512];
+    let mut c = std::io::Cursor::new(&mut buf[..]);
+    let _ = c.write_fmt(args);
+    let n = c.position() as usize;
+    write_all_raw(fd, &buf[..n]);
+}
+
+/// Writes all of `buf` to `fd`, ignoring errors (stats and logs only).
+fn write_all_raw(fd: c_int, mut buf: &[u8]) {
+    let Some(real) = next!(
+        "write",
+        unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t
+    ) else {
+        return;
+    };
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for `buf.len()` bytes of reads.
+        let n = unsafe { real(fd, buf.as_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        buf = &buf[n as usize..];
+    }
+}
+
+extern "C" fn at_exit() {
+    let Some(s) = shim() else { return };
+    quietly(|| {
+        s.release_all(&Libc);
+        print_stats(s);
+    });
+}
+
+fn print_stats(s: &Shim) {
+    use std::sync::atomic::Ordering::Relaxed;
+    // Processes that never touched a TCP socket (shells, helpers) stay quiet.
+    if !s.config.stats || s.stats.sockets.load(Relaxed) == 0 {
+        return;
+    }
+    for fd in s.managed_fds() {
+        account(s, fd);
+    }
+    let st = &s.stats;
+    let bursts = st.bursts.load(Relaxed);
+    let writes = st.writes.load(Relaxed);
+    write_formatted(
+        2,
+        format_args!(
+            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced), {} released by linger, {} left to the program, {} data segments, {} bytes sent\n",
+            std::process::id(),
+            s.config.mode.name(),
+            st.sockets.load(Relaxed),
+            writes.saturating_sub(bursts),
+            st.linger_releases.load(Relaxed),
+            st.self_managed.load(Relaxed),
+            st.data_segs.load(Relaxed),
+            st.bytes.load(Relaxed),
+        ),
+    );
+}
+
+extern "C" fn init_hook() {
+    quietly(|| {
+        let (config, complaints) = Config::from_env(|k| std::env::var(k).ok());
+        if let Some(log) = std::env::var("NAGLESS_LOG").ok().and_then(|p| open_log(&p)) {
+            let _ = LOG.set(log);
+        }
+        for c in &complaints {
+            log(format_args!("ignored: {c}"));
+        }
+        let size = fd_limit().clamp(1024, MAX_FDS);
+        if SHIM.set(Shim::new(config, size)).is_err() {
+            return;
+        }
+        // SAFETY: registering plain extern "C" functions with no arguments.
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+        }
+    });
+}
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init_hook;
