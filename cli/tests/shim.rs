@@ -456,3 +456,89 @@ fn a_burst_nobody_waits_after_leaves_within_the_linger_bound() {
     );
     eprintln!("write then sleep: arrival after {ours:?} (nagless) vs {cork:?} (cork mode)");
 }
+
+/// Runs a `shim_cases` mode under the shim (default mode) and returns its stdout fields.
+fn shim_case(args: &[&str]) -> HashMap<String, i64> {
+    let mut cmd = Command::new(c_program("shim_cases"));
+    cmd.args(args);
+    with_shim(&mut cmd, "nagless");
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fields(&stdout)
+}
+
+#[test]
+fn another_threads_poll_does_not_split_a_burst() {
+    // The writer's three writes span ~0.4 ms while another thread polls every 0.1 ms. A
+    // process-wide release on poll split almost every response; per-thread bursts keep
+    // one segment per response (a descheduled writer may pass the 1 ms bound: allow 10 %).
+    let r = shim_case(&["threads"]);
+    let (responses, segs) = (r["responses"], r["segs"]);
+    assert!(
+        segs >= responses && segs * 10 <= responses * 11,
+        "{segs} data segments for {responses} responses"
+    );
+}
+
+/// Accepts `n` connections on `listener` and returns, for each, the first message and how
+/// long after the accept it arrived.
+fn first_messages(listener: &std::net::TcpListener, n: usize) -> Vec<(String, Duration)> {
+    listener.set_nonblocking(false).unwrap();
+    (0..n)
+        .map(|_| {
+            let (mut s, _) = listener.accept().unwrap();
+            let t = Instant::now();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut buf = [0u8; 16];
+            let k = s.read(&mut buf).unwrap();
+            (String::from_utf8_lossy(&buf[..k]).into_owned(), t.elapsed())
+        })
+        .collect()
+}
+
+#[test]
+fn the_linger_bound_holds_in_forked_and_daemonized_children() {
+    // Each process sends one message and then stays busy with no syscall for 400 ms: only
+    // its own flusher can release the burst, in ~1 ms. Without one the kernel's cork timer
+    // (~200 ms) would.
+    for mode in ["fork", "daemon"] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port().to_string();
+        let mut cmd = Command::new(c_program("shim_cases"));
+        cmd.args([mode, &port]).stdout(Stdio::null());
+        with_shim(&mut cmd, "nagless");
+        let mut child = cmd.spawn().unwrap();
+        let got = first_messages(&listener, 2);
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{mode}: {status}");
+        let second = if mode == "fork" { "child" } else { "daemon" };
+        assert_eq!(got[0].0, "parent", "{got:?}");
+        assert_eq!(got[1].0, second, "{got:?}");
+        for (who, delay) in &got {
+            assert!(
+                *delay < Duration::from_millis(100),
+                "{mode}: {who} held {delay:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_flusher_never_takes_a_signal_the_program_blocked() {
+    let r = shim_case(&["sigwait"]);
+    assert_eq!(r["signal"], 10, "SIGUSR1 went to the flusher thread");
+}
+
+#[test]
+fn a_program_that_corks_its_own_socket_is_left_alone() {
+    let r = shim_case(&["selfcork"]);
+    assert_eq!(
+        r["segs"], 1,
+        "the shim uncorked the program's own cork at its poll"
+    );
+}

@@ -1,0 +1,213 @@
+/* Programs for the shim's process, thread and signal tests. One per mode:
+ *
+ *   shim_cases threads           a server thread writes each 300 B response as 3 writes
+ *                                (~0.4 ms apart) while another thread polls every 100 us;
+ *                                prints the server's data segments per response.
+ *   shim_cases fork PORT         the parent sends "parent" (a burst, so its flusher runs),
+ *                                then forks; the child connects and sends "child"; neither
+ *                                waits or reads afterwards (they spin without syscalls).
+ *   shim_cases daemon PORT       the same from a process made by daemon(3).
+ *   shim_cases sigwait           SIGUSR1 blocked in the main thread, a burst starts the
+ *                                flusher, then kill(getpid(), SIGUSR1) + sigwait: prints
+ *                                "signal=10" unless the signal went to another thread.
+ *   shim_cases selfcork          the program corks its own socket, writes "a", polls, writes
+ *                                "b", uncorks: prints its data segments (1 if left alone).
+ *
+ * Loopback only; every loop is bounded.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <linux/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+/* Busy for `us` microseconds without a single syscall (clock_gettime is a vDSO call). */
+static void spin(double us) {
+    double end = now_us() + us;
+    while (now_us() < end) {
+    }
+}
+
+static unsigned data_segs(int fd) {
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return 0;
+    return ti.tcpi_data_segs_out;
+}
+
+static int listener(int *port) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 16)) return -1;
+    getsockname(l, (struct sockaddr *)&a, &len);
+    *port = ntohs(a.sin_port);
+    return l;
+}
+
+static int dial(int port) {
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a)) return -1;
+    return c;
+}
+
+static int read_full(int fd, char *buf, int n) {
+    int got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r <= 0) return -1;
+        got += r;
+    }
+    return 0;
+}
+
+/* ---- threads ---------------------------------------------------------------------- */
+
+static volatile int stop_poller;
+
+static void *poller(void *arg) {
+    int *pipefd = arg;
+    for (int i = 0; i < 200000 && !stop_poller; i++) {
+        struct pollfd p = {.fd = pipefd[0], .events = POLLIN};
+        poll(&p, 1, 0);
+        struct timespec t = {0, 100000};
+        nanosleep(&t, NULL);
+    }
+    return NULL;
+}
+
+static int threads(void) {
+    enum { ROUNDS = 100 };
+    int port, l = listener(&port);
+    if (l < 0) return 1;
+    int pipefd[2];
+    if (pipe(pipefd)) return 1;
+    pthread_t t;
+    pthread_create(&t, NULL, poller, pipefd);
+    pid_t pid = fork();
+    if (pid == 0) { /* the client: one request byte, a 300-byte answer */
+        int c = dial(port);
+        char buf[300];
+        for (int i = 0; i < ROUNDS; i++) {
+            if (write(c, "q", 1) != 1 || read_full(c, buf, 300)) _exit(1);
+        }
+        close(c);
+        _exit(0);
+    }
+    int s = accept(l, NULL, NULL);
+    char req, body[100];
+    memset(body, 'r', sizeof body);
+    unsigned before = data_segs(s);
+    for (int i = 0; i < ROUNDS; i++) {
+        if (read_full(s, &req, 1)) return 1;
+        for (int k = 0; k < 3; k++) {
+            if (write(s, body, sizeof body) != sizeof body) return 1;
+            if (k < 2) spin(200);
+        }
+    }
+    /* The client's EOF: the read ends the last burst, then count. */
+    if (read(s, &req, 1) != 0) return 1;
+    unsigned segs = data_segs(s) - before;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    stop_poller = 1;
+    pthread_join(t, NULL);
+    printf("responses=%d segs=%u\n", ROUNDS, segs);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+/* ---- fork and daemon ---------------------------------------------------------------- */
+
+/* Connects, sends `msg` as one write, then stays busy for 400 ms without a syscall: only the
+ * shim's flusher can release the burst. */
+static void send_and_spin(int port, const char *msg) {
+    int c = dial(port);
+    if (c < 0) _exit(1);
+    if (write(c, msg, strlen(msg)) < 0) _exit(1);
+    spin(400000);
+    close(c);
+}
+
+static int forking(int port, int use_daemon) {
+    send_and_spin(port, "parent");
+    if (use_daemon) {
+        if (daemon(1, 1) != 0) return 1; /* the caller's process exits here */
+        send_and_spin(port, "daemon");
+        return 0;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        send_and_spin(port, "child");
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
+/* ---- signals ------------------------------------------------------------------------ */
+
+static int signals(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    int port, l = listener(&port);
+    int c = dial(port);
+    int s = accept(l, NULL, NULL);
+    if (s < 0 || write(c, "burst", 5) != 5) return 1; /* starts the flusher if not yet */
+    spin(5000); /* the flusher releases it */
+    kill(getpid(), SIGUSR1);
+    int sig = 0;
+    if (sigwait(&set, &sig)) return 1;
+    printf("signal=%d\n", sig);
+    return 0;
+}
+
+/* ---- a program that corks its own socket ------------------------------------------- */
+
+static int selfcork(void) {
+    int port, l = listener(&port);
+    int c = dial(port);
+    int s = accept(l, NULL, NULL);
+    int on = 1, off = 0;
+    if (s < 0) return 1;
+    unsigned before = data_segs(c);
+    setsockopt(c, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+    if (write(c, "a", 1) != 1) return 1;
+    poll(NULL, 0, 5); /* a wait: the shim must not uncork what the program corked */
+    if (write(c, "b", 1) != 1) return 1;
+    setsockopt(c, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+    char buf[2];
+    if (read_full(s, buf, 2)) return 1;
+    printf("segs=%u\n", data_segs(c) - before);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "threads")) return threads();
+    if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
+    if (argc >= 3 && !strcmp(argv[1], "daemon")) return forking(atoi(argv[2]), 1);
+    if (argc >= 2 && !strcmp(argv[1], "sigwait")) return signals();
+    if (argc >= 2 && !strcmp(argv[1], "selfcork")) return selfcork();
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork\n");
+    return 2;
+}
