@@ -92,11 +92,24 @@ fn burst_then_flush(c: &mut Criterion) {
     g.finish();
 }
 
-/// One 16-byte write through the std stream (the copy, the clock read and the policy check),
-/// with a flush every 1024 writes, by policy.
+/// One 16-byte write through the std stream (the copy and the policy check; the clock only
+/// when a deadline could have passed), with a flush every 1024 writes, by policy; and through
+/// `BufWriter<TcpStream>` (64 KiB buffer) for comparison.
 fn stream_write(c: &mut Criterion) {
     let mut g = c.benchmark_group("stream_write16");
     g.throughput(Throughput::Elements(1));
+    g.bench_function("bufwriter", |b| {
+        let mut w = std::io::BufWriter::with_capacity(64 * 1024, sink());
+        let mut n = 0u32;
+        b.iter(|| {
+            w.write_all(black_box(&[7u8; 16])).unwrap();
+            n += 1;
+            if n == 1024 {
+                w.flush().unwrap();
+                n = 0;
+            }
+        });
+    });
     for (name, policy) in [
         ("default", FlushPolicy::default()),
         ("explicit_only", FlushPolicy::explicit_only()),

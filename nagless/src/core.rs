@@ -164,6 +164,35 @@ impl Coalescer {
         self.after_write(len, urgency, now);
     }
 
+    /// The fast path of a normal write, for a caller that knows the pending deadline (if any,
+    /// see [`poll_timeout`](Self::poll_timeout)) has not passed: queues `data` and returns true
+    /// if that makes nothing due, so that no time and no transmit check are needed. Returns
+    /// false without queuing anything when the write needs the full path: it would open a
+    /// linger window (its arrival time matters), reach the threshold or the high-water mark,
+    /// or bytes are already due.
+    pub fn write_if_nothing_due(&mut self, data: &[u8]) -> bool {
+        let after = self.queue.len() + data.len();
+        let threshold = self
+            .policy
+            .threshold
+            .map_or(usize::MAX, |t| t.max(self.segment));
+        let needs_time = match self.policy.linger {
+            None => false,
+            Some(d) => d.is_zero() || self.oldest_unflushed.is_none(),
+        };
+        if self.must_send != 0
+            || needs_time
+            || after >= threshold
+            || after >= self.policy.high_water
+        {
+            return false;
+        }
+        self.queue.push_copy(data);
+        self.stats.writes += 1;
+        self.stats.bytes_written += data.len() as u64;
+        true
+    }
+
     fn after_write(&mut self, len: usize, urgency: Urgency, now: Instant) {
         self.stats.writes += 1;
         self.stats.bytes_written += len as u64;

@@ -33,12 +33,13 @@ impl Chunk {
 }
 
 /// Bytes waiting to be sent, in the order they were written.
+///
+/// An emptied buffer is freed, not kept: an idle connection holds no buffer at all (thousands
+/// of idle streams cost almost nothing), at the price of one allocation per burst.
 #[derive(Debug, Default)]
 pub struct SendQueue {
     chunks: VecDeque<Chunk>,
     len: usize,
-    /// Emptied copy buffer kept for reuse, so a steady request/response loop does not allocate.
-    spare: Option<Vec<u8>>,
 }
 
 impl SendQueue {
@@ -71,11 +72,8 @@ impl SendQueue {
             c.appendable && c.data.len() + data.len() <= COPY_BUFFER_MAX.max(c.data.capacity())
         });
         if !fits {
-            let mut buf = self.spare.take().unwrap_or_default();
-            buf.clear();
-            buf.reserve(data.len().max(COPY_BUFFER_START));
             self.chunks.push_back(Chunk {
-                data: buf,
+                data: Vec::with_capacity(data.len().max(COPY_BUFFER_START)),
                 consumed: 0,
                 appendable: true,
             });
@@ -137,14 +135,7 @@ impl SendQueue {
                 return;
             }
             n -= rem;
-            if let Some(done) = self.chunks.pop_front() {
-                if done.appendable
-                    && self.spare.is_none()
-                    && done.data.capacity() <= COPY_BUFFER_MAX
-                {
-                    self.spare = Some(done.data);
-                }
-            }
+            self.chunks.pop_front();
         }
     }
 
@@ -208,13 +199,11 @@ mod tests {
     }
 
     #[test]
-    fn spare_buffer_is_reused() {
+    fn an_emptied_queue_keeps_no_buffer() {
         let mut q = SendQueue::new();
         q.push_copy(b"hello");
-        let p1 = q.chunks[0].data.as_ptr();
         q.consume(5);
         assert!(q.is_empty());
-        q.push_copy(b"again");
-        assert_eq!(q.chunks[0].data.as_ptr(), p1);
+        assert_eq!(q.chunk_count(), 0);
     }
 }

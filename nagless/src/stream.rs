@@ -25,6 +25,92 @@ pub(crate) fn now() -> Instant {
     Instant::now()
 }
 
+/// The std stream's clock: reads the system clock only when a deadline could have passed.
+///
+/// Each precise reading is kept with a cycle-counter reading beside it ([`sys::fast_ticks`]).
+/// The counter ticks at least once per nanosecond, so while fewer ticks than nanoseconds to
+/// the deadline have passed since that reading, the deadline has certainly not passed and
+/// the kept reading serves as "now" (it is earlier than the true time: only "not yet" is ever
+/// concluded from it). A counter found slower than that is never trusted again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    anchor: Instant,
+    anchor_ticks: Option<u64>,
+    /// A deadline and the counter value before which it has certainly not passed.
+    tick_deadline: Option<(Instant, u64)>,
+}
+
+/// Set when the cycle counter was seen running slower than one tick per nanosecond.
+static SLOW_TICKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Clock {
+    pub(crate) fn new() -> Self {
+        Clock {
+            anchor: now(),
+            anchor_ticks: sys::fast_ticks(),
+            tick_deadline: None,
+        }
+    }
+
+    /// The true time, read now.
+    pub(crate) fn precise(&mut self) -> Instant {
+        use std::sync::atomic::Ordering::Relaxed;
+        let t = now();
+        let ticks = sys::fast_ticks();
+        if let (Some(a), Some(b)) = (self.anchor_ticks, ticks) {
+            let ns = t.duration_since(self.anchor).as_nanos();
+            if ns >= 1_000_000 && u128::from(b.wrapping_sub(a)) < ns {
+                SLOW_TICKS.store(true, Relaxed);
+            }
+        }
+        self.anchor = t;
+        self.anchor_ticks = ticks;
+        t
+    }
+
+    /// True if `deadline` has certainly not passed, judged by the cycle counter alone (one
+    /// counter read; the conversion is done once per deadline).
+    #[inline]
+    pub(crate) fn certainly_before(&mut self, deadline: Instant) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let limit = match self.tick_deadline {
+            Some((d, limit)) if d == deadline => limit,
+            _ => {
+                let (Some(a), false) = (self.anchor_ticks, SLOW_TICKS.load(Relaxed)) else {
+                    return false;
+                };
+                let room = deadline.saturating_duration_since(self.anchor).as_nanos();
+                let limit = a.saturating_add(u64::try_from(room).unwrap_or(u64::MAX));
+                self.tick_deadline = Some((deadline, limit));
+                limit
+            }
+        };
+        sys::fast_ticks().is_some_and(|t| t < limit)
+    }
+
+    /// A time good enough for a write: the kept reading while `deadline` (if any) certainly
+    /// has not passed, else the true time. With no deadline pending, `start_window` says
+    /// whether this write opens a linger window (then its arrival time matters).
+    pub(crate) fn for_write(&mut self, deadline: Option<Instant>, start_window: bool) -> Instant {
+        use std::sync::atomic::Ordering::Relaxed;
+        match deadline {
+            None if start_window => self.precise(),
+            None => self.anchor,
+            Some(d) => {
+                let room_ns = d.saturating_duration_since(self.anchor).as_nanos();
+                match (self.anchor_ticks, sys::fast_ticks()) {
+                    (Some(a), Some(b))
+                        if u128::from(b.wrapping_sub(a)) < room_ns && !SLOW_TICKS.load(Relaxed) =>
+                    {
+                        self.anchor
+                    }
+                    _ => self.precise(),
+                }
+            }
+        }
+    }
+}
+
 /// Sends through a socket descriptor with `sendmsg`.
 pub(crate) struct FdTransport<'a>(pub BorrowedFd<'a>);
 
@@ -72,6 +158,7 @@ pub struct NaglessStream<S: AsFd> {
     inner: Option<S>,
     core: Coalescer,
     deferred_error: Option<io::Error>,
+    clock: Clock,
 }
 
 /// The write-only use of [`NaglessStream`], for programs that read elsewhere (event loops).
@@ -148,6 +235,7 @@ impl<S: AsFd> NaglessStream<S> {
             inner: Some(inner),
             core,
             deferred_error: None,
+            clock: Clock::new(),
         })
     }
 
@@ -231,7 +319,7 @@ impl<S: AsFd> NaglessStream<S> {
         queue: impl FnOnce(&mut Coalescer, usize, Instant),
     ) -> io::Result<usize> {
         self.take_deferred()?;
-        let now = now();
+        let now = self.write_time();
         if self.core.room() == 0 && len > 0 {
             self.pump(now)?;
             if self.core.room() == 0 {
@@ -246,9 +334,30 @@ impl<S: AsFd> NaglessStream<S> {
         Ok(take)
     }
 
+    /// The time a write needs: read from the system clock only when the write opens a linger
+    /// window or the pending deadline could have passed.
+    fn write_time(&mut self) -> Instant {
+        let deadline = self.core.poll_timeout();
+        let lingers = self.core.policy().linger.is_some_and(|d| !d.is_zero());
+        self.clock
+            .for_write(deadline, lingers && deadline.is_none())
+    }
+
     /// Queues `buf` (or as much as fits below the high-water mark) with an explicit
     /// [`Urgency`]; returns how many bytes were accepted.
+    #[inline]
     pub fn write_with(&mut self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
+        // Fast path: a small write into an open linger window whose deadline has certainly
+        // not passed makes nothing due: queue it, no clock, no transmit check.
+        if urgency == Urgency::Normal && self.deferred_error.is_none() {
+            let in_time = match self.core.poll_timeout() {
+                Some(deadline) => self.clock.certainly_before(deadline),
+                None => true,
+            };
+            if in_time && self.core.write_if_nothing_due(buf) {
+                return Ok(buf.len());
+            }
+        }
         self.accept(buf.len(), |core, n, now| {
             core.write(&buf[..n], urgency, now)
         })

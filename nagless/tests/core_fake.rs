@@ -401,3 +401,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_fast_write_path_queues_only_when_nothing_can_become_due() {
+    use nagless::Coalescer;
+    let t0 = std::time::Instant::now();
+    let mut c = Coalescer::new(FlushPolicy::default().threshold(Some(4096)));
+    c.set_segment_size(1000);
+    // No linger window open yet: the write's arrival time matters, take the full path.
+    assert!(!c.write_if_nothing_due(b"first"));
+    c.write(b"first", Urgency::Normal, t0);
+    assert!(c.write_if_nothing_due(&[0u8; 100]));
+    assert_eq!(c.pending(), 105);
+    // Reaching the threshold would make segments due: full path.
+    assert!(!c.write_if_nothing_due(&[0u8; 4000]));
+    // Bytes already due (a flush met a full socket): full path.
+    c.flush();
+    assert!(!c.write_if_nothing_due(b"x"));
+    // Under the immediate policy every write is due.
+    let mut i = Coalescer::new(FlushPolicy::immediate());
+    assert!(!i.write_if_nothing_due(b"x"));
+    // Without linger, no time is ever needed.
+    let mut e = Coalescer::new(FlushPolicy::explicit_only());
+    assert!(e.write_if_nothing_due(b"x"));
+    assert_eq!(e.pending_bytes(), b"x");
+}

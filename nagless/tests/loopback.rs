@@ -370,3 +370,31 @@ fn socket_option_helpers_and_tcp_info_snapshot() {
         thread::yield_now();
     }
 }
+
+#[test]
+fn a_write_after_the_linger_deadline_sends_what_waited() {
+    // The write path reads the clock only when the deadline could have passed; a write 2 ms
+    // after the first (linger 500 µs) must see that it has, and send the first bytes.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut s = NaglessStream::connect(listener.local_addr().unwrap()).unwrap();
+    let _peer = listener.accept().unwrap();
+    for round in 0..20 {
+        s.write_all(b"0123456789").unwrap();
+        assert_eq!(s.pending(), 10, "round {round}: held for coalescing");
+        for _ in 0..50 {
+            s.write_all(b"x").unwrap(); // fast-path writes inside the window
+        }
+        thread::sleep(Duration::from_millis(2));
+        let lingered = s.stats().flushes_for(nagless::FlushReason::Linger);
+        s.write_all(b"late").unwrap();
+        assert!(
+            s.pending() <= 4,
+            "round {round}: the expired bytes were not sent"
+        );
+        assert_eq!(
+            s.stats().flushes_for(nagless::FlushReason::Linger),
+            lingered + 1
+        );
+        s.flush().unwrap();
+    }
+}

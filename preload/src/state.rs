@@ -25,6 +25,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 const MANAGED: u8 = 1;
@@ -202,11 +203,16 @@ struct Slot {
     corked_at_us: AtomicU64,
 }
 
+/// Descriptors per table chunk; a chunk is allocated when the first socket in its range is
+/// adopted, so an idle process with a high descriptor limit holds no table at all.
+pub const CHUNK: usize = 4096;
+
 /// The shim's state: one slot per descriptor, counters, and the flusher's bookkeeping.
 pub struct Shim {
     /// Settings.
     pub config: Config,
-    slots: Box<[Slot]>,
+    /// Chunks of [`CHUNK`] slots, made on first use.
+    chunks: Box<[OnceLock<Box<[Slot]>>]>,
     /// Highest descriptor ever managed, plus one: the flusher's scan covers this range.
     high: AtomicUsize,
     /// Bursts in progress; the flusher parks on this word when it is zero.
@@ -229,11 +235,11 @@ pub enum FlusherStep {
 }
 
 impl Shim {
-    /// A shim covering descriptors `0..size`.
+    /// A shim covering descriptors `0..size` (rounded up to whole chunks).
     pub fn new(config: Config, size: usize) -> Shim {
         Shim {
             config,
-            slots: (0..size).map(|_| Slot::default()).collect(),
+            chunks: (0..size.div_ceil(CHUNK)).map(|_| OnceLock::new()).collect(),
             high: AtomicUsize::new(0),
             corked: AtomicU32::new(0),
             flusher_parked: AtomicBool::new(false),
@@ -242,8 +248,33 @@ impl Shim {
         }
     }
 
+    /// The slot of `fd`, if its chunk exists.
     fn slot(&self, fd: i32) -> Option<&Slot> {
-        usize::try_from(fd).ok().and_then(|i| self.slots.get(i))
+        let i = usize::try_from(fd).ok()?;
+        self.chunks.get(i / CHUNK)?.get().map(|c| &c[i % CHUNK])
+    }
+
+    /// The slot of `fd`, making its chunk if needed (adoption only).
+    fn slot_or_make(&self, fd: i32) -> Option<&Slot> {
+        let i = usize::try_from(fd).ok()?;
+        let chunk = self.chunks.get(i / CHUNK)?;
+        Some(&chunk.get_or_init(|| (0..CHUNK).map(|_| Slot::default()).collect())[i % CHUNK])
+    }
+
+    /// Slots that exist, with their descriptors, up to the highest one ever managed.
+    fn live_slots(&self) -> impl Iterator<Item = (i32, &Slot)> + '_ {
+        let high = self.high.load(Relaxed);
+        self.chunks
+            .iter()
+            .enumerate()
+            .take(high.div_ceil(CHUNK))
+            .filter_map(|(n, c)| c.get().map(|c| (n, c)))
+            .flat_map(move |(n, c)| {
+                c.iter()
+                    .enumerate()
+                    .map(move |(k, s)| ((n * CHUNK + k) as i32, s))
+            })
+            .take_while(move |(fd, _)| (*fd as usize) < high)
     }
 
     /// Whether `fd` is a socket we manage.
@@ -269,7 +300,12 @@ impl Shim {
     /// is a TCP stream socket. A slot that still says "corked" belonged to a descriptor closed
     /// behind libc's back (a raw `close` syscall): its count is given back.
     pub fn adopt(&self, k: &impl Kernel, fd: i32) {
-        let Some(slot) = self.slot(fd) else { return };
+        let slot = if k.is_tcp_stream(fd) {
+            self.slot_or_make(fd)
+        } else {
+            self.slot(fd)
+        };
+        let Some(slot) = slot else { return };
         let old = slot.flags.swap(0, AcqRel);
         if old & CORKED != 0 {
             self.corked.fetch_sub(1, AcqRel);
@@ -388,8 +424,8 @@ impl Shim {
         if self.corked.load(Acquire) == 0 {
             return;
         }
-        for fd in 0..self.high.load(Relaxed).min(self.slots.len()) {
-            self.release(k, fd as i32);
+        for (fd, _) in self.live_slots() {
+            self.release(k, fd);
         }
     }
 
@@ -414,7 +450,8 @@ impl Shim {
             return;
         }
         self.forget(k, new);
-        let (Some(from), Some(to)) = (self.slot(old), self.slot(new)) else {
+        let Some(from) = self.slot(old) else { return };
+        let Some(to) = self.slot_or_make(new) else {
             return;
         };
         let flags = from.flags.load(Acquire);
@@ -463,11 +500,10 @@ impl Shim {
         *idle_for = Duration::ZERO;
         let limit = self.config.linger.as_micros() as u64;
         let now = k.now_us();
-        for fd in 0..self.high.load(Relaxed).min(self.slots.len()) {
-            let slot = &self.slots[fd];
+        for (fd, slot) in self.live_slots() {
             if slot.flags.load(Relaxed) & CORKED != 0
                 && now.saturating_sub(slot.corked_at_us.load(Relaxed)) >= limit
-                && self.release(k, fd as i32)
+                && self.release(k, fd)
             {
                 self.stats.linger_releases.fetch_add(1, Relaxed);
             }
@@ -482,9 +518,9 @@ impl Shim {
 
     /// Descriptors that are managed now (for the exit report).
     pub fn managed_fds(&self) -> impl Iterator<Item = i32> + '_ {
-        (0..self.high.load(Relaxed).min(self.slots.len()))
-            .filter(|&fd| self.slots[fd].flags.load(Relaxed) & MANAGED != 0)
-            .map(|fd| fd as i32)
+        self.live_slots()
+            .filter(|(_, s)| s.flags.load(Relaxed) & MANAGED != 0)
+            .map(|(fd, _)| fd)
     }
 }
 
@@ -718,6 +754,20 @@ mod tests {
         s.after_fork_child();
         assert!(s.before_write(&k, 3, &mut t));
         assert!(s.claim_flusher_start());
+    }
+
+    #[test]
+    fn the_table_grows_by_chunks_only_where_sockets_are() {
+        let s = Shim::new(Config::default(), 1 << 20);
+        let k = Fake::default();
+        assert_eq!(s.chunks.iter().filter(|c| c.get().is_some()).count(), 0);
+        s.adopt(&k, 5); // a TCP socket in the fake: its chunk is made
+        s.adopt(&k, 150); // not a socket: no chunk for it
+        s.adopt(&k, 3 * CHUNK as i32 + 7); // beyond 100: not TCP in the fake
+        assert_eq!(s.chunks.iter().filter(|c| c.get().is_some()).count(), 1);
+        assert!(s.is_managed(5));
+        assert!(!s.is_managed(3 * CHUNK as i32 + 7));
+        assert_eq!(s.managed_fds().collect::<Vec<_>>(), vec![5]);
     }
 
     #[test]

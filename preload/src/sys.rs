@@ -130,8 +130,9 @@ fn fd_limit() -> usize {
     r.rlim_max.max(r.rlim_cur).min(usize::MAX as libc::rlim_t) as usize
 }
 
-/// Most descriptors the table covers; higher ones are left alone.
-const MAX_FDS: usize = 1 << 20;
+/// Most descriptors the table covers (the hard RLIMIT_NOFILE, up to this); the table is made
+/// in chunks as sockets appear, so covering many costs nothing until they are used.
+const MAX_FDS: usize = 1 << 24;
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
 
