@@ -13,10 +13,10 @@
 //! deadline, or when the caller says so.
 //!
 //! ## Layers
-//! - [`Coalescer`] (module `core`): the sans-IO state machine, pure and deterministic.
+//! - [`Coalescer`] (module `coalescer`): the sans-IO state machine, pure and deterministic.
 //! - `sys`: the thin syscall layer (`sendmsg`/`writev`, `MSG_MORE`, socket options, `TCP_INFO`).
 //! - [`NaglessStream`]: the std wrapper (`Read + Write`), and [`Sender`] for event loops.
-//! - `nagless::tokio::NaglessStream` (feature `tokio`): `AsyncRead + AsyncWrite`.
+//! - `nagless::tokio_adapter::NaglessStream` (feature `tokio`): `AsyncRead + AsyncWrite`.
 //!
 //! ## Example
 //! ```no_run
@@ -31,16 +31,16 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-pub mod core;
+pub mod coalescer;
 pub mod policy;
 pub mod queue;
 pub mod stream;
 pub mod sys;
 pub mod tcp_info;
 #[cfg(feature = "tokio")]
-pub mod tokio;
+pub mod tokio_adapter;
 
-pub use crate::core::{drive, Coalescer, Drive, Stats, Transmit, Transport};
+pub use crate::coalescer::{drive, Coalescer, Drive, Stats, Transmit, Transport};
 pub use crate::policy::{FlushPolicy, FlushReason, Urgency};
 pub use crate::stream::{IntoInnerError, NaglessStream, Sender};
 pub use crate::tcp_info::TcpInfo;

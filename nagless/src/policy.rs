@@ -30,6 +30,7 @@ pub struct FlushPolicy {
     pub(crate) linger: Option<Duration>,
     pub(crate) high_water: usize,
     pub(crate) msg_more: bool,
+    pub(crate) explicit_flush: bool,
 }
 
 /// Default size threshold: 64 KiB pending (a loopback segment, or 45 Ethernet segments).
@@ -50,6 +51,7 @@ impl Default for FlushPolicy {
             linger: Some(DEFAULT_LINGER),
             high_water: DEFAULT_HIGH_WATER,
             msg_more: true,
+            explicit_flush: true,
         }
     }
 }
@@ -107,6 +109,26 @@ impl FlushPolicy {
         self
     }
 
+    /// Whether `flush()` sends (the default, `BufWriter`'s meaning) or is only a hint.
+    ///
+    /// Some layers flush their transport after every write whether or not a message ends:
+    /// rustls's `Stream`/`StreamOwned` flush after each batch of TLS records. With
+    /// `explicit_flush(false)` such flushes send nothing by themselves; the bytes leave at the
+    /// next before-read, threshold or linger point, so a response written as several records
+    /// still leaves as one. Closing, `into_inner` and [`Urgency::SendNow`] still send at once.
+    /// Use it only where a read or the linger bound follows: the std stream honours linger
+    /// only when it is called, so a program that flushes and then waits elsewhere for long
+    /// should keep the default.
+    pub fn explicit_flush(mut self, on: bool) -> Self {
+        self.explicit_flush = on;
+        self
+    }
+
+    /// Whether `flush()` sends at once.
+    pub fn is_explicit_flush(&self) -> bool {
+        self.explicit_flush
+    }
+
     /// Whether before-read flushing is on.
     pub fn is_before_read(&self) -> bool {
         self.before_read
@@ -130,6 +152,7 @@ impl FlushPolicy {
 
 /// What a single write says about its own timing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Urgency {
     /// The policy decides.
     #[default]
@@ -144,6 +167,7 @@ pub enum Urgency {
 
 /// Why bytes were sent: counted in [`Stats`](crate::Stats).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FlushReason {
     /// The caller flushed.
     Explicit,
@@ -162,7 +186,7 @@ pub enum FlushReason {
 }
 
 impl FlushReason {
-    /// Every reason, in a fixed order (the index used by [`Stats::flushes_by_reason`](crate::Stats)).
+    /// Every reason, in a fixed order (the order of [`Stats::flushes_for`](crate::Stats::flushes_for)).
     pub const ALL: [FlushReason; 7] = [
         FlushReason::Explicit,
         FlushReason::BeforeRead,

@@ -14,7 +14,7 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Instant;
 
-use crate::core::{drive, Coalescer, Drive, Stats, Transport};
+use crate::coalescer::{drive, Coalescer, Drive, Stats, Transport};
 use crate::policy::{FlushPolicy, Urgency};
 use crate::sys;
 use crate::tcp_info::TcpInfo;
@@ -444,7 +444,7 @@ impl<S: AsFd> NaglessStream<S> {
     #[allow(clippy::result_large_err)] // as `close`
     pub fn into_inner(mut self) -> Result<S, IntoInnerError<Self>> {
         let flushed = self.take_deferred().and_then(|()| {
-            self.core.flush();
+            self.core.close();
             match self.pump(now())? {
                 Drive::Idle => Ok(()),
                 Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),

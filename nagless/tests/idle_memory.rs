@@ -93,7 +93,7 @@ fn an_idle_tokio_stream_holds_at_most_1_kib_more_than_a_plain_one() {
                 c.set_nonblocking(true).unwrap();
                 let t = tokio::net::TcpStream::from_std(c).unwrap();
                 if wrap {
-                    let mut s = nagless::tokio::NaglessStream::new(t).unwrap();
+                    let mut s = nagless::tokio_adapter::NaglessStream::new(t).unwrap();
                     s.write_all(&[1u8; 300]).await.unwrap();
                     s.write_all(&[2u8; 300]).await.unwrap();
                     s.flush().await.unwrap();

@@ -9,7 +9,7 @@
 use std::io::Read;
 use std::time::Duration;
 
-use nagless::tokio::NaglessStream;
+use nagless::tokio_adapter::NaglessStream;
 use nagless::FlushPolicy;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use nagless::tokio::NaglessStream;
+use nagless::tokio_adapter::NaglessStream;
 use nagless::{FlushPolicy, TcpInfo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

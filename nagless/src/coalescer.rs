@@ -21,6 +21,7 @@ pub const MAX_IOV: usize = 64;
 
 /// Per-stream counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Writes accepted from the application.
     pub writes: u64,
@@ -37,8 +38,9 @@ pub struct Stats {
     pub would_block: u64,
     /// Bytes the socket accepted.
     pub bytes_sent: u64,
-    /// Flushes counted by the reason that started them, indexed like [`FlushReason::ALL`].
-    pub flushes_by_reason: [u64; 7],
+    /// Flushes counted by the reason that started them, indexed like [`FlushReason::ALL`]
+    /// (read with [`flushes_for`](Self::flushes_for)).
+    flushes_by_reason: [u64; FlushReason::ALL.len()],
 }
 
 impl Stats {
@@ -207,9 +209,12 @@ impl Coalescer {
         }
     }
 
-    /// The application flushed: everything pending is due.
+    /// The application flushed: everything pending is due (unless the policy makes flushes
+    /// hints: [`FlushPolicy::explicit_flush`]).
     pub fn flush(&mut self) {
-        self.make_all_due(FlushReason::Explicit);
+        if self.policy.explicit_flush {
+            self.make_all_due(FlushReason::Explicit);
+        }
     }
 
     /// The application is about to wait for input: under a before-read policy, everything
@@ -346,6 +351,7 @@ pub trait Transport {
 
 /// How a [`drive`] call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Drive {
     /// Nothing is due any more (bytes may still be pending, waiting for a flush point).
     Idle,

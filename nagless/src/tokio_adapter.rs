@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::core::{drive, Coalescer, Drive, Stats, Transport};
+use crate::coalescer::{drive, Coalescer, Drive, Stats, Transport};
 use crate::policy::{FlushPolicy, Urgency};
 use crate::stream::{now, queue_vectored, refresh_segment, set_nodelay_if_tcp};
 use crate::tcp_info::TcpInfo;
@@ -227,6 +227,15 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
         drop(self);
         (ReadHalf { shared }, WriteHalf { shared: other })
     }
+}
+
+/// Accepts one connection from `listener` and wraps it with the default policy: the accept
+/// loop of a server (hyper, axum, your own) in one call.
+pub async fn accept(
+    listener: &::tokio::net::TcpListener,
+) -> io::Result<(NaglessStream<::tokio::net::TcpStream>, std::net::SocketAddr)> {
+    let (tcp, peer) = listener.accept().await?;
+    Ok((NaglessStream::new(tcp)?, peer))
 }
 
 /// Whether the current runtime has tokio's time driver (true outside a runtime, where no

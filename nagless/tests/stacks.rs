@@ -1,0 +1,201 @@
+//! nagless inside the stacks Rust users run: rustls (std, and tokio-rustls over the tokio
+//! adapter) and hyper. The examples are run as built by `cargo test`; every server is a
+//! process or task of this test on 127.0.0.1, stopped by the test. Segment counts come from
+//! the kernel (`TCP_INFO`), with margins for a descheduled thread.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// `target/<profile>/examples/<name>`, built by `cargo test` with this test.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    assert!(p.is_file(), "{} not built", p.display());
+    p
+}
+
+fn fields(text: &str) -> HashMap<String, f64> {
+    text.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+#[test]
+fn rustls_records_of_one_answer_leave_in_one_segment() {
+    let out = Command::new(example("tls_stack")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let f = fields(&text);
+    let (ours, plain) = (f["nagless_segs_per_answer"], f["nodelay_segs_per_answer"]);
+    eprintln!("{}", text.trim());
+    // Three TLS records per answer: one segment over nagless (a linger release of a
+    // descheduled server may split one or two answers), three with NODELAY alone.
+    assert!(ours <= 1.1, "{text}");
+    assert!(plain >= 2.0, "{text}");
+}
+
+#[cfg(feature = "tokio")]
+mod with_tokio {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpStream;
+    use std::process::{Child, Stdio};
+    use std::sync::Arc;
+
+    use nagless::tokio_adapter::NaglessStream;
+    use nagless::TcpInfo;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokio_rustls_records_of_one_answer_leave_in_one_segment() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let cert = CertificateDer::from(ck.cert.der().to_vec());
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
+        let server_cfg = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key)
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let client_cfg = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        const ROUNDS: u32 = 50;
+        let client = tokio::spawn(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(client_cfg));
+            let name = ServerName::try_from("localhost").unwrap();
+            let mut tls = connector.connect(name, tcp).await.unwrap();
+            let mut answer = [0u8; 300];
+            for _ in 0..ROUNDS {
+                tls.write_all(b"GET\n").await.unwrap();
+                tls.flush().await.unwrap();
+                tls.read_exact(&mut answer).await.unwrap();
+            }
+        });
+        let (tcp, _) = listener.accept().await.unwrap();
+        // tokio-rustls writes records without flushing, so the default policy is enough.
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_cfg));
+        let mut tls = acceptor
+            .accept(NaglessStream::new(tcp).unwrap())
+            .await
+            .unwrap();
+        let mut request = [0u8; 4];
+        tls.read_exact(&mut request).await.unwrap();
+        let before = tls.get_ref().0.tcp_info().unwrap().data_segs_out.unwrap();
+        for i in 0..ROUNDS {
+            tls.write_all(&[b'h'; 100]).await.unwrap();
+            tls.write_all(&[b'b'; 150]).await.unwrap();
+            tls.write_all(&[b't'; 50]).await.unwrap();
+            if i + 1 < ROUNDS {
+                tls.read_exact(&mut request).await.unwrap();
+            }
+        }
+        tls.flush().await.unwrap();
+        client.await.unwrap();
+        let segs = tls.get_ref().0.tcp_info().unwrap().data_segs_out.unwrap() - before;
+        let lingered = tls
+            .get_ref()
+            .0
+            .stats()
+            .flushes_for(nagless::FlushReason::Linger);
+        eprintln!("tokio-rustls over nagless: {segs} data segments for {ROUNDS} answers of 3 records ({lingered} linger flushes)");
+        assert!(segs <= ROUNDS + lingered as u32, "{segs} segments");
+        assert!(lingered <= 3, "{lingered} linger flushes");
+    }
+
+    /// The hyper example server, stopped by its PID when dropped.
+    struct Server(Child, std::net::SocketAddr);
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn hyper_server(extra: &[&str]) -> Server {
+        let mut child = Command::new(example("hyper_server"))
+            .args(["--seconds", "60"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .trim_start_matches("listening on ")
+            .parse()
+            .unwrap();
+        Server(child, addr)
+    }
+
+    /// Sends `batches` batches of `depth` pipelined GETs on one connection; returns data
+    /// segments received per response.
+    fn load(addr: std::net::SocketAddr, batches: usize, depth: usize) -> f64 {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_nodelay(true).unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let req = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n".repeat(depth);
+        let before = TcpInfo::of(&c).unwrap().data_segs_in.unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        for _ in 0..batches {
+            c.write_all(&req).unwrap();
+            let mut got = Vec::new();
+            while got.windows(12).filter(|w| w == b"hello world\n").count() < depth {
+                let n = c.read(&mut buf).unwrap();
+                assert!(n > 0, "server closed");
+                got.extend_from_slice(&buf[..n]);
+            }
+        }
+        let after = TcpInfo::of(&c).unwrap().data_segs_in.unwrap();
+        f64::from(after - before) / (batches * depth) as f64
+    }
+
+    #[test]
+    fn hyper_over_nagless_answers_keepalive_and_pipelined_requests() {
+        let plain = hyper_server(&["--plain"]);
+        let ours = hyper_server(&[]);
+        let mut rows = Vec::new();
+        for (name, s) in [("nodelay", &plain), ("nagless", &ours)] {
+            let keepalive = load(s.1, 200, 1);
+            let pipelined = load(s.1, 20, 10);
+            eprintln!("hyper {name}: {keepalive:.2} data segments per response (keep-alive), {pipelined:.2} (pipelined depth 10)");
+            rows.push((keepalive, pipelined));
+        }
+        // Every response arrived (load() checks). hyper buffers each response itself and
+        // flushes it with one vectored write: one segment per response either way, and
+        // nagless must not add any.
+        assert!(
+            rows[1].0 <= 1.05 && rows[1].0 <= rows[0].0 + 0.05,
+            "{rows:?}"
+        );
+        assert!(rows[1].1 <= rows[0].1 + 0.05, "{rows:?}");
+    }
+}
