@@ -203,6 +203,14 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
     if let Some(reason) = unreachable_reason(&path) {
         return Err(reason);
     }
+    if let Some(log) = &opts.log {
+        // The shim opens the log inside CMD and cannot complain there: check it here.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(log)
+            .map_err(|e| format!("cannot write the log {}: {e}", log.display()))?;
+    }
     let shim = find_shim()?;
     let mut preload = OsString::from(shim.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {

@@ -76,3 +76,22 @@ fn go_programs_are_refused() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("Go program"));
 }
+
+#[test]
+fn bad_options_exit_2_with_a_clear_message() {
+    let t = OsStr::new("true");
+    for (opts, says) in [
+        (&["--mode", "fast"][..], "fast"),
+        (&["--linger-us", "abc"][..], "abc"),
+        (&["--linger-us", "5"][..], "5"),
+        (
+            &["--log", "/nonexistent-dir/nagless.log"][..],
+            "cannot write the log",
+        ),
+    ] {
+        let o = nagless_run(opts, &[t]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{opts:?}: {err}");
+        assert!(err.contains(says), "{opts:?}: {err}");
+    }
+}
