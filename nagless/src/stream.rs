@@ -381,6 +381,21 @@ impl<S: AsFd> NaglessStream<S> {
         Ok(())
     }
 
+    /// The program is about to wait for input somewhere else (an event loop's `poll` or
+    /// `epoll_wait`): send what before-read would send before a read that waits.
+    pub fn before_wait(&mut self) -> io::Result<()> {
+        self.take_deferred()?;
+        self.core.before_read();
+        self.pump(now()).map(drop)
+    }
+
+    /// True when bytes are due but the socket could not take them (non-blocking and full):
+    /// an event loop should wait for it to become writable and call
+    /// [`on_writable`](Self::on_writable).
+    pub fn waiting_for_socket(&self) -> bool {
+        self.core.must_send() > 0
+    }
+
     /// When the linger deadline of pending output passes, if any (for event loops).
     pub fn next_deadline(&self) -> Option<Instant> {
         self.core.poll_timeout()

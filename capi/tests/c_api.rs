@@ -1,0 +1,186 @@
+//! The C API from C: the four programs of `tests/c/`, compiled with `cc` against
+//! `include/nagless.h` and the `libnagless.so` this build made, run on 127.0.0.1.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A directory laid out as an installed library: `libnagless.so` and its SONAME
+/// (`libnagless.so.0.<minor>`) as links to the library this build made
+/// (`target/<profile>/deps/libnagless_capi.so`: a test build does not copy it up).
+fn lib_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(make_lib_dir).clone()
+}
+
+fn make_lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let built = [deps.to_path_buf(), deps.parent().unwrap().to_path_buf()]
+        .into_iter()
+        .map(|d| d.join("libnagless_capi.so"))
+        .find(|f| f.is_file())
+        .unwrap_or_else(|| panic!("libnagless_capi.so not built near {}", deps.display()));
+    let dir = std::env::temp_dir().join(format!("nagless-capi-lib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let soname = format!("libnagless.so.0.{}", env!("CARGO_PKG_VERSION_MINOR"));
+    for name in ["libnagless.so", soname.as_str()] {
+        let link = dir.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&built, &link).unwrap();
+    }
+    dir
+}
+
+/// Compiles `tests/c/<name>.c` against the header and the shared library; returns the binary.
+fn compile(name: &str) -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::env::temp_dir().join(format!("nagless-capi-{}-{name}", std::process::id()));
+    let lib = lib_dir();
+    let st = Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-o"])
+        .arg(&out)
+        .arg(here.join(format!("tests/c/{name}.c")))
+        .arg(format!("-I{}", here.join("include").display()))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lnagless")
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {name}.c");
+    out
+}
+
+/// Runs a compiled test program; returns its `key=value` output.
+fn run(name: &str) -> HashMap<String, f64> {
+    let out = Command::new(compile(name)).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{name}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{name}: {}", stdout.trim());
+    stdout
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+#[test]
+fn write_write_read_stalls_with_plain_sockets_and_not_through_the_c_api() {
+    let r = run("wwr");
+    assert!(r["plain_stalled"] >= 10.0, "{r:?}");
+    assert_eq!(r["nagless_stalled"], 0.0, "{r:?}");
+    assert!(r["nagless_max_ms"] < 10.0, "{r:?}");
+    // One data segment per request (two writes), plus at most two linger releases of a
+    // descheduled client.
+    assert!(
+        (r["rounds"]..=r["rounds"] + 2.0).contains(&r["client_segs"]),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_bgp_daemon_loop_sends_full_segments_and_never_end_of_rib_alone() {
+    let r = run("bgp");
+    assert_eq!(r["bytes"], 255.0 * 45.0 + 23.0, "{r:?}");
+    assert!(r["mss"] <= 1448.0, "MSS 1448 less TCP options: {r:?}");
+    // ceil(bytes / MSS) segments; one more if a linger release split a burst.
+    assert!(r["segs"] <= r["min_segs"] + 1.0, "{r:?}");
+    assert_eq!(r["eor_alone"], 0.0, "{r:?}");
+}
+
+#[test]
+fn nonblocking_backpressure_delivers_64_mib_once_in_order() {
+    let r = run("backpressure");
+    assert_eq!(r["sent"], (64u64 << 20) as f64, "{r:?}");
+    assert!(r["eagain"] > 0.0, "the slow reader must push back: {r:?}");
+}
+
+#[test]
+fn bad_input_gives_minus_one_and_errno_never_a_crash() {
+    run("bad_input");
+}
+
+#[test]
+fn a_program_outside_the_workspace_builds_with_pkg_config_alone() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = std::env::temp_dir().join(format!("nagless-capi-install-{}", std::process::id()));
+    let prefix = root.join("prefix");
+    let lib = lib_dir();
+    let built = std::fs::canonicalize(lib.join("libnagless.so")).unwrap();
+    let from = built.parent().unwrap();
+    let st = Command::new(here.join("../scripts/install-capi"))
+        .arg("--prefix")
+        .arg(&prefix)
+        .arg("--from")
+        .arg(from)
+        .status()
+        .unwrap();
+    assert!(st.success(), "install-capi");
+    // The example, copied out of the workspace, built with pkg-config alone.
+    let work = root.join("elsewhere");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::copy(here.join("examples/request_reply.c"), work.join("prog.c")).unwrap();
+    let pc = prefix.join("lib/pkgconfig");
+    let build = |extra: &str, out: &str| {
+        let script = format!("cc prog.c $(pkg-config {extra} --cflags --libs nagless) -o {out}");
+        let o = Command::new("sh")
+            .args(["-c", &script])
+            .current_dir(&work)
+            .env("PKG_CONFIG_PATH", &pc)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{script}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    build("", "shared");
+    let o = Command::new(work.join("shared"))
+        .env("LD_LIBRARY_PATH", prefix.join("lib"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.contains("20 request/reply rounds"),
+        "{text}"
+    );
+    // Without the library on the loader's path it must be the installed one that was used.
+    let ldd = Command::new("ldd")
+        .arg(work.join("shared"))
+        .env("LD_LIBRARY_PATH", prefix.join("lib"))
+        .output()
+        .unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout);
+    assert!(
+        ldd.contains(&format!(
+            "libnagless.so.0.{}",
+            env!("CARGO_PKG_VERSION_MINOR")
+        )),
+        "{ldd}"
+    );
+    // Static: the archive and pkg-config's private libraries; no libnagless.so needed.
+    let script = format!(
+        "cc prog.c $(pkg-config --cflags nagless) {}/libnagless.a $(pkg-config --static --libs-only-l nagless | sed 's/-lnagless//') -o static",
+        prefix.join("lib").display()
+    );
+    let o = Command::new("sh")
+        .args(["-c", &script])
+        .current_dir(&work)
+        .env("PKG_CONFIG_PATH", &pc)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = Command::new(work.join("static")).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = std::fs::remove_dir_all(&root);
+}
