@@ -559,8 +559,8 @@ macro_rules! forward {
     };
 }
 
-/// `setsockopt(2)`: a program that sets `TCP_CORK` or clears `TCP_NODELAY` holds its own
-/// bytes; the shim leaves that socket to it.
+/// `setsockopt(2)`: a program that sets `TCP_CORK`, or chooses `TCP_NODELAY` either way,
+/// packetizes its own output; the shim leaves that socket to it.
 #[no_mangle]
 pub unsafe extern "C" fn setsockopt(
     fd: c_int,
@@ -580,7 +580,8 @@ pub unsafe extern "C" fn setsockopt(
     if r == 0 && level == libc::IPPROTO_TCP && !value.is_null() && len as usize >= 4 {
         // SAFETY: the kernel just read an int from `value` (len >= 4) without fault.
         let v = unsafe { value.cast::<c_int>().read_unaligned() };
-        if (name == libc::TCP_CORK && v != 0) || (name == libc::TCP_NODELAY && v == 0) {
+        // TCP_CORK on, or any TCP_NODELAY choice: the program packetizes its own output.
+        if (name == libc::TCP_CORK && v != 0) || name == libc::TCP_NODELAY {
             sys::program_holds(fd);
         }
     }

@@ -12,13 +12,18 @@
 //! this thread), not O(descriptors). A stale list entry (the burst already ended, the
 //! descriptor was closed and reused) carries an old generation and is ignored.
 //!
-//! **Programs that hold bytes themselves** (they set `TCP_CORK`, clear `TCP_NODELAY`, or send
+//! **Programs that hold bytes themselves** (they set `TCP_CORK`, set or clear `TCP_NODELAY`, or send
 //! with `MSG_MORE`) already know their moment: such a socket is marked
 //! [`SELF_MANAGED`](Shim::program_holds) and the shim stops holding it.
 //!
-//! **The flusher** ticks every half linger while anything is held, releases bursts older than
-//! the linger bound, and after [`FLUSHER_IDLE`] with nothing held parks until the next burst:
-//! no wake-up per burst, none while idle.
+//! **The flusher**, while anything is held, sleeps until the oldest held burst reaches the
+//! linger bound and releases it (bursts their writers end sooner cost it nothing); after
+//! [`FLUSHER_IDLE`] with nothing held it parks until the next burst: no wake-up per burst,
+//! none while idle.
+//!
+//! **Programs that set `TCP_NODELAY` themselves** (nginx, redis, node) already send each
+//! response with one write, or cork it themselves: holding their bursts only adds two
+//! `setsockopt` calls per response, so their sockets are left to them too.
 #![forbid(unsafe_code)]
 // Unit tests build without the libc layer (its hooks would interpose the test runner itself),
 // so the calls only that layer makes look unused there.
@@ -34,6 +39,9 @@ const SELF_MANAGED: u8 = 4;
 
 /// How long the flusher keeps ticking with nothing held before it parks.
 pub const FLUSHER_IDLE: Duration = Duration::from_millis(20);
+
+/// The flusher's shortest sleep while bursts are held.
+pub const MIN_NAP: Duration = Duration::from_micros(50);
 
 /// Bursts one thread can have open at once; a thread that opens more releases its oldest.
 pub const THREAD_BURSTS: usize = 16;
@@ -321,7 +329,7 @@ impl Shim {
         k.set_nodelay(fd);
     }
 
-    /// The program set `TCP_CORK`, cleared `TCP_NODELAY` or sent with `MSG_MORE` on `fd`:
+    /// The program set `TCP_CORK`, chose `TCP_NODELAY` or sent with `MSG_MORE` on `fd`:
     /// it holds bytes itself, so the shim ends its own burst there and holds it no more.
     pub fn program_holds(&self, k: &impl Kernel, fd: i32) {
         let Some(slot) = self.slot(fd) else { return };
@@ -500,15 +508,23 @@ impl Shim {
         *idle_for = Duration::ZERO;
         let limit = self.config.linger.as_micros() as u64;
         let now = k.now_us();
+        // Sleep until the oldest burst still held reaches the bound (not a fixed tick: most
+        // bursts end long before, released by their writer), at least `MIN_NAP`.
+        let mut next_us = limit;
         for (fd, slot) in self.live_slots() {
-            if slot.flags.load(Relaxed) & CORKED != 0
-                && now.saturating_sub(slot.corked_at_us.load(Relaxed)) >= limit
-                && self.release(k, fd)
-            {
-                self.stats.linger_releases.fetch_add(1, Relaxed);
+            if slot.flags.load(Relaxed) & CORKED == 0 {
+                continue;
+            }
+            let age = now.saturating_sub(slot.corked_at_us.load(Relaxed));
+            if age >= limit {
+                if self.release(k, fd) {
+                    self.stats.linger_releases.fetch_add(1, Relaxed);
+                }
+            } else {
+                next_us = next_us.min(limit - age);
             }
         }
-        FlusherStep::Sleep(tick)
+        FlusherStep::Sleep(Duration::from_micros(next_us).max(MIN_NAP))
     }
 
     /// The flusher woke from parking.
@@ -716,7 +732,8 @@ mod tests {
         k.now.set(400);
         assert_eq!(
             s.flusher_tick(&k, &mut idle),
-            FlusherStep::Sleep(Duration::from_micros(500))
+            FlusherStep::Sleep(Duration::from_micros(600)),
+            "sleeps until the held burst reaches the bound"
         );
         assert!(s.is_corked(3), "younger than the linger bound");
         k.now.set(1000);
