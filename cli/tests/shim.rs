@@ -101,12 +101,20 @@ fn run_wwr(rounds: u32, mode: Option<&str>) -> (HashMap<String, i64>, String) {
     (fields(&out), String::from_utf8_lossy(&stderr).into_owned())
 }
 
+/// Where the system tool `name` is: on PATH, or in /usr/sbin (nginx) for users without it.
+fn tool_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
 /// Whether the system tool `name` is installed. `./scripts/test` (and so CI) installs it; a
 /// plain `cargo test` on a machine without it skips the test with a note, except under CI
 /// (`CI` set), where a missing tool is a failure, never a silent skip.
 fn have_tool(name: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()));
+    let found = tool_path(name).is_some();
     if !found {
         assert!(
             std::env::var_os("CI").is_none(),
@@ -541,4 +549,106 @@ fn a_program_that_corks_its_own_socket_is_left_alone() {
         r["segs"], 1,
         "the shim uncorked the program's own cork at its poll"
     );
+}
+
+/// Runs wrk against `url` for 2 s with `conns` connections; returns (requests/s, max latency
+/// in ms, non-2xx/3xx responses and socket errors).
+fn wrk_run(url: &str, conns: u32) -> (f64, f64, u64) {
+    let out = Command::new("wrk")
+        .args(["-t1", &format!("-c{conns}"), "-d2s", url])
+        .output()
+        .expect("wrk");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    // "Latency   1.00ms  2.00ms  12.34ms  90%": the third figure is the maximum.
+    let max = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Latency"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .map(|v| {
+            let (n, unit) = v.split_at(v.find(|c: char| c.is_alphabetic()).unwrap_or(v.len()));
+            let n: f64 = n.parse().unwrap_or(f64::MAX);
+            match unit {
+                "us" => n / 1000.0,
+                "ms" => n,
+                "s" => n * 1000.0,
+                _ => f64::MAX,
+            }
+        })
+        .unwrap_or(f64::MAX);
+    let errors = ["Non-2xx or 3xx responses:", "Socket errors:"]
+        .iter()
+        .filter(|k| text.contains(*k))
+        .count() as u64;
+    (rps, max, errors)
+}
+
+#[test]
+fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
+    if !have_tool("nginx") || !have_tool("wrk") {
+        return;
+    }
+    // nginx with two worker processes (forked by the master) and TCP_NODELAY off, so that
+    // the shim holds the workers' bursts: every worker must release them (on epoll_wait, or
+    // by its own flusher), or responses would wait for the kernel's 200 ms cork timer.
+    let dir = std::env::temp_dir().join(format!("nagless-nginx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("f.txt"), [b'x'; 100]).unwrap();
+    let port = free_port();
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "worker_processes 2;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+             events {{ worker_connections 256; }}\n\
+             http {{ access_log off; sendfile on; tcp_nodelay off; tcp_nopush off;\n\
+             keepalive_requests 1000000;\n\
+             server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
+            d = dir.display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(tool_path("nginx").unwrap());
+    cmd.arg("-c")
+        .arg(&conf)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    with_shim(&mut cmd, "nagless");
+    let mut server = Server(cmd.spawn().unwrap());
+    wait_for_port(port);
+    let (rps, max_ms, errors) = wrk_run(&format!("http://127.0.0.1:{port}/f.txt"), 4);
+    // SIGQUIT, nginx's graceful stop, to the master we started: the workers exit normally
+    // and print their counters (nginx points their stderr at its error log).
+    let _ = Command::new("kill")
+        .args(["-QUIT", &server.0.id().to_string()])
+        .status();
+    let start = Instant::now();
+    while server.0.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(server);
+    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("nginx, 2 workers, under the shim: {rps:.0} req/s, max latency {max_ms:.2} ms");
+    assert_eq!(errors, 0, "wrk saw errors");
+    assert!(rps > 100.0, "{rps} req/s");
+    assert!(
+        max_ms < 100.0,
+        "a response waited {max_ms} ms: a worker's burst was not released"
+    );
+    // The workers (not only the master) managed sockets and held bursts.
+    let stats = stats_lines(&log);
+    for l in log.lines().filter(|l| l.starts_with("nagless stats:")) {
+        eprintln!("{l}");
+    }
+    let busy = stats.iter().filter(|s| s["bursts"] > 0).count();
+    assert!(busy >= 1, "no worker held a burst: {log}");
+    for s in &stats {
+        // One segment per burst: nginx writes each response with one writev.
+        assert!(s["data"] <= s["bursts"] + s["released"] + 2, "{s:?}");
+    }
 }
