@@ -231,3 +231,74 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
     let err = c.exec();
     Err(format!("cannot run {name}: {err}"))
 }
+
+pub const RUN_HELP: &str = "\
+HOW IT WORKS
+  CMD starts with libnagless_preload.so preloaded. Every TCP socket it creates, accepts or
+  connects gets TCP_NODELAY; each burst of writes is held with TCP_CORK and released when the
+  program turns to wait (read/recv, poll/select/epoll, close, shutdown, fork, exec) or after
+  --linger-us at the latest. Unsent bytes stay in the kernel, never in a buffer of ours.
+  The shim is carried inside the nagless executable and unpacked once to ~/.cache/nagless.
+  Without nagless run: LD_PRELOAD=$(nagless run --print-shim) CMD (settings in NAGLESS_MODE,
+  NAGLESS_STATS=1, NAGLESS_LOG=FILE, NAGLESS_LINGER_US).
+
+EXAMPLES
+  nagless run --stats -- python3 -m http.server --protocol HTTP/1.1 8000
+  nagless run --mode nodelay -- ./vendor-daemon --port 179
+
+EXIT STATUS
+  CMD's own; 2 if CMD cannot be run or cannot be reached (static or Go binaries).";
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// nagless (cork bursts, release on wait), cork (libautocork's rule: release on read and
+    /// poll/select only), nodelay (set TCP_NODELAY only).
+    #[arg(long, default_value = "nagless", value_parser = ["nagless", "cork", "nodelay"])]
+    mode: String,
+    /// Print per-process counters to stderr at exit.
+    #[arg(long)]
+    stats: bool,
+    /// Append a debug trace to FILE.
+    #[arg(long, value_name = "FILE")]
+    log: Option<std::path::PathBuf>,
+    /// Longest time a burst is held when the program neither reads nor polls, µs (50..=100000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=100_000))]
+    linger_us: u64,
+    /// Print the path of the shim library (for LD_PRELOAD by hand) and exit.
+    #[arg(long, exclusive = true)]
+    print_shim: bool,
+    /// The program and its arguments.
+    #[arg(
+        last = true,
+        required_unless_present = "print_shim",
+        value_name = "CMD"
+    )]
+    cmd: Vec<std::ffi::OsString>,
+}
+
+/// `nagless run`: prints the shim's path, or replaces this process with CMD under it; exit
+/// status 2 when that cannot be done.
+pub fn command(args: RunArgs) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    if args.print_shim {
+        return match find_shim() {
+            Ok(path) => {
+                println!("{}", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("nagless run: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let opts = RunOptions {
+        mode: args.mode,
+        stats: args.stats,
+        log: args.log,
+        linger_us: args.linger_us,
+    };
+    let Err(e) = run(&opts, &args.cmd);
+    eprintln!("nagless run: {e}");
+    ExitCode::from(2)
+}

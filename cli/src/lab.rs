@@ -1,0 +1,276 @@
+//! `nagless lab`: reproduce the source cases strategy by strategy, with reports.
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use nagless_lab::pattern::{check_pair, Pattern};
+use nagless_lab::scenario::SCENARIOS;
+use nagless_lab::{report, run_plan, Case, Path, Plan, Scale, Strategy};
+
+use crate::usage;
+
+pub const LAB_HELP: &str = "\
+SCENARIOS (default: all but custom)
+  split-write     1024 B sent as K writes (K = 1, 10, 100, 1000), answered alike; 10 round trips
+  bgp-burst       connect, OPEN/KEEPALIVE, 255 UPDATEs + End-of-RIB; time connect -> End-of-RIB
+  framed-window   4098 B messages through a 4096 B receiver window (tiny-tail) and 4098 (aligned)
+  pipelined-read  32 MB read as 8 KiB requests at depth 1, 2, 10; header and data as two writes
+  http-keepalive  request in one write; response header then 100 B body; C = 1, 10 connections
+  custom          your own exchange: --client PATTERN --server PATTERN [--rounds N]
+
+STRATEGIES (default: all)
+  nagle     kernel default          nodelay   TCP_NODELAY
+  cork      TCP_CORK around bursts   msgmore   TCP_NODELAY + MSG_MORE on all but the last write
+  quickack  receiver re-arms TCP_QUICKACK after every read
+  nagless   the nagless library, default policy
+
+PATTERNS (custom)
+  Comma-separated steps per round: wN writes N bytes in one call, rN reads exactly N bytes.
+  Each side must read what the other writes. Write-write-read:
+    nagless lab custom --client w100,w100,r100 --server r200,w100
+
+PATHS
+  Loopback (MSS ~64 KiB). --mss N sets TCP_MAXSEG on both ends (1448 = Ethernet); by default
+  split-write, bgp-burst and framed-window also run at MSS 1448.
+
+EXIT STATUS
+  0 success, 1 a run failed, 2 bad arguments.";
+
+#[derive(clap::Args)]
+pub struct LabArgs {
+    /// Scenario to run (default: every scenario but custom).
+    scenario: Option<String>,
+    /// Strategies to compare, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    strategy: Vec<String>,
+    /// Run every default case small and once: well under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Runs per case and strategy (default 3, or 1 with --quick); medians are reported.
+    #[arg(long)]
+    repeat: Option<usize>,
+    /// Time limit of one open-ended run, ms (default 1500, or 300 with --quick).
+    #[arg(long)]
+    limit_ms: Option<u64>,
+    /// Only this path: TCP_MAXSEG on both ends (e.g. 1448); default: loopback, plus 1448 where segments matter.
+    #[arg(long)]
+    mss: Option<u32>,
+    /// split-write: writes per message (default: 1, 10, 100, 1000).
+    #[arg(long)]
+    k: Option<usize>,
+    /// Client pattern for custom, e.g. w100,w100,r100.
+    #[arg(long)]
+    client: Option<String>,
+    /// Server pattern for custom, e.g. r200,w100.
+    #[arg(long)]
+    server: Option<String>,
+    /// Rounds for custom and split-write.
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Write the results as JSON to FILE ('-' for stdout); schema in docs/lab-json.md.
+    #[arg(long, value_name = "FILE")]
+    json: Option<String>,
+    /// Write the results as CSV to FILE ('-' for stdout).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<String>,
+    /// Write a self-contained HTML report with SVG charts to FILE.
+    #[arg(long, value_name = "FILE")]
+    html: Option<String>,
+    /// Run each source case's headline case and print the figures its text reports beside ours.
+    #[arg(long, conflicts_with_all = ["scenario", "client", "server", "k", "mss"])]
+    seeds: bool,
+    /// Pin both ends of each connection to this CPU (default: the last CPU).
+    #[arg(long, value_name = "CPU", conflicts_with = "no_pin")]
+    pin: Option<usize>,
+    /// Let the scheduler place client and server threads (cross-CPU wake-ups add noise).
+    #[arg(long)]
+    no_pin: bool,
+    /// No progress bar or progress lines.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
+    let scale = if args.quick {
+        Scale::Quick
+    } else {
+        Scale::Full
+    };
+    let mut plan = Plan::defaults(scale);
+    if args.seeds {
+        plan.cases = nagless_lab::seeds::cases(scale);
+    }
+    if !args.strategy.is_empty() {
+        plan.strategies = args
+            .strategy
+            .iter()
+            .map(|s| s.parse::<Strategy>().map_err(usage))
+            .collect::<anyhow::Result<_>>()?;
+    }
+    if let Some(name) = &args.scenario {
+        if !SCENARIOS.contains(&name.as_str()) {
+            return Err(usage(format!(
+                "unknown scenario '{name}' (expected one of: {})",
+                SCENARIOS.join(", ")
+            )));
+        }
+        if name == "custom" {
+            let (Some(c), Some(s)) = (&args.client, &args.server) else {
+                return Err(usage("custom needs --client PATTERN and --server PATTERN, e.g. --client w100,w100,r100 --server r200,w100"));
+            };
+            let cp = Pattern::parse(c).map_err(|e| usage(format!("--client: {e}")))?;
+            let sp = Pattern::parse(s).map_err(|e| usage(format!("--server: {e}")))?;
+            check_pair(&cp, &sp).map_err(|e| usage(e.to_string()))?;
+            let case = Case::Custom {
+                client: cp.to_string(),
+                server: sp.to_string(),
+                rounds: args.rounds.unwrap_or(50),
+            };
+            plan.cases = vec![(case, Path { mss: None })];
+        } else {
+            plan.cases = Plan::default_cases(Some(name), scale);
+        }
+    } else if args.client.is_some() || args.server.is_some() {
+        return Err(usage("--client/--server go with the custom scenario: nagless lab custom --client ... --server ..."));
+    }
+    if let Some(k) = args.k {
+        if !(1..=1024).contains(&k) {
+            return Err(usage("--k must be 1..=1024"));
+        }
+        let mut kept: Vec<(Case, Path)> = Vec::new();
+        for (mut c, p) in std::mem::take(&mut plan.cases) {
+            if let Case::SplitWrite { k: kk, .. } = &mut c {
+                *kk = k;
+                if !kept.contains(&(c.clone(), p)) {
+                    kept.push((c, p));
+                }
+            }
+        }
+        plan.cases = kept;
+        if plan.cases.is_empty() {
+            return Err(usage("--k applies to split-write"));
+        }
+    }
+    if let Some(rounds) = args.rounds {
+        for (c, _) in &mut plan.cases {
+            if let Case::SplitWrite { rounds: r, .. } = c {
+                *r = rounds.max(1);
+            }
+        }
+    }
+    if let Some(mss) = args.mss {
+        if !(88..=32767).contains(&mss) {
+            return Err(usage(
+                "--mss must be 88..=32767 (the kernel's TCP_MAXSEG range)",
+            ));
+        }
+        let mut seen = Vec::new();
+        for (c, mut p) in std::mem::take(&mut plan.cases) {
+            p.mss = Some(mss);
+            if !seen.contains(&(c.clone(), p)) {
+                seen.push((c, p));
+            }
+        }
+        plan.cases = seen;
+    }
+    if let Some(r) = args.repeat {
+        if r == 0 {
+            return Err(usage("--repeat must be at least 1"));
+        }
+        plan.repeats = r;
+    }
+    if args.no_pin {
+        plan.pin = None;
+    } else if let Some(cpu) = args.pin {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cpu >= cpus {
+            return Err(usage(format!(
+                "--pin {cpu}: this machine has CPUs 0..={}",
+                cpus - 1
+            )));
+        }
+        plan.pin = Some(cpu);
+    }
+    if let Some(ms) = args.limit_ms {
+        plan.limit = Duration::from_millis(ms.max(1));
+    }
+    Ok(plan)
+}
+
+fn write_out(path: &str, content: &str) -> anyhow::Result<()> {
+    if path == "-" {
+        std::io::stdout().write_all(content.as_bytes())?;
+        Ok(())
+    } else {
+        std::fs::write(path, content).with_context(|| format!("cannot write {path}"))
+    }
+}
+
+pub fn command(args: LabArgs) -> anyhow::Result<bool> {
+    let plan = plan(&args)?;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let total = plan.run_count();
+    let bar = if args.no_progress || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let hidden = bar.is_hidden();
+    let mut last_scenario = String::new();
+    let tables = run_plan(&plan, &mut |done, _, what| {
+        bar.set_position(done as u64);
+        bar.set_message(what.to_string());
+        // Without a bar (CI, pipes), say which case is running now and then.
+        let scenario = what.split(' ').next().unwrap_or("").to_string();
+        if hidden && !args.no_progress && !what.is_empty() && scenario != last_scenario {
+            eprintln!("[{done}/{total}] {scenario}");
+            last_scenario = scenario;
+        }
+    });
+    bar.finish_and_clear();
+    let to_stdout = [&args.json, &args.csv]
+        .iter()
+        .any(|o| o.as_deref() == Some("-"));
+    let text = report::text(&tables);
+    if to_stdout {
+        eprint!("{text}");
+        eprintln!("\n{}", report::corner_summary(&tables));
+    } else {
+        print!("{text}");
+        println!("\n{}", report::corner_summary(&tables));
+    }
+    if args.seeds {
+        let seeds = nagless_lab::seeds::report(&tables);
+        if to_stdout {
+            eprint!("{seeds}");
+        } else {
+            print!("{seeds}");
+        }
+    }
+    if let Some(path) = &args.json {
+        let meta = serde_json::json!({
+            "command": command,
+            "repeats": plan.repeats,
+            "limit_ms": plan.limit.as_millis() as u64,
+            "pin": plan.pin,
+            "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        });
+        let doc = report::json(&tables, meta);
+        write_out(path, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
+    }
+    if let Some(path) = &args.csv {
+        write_out(path, &report::csv(&tables))?;
+    }
+    if let Some(path) = &args.html {
+        let page = report::html(&tables, &command).map_err(anyhow::Error::msg)?;
+        write_out(path, &page)?;
+    }
+    Ok(tables.iter().all(|t| t.errors.is_empty()))
+}
