@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 use nagless_lab::pattern::{check_pair, Pattern};
 use nagless_lab::scenario::SCENARIOS;
-use nagless_lab::{report, run_plan, Case, Path, Plan, Scale, Strategy};
+use nagless_lab::{report, run_plan, Case, Link, Path, Plan, Scale, Strategy};
 
 use crate::usage;
 
@@ -34,6 +34,11 @@ PATTERNS (custom)
 PATHS
   Loopback (MSS ~64 KiB). --mss N sets TCP_MAXSEG on both ends (1448 = Ethernet); by default
   split-write, bgp-burst and framed-window also run at MSS 1448.
+  --rtt 20ms runs every case between two network namespaces joined by an emulated link (needs
+  root or CAP_NET_ADMIN): one-way delay RTT/2 each way, --rate 100mbit with a drop-tail queue
+  of one bandwidth-delay product (--queue BYTES), --mtu 1500, --loss 0.5% (seeded: --seed N).
+  A list (--rtt 1ms,10ms,50ms) runs a sweep. Example:
+    sudo nagless lab split-write --rtt 1ms,20ms --rate 100mbit
 
 EXIT STATUS
   0 success, 1 a run failed, 2 bad arguments.";
@@ -78,6 +83,25 @@ pub struct LabArgs {
     /// Write a self-contained HTML report with SVG charts to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<String>,
+    /// Emulated path round-trip times, comma-separated (e.g. 1ms,20ms): run every case across
+    /// two network namespaces joined by an emulated link instead of loopback (needs root).
+    #[arg(long, value_delimiter = ',', value_name = "RTT", value_parser = parse_duration)]
+    rtt: Vec<Duration>,
+    /// Emulated link rate, e.g. 100mbit, 1gbit, 500kbit (default: unlimited).
+    #[arg(long, value_name = "RATE", value_parser = parse_rate, requires = "rtt")]
+    rate: Option<u64>,
+    /// Emulated link MTU, bytes (576..=65535).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(576..=65535), requires = "rtt")]
+    mtu: u32,
+    /// Random loss on the emulated link, each direction, e.g. 0.5%.
+    #[arg(long, value_name = "PERCENT", value_parser = parse_loss, requires = "rtt")]
+    loss: Option<u32>,
+    /// Drop-tail queue of the emulated link, bytes (default: one bandwidth-delay product).
+    #[arg(long, value_name = "BYTES", requires = "rtt")]
+    queue: Option<u64>,
+    /// Seed of the emulated link's loss (runs with the same seed lose the same packets).
+    #[arg(long, default_value_t = 1, requires = "rtt")]
+    seed: u64,
     /// Run each source case's headline case and print the figures its text reports beside ours.
     #[arg(long, conflicts_with_all = ["scenario", "client", "server", "k", "mss"])]
     seeds: bool,
@@ -128,7 +152,7 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
                 server: sp.to_string(),
                 rounds: args.rounds.unwrap_or(50),
             };
-            plan.cases = vec![(case, Path { mss: None })];
+            plan.cases = vec![(case, Path::LOOPBACK)];
         } else {
             plan.cases = Plan::default_cases(Some(name), scale);
         }
@@ -175,6 +199,34 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
         }
         plan.cases = seen;
     }
+    if !args.rtt.is_empty() {
+        // Every case once per link (the loopback MSS variants collapse: the MTU decides).
+        let mut cases: Vec<Case> = Vec::new();
+        for (c, _) in std::mem::take(&mut plan.cases) {
+            if !cases.contains(&c) {
+                cases.push(c);
+            }
+        }
+        for rtt in &args.rtt {
+            let link = Link {
+                rtt_us: rtt.as_micros() as u64,
+                rate_bps: args.rate,
+                mtu: args.mtu,
+                loss_ppm: args.loss.unwrap_or(0),
+                queue_bytes: args.queue,
+                seed: args.seed,
+            };
+            for c in &cases {
+                plan.cases.push((
+                    c.clone(),
+                    Path {
+                        mss: args.mss,
+                        link: Some(link),
+                    },
+                ));
+            }
+        }
+    }
     if let Some(r) = args.repeat {
         if r == 0 {
             return Err(usage("--repeat must be at least 1"));
@@ -208,8 +260,70 @@ fn write_out(path: &str, content: &str) -> anyhow::Result<()> {
     }
 }
 
+/// `20ms`, `0.1ms`, `1s`, `500us`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_alphabetic()).unwrap_or(s.len()));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 20ms"))?;
+    let secs = match unit {
+        "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        _ => return Err(format!("{s:?}: the unit must be s, ms or us")),
+    };
+    if !(0.0..=10.0).contains(&secs) {
+        return Err(format!("{s:?}: an RTT must be 0..=10 s"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// `100mbit`, `1gbit`, `500kbit`, `2000000` (bits per second).
+fn parse_rate(s: &str) -> Result<u64, String> {
+    let lower = s.to_ascii_lowercase();
+    let (num, mult) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)]
+        .iter()
+        .find_map(|(u, m)| lower.strip_suffix(u).map(|n| (n.to_string(), *m)))
+        .unwrap_or((lower.clone(), 1.0));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a rate such as 100mbit"))?;
+    let bps = v * mult;
+    if !(1e3..=1e11).contains(&bps) {
+        return Err(format!("{s:?}: a rate must be 1kbit..=100gbit"));
+    }
+    Ok(bps as u64)
+}
+
+/// `0.5%` (or `0.005`) as parts per million.
+fn parse_loss(s: &str) -> Result<u32, String> {
+    let v: f64 = match s.strip_suffix('%') {
+        Some(p) => p.parse::<f64>().map(|p| p / 100.0),
+        None => s.parse(),
+    }
+    .map_err(|_| format!("{s:?} is not a loss such as 0.5%"))?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!("{s:?}: loss must be 0..=100%"));
+    }
+    Ok((v * 1e6).round() as u32)
+}
+
 pub fn command(args: LabArgs) -> anyhow::Result<bool> {
     let plan = plan(&args)?;
+    let nets = match nagless_lab::make_paths(&plan) {
+        Ok(nets) => nets,
+        Err(e @ nagless_netpath::PathError::NotPermitted(_)) => {
+            return Err(usage(format!(
+                "{e}; loopback (no --rtt) needs no privilege"
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if !nets.is_empty() {
+        // Ctrl-C stops after the run in progress; the paths' namespaces are removed on the
+        // way out.
+        nagless_netpath::on_interrupt();
+    }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let total = plan.run_count();
     let bar = if args.no_progress || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -224,17 +338,26 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
     );
     let hidden = bar.is_hidden();
     let mut last_scenario = String::new();
-    let tables = run_plan(&plan, &mut |done, _, what| {
-        bar.set_position(done as u64);
-        bar.set_message(what.to_string());
-        // Without a bar (CI, pipes), say which case is running now and then.
-        let scenario = what.split(' ').next().unwrap_or("").to_string();
-        if hidden && !args.no_progress && !what.is_empty() && scenario != last_scenario {
-            eprintln!("[{done}/{total}] {scenario}");
-            last_scenario = scenario;
-        }
-    });
+    let tables = run_plan(
+        &plan,
+        &nets,
+        &nagless_netpath::interrupted,
+        &mut |done, _, what| {
+            bar.set_position(done as u64);
+            bar.set_message(what.to_string());
+            // Without a bar (CI, pipes), say which case is running now and then.
+            let scenario = what.split(' ').next().unwrap_or("").to_string();
+            if hidden && !args.no_progress && !what.is_empty() && scenario != last_scenario {
+                eprintln!("[{done}/{total}] {scenario}");
+                last_scenario = scenario;
+            }
+        },
+    );
     bar.finish_and_clear();
+    if nagless_netpath::interrupted() {
+        eprintln!("nagless lab: interrupted; the emulated paths are removed");
+        return Ok(false);
+    }
     let to_stdout = [&args.json, &args.csv]
         .iter()
         .any(|o| o.as_deref() == Some("-"));

@@ -36,7 +36,7 @@ struct Cli {
 enum Command {
     /// Reproduce each source case on loopback, strategy by strategy: latency against packets.
     #[command(after_long_help = LAB_HELP)]
-    Lab(LabArgs),
+    Lab(Box<LabArgs>),
     /// Run an unmodified program with its TCP sockets coalesced (LD_PRELOAD shim).
     #[command(after_long_help = RUN_HELP)]
     Run(RunArgs),
@@ -73,7 +73,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Lab(args) => lab::command(args),
+        Command::Lab(args) => lab::command(*args),
         Command::Doctor(args) => doctor::command(args),
         Command::Run(args) => return run::command(args),
     };

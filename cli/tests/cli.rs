@@ -203,3 +203,112 @@ fn seeds_put_each_source_figure_beside_ours() {
         .unwrap();
     assert!(line.contains("nagless"), "{line}");
 }
+
+/// Whether this process may make network namespaces (root); outside CI a test that needs
+/// them skips with a note, under `CI` it must run.
+fn may_make_namespaces() -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        assert!(std::env::var_os("CI").is_none(), "CI must run as root");
+        eprintln!("skipped: not root");
+    }
+    root
+}
+
+#[test]
+fn lab_on_an_emulated_path_reports_it_in_json() {
+    if !may_make_namespaces() {
+        return;
+    }
+    let before = our_namespaces();
+    let o = nagless(&[
+        "lab",
+        "custom",
+        "--client",
+        "w100,r100",
+        "--server",
+        "r100,w100",
+        "--rtt",
+        "5ms",
+        "--rate",
+        "10mbit",
+        "--loss",
+        "0.1%",
+        "--repeat",
+        "1",
+        "--rounds",
+        "3",
+        "--strategy",
+        "nagle,nagless",
+        "--json",
+        "-",
+        "--no-progress",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let path = &doc["tables"][0]["path"];
+    assert_eq!(path["rtt_us"], 5000, "{path}");
+    assert_eq!(path["rate_bps"], 10_000_000, "{path}");
+    assert_eq!(path["mtu"], 1500, "{path}");
+    assert_eq!(path["loss"], 0.001, "{path}");
+    // Every round crossed the 5 ms path: none took less than the round trip.
+    let p50 = doc["tables"][0]["rows"][1]["p50_us"]["median"]
+        .as_f64()
+        .unwrap();
+    assert!(p50 >= 5000.0, "{p50}");
+    // Its namespaces are gone.
+    assert_eq!(our_namespaces(), before, "namespaces left behind");
+}
+
+/// How many `nagless-*` network namespaces exist.
+fn our_namespaces() -> usize {
+    std::fs::read_dir("/run/netns").map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("nagless-"))
+            .count()
+    })
+}
+
+#[test]
+fn lab_on_an_emulated_path_without_privilege_exits_2_and_says_why() {
+    if !may_make_namespaces() || !std::path::Path::new("/usr/bin/setpriv").exists() {
+        return;
+    }
+    // As nobody (a copy of the binary where nobody can run it).
+    let copy = std::env::temp_dir().join(format!("nagless-unprivileged-{}", std::process::id()));
+    std::fs::copy(env!("CARGO_BIN_EXE_nagless"), &copy).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&copy)
+        .args([
+            "lab", "custom", "--client", "w1,r1", "--server", "r1,w1", "--rtt", "10ms",
+        ])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&copy);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("needs root or CAP_NET_ADMIN"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn lab_path_options_are_checked() {
+    for (args, says) in [
+        (&["lab", "--rtt", "5xs"][..], "unit"),
+        (&["lab", "--rate", "100mbit"][..], "--rtt"),
+        (&["lab", "--rtt", "5ms", "--loss", "150%"][..], "loss"),
+        (&["lab", "--rtt", "5ms", "--rate", "fast"][..], "rate"),
+    ] {
+        let o = nagless(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
+    }
+}

@@ -14,16 +14,96 @@ use crate::sys;
 /// The path a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Path {
-    /// `TCP_MAXSEG` on both ends (`None`: loopback's own ~64 KiB).
+    /// `TCP_MAXSEG` on both ends (`None`: the path's own, ~64 KiB on loopback).
     pub mss: Option<u32>,
+    /// An emulated link between two network namespaces instead of loopback.
+    #[serde(flatten)]
+    pub link: Option<Link>,
+}
+
+/// An emulated link ([`nagless_netpath`]): what `--rtt`, `--rate`, `--mtu`, `--loss`,
+/// `--queue` and `--seed` ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// Round-trip time, µs.
+    pub rtt_us: u64,
+    /// Rate of each direction, bits per second (`None`: unlimited).
+    pub rate_bps: Option<u64>,
+    /// MTU, bytes.
+    pub mtu: u32,
+    /// Loss probability of each direction, in parts per million.
+    pub loss_ppm: u32,
+    /// Drop-tail queue, bytes (`None`: one bandwidth-delay product).
+    pub queue_bytes: Option<u64>,
+    /// Seed of the loss generators.
+    pub seed: u64,
+}
+
+impl serde::Serialize for Link {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Link", 6)?;
+        st.serialize_field("rtt_us", &self.rtt_us)?;
+        st.serialize_field("rate_bps", &self.rate_bps)?;
+        st.serialize_field("mtu", &self.mtu)?;
+        st.serialize_field("loss", &(f64::from(self.loss_ppm) / 1e6))?;
+        st.serialize_field("queue_bytes", &self.queue_bytes)?;
+        st.serialize_field("seed", &self.seed)?;
+        st.end()
+    }
+}
+
+impl Link {
+    /// The emulated path's settings.
+    pub fn spec(&self) -> nagless_netpath::PathSpec {
+        nagless_netpath::PathSpec {
+            rtt: Duration::from_micros(self.rtt_us),
+            rate_bps: self.rate_bps,
+            mtu: self.mtu,
+            loss: f64::from(self.loss_ppm) / 1e6,
+            queue_bytes: self.queue_bytes.map(|q| q as usize),
+            seed: self.seed,
+        }
+    }
+
+    /// A short label: `rtt20ms`, with `/100mbit`, `/mtu1400`, `/loss0.5%` when set.
+    pub fn label(&self) -> String {
+        let ms = self.rtt_us as f64 / 1000.0;
+        let mut l = format!("rtt{ms}ms");
+        if let Some(r) = self.rate_bps {
+            l += &format!("/{}mbit", r as f64 / 1e6);
+        }
+        if self.mtu != 1500 {
+            l += &format!("/mtu{}", self.mtu);
+        }
+        if self.loss_ppm > 0 {
+            l += &format!("/loss{}%", f64::from(self.loss_ppm) / 1e4);
+        }
+        l
+    }
 }
 
 impl Path {
-    /// A short label: `lo` or `mss1448`.
+    /// Loopback with its own MSS.
+    pub const LOOPBACK: Path = Path {
+        mss: None,
+        link: None,
+    };
+
+    /// Loopback with `TCP_MAXSEG` set on both ends.
+    pub const fn mss(mss: u32) -> Path {
+        Path {
+            mss: Some(mss),
+            link: None,
+        }
+    }
+
+    /// A short label: `lo`, `mss1448`, or the link's (`rtt20ms/100mbit`).
     pub fn label(&self) -> String {
-        match self.mss {
-            None => "lo".into(),
-            Some(m) => format!("mss{m}"),
+        match (self.link, self.mss) {
+            (Some(l), _) => l.label(),
+            (None, None) => "lo".into(),
+            (None, Some(m)) => format!("mss{m}"),
         }
     }
 }
@@ -34,12 +114,14 @@ impl Path {
 /// wake-ups out of the latencies: on a small virtual machine they cost 50-100 µs and vary
 /// from run to run, while the stalls under study are 40 ms and the differences between
 /// stall-free strategies are a few µs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Setup {
+#[derive(Debug, Clone, Copy)]
+pub struct Setup<'a> {
     /// The network path.
     pub path: Path,
     /// Pin both ends' threads to this CPU (`None`: the scheduler places them).
     pub pin: Option<usize>,
+    /// The emulated path the sockets are made in, when `path.link` asks for one.
+    pub net: Option<&'a nagless_netpath::EmulatedPath>,
 }
 
 /// What one side of a session cost, from the kernel's and the process's own counters.
@@ -123,19 +205,32 @@ fn socket(path: Path) -> io::Result<Socket> {
     Ok(sock)
 }
 
-fn listener(path: Path) -> io::Result<TcpListener> {
-    let sock = socket(path)?;
-    sock.set_reuse_address(true)?;
-    let addr: SocketAddr = "127.0.0.1:0".parse().map_err(io::Error::other)?;
-    sock.bind(&addr.into())?;
-    sock.listen(128)?;
-    Ok(sock.into())
+/// A listener on loopback, or on the server side of the emulated path (a socket stays in
+/// the namespace it was made in, whichever thread uses it).
+fn listener(setup: &Setup<'_>) -> io::Result<TcpListener> {
+    let make = |ip: std::net::IpAddr| -> io::Result<TcpListener> {
+        let sock = socket(setup.path)?;
+        sock.set_reuse_address(true)?;
+        sock.bind(&SocketAddr::new(ip, 0).into())?;
+        sock.listen(128)?;
+        Ok(sock.into())
+    };
+    match setup.net {
+        None => make(std::net::Ipv4Addr::LOCALHOST.into()),
+        Some(net) => net.run_in_server(|| make(net.server_addr().into()))?,
+    }
 }
 
-fn connect(path: Path, addr: SocketAddr) -> io::Result<TcpStream> {
-    let sock = socket(path)?;
-    sock.connect(&addr.into())?;
-    Ok(sock.into())
+fn connect(setup: &Setup<'_>, addr: SocketAddr) -> io::Result<TcpStream> {
+    let make = || -> io::Result<TcpStream> {
+        let sock = socket(setup.path)?;
+        sock.connect(&addr.into())?;
+        Ok(sock.into())
+    };
+    match setup.net {
+        None => make(),
+        Some(net) => net.run_in_client(make)?,
+    }
 }
 
 fn side_cost(conn: &Conn, cpu_start: u64) -> io::Result<SideCost> {
@@ -153,7 +248,7 @@ fn side_cost(conn: &Conn, cpu_start: u64) -> io::Result<SideCost> {
 /// client closes the connection when it returns; the server should return on EOF.
 /// `started` receives the instant just before connect.
 pub fn session<C, S>(
-    setup: Setup,
+    setup: Setup<'_>,
     strategy: Strategy,
     client: C,
     server: S,
@@ -162,8 +257,7 @@ where
     C: FnOnce(&mut Conn, Instant) -> io::Result<ClientReport>,
     S: FnOnce(&mut Conn) -> io::Result<()> + Send,
 {
-    let path = setup.path;
-    let listener = listener(path)?;
+    let listener = listener(&setup)?;
     let addr = listener.local_addr()?;
     std::thread::scope(|scope| {
         let server_thread = scope.spawn(move || -> io::Result<SideCost> {
@@ -196,7 +290,7 @@ where
             }
             let cpu0 = sys::thread_cpu_us();
             let started = Instant::now();
-            let tcp = connect(path, addr)?;
+            let tcp = connect(&setup, addr)?;
             tcp.set_read_timeout(Some(IO_TIMEOUT))?;
             let mut conn = Conn::new(tcp, strategy)?;
             let report = client(&mut conn, started)?;
@@ -207,7 +301,7 @@ where
         })();
         if client_result.is_err() {
             // Unblock a server still waiting in accept (the client may have failed first).
-            let _ = TcpStream::connect(addr);
+            let _ = connect(&setup, addr);
         }
         let server_cost = server_thread
             .join()

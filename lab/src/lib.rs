@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-pub use harness::{Path, RunResult, Setup, SideCost};
+pub use harness::{Link, Path, RunResult, Setup, SideCost};
 pub use scenario::{Case, Credit};
 pub use strategy::Strategy;
 
@@ -60,10 +60,8 @@ impl Plan {
     /// The default cases of `scenario` (all scenarios but `custom` when `None`).
     pub fn default_cases(scenario: Option<&str>, scale: Scale) -> Vec<(Case, Path)> {
         let quick = scale == Scale::Quick;
-        let lo = Path { mss: None };
-        let eth = Path {
-            mss: Some(ETHERNET_MSS),
-        };
+        let lo = Path::LOOPBACK;
+        let eth = Path::mss(ETHERNET_MSS);
         let mut out = Vec::new();
         let want = |name: &str| scenario.is_none_or(|s| s == name);
         if want("split-write") {
@@ -402,12 +400,41 @@ pub fn verdict(rows: &[Row]) -> Option<Verdict> {
 /// Progress callback: (runs done, runs total, what is running).
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize, &str);
 
-/// Runs every case of `plan` with every strategy, `repeats` times each.
-pub fn run_plan(plan: &Plan, progress: Progress<'_>) -> Vec<Table> {
+/// The emulated paths a plan needs, made before it runs (one per distinct link, shared by
+/// every case and strategy on it). Fails as [`nagless_netpath::EmulatedPath::new`] does,
+/// e.g. without root.
+pub fn make_paths(
+    plan: &Plan,
+) -> Result<Vec<(Link, nagless_netpath::EmulatedPath)>, nagless_netpath::PathError> {
+    let mut nets: Vec<(Link, nagless_netpath::EmulatedPath)> = Vec::new();
+    for (_, path) in &plan.cases {
+        if let Some(link) = path.link {
+            if !nets.iter().any(|(l, _)| *l == link) {
+                nets.push((link, nagless_netpath::EmulatedPath::new(&link.spec())?));
+            }
+        }
+    }
+    Ok(nets)
+}
+
+/// Runs every case of `plan` with every strategy, `repeats` times each, on loopback or on
+/// the emulated paths of `nets` ([`make_paths`]); stops early when `interrupted` says so.
+pub fn run_plan(
+    plan: &Plan,
+    nets: &[(Link, nagless_netpath::EmulatedPath)],
+    interrupted: &dyn Fn() -> bool,
+    progress: Progress<'_>,
+) -> Vec<Table> {
     let total = plan.run_count();
     let mut done = 0;
     let mut tables = Vec::new();
     for (case, path) in &plan.cases {
+        if interrupted() {
+            break;
+        }
+        let net = path
+            .link
+            .and_then(|link| nets.iter().find(|(l, _)| *l == link).map(|(_, n)| n));
         let mut rows = Vec::new();
         let mut errors = Vec::new();
         for &strategy in &plan.strategies {
@@ -425,7 +452,13 @@ pub fn run_plan(plan: &Plan, progress: Progress<'_>) -> Vec<Table> {
                 let setup = Setup {
                     path: *path,
                     pin: plan.pin,
+                    net,
                 };
+                if path.link.is_some() && net.is_none() {
+                    errors.push(format!("{what}: no emulated path was made for it"));
+                    done += 1;
+                    continue;
+                }
                 match case.run(strategy, setup, plan.limit) {
                     Ok(r) => runs.push(r),
                     Err(e) => errors.push(format!("{what}: {e}")),

@@ -152,7 +152,12 @@ impl Case {
 
     /// Runs the case once with `strategy` in `setup`, stopping at `limit` where the scenario
     /// is open-ended.
-    pub fn run(&self, strategy: Strategy, setup: Setup, limit: Duration) -> io::Result<RunResult> {
+    pub fn run(
+        &self,
+        strategy: Strategy,
+        setup: Setup<'_>,
+        limit: Duration,
+    ) -> io::Result<RunResult> {
         let start = Instant::now();
         let mut result = RunResult::default();
         match self {
@@ -260,7 +265,7 @@ fn patterns(
     server: &Pattern,
     rounds: usize,
     strategy: Strategy,
-    setup: Setup,
+    setup: Setup<'_>,
     limit: Duration,
 ) -> io::Result<Session> {
     crate::pattern::check_pair(client, server).map_err(io::Error::other)?;
@@ -361,7 +366,7 @@ fn read_bgp(conn: &mut Conn) -> io::Result<Vec<u8>> {
 
 /// One BGP session (source 000): OPEN and KEEPALIVE exchange, then `routes` UPDATEs and an
 /// End-of-RIB, each its own write; the peer answers End-of-RIB with a KEEPALIVE.
-fn bgp_session(routes: usize, strategy: Strategy, setup: Setup) -> io::Result<Session> {
+fn bgp_session(routes: usize, strategy: Strategy, setup: Setup<'_>) -> io::Result<Session> {
     let (tx, rx) = mpsc::channel::<Instant>();
     session(
         setup,
@@ -421,7 +426,7 @@ fn framed_window(
     window: usize,
     credit_rule: Credit,
     strategy: Strategy,
-    setup: Setup,
+    setup: Setup<'_>,
     limit: Duration,
 ) -> io::Result<Session> {
     let (tx, rx) = mpsc::channel::<Instant>();
@@ -510,7 +515,7 @@ fn pipelined_read(
     block: usize,
     depth: usize,
     strategy: Strategy,
-    setup: Setup,
+    setup: Setup<'_>,
     limit: Duration,
 ) -> io::Result<Session> {
     const REQ: usize = 16;
@@ -566,7 +571,7 @@ fn pipelined_read(
 
 /// One HTTP/1.1-like keep-alive connection (source 004) for `limit`: a request in one write,
 /// the response as a header write and a 100-byte body write.
-fn http_session(strategy: Strategy, setup: Setup, limit: Duration) -> io::Result<Session> {
+fn http_session(strategy: Strategy, setup: Setup<'_>, limit: Duration) -> io::Result<Session> {
     const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: keep-alive\r\n\r\n";
     const HEADER: &[u8] =
         b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 100\r\nConnection: keep-alive\r\n\r\n";

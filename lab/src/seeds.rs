@@ -9,8 +9,8 @@ use crate::{Row, Scale, Strategy, Table};
 
 /// The cases `--seeds` runs: each source's headline case.
 pub fn cases(scale: Scale) -> Vec<(Case, Path)> {
-    let lo = Path { mss: None };
-    let eth = Path { mss: Some(1448) };
+    let lo = Path::LOOPBACK;
+    let eth = Path::mss(1448);
     let quick = scale == Scale::Quick;
     let mut v = vec![(
         Case::BgpBurst {

@@ -6,14 +6,15 @@ use std::time::Duration;
 
 use nagless_lab::{Case, Credit, Path, RunResult, Setup, Strategy};
 
-const LO: Path = Path { mss: None };
-const ETH: Path = Path { mss: Some(1448) };
+const LO: Path = Path::LOOPBACK;
+const ETH: Path = Path::mss(1448);
 const STALL_US: u64 = 30_000;
 
 fn run(case: &Case, strategy: Strategy, path: Path) -> RunResult {
     let setup = Setup {
         path,
         pin: nagless_lab::default_pin(),
+        net: None,
     };
     case.run(strategy, setup, Duration::from_millis(300))
         .unwrap_or_else(|e| panic!("{case:?} {strategy:?} {path:?}: {e}"))

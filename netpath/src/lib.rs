@@ -42,6 +42,17 @@ use crate::link::{Link, LinkSpec, Verdict};
 /// How close to a packet's delivery time the forwarder stops sleeping and polls instead.
 const SPIN: Duration = Duration::from_micros(250);
 
+/// Catches the first SIGINT/SIGTERM so that a program can stop, drop its paths (removing the
+/// namespaces) and exit; a second signal acts as usual. See [`interrupted`].
+pub fn on_interrupt() {
+    sys::catch_interrupts();
+}
+
+/// Whether a SIGINT/SIGTERM caught by [`on_interrupt`] arrived.
+pub fn interrupted() -> bool {
+    sys::interrupted()
+}
+
 /// The client's address on the path.
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
 /// The server's address on the path.
@@ -367,6 +378,15 @@ impl EmulatedPath {
             lost: self.counters.lost.load(Ordering::Relaxed),
             queue_drops: self.counters.queue_drops.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl std::fmt::Debug for EmulatedPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulatedPath")
+            .field("namespaces", &(&self.client_ns, &self.server_ns))
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
     }
 }
 
