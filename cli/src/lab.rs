@@ -361,7 +361,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
     let to_stdout = [&args.json, &args.csv]
         .iter()
         .any(|o| o.as_deref() == Some("-"));
-    let text = report::text(&tables);
+    let text = report::text(&tables) + &report::sweep_text(&tables);
     if to_stdout {
         eprint!("{text}");
         eprintln!("\n{}", report::corner_summary(&tables));

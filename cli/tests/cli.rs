@@ -312,3 +312,48 @@ fn lab_path_options_are_checked() {
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn an_rtt_sweep_is_one_table_with_rtt_down_the_side_and_a_chart() {
+    if !may_make_namespaces() {
+        return;
+    }
+    let html = std::env::temp_dir().join(format!("nagless-sweep-{}.html", std::process::id()));
+    let o = nagless(&[
+        "lab",
+        "custom",
+        "--client",
+        "w100,w100,r100",
+        "--server",
+        "r200,w100",
+        "--rtt",
+        "2ms,6ms",
+        "--rounds",
+        "3",
+        "--repeat",
+        "1",
+        "--strategy",
+        "nagle,nagless",
+        "--no-progress",
+        "--html",
+        html.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let sweep = out
+        .split("== sweep:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{out}"));
+    let rows: Vec<&str> = sweep
+        .lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .collect();
+    assert_eq!(rows.len(), 2, "{sweep}");
+    assert!(
+        rows[0].trim_start().starts_with("2.00 ms") && rows[1].trim_start().starts_with("6.00 ms"),
+        "{sweep}"
+    );
+    let page = std::fs::read_to_string(&html).unwrap();
+    let _ = std::fs::remove_file(&html);
+    assert!(page.contains("sweep: custom") && page.contains("latency against round-trip time"));
+}

@@ -97,6 +97,164 @@ pub fn text(tables: &[Table]) -> String {
     out
 }
 
+/// A case run on emulated paths of two or more RTTs (all else equal): one table with RTT
+/// down the side.
+pub struct Sweep<'a> {
+    /// `scenario params [link without RTT]`.
+    pub title: String,
+    /// The tables, by increasing RTT.
+    pub tables: Vec<&'a Table>,
+}
+
+/// The sweeps among `tables`.
+pub fn sweeps(tables: &[Table]) -> Vec<Sweep<'_>> {
+    let mut out: Vec<(String, Vec<&Table>)> = Vec::new();
+    for t in tables {
+        let Some(mut link) = t.path.link else {
+            continue;
+        };
+        link.rtt_us = 0;
+        let rest = link.label().trim_start_matches("rtt0ms").to_string();
+        let key = format!("{} {}{}", t.scenario, t.params, rest);
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => v.push(t),
+            None => out.push((key, vec![t])),
+        }
+    }
+    out.into_iter()
+        .filter(|(_, v)| v.len() >= 2)
+        .map(|(title, mut tables)| {
+            tables.sort_by_key(|t| t.path.link.map_or(0, |l| l.rtt_us));
+            Sweep { title, tables }
+        })
+        .collect()
+}
+
+fn rtt_of(t: &Table) -> f64 {
+    t.path.link.map_or(0.0, |l| l.rtt_us as f64)
+}
+
+/// The sweeps as text: per RTT, each strategy's p50 / p99, and nagless's segments.
+pub fn sweep_text(tables: &[Table]) -> String {
+    sweeps(tables).iter().map(one_sweep_text).collect()
+}
+
+fn one_sweep_text(sw: &Sweep<'_>) -> String {
+    let mut out = String::new();
+    {
+        let _ = writeln!(out, "\n== sweep: {} (p50 / p99 per exchange)", sw.title);
+        let strategies: Vec<_> = sw.tables[0].rows.iter().map(|r| r.strategy).collect();
+        let _ = write!(out, "{:>9}", "RTT");
+        for s in &strategies {
+            let _ = write!(out, " {:>21}", s.name());
+        }
+        let _ = writeln!(out, " {:>16}", "nagless segs/ex");
+        for t in &sw.tables {
+            let _ = write!(out, "{:>9}", fmt_us(rtt_of(t)));
+            for s in &strategies {
+                match t.rows.iter().find(|r| r.strategy == *s && r.runs > 0) {
+                    Some(r) => {
+                        let cell =
+                            format!("{} / {}", fmt_us(r.p50_us.median), fmt_us(r.p99_us.median));
+                        let _ = write!(out, " {cell:>21}");
+                    }
+                    None => {
+                        let _ = write!(out, " {:>21}", "-");
+                    }
+                }
+            }
+            let segs = t
+                .rows
+                .iter()
+                .find(|r| r.strategy == crate::Strategy::Nagless && r.runs > 0)
+                .map_or("-".to_string(), |r| fmt_num(r.segs_per_exchange.median));
+            let _ = writeln!(out, " {segs:>16}");
+        }
+    }
+    out
+}
+
+/// p50 (solid) and p99 (thin) against RTT per strategy, log-log.
+fn sweep_svg(sw: &Sweep<'_>) -> Result<String, String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (640, 380)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| e.to_string())?;
+        let xs: Vec<f64> = sw.tables.iter().map(|t| rtt_of(t).max(1.0)).collect();
+        let all = sw
+            .tables
+            .iter()
+            .flat_map(|t| t.rows.iter().filter(|r| r.runs > 0));
+        let (mut lo, mut hi) = (f64::INFINITY, 1.0f64);
+        for r in all {
+            lo = lo.min(r.p50_us.median.max(1.0));
+            hi = hi.max(r.p99_us.median);
+        }
+        let xlo = xs.iter().cloned().fold(f64::INFINITY, f64::min);
+        let xhi = xs.iter().cloned().fold(1.0, f64::max);
+        let mut chart = ChartBuilder::on(&root)
+            .caption(
+                "latency against round-trip time (p50 thick, p99 thin)",
+                ("sans-serif", 15),
+            )
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(
+                ((xlo / 1.3)..(xhi * 1.3)).log_scale(),
+                ((lo / 1.5)..(hi * 1.5)).log_scale(),
+            )
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .x_desc("round-trip time of the path")
+            .y_desc("latency per exchange")
+            .x_label_formatter(&|v| fmt_us(*v))
+            .y_label_formatter(&|v| fmt_us(*v))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for r0 in sw.tables[0].rows.iter() {
+            let c = color(r0);
+            let series = |pick: fn(&Row) -> f64| -> Vec<(f64, f64)> {
+                sw.tables
+                    .iter()
+                    .filter_map(|t| {
+                        t.rows
+                            .iter()
+                            .find(|r| r.strategy == r0.strategy && r.runs > 0)
+                            .map(|r| (rtt_of(t).max(1.0), pick(r).max(1.0)))
+                    })
+                    .collect()
+            };
+            chart
+                .draw_series(LineSeries::new(
+                    series(|r| r.p50_us.median),
+                    c.stroke_width(3),
+                ))
+                .map_err(|e| e.to_string())?
+                .label(r0.strategy.name())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 15, y)], c.stroke_width(3))
+                });
+            chart
+                .draw_series(LineSeries::new(
+                    series(|r| r.p99_us.median),
+                    c.stroke_width(1),
+                ))
+                .map_err(|e| e.to_string())?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    Ok(svg)
+}
+
 /// One line per table for the end of a run: how many tables have nagless on the corner.
 pub fn corner_summary(tables: &[Table]) -> String {
     let judged: Vec<_> = tables
@@ -321,6 +479,15 @@ segments are data segments per exchange counted by the kernel (TCP_INFO, both si
         "<p>{}</p>",
         esc(&corner_summary(tables)).replace('\n', "<br>")
     );
+    for sw in sweeps(tables) {
+        let _ = writeln!(out, "<section><h2>sweep: {}</h2>", esc(&sw.title));
+        let _ = writeln!(out, "<pre>{}</pre>", esc(&one_sweep_text(&sw)));
+        let _ = writeln!(
+            out,
+            "<div class=\"charts\">{}</div></section>",
+            sweep_svg(&sw)?
+        );
+    }
     for t in tables {
         let _ = writeln!(out, "<section><h2>{}</h2>", esc(&title(t)));
         out.push_str("<table><tr><th>strategy</th><th>p50</th><th>p99</th><th>max</th><th>stalls ≥30 ms</th>");
