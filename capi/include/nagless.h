@@ -123,6 +123,7 @@ struct nagless *nagless_new(int fd, const struct nagless_policy *policy);
  how many accepted bytes it could not send and so discarded (0: none were lost; call
  `nagless_flush_wait` first to make sure), or -1 with errno if that last send failed (the
  bytes are discarded too). The descriptor stays open. `NULL` is a no-op returning 0.
+ Not thread-safe: one thread at a time per handle.
  */
 ssize_t nagless_free(struct nagless *h);
 
@@ -131,18 +132,21 @@ ssize_t nagless_free(struct nagless *h);
  `write(2)` may give); sends what the policy makes due. Returns the bytes accepted, or -1:
  `EAGAIN` when a non-blocking socket is full and nothing fits (wait for `POLLOUT`, call
  `nagless_on_writable`, retry), an earlier send's error, `EINVAL`.
+ Not thread-safe: one thread at a time per handle.
  */
 ssize_t nagless_write(struct nagless *h, const void *buf, size_t len);
 
 /*
  `nagless_write` with an urgency: `NAGLESS_NORMAL`, `NAGLESS_SEND_NOW` (this and
  everything before it leave now) or `NAGLESS_MORE_FOLLOWS` (pack with the next write).
+ Not thread-safe: one thread at a time per handle.
  */
 ssize_t nagless_write_urgent(struct nagless *h, const void *buf, size_t len, int urgency);
 
 /*
  Queues the `iovcnt` buffers as one message (as many bytes as fit below the high-water
  mark). Returns and fails as `nagless_write`.
+ Not thread-safe: one thread at a time per handle.
  */
 ssize_t nagless_writev(struct nagless *h, const struct iovec *iov, int iovcnt);
 
@@ -150,6 +154,7 @@ ssize_t nagless_writev(struct nagless *h, const struct iovec *iov, int iovcnt);
  Sends everything pending. 0, or -1: `EAGAIN` when a non-blocking socket could not take it
  all (the rest stays queued: wait for `POLLOUT` and call `nagless_on_writable`), or the
  send's error.
+ Not thread-safe: one thread at a time per handle.
  */
 int nagless_flush(struct nagless *h);
 
@@ -157,12 +162,14 @@ int nagless_flush(struct nagless *h);
  Sends everything pending, waiting for a full socket to take it, for at most `timeout_ms`
  milliseconds (-1: no limit): the way to finish before `nagless_free` and `close(2)`.
  0, or -1: `ETIMEDOUT` (bytes remain queued), the send's error.
+ Not thread-safe: one thread at a time per handle.
  */
 int nagless_flush_wait(struct nagless *h, int timeout_ms);
 
 /*
  The program is about to wait for input elsewhere (`poll`, `epoll_wait`): sends what
  before-read sends. 0, or -1 as `nagless_flush`.
+ Not thread-safe: one thread at a time per handle.
  */
 int nagless_before_wait(struct nagless *h);
 
@@ -170,6 +177,7 @@ int nagless_before_wait(struct nagless *h);
  `read(2)` on the socket; if it would wait, pending bytes are sent first (before-read).
  Input already buffered is read without flushing. A send error met here is kept for the
  next write or flush; the input comes first. Returns bytes read (0 at end of input) or -1.
+ Not thread-safe: one thread at a time per handle.
  */
 ssize_t nagless_read(struct nagless *h, void *buf, size_t len);
 
@@ -177,34 +185,40 @@ ssize_t nagless_read(struct nagless *h, void *buf, size_t len);
  Milliseconds until the linger deadline of pending bytes (rounded up), for the timeout of
  `poll`/`epoll_wait`: -1 when nothing waits on a deadline, 0 when it has passed (call
  `nagless_poll_deadline`). -1 with errno `EINVAL` for a NULL handle.
+ Not thread-safe: one thread at a time per handle.
  */
 int nagless_timeout_ms(const struct nagless *h);
 
 /*
  Sends what has come due by the linger deadline (call when the timeout from
  `nagless_timeout_ms` expires). 0, or -1 as `nagless_flush`.
+ Not thread-safe: one thread at a time per handle.
  */
 int nagless_poll_deadline(struct nagless *h);
 
 /*
  The socket became writable: continues a send that met `EAGAIN`. 1 when nothing due is
  left (stop waiting for `POLLOUT`), 0 when the socket filled again, -1 on error.
+ Not thread-safe: one thread at a time per handle.
  */
 int nagless_on_writable(struct nagless *h);
 
 /*
  1 when bytes are due but the socket was full (wait for `POLLOUT`, then call
  `nagless_on_writable`), 0 otherwise, -1 (`EINVAL`) for a NULL handle.
+ Not thread-safe: one thread at a time per handle.
  */
 int nagless_wants_writable(const struct nagless *h);
 
 /*
  Bytes accepted and not yet sent (0 for a NULL handle).
+ Not thread-safe: one thread at a time per handle.
  */
 size_t nagless_pending(const struct nagless *h);
 
 /*
  Copies the handle's counters into `*out`. 0, or -1 (`EINVAL`) for NULL arguments.
+ Not thread-safe: one thread at a time per handle.
  */
 int nagless_get_stats(const struct nagless *h, struct nagless_stats *out);
 

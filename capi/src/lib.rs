@@ -243,6 +243,7 @@ pub unsafe extern "C" fn nagless_new(fd: c_int, policy: *const NaglessPolicy) ->
 /// how many accepted bytes it could not send and so discarded (0: none were lost; call
 /// `nagless_flush_wait` first to make sure), or -1 with errno if that last send failed (the
 /// bytes are discarded too). The descriptor stays open. `NULL` is a no-op returning 0.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_free(h: *mut Nagless) -> ssize_t {
     if h.is_null() {
@@ -272,6 +273,7 @@ pub unsafe extern "C" fn nagless_free(h: *mut Nagless) -> ssize_t {
 /// `write(2)` may give); sends what the policy makes due. Returns the bytes accepted, or -1:
 /// `EAGAIN` when a non-blocking socket is full and nothing fits (wait for `POLLOUT`, call
 /// `nagless_on_writable`, retry), an earlier send's error, `EINVAL`.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_write(
     h: *mut Nagless,
@@ -284,6 +286,7 @@ pub unsafe extern "C" fn nagless_write(
 
 /// `nagless_write` with an urgency: `NAGLESS_NORMAL`, `NAGLESS_SEND_NOW` (this and
 /// everything before it leave now) or `NAGLESS_MORE_FOLLOWS` (pack with the next write).
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_write_urgent(
     h: *mut Nagless,
@@ -308,6 +311,7 @@ pub unsafe extern "C" fn nagless_write_urgent(
 
 /// Queues the `iovcnt` buffers as one message (as many bytes as fit below the high-water
 /// mark). Returns and fails as `nagless_write`.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_writev(
     h: *mut Nagless,
@@ -336,6 +340,7 @@ pub unsafe extern "C" fn nagless_writev(
 /// Sends everything pending. 0, or -1: `EAGAIN` when a non-blocking socket could not take it
 /// all (the rest stays queued: wait for `POLLOUT` and call `nagless_on_writable`), or the
 /// send's error.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_flush(h: *mut Nagless) -> c_int {
     guard(-1, || {
@@ -347,6 +352,7 @@ pub unsafe extern "C" fn nagless_flush(h: *mut Nagless) -> c_int {
 /// Sends everything pending, waiting for a full socket to take it, for at most `timeout_ms`
 /// milliseconds (-1: no limit): the way to finish before `nagless_free` and `close(2)`.
 /// 0, or -1: `ETIMEDOUT` (bytes remain queued), the send's error.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_flush_wait(h: *mut Nagless, timeout_ms: c_int) -> c_int {
     guard(-1, || {
@@ -374,6 +380,7 @@ pub unsafe extern "C" fn nagless_flush_wait(h: *mut Nagless, timeout_ms: c_int) 
 
 /// The program is about to wait for input elsewhere (`poll`, `epoll_wait`): sends what
 /// before-read sends. 0, or -1 as `nagless_flush`.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_before_wait(h: *mut Nagless) -> c_int {
     guard(-1, || {
@@ -385,6 +392,7 @@ pub unsafe extern "C" fn nagless_before_wait(h: *mut Nagless) -> c_int {
 /// `read(2)` on the socket; if it would wait, pending bytes are sent first (before-read).
 /// Input already buffered is read without flushing. A send error met here is kept for the
 /// next write or flush; the input comes first. Returns bytes read (0 at end of input) or -1.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_read(h: *mut Nagless, buf: *mut c_void, len: size_t) -> ssize_t {
     guard(-1, || {
@@ -407,6 +415,7 @@ pub unsafe extern "C" fn nagless_read(h: *mut Nagless, buf: *mut c_void, len: si
 /// Milliseconds until the linger deadline of pending bytes (rounded up), for the timeout of
 /// `poll`/`epoll_wait`: -1 when nothing waits on a deadline, 0 when it has passed (call
 /// `nagless_poll_deadline`). -1 with errno `EINVAL` for a NULL handle.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_timeout_ms(h: *const Nagless) -> c_int {
     guard(-1, || {
@@ -426,6 +435,7 @@ pub unsafe extern "C" fn nagless_timeout_ms(h: *const Nagless) -> c_int {
 
 /// Sends what has come due by the linger deadline (call when the timeout from
 /// `nagless_timeout_ms` expires). 0, or -1 as `nagless_flush`.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_poll_deadline(h: *mut Nagless) -> c_int {
     guard(-1, || {
@@ -436,6 +446,7 @@ pub unsafe extern "C" fn nagless_poll_deadline(h: *mut Nagless) -> c_int {
 
 /// The socket became writable: continues a send that met `EAGAIN`. 1 when nothing due is
 /// left (stop waiting for `POLLOUT`), 0 when the socket filled again, -1 on error.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_on_writable(h: *mut Nagless) -> c_int {
     guard(-1, || {
@@ -446,6 +457,7 @@ pub unsafe extern "C" fn nagless_on_writable(h: *mut Nagless) -> c_int {
 
 /// 1 when bytes are due but the socket was full (wait for `POLLOUT`, then call
 /// `nagless_on_writable`), 0 otherwise, -1 (`EINVAL`) for a NULL handle.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_wants_writable(h: *const Nagless) -> c_int {
     // SAFETY: `h` is NULL or a live handle.
@@ -459,6 +471,7 @@ pub unsafe extern "C" fn nagless_wants_writable(h: *const Nagless) -> c_int {
 }
 
 /// Bytes accepted and not yet sent (0 for a NULL handle).
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_pending(h: *const Nagless) -> size_t {
     // SAFETY: `h` is NULL or a live handle.
@@ -466,6 +479,7 @@ pub unsafe extern "C" fn nagless_pending(h: *const Nagless) -> size_t {
 }
 
 /// Copies the handle's counters into `*out`. 0, or -1 (`EINVAL`) for NULL arguments.
+/// Not thread-safe: one thread at a time per handle.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_get_stats(h: *const Nagless, out: *mut NaglessStats) -> c_int {
     // SAFETY: `h` is NULL or a live handle; `out` is NULL or writable.
