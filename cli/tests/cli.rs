@@ -225,30 +225,36 @@ fn lab_on_an_emulated_path_reports_it_in_json() {
     if !may_make_namespaces() {
         return;
     }
-    let before = our_namespaces();
-    let o = nagless(&[
-        "lab",
-        "custom",
-        "--client",
-        "w100,r100",
-        "--server",
-        "r100,w100",
-        "--rtt",
-        "5ms",
-        "--rate",
-        "10mbit",
-        "--loss",
-        "0.1%",
-        "--repeat",
-        "1",
-        "--rounds",
-        "3",
-        "--strategy",
-        "nagle,nagless",
-        "--json",
-        "-",
-        "--no-progress",
-    ]);
+    let child = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args([
+            "lab",
+            "custom",
+            "--client",
+            "w100,r100",
+            "--server",
+            "r100,w100",
+            "--rtt",
+            "5ms",
+            "--rate",
+            "10mbit",
+            "--loss",
+            "0.1%",
+            "--repeat",
+            "1",
+            "--rounds",
+            "3",
+            "--strategy",
+            "nagle,nagless",
+            "--json",
+            "-",
+            "--no-progress",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let o = child.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let path = &doc["tables"][0]["path"];
@@ -261,17 +267,17 @@ fn lab_on_an_emulated_path_reports_it_in_json() {
         .as_f64()
         .unwrap();
     assert!(p50 >= 5000.0, "{p50}");
-    // Its namespaces are gone.
-    assert_eq!(our_namespaces(), before, "namespaces left behind");
-}
-
-/// How many `nagless-*` network namespaces exist.
-fn our_namespaces() -> usize {
-    std::fs::read_dir("/run/netns").map_or(0, |d| {
+    // Its namespaces (named after its PID) are gone.
+    let left = std::fs::read_dir("/run/netns").map_or(0, |d| {
         d.flatten()
-            .filter(|e| e.file_name().to_string_lossy().starts_with("nagless-"))
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("nagless-{pid}-"))
+            })
             .count()
-    })
+    });
+    assert_eq!(left, 0, "namespaces left behind");
 }
 
 #[test]
