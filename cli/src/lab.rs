@@ -102,7 +102,8 @@ pub struct LabArgs {
     /// Seed of the emulated link's loss (runs with the same seed lose the same packets).
     #[arg(long, default_value_t = 1, requires = "rtt")]
     seed: u64,
-    /// Run each source case's headline case and print the figures its text reports beside ours.
+    /// Run each source case's headline case and print the figures its text reports beside ours
+    /// (as root also on emulated paths like the texts describe: a LAN and a 30 ms path).
     #[arg(long, conflicts_with_all = ["scenario", "client", "server", "k", "mss"])]
     seeds: bool,
     /// Pin both ends of each connection to this CPU (default: the last CPU).
@@ -309,9 +310,23 @@ fn parse_loss(s: &str) -> Result<u32, String> {
 }
 
 pub fn command(args: LabArgs) -> anyhow::Result<bool> {
-    let plan = plan(&args)?;
+    let mut plan = plan(&args)?;
+    if args.seeds {
+        // Also on paths like the texts describe (a LAN, a 30 ms path), where we may.
+        let scale = if args.quick {
+            Scale::Quick
+        } else {
+            Scale::Full
+        };
+        plan.cases.extend(nagless_lab::seeds::path_cases(scale));
+    }
     let nets = match nagless_lab::make_paths(&plan) {
         Ok(nets) => nets,
+        Err(e @ nagless_netpath::PathError::NotPermitted(_)) if args.seeds => {
+            eprintln!("nagless lab: loopback only ({e})");
+            plan.cases.retain(|(_, p)| p.link.is_none());
+            Vec::new()
+        }
         Err(e @ nagless_netpath::PathError::NotPermitted(_)) => {
             return Err(usage(format!(
                 "{e}; loopback (no --rtt) needs no privilege"

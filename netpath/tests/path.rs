@@ -15,7 +15,9 @@ use nagless_netpath::{EmulatedPath, PathError, PathSpec};
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A path, or `None` (with a note) when this user may not make one outside CI.
