@@ -13,6 +13,8 @@
 //!   for write readiness, yet the writer, the read half (which flushes before it waits) and the
 //!   timer task all send. The socket is therefore always polled with one fan-out waker that
 //!   wakes every task waiting for socket space, so none of them can be forgotten.
+//! - Streams that are not `Send` (a `LocalSet` program's) are made with
+//!   [`NaglessStream::from_io_local`]; their background tasks are started with `spawn_local`.
 //! - [`NaglessStream::into_split`] gives halves that share one queue, so the read half still
 //!   flushes what the write half queued; [`WriteHalf::reunite`] puts them back together.
 //! - **Closing**: `shutdown().await` sends everything, then shuts the write side down; errors
@@ -84,6 +86,54 @@ impl Wake for WriteWaiters {
     }
 }
 
+/// How a stream starts its background tasks (the linger flusher, the drain on drop):
+/// `tokio::spawn` for `Send` streams, `spawn_local` for the others (`from_io_local`). Chosen
+/// where the stream is made, the only place that knows whether it is `Send`.
+struct Spawner<T> {
+    flusher: fn(Weak<Mutex<Shared<T>>>) -> bool,
+    drain: fn(Arc<Mutex<Shared<T>>>, bool) -> bool,
+}
+
+impl<T> Clone for Spawner<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Spawner<T> {}
+
+fn runtime_spawner<T: AsyncWrite + Unpin + Send + 'static>() -> Spawner<T> {
+    Spawner {
+        flusher: |weak| match ::tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(flusher(weak));
+                true
+            }
+            Err(_) => false,
+        },
+        drain: |arc, timer| match ::tokio::runtime::Handle::try_current() {
+            Ok(h) => {
+                h.spawn(drain(arc, timer));
+                true
+            }
+            Err(_) => false,
+        },
+    }
+}
+
+fn local_spawner<T: AsyncWrite + Unpin + 'static>() -> Spawner<T> {
+    Spawner {
+        flusher: |weak| {
+            ::tokio::task::spawn_local(flusher(weak));
+            true
+        },
+        drain: |arc, timer| {
+            ::tokio::task::spawn_local(drain(arc, timer));
+            true
+        },
+    }
+}
+
 struct Shared<T> {
     io: T,
     core: Coalescer,
@@ -91,6 +141,7 @@ struct Shared<T> {
     flusher_running: bool,
     /// The runtime the stream was made on has tokio's time driver.
     has_timer: bool,
+    spawner: Spawner<T>,
     waiters: Arc<WriteWaiters>,
     /// Wakes every waiter: the only waker the socket ever sees for write readiness.
     fanout: Waker,
@@ -142,7 +193,7 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
 
 /// An async stream whose output is coalesced. All handles ([`NaglessStream`], [`ReadHalf`],
 /// [`WriteHalf`]) share one queue.
-pub struct NaglessStream<T: AsyncWrite + Unpin + Send + 'static> {
+pub struct NaglessStream<T: AsyncWrite + Unpin + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
 }
 
@@ -172,9 +223,27 @@ impl NaglessStream<::tokio::net::TcpStream> {
     }
 }
 
+impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
+    /// Wraps an async stream that is not `Send` (for a `LocalSet`) with `policy`: its
+    /// background tasks are started with `spawn_local`, so it must be made and used inside a
+    /// `LocalSet` (or a `LocalRuntime`); outside one this is an error, not a later panic.
+    pub fn from_io_local(io: T, policy: FlushPolicy) -> io::Result<Self> {
+        let in_local_set = ::tokio::runtime::Handle::try_current().is_ok()
+            && quietly_succeeds(|| drop(::tokio::task::spawn_local(async {})));
+        if !in_local_set {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "nagless: from_io_local must be called inside a tokio LocalSet (or LocalRuntime)",
+            ));
+        }
+        Self::build(io, Coalescer::new(policy), local_spawner())
+    }
+}
+
 impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
     /// Wraps any async stream with `policy`. For a socket, [`from_socket`](Self::from_socket)
-    /// also sets `TCP_NODELAY` and reads the MSS.
+    /// also sets `TCP_NODELAY` and reads the MSS; for a stream that is not `Send`,
+    /// [`from_io_local`](Self::from_io_local).
     pub fn from_io(io: T, policy: FlushPolicy) -> io::Result<Self> {
         Self::from_parts(io, Coalescer::new(policy))
     }
@@ -191,6 +260,12 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
     }
 
     fn from_parts(io: T, core: Coalescer) -> io::Result<Self> {
+        Self::build(io, core, runtime_spawner())
+    }
+}
+
+impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
+    fn build(io: T, core: Coalescer, spawner: Spawner<T>) -> io::Result<Self> {
         let has_timer = has_time_driver();
         if !has_timer
             && core
@@ -213,6 +288,7 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
                 deferred_error: None,
                 flusher_running: false,
                 has_timer,
+                spawner,
                 fanout: Waker::from(Arc::clone(&waiters)),
                 waiters,
             })),
@@ -242,16 +318,19 @@ pub async fn accept(
 /// timer is ever started). The linger timer needs it; a runtime built without it would panic
 /// inside the timer task, so the constructors ask first.
 fn has_time_driver() -> bool {
+    ::tokio::runtime::Handle::try_current().is_err()
+        || quietly_succeeds(|| drop(::tokio::time::sleep(Duration::ZERO)))
+}
+
+/// Runs `probe` and says whether it returned rather than panicked, without the panic's
+/// message on stderr. tokio offers no queries for its time driver or for a `LocalSet`, only
+/// panics; the message is kept off stderr only on this thread and only while probing, every
+/// other panic goes to the hook the program had.
+fn quietly_succeeds(probe: impl FnOnce()) -> bool {
     use std::cell::Cell;
     use std::sync::Once;
     thread_local!(static PROBING: Cell<bool> = const { Cell::new(false) });
     static QUIET_PROBE: Once = Once::new();
-    if ::tokio::runtime::Handle::try_current().is_err() {
-        return true;
-    }
-    // tokio offers no query for its time driver, only a panic when a timer is made without
-    // one. Keep that probe's panic message off stderr (only on this thread, only while
-    // probing); every other panic goes to the hook the program had.
     QUIET_PROBE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
@@ -261,13 +340,13 @@ fn has_time_driver() -> bool {
         }));
     });
     PROBING.with(|p| p.set(true));
-    let probe = std::panic::catch_unwind(|| drop(::tokio::time::sleep(Duration::ZERO)));
+    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(probe)).is_ok();
     PROBING.with(|p| p.set(false));
-    probe.is_ok()
+    ok
 }
 
 /// Starts the background flusher if bytes are waiting on a deadline or on socket space.
-fn ensure_flusher<T: AsyncWrite + Unpin + Send + 'static>(
+fn ensure_flusher<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
     guard: &mut Shared<T>,
     now: Instant,
@@ -275,16 +354,11 @@ fn ensure_flusher<T: AsyncWrite + Unpin + Send + 'static>(
     if guard.flusher_running || guard.flusher_wake(now).is_none() {
         return;
     }
-    let Ok(handle) = ::tokio::runtime::Handle::try_current() else {
-        // Outside a runtime no timer exists: the deadline is honoured at the next call.
-        return;
-    };
-    guard.flusher_running = true;
-    let weak = Arc::downgrade(arc);
-    handle.spawn(flusher(weak));
+    // Outside a runtime no task can run: the deadline is honoured at the next call.
+    guard.flusher_running = (guard.spawner.flusher)(Arc::downgrade(arc));
 }
 
-async fn flusher<T: AsyncWrite + Unpin + Send + 'static>(weak: Weak<Mutex<Shared<T>>>) {
+async fn flusher<T: AsyncWrite + Unpin + 'static>(weak: Weak<Mutex<Shared<T>>>) {
     loop {
         let wake = {
             let Some(arc) = weak.upgrade() else { return };
@@ -327,7 +401,7 @@ async fn flusher<T: AsyncWrite + Unpin + Send + 'static>(weak: Weak<Mutex<Shared
 
 /// Queues as much of one message as fits below the high-water mark; waits (registering the
 /// writer) only when nothing fits.
-fn poll_write_shared<T: AsyncWrite + Unpin + Send + 'static>(
+fn poll_write_shared<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
     cx: &mut Context<'_>,
     len: usize,
@@ -351,7 +425,7 @@ fn poll_write_shared<T: AsyncWrite + Unpin + Send + 'static>(
     Poll::Ready(Ok(take))
 }
 
-fn poll_flush_shared<T: AsyncWrite + Unpin + Send + 'static>(
+fn poll_flush_shared<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
     cx: &mut Context<'_>,
     closing: bool,
@@ -370,7 +444,7 @@ fn poll_flush_shared<T: AsyncWrite + Unpin + Send + 'static>(
     }
 }
 
-fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
@@ -403,7 +477,7 @@ fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
 
 /// On release of the last handle: send what the socket takes at once; if bytes remain, a
 /// background task finishes the send (at most [`DRAIN_LIMIT`]) and then drops the socket.
-fn flush_on_drop<T: AsyncWrite + Unpin + Send + 'static>(arc: &Arc<Mutex<Shared<T>>>) {
+fn flush_on_drop<T: AsyncWrite + Unpin + 'static>(arc: &Arc<Mutex<Shared<T>>>) {
     // The flusher holds only weak references, so a strong count of 1 means "last handle".
     if Arc::strong_count(arc) != 1 {
         return;
@@ -413,28 +487,28 @@ fn flush_on_drop<T: AsyncWrite + Unpin + Send + 'static>(arc: &Arc<Mutex<Shared<
     if !matches!(g.drive(None, now()), Ok(Drive::Blocked)) {
         return;
     }
-    let Ok(handle) = ::tokio::runtime::Handle::try_current() else {
-        return; // No runtime to finish it: what the socket took is all that leaves.
-    };
-    let has_timer = g.has_timer;
+    let (has_timer, spawner) = (g.has_timer, g.spawner);
     drop(g);
-    let owned = Arc::clone(arc);
-    handle.spawn(async move {
-        let drain = std::future::poll_fn(|cx| match lock(&owned).drive(Some(cx.waker()), now()) {
-            Ok(Drive::Blocked) => Poll::Pending,
-            Ok(Drive::Idle) | Err(_) => Poll::Ready(()),
-        });
-        if has_timer {
-            let _ = ::tokio::time::timeout(DRAIN_LIMIT, drain).await;
-        } else {
-            drain.await;
-        }
+    // Without a runtime to finish it, what the socket took is all that leaves.
+    let _ = (spawner.drain)(Arc::clone(arc), has_timer);
+}
+
+/// Finishes the send of a dropped stream's queue (at most [`DRAIN_LIMIT`] with a timer).
+async fn drain<T: AsyncWrite + Unpin + 'static>(owned: Arc<Mutex<Shared<T>>>, has_timer: bool) {
+    let drain = std::future::poll_fn(|cx| match lock(&owned).drive(Some(cx.waker()), now()) {
+        Ok(Drive::Blocked) => Poll::Pending,
+        Ok(Drive::Idle) | Err(_) => Poll::Ready(()),
     });
+    if has_timer {
+        let _ = ::tokio::time::timeout(DRAIN_LIMIT, drain).await;
+    } else {
+        drain.await;
+    }
 }
 
 macro_rules! impl_async_write {
     ($ty:ident) => {
-        impl<T: AsyncWrite + Unpin + Send + 'static> $ty<T> {
+        impl<T: AsyncWrite + Unpin + 'static> $ty<T> {
             /// Queues `buf` (or as much as fits below the high-water mark) with an explicit
             /// [`Urgency`] (the async twin of [`crate::NaglessStream::write_with`]); waits
             /// only when nothing fits below the high-water mark.
@@ -466,14 +540,14 @@ macro_rules! impl_async_write {
             }
         }
 
-        impl<T: AsyncWrite + Unpin + Send + 'static + AsFd> $ty<T> {
+        impl<T: AsyncWrite + Unpin + 'static + AsFd> $ty<T> {
             /// A `TCP_INFO` snapshot of the socket (Linux).
             pub fn tcp_info(&self) -> io::Result<TcpInfo> {
                 TcpInfo::of(&lock(&self.shared).io)
             }
         }
 
-        impl<T: AsyncWrite + Unpin + Send + 'static> AsyncWrite for $ty<T> {
+        impl<T: AsyncWrite + Unpin + 'static> AsyncWrite for $ty<T> {
             fn poll_write(
                 self: Pin<&mut Self>,
                 cx: &mut Context<'_>,
@@ -503,7 +577,7 @@ macro_rules! impl_async_write {
                 poll_flush_shared(&self.shared, cx, true)
             }
         }
-        impl<T: AsyncWrite + Unpin + Send + 'static> Drop for $ty<T> {
+        impl<T: AsyncWrite + Unpin + 'static> Drop for $ty<T> {
             fn drop(&mut self) {
                 flush_on_drop(&self.shared);
             }
@@ -513,7 +587,7 @@ macro_rules! impl_async_write {
 
 macro_rules! impl_async_read {
     ($ty:ident) => {
-        impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncRead for $ty<T> {
+        impl<T: AsyncRead + AsyncWrite + Unpin + 'static> AsyncRead for $ty<T> {
             fn poll_read(
                 self: Pin<&mut Self>,
                 cx: &mut Context<'_>,
@@ -526,21 +600,21 @@ macro_rules! impl_async_read {
 }
 
 /// The read half of a split [`NaglessStream`]; reading flushes the write half's queue first.
-pub struct ReadHalf<T: AsyncWrite + Unpin + Send + 'static> {
+pub struct ReadHalf<T: AsyncWrite + Unpin + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
 }
 
 /// The write half of a split [`NaglessStream`].
-pub struct WriteHalf<T: AsyncWrite + Unpin + Send + 'static> {
+pub struct WriteHalf<T: AsyncWrite + Unpin + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
 }
 
 /// The halves given to [`WriteHalf::reunite`] came from different streams.
 #[derive(Debug, thiserror::Error)]
 #[error("tried to reunite halves that are not from the same stream")]
-pub struct ReuniteError<T: AsyncWrite + Unpin + Send + 'static>(pub ReadHalf<T>, pub WriteHalf<T>);
+pub struct ReuniteError<T: AsyncWrite + Unpin + 'static>(pub ReadHalf<T>, pub WriteHalf<T>);
 
-impl<T: AsyncWrite + Unpin + Send + 'static> WriteHalf<T> {
+impl<T: AsyncWrite + Unpin + 'static> WriteHalf<T> {
     /// Puts the halves of one [`NaglessStream::into_split`] back together.
     pub fn reunite(self, read: ReadHalf<T>) -> Result<NaglessStream<T>, ReuniteError<T>> {
         if !Arc::ptr_eq(&self.shared, &read.shared) {
@@ -553,14 +627,14 @@ impl<T: AsyncWrite + Unpin + Send + 'static> WriteHalf<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin + Send + 'static> ReadHalf<T> {
+impl<T: AsyncWrite + Unpin + 'static> ReadHalf<T> {
     /// Puts the halves of one [`NaglessStream::into_split`] back together.
     pub fn reunite(self, write: WriteHalf<T>) -> Result<NaglessStream<T>, ReuniteError<T>> {
         write.reunite(self)
     }
 }
 
-impl<T: AsyncWrite + Unpin + Send + 'static> std::fmt::Debug for NaglessStream<T> {
+impl<T: AsyncWrite + Unpin + 'static> std::fmt::Debug for NaglessStream<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let g = lock(&self.shared);
         f.debug_struct("NaglessStream")
@@ -570,19 +644,19 @@ impl<T: AsyncWrite + Unpin + Send + 'static> std::fmt::Debug for NaglessStream<T
     }
 }
 
-impl<T: AsyncWrite + Unpin + Send + 'static> std::fmt::Debug for ReadHalf<T> {
+impl<T: AsyncWrite + Unpin + 'static> std::fmt::Debug for ReadHalf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ReadHalf { .. }")
     }
 }
 
-impl<T: AsyncWrite + Unpin + Send + 'static> std::fmt::Debug for WriteHalf<T> {
+impl<T: AsyncWrite + Unpin + 'static> std::fmt::Debug for WriteHalf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("WriteHalf { .. }")
     }
 }
 
-impl<T: AsyncWrite + Unpin + Send + 'static> Drop for ReadHalf<T> {
+impl<T: AsyncWrite + Unpin + 'static> Drop for ReadHalf<T> {
     fn drop(&mut self) {
         flush_on_drop(&self.shared);
     }

@@ -249,3 +249,82 @@ async fn vectored_writes_are_one_message_and_halves_reunite_only_with_their_own(
     assert!(wa.reunite(ra).is_ok());
     assert!(wb.reunite(rb).is_ok());
 }
+
+/// A tokio stream that is not `Send` (an `Rc` rides along), as `LocalSet` programs have.
+struct NotSend(TcpStream, #[allow(dead_code)] std::rc::Rc<()>);
+
+impl tokio::io::AsyncRead for NotSend {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for NotSend {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+#[test]
+fn a_stream_that_is_not_send_works_on_a_local_set_and_is_refused_elsewhere() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async {
+        let (l, addr) = listen();
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let (mut peer, _) = l.accept().unwrap();
+        let mut s = NaglessStream::from_io_local(
+            NotSend(tcp, std::rc::Rc::new(())),
+            FlushPolicy::default(),
+        )
+        .unwrap();
+        s.write_all(b"local").await.unwrap();
+        assert_eq!(s.pending(), 5, "held for coalescing");
+        // Only the linger timer (a spawn_local task) can send it now.
+        let got = tokio::task::spawn_blocking(move || {
+            peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut b = [0u8; 5];
+            peer.read_exact(&mut b).map(|()| b)
+        })
+        .await
+        .unwrap()
+        .expect("the local linger timer never flushed");
+        assert_eq!(&got, b"local");
+        drop(s);
+    });
+    // On the runtime but outside a LocalSet: a clear error, not a panic later.
+    rt.block_on(async {
+        let (_l, addr) = listen();
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let e = NaglessStream::from_io_local(
+            NotSend(tcp, std::rc::Rc::new(())),
+            FlushPolicy::default(),
+        )
+        .expect_err("outside a LocalSet");
+        assert_eq!(e.kind(), std::io::ErrorKind::Unsupported);
+        assert!(e.to_string().contains("LocalSet"), "{e}");
+    });
+}
