@@ -119,7 +119,8 @@ void nagless_policy_default(struct nagless_policy *policy);
 struct nagless *nagless_new(int fd, const struct nagless_policy *policy);
 
 /*
- Frees the handle without waiting: first hands the socket what it takes at once. Returns
+ Frees the handle: first hands the socket what it takes without waiting for space (on a
+ blocking descriptor the send blocks as `write(2)` would). Returns
  how many accepted bytes it could not send and so discarded (0: none were lost; call
  `nagless_flush_wait` first to make sure), or -1 with errno if that last send failed (the
  bytes are discarded too). The descriptor stays open. `NULL` is a no-op returning 0.

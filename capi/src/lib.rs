@@ -239,7 +239,8 @@ pub unsafe extern "C" fn nagless_new(fd: c_int, policy: *const NaglessPolicy) ->
     })
 }
 
-/// Frees the handle without waiting: first hands the socket what it takes at once. Returns
+/// Frees the handle: first hands the socket what it takes without waiting for space (on a
+/// blocking descriptor the send blocks as `write(2)` would). Returns
 /// how many accepted bytes it could not send and so discarded (0: none were lost; call
 /// `nagless_flush_wait` first to make sure), or -1 with errno if that last send failed (the
 /// bytes are discarded too). The descriptor stays open. `NULL` is a no-op returning 0.
@@ -325,6 +326,9 @@ pub unsafe extern "C" fn nagless_writev(
             if iovcnt < 0 || (iovcnt > 0 && iov.is_null()) {
                 return einval();
             }
+            if iovcnt == 0 {
+                return Ok(0);
+            }
             // SAFETY: `iov` points to `iovcnt` iovecs, each valid for its length.
             let iovs = unsafe { std::slice::from_raw_parts(iov, iovcnt as usize) };
             let mut slices = Vec::with_capacity(iovs.len());
@@ -363,7 +367,8 @@ pub unsafe extern "C" fn nagless_flush_wait(h: *mut Nagless, timeout_ms: c_int) 
             #[allow(clippy::disallowed_methods)] // the C layer waits on the real clock
             let start = std::time::Instant::now();
             loop {
-                match n.stream.flush() {
+                // Everything, even where `nagless_flush` is only a hint (explicit_flush = 0).
+                match n.stream.flush_now() {
                     Ok(()) => return Ok(0),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(e),

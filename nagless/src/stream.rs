@@ -45,9 +45,12 @@ static SLOW_TICKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 
 impl Clock {
     pub(crate) fn new() -> Self {
+        // The counter first: time that passes between the two reads then counts as
+        // elapsed (a "not yet" verdict can only come early, never late).
+        let anchor_ticks = sys::fast_ticks();
         Clock {
             anchor: now(),
-            anchor_ticks: sys::fast_ticks(),
+            anchor_ticks,
             tick_deadline: None,
         }
     }
@@ -55,8 +58,9 @@ impl Clock {
     /// The true time, read now.
     pub(crate) fn precise(&mut self) -> Instant {
         use std::sync::atomic::Ordering::Relaxed;
-        let t = now();
+        // The counter first, as in `new`.
         let ticks = sys::fast_ticks();
+        let t = now();
         if let (Some(a), Some(b)) = (self.anchor_ticks, ticks) {
             let ns = t.duration_since(self.anchor).as_nanos();
             if ns >= 1_000_000 && u128::from(b.wrapping_sub(a)) < ns {
@@ -73,10 +77,13 @@ impl Clock {
     #[inline]
     pub(crate) fn certainly_before(&mut self, deadline: Instant) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
+        if SLOW_TICKS.load(Relaxed) {
+            return false;
+        }
         let limit = match self.tick_deadline {
             Some((d, limit)) if d == deadline => limit,
             _ => {
-                let (Some(a), false) = (self.anchor_ticks, SLOW_TICKS.load(Relaxed)) else {
+                let Some(a) = self.anchor_ticks else {
                     return false;
                 };
                 let room = deadline.saturating_duration_since(self.anchor).as_nanos();
@@ -381,6 +388,17 @@ impl<S: AsFd> NaglessStream<S> {
         Ok(())
     }
 
+    /// Sends everything pending now, whatever the policy (`flush` may be a hint under
+    /// [`FlushPolicy::explicit_flush`]); `WouldBlock` when a non-blocking socket is full.
+    pub fn flush_now(&mut self) -> io::Result<()> {
+        self.take_deferred()?;
+        self.core.close();
+        match self.pump(now())? {
+            Drive::Idle => Ok(()),
+            Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
     /// The program is about to wait for input somewhere else (an event loop's `poll` or
     /// `epoll_wait`): send what before-read would send before a read that waits.
     pub fn before_wait(&mut self) -> io::Result<()> {
@@ -563,7 +581,19 @@ impl<S: AsFd + Read> Read for NaglessStream<S> {
         if self.core.pending() > 0 && !buf.is_empty() {
             self.core.on_input_check();
             match sys::recv_nowait(self.fd(), buf) {
-                Ok(n) if n > 0 => return Ok(n),
+                Ok(n) if n > 0 => {
+                    // Input keeps coming: still honour the linger deadline of our output.
+                    if let Some(d) = self.core.poll_timeout() {
+                        if !self.clock.certainly_before(d) {
+                            if let Err(e) = self.pump(now()) {
+                                if self.deferred_error.is_none() {
+                                    self.deferred_error = Some(e);
+                                }
+                            }
+                        }
+                    }
+                    return Ok(n);
+                }
                 // Nothing buffered, or end of input (flush before reporting it).
                 Ok(_) => self.core.before_read(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.core.before_read(),

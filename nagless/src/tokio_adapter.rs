@@ -142,6 +142,10 @@ struct Shared<T> {
     /// The runtime the stream was made on has tokio's time driver.
     has_timer: bool,
     spawner: Spawner<T>,
+    /// Live user handles (the stream, or its two halves). Counted under the lock, not read
+    /// off the `Arc`: the flusher's brief upgrades and two halves dropped at once on two
+    /// threads must not make the last drop skip the final send.
+    handles: usize,
     waiters: Arc<WriteWaiters>,
     /// Wakes every waiter: the only waker the socket ever sees for write readiness.
     fanout: Waker,
@@ -287,6 +291,7 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
                 core,
                 deferred_error: None,
                 flusher_running: false,
+                handles: 1,
                 has_timer,
                 spawner,
                 fanout: Waker::from(Arc::clone(&waiters)),
@@ -298,6 +303,7 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
     /// Splits into a read half and a write half sharing one queue: reading through the read
     /// half still flushes what the write half queued.
     pub fn into_split(self) -> (ReadHalf<T>, WriteHalf<T>) {
+        lock(&self.shared).handles += 2;
         let other = Arc::clone(&self.shared);
         let shared = Arc::clone(&self.shared);
         drop(self);
@@ -478,11 +484,11 @@ fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + 'static>(
 /// On release of the last handle: send what the socket takes at once; if bytes remain, a
 /// background task finishes the send (at most [`DRAIN_LIMIT`]) and then drops the socket.
 fn flush_on_drop<T: AsyncWrite + Unpin + 'static>(arc: &Arc<Mutex<Shared<T>>>) {
-    // The flusher holds only weak references, so a strong count of 1 means "last handle".
-    if Arc::strong_count(arc) != 1 {
+    let mut g = lock(arc);
+    g.handles -= 1;
+    if g.handles > 0 {
         return;
     }
-    let mut g = lock(arc);
     g.core.close();
     if !matches!(g.drive(None, now()), Ok(Drive::Blocked)) {
         return;
@@ -621,9 +627,17 @@ impl<T: AsyncWrite + Unpin + 'static> WriteHalf<T> {
             return Err(ReuniteError(read, self));
         }
         let shared = Arc::clone(&self.shared);
+        lock(&shared).handles += 1;
         drop(read);
         drop(self);
         Ok(NaglessStream { shared })
+    }
+}
+
+impl<T: AsyncWrite + Unpin + 'static + AsFd> ReadHalf<T> {
+    /// A `TCP_INFO` snapshot of the socket (Linux).
+    pub fn tcp_info(&self) -> io::Result<TcpInfo> {
+        TcpInfo::of(&lock(&self.shared).io)
     }
 }
 

@@ -164,3 +164,18 @@ fn before_read_flushes_even_when_the_peer_already_sent_eof() {
     peer.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"last words");
 }
+
+#[test]
+fn reads_that_find_input_still_honour_the_linger_deadline() {
+    // A program that mostly reads (input always waiting) must not hold its output past the
+    // linger bound: before-read never fires, so the read itself checks the deadline.
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    let mut s = NaglessStream::new(ours).unwrap();
+    s.write_with(b"keepalive!", Urgency::Normal).unwrap();
+    assert_eq!(s.pending(), 10);
+    thread::sleep(Duration::from_millis(2)); // past the 500 us linger
+    peer.write_all(b"more input").unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(s.read(&mut buf).unwrap(), 10);
+    assert_eq!(s.pending(), 0, "the expired output waited behind the input");
+}

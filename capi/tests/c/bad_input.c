@@ -51,12 +51,21 @@ int main(void) {
     EXPECT_ERR(nagless_writev(h, NULL, 2), EINVAL);
     EXPECT_ERR(nagless_get_stats(h, NULL), EINVAL);
     CHECK(nagless_write(h, NULL, 0) == 0, "empty write");
+    CHECK(nagless_writev(h, NULL, 0) == 0, "empty writev");
     CHECK(nagless_timeout_ms(h) == -1, "no deadline while nothing is pending");
     CHECK(nagless_write(h, buf, 3) == 3, "write");
     int t = nagless_timeout_ms(h);
     CHECK(t >= 0 && t <= 1, "deadline %d ms", t);
     CHECK(nagless_get_stats(h, &st) == 0 && st.pending == 3 && st.bytes_written == 3, "stats");
     CHECK(nagless_free(h) == 0, "free sent everything");
+    /* Under explicit_flush = 0, flush is a hint, but flush_wait still sends everything. */
+    nagless_policy hint = p;
+    hint.explicit_flush = 0;
+    h = nagless_new(c, &hint);
+    CHECK(nagless_write(h, buf, 3) == 3 && nagless_flush(h) == 0, "hinted flush");
+    CHECK(nagless_pending(h) == 3, "a hint sends nothing by itself");
+    CHECK(nagless_flush_wait(h, 1000) == 0 && nagless_pending(h) == 0, "flush_wait sends all");
+    CHECK(nagless_free(h) == 0, "free");
     /* A handle over a descriptor closed behind its back reports the error, never crashes. */
     h = nagless_new(c, &p);
     close(c);
