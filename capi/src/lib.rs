@@ -364,21 +364,8 @@ pub unsafe extern "C" fn nagless_flush_wait(h: *mut Nagless, timeout_ms: c_int) 
             // SAFETY: the caller's contract: a live handle.
             let n = unsafe { handle(h)? };
             let limit = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
-            #[allow(clippy::disallowed_methods)] // the C layer waits on the real clock
-            let start = std::time::Instant::now();
-            loop {
-                // Everything, even where `nagless_flush` is only a hint (explicit_flush = 0).
-                match n.stream.flush_now() {
-                    Ok(()) => return Ok(0),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-                let left = limit.map(|l| l.saturating_sub(start.elapsed()));
-                if left == Some(Duration::ZERO) {
-                    return Err(io::Error::from_raw_os_error(libc::ETIMEDOUT));
-                }
-                nagless::sys::wait_writable(n.stream.as_fd(), left)?;
-            }
+            // Everything, even where `nagless_flush` is only a hint (explicit_flush = 0).
+            n.stream.flush_wait(limit).map(|()| 0)
         })())
     })
 }

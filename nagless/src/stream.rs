@@ -99,21 +99,11 @@ impl Clock {
     /// has not passed, else the true time. With no deadline pending, `start_window` says
     /// whether this write opens a linger window (then its arrival time matters).
     pub(crate) fn for_write(&mut self, deadline: Option<Instant>, start_window: bool) -> Instant {
-        use std::sync::atomic::Ordering::Relaxed;
         match deadline {
             None if start_window => self.precise(),
             None => self.anchor,
-            Some(d) => {
-                let room_ns = d.saturating_duration_since(self.anchor).as_nanos();
-                match (self.anchor_ticks, sys::fast_ticks()) {
-                    (Some(a), Some(b))
-                        if u128::from(b.wrapping_sub(a)) < room_ns && !SLOW_TICKS.load(Relaxed) =>
-                    {
-                        self.anchor
-                    }
-                    _ => self.precise(),
-                }
-            }
+            Some(d) if self.certainly_before(d) => self.anchor,
+            Some(_) => self.precise(),
         }
     }
 }
@@ -302,6 +292,22 @@ impl<S: AsFd> NaglessStream<S> {
         self.deferred_error.take().map_or(Ok(()), Err)
     }
 
+    /// Sends what is due; an error is kept for the next write, flush or close (the first
+    /// one met wins).
+    fn pump_deferring(&mut self, now: Instant) {
+        if let Err(e) = self.pump(now) {
+            self.deferred_error.get_or_insert(e);
+        }
+    }
+
+    /// Sends what is due: `WouldBlock` when a non-blocking socket cannot take it all.
+    fn send_due(&mut self) -> io::Result<()> {
+        match self.pump(now())? {
+            Drive::Idle => Ok(()),
+            Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
     /// Sends whatever is due now.
     fn pump(&mut self, now: Instant) -> io::Result<Drive> {
         let fd = self.inner.as_ref().map(AsFd::as_fd);
@@ -335,9 +341,7 @@ impl<S: AsFd> NaglessStream<S> {
         }
         let take = len.min(self.core.room());
         queue(&mut self.core, take, now);
-        if let Err(e) = self.pump(now) {
-            self.deferred_error = Some(e);
-        }
+        self.pump_deferring(now);
         Ok(take)
     }
 
@@ -373,19 +377,11 @@ impl<S: AsFd> NaglessStream<S> {
     /// Queues an owned buffer whole (its memory is already spent, so the high-water mark does
     /// not cut it); large ones are sent from it without another copy.
     pub fn write_owned(&mut self, buf: Vec<u8>, urgency: Urgency) -> io::Result<()> {
-        self.take_deferred()?;
-        let now = now();
-        if self.core.room() == 0 {
-            self.pump(now)?;
-            if self.core.room() == 0 {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-        }
-        self.core.write_owned(buf, urgency, now);
-        if let Err(e) = self.pump(now) {
-            self.deferred_error = Some(e);
-        }
-        Ok(())
+        // Past the backpressure check the whole buffer is queued, whatever room is left.
+        self.accept(buf.len(), |core, _, now| {
+            core.write_owned(buf, urgency, now)
+        })
+        .map(drop)
     }
 
     /// Sends everything pending now, whatever the policy (`flush` may be a hint under
@@ -393,9 +389,23 @@ impl<S: AsFd> NaglessStream<S> {
     pub fn flush_now(&mut self) -> io::Result<()> {
         self.take_deferred()?;
         self.core.close();
-        match self.pump(now())? {
-            Drive::Idle => Ok(()),
-            Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
+        self.send_due()
+    }
+
+    /// Sends everything pending, waiting for a full socket to take it, at most `timeout`
+    /// (`None`: as long as it takes); `TimedOut` with the rest still queued.
+    pub fn flush_wait(&mut self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        let start = now();
+        loop {
+            match self.flush_now() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return other,
+            }
+            let left = timeout.map(|t| t.saturating_sub(now().duration_since(start)));
+            if left.is_some_and(|l| l.is_zero()) {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            sys::wait_writable(self.fd(), left)?;
         }
     }
 
@@ -435,11 +445,7 @@ impl<S: AsFd> NaglessStream<S> {
     /// Flushes, then shuts the socket down (`how` as in `TcpStream::shutdown`).
     pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
         if how != Shutdown::Read {
-            self.take_deferred()?;
-            self.core.close();
-            if self.pump(now())? == Drive::Blocked {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
+            self.flush_now()?;
         }
         sys::shutdown(self.fd(), how)
     }
@@ -449,7 +455,7 @@ impl<S: AsFd> NaglessStream<S> {
     /// the error with every unsent byte still queued: nothing is lost.
     #[allow(clippy::result_large_err)] // the stream comes back by value, as BufWriter's does
     pub fn close(mut self) -> Result<(), IntoInnerError<Self>> {
-        match self.finish() {
+        match self.flush_wait(None) {
             Ok(()) => {
                 // Everything was sent: dropping closes the socket without another send.
                 drop(self);
@@ -462,28 +468,11 @@ impl<S: AsFd> NaglessStream<S> {
         }
     }
 
-    /// Flushes everything pending, waiting for socket space when it must.
-    fn finish(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.core.close();
-        while self.pump(now())? == Drive::Blocked {
-            sys::wait_writable(self.fd(), None)?;
-        }
-        Ok(())
-    }
-
     /// Flushes everything and returns the socket; on any error (a non-blocking socket that
     /// is full gives `WouldBlock`) returns the stream with the unsent bytes and the error.
     #[allow(clippy::result_large_err)] // as `close`
     pub fn into_inner(mut self) -> Result<S, IntoInnerError<Self>> {
-        let flushed = self.take_deferred().and_then(|()| {
-            self.core.close();
-            match self.pump(now())? {
-                Drive::Idle => Ok(()),
-                Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
-            }
-        });
-        match flushed {
+        match self.flush_now() {
             Ok(()) => Ok(self.into_parts().0),
             Err(error) => Err(IntoInnerError {
                 stream: self,
@@ -534,10 +523,7 @@ impl<S: AsFd> Write for NaglessStream<S> {
     fn flush(&mut self) -> io::Result<()> {
         self.take_deferred()?;
         self.core.flush();
-        match self.pump(now())? {
-            Drive::Idle => Ok(()),
-            Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
-        }
+        self.send_due()
     }
 }
 
@@ -585,11 +571,7 @@ impl<S: AsFd + Read> Read for NaglessStream<S> {
                     // Input keeps coming: still honour the linger deadline of our output.
                     if let Some(d) = self.core.poll_timeout() {
                         if !self.clock.certainly_before(d) {
-                            if let Err(e) = self.pump(now()) {
-                                if self.deferred_error.is_none() {
-                                    self.deferred_error = Some(e);
-                                }
-                            }
+                            self.pump_deferring(now());
                         }
                     }
                     return Ok(n);
@@ -607,11 +589,7 @@ impl<S: AsFd + Read> Read for NaglessStream<S> {
             }
         }
         // A non-blocking socket that is full still lets us read; the rest stays queued.
-        if let Err(e) = self.pump(now()) {
-            if self.deferred_error.is_none() {
-                self.deferred_error = Some(e);
-            }
-        }
+        self.pump_deferring(now());
         self.get_mut().read(buf)
     }
 }
