@@ -129,7 +129,7 @@ fn a_program_outside_the_workspace_builds_with_pkg_config_alone() {
     // Runs a build command line in `work`, with the installed nagless.pc on the search path.
     let build = |script: &str| {
         let o = Command::new("sh")
-            .args(["-c", &script])
+            .args(["-c", script])
             .current_dir(&work)
             .env("PKG_CONFIG_PATH", &pc)
             .output()
