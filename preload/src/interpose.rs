@@ -91,10 +91,6 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 
 // ---- writes: a burst starts ---------------------------------------------------------------
 
-fn before_write(fd: c_int) {
-    sys::on_write(fd);
-}
-
 /// A send with `MSG_MORE` means the program packs its own bursts.
 fn before_send(fd: c_int, flags: c_int) {
     if flags & libc::MSG_MORE != 0 {
@@ -112,7 +108,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     ) else {
         return enosys();
     };
-    before_write(fd);
+    sys::on_write(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fd, buf, n) }
 }
@@ -126,7 +122,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
     ) else {
         return enosys();
     };
-    before_write(fd);
+    sys::on_write(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fd, iov, cnt) }
 }
@@ -189,14 +185,6 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
 
 // ---- reads and waits: the burst ends ----------------------------------------------------
 
-fn before_read(fd: c_int) {
-    sys::on_read(fd);
-}
-
-fn before_poll(is_epoll: bool) {
-    sys::on_wait(if is_epoll { Wait::Epoll } else { Wait::Poll });
-}
-
 /// `read(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
@@ -206,7 +194,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
     ) else {
         return enosys();
     };
-    before_read(fd);
+    sys::on_read(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fd, buf, n) }
 }
@@ -220,7 +208,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -
     ) else {
         return enosys();
     };
-    before_read(fd);
+    sys::on_read(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fd, iov, cnt) }
 }
@@ -234,7 +222,7 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_i
     ) else {
         return enosys();
     };
-    before_read(fd);
+    sys::on_read(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fd, buf, n, flags) }
 }
@@ -262,7 +250,7 @@ pub unsafe extern "C" fn recvfrom(
     ) else {
         return enosys();
     };
-    before_read(fd);
+    sys::on_read(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fd, buf, n, flags, addr, len) }
 }
@@ -276,7 +264,7 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     ) else {
         return enosys();
     };
-    before_read(fd);
+    sys::on_read(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fd, msg, flags) }
 }
@@ -290,7 +278,7 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: 
     ) else {
         return enosys();
     };
-    before_poll(false);
+    sys::on_wait(Wait::Poll);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fds, n, timeout) }
 }
@@ -314,7 +302,7 @@ pub unsafe extern "C" fn ppoll(
     ) else {
         return enosys();
     };
-    before_poll(false);
+    sys::on_wait(Wait::Poll);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fds, n, timeout, mask) }
 }
@@ -340,7 +328,7 @@ pub unsafe extern "C" fn select(
     ) else {
         return enosys();
     };
-    before_poll(false);
+    sys::on_wait(Wait::Poll);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(n, r, w, e, timeout) }
 }
@@ -368,7 +356,7 @@ pub unsafe extern "C" fn pselect(
     ) else {
         return enosys();
     };
-    before_poll(false);
+    sys::on_wait(Wait::Poll);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(n, r, w, e, timeout, mask) }
 }
@@ -387,7 +375,7 @@ pub unsafe extern "C" fn epoll_wait(
     ) else {
         return enosys();
     };
-    before_poll(true);
+    sys::on_wait(Wait::Epoll);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(epfd, events, max, timeout) }
 }
@@ -413,7 +401,7 @@ pub unsafe extern "C" fn epoll_pwait(
     ) else {
         return enosys();
     };
-    before_poll(true);
+    sys::on_wait(Wait::Epoll);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(epfd, events, max, timeout, mask) }
 }
@@ -437,7 +425,7 @@ pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
     let Some(real) = next!("shutdown", unsafe extern "C" fn(c_int, c_int) -> c_int) else {
         return enosys();
     };
-    before_read(fd);
+    sys::on_read(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(fd, how) }
 }
