@@ -69,8 +69,19 @@ fn run(name: &str) -> HashMap<String, f64> {
         .collect()
 }
 
+/// Held by each test while it runs: the C programs time real exchanges and must not share
+/// the two CPUs with each other when `cargo test` runs them in parallel.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn write_write_read_stalls_with_plain_sockets_and_not_through_the_c_api() {
+    let _one = exclusive();
     let r = run("wwr");
     assert!(r["plain_stalled"] >= 10.0, "{r:?}");
     assert_eq!(r["nagless_stalled"], 0.0, "{r:?}");
@@ -85,6 +96,7 @@ fn write_write_read_stalls_with_plain_sockets_and_not_through_the_c_api() {
 
 #[test]
 fn a_bgp_daemon_loop_sends_full_segments_and_never_end_of_rib_alone() {
+    let _one = exclusive();
     let r = run("bgp");
     assert_eq!(r["bytes"], 255.0 * 45.0 + 23.0, "{r:?}");
     assert!(r["mss"] <= 1448.0, "MSS 1448 less TCP options: {r:?}");
@@ -95,6 +107,7 @@ fn a_bgp_daemon_loop_sends_full_segments_and_never_end_of_rib_alone() {
 
 #[test]
 fn nonblocking_backpressure_delivers_64_mib_once_in_order() {
+    let _one = exclusive();
     let r = run("backpressure");
     assert_eq!(r["sent"], (64u64 << 20) as f64, "{r:?}");
     assert!(r["eagain"] > 0.0, "the slow reader must push back: {r:?}");
@@ -102,11 +115,13 @@ fn nonblocking_backpressure_delivers_64_mib_once_in_order() {
 
 #[test]
 fn bad_input_gives_minus_one_and_errno_never_a_crash() {
+    let _one = exclusive();
     run("bad_input");
 }
 
 #[test]
 fn a_program_outside_the_workspace_builds_with_pkg_config_alone() {
+    let _one = exclusive();
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     let root = std::env::temp_dir().join(format!("nagless-capi-install-{}", std::process::id()));
     let prefix = root.join("prefix");

@@ -125,8 +125,20 @@ fn have_tool(name: &str) -> bool {
     found
 }
 
+/// Held by each test while it runs: these tests time real programs and count their
+/// segments, and must not share the two CPUs with each other when `cargo test` runs them in
+/// parallel (`./scripts/test` runs one at a time anyway).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn c_write_write_read_stalls_plain_and_not_under_the_shim() {
+    let _one = exclusive();
     let (plain, _) = run_wwr(30, None);
     assert!(plain["stalled"] >= 15, "unshimmed: {plain:?}");
 
@@ -152,6 +164,7 @@ fn c_write_write_read_stalls_plain_and_not_under_the_shim() {
 
 #[test]
 fn nodelay_mode_sends_a_segment_per_write() {
+    let _one = exclusive();
     let (r, _) = run_wwr(20, Some("nodelay"));
     assert_eq!(r["stalled"], 0);
     assert_eq!(r["client_segs"], 40);
@@ -168,6 +181,7 @@ fn python() -> String {
 
 #[test]
 fn only_tcp_sockets_are_touched_and_errno_is_preserved() {
+    let _one = exclusive();
     let log = std::env::temp_dir().join(format!("nagless-shim-log-{}", std::process::id()));
     let script = r#"
 import errno, os, socket
@@ -239,6 +253,7 @@ fn xorshift(state: &mut u64) -> u64 {
 
 #[test]
 fn epoll_echo_server_under_the_shim_loses_and_reorders_nothing() {
+    let _one = exclusive();
     let (_server, port) = start_echo(Some("nagless"));
     let deadline = Instant::now() + Duration::from_secs(10);
     let clients: Vec<_> = (0..100u64)
@@ -367,6 +382,7 @@ fn http_server_under_wrk(mode: Option<&str>) -> (f64, Option<f64>) {
 
 #[test]
 fn stock_http_server_under_wrk() {
+    let _one = exclusive();
     if !have_tool("wrk") {
         return;
     }
@@ -455,6 +471,7 @@ fn late_writer_delay(mode: &str) -> Duration {
 
 #[test]
 fn a_burst_nobody_waits_after_leaves_within_the_linger_bound() {
+    let _one = exclusive();
     let ours = late_writer_delay("nagless");
     assert!(ours < Duration::from_millis(100), "nagless: {ours:?}");
     let cork = late_writer_delay("cork");
@@ -482,6 +499,7 @@ fn shim_case(args: &[&str]) -> HashMap<String, i64> {
 
 #[test]
 fn another_threads_poll_does_not_split_a_burst() {
+    let _one = exclusive();
     // The writer's three writes span ~0.4 ms while another thread polls every 0.1 ms. A
     // process-wide release on poll split almost every response; per-thread bursts keep
     // one segment per response (a descheduled writer may pass the 1 ms bound: allow 10 %).
@@ -511,6 +529,7 @@ fn first_messages(listener: &std::net::TcpListener, n: usize) -> Vec<(String, Du
 
 #[test]
 fn the_linger_bound_holds_in_forked_and_daemonized_children() {
+    let _one = exclusive();
     // Each process sends one message and then stays busy with no syscall for 400 ms: only
     // its own flusher can release the burst, in ~1 ms. Without one the kernel's cork timer
     // (~200 ms) would.
@@ -538,12 +557,14 @@ fn the_linger_bound_holds_in_forked_and_daemonized_children() {
 
 #[test]
 fn the_flusher_never_takes_a_signal_the_program_blocked() {
+    let _one = exclusive();
     let r = shim_case(&["sigwait"]);
     assert_eq!(r["signal"], 10, "SIGUSR1 went to the flusher thread");
 }
 
 #[test]
 fn a_program_that_corks_its_own_socket_is_left_alone() {
+    let _one = exclusive();
     let r = shim_case(&["selfcork"]);
     assert_eq!(
         r["segs"], 1,
@@ -589,6 +610,7 @@ fn wrk_run(url: &str, conns: u32) -> (f64, f64, u64) {
 
 #[test]
 fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
+    let _one = exclusive();
     if !have_tool("nginx") || !have_tool("wrk") {
         return;
     }
