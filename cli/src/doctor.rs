@@ -1,70 +1,138 @@
-//! `nagless doctor FILE`: find Nagle and delayed-ACK stalls in a packet capture.
+//! `nagless doctor CAPTURE`: find Nagle and delayed-ACK stalls in a packet capture.
 
-use anyhow::Context as _;
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
 
-use crate::usage;
+use indicatif::{ProgressBar, ProgressStyle};
+use nagless_doctor::analysis::{Filter, Options};
 
 pub const DOCTOR_HELP: &str = "\
 CAPTURE
-  pcap or pcapng, from tcpdump, tshark or Wireshark; Ethernet, Linux cooked (tcpdump -i any),
-  raw IP and BSD loopback; IPv4 and IPv6; headers-only captures (-s 128) are enough:
+  pcap or pcapng from tcpdump, tshark or Wireshark, taken at either end of the path or between;
+  plain, gzip or zstd (told by their first bytes); `-` reads stdin. Ethernet, Linux cooked
+  (tcpdump -i any), raw IP and BSD loopback; IPv4 and IPv6; headers-only captures (-s 128) are
+  enough. A capture cut short (a killed tcpdump) is analysed up to the cut, with a warning.
     tcpdump -i any -s 128 -w slow.pcap 'tcp port 8000'
+    tcpdump -i any -s 128 -U -w - 'tcp port 8000' | nagless doctor -
 
 WHAT IT LOOKS FOR
-  delayed ACK  a pure ACK 30 ms or more (beyond the round trip) after the data it acknowledges
-  stall        a small write held by Nagle until such an ACK: the sender wrote, waited 30 ms or
-               more for the ACK of its previous small segment, and sent right after it came
+  delayed ACK  a pure ACK 30 ms or more (beyond the acker's side of the round trip) after the
+               data it acknowledges
+  stall        a write smaller than a full segment that Nagle held until such an ACK: it left
+               as soon as the ACK reached its sender. Retransmissions (and their ACKs), SACK,
+               zero windows, keep-alives and think time are told apart and named, not blamed
+               on Nagle. The receiver's timer is named (40 ms Linux; 100-200 ms Windows, BSD).
   Patterns named: request split, header then body, tiny trailing frame.
 
+OUTPUT
+  A line of totals, a table per server port (flows, flows with stalls, stalls, time lost,
+  worst stall, delayed ACKs, retransmission timeouts, zero-window waits), then the flows with
+  the most stalled time (--top), each with its evidence (frame numbers and times as Wireshark
+  shows them) and what to change at the sender or at the receiver.
+
 EXIT STATUS
-  0 analysed (whether or not stalls were found), 2 unreadable or damaged capture, bad arguments.";
+  0 no stall found, 1 stalls found, 2 unreadable capture or bad arguments.";
 
 #[derive(clap::Args)]
 pub struct DoctorArgs {
-    /// The capture file.
-    file: std::path::PathBuf,
-    /// Print JSON (schema in docs/doctor-json.md) instead of the summary.
+    /// The capture file (pcap or pcapng, plain, gzip or zstd); `-` for stdin.
+    capture: std::path::PathBuf,
+    /// Print JSON (schema in docs/doctor-json.md) instead of the report.
     #[arg(long)]
     json: bool,
-    /// Only this flow: its number in the summary, or an address such as 127.0.0.1:8000.
-    #[arg(long, value_name = "FLOW")]
-    flow: Option<String>,
+    /// Only this flow: its number in the report.
+    #[arg(long, value_name = "N")]
+    flow: Option<usize>,
+    /// Only flows with this host and/or port on either side: 10.0.0.1, :8000, 10.0.0.1:8000,
+    /// [::1]:8000. Repeat to require several.
+    #[arg(long, value_name = "HOST:PORT")]
+    filter: Vec<Filter>,
+    /// Report this many flows in full, most stalled time first (0: all).
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
     /// Write an SVG timeline of the worst (or chosen) flow to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<std::path::PathBuf>,
 }
 
-pub fn command(args: DoctorArgs) -> anyhow::Result<bool> {
-    let bytes = std::fs::read(&args.file)
-        .map_err(|e| usage(format!("cannot read {}: {e}", args.file.display())))?;
-    let diagnosis = nagless_doctor::diagnose(&bytes)
-        .map_err(|e| usage(format!("{}: {e}", args.file.display())))?;
-    let mut flows = nagless_doctor::report::ranked(&diagnosis);
-    if let Some(sel) = &args.flow {
-        flows.retain(|f| match sel.parse::<usize>() {
-            Ok(n) => f.index == n,
-            Err(_) => f.sides.iter().any(|s| &s.addr == sel),
-        });
-        if flows.is_empty() {
-            return Err(usage(format!(
-                "no flow '{sel}' in {} ({} flow(s); give a number from the summary or an address like 127.0.0.1:8000)",
-                args.file.display(),
-                diagnosis.flows.len()
-            )));
+/// Runs the doctor; the exit status says whether stalls were found.
+pub fn command(args: DoctorArgs) -> ExitCode {
+    match diagnose(&args) {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("nagless doctor: {msg}");
+            ExitCode::from(2)
         }
     }
-    if args.json {
-        let doc = nagless_doctor::report::json(&diagnosis, &flows);
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+}
+
+fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
+    let name = args.capture.display();
+    let input = nagless_doctor::input::open(&args.capture)
+        .map_err(|e| format!("cannot read {name}: {e}"))?;
+    // Progress on stderr, when it is a terminal, for big or unsized inputs.
+    let bar = match (input.file_size, input.compressed) {
+        _ if !std::io::stderr().is_terminal() => ProgressBar::hidden(),
+        (Some(n), false) if n < 64 << 20 => ProgressBar::hidden(),
+        (Some(n), false) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ),
+        _ => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {bytes} of capture read, {bytes_per_sec}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    };
+    let src = input.reader;
+    let opts = Options {
+        top: if args.flow.is_some() { 0 } else { args.top },
+        filters: args.filter.clone(),
+        flow: args.flow,
+        timeline: args.svg.is_some(),
+    };
+    let d = nagless_doctor::diagnose_reader(src, opts, |n| bar.set_position(n))
+        .map_err(|e| format!("{name}: {e}"))?;
+    bar.finish_and_clear();
+    if let Some(why) = &d.damage {
+        eprintln!(
+            "nagless doctor: warning: {name} is cut or damaged; analysed the {} frames before it: {why}",
+            d.frames
+        );
+    }
+    if let Some(n) = args.flow {
+        if d.flows.is_empty() {
+            return Err(format!(
+                "no flow {n} in {name} ({} flow(s) match; give a number from the report)",
+                d.flows_total
+            ));
+        }
+    }
+    let out = if args.json {
+        let doc = nagless_doctor::report::json(&d);
+        serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())? + "\n"
     } else {
-        print!("{}", nagless_doctor::report::text(&diagnosis, &flows));
+        nagless_doctor::report::text(&d)
+    };
+    // A closed stdout (`| head`) ends the output quietly.
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|_| stdout.flush())
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => return Err(format!("cannot write the report: {e}")),
     }
     if let Some(path) = &args.svg {
-        let Some(worst) = flows.first() else {
-            return Err(usage("the capture has no TCP flow to draw"));
+        let Some(worst) = d.flows.first() else {
+            return Err("the capture has no TCP flow to draw".into());
         };
         std::fs::write(path, nagless_doctor::report::svg(worst))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    Ok(true)
+    Ok(if d.stalls_total > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -40,7 +40,7 @@ enum Command {
     /// Run an unmodified program with its TCP sockets coalesced (LD_PRELOAD shim).
     #[command(after_long_help = RUN_HELP)]
     Run(RunArgs),
-    /// Find Nagle and delayed-ACK stalls in a packet capture (pcap or pcapng).
+    /// Find Nagle and delayed-ACK stalls in a packet capture (pcap or pcapng, file or stdin).
     #[command(after_long_help = DOCTOR_HELP)]
     Doctor(DoctorArgs),
 }
@@ -74,7 +74,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Lab(args) => lab::command(*args),
-        Command::Doctor(args) => doctor::command(args),
+        Command::Doctor(args) => return doctor::command(args),
         Command::Run(args) => return run::command(args),
     };
     match result {

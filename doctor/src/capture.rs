@@ -1,11 +1,15 @@
 //! Capture files: pcap (either byte order, µs or ns timestamps) and pcapng (section header,
 //! interface description, enhanced and simple packet blocks; `if_tsresol`).
 //!
-//! A checked reader over untrusted bytes: every length is checked before it is used, a
-//! damaged or truncated file gives a [`CaptureError`] naming the record and byte offset, and
-//! no input makes it panic (fuzzed: `fuzz/`, and a property test over random bytes).
+//! A streaming, checked reader over untrusted bytes: [`CaptureReader`] reads from any
+//! [`Read`] (a file, stdin, a decompressor) through one buffer that holds a single record at a
+//! time, so memory does not grow with the capture. Every length is checked before it is used;
+//! a damaged or truncated file gives a [`CaptureError`] naming the record and byte offset, after
+//! the records before it were read; no input makes it panic (fuzzed: `fuzz/`, and property
+//! tests over random and structured bytes).
 
 use std::fmt;
+use std::io::{self, Read};
 
 /// A packet as captured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,7 +38,7 @@ pub enum CaptureError {
         /// What was being read.
         what: &'static str,
         /// Byte offset where it starts.
-        offset: usize,
+        offset: u64,
         /// Record (frame or block) number, 1-based.
         record: u64,
         /// Bytes needed.
@@ -42,13 +46,21 @@ pub enum CaptureError {
         /// Bytes left.
         have: usize,
     },
+    /// The input could not be read (an I/O error, or a damaged compressed stream).
+    #[error("read error at byte offset {offset}: {why}")]
+    Io {
+        /// Byte offset of the capture (after decompression) where reading failed.
+        offset: u64,
+        /// The error.
+        why: String,
+    },
     /// A header or block field makes no sense.
     #[error("malformed {what} at byte offset {offset} (record {record}): {why}")]
     Malformed {
         /// What was being read.
         what: &'static str,
         /// Byte offset where it starts.
-        offset: usize,
+        offset: u64,
         /// Record (frame or block) number, 1-based.
         record: u64,
         /// What is wrong.
@@ -56,111 +68,388 @@ pub enum CaptureError {
     },
 }
 
-/// Reads every packet of a pcap or pcapng capture held in memory.
-pub fn read(bytes: &[u8]) -> Result<Vec<Record<'_>>, CaptureError> {
-    match bytes.get(..4) {
-        Some([0xd4, 0xc3, 0xb2, 0xa1])
-        | Some([0xa1, 0xb2, 0xc3, 0xd4])
-        | Some([0x4d, 0x3c, 0xb2, 0xa1])
-        | Some([0xa1, 0xb2, 0x3c, 0x4d]) => read_pcap(bytes),
-        Some([0x0a, 0x0d, 0x0d, 0x0a]) => read_pcapng(bytes),
-        _ => Err(CaptureError::UnknownFormat(
-            bytes.iter().take(8).copied().collect(),
-        )),
-    }
+/// Which file format, and what its header says.
+enum Format {
+    Pcap { linktype: u32, nanos: bool },
+    Pcapng { interfaces: Vec<Interface> },
 }
 
-/// A bounded cursor that reads integers in one byte order.
-struct Cursor<'a> {
-    bytes: &'a [u8],
+/// A streaming capture reader: [`next_record`](Self::next_record) returns one packet at a
+/// time, borrowed from the reader's buffer.
+pub struct CaptureReader<R> {
+    src: R,
+    buf: Vec<u8>,
+    /// Valid bytes are `buf[start..end]`; `buf[start]` is at capture offset `offset`.
+    start: usize,
+    end: usize,
+    offset: u64,
+    eof: bool,
     little: bool,
+    format: Format,
+    /// Packets read so far.
+    frame: u64,
+    /// Records (pcap packets, pcapng blocks) read so far.
+    record: u64,
 }
 
-impl<'a> Cursor<'a> {
-    fn slice(
-        &self,
-        offset: usize,
-        len: usize,
-        what: &'static str,
-        record: u64,
-    ) -> Result<&'a [u8], CaptureError> {
-        offset
-            .checked_add(len)
-            .and_then(|end| self.bytes.get(offset..end))
-            .ok_or(CaptureError::Truncated {
+/// Largest record we accept: tcpdump's snap length is at most 256 KiB; this leaves room for
+/// big pcapng blocks and bounds the memory a damaged length field can ask for.
+const MAX_RECORD: usize = 16 * 1024 * 1024;
+
+fn int32(b: &[u8], little: bool) -> u32 {
+    let a = [b[0], b[1], b[2], b[3]];
+    if little {
+        u32::from_le_bytes(a)
+    } else {
+        u32::from_be_bytes(a)
+    }
+}
+
+fn int16(b: &[u8], little: bool) -> u16 {
+    if little {
+        u16::from_le_bytes([b[0], b[1]])
+    } else {
+        u16::from_be_bytes([b[0], b[1]])
+    }
+}
+
+impl<R: Read> CaptureReader<R> {
+    /// Reads the file header (pcap) or checks the first block's type (pcapng).
+    pub fn new(src: R) -> Result<CaptureReader<R>, CaptureError> {
+        let mut r = CaptureReader {
+            src,
+            buf: vec![0; 64 * 1024],
+            start: 0,
+            end: 0,
+            offset: 0,
+            eof: false,
+            little: true,
+            format: Format::Pcapng {
+                interfaces: Vec::new(),
+            },
+            frame: 0,
+            record: 0,
+        };
+        r.fill(4)?;
+        let magic = r.avail().get(..4).map(|m| [m[0], m[1], m[2], m[3]]);
+        let (little, nanos) = match magic {
+            Some([0xd4, 0xc3, 0xb2, 0xa1]) => (true, false),
+            Some([0xa1, 0xb2, 0xc3, 0xd4]) => (false, false),
+            Some([0x4d, 0x3c, 0xb2, 0xa1]) => (true, true),
+            Some([0xa1, 0xb2, 0x3c, 0x4d]) => (false, true),
+            Some([0x0a, 0x0d, 0x0d, 0x0a]) => return Ok(r),
+            _ => {
+                return Err(CaptureError::UnknownFormat(
+                    r.avail().iter().take(8).copied().collect(),
+                ))
+            }
+        };
+        r.little = little;
+        let h = r.take(24, "pcap file header")?;
+        let linktype = int32(&h[20..24], little) & 0x0fff_ffff;
+        r.format = Format::Pcap { linktype, nanos };
+        Ok(r)
+    }
+
+    /// Bytes read from the (decompressed) input so far.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    fn avail(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    /// Makes at least `need` bytes available unless the input ends first. The buffer grows
+    /// only as far as bytes actually come, so a damaged length field cannot make it huge.
+    fn fill(&mut self, need: usize) -> Result<(), CaptureError> {
+        if self.end - self.start >= need || self.eof {
+            return Ok(());
+        }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        while self.end < need {
+            if self.end == self.buf.len() {
+                let grown = (self.buf.len() * 2).min(need.next_power_of_two());
+                self.buf.resize(grown.max(self.end + 1), 0);
+            }
+            match self.src.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    break;
+                }
+                Ok(n) => self.end += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(CaptureError::Io {
+                        offset: self.offset + self.end as u64,
+                        why: e.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the input has no byte left.
+    fn at_end(&mut self) -> Result<bool, CaptureError> {
+        self.fill(1)?;
+        Ok(self.start == self.end)
+    }
+
+    /// Checks that `len` bytes are available at the cursor and returns them without consuming.
+    fn peek(&mut self, len: usize, what: &'static str) -> Result<&[u8], CaptureError> {
+        self.fill(len)?;
+        let have = self.end - self.start;
+        if have < len {
+            return Err(CaptureError::Truncated {
                 what,
-                offset,
-                record,
+                offset: self.offset,
+                record: self.record,
                 need: len,
-                have: self.bytes.len().saturating_sub(offset),
-            })
-    }
-
-    fn u16(&self, at: usize, what: &'static str, record: u64) -> Result<u16, CaptureError> {
-        let s = self.slice(at, 2, what, record)?;
-        let a = [s[0], s[1]];
-        Ok(if self.little {
-            u16::from_le_bytes(a)
-        } else {
-            u16::from_be_bytes(a)
-        })
-    }
-
-    fn u32(&self, at: usize, what: &'static str, record: u64) -> Result<u32, CaptureError> {
-        let s = self.slice(at, 4, what, record)?;
-        let a = [s[0], s[1], s[2], s[3]];
-        Ok(if self.little {
-            u32::from_le_bytes(a)
-        } else {
-            u32::from_be_bytes(a)
-        })
-    }
-}
-
-fn read_pcap(bytes: &[u8]) -> Result<Vec<Record<'_>>, CaptureError> {
-    let (little, nanos) = match bytes[..4] {
-        [0xd4, 0xc3, 0xb2, 0xa1] => (true, false),
-        [0xa1, 0xb2, 0xc3, 0xd4] => (false, false),
-        [0x4d, 0x3c, 0xb2, 0xa1] => (true, true),
-        _ => (false, true),
-    };
-    let c = Cursor { bytes, little };
-    c.slice(0, 24, "pcap file header", 0)?;
-    let linktype = c.u32(20, "pcap file header", 0)? & 0x0fff_ffff;
-    let mut out = Vec::new();
-    let mut off = 24;
-    let mut frame = 0u64;
-    while off < bytes.len() {
-        frame += 1;
-        let what = "pcap record header";
-        c.slice(off, 16, what, frame)?;
-        let sec = c.u32(off, what, frame)? as u64;
-        let frac = c.u32(off + 4, what, frame)? as u64;
-        let caplen = c.u32(off + 8, what, frame)? as usize;
-        let orig_len = c.u32(off + 12, what, frame)?;
-        if caplen > 256 * 1024 * 1024 {
-            return Err(CaptureError::Malformed {
-                what,
-                offset: off,
-                record: frame,
-                why: format!("captured length {caplen} is implausible"),
+                have,
             });
         }
-        let data = c.slice(off + 16, caplen, "pcap packet data", frame)?;
-        let ts_ns = sec * 1_000_000_000 + if nanos { frac } else { frac * 1000 };
-        out.push(Record {
-            frame,
-            ts_ns,
-            linktype,
-            data,
-            orig_len,
-        });
-        off += 16 + caplen;
+        Ok(&self.buf[self.start..self.start + len])
     }
-    Ok(out)
+
+    /// Consumes `len` bytes and returns them.
+    fn take(&mut self, len: usize, what: &'static str) -> Result<&[u8], CaptureError> {
+        self.peek(len, what)?;
+        let s = self.start;
+        self.start += len;
+        self.offset += len as u64;
+        Ok(&self.buf[s..s + len])
+    }
+
+    fn malformed(&self, what: &'static str, at: u64, why: String) -> CaptureError {
+        CaptureError::Malformed {
+            what,
+            offset: at,
+            record: self.record,
+            why,
+        }
+    }
+
+    /// The next packet, `None` at the end of the capture. After an error the reader is done.
+    pub fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+        loop {
+            if self.at_end()? {
+                return Ok(None);
+            }
+            self.record += 1;
+            let little = self.little;
+            match &self.format {
+                Format::Pcap { linktype, nanos } => {
+                    let (linktype, nanos) = (*linktype, *nanos);
+                    let at = self.offset;
+                    let what = "pcap record header";
+                    let h = self.peek(16, what)?;
+                    let sec = u64::from(int32(&h[0..4], little));
+                    let frac = u64::from(int32(&h[4..8], little));
+                    let caplen = int32(&h[8..12], little) as usize;
+                    let orig_len = int32(&h[12..16], little);
+                    if caplen > MAX_RECORD {
+                        return Err(self.malformed(
+                            what,
+                            at,
+                            format!("captured length {caplen} is implausible"),
+                        ));
+                    }
+                    self.peek(16 + caplen, "pcap packet data")?;
+                    self.take(16, what)?;
+                    self.frame += 1;
+                    let frame = self.frame;
+                    let data = self.take(caplen, "pcap packet data")?;
+                    let ts_ns = sec * 1_000_000_000 + if nanos { frac } else { frac * 1000 };
+                    return Ok(Some(Record {
+                        frame,
+                        ts_ns,
+                        linktype,
+                        data,
+                        orig_len,
+                    }));
+                }
+                Format::Pcapng { .. } => {
+                    if let Some(found) = self.pcapng_block()? {
+                        let (frame, ts_ns, linktype, orig_len, from, len) = found;
+                        return Ok(Some(Record {
+                            frame,
+                            ts_ns,
+                            linktype,
+                            data: &self.buf[from..from + len],
+                            orig_len,
+                        }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads one pcapng block; a packet block gives (frame, ns, linktype, orig_len, data
+    /// start in `buf`, data length).
+    #[allow(clippy::type_complexity)]
+    fn pcapng_block(&mut self) -> Result<Option<(u64, u64, u32, u32, usize, usize)>, CaptureError> {
+        let at = self.offset;
+        let block = self.record;
+        let what = "pcapng block header";
+        let head = self.peek(8, what)?;
+        if head[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
+            // A section header sets the byte order of everything up to the next one.
+            let magic = self.peek(12, "section header")?[8..12].to_vec();
+            self.little = match magic[..] {
+                [0x4d, 0x3c, 0x2b, 0x1a] => true,
+                [0x1a, 0x2b, 0x3c, 0x4d] => false,
+                _ => {
+                    return Err(self.malformed(
+                        "section header",
+                        at,
+                        format!("byte-order magic {magic:02x?}"),
+                    ))
+                }
+            };
+            if let Format::Pcapng { interfaces } = &mut self.format {
+                interfaces.clear();
+            }
+        }
+        let little = self.little;
+        let head = self.peek(8, what)?;
+        let kind = int32(&head[0..4], little);
+        let len = int32(&head[4..8], little) as usize;
+        if len < 12 || len % 4 != 0 || len > MAX_RECORD {
+            return Err(self.malformed(
+                what,
+                at,
+                format!("block length {len} (must be a multiple of 4, at least 12)"),
+            ));
+        }
+        let whole = self.peek(len, "pcapng block body")?;
+        let trailer = int32(&whole[len - 4..], little) as usize;
+        if trailer != len {
+            return Err(self.malformed(
+                "pcapng block trailer",
+                at + len as u64 - 4,
+                format!("trailing length {trailer} differs from leading length {len}"),
+            ));
+        }
+        let body_start = self.start + 8;
+        let body_len = len - 12;
+        self.start += len;
+        self.offset += len as u64;
+        let body = &self.buf[body_start..body_start + body_len];
+        let short = |what: &'static str, need: usize| CaptureError::Truncated {
+            what,
+            offset: at + 8,
+            record: block,
+            need,
+            have: body_len,
+        };
+        let Format::Pcapng { interfaces } = &mut self.format else {
+            return Ok(None);
+        };
+        match kind {
+            IDB => {
+                if body.len() < 8 {
+                    return Err(short("interface description", 8));
+                }
+                let linktype = u32::from(int16(&body[0..2], little));
+                let mut units_per_sec = 1_000_000;
+                // Options: code, length, value padded to 4.
+                let mut o = 8;
+                while o + 4 <= body.len() {
+                    let code = int16(&body[o..], little);
+                    let olen = usize::from(int16(&body[o + 2..], little));
+                    if code == 0 {
+                        break;
+                    }
+                    let Some(value) = body.get(o + 4..o + 4 + olen) else {
+                        return Err(short("interface option", o + 4 + olen));
+                    };
+                    if code == 9 && olen >= 1 {
+                        units_per_sec = tsresol(value[0]).ok_or(CaptureError::Malformed {
+                            what: "if_tsresol option",
+                            offset: at + 8 + o as u64,
+                            record: block,
+                            why: format!("resolution code {:#x} out of range", value[0]),
+                        })?;
+                    }
+                    o += 4 + olen.div_ceil(4) * 4;
+                }
+                interfaces.push(Interface {
+                    linktype,
+                    units_per_sec,
+                });
+                Ok(None)
+            }
+            EPB | OPB => {
+                let what = "enhanced packet block";
+                if body.len() < 20 {
+                    return Err(short(what, 20));
+                }
+                let iface = if kind == EPB {
+                    int32(&body[0..4], little) as usize
+                } else {
+                    usize::from(int16(&body[0..2], little))
+                };
+                let Some(i) = interfaces.get(iface).copied() else {
+                    return Err(CaptureError::Malformed {
+                        what,
+                        offset: at,
+                        record: block,
+                        why: format!("interface {iface} was never described"),
+                    });
+                };
+                let ts = u64::from(int32(&body[4..8], little)) << 32
+                    | u64::from(int32(&body[8..12], little));
+                let caplen = int32(&body[12..16], little) as usize;
+                let orig_len = int32(&body[16..20], little);
+                if body.len() - 20 < caplen {
+                    return Err(short("packet data", 20 + caplen));
+                }
+                let ts_ns =
+                    (u128::from(ts) * 1_000_000_000 / u128::from(i.units_per_sec.max(1))) as u64;
+                self.frame += 1;
+                Ok(Some((
+                    self.frame,
+                    ts_ns,
+                    i.linktype,
+                    orig_len,
+                    body_start + 20,
+                    caplen,
+                )))
+            }
+            SPB => {
+                let Some(i) = interfaces.first().copied() else {
+                    return Err(CaptureError::Malformed {
+                        what: "simple packet block",
+                        offset: at,
+                        record: block,
+                        why: "no interface described before it".into(),
+                    });
+                };
+                if body.len() < 4 {
+                    return Err(short("simple packet block", 4));
+                }
+                let orig_len = int32(&body[0..4], little);
+                let caplen = (body.len() - 4).min(orig_len as usize);
+                self.frame += 1;
+                Ok(Some((
+                    self.frame,
+                    0,
+                    i.linktype,
+                    orig_len,
+                    body_start + 4,
+                    caplen,
+                )))
+            }
+            _ => Ok(None), // section header, statistics, name resolution, custom blocks
+        }
+    }
 }
 
-const SHB: u32 = 0x0a0d_0d0a;
 const IDB: u32 = 1;
 const SPB: u32 = 3;
 const EPB: u32 = 6;
@@ -183,145 +472,6 @@ fn tsresol(code: u8) -> Option<u64> {
     }
 }
 
-fn read_pcapng(bytes: &[u8]) -> Result<Vec<Record<'_>>, CaptureError> {
-    let mut c = Cursor {
-        bytes,
-        little: true,
-    };
-    let mut interfaces: Vec<Interface> = Vec::new();
-    let mut out = Vec::new();
-    let mut off = 0usize;
-    let mut block = 0u64;
-    let mut frame = 0u64;
-    while off < bytes.len() {
-        block += 1;
-        let what = "pcapng block header";
-        let head = c.slice(off, 8, what, block)?;
-        if head[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
-            // A section header sets the byte order of everything up to the next one.
-            let magic = c.slice(off + 8, 4, "section header", block)?;
-            c.little = match magic {
-                [0x4d, 0x3c, 0x2b, 0x1a] => true,
-                [0x1a, 0x2b, 0x3c, 0x4d] => false,
-                _ => {
-                    return Err(CaptureError::Malformed {
-                        what: "section header",
-                        offset: off,
-                        record: block,
-                        why: format!("byte-order magic {magic:02x?}"),
-                    })
-                }
-            };
-            interfaces.clear();
-        }
-        let kind = c.u32(off, what, block)?;
-        let len = c.u32(off + 4, what, block)? as usize;
-        if len < 12 || len % 4 != 0 {
-            return Err(CaptureError::Malformed {
-                what,
-                offset: off,
-                record: block,
-                why: format!("block length {len} (must be a multiple of 4, at least 12)"),
-            });
-        }
-        let body = c.slice(off + 8, len - 12, "pcapng block body", block)?;
-        let trailer = c.u32(off + len - 4, "pcapng block trailer", block)? as usize;
-        if trailer != len {
-            return Err(CaptureError::Malformed {
-                what: "pcapng block trailer",
-                offset: off + len - 4,
-                record: block,
-                why: format!("trailing length {trailer} differs from leading length {len}"),
-            });
-        }
-        let b = Cursor {
-            bytes: body,
-            little: c.little,
-        };
-        match kind {
-            SHB => {}
-            IDB => {
-                let linktype = b.u16(0, "interface description", block)? as u32;
-                let mut units_per_sec = 1_000_000;
-                // Options: code, length, value padded to 4.
-                let mut o = 8;
-                while o + 4 <= body.len() {
-                    let code = b.u16(o, "interface option", block)?;
-                    let olen = b.u16(o + 2, "interface option", block)? as usize;
-                    if code == 0 {
-                        break;
-                    }
-                    let value = b.slice(o + 4, olen, "interface option", block)?;
-                    if code == 9 && olen >= 1 {
-                        units_per_sec = tsresol(value[0]).ok_or(CaptureError::Malformed {
-                            what: "if_tsresol option",
-                            offset: off + 8 + o,
-                            record: block,
-                            why: format!("resolution code {:#x} out of range", value[0]),
-                        })?;
-                    }
-                    o += 4 + olen.div_ceil(4) * 4;
-                }
-                interfaces.push(Interface {
-                    linktype,
-                    units_per_sec,
-                });
-            }
-            EPB | OPB => {
-                frame += 1;
-                let what = "enhanced packet block";
-                let iface = if kind == EPB {
-                    b.u32(0, what, block)? as usize
-                } else {
-                    b.u16(0, what, block)? as usize
-                };
-                let Some(i) = interfaces.get(iface).copied() else {
-                    return Err(CaptureError::Malformed {
-                        what,
-                        offset: off,
-                        record: block,
-                        why: format!("interface {iface} was never described"),
-                    });
-                };
-                let ts = (b.u32(4, what, block)? as u64) << 32 | b.u32(8, what, block)? as u64;
-                let caplen = b.u32(12, what, block)? as usize;
-                let orig_len = b.u32(16, what, block)?;
-                let data = b.slice(20, caplen, "packet data", block)?;
-                let ts_ns = (ts as u128 * 1_000_000_000 / i.units_per_sec.max(1) as u128) as u64;
-                out.push(Record {
-                    frame,
-                    ts_ns,
-                    linktype: i.linktype,
-                    data,
-                    orig_len,
-                });
-            }
-            SPB => {
-                frame += 1;
-                let i = interfaces.first().copied().ok_or(CaptureError::Malformed {
-                    what: "simple packet block",
-                    offset: off,
-                    record: block,
-                    why: "no interface described before it".into(),
-                })?;
-                let orig_len = b.u32(0, "simple packet block", block)?;
-                let data = &body[4.min(body.len())..];
-                let data = &data[..data.len().min(orig_len as usize)];
-                out.push(Record {
-                    frame,
-                    ts_ns: 0,
-                    linktype: i.linktype,
-                    data,
-                    orig_len,
-                });
-            }
-            _ => {} // statistics, name resolution, custom blocks: nothing we need
-        }
-        off += len;
-    }
-    Ok(out)
-}
-
 impl fmt::Display for Record<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "frame {} ({} bytes)", self.frame, self.data.len())
@@ -331,6 +481,19 @@ impl fmt::Display for Record<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every record of an in-memory capture, owned.
+    /// (ns, linktype, data, orig_len).
+    type Owned = (u64, u32, Vec<u8>, u32);
+
+    fn read(bytes: &[u8]) -> Result<Vec<Owned>, CaptureError> {
+        let mut r = CaptureReader::new(bytes)?;
+        let mut out = Vec::new();
+        while let Some(rec) = r.next_record()? {
+            out.push((rec.ts_ns, rec.linktype, rec.data.to_vec(), rec.orig_len));
+        }
+        Ok(out)
+    }
 
     pub(crate) fn pcap(records: &[(u64, &[u8])], linktype: u32) -> Vec<u8> {
         let mut v = vec![0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0];
@@ -365,9 +528,9 @@ mod tests {
         let le = pcap(&[(1_500_000, b"abc")], 1);
         let r = read(&le).unwrap();
         assert_eq!(r.len(), 1);
-        assert_eq!(r[0].ts_ns, 1_500_000_000);
-        assert_eq!(r[0].data, b"abc");
-        assert_eq!(r[0].linktype, 1);
+        assert_eq!(r[0].0, 1_500_000_000);
+        assert_eq!(r[0].2, b"abc");
+        assert_eq!(r[0].1, 1);
         // Big-endian, nanosecond magic.
         let mut be = vec![0xa1, 0xb2, 0x3c, 0x4d, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0];
         be.extend_from_slice(&65535u32.to_be_bytes());
@@ -378,8 +541,8 @@ mod tests {
         be.extend_from_slice(&1u32.to_be_bytes());
         be.push(0x45);
         let r = read(&be).unwrap();
-        assert_eq!(r[0].ts_ns, 2_000_000_005);
-        assert_eq!(r[0].linktype, 101);
+        assert_eq!(r[0].0, 2_000_000_005);
+        assert_eq!(r[0].1, 101);
     }
 
     #[test]
@@ -398,15 +561,15 @@ mod tests {
         epb.extend_from_slice(&3u32.to_le_bytes());
         epb.extend_from_slice(&60u32.to_le_bytes());
         epb.extend_from_slice(b"xyz");
-        let mut file = block(SHB, &shb);
+        let mut file = block(0x0a0d_0d0a, &shb);
         file.extend(block(IDB, &idb));
         file.extend(block(EPB, &epb));
         let r = read(&file).unwrap();
         assert_eq!(r.len(), 1);
-        assert_eq!(r[0].ts_ns, 3_000_000_007);
-        assert_eq!(r[0].linktype, 113);
-        assert_eq!(r[0].data, b"xyz");
-        assert_eq!(r[0].orig_len, 60);
+        assert_eq!(r[0].0, 3_000_000_007);
+        assert_eq!(r[0].1, 113);
+        assert_eq!(r[0].2, b"xyz");
+        assert_eq!(r[0].3, 60);
         let cut = &file[..file.len() - 6];
         let e = read(cut).unwrap_err().to_string();
         assert!(e.contains("offset") && e.contains("record 3"), "{e}");

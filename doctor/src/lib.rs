@@ -1,53 +1,114 @@
 //! # nagless-doctor
 //!
 //! Finds Nagle and delayed-ACK stalls in packet captures made with tcpdump, tshark or
-//! Wireshark, and says where, how much, and what to do. Layers: [`capture`] (pcap and pcapng,
-//! checked, never panics), [`packet`] (link layer to TCP), [`analysis`] (the rules, per flow),
-//! [`report`] (text, JSON, SVG timeline).
+//! Wireshark, taken at either end of a path or between, and says where, how much, and what to
+//! do. Layers: [`input`] (file or stdin, gzip or zstd), [`capture`] (pcap and pcapng,
+//! streaming, checked, never panics), [`packet`] (link layer to TCP), [`analysis`] (per flow,
+//! streaming), [`rule`] (what a stall is, shared with `nagless watch`), [`report`] (text,
+//! JSON, SVG timeline).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod analysis;
 pub mod capture;
+pub mod input;
 pub mod packet;
 pub mod report;
+pub mod rule;
 
-pub use analysis::{analyse, FlowReport, Pattern, Stall};
+use std::io::Read;
+
+pub use analysis::{analyse, FlowReport, Options, Pattern, Stall};
 pub use capture::CaptureError;
 
 /// Everything the doctor found in one capture.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Diagnosis {
-    /// Frames in the capture.
+    /// Frames in the capture (up to the damage, if any).
     pub frames: u64,
     /// TCP segments decoded.
     pub tcp_segments: u64,
+    /// Bytes of capture read (after decompression).
+    pub bytes: u64,
     /// Frames of link types the doctor cannot read, by link type.
     pub unsupported_linktypes: Vec<u32>,
-    /// One report per TCP flow, in capture order.
+    /// Why reading stopped before the end of the input (a truncated or damaged capture): the
+    /// frames before it were analysed.
+    pub damage: Option<String>,
+    /// Flows analysed (after filters).
+    pub flows_total: u64,
+    /// Flows with stalls.
+    pub flows_with_stalls: u64,
+    /// Stalls in all flows.
+    pub stalls_total: u64,
+    /// Time lost to stalls in all flows, s.
+    pub stalled_s_total: f64,
+    /// Per service (server port), most stalled time first.
+    pub services: Vec<analysis::Service>,
+    /// The flows kept ([`Options::top`]), most stalled time first.
     pub flows: Vec<FlowReport>,
 }
 
-/// Reads a capture held in memory and analyses every TCP flow in it.
+/// Reads a capture held in memory and analyses every TCP flow in it (all flows kept).
 pub fn diagnose(bytes: &[u8]) -> Result<Diagnosis, CaptureError> {
-    let records = capture::read(bytes)?;
+    diagnose_reader(bytes, Options::default(), |_| {})
+}
+
+/// Streams a capture from `src` and analyses it; `progress` is called now and then with the
+/// bytes read so far. A capture that is cut or damaged part-way is analysed up to the damage
+/// (see [`Diagnosis::damage`]); one with no readable frame at all is an error.
+pub fn diagnose_reader(
+    src: impl Read,
+    opts: Options,
+    mut progress: impl FnMut(u64),
+) -> Result<Diagnosis, CaptureError> {
+    let mut reader = capture::CaptureReader::new(src)?;
+    let mut analyzer = analysis::Analyzer::new(opts);
     let mut unsupported = Vec::new();
-    let mut segs = Vec::new();
-    for r in &records {
-        if !packet::supported_linktype(r.linktype) {
-            if !unsupported.contains(&r.linktype) {
-                unsupported.push(r.linktype);
+    let (mut frames, mut tcp_segments) = (0u64, 0u64);
+    let mut origin_ns = None;
+    let mut damage = None;
+    loop {
+        let rec = match reader.next_record() {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(e) if frames > 0 => {
+                damage = Some(e.to_string());
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        frames += 1;
+        // Times count from the first frame, as Wireshark shows them.
+        let origin = *origin_ns.get_or_insert(rec.ts_ns);
+        if !packet::supported_linktype(rec.linktype) {
+            if !unsupported.contains(&rec.linktype) {
+                unsupported.push(rec.linktype);
             }
             continue;
         }
-        if let Some(s) = packet::decode(r.linktype, r.data) {
-            segs.push((r.frame, r.ts_ns, s));
+        if let Some(s) = packet::decode(rec.linktype, rec.data) {
+            tcp_segments += 1;
+            let us = rec.ts_ns.saturating_sub(origin) / 1000;
+            analyzer.push(rec.frame, us, &s);
+        }
+        if frames % 65_536 == 0 {
+            progress(reader.offset());
         }
     }
+    progress(reader.offset());
+    let out = analyzer.finish();
     Ok(Diagnosis {
-        frames: records.len() as u64,
-        tcp_segments: segs.len() as u64,
+        frames,
+        tcp_segments,
+        bytes: reader.offset(),
         unsupported_linktypes: unsupported,
-        flows: analyse(&segs),
+        damage,
+        flows_total: out.flows_total,
+        flows_with_stalls: out.flows_with_stalls,
+        stalls_total: out.stalls_total,
+        stalled_s_total: out.stalled_s_total,
+        services: out.services,
+        flows: out.flows,
     })
 }

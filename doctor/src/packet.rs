@@ -36,6 +36,16 @@ pub struct Segment {
     pub len: u32,
     /// MSS option value, if the segment carries one (SYN).
     pub mss: Option<u16>,
+    /// Window field, unscaled.
+    pub window: u16,
+    /// Window scale option (SYN).
+    pub wscale: Option<u8>,
+    /// Bytes of TCP options (header length beyond 20): a full segment carries MSS minus these.
+    pub opt_len: u8,
+    /// The segment carries SACK blocks (the receiver is missing data).
+    pub sack: bool,
+    /// Timestamps option: (TSval, TSecr).
+    pub ts: Option<(u32, u32)>,
 }
 
 const LINKTYPE_NULL: u32 = 0;
@@ -146,20 +156,30 @@ fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr) -> Option<Segment> {
         return None;
     }
     let flags = *t.get(13)?;
-    let mut mss = None;
-    if flags & flags::SYN != 0 {
-        let mut o = 20;
-        while o < doff {
-            match t.get(o).copied() {
-                Some(0) | None => break,
-                Some(1) => o += 1,
-                Some(2) => {
-                    mss = be16(t, o + 2);
-                    break;
-                }
-                Some(_) => o += usize::from(*t.get(o + 1)?).max(2),
+    let (mut mss, mut wscale, mut sack, mut ts) = (None, None, false, None);
+    // Options, as far as they were captured: a short snap length hides some, never breaks.
+    let mut o = 20;
+    while o < doff {
+        let Some(kind) = t.get(o).copied() else { break };
+        match kind {
+            0 => break,
+            1 => {
+                o += 1;
+                continue;
             }
+            _ => {}
         }
+        let Some(len) = t.get(o + 1).map(|&l| usize::from(l)) else {
+            break;
+        };
+        match (kind, len) {
+            (2, 4) if flags & flags::SYN != 0 => mss = be16(t, o + 2),
+            (3, 3) if flags & flags::SYN != 0 => wscale = t.get(o + 2).map(|&w| w.min(14)),
+            (5, _) => sack = len >= 10,
+            (8, 10) => ts = be32(t, o + 2).zip(be32(t, o + 6)),
+            _ => {}
+        }
+        o += len.max(2);
     }
     Some(Segment {
         src: (src, be16(t, 0)?),
@@ -169,6 +189,11 @@ fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr) -> Option<Segment> {
         flags,
         len: (tcp_len - doff) as u32,
         mss,
+        window: be16(t, 14)?,
+        wscale,
+        opt_len: (doff - 20) as u8,
+        sack,
+        ts,
     })
 }
 

@@ -6,35 +6,32 @@ use std::fmt::Write as _;
 use crate::analysis::FlowReport;
 use crate::Diagnosis;
 
-/// Version of the JSON schema.
-pub const JSON_SCHEMA_VERSION: u32 = 1;
+/// Version of the JSON schema (2: streaming, summary by service, vantage-aware stalls).
+pub const JSON_SCHEMA_VERSION: u32 = 2;
 
 /// Worst stalls listed per flow in the summary.
 const WORST: usize = 5;
 
-/// The flows worth reading first: with stalls, most stalled time first; then the rest.
-pub fn ranked(d: &Diagnosis) -> Vec<&FlowReport> {
-    let mut v: Vec<&FlowReport> = d.flows.iter().collect();
-    v.sort_by(|a, b| {
-        b.stalled_s
-            .total_cmp(&a.stalled_s)
-            .then(a.index.cmp(&b.index))
-    });
-    v
-}
-
-/// A readable summary.
-pub fn text(d: &Diagnosis, flows: &[&FlowReport]) -> String {
+/// A readable report: totals, a table per service port, then each kept flow.
+pub fn text(d: &Diagnosis) -> String {
     let mut out = String::new();
-    let stalled: Vec<&&FlowReport> = flows.iter().filter(|f| !f.stalls.is_empty()).collect();
     let _ = writeln!(
         out,
-        "{} frames, {} TCP segments, {} flow(s); {} with Nagle/delayed-ACK stalls",
+        "{} frames, {} TCP segments, {} flow(s); {} with Nagle/delayed-ACK stalls: {} stall(s), {:.3} s lost",
         d.frames,
         d.tcp_segments,
-        flows.len(),
-        stalled.len()
+        d.flows_total,
+        d.flows_with_stalls,
+        d.stalls_total,
+        d.stalled_s_total,
     );
+    if let Some(why) = &d.damage {
+        let _ = writeln!(
+            out,
+            "warning: the capture is cut or damaged; analysed the {} frames before it: {why}",
+            d.frames
+        );
+    }
     if !d.unsupported_linktypes.is_empty() {
         let _ = writeln!(
             out,
@@ -42,59 +39,110 @@ pub fn text(d: &Diagnosis, flows: &[&FlowReport]) -> String {
             d.unsupported_linktypes
         );
     }
-    for f in flows {
-        let [c, s] = &f.sides;
-        let _ = writeln!(out, "\nflow {}: {} -> {}", f.index, c.addr, s.addr);
+    if !d.services.is_empty() {
         let _ = writeln!(
             out,
-            "  {} packets, {} exchanges over {:.3} s; stalls: {}, stalled {:.3} s ({:.0}% of the flow)",
-            f.packets,
-            f.exchanges,
-            f.duration_s,
-            f.stalls.len(),
-            f.stalled_s,
-            f.stalled_share * 100.0
+            "\n{:>6} {:>8} {:>8} {:>8} {:>10} {:>9} {:>8} {:>6} {:>6}",
+            "port", "flows", "stalled", "stalls", "lost s", "worst ms", "delACKs", "RTOs", "0-win"
         );
-        for side in &f.sides {
+        for s in &d.services {
             let _ = writeln!(
                 out,
-                "  {:<24} {} data segments, mean payload {:.0} B, {} pure ACKs ({} delayed)",
-                side.addr, side.data_segments, side.mean_payload, side.pure_acks, side.delayed_acks
+                "{:>6} {:>8} {:>8} {:>8} {:>10.3} {:>9.1} {:>8} {:>6} {:>6}",
+                s.port,
+                s.flows,
+                s.flows_with_stalls,
+                s.stalls,
+                s.stalled_s,
+                s.worst_stall_ms,
+                s.delayed_acks,
+                s.retransmission_timeouts,
+                s.zero_window_waits
             );
         }
-        let mut worst: Vec<_> = f.stalls.iter().collect();
-        worst.sort_by_key(|s| std::cmp::Reverse(s.stalled_us));
-        for st in worst.iter().take(WORST) {
-            let _ = writeln!(
-                out,
-                "  stall {:.1} ms: {} held {} B (frame {} at {:.6} s) until the ACK in frame {} at {:.6} s; previous write frame {} at {:.6} s",
-                st.stalled_us as f64 / 1000.0,
-                st.sender,
-                st.held_len,
-                st.held.frame,
-                st.held.time_s,
-                st.ack.frame,
-                st.ack.time_s,
-                st.previous.frame,
-                st.previous.time_s,
-            );
-        }
-        for v in &f.verdict {
-            let _ = writeln!(out, "  => {v}");
-        }
+    }
+    if (d.flows.len() as u64) < d.flows_total {
+        let _ = writeln!(
+            out,
+            "\nthe {} flow(s) with the most stalled time (--top N for more):",
+            d.flows.len()
+        );
+    }
+    for f in &d.flows {
+        flow_text(&mut out, f);
     }
     out
 }
 
+fn flow_text(out: &mut String, f: &FlowReport) {
+    let [c, s] = &f.sides;
+    let _ = writeln!(
+        out,
+        "\nflow {}: {} -> {} (from frame {} at {:.6} s)",
+        f.index, c.addr, s.addr, f.start.frame, f.start.time_s
+    );
+    let rtt = match f.rtt_ms {
+        Some(r) => format!("RTT {r:.1} ms, captured at {:?}", f.capture_point),
+        None => "RTT unknown".to_string(),
+    };
+    let _ = writeln!(
+        out,
+        "  {} packets, {} exchanges over {:.3} s ({rtt}); stalls: {}, stalled {:.3} s ({:.0}% of the flow)",
+        f.packets,
+        f.exchanges,
+        f.duration_s,
+        f.stall_count,
+        f.stalled_s,
+        f.stalled_share * 100.0
+    );
+    for side in &f.sides {
+        let _ = writeln!(
+            out,
+            "  {:<24} {} data segments, mean payload {:.0} B, {} pure ACKs ({} delayed), {} retransmitted",
+            side.addr,
+            side.data_segments,
+            side.mean_payload,
+            side.pure_acks,
+            side.delayed_acks,
+            side.retransmissions
+        );
+    }
+    for st in f.stalls.iter().take(WORST) {
+        let _ = writeln!(
+            out,
+            "  stall {:.1} ms: {} held {} B (frame {} at {:.6} s) until the ACK in frame {} at {:.6} s; previous write frame {} at {:.6} s",
+            st.stalled_us as f64 / 1000.0,
+            st.sender,
+            st.held_len,
+            st.held.frame,
+            st.held.time_s,
+            st.ack.frame,
+            st.ack.time_s,
+            st.previous.frame,
+            st.previous.time_s,
+        );
+    }
+    for v in &f.verdict {
+        let _ = writeln!(out, "  => {v}");
+    }
+}
+
 /// The JSON document.
-pub fn json(d: &Diagnosis, flows: &[&FlowReport]) -> serde_json::Value {
+pub fn json(d: &Diagnosis) -> serde_json::Value {
     serde_json::json!({
         "schema": JSON_SCHEMA_VERSION,
         "tool": format!("nagless-doctor {}", env!("CARGO_PKG_VERSION")),
         "frames": d.frames,
         "tcp_segments": d.tcp_segments,
+        "bytes": d.bytes,
         "unsupported_linktypes": d.unsupported_linktypes,
-        "flows": flows,
+        "damage": d.damage,
+        "flows_total": d.flows_total,
+        "flows_with_stalls": d.flows_with_stalls,
+        "stalls_total": d.stalls_total,
+        "stalled_s_total": d.stalled_s_total,
+        "services": d.services,
+        "flows": d.flows,
     })
 }
 
@@ -121,7 +169,7 @@ pub fn svg(f: &FlowReport) -> String {
         out,
         r##"<text x="{LEFT}" y="16" font-size="13">flow {}: {} stalls, {:.1} ms stalled ({:.0}%)</text>"##,
         f.index,
-        f.stalls.len(),
+        f.stall_count,
         f.stalled_s * 1000.0,
         f.stalled_share * 100.0
     );

@@ -1,0 +1,70 @@
+//! Where a capture comes from: a file or stdin (`-`), plain or compressed with gzip or zstd
+//! (told apart by their magic bytes, not by the file name).
+
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+
+/// A capture source.
+pub struct Input {
+    /// The capture's bytes, decompressed.
+    pub reader: Box<dyn Read>,
+    /// It was compressed (so its size on disk is not the bytes the reader gives).
+    pub compressed: bool,
+    /// Size of the file, if it is one.
+    pub file_size: Option<u64>,
+}
+
+/// Opens `path` (`-` for stdin) and undoes gzip or zstd compression if the first bytes say so.
+pub fn open(path: &Path) -> io::Result<Input> {
+    let (raw, file_size): (Box<dyn Read>, _) = if path.as_os_str() == "-" {
+        (Box::new(io::stdin().lock()), None)
+    } else {
+        let f = std::fs::File::open(path)?;
+        let size = f.metadata().ok().filter(|m| m.is_file()).map(|m| m.len());
+        (Box::new(f), size)
+    };
+    let (reader, compressed) = decompressed(raw)?;
+    Ok(Input {
+        reader,
+        compressed,
+        file_size,
+    })
+}
+
+/// `src`, decompressed if it starts with a gzip or zstd header, and whether it did.
+pub fn decompressed<'a>(src: impl Read + 'a) -> io::Result<(Box<dyn Read + 'a>, bool)> {
+    let mut src = BufReader::with_capacity(1 << 20, src);
+    let head = src.fill_buf()?;
+    Ok(match head {
+        [0x1f, 0x8b, ..] => (Box::new(flate2::bufread::MultiGzDecoder::new(src)), true),
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => (
+            Box::new(zstd::stream::read::Decoder::with_buffer(src)?),
+            true,
+        ),
+        _ => (Box::new(src), false),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn gzip_zstd_and_plain_read_the_same() {
+        let plain: Vec<u8> = (0..100_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&plain).unwrap();
+        let gz = gz.finish().unwrap();
+        let zst = zstd::encode_all(&plain[..], 1).unwrap();
+        for input in [&plain[..], &gz[..], &zst[..]] {
+            let mut out = Vec::new();
+            decompressed(input)
+                .unwrap()
+                .0
+                .read_to_end(&mut out)
+                .unwrap();
+            assert_eq!(out, plain);
+        }
+    }
+}

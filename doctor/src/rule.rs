@@ -1,0 +1,200 @@
+//! One definition of a Nagle/delayed-ACK stall, shared by `nagless doctor` (evidence: the
+//! packets of a capture) and `nagless watch` (evidence: the kernel's per-socket state).
+//!
+//! A **stall** is a small write (less than a full segment) that the sender's TCP held back
+//! because earlier data was unacknowledged (Nagle), where the ACK that released it was
+//! **delayed** by the receiver's delayed-ACK timer (it came [`DELAYED_ACK_MIN_US`] or more
+//! after the data it acknowledged reached the receiver), and the write left as soon as that ACK
+//! reached the sender. Each part rules out a look-alike: a full segment is never held by
+//! Nagle; a prompt ACK means the wait was the path's round trip, not a timer; a write that
+//! leaves well after the ACK arrived was written late (think time, pacing); an ACK that opened
+//! a zero window, or acknowledged retransmitted data, released flow control or loss recovery.
+
+/// An ACK sent this long or longer after the data it acknowledges (the path's round trip
+/// taken off) is a delayed ACK. Linux's delayed-ACK timer is 40 ms at its shortest
+/// (`TCP_ATO_MIN`), other stacks' are 100-200 ms; 30 ms leaves room for timestamp jitter.
+pub const DELAYED_ACK_MIN_US: u64 = 30_000;
+
+/// Delays from this up come from a 100-200 ms timer (Windows, FreeBSD, macOS), below it from
+/// Linux's 40 ms one (which can grow toward the smoothed RTT on long paths, under 100 ms here).
+pub const CLASSIC_TIMER_MIN_US: u64 = 90_000;
+
+/// Whose delayed-ACK timer it was, judged from the delays seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AckTimer {
+    /// About 40 ms: Linux (`TCP_ATO_MIN`).
+    Linux40ms,
+    /// About 100 to 200 ms: Windows (200 ms), FreeBSD and macOS (100 ms).
+    Classic200ms,
+}
+
+impl AckTimer {
+    /// The class of a delayed ACK that came `delay_us` late; `None` if it was not delayed.
+    pub fn of(delay_us: u64) -> Option<AckTimer> {
+        if delay_us < DELAYED_ACK_MIN_US {
+            None
+        } else if delay_us < CLASSIC_TIMER_MIN_US {
+            Some(AckTimer::Linux40ms)
+        } else {
+            Some(AckTimer::Classic200ms)
+        }
+    }
+
+    /// For people: which stacks use such a timer.
+    pub fn describe(self) -> &'static str {
+        match self {
+            AckTimer::Linux40ms => "a 40 ms delayed-ACK timer, as Linux has",
+            AckTimer::Classic200ms => {
+                "a 100-200 ms delayed-ACK timer, as Windows (200 ms), FreeBSD and macOS (100 ms) have"
+            }
+        }
+    }
+
+    /// How to make the receiver ACK at once.
+    pub fn receiver_fix(self) -> &'static str {
+        match self {
+            AckTimer::Linux40ms => {
+                "set TCP_QUICKACK after each read, or `ip route change <route> quickack 1` on its host"
+            }
+            AckTimer::Classic200ms => {
+                "on Windows set TcpAckFrequency=1 for the interface (registry); on FreeBSD/macOS `sysctl net.inet.tcp.delayed_ack=0`"
+            }
+        }
+    }
+}
+
+/// How to stop the sender's small writes from waiting.
+pub const SENDER_FIX: &str = "coalesce each message into one write (writev/sendmsg), or run the program under `nagless run`; TCP_NODELAY also removes the stall but sends more packets";
+
+/// Whether a segment carrying `payload` bytes with `options` bytes of TCP options is smaller
+/// than a full segment: Nagle only holds such segments. A full segment carries the MSS minus
+/// its options (1448 bytes with timestamps under an MSS of 1460).
+pub fn is_small(payload: u32, options: u32, mss: u32) -> bool {
+    payload.saturating_add(options) < mss
+}
+
+/// How long after the releasing ACK reached the capture point a held write may still leave
+/// it and count as released by that ACK: the sender's side of the round trip (0 at the
+/// sender's end, the whole RTT at the receiver's end) plus scheduling and path jitter.
+pub fn release_slack_us(sender_side_rtt_us: u64) -> u64 {
+    2_000 + sender_side_rtt_us + sender_side_rtt_us / 4
+}
+
+/// What was seen of one small write that left after an ACK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldEvidence {
+    /// Payload bytes of the write, and bytes of TCP options on its segment.
+    pub held_len: u32,
+    /// TCP option bytes on the held segment.
+    pub options: u32,
+    /// Maximum segment size of the sender.
+    pub mss: u32,
+    /// How late the ACK that released it came, beyond the receiver's side of the round trip.
+    pub ack_delay_us: u64,
+    /// Time from that ACK to the write, as seen where the evidence was taken.
+    pub release_gap_us: u64,
+    /// The sender's side of the round trip, as seen where the evidence was taken.
+    pub sender_side_rtt_us: u64,
+    /// The ACK advertised a zero window (it was a window update, not a Nagle release).
+    pub zero_window: bool,
+    /// The ACK acknowledged retransmitted data, or carried SACK blocks (loss recovery).
+    pub loss_recovery: bool,
+}
+
+/// Why a write that followed an ACK is not a stall.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotStall {
+    /// A full segment: Nagle does not hold those.
+    FullSegment,
+    /// The ACK came within the round trip: no delayed-ACK timer was involved.
+    PromptAck,
+    /// The write left well after the ACK arrived: it was written late.
+    WrittenLater,
+    /// The ACK opened a zero window.
+    ZeroWindow,
+    /// The ACK was part of loss recovery.
+    LossRecovery,
+}
+
+/// The verdict on one write.
+pub fn judge(e: &HoldEvidence) -> Result<(), NotStall> {
+    if !is_small(e.held_len, e.options, e.mss) {
+        Err(NotStall::FullSegment)
+    } else if e.zero_window {
+        Err(NotStall::ZeroWindow)
+    } else if e.loss_recovery {
+        Err(NotStall::LossRecovery)
+    } else if e.ack_delay_us < DELAYED_ACK_MIN_US {
+        Err(NotStall::PromptAck)
+    } else if e.release_gap_us > release_slack_us(e.sender_side_rtt_us) {
+        Err(NotStall::WrittenLater)
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held() -> HoldEvidence {
+        HoldEvidence {
+            held_len: 100,
+            options: 12,
+            mss: 1460,
+            ack_delay_us: 40_000,
+            release_gap_us: 100,
+            sender_side_rtt_us: 0,
+            zero_window: false,
+            loss_recovery: false,
+        }
+    }
+
+    #[test]
+    fn each_condition_rules_out_its_look_alike() {
+        assert_eq!(judge(&held()), Ok(()));
+        let full = HoldEvidence {
+            held_len: 1448,
+            ..held()
+        };
+        assert_eq!(judge(&full), Err(NotStall::FullSegment));
+        let prompt = HoldEvidence {
+            ack_delay_us: 5_000,
+            ..held()
+        };
+        assert_eq!(judge(&prompt), Err(NotStall::PromptAck));
+        let late = HoldEvidence {
+            release_gap_us: 30_000,
+            ..held()
+        };
+        assert_eq!(judge(&late), Err(NotStall::WrittenLater));
+        // Seen at the receiver's end of a 50 ms path, the write comes one RTT after the ACK.
+        let far = HoldEvidence {
+            release_gap_us: 50_400,
+            sender_side_rtt_us: 50_000,
+            ..held()
+        };
+        assert_eq!(judge(&far), Ok(()));
+        let zw = HoldEvidence {
+            zero_window: true,
+            ..held()
+        };
+        assert_eq!(judge(&zw), Err(NotStall::ZeroWindow));
+        let lr = HoldEvidence {
+            loss_recovery: true,
+            ..held()
+        };
+        assert_eq!(judge(&lr), Err(NotStall::LossRecovery));
+    }
+
+    #[test]
+    fn timers_are_told_apart() {
+        assert_eq!(AckTimer::of(10_000), None);
+        assert_eq!(AckTimer::of(44_000), Some(AckTimer::Linux40ms));
+        assert_eq!(AckTimer::of(200_000), Some(AckTimer::Classic200ms));
+        assert_eq!(AckTimer::of(100_000), Some(AckTimer::Classic200ms));
+        assert!(is_small(1447, 12, 1460) && !is_small(1448, 12, 1460));
+    }
+}
