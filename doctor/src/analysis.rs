@@ -483,14 +483,17 @@ impl Flow {
         if !control {
             self.on_window(d, s.window == 0);
         }
-        // A keep-alive probe: one byte before the next, nothing outstanding.
+        // A keep-alive probe (or, into a zero window, a window probe): one byte before the
+        // next, nothing outstanding.
         let dir = &self.dirs[d];
         if s.len <= 1
             && !control
             && dir.unacked.is_empty()
             && dir.nxt == Some(s.seq.wrapping_add(1))
         {
-            self.sides[d].keepalives += 1;
+            if !self.dirs[o].zero_window {
+                self.sides[d].keepalives += 1;
+            }
             return;
         }
         if s.flags & flags::ACK != 0 {

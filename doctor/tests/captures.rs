@@ -3,70 +3,14 @@
 //! found where the kernel made them and nowhere else.
 #![allow(clippy::disallowed_methods)] // tests measure real time
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use common::{have_tool, Tcpdump};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
-
-/// A tcpdump started by this test, stopped by its PID.
-struct Tcpdump {
-    child: Child,
-    file: PathBuf,
-}
-
-impl Tcpdump {
-    fn start(name: &str, port: u16, extra: &[&str]) -> Tcpdump {
-        let file =
-            std::env::temp_dir().join(format!("nagless-doctor-{}-{name}.pcap", std::process::id()));
-        let _ = std::fs::remove_file(&file);
-        let mut child = Command::new("tcpdump")
-            .args(extra)
-            .args(["-s", "128", "-U", "--immediate-mode", "-Z", "root", "-w"])
-            .arg(&file)
-            .arg(format!("tcp port {port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("tcpdump (Debian package tcpdump; scripts/test installs it)");
-        // Wait for "listening on ..." so no packet is missed.
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        let start = Instant::now();
-        while !line.contains("listening on") {
-            line.clear();
-            if err.read_line(&mut line).unwrap_or(0) == 0 {
-                panic!("tcpdump did not start (are we root?)");
-            }
-            assert!(start.elapsed() < Duration::from_secs(10));
-        }
-        thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = err.read_to_string(&mut rest);
-        });
-        Tcpdump { child, file }
-    }
-
-    /// Stops the capture and returns the file's bytes.
-    fn finish(mut self) -> Vec<u8> {
-        thread::sleep(Duration::from_millis(200));
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-        let bytes = std::fs::read(&self.file).unwrap();
-        let _ = std::fs::remove_file(&self.file);
-        bytes
-    }
-}
-
-impl Drop for Tcpdump {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A server answering every `req`-byte request with `reply` bytes after `think`.
 fn server(
@@ -114,22 +58,6 @@ fn listener() -> (TcpListener, u16) {
 fn stalls(bytes: &[u8]) -> (usize, nagless_doctor::Diagnosis) {
     let d = nagless_doctor::diagnose(bytes).expect("tcpdump's file parses");
     (d.stalls_total as usize, d)
-}
-
-/// Whether the system tool `name` is installed. `./scripts/test` (and so CI) installs it; a
-/// plain `cargo test` on a machine without it skips the test with a note, except under CI
-/// (`CI` set), where a missing tool is a failure, never a silent skip.
-fn have_tool(name: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()));
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is missing (Debian package {name}; ./scripts/test installs it)"
-        );
-        eprintln!("skipped: {name} is not installed (./scripts/test installs it)");
-    }
-    found
 }
 
 #[test]

@@ -1,0 +1,486 @@
+//! Captures taken at both ends of an emulated path (the lab's [`EmulatedPath`]: two network
+//! namespaces, 10 ms and 50 ms round trips, and one path with loss), with tcpdump running in
+//! each namespace at once. Every round the programs play is labelled by what the program
+//! itself measured (a Nagle/delayed-ACK stall adds the delayed-ACK timer and a round trip to
+//! the round; a clean round takes one round trip), and the doctor's verdicts are scored
+//! against those labels: precision and recall at least 0.95 from either end, and no Nagle
+//! verdict at all on the flows that have none (think time, pacing, keep-alives, a zero
+//! window, loss and retransmission timeouts). Needs root (namespaces, tcpdump): skipped
+//! with a note outside CI, a failure under CI.
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{have_tool, Tcpdump};
+use nagless_doctor::{Diagnosis, FlowReport};
+use nagless_netpath::{EmulatedPath, PathError, PathSpec};
+
+fn path(spec: PathSpec) -> Option<EmulatedPath> {
+    match EmulatedPath::new(&spec) {
+        Ok(p) => Some(p),
+        Err(PathError::NotPermitted(e)) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipped: an emulated path needs root or CAP_NET_ADMIN ({e})");
+            None
+        }
+        Err(e) => panic!("emulated path: {e}"),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Label {
+    Stalled,
+    Clean,
+    /// Neither clearly clean nor clearly stalled (a scheduling hiccup): not scored.
+    Unclear,
+}
+
+/// What a scenario expects the doctor to say about its flow.
+struct Expect {
+    name: &'static str,
+    port: u16,
+    kind: Kind,
+}
+
+enum Kind {
+    /// Rounds of `round_bytes` from the sender (client or server), each labelled.
+    Labelled {
+        sender_is_client: bool,
+        round_bytes: u64,
+        labels: Vec<Label>,
+    },
+    /// No Nagle stall; `check` asserts what the doctor should have named instead.
+    NoNagle { check: fn(&FlowReport) -> bool },
+}
+
+fn label(elapsed: Duration, rtt: Duration) -> Label {
+    // A clean round takes one round trip; a second write that Nagle held for a prompt ACK
+    // (quick-ACK mode at the start of a connection) two: neither is a delayed-ACK stall. A
+    // stall takes two round trips and the delayed-ACK timer (>= 40 ms). Generous margins
+    // both ways for a busy 2-core machine.
+    if elapsed >= 2 * rtt + Duration::from_millis(25) {
+        Label::Stalled
+    } else if elapsed <= 2 * rtt + Duration::from_millis(10) {
+        Label::Clean
+    } else {
+        Label::Unclear
+    }
+}
+
+fn listen(p: &EmulatedPath, port: u16) -> TcpListener {
+    let addr = p.server_addr();
+    p.run_in_server(move || TcpListener::bind((addr, port)))
+        .unwrap()
+        .unwrap()
+}
+
+fn connect(p: &EmulatedPath, port: u16) -> TcpStream {
+    let addr = p.server_addr();
+    p.run_in_client(move || TcpStream::connect((addr, port)))
+        .unwrap()
+        .unwrap()
+}
+
+/// Write-write-read from the client (Nagle on unless `nodelay`): each request is two 100-byte
+/// writes, each reply one 100-byte write.
+fn request_split(p: &EmulatedPath, port: u16, rounds: usize, nodelay: bool) -> Expect {
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = [0u8; 200];
+        while s.read_exact(&mut buf).is_ok() {
+            s.write_all(&[b'r'; 100]).unwrap();
+        }
+    });
+    let mut c = connect(p, port);
+    c.set_nodelay(nodelay).unwrap();
+    let mut labels = Vec::new();
+    let mut reply = [0u8; 100];
+    for _ in 0..rounds {
+        let t = Instant::now();
+        c.write_all(&[b'a'; 100]).unwrap();
+        c.write_all(&[b'b'; 100]).unwrap();
+        c.read_exact(&mut reply).unwrap();
+        labels.push(label(t.elapsed(), p.spec().rtt));
+    }
+    drop(c);
+    srv.join().unwrap();
+    Expect {
+        name: if nodelay {
+            "request split, NODELAY"
+        } else {
+            "request split"
+        },
+        port,
+        kind: Kind::Labelled {
+            sender_is_client: true,
+            round_bytes: 200,
+            labels,
+        },
+    }
+}
+
+/// One-write requests; the server answers with a 50-byte header write then a 100-byte body
+/// write (Nagle on): the body waits for the client's delayed ACK of the header.
+fn header_then_body(p: &EmulatedPath, port: u16, rounds: usize) -> Expect {
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 100];
+        while s.read_exact(&mut buf).is_ok() {
+            s.write_all(&[b'h'; 50]).unwrap();
+            s.write_all(&[b'b'; 100]).unwrap();
+        }
+    });
+    let mut c = connect(p, port);
+    c.set_nodelay(true).unwrap();
+    let mut labels = Vec::new();
+    let mut reply = [0u8; 150];
+    for _ in 0..rounds {
+        let t = Instant::now();
+        c.write_all(&[b'q'; 100]).unwrap();
+        c.read_exact(&mut reply).unwrap();
+        labels.push(label(t.elapsed(), p.spec().rtt));
+    }
+    drop(c);
+    srv.join().unwrap();
+    Expect {
+        name: "header then body",
+        port,
+        kind: Kind::Labelled {
+            sender_is_client: false,
+            round_bytes: 150,
+            labels,
+        },
+    }
+}
+
+/// A connection to an echo server that answers each 100-byte request with one 100-byte write
+/// after thinking `think`.
+fn echo_server(p: &EmulatedPath, port: u16, think: Duration) -> TcpStream {
+    let l = listen(p, port);
+    thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 100];
+        while s.read_exact(&mut buf).is_ok() {
+            thread::sleep(think);
+            if s.write_all(&[b'r'; 100]).is_err() {
+                break;
+            }
+        }
+    });
+    connect(p, port)
+}
+
+fn round(c: &mut TcpStream) {
+    let mut reply = [0u8; 100];
+    c.write_all(&[b'q'; 100]).unwrap();
+    c.read_exact(&mut reply).unwrap();
+}
+
+fn slow_server(p: &EmulatedPath, port: u16) -> Expect {
+    let mut c = echo_server(p, port, Duration::from_millis(60));
+    for _ in 0..10 {
+        round(&mut c);
+        thread::sleep(Duration::from_millis(30)); // the client thinks too
+    }
+    Expect {
+        name: "think time",
+        port,
+        kind: Kind::NoNagle {
+            check: |f| f.exchanges >= 20,
+        },
+    }
+}
+
+/// Small writes paced further apart than a round trip plus the delayed-ACK timer (Nagle on):
+/// never held, whatever the ACKs do.
+fn paced_sender(p: &EmulatedPath, port: u16) -> Expect {
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).unwrap();
+    });
+    let mut c = connect(p, port);
+    let every = 2 * p.spec().rtt + Duration::from_millis(60);
+    for _ in 0..10 {
+        c.write_all(&[b'p'; 100]).unwrap();
+        thread::sleep(every);
+    }
+    drop(c);
+    srv.join().unwrap();
+    Expect {
+        name: "paced sender",
+        port,
+        kind: Kind::NoNagle { check: |_| true },
+    }
+}
+
+/// An idle connection with keep-alive probes every second between two rounds.
+fn keepalives(p: &EmulatedPath, port: u16) -> Expect {
+    let mut c = echo_server(p, port, Duration::ZERO);
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(1))
+        .with_interval(Duration::from_secs(1));
+    socket2::SockRef::from(&c).set_tcp_keepalive(&ka).unwrap();
+    round(&mut c);
+    thread::sleep(Duration::from_millis(2600));
+    round(&mut c);
+    Expect {
+        name: "keep-alives",
+        port,
+        kind: Kind::NoNagle {
+            check: |f| f.sides[0].keepalives >= 1,
+        },
+    }
+}
+
+/// A receiver that stops reading for a second while the sender has 2 MB to send: the window
+/// closes, then opens again.
+fn zero_window(p: &EmulatedPath, port: u16) -> Expect {
+    let addr = p.server_addr();
+    let l = p
+        .run_in_server(move || {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            s.set_reuse_address(true)?;
+            s.set_recv_buffer_size(4096)?;
+            s.bind(&std::net::SocketAddr::from((addr, port)).into())?;
+            s.listen(1)?;
+            Ok::<TcpListener, std::io::Error>(s.into())
+        })
+        .unwrap()
+        .unwrap();
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        thread::sleep(Duration::from_secs(1));
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).unwrap();
+        v.len()
+    });
+    let mut c = connect(p, port);
+    c.write_all(&vec![b'z'; 2 << 20]).unwrap();
+    drop(c);
+    assert_eq!(srv.join().unwrap(), 2 << 20);
+    Expect {
+        name: "zero window",
+        port,
+        kind: Kind::NoNagle {
+            check: |f| f.sides[1].zero_window_waits >= 1,
+        },
+    }
+}
+
+/// Request/response over a lossy path (NODELAY: Nagle plays no part): retransmissions and
+/// timeouts, named as such.
+fn lossy(p: &EmulatedPath, port: u16) -> Expect {
+    let mut c = echo_server(p, port, Duration::ZERO);
+    c.set_nodelay(true).unwrap();
+    for _ in 0..150 {
+        round(&mut c);
+    }
+    Expect {
+        name: "loss",
+        port,
+        kind: Kind::NoNagle {
+            check: |f| f.sides.iter().map(|s| s.retransmissions).sum::<u64>() > 0,
+        },
+    }
+}
+
+fn flow_on(d: &Diagnosis, port: u16) -> &FlowReport {
+    let suffix = format!(":{port}");
+    let mut it = d
+        .flows
+        .iter()
+        .filter(|f| f.sides[1].addr.ends_with(&suffix));
+    let f = it
+        .next()
+        .unwrap_or_else(|| panic!("no flow on port {port}"));
+    assert!(it.next().is_none(), "one flow on port {port}");
+    f
+}
+
+/// Scores the doctor's stalls against the labels; returns (true positives, false positives,
+/// false negatives).
+fn score(end: &str, d: &Diagnosis, expects: &[Expect]) -> (usize, usize, usize) {
+    let (mut tp, mut fp, mut fneg) = (0, 0, 0);
+    for e in expects {
+        let f = flow_on(d, e.port);
+        match &e.kind {
+            Kind::Labelled {
+                sender_is_client,
+                round_bytes,
+                labels,
+            } => {
+                let sender = &f.sides[usize::from(!sender_is_client)].addr;
+                let mut flagged = vec![false; labels.len()];
+                for s in &f.stalls {
+                    assert_eq!(&s.sender, sender, "{end}, {}: {s:?}", e.name);
+                    let r = (s.held_offset / round_bytes) as usize;
+                    flagged[r.min(labels.len() - 1)] = true;
+                }
+                assert!(f.stalls.len() as u64 == f.stall_count, "all stalls kept");
+                for (r, (&l, &found)) in labels.iter().zip(&flagged).enumerate() {
+                    match (l, found) {
+                        (Label::Stalled, true) => tp += 1,
+                        (Label::Clean, true) => {
+                            fp += 1;
+                            eprintln!("{end}, {}: round {r} flagged but clean", e.name);
+                        }
+                        (Label::Stalled, false) => {
+                            fneg += 1;
+                            eprintln!("{end}, {}: round {r} stalled but missed", e.name);
+                        }
+                        _ => {}
+                    }
+                }
+                eprintln!(
+                    "{end}, {}: labels {:?}",
+                    e.name,
+                    labels
+                        .iter()
+                        .map(|l| match l {
+                            Label::Stalled => 'S',
+                            Label::Clean => '.',
+                            Label::Unclear => '?',
+                        })
+                        .collect::<String>()
+                );
+            }
+            Kind::NoNagle { check } => {
+                assert_eq!(f.stall_count, 0, "{end}, {}: {f:#?}", e.name);
+                assert!(
+                    f.verdict[0].starts_with("no Nagle stall"),
+                    "{end}, {}: {:?}",
+                    e.name,
+                    f.verdict
+                );
+                assert!(check(f), "{end}, {}: {f:#?}", e.name);
+                eprintln!("{end}, {}: {}", e.name, f.verdict[0]);
+            }
+        }
+    }
+    (tp, fp, fneg)
+}
+
+/// Runs `scenarios` on a path with tcpdump at both ends, then scores both captures.
+fn both_ends(spec: PathSpec, scenarios: impl FnOnce(&EmulatedPath) -> Vec<Expect>) {
+    if !have_tool("tcpdump") {
+        return;
+    }
+    let rtt = spec.rtt;
+    let Some(p) = path(spec) else { return };
+    let (cns, sns) = p.namespaces();
+    let tag = format!("{}ms", rtt.as_millis());
+    let at_client = Tcpdump::start_in(Some(cns), &format!("client-{tag}"), "tcp", &["-i", "any"]);
+    let at_server = Tcpdump::start_in(Some(sns), &format!("server-{tag}"), "tcp", &["-i", "any"]);
+    let expects = scenarios(&p);
+    let captures = [
+        ("client end", at_client.finish()),
+        ("server end", at_server.finish()),
+    ];
+    let mut stalled_rounds = 0;
+    for e in &expects {
+        if let Kind::Labelled { labels, .. } = &e.kind {
+            stalled_rounds += labels.iter().filter(|l| **l == Label::Stalled).count();
+        }
+    }
+    for (end, bytes) in captures {
+        let d = nagless_doctor::diagnose(&bytes).expect("tcpdump's capture parses");
+        assert!(d.damage.is_none(), "{end}: {:?}", d.damage);
+        let (tp, fp, fneg) = score(end, &d, &expects);
+        let precision = if tp + fp == 0 {
+            1.0
+        } else {
+            tp as f64 / (tp + fp) as f64
+        };
+        let recall = if tp + fneg == 0 {
+            1.0
+        } else {
+            tp as f64 / (tp + fneg) as f64
+        };
+        eprintln!(
+            "{tag} path, {end}: {tp} stalls found, {fp} false, {fneg} missed: precision {precision:.2}, recall {recall:.2}"
+        );
+        assert!(precision >= 0.95 && recall >= 0.95, "{tag}, {end}");
+        for f in &d.flows {
+            if let Some(r) = f.rtt_ms {
+                let want = rtt.as_secs_f64() * 1000.0;
+                assert!(
+                    r >= want * 0.9 && r <= want * 1.5 + 2.0,
+                    "{end}: RTT {r} ms vs {want}"
+                );
+            }
+        }
+        let point = flow_on(&d, expects[0].port).capture_point;
+        let want = if end == "client end" {
+            nagless_doctor::analysis::CapturePoint::ClientEnd
+        } else {
+            nagless_doctor::analysis::CapturePoint::ServerEnd
+        };
+        assert_eq!(point, want, "{end}");
+    }
+    let labelled = expects
+        .iter()
+        .any(|e| matches!(e.kind, Kind::Labelled { .. }));
+    assert!(
+        !labelled || stalled_rounds >= 10,
+        "the kernel stalled only {stalled_rounds} rounds: nothing to find"
+    );
+}
+
+fn nagle_scenarios(p: &EmulatedPath) -> Vec<Expect> {
+    vec![
+        request_split(p, 7001, 20, false),
+        header_then_body(p, 7002, 20),
+        request_split(p, 7003, 10, true),
+        slow_server(p, 7004),
+        paced_sender(p, 7005),
+        zero_window(p, 7006),
+    ]
+}
+
+#[test]
+fn both_ends_of_a_10_ms_path() {
+    both_ends(
+        PathSpec {
+            rtt: Duration::from_millis(10),
+            ..PathSpec::default()
+        },
+        nagle_scenarios,
+    );
+}
+
+#[test]
+fn both_ends_of_a_50_ms_path() {
+    both_ends(
+        PathSpec {
+            rtt: Duration::from_millis(50),
+            ..PathSpec::default()
+        },
+        |p| {
+            let mut v = nagle_scenarios(p);
+            v.push(keepalives(p, 7007));
+            v
+        },
+    );
+}
+
+#[test]
+fn both_ends_of_a_lossy_path() {
+    both_ends(
+        PathSpec {
+            rtt: Duration::from_millis(10),
+            loss: 0.03,
+            seed: 7,
+            ..PathSpec::default()
+        },
+        |p| vec![lossy(p, 7010)],
+    );
+}
