@@ -131,6 +131,19 @@ pub enum CapturePoint {
     Unknown,
 }
 
+impl CapturePoint {
+    /// For people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CapturePoint::Local => "on the same host or LAN",
+            CapturePoint::ClientEnd => "captured at the client's end",
+            CapturePoint::ServerEnd => "captured at the server's end",
+            CapturePoint::Between => "captured between the ends",
+            CapturePoint::Unknown => "capture point unknown",
+        }
+    }
+}
+
 /// What the doctor found in one flow.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct FlowReport {
@@ -889,6 +902,77 @@ impl Flow {
     }
 }
 
+/// A flow's 4-tuple in one order for both directions, packed for fast hashing.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct FlowKey {
+    lo: u128,
+    hi: u128,
+    ports: u32,
+}
+
+impl FlowKey {
+    fn of(s: &Segment) -> FlowKey {
+        let bits = |a: IpAddr| match a {
+            IpAddr::V4(v) => u128::from(v.to_bits()),
+            IpAddr::V6(v) => v.to_bits() ^ (1 << 127),
+        };
+        let (a, b) = ((bits(s.src.0), s.src.1), (bits(s.dst.0), s.dst.1));
+        let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
+        FlowKey {
+            lo: lo.0,
+            hi: hi.0,
+            ports: u32::from(lo.1) << 16 | u32::from(hi.1),
+        }
+    }
+}
+
+/// A multiply-rotate hash for [`FlowKey`], seeded at random per analysis (SipHash, the
+/// default, took a quarter of the doctor's time).
+#[derive(Clone, Copy)]
+struct KeyHashing(u64);
+
+impl KeyHashing {
+    fn new() -> KeyHashing {
+        use std::hash::BuildHasher as _;
+        KeyHashing(std::collections::hash_map::RandomState::new().hash_one(0u8) | 1)
+    }
+}
+
+impl std::hash::BuildHasher for KeyHashing {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(self.0)
+    }
+}
+
+struct KeyHasher(u64);
+
+impl KeyHasher {
+    fn add(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(26) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+impl std::hash::Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut a = [0u8; 8];
+            a[..c.len()].copy_from_slice(c);
+            self.add(u64::from_le_bytes(a));
+        }
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.add(u64::from(x));
+    }
+    fn write_u128(&mut self, x: u128) {
+        self.add(x as u64);
+        self.add((x >> 64) as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0 ^ self.0 >> 29
+    }
+}
+
 /// Ranks flows for the report: more stalled time first, then capture order.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Rank(std::cmp::Reverse<u64>, usize);
@@ -916,7 +1000,7 @@ impl Ord for Ranked {
 pub struct Analyzer {
     opts: Options,
     /// Live flows by (lower endpoint, higher endpoint).
-    live: HashMap<(Endpoint, Endpoint), Flow>,
+    live: HashMap<FlowKey, Flow, KeyHashing>,
     next_index: usize,
     pushed: u64,
     now_us: u64,
@@ -931,7 +1015,7 @@ impl Analyzer {
     pub fn new(opts: Options) -> Analyzer {
         Analyzer {
             opts,
-            live: HashMap::new(),
+            live: HashMap::with_hasher(KeyHashing::new()),
             next_index: 0,
             pushed: 0,
             now_us: 0,
@@ -953,24 +1037,23 @@ impl Analyzer {
         if self.pushed % 65_536 == 0 {
             self.sweep();
         }
-        let (key, d) = if (s.src.0, s.src.1) <= (s.dst.0, s.dst.1) {
-            ((s.src, s.dst), 0)
-        } else {
-            ((s.dst, s.src), 1)
-        };
+        let key = FlowKey::of(s);
         let is_syn = s.flags & (flags::SYN | flags::ACK) == flags::SYN;
-        if let Some(f) = self.live.get(&key) {
-            // A new connection on a reused 4-tuple.
+        if let Some(f) = self.live.get_mut(&key) {
+            // A new connection on a reused 4-tuple, or an old one seen again after long.
             let client_dir = usize::from(f.key.0 != s.src);
             let new_syn = is_syn
                 && (f.closed()
                     || f.dirs[client_dir].base_seq != Some(s.seq.wrapping_add(1))
                     || f.sides[client_dir].data_segments > 0);
             let stale = us.saturating_sub(f.last_us) > IDLE_US;
-            if new_syn || stale {
-                if let Some(f) = self.live.remove(&key) {
-                    self.finish_flow(f);
-                }
+            if !new_syn && !stale {
+                let side = usize::from(f.key.0 != s.src);
+                f.on_segment(side, s, us, frame);
+                return;
+            }
+            if let Some(f) = self.live.remove(&key) {
+                self.finish_flow(f);
             }
         }
         let flow = match self.live.get_mut(&key) {
@@ -1006,7 +1089,6 @@ impl Analyzer {
                 self.live.entry(key).or_insert(f)
             }
         };
-        let _ = d;
         let side = usize::from(flow.key.0 != s.src);
         flow.on_segment(side, s, us, frame);
     }

@@ -82,7 +82,7 @@ fn flow_text(out: &mut String, f: &FlowReport) {
         f.index, c.addr, s.addr, f.start.frame, f.start.time_s
     );
     let rtt = match f.rtt_ms {
-        Some(r) => format!("RTT {r:.1} ms, captured at {:?}", f.capture_point),
+        Some(r) => format!("RTT {r:.1} ms, {}", f.capture_point.describe()),
         None => "RTT unknown".to_string(),
     };
     let _ = writeln!(
