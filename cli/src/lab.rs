@@ -85,7 +85,7 @@ pub struct LabArgs {
     html: Option<String>,
     /// Emulated path round-trip times, comma-separated (e.g. 1ms,20ms): run every case across
     /// two network namespaces joined by an emulated link instead of loopback (needs root).
-    #[arg(long, value_delimiter = ',', value_name = "RTT", value_parser = parse_duration)]
+    #[arg(long, value_delimiter = ',', value_name = "RTT", value_parser = parse_rtt)]
     rtt: Vec<Duration>,
     /// Emulated link rate, e.g. 100mbit, 1gbit, 500kbit (default: unlimited).
     #[arg(long, value_name = "RATE", value_parser = parse_rate, requires = "rtt")]
@@ -261,22 +261,13 @@ fn write_out(path: &str, content: &str) -> anyhow::Result<()> {
     }
 }
 
-/// `20ms`, `0.1ms`, `1s`, `500us`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_alphabetic()).unwrap_or(s.len()));
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 20ms"))?;
-    let secs = match unit {
-        "s" => v,
-        "ms" => v / 1e3,
-        "us" | "µs" => v / 1e6,
-        _ => return Err(format!("{s:?}: the unit must be s, ms or us")),
-    };
-    if !(0.0..=10.0).contains(&secs) {
+/// An RTT: a duration of 0 to 10 s.
+fn parse_rtt(s: &str) -> Result<Duration, String> {
+    let d = crate::parse_duration(s)?;
+    if d > Duration::from_secs(10) {
         return Err(format!("{s:?}: an RTT must be 0..=10 s"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 /// `100mbit`, `1gbit`, `500kbit`, `2000000` (bits per second).

@@ -1,11 +1,13 @@
 //! The `nagless` command: `nagless lab` reproduces Nagle/delayed-ACK stalls strategy by
 //! strategy on loopback; `nagless run -- CMD` fixes unmodified programs with a preloaded shim;
-//! `nagless doctor FILE` finds Nagle/delayed-ACK stalls in packet captures. One module per
+//! `nagless doctor FILE` finds Nagle/delayed-ACK stalls in packet captures; `nagless watch`
+//! finds them live from the kernel's socket state. One module per
 //! subcommand; this file parses the command line and maps results to exit statuses.
 
 mod doctor;
 mod lab;
 mod run;
+mod watch;
 
 use std::process::ExitCode;
 
@@ -14,6 +16,7 @@ use clap::{Parser, Subcommand};
 use crate::doctor::{DoctorArgs, DOCTOR_HELP};
 use crate::lab::{LabArgs, LAB_HELP};
 use crate::run::{RunArgs, RUN_HELP};
+use crate::watch::{WatchArgs, WATCH_HELP};
 
 #[derive(Parser)]
 #[command(
@@ -25,7 +28,7 @@ Nagle's algorithm (sender) and delayed ACK (receiver) together stall any exchang
 small write waits behind unacknowledged data: 40 ms per exchange on Linux. The nagless \
 library coalesces writes in user space and sends each burst as one sendmsg at the right \
 moment. This command measures the stall strategy by strategy (lab), fixes unmodified \
-programs (run) and finds stalls in packet captures (doctor)."
+programs (run), finds stalls in packet captures (doctor) and on a running host (watch)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -43,6 +46,26 @@ enum Command {
     /// Find Nagle and delayed-ACK stalls in a packet capture (pcap or pcapng, file or stdin).
     #[command(after_long_help = DOCTOR_HELP)]
     Doctor(DoctorArgs),
+    /// Find processes stalling on Nagle and delayed ACK, live, from the kernel's socket state.
+    #[command(after_long_help = WATCH_HELP)]
+    Watch(WatchArgs),
+}
+
+/// `20ms`, `0.1ms`, `1s`, `500us`, `2m`.
+pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_alphabetic()).unwrap_or(s.len()));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 20ms"))?;
+    let secs = match unit {
+        "m" => v * 60.0,
+        "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "" if v == 0.0 => 0.0,
+        _ => return Err(format!("{s:?}: the unit must be m, s, ms or us")),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// A usage error: exit status 2.
@@ -76,6 +99,7 @@ fn main() -> ExitCode {
         Command::Lab(args) => lab::command(*args),
         Command::Doctor(args) => return doctor::command(args),
         Command::Run(args) => return run::command(args),
+        Command::Watch(args) => return watch::command(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

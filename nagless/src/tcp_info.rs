@@ -14,6 +14,8 @@ use std::os::fd::AsFd;
 pub struct TcpInfo {
     /// TCP state (1 = ESTABLISHED).
     pub state: u8,
+    /// Congestion-control state (0 = Open; others: disorder, CWR, recovery, loss).
+    pub ca_state: u8,
     /// Retransmission timeout, µs.
     pub rto_us: u32,
     /// Delayed-ACK timeout, µs.
@@ -50,6 +52,8 @@ pub struct TcpInfo {
     pub data_segs_out: Option<u32>,
     /// Payload bytes sent, including retransmits.
     pub bytes_sent: Option<u64>,
+    /// The peer's advertised window, bytes (5.4+).
+    pub snd_wnd: Option<u32>,
 }
 
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
@@ -78,6 +82,7 @@ impl TcpInfo {
         let base = |off| u32_at(raw, off).unwrap_or(0);
         Some(TcpInfo {
             state: raw[0],
+            ca_state: raw[1],
             rto_us: base(8),
             ato_us: base(12),
             snd_mss: base(16),
@@ -96,6 +101,7 @@ impl TcpInfo {
             data_segs_in: u32_at(raw, 152),
             data_segs_out: u32_at(raw, 156),
             bytes_sent: u64_at(raw, 200),
+            snd_wnd: u32_at(raw, 228),
         })
     }
 

@@ -1,0 +1,285 @@
+//! `nagless watch`: find processes stalling on Nagle and delayed ACK, live, from the kernel's
+//! per-socket TCP state (no capture, no restart).
+
+use std::io::{IsTerminal as _, Write as _};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use nagless_watch::{Filter, Row, Watcher};
+
+use crate::parse_duration;
+
+pub const WATCH_HELP: &str = "\
+HOW IT WORKS
+  Every INTERVAL it reads every TCP socket's tcp_info through netlink sock_diag (what `ss -ti`
+  shows) and follows each socket's held writes: bytes written but not sent (notsent) while
+  earlier data is unacknowledged and the congestion window has room. When the peer's ACK
+  releases them, the hold's length less the smoothed RTT is how late that ACK came. It is a
+  stall when the held bytes are less than the MSS and the ACK came 30 ms or more late, with no
+  zero window and no loss recovery: the rule `nagless doctor` applies to captures.
+
+WHAT SAMPLING CAN AND CANNOT SEE
+  It sees the sending side: a stall shows on the socket whose write waits, on this host. A
+  hold shorter than INTERVAL can be missed, and each stall's length is known to within one
+  INTERVAL (the default 2 ms is fine for 40 ms and 200 ms delayed-ACK timers). A remote
+  sender waiting for this host's delayed ACKs does not show here (capture at either end and
+  use `nagless doctor`). Sockets in other network namespaces (containers) are not listed.
+
+PERMISSIONS
+  Without root, every socket is still sampled, but only your own processes' sockets can be
+  attributed (other users' /proc/PID/fd are unreadable); theirs show as `uid N`. Run as root
+  (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) to name every process.
+
+OUTPUT
+  A table refreshed in place in a terminal (process, port, connections, stalls/s, time lost
+  per second, worst stall, what to do); JSON lines with --json (one per refresh, then a
+  summary); a summary of the whole watch at the end, and the watcher's own CPU use.
+
+EXIT STATUS
+  0 no stall seen, 1 stalls seen, 2 bad arguments or no access to sock_diag.";
+
+#[derive(clap::Args)]
+pub struct WatchArgs {
+    /// How often to sample every socket.
+    #[arg(long, default_value = "2ms", value_parser = parse_duration)]
+    interval: Duration,
+    /// How long to watch (0: until Ctrl-C).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+    /// How often to refresh the table (or print a JSON line).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    refresh: Duration,
+    /// Only connections with this local or remote port.
+    #[arg(long)]
+    port: Option<u16>,
+    /// Only this process's connections.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// JSON lines instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// CPU time this process used so far (user + system), from /proc/self/stat.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+}
+
+fn who(r: &Row) -> String {
+    match (r.pid, &r.cmd) {
+        (Some(pid), Some(cmd)) => format!("{pid} {cmd}"),
+        (Some(pid), None) => pid.to_string(),
+        _ => format!("uid {} (pid not readable)", r.uid),
+    }
+}
+
+fn port(r: &Row) -> String {
+    if r.serves {
+        format!(":{}", r.port)
+    } else {
+        format!("->:{}", r.port)
+    }
+}
+
+fn table(rows: &[Row], secs: f64, out: &mut String) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "{:<44} {:>8} {:>6} {:>9} {:>11} {:>9}  advice",
+        "process", "port", "conns", "stalls/s", "lost ms/s", "worst ms"
+    );
+    for r in rows {
+        let mut w = who(r);
+        if w.chars().count() > 44 {
+            w = w.chars().take(41).collect::<String>() + "...";
+        }
+        let advice = if r.stalls > 0 {
+            "coalesce writes or `nagless run` (see summary)"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{w:<44} {:>8} {:>6} {:>9.1} {:>11.1} {:>9.1}  {advice}",
+            port(r),
+            r.connections,
+            r.stalls as f64 / secs,
+            r.lost_ms / secs,
+            r.worst_ms
+        );
+    }
+}
+
+fn json_rows(rows: &[Row], secs: f64) -> Vec<serde_json::Value> {
+    rows.iter()
+        .map(|r| {
+            let mut v = serde_json::to_value(r).unwrap_or_default();
+            v["stalls_per_s"] = (r.stalls as f64 / secs).into();
+            v["lost_ms_per_s"] = (r.lost_ms / secs).into();
+            v
+        })
+        .collect()
+}
+
+/// Runs the watch; the exit status says whether stalls were seen.
+pub fn command(args: WatchArgs) -> ExitCode {
+    if args.interval.is_zero() || args.refresh < args.interval {
+        eprintln!("nagless watch: --interval must be > 0 and no longer than --refresh");
+        return ExitCode::from(2);
+    }
+    let filter = Filter {
+        port: args.port,
+        pid: args.pid,
+    };
+    let mut w = match Watcher::new(filter) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("nagless watch: cannot open netlink sock_diag: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    nagless_netpath::on_interrupt();
+    if nagless_watch::procs::euid() != Some(0) && w.denied_processes() > 0 {
+        eprintln!(
+            "nagless watch: not root: {} processes' sockets cannot be attributed (shown as `uid N`); run as root, or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, to name them",
+            w.denied_processes()
+        );
+    }
+    let live = !args.json && std::io::stdout().is_terminal();
+    let start = Instant::now();
+    let cpu0 = cpu_time();
+    let (mut samples, mut overruns, mut sockets_max) = (0u64, 0u64, 0usize);
+    let mut busy = Duration::ZERO;
+    let mut next = Instant::now();
+    let mut next_refresh = start + args.refresh;
+    let mut window_start = start;
+    let mut stdout = std::io::stdout().lock();
+    let mut error = None;
+    loop {
+        let t = Instant::now();
+        match w.sample() {
+            Ok(s) => sockets_max = sockets_max.max(s.sockets),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+        busy += t.elapsed();
+        samples += 1;
+        let now = Instant::now();
+        if now >= next_refresh {
+            let secs = now.duration_since(window_start).as_secs_f64();
+            window_start = now;
+            next_refresh += args.refresh;
+            let rows = w.board.take_window();
+            let res = if args.json {
+                let line = serde_json::json!({
+                    "type": "window",
+                    "t_s": now.duration_since(start).as_secs_f64(),
+                    "window_s": secs,
+                    "rows": json_rows(&rows, secs),
+                });
+                writeln!(stdout, "{line}")
+            } else if live {
+                let mut out = String::from("\x1b[H\x1b[J");
+                out += &format!(
+                    "nagless watch: {:.0} s, {} sockets, sampled every {:?} ({} samples){}\n\n",
+                    now.duration_since(start).as_secs_f64(),
+                    sockets_max,
+                    args.interval,
+                    samples,
+                    args.port.map(|p| format!(", port {p}")).unwrap_or_default()
+                );
+                table(&rows, secs, &mut out);
+                write!(stdout, "{out}")
+            } else {
+                Ok(())
+            };
+            if res.is_err() {
+                break; // stdout closed: stop quietly
+            }
+            let _ = stdout.flush();
+        }
+        if nagless_netpath::interrupted()
+            || (!args.duration.is_zero() && start.elapsed() >= args.duration)
+        {
+            break;
+        }
+        next += args.interval;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else {
+            overruns += 1;
+            next = now;
+        }
+    }
+    if let Some(e) = error {
+        eprintln!("nagless watch: sampling failed: {e}");
+        return ExitCode::from(2);
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu = match (cpu0, cpu_time()) {
+        (Some(a), Some(b)) => (b - a).as_secs_f64() / elapsed * 100.0,
+        _ => f64::NAN,
+    };
+    let totals = w.board.totals();
+    let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
+    let cost = format!(
+        "{samples} samples of up to {sockets_max} sockets in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
+        busy.as_secs_f64() * 1000.0 / samples.max(1) as f64
+    );
+    let res = if args.json {
+        let line = serde_json::json!({
+            "type": "summary",
+            "duration_s": elapsed,
+            "samples": samples,
+            "sockets_max": sockets_max,
+            "sample_ms_mean": busy.as_secs_f64() * 1000.0 / samples.max(1) as f64,
+            "late_samples": overruns,
+            "cpu_percent": cpu,
+            "rows": json_rows(&totals, elapsed),
+        });
+        writeln!(stdout, "{line}")
+    } else {
+        let mut out = String::new();
+        if live {
+            out += "\x1b[H\x1b[J";
+        }
+        out += &format!("nagless watch: summary of {elapsed:.1} s\n\n");
+        if stalled.is_empty() {
+            out += "no Nagle/delayed-ACK stall seen";
+            out += &match args.port {
+                Some(p) => format!(" on port {p}"),
+                None => String::new(),
+            };
+            out += "\n";
+        } else {
+            table(&stalled, elapsed, &mut out);
+            out += "\n";
+            for r in &stalled {
+                out += &format!(
+                    "{} {}: {} stall(s), {:.1} ms lost; peer ACKs with {}.\n  fix: {}\n",
+                    who(r),
+                    port(r),
+                    r.stalls,
+                    r.lost_ms,
+                    r.ack_timer.map_or("a delayed-ACK timer", |t| t.describe()),
+                    r.advice
+                );
+            }
+        }
+        out += &format!("\n{cost}\n");
+        write!(stdout, "{out}")
+    };
+    let _ = res.and_then(|_| stdout.flush());
+    if stalled.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}

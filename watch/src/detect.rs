@@ -1,0 +1,196 @@
+//! From one socket's TCP_INFO samples to stalls: pure, so it is tested with made-up samples
+//! and no clock.
+//!
+//! A socket **holds** a write when it has bytes written but not sent (`notsent_bytes > 0`)
+//! while earlier data is unacknowledged (`unacked > 0`) and the congestion window has room
+//! (`unacked < snd_cwnd`): what Nagle does to a small write (or cork, or a full window, which
+//! the rule tells apart). The hold ends when the peer's ACK arrives (`bytes_acked` moves).
+//! Its length, less the path's round trip (`min_rtt`: the smoothed RTT counts the delayed
+//! ACKs themselves), is how late that ACK came; [`rule::judge`] (the same
+//! rule the doctor applies to packets) decides whether it was a Nagle/delayed-ACK stall: a
+//! write smaller than the MSS, an ACK 30 ms or more late, no zero window, no loss recovery.
+//!
+//! Sampling sees a hold only if it lasts longer than the interval; at the default 2 ms every
+//! 40 ms stall is seen about 20 times, and its length is known to within an interval.
+
+use nagless::tcp_info::TcpInfo;
+use nagless_doctor::rule::{self, AckTimer, HoldEvidence};
+
+/// A stall found on one socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stall {
+    /// Bytes that were held.
+    pub held: u32,
+    /// How late the releasing ACK came beyond the RTT: the time the write lost, µs.
+    pub lost_us: u64,
+    /// When the hold ended (sample time, µs).
+    pub at_us: u64,
+    /// The receiver's timer class, judged from the delay.
+    pub timer: Option<AckTimer>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    first_us: u64,
+    bytes_acked: u64,
+    held: u32,
+    mss: u32,
+    rtt_us: u64,
+    zero_window: bool,
+    loss_recovery: bool,
+}
+
+/// Follows one socket from sample to sample.
+#[derive(Debug, Default, Clone)]
+pub struct HoldTracker {
+    hold: Option<Hold>,
+}
+
+/// Established (or half-closed by the peer, still sending).
+fn sending_state(state: u8) -> bool {
+    state == crate::diag::state::ESTABLISHED || state == crate::diag::state::CLOSE_WAIT
+}
+
+fn holding(at_us: u64, i: &TcpInfo) -> Option<Hold> {
+    let notsent = i.notsent_bytes?;
+    let bytes_acked = i.bytes_acked?;
+    (sending_state(i.state) && notsent > 0 && i.unacked > 0 && i.unacked < i.snd_cwnd).then(|| {
+        Hold {
+            first_us: at_us,
+            bytes_acked,
+            held: notsent,
+            mss: i.snd_mss,
+            // The smoothed RTT counts the delayed ACKs themselves; the windowed minimum is
+            // the path's own round trip.
+            rtt_us: u64::from(i.min_rtt_us.unwrap_or(i.rtt_us)),
+            zero_window: i.snd_wnd == Some(0),
+            loss_recovery: i.ca_state != 0,
+        }
+    })
+}
+
+impl HoldTracker {
+    /// One sample of the socket taken at `at_us`; returns a stall if one just ended.
+    pub fn observe(&mut self, at_us: u64, info: &TcpInfo) -> Option<Stall> {
+        let now = holding(at_us, info);
+        let Some(h) = self.hold else {
+            self.hold = now;
+            return None;
+        };
+        let acked = info.bytes_acked.is_some_and(|b| b != h.bytes_acked);
+        match now {
+            // The same hold goes on (more bytes may have been written behind it).
+            Some(n) if !acked => {
+                self.hold = Some(Hold {
+                    held: n.held.max(h.held),
+                    zero_window: h.zero_window || n.zero_window,
+                    loss_recovery: h.loss_recovery || n.loss_recovery,
+                    ..h
+                });
+                return None;
+            }
+            _ => self.hold = now,
+        }
+        if !acked {
+            // Sent without an ACK (NODELAY or uncork): not Nagle's hold.
+            return None;
+        }
+        let ack_delay_us = at_us.saturating_sub(h.first_us).saturating_sub(h.rtt_us);
+        let e = HoldEvidence {
+            held_len: h.held,
+            options: 0, // tcpi_snd_mss already counts the options out
+            mss: h.mss,
+            ack_delay_us,
+            release_gap_us: 0, // the kernel sends a held segment as the ACK arrives
+            sender_side_rtt_us: 0,
+            zero_window: h.zero_window,
+            loss_recovery: h.loss_recovery || info.ca_state != 0,
+        };
+        rule::judge(&e).ok().map(|()| Stall {
+            held: h.held,
+            lost_us: ack_delay_us,
+            at_us,
+            timer: AckTimer::of(ack_delay_us),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(notsent: u32, unacked: u32, acked: u64) -> TcpInfo {
+        TcpInfo {
+            state: 1,
+            snd_mss: 1448,
+            unacked,
+            snd_cwnd: 10,
+            rtt_us: 100,
+            notsent_bytes: Some(notsent),
+            bytes_acked: Some(acked),
+            snd_wnd: Some(65535),
+            ..TcpInfo::default()
+        }
+    }
+
+    /// Samples every 2 ms: (µs, info).
+    fn run(samples: &[(u64, TcpInfo)]) -> Vec<Stall> {
+        let mut t = HoldTracker::default();
+        samples.iter().filter_map(|(us, i)| t.observe(*us, i)).collect()
+    }
+
+    #[test]
+    fn a_small_write_held_until_a_late_ack_is_a_stall() {
+        let mut s = vec![(0, info(0, 0, 1))];
+        for k in 1..=21 {
+            s.push((k * 2_000, info(100, 1, 1))); // held 40 ms
+        }
+        s.push((44_000, info(0, 1, 101))); // ACK came, the write left
+        let found = run(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!((39_000..43_000).contains(&found[0].lost_us), "{found:?}");
+        assert_eq!(found[0].held, 100);
+        assert_eq!(found[0].timer, Some(AckTimer::Linux40ms));
+    }
+
+    #[test]
+    fn back_to_back_holds_count_once_each() {
+        // Hold A from 2 ms, released between 42 and 44 ms; hold B seen from 44 ms on.
+        let mut s = Vec::new();
+        for k in 1..=21 {
+            s.push((k * 2_000, info(100, 1, 1)));
+        }
+        for k in 22..=43 {
+            s.push((k * 2_000, info(100, 1, 101)));
+        }
+        s.push((88_000, info(0, 1, 201)));
+        assert_eq!(run(&s).len(), 2);
+    }
+
+    #[test]
+    fn look_alikes_are_not_stalls() {
+        // A prompt ACK on a 50 ms path: held one RTT.
+        let mut rtt50 = info(100, 1, 1);
+        rtt50.rtt_us = 50_000;
+        let mut s: Vec<_> = (1..=25).map(|k| (k * 2_000, rtt50)).collect();
+        s.push((52_000, TcpInfo { bytes_acked: Some(101), notsent_bytes: Some(0), ..rtt50 }));
+        assert!(run(&s).is_empty());
+        // A full window: unacked == cwnd.
+        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(100, 10, 1))).chain([(62_000, info(0, 1, 9000))]).collect();
+        assert!(run(&s).is_empty());
+        // Bulk: more than an MSS waiting.
+        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(60_000, 3, 1))).chain([(62_000, info(0, 1, 9000))]).collect();
+        assert!(run(&s).is_empty());
+        // Sent without an ACK (NODELAY set meanwhile).
+        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(100, 1, 1))).chain([(62_000, info(0, 2, 1))]).collect();
+        assert!(run(&s).is_empty());
+        // Loss recovery.
+        let mut lossy = info(100, 1, 1);
+        lossy.ca_state = 4;
+        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, lossy)).chain([(62_000, info(0, 1, 101))]).collect();
+        assert!(run(&s).is_empty());
+        // Nothing unacknowledged: not Nagle (cork, or an application buffer).
+        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(100, 0, 1))).chain([(62_000, info(0, 1, 1))]).collect();
+        assert!(run(&s).is_empty());
+    }
+}
