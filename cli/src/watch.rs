@@ -175,7 +175,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
             let secs = now.duration_since(window_start).as_secs_f64();
             window_start = now;
             next_refresh += args.refresh;
-            let rows = w.board.take_window();
+            let rows = w.take_window();
             let res = if args.json {
                 let line = serde_json::json!({
                     "type": "window",
@@ -227,7 +227,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         (Some(a), Some(b)) => (b - a).as_secs_f64() / elapsed * 100.0,
         _ => f64::NAN,
     };
-    let totals = w.board.totals();
+    let totals = w.totals();
     let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
     let cost = format!(
         "{samples} samples of up to {sockets_max} sockets in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",

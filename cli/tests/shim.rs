@@ -3,6 +3,9 @@
 //! every program started here is stopped here, by its PID.
 #![allow(clippy::disallowed_methods)] // tests measure real time
 
+mod common;
+
+use common::{have_tool, tool_path};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -99,30 +102,6 @@ fn run_wwr(rounds: u32, mode: Option<&str>) -> (HashMap<String, i64>, String) {
     assert!(status.success());
     let out = String::from_utf8_lossy(&stdout).into_owned();
     (fields(&out), String::from_utf8_lossy(&stderr).into_owned())
-}
-
-/// Where the system tool `name` is: on PATH, or in /usr/sbin (nginx) for users without it.
-fn tool_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain([PathBuf::from("/usr/sbin")])
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// Whether the system tool `name` is installed. `./scripts/test` (and so CI) installs it; a
-/// plain `cargo test` on a machine without it skips the test with a note, except under CI
-/// (`CI` set), where a missing tool is a failure, never a silent skip.
-fn have_tool(name: &str) -> bool {
-    let found = tool_path(name).is_some();
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is missing (Debian package {name}; ./scripts/test installs it)"
-        );
-        eprintln!("skipped: {name} is not installed (./scripts/test installs it)");
-    }
-    found
 }
 
 /// Held by each test while it runs: these tests time real programs and count their

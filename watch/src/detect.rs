@@ -136,7 +136,10 @@ mod tests {
     /// Samples every 2 ms: (µs, info).
     fn run(samples: &[(u64, TcpInfo)]) -> Vec<Stall> {
         let mut t = HoldTracker::default();
-        samples.iter().filter_map(|(us, i)| t.observe(*us, i)).collect()
+        samples
+            .iter()
+            .filter_map(|(us, i)| t.observe(*us, i))
+            .collect()
     }
 
     #[test]
@@ -173,24 +176,46 @@ mod tests {
         let mut rtt50 = info(100, 1, 1);
         rtt50.rtt_us = 50_000;
         let mut s: Vec<_> = (1..=25).map(|k| (k * 2_000, rtt50)).collect();
-        s.push((52_000, TcpInfo { bytes_acked: Some(101), notsent_bytes: Some(0), ..rtt50 }));
+        s.push((
+            52_000,
+            TcpInfo {
+                bytes_acked: Some(101),
+                notsent_bytes: Some(0),
+                ..rtt50
+            },
+        ));
         assert!(run(&s).is_empty());
         // A full window: unacked == cwnd.
-        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(100, 10, 1))).chain([(62_000, info(0, 1, 9000))]).collect();
+        let s: Vec<_> = (1..=30)
+            .map(|k| (k * 2_000, info(100, 10, 1)))
+            .chain([(62_000, info(0, 1, 9000))])
+            .collect();
         assert!(run(&s).is_empty());
         // Bulk: more than an MSS waiting.
-        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(60_000, 3, 1))).chain([(62_000, info(0, 1, 9000))]).collect();
+        let s: Vec<_> = (1..=30)
+            .map(|k| (k * 2_000, info(60_000, 3, 1)))
+            .chain([(62_000, info(0, 1, 9000))])
+            .collect();
         assert!(run(&s).is_empty());
         // Sent without an ACK (NODELAY set meanwhile).
-        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(100, 1, 1))).chain([(62_000, info(0, 2, 1))]).collect();
+        let s: Vec<_> = (1..=30)
+            .map(|k| (k * 2_000, info(100, 1, 1)))
+            .chain([(62_000, info(0, 2, 1))])
+            .collect();
         assert!(run(&s).is_empty());
         // Loss recovery.
         let mut lossy = info(100, 1, 1);
         lossy.ca_state = 4;
-        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, lossy)).chain([(62_000, info(0, 1, 101))]).collect();
+        let s: Vec<_> = (1..=30)
+            .map(|k| (k * 2_000, lossy))
+            .chain([(62_000, info(0, 1, 101))])
+            .collect();
         assert!(run(&s).is_empty());
         // Nothing unacknowledged: not Nagle (cork, or an application buffer).
-        let s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(100, 0, 1))).chain([(62_000, info(0, 1, 1))]).collect();
+        let s: Vec<_> = (1..=30)
+            .map(|k| (k * 2_000, info(100, 0, 1)))
+            .chain([(62_000, info(0, 1, 1))])
+            .collect();
         assert!(run(&s).is_empty());
     }
 }

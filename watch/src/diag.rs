@@ -6,7 +6,9 @@ use std::io;
 use std::net::SocketAddr;
 
 use nagless::tcp_info::TcpInfo;
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+};
 use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP};
 use netlink_packet_sock_diag::inet::nlas::Nla;
 use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
@@ -72,7 +74,12 @@ impl Diag {
         Ok(())
     }
 
-    fn dump_family(&mut self, family: u8, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+    fn dump_family(
+        &mut self,
+        family: u8,
+        states: StateFlags,
+        out: &mut Vec<SocketRow>,
+    ) -> io::Result<()> {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let mut hdr = NetlinkHeader::default();
@@ -114,7 +121,10 @@ impl Diag {
                                 _ => None,
                             });
                             out.push(SocketRow {
-                                local: SocketAddr::new(id.source_address.to_canonical(), id.source_port),
+                                local: SocketAddr::new(
+                                    id.source_address.to_canonical(),
+                                    id.source_port,
+                                ),
                                 remote: SocketAddr::new(
                                     id.destination_address.to_canonical(),
                                     id.destination_port,
@@ -134,7 +144,9 @@ impl Diag {
                             };
                         }
                         NetlinkPayload::Error(e) => return Err(e.to_io()),
-                        NetlinkPayload::Overrun(_) => return Err(io::Error::other("netlink overrun")),
+                        NetlinkPayload::Overrun(_) => {
+                            return Err(io::Error::other("netlink overrun"))
+                        }
                         _ => {}
                     }
                 }

@@ -4,7 +4,7 @@
 //! host: no capture, no restart. Every interval it reads every TCP socket's `tcp_info`
 //! through netlink `sock_diag` ([`diag`]), follows each socket's held writes ([`detect`],
 //! judged by the doctor's [`rule`](nagless_doctor::rule)), and adds the stalls up per
-//! process and port ([`Board`]), attributing sockets to processes through /proc ([`procs`]).
+//! process and port, attributing sockets to processes through /proc ([`procs`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -104,7 +104,10 @@ impl Group {
             worst_ms: self.worst_us as f64 / 1000.0,
             ack_timer,
             advice: match ack_timer {
-                Some(t) => format!("{SENDER_FIX}; or make the peer ACK at once: {}", t.receiver_fix()),
+                Some(t) => format!(
+                    "{SENDER_FIX}; or make the peer ACK at once: {}",
+                    t.receiver_fix()
+                ),
                 None => String::new(),
             },
         }
@@ -113,19 +116,21 @@ impl Group {
 
 /// Stalls added up per group, over the whole watch and over the current window.
 #[derive(Default)]
-pub struct Board {
+struct Board {
     total: HashMap<GroupKey, Group>,
     window: HashMap<GroupKey, Group>,
 }
 
 impl Board {
-    fn note(&mut self, key: &GroupKey, cmd: &Option<String>, cookie: u64, stall: Option<&detect::Stall>) {
+    fn note(&mut self, key: &GroupKey, cmd: &Option<String>, stall: Option<&detect::Stall>) {
         for map in [&mut self.total, &mut self.window] {
-            let g = map.entry(key.clone()).or_default();
+            let g = match map.get_mut(key) {
+                Some(g) => g,
+                None => map.entry(key.clone()).or_default(),
+            };
             if g.cmd.is_none() {
                 g.cmd.clone_from(cmd);
             }
-            g.conns.insert(cookie);
             if let Some(s) = stall {
                 g.stalls += 1;
                 g.lost_us += s.lost_us;
@@ -137,14 +142,25 @@ impl Board {
         }
     }
 
-    /// The rows of the window since the last call (stalling groups first), and a new window.
-    pub fn take_window(&mut self) -> Vec<Row> {
+    fn connection(&mut self, key: &GroupKey, cookie: u64) {
+        for map in [&mut self.total, &mut self.window] {
+            if let Some(g) = map.get_mut(key) {
+                g.conns.insert(cookie);
+            }
+        }
+    }
+
+    fn take_window(&mut self) -> Vec<Row> {
         rows(std::mem::take(&mut self.window))
     }
 
-    /// The rows of the whole watch, stalling groups first.
-    pub fn totals(&self) -> Vec<Row> {
-        rows(self.total.iter().map(|(k, g)| (k.clone(), clone_group(g))).collect())
+    fn totals(&self) -> Vec<Row> {
+        rows(
+            self.total
+                .iter()
+                .map(|(k, g)| (k.clone(), clone_group(g)))
+                .collect(),
+        )
     }
 }
 
@@ -181,20 +197,28 @@ pub struct SampleStats {
     pub stalls: usize,
 }
 
+/// What the watcher keeps per socket.
+struct Tracked {
+    tracker: HoldTracker,
+    key: GroupKey,
+    cmd: Option<String>,
+    last_us: u64,
+    /// Counted among its group's connections in the current window.
+    counted: bool,
+}
+
 /// The watcher: call [`sample`](Self::sample) every interval.
 pub struct Watcher {
     diag: Diag,
     procs: ProcMap,
     filter: Filter,
     start: Instant,
-    trackers: HashMap<u64, HoldTracker>,
+    /// Per socket, by cookie.
+    sockets: HashMap<u64, Tracked>,
     rows: Vec<SocketRow>,
-    /// Sockets seen, by cookie, with the last sample's time (to forget closed ones).
-    seen: HashMap<u64, u64>,
     last_rescan: Option<Instant>,
     last_gc_us: u64,
-    /// The tally.
-    pub board: Board,
+    board: Board,
 }
 
 impl Watcher {
@@ -207,13 +231,25 @@ impl Watcher {
             procs,
             filter,
             start: Instant::now(),
-            trackers: HashMap::new(),
+            sockets: HashMap::new(),
             rows: Vec::new(),
-            seen: HashMap::new(),
             last_rescan: None,
             last_gc_us: 0,
             board: Board::default(),
         })
+    }
+
+    /// The rows of the window since the last call (stalling groups first); starts a new one.
+    pub fn take_window(&mut self) -> Vec<Row> {
+        for t in self.sockets.values_mut() {
+            t.counted = false;
+        }
+        self.board.take_window()
+    }
+
+    /// The rows of the whole watch, stalling groups first.
+    pub fn totals(&self) -> Vec<Row> {
+        self.board.totals()
     }
 
     /// Processes whose sockets could not be attributed (not root).
@@ -238,9 +274,15 @@ impl Watcher {
             .rows
             .iter()
             .any(|r| r.state != state::LISTEN && r.inode != 0 && !self.procs.knows(r.inode));
-        if unknown && self.last_rescan.is_none_or(|t| t.elapsed().as_millis() >= 200) {
+        let mut rescanned = false;
+        if unknown
+            && self
+                .last_rescan
+                .is_none_or(|t| t.elapsed().as_millis() >= 200)
+        {
             self.procs.rescan();
             self.last_rescan = Some(Instant::now());
+            rescanned = true;
         }
         let mut stats = SampleStats {
             sockets: self.rows.len(),
@@ -250,33 +292,65 @@ impl Watcher {
             if r.state == state::LISTEN {
                 continue;
             }
-            if self.filter.port.is_some_and(|p| p != r.local.port() && p != r.remote.port()) {
+            if self
+                .filter
+                .port
+                .is_some_and(|p| p != r.local.port() && p != r.remote.port())
+            {
                 continue;
             }
-            let owner = self.procs.owner(r.inode);
-            if self.filter.pid.is_some_and(|p| owner.as_ref().map(|o| o.pid) != Some(p)) {
+            let Some(info) = &r.info else { continue };
+            let known = self
+                .sockets
+                .get(&r.cookie)
+                .is_some_and(|t| t.key.pid.is_some() || !rescanned);
+            if !known {
+                // New (or not yet attributed, and /proc was just scanned again).
+                let owner = self.procs.owner(r.inode);
+                let serves = listening.contains(&r.local.port());
+                let key = GroupKey {
+                    pid: owner.as_ref().map(|o| o.pid),
+                    uid: r.uid,
+                    port: if serves {
+                        r.local.port()
+                    } else {
+                        r.remote.port()
+                    },
+                    serves,
+                };
+                let cmd = owner.map(|o| o.cmd);
+                let t = self.sockets.entry(r.cookie).or_insert_with(|| Tracked {
+                    tracker: HoldTracker::default(),
+                    key: key.clone(),
+                    cmd: None,
+                    last_us: at_us,
+                    counted: false,
+                });
+                t.key = key;
+                t.cmd = cmd;
+                t.counted = false;
+            }
+            let Some(t) = self.sockets.get_mut(&r.cookie) else {
+                continue;
+            };
+            if self.filter.pid.is_some_and(|p| t.key.pid != Some(p)) {
                 continue;
             }
             stats.watched += 1;
-            let Some(info) = &r.info else { continue };
-            self.seen.insert(r.cookie, at_us);
-            let stall = self.trackers.entry(r.cookie).or_default().observe(at_us, info);
-            let serves = listening.contains(&r.local.port());
-            let key = GroupKey {
-                pid: owner.as_ref().map(|o| o.pid),
-                uid: r.uid,
-                port: if serves { r.local.port() } else { r.remote.port() },
-                serves,
-            };
-            stats.stalls += usize::from(stall.is_some());
-            self.board.note(&key, &owner.map(|o| o.cmd), r.cookie, stall.as_ref());
+            t.last_us = at_us;
+            let stall = t.tracker.observe(at_us, info);
+            if stall.is_some() || !t.counted {
+                stats.stalls += usize::from(stall.is_some());
+                self.board.note(&t.key, &t.cmd, stall.as_ref());
+                self.board.connection(&t.key, r.cookie);
+                t.counted = true;
+            }
         }
-        // Forget sockets gone for a second, once a second.
+        // Once a second: forget sockets gone for a second.
         if self.last_gc_us + 1_000_000 <= at_us {
             self.last_gc_us = at_us;
-            self.seen.retain(|_, t| at_us.saturating_sub(*t) <= 1_000_000);
-            let seen = &self.seen;
-            self.trackers.retain(|c, _| seen.contains_key(c));
+            self.sockets
+                .retain(|_, t| at_us.saturating_sub(t.last_us) <= 1_000_000);
         }
         Ok(stats)
     }

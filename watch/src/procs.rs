@@ -54,7 +54,8 @@ impl ProcMap {
                 }
             }
         }
-        self.cmds.retain(|pid, _| self.owners.values().any(|p| p == pid));
+        self.cmds
+            .retain(|pid, _| self.owners.values().any(|p| p == pid));
     }
 
     /// Whether the last scan saw this inode.

@@ -1,0 +1,28 @@
+//! What the command's tests share: finding the system tools they drive.
+#![allow(dead_code)] // each test file uses part
+
+use std::path::PathBuf;
+
+/// Where the system tool `name` is: on PATH, or in /usr/sbin (nginx) for users without it.
+pub fn tool_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Whether the system tool `name` is installed. `./scripts/test` (and so CI) installs it; a
+/// plain `cargo test` on a machine without it skips the test with a note, except under CI
+/// (`CI` set), where a missing tool is a failure, never a silent skip.
+pub fn have_tool(name: &str) -> bool {
+    let found = tool_path(name).is_some();
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{name} is missing (Debian package {name}; ./scripts/test installs it)"
+        );
+        eprintln!("skipped: {name} is not installed (./scripts/test installs it)");
+    }
+    found
+}
