@@ -93,6 +93,12 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
     let d = nagless_doctor::diagnose_reader(src, opts, |n| bar.set_position(n))
         .map_err(|e| format!("{name}: {e}"))?;
     bar.finish_and_clear();
+    if d.frames > 0 && d.tcp_segments == 0 && !d.unsupported_linktypes.is_empty() {
+        return Err(format!(
+            "{name}: none of its {} frames could be read: link type(s) {:?} are not supported (Ethernet, Linux cooked v1/v2, raw IP, BSD loopback are)",
+            d.frames, d.unsupported_linktypes
+        ));
+    }
     if let Some(why) = &d.damage {
         eprintln!(
             "nagless doctor: warning: {name} is cut or damaged; analysed the {} frames before it: {why}",

@@ -14,9 +14,11 @@ HOW IT WORKS
   Every INTERVAL it reads every TCP socket's tcp_info through netlink sock_diag (what `ss -ti`
   shows) and follows each socket's held writes: bytes written but not sent (notsent) while
   earlier data is unacknowledged and the congestion window has room. When the peer's ACK
-  releases them, the hold's length less the smoothed RTT is how late that ACK came. It is a
-  stall when the held bytes are less than the MSS and the ACK came 30 ms or more late, with no
-  zero window and no loss recovery: the rule `nagless doctor` applies to captures.
+  releases them (the ACK arrives and the bytes leave), the hold's length less the path's
+  round trip (min_rtt; the smoothed RTT counts the delayed ACKs themselves) is how late that
+  ACK came. It is a stall when the held bytes are less than the MSS and the ACK came 30 ms or
+  more late (Linux's shortest delayed-ACK timer is 40 ms), with no zero window and no loss
+  recovery: the rule `nagless doctor` applies to captures (doctor/src/rule.rs).
 
 WHAT SAMPLING CAN AND CANNOT SEE
   It sees the sending side: a stall shows on the socket whose write waits, on this host. A

@@ -228,7 +228,7 @@ fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
     let diff = watched.abs_diff(found) as f64;
     assert!(
         diff <= 0.2 * found as f64,
-        "watch {watched} vs doctor {found}"
+        "watch {watched} vs doctor {found}: {summary}"
     );
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
@@ -255,6 +255,19 @@ fn the_same_server_under_nagless_run_and_a_bulk_transfer_are_not_flagged() {
         .sum();
     assert_eq!(stalls, 0, "{summary}");
     assert_eq!(code, Some(0));
+    // It did watch the server's connections.
+    let pid = server.0.id();
+    let conns: u64 = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["serves"] == true)
+        .map(|r| r["connections"].as_u64().unwrap())
+        .sum();
+    assert!(
+        conns >= 2,
+        "the server's connections were seen (pid {pid}): {summary}"
+    );
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
 
@@ -280,7 +293,15 @@ fn the_same_server_under_nagless_run_and_a_bulk_transfer_are_not_flagged() {
     drop(c);
     assert_eq!(sink.join().unwrap(), 256 << 20);
     let (lines, code) = json_lines(w);
-    assert_eq!(code, Some(0), "{:?}", lines.last());
+    let summary = lines.last().unwrap();
+    assert_eq!(code, Some(0), "{summary}");
+    let conns: u64 = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["connections"].as_u64().unwrap())
+        .sum();
+    assert!(conns >= 2, "both ends of the transfer were seen: {summary}");
 }
 
 #[test]
@@ -305,6 +326,18 @@ fn without_root_it_says_what_it_cannot_see() {
     );
     assert!(o.status.code().is_some_and(|c| c < 2), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("samples of up to"));
+}
+
+#[test]
+fn help_lists_watch_beside_the_other_commands() {
+    let o = Command::new(NAGLESS).arg("--help").output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    for c in ["lab", "run", "doctor", "watch"] {
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with(c)),
+            "{c}: {out}"
+        );
+    }
 }
 
 #[test]

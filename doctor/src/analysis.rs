@@ -398,6 +398,8 @@ struct Flow {
     stall_count: u64,
     stalled_us: u64,
     worst_stall_us: u64,
+    /// Per sending side: time lost and worst stall, µs.
+    side_lost_us: [(u64, u64); 2],
     timers: [u64; 2],
     patterns: [HashMap<Pattern, u64>; 2],
     delayed: Vec<DelayedAck>,
@@ -454,6 +456,7 @@ impl Flow {
             stall_count: 0,
             stalled_us: 0,
             worst_stall_us: 0,
+            side_lost_us: [(0, 0); 2],
             timers: [0; 2],
             patterns: [HashMap::new(), HashMap::new()],
             delayed: Vec::new(),
@@ -690,10 +693,14 @@ impl Flow {
         dir.release = None;
     }
 
-    fn mss(&self, d: usize) -> u32 {
+    /// The sender's MSS, and whether it was announced (else it is the largest payload seen,
+    /// which already has the options taken off).
+    fn mss(&self, d: usize) -> (u32, bool) {
         // The MSS the receiver announced bounds what the sender sends.
-        let announced = self.dirs[1 - d].mss.or(self.dirs[d].mss);
-        announced.unwrap_or_else(|| self.dirs[d].max_len.max(536))
+        match self.dirs[1 - d].mss.or(self.dirs[d].mss) {
+            Some(m) => (m, true),
+            None => (self.dirs[d].max_len.max(536), false),
+        }
     }
 
     /// Judges the pending candidates with the round trips known now.
@@ -720,10 +727,11 @@ impl Flow {
         }
         for c in std::mem::take(&mut self.pending) {
             let d = c.d;
+            let (mss, announced) = self.mss(d);
             let evidence = HoldEvidence {
                 held_len: c.held_len,
-                options: c.options,
-                mss: self.mss(d),
+                options: if announced { c.options } else { 0 },
+                mss,
                 ack_delay_us: c.raw_ack_delay_us.saturating_sub(base[d]),
                 release_gap_us: c.release_gap_us,
                 sender_side_rtt_us: base[1 - d],
@@ -747,9 +755,11 @@ impl Flow {
             self.stall_count += 1;
             self.stalled_us += stalled;
             self.worst_stall_us = self.worst_stall_us.max(stalled);
+            let side = &mut self.side_lost_us[d];
+            *side = (side.0 + stalled, side.1.max(stalled));
             self.sides[d].stalls += 1;
             *self.patterns[d].entry(pattern).or_default() += 1;
-            if let Some(t) = AckTimer::of(stalled) {
+            if let Some(t) = AckTimer::on_path(stalled, base[0] + base[1]) {
                 self.timers[t as usize] += 1;
             }
             self.stalls.push(Stall {
@@ -861,8 +871,8 @@ impl Flow {
                 pattern.describe(),
                 timer.describe(),
                 side.stalls,
-                self.stalled_us as f64 / 1000.0,
-                self.worst_stall_us as f64 / 1000.0,
+                self.side_lost_us[i].0 as f64 / 1000.0,
+                self.side_lost_us[i].1 as f64 / 1000.0,
             ));
             out.push(format!(
                 "fix at the sender ({}): {}",

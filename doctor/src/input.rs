@@ -34,13 +34,21 @@ pub fn open(path: &Path) -> io::Result<Input> {
 /// `src`, decompressed if it starts with a gzip or zstd header, and whether it did.
 pub fn decompressed<'a>(src: impl Read + 'a) -> io::Result<(Box<dyn Read + 'a>, bool)> {
     let mut src = BufReader::with_capacity(1 << 20, src);
-    let head = src.fill_buf()?;
-    Ok(match head {
-        [0x1f, 0x8b, ..] => (Box::new(flate2::bufread::MultiGzDecoder::new(src)), true),
-        [0x28, 0xb5, 0x2f, 0xfd, ..] => (
-            Box::new(zstd::stream::read::Decoder::with_buffer(src)?),
-            true,
-        ),
+    // A pipe may give fewer bytes than the magic at first: read until 4 or the end.
+    let mut head = Vec::with_capacity(4);
+    while head.len() < 4 {
+        let buf = src.fill_buf()?;
+        if buf.is_empty() {
+            break;
+        }
+        let n = buf.len().min(4 - head.len());
+        head.extend_from_slice(&buf[..n]);
+        src.consume(n);
+    }
+    let src = io::Cursor::new(head.clone()).chain(src);
+    Ok(match head[..] {
+        [0x1f, 0x8b, ..] => (Box::new(flate2::read::MultiGzDecoder::new(src)), true),
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => (Box::new(zstd::stream::read::Decoder::new(src)?), true),
         _ => (Box::new(src), false),
     })
 }
@@ -49,6 +57,21 @@ pub fn decompressed<'a>(src: impl Read + 'a) -> io::Result<(Box<dyn Read + 'a>, 
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// Gives one byte per read for the first `n` reads.
+    struct OneByteFirst<'a>(&'a [u8], usize);
+
+    impl Read for OneByteFirst<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = if self.1 > 0 { 1 } else { buf.len() }
+                .min(self.0.len())
+                .min(buf.len());
+            self.1 = self.1.saturating_sub(1);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
 
     #[test]
     fn gzip_zstd_and_plain_read_the_same() {

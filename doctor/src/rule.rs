@@ -16,7 +16,8 @@
 pub const DELAYED_ACK_MIN_US: u64 = 30_000;
 
 /// Delays from this up come from a 100-200 ms timer (Windows, FreeBSD, macOS), below it from
-/// Linux's 40 ms one (which can grow toward the smoothed RTT on long paths, under 100 ms here).
+/// Linux's 40 ms one; except on long paths, where Linux's timer grows toward the smoothed RTT
+/// (see [`AckTimer::on_path`]).
 pub const CLASSIC_TIMER_MIN_US: u64 = 90_000;
 
 /// Whose delayed-ACK timer it was, judged from the delays seen.
@@ -38,6 +39,18 @@ impl AckTimer {
             Some(AckTimer::Linux40ms)
         } else {
             Some(AckTimer::Classic200ms)
+        }
+    }
+
+    /// The class of a delayed ACK `delay_us` late on a path of round trip `rtt_us`: Linux's
+    /// timer is at most about max(40 ms, RTT), so a delay within that (and 20 ms of jitter) is
+    /// Linux's even when it is 90 ms or more.
+    pub fn on_path(delay_us: u64, rtt_us: u64) -> Option<AckTimer> {
+        match AckTimer::of(delay_us)? {
+            AckTimer::Classic200ms if delay_us <= 40_000u64.max(rtt_us) + 20_000 => {
+                Some(AckTimer::Linux40ms)
+            }
+            t => Some(t),
         }
     }
 
@@ -195,6 +208,15 @@ mod tests {
         assert_eq!(AckTimer::of(44_000), Some(AckTimer::Linux40ms));
         assert_eq!(AckTimer::of(200_000), Some(AckTimer::Classic200ms));
         assert_eq!(AckTimer::of(100_000), Some(AckTimer::Classic200ms));
+        // On a 120 ms path, Linux's timer reaches about the RTT.
+        assert_eq!(
+            AckTimer::on_path(110_000, 120_000),
+            Some(AckTimer::Linux40ms)
+        );
+        assert_eq!(
+            AckTimer::on_path(200_000, 10_000),
+            Some(AckTimer::Classic200ms)
+        );
         assert!(is_small(1447, 12, 1460) && !is_small(1448, 12, 1460));
     }
 }

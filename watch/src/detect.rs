@@ -33,6 +33,7 @@ pub struct Stall {
 struct Hold {
     first_us: u64,
     bytes_acked: u64,
+    bytes_sent: Option<u64>,
     held: u32,
     mss: u32,
     rtt_us: u64,
@@ -58,6 +59,7 @@ fn holding(at_us: u64, i: &TcpInfo) -> Option<Hold> {
         Hold {
             first_us: at_us,
             bytes_acked,
+            bytes_sent: i.bytes_sent,
             held: notsent,
             mss: i.snd_mss,
             // The smoothed RTT counts the delayed ACKs themselves; the windowed minimum is
@@ -91,8 +93,13 @@ impl HoldTracker {
             }
             _ => self.hold = now,
         }
-        if !acked {
-            // Sent without an ACK (NODELAY or uncork): not Nagle's hold.
+        // Nagle sends the held bytes as the ACK arrives: both counters move. Sent without an
+        // ACK (NODELAY, uncork), or ACKed but still not sent (cork, pacing): not Nagle's hold.
+        let sent = match (h.bytes_sent, info.bytes_sent) {
+            (Some(a), Some(b)) => a != b,
+            _ => true,
+        };
+        if !acked || !sent {
             return None;
         }
         let ack_delay_us = at_us.saturating_sub(h.first_us).saturating_sub(h.rtt_us);
@@ -110,7 +117,7 @@ impl HoldTracker {
             held: h.held,
             lost_us: ack_delay_us,
             at_us,
-            timer: AckTimer::of(ack_delay_us),
+            timer: AckTimer::on_path(ack_delay_us, h.rtt_us),
         })
     }
 }
@@ -121,6 +128,8 @@ mod tests {
 
     fn info(notsent: u32, unacked: u32, acked: u64) -> TcpInfo {
         TcpInfo {
+            // Whatever was acknowledged went out with whatever was written since.
+            bytes_sent: Some(acked + 1_000_000 * u64::from(notsent == 0)),
             state: 1,
             snd_mss: 1448,
             unacked,
@@ -202,6 +211,17 @@ mod tests {
             .map(|k| (k * 2_000, info(100, 1, 1)))
             .chain([(62_000, info(0, 2, 1))])
             .collect();
+        assert!(run(&s).is_empty());
+        // ACKed but the held bytes still not sent (cork, pacing).
+        let mut s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(100, 1, 1))).collect();
+        s.push((
+            62_000,
+            TcpInfo {
+                bytes_acked: Some(101),
+                bytes_sent: Some(1),
+                ..info(100, 1, 1)
+            },
+        ));
         assert!(run(&s).is_empty());
         // Loss recovery.
         let mut lossy = info(100, 1, 1);

@@ -73,18 +73,36 @@ pub struct Row {
     pub advice: String,
 }
 
-#[derive(Default)]
-struct Group {
-    cmd: Option<String>,
-    conns: HashSet<u64>,
+/// Stall counters of a socket, or of a group of them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    conns: u64,
     stalls: u64,
     lost_us: u64,
     worst_us: u64,
     timers: [u64; 2],
 }
 
-impl Group {
-    fn row(&self, k: &GroupKey) -> Row {
+impl Tally {
+    fn add(&mut self, s: &detect::Stall) {
+        self.stalls += 1;
+        self.lost_us += s.lost_us;
+        self.worst_us = self.worst_us.max(s.lost_us);
+        if let Some(t) = s.timer {
+            self.timers[t as usize] += 1;
+        }
+    }
+
+    fn merge(&mut self, o: &Tally) {
+        self.conns += o.conns;
+        self.stalls += o.stalls;
+        self.lost_us += o.lost_us;
+        self.worst_us = self.worst_us.max(o.worst_us);
+        self.timers[0] += o.timers[0];
+        self.timers[1] += o.timers[1];
+    }
+
+    fn row(&self, k: &GroupKey, cmd: Option<String>) -> Row {
         let ack_timer = if self.stalls == 0 {
             None
         } else if self.timers[1] > self.timers[0] {
@@ -95,10 +113,10 @@ impl Group {
         Row {
             pid: k.pid,
             uid: k.uid,
-            cmd: self.cmd.clone(),
+            cmd,
             port: k.port,
             serves: k.serves,
-            connections: self.conns.len(),
+            connections: self.conns as usize,
             stalls: self.stalls,
             lost_ms: self.lost_us as f64 / 1000.0,
             worst_ms: self.worst_us as f64 / 1000.0,
@@ -114,69 +132,26 @@ impl Group {
     }
 }
 
-/// Stalls added up per group, over the whole watch and over the current window.
-#[derive(Default)]
-struct Board {
-    total: HashMap<GroupKey, Group>,
-    window: HashMap<GroupKey, Group>,
+/// Tallies by group: sockets are counted under the group they belong to when the rows are
+/// made, so a socket attributed to its process late still counts for that process.
+type Groups = HashMap<GroupKey, (Option<String>, Tally)>;
+
+fn add_to(groups: &mut Groups, key: &GroupKey, cmd: &Option<String>, t: &Tally) {
+    let g = match groups.get_mut(key) {
+        Some(g) => g,
+        None => groups.entry(key.clone()).or_default(),
+    };
+    if g.0.is_none() {
+        g.0.clone_from(cmd);
+    }
+    g.1.merge(t);
 }
 
-impl Board {
-    fn note(&mut self, key: &GroupKey, cmd: &Option<String>, stall: Option<&detect::Stall>) {
-        for map in [&mut self.total, &mut self.window] {
-            let g = match map.get_mut(key) {
-                Some(g) => g,
-                None => map.entry(key.clone()).or_default(),
-            };
-            if g.cmd.is_none() {
-                g.cmd.clone_from(cmd);
-            }
-            if let Some(s) = stall {
-                g.stalls += 1;
-                g.lost_us += s.lost_us;
-                g.worst_us = g.worst_us.max(s.lost_us);
-                if let Some(t) = s.timer {
-                    g.timers[t as usize] += 1;
-                }
-            }
-        }
-    }
-
-    fn connection(&mut self, key: &GroupKey, cookie: u64) {
-        for map in [&mut self.total, &mut self.window] {
-            if let Some(g) = map.get_mut(key) {
-                g.conns.insert(cookie);
-            }
-        }
-    }
-
-    fn take_window(&mut self) -> Vec<Row> {
-        rows(std::mem::take(&mut self.window))
-    }
-
-    fn totals(&self) -> Vec<Row> {
-        rows(
-            self.total
-                .iter()
-                .map(|(k, g)| (k.clone(), clone_group(g)))
-                .collect(),
-        )
-    }
-}
-
-fn clone_group(g: &Group) -> Group {
-    Group {
-        cmd: g.cmd.clone(),
-        conns: g.conns.clone(),
-        stalls: g.stalls,
-        lost_us: g.lost_us,
-        worst_us: g.worst_us,
-        timers: g.timers,
-    }
-}
-
-fn rows(map: HashMap<GroupKey, Group>) -> Vec<Row> {
-    let mut v: Vec<Row> = map.iter().map(|(k, g)| g.row(k)).collect();
+fn rows(groups: Groups) -> Vec<Row> {
+    let mut v: Vec<Row> = groups
+        .into_iter()
+        .map(|(k, (cmd, t))| t.row(&k, cmd))
+        .collect();
     v.sort_by(|a, b| {
         b.lost_ms
             .total_cmp(&a.lost_ms)
@@ -203,8 +178,11 @@ struct Tracked {
     key: GroupKey,
     cmd: Option<String>,
     last_us: u64,
-    /// Counted among its group's connections in the current window.
-    counted: bool,
+    /// This window's stalls (`conns` 1 once seen in it) and the whole watch's.
+    window: Tally,
+    total: Tally,
+    /// /proc scans made while it was unattributed.
+    rescans: u8,
 }
 
 /// The watcher: call [`sample`](Self::sample) every interval.
@@ -218,7 +196,9 @@ pub struct Watcher {
     rows: Vec<SocketRow>,
     last_rescan: Option<Instant>,
     last_gc_us: u64,
-    board: Board,
+    /// Tallies of sockets gone, by their group: this window's and the whole watch's.
+    gone_window: Groups,
+    gone_total: Groups,
 }
 
 impl Watcher {
@@ -235,21 +215,30 @@ impl Watcher {
             rows: Vec::new(),
             last_rescan: None,
             last_gc_us: 0,
-            board: Board::default(),
+            gone_window: Groups::new(),
+            gone_total: Groups::new(),
         })
     }
 
     /// The rows of the window since the last call (stalling groups first); starts a new one.
     pub fn take_window(&mut self) -> Vec<Row> {
+        let mut g = std::mem::take(&mut self.gone_window);
         for t in self.sockets.values_mut() {
-            t.counted = false;
+            if t.window.conns > 0 {
+                add_to(&mut g, &t.key, &t.cmd, &t.window);
+            }
+            t.window = Tally::default();
         }
-        self.board.take_window()
+        rows(g)
     }
 
     /// The rows of the whole watch, stalling groups first.
     pub fn totals(&self) -> Vec<Row> {
-        self.board.totals()
+        let mut g = self.gone_total.clone();
+        for t in self.sockets.values() {
+            add_to(&mut g, &t.key, &t.cmd, &t.total);
+        }
+        rows(g)
     }
 
     /// Processes whose sockets could not be attributed (not root).
@@ -269,13 +258,27 @@ impl Watcher {
             .filter(|r| r.state == state::LISTEN)
             .map(|r| r.local.port())
             .collect();
-        // New sockets are attributed by a fresh /proc scan, at most five times a second.
-        let unknown = self
-            .rows
-            .iter()
-            .any(|r| r.state != state::LISTEN && r.inode != 0 && !self.procs.knows(r.inode));
+        let mut stats = SampleStats {
+            sockets: self.rows.len(),
+            ..SampleStats::default()
+        };
+        let port_ok = |r: &SocketRow| {
+            r.state != state::LISTEN
+                && self
+                    .filter
+                    .port
+                    .is_none_or(|p| p == r.local.port() || p == r.remote.port())
+        };
+        // Sockets not yet attributed get a fresh /proc scan (at most five a second, and a few
+        // per socket: some can never be attributed, such as other users' without root).
+        let wanting = self.rows.iter().any(|r| {
+            port_ok(r)
+                && r.inode != 0
+                && !self.procs.knows(r.inode)
+                && self.sockets.get(&r.cookie).is_none_or(|t| t.rescans < 3)
+        });
         let mut rescanned = false;
-        if unknown
+        if wanting
             && self
                 .last_rescan
                 .is_none_or(|t| t.elapsed().as_millis() >= 200)
@@ -284,28 +287,18 @@ impl Watcher {
             self.last_rescan = Some(Instant::now());
             rescanned = true;
         }
-        let mut stats = SampleStats {
-            sockets: self.rows.len(),
-            ..SampleStats::default()
-        };
         for r in &self.rows {
-            if r.state == state::LISTEN {
-                continue;
-            }
-            if self
-                .filter
-                .port
-                .is_some_and(|p| p != r.local.port() && p != r.remote.port())
-            {
+            if !port_ok(r) {
                 continue;
             }
             let Some(info) = &r.info else { continue };
-            let known = self
-                .sockets
-                .get(&r.cookie)
-                .is_some_and(|t| t.key.pid.is_some() || !rescanned);
-            if !known {
-                // New (or not yet attributed, and /proc was just scanned again).
+            // New, or not attributed yet while /proc now names its owner (sockets waiting in
+            // an accept queue have no inode yet; a scan may also miss a socket made during it).
+            let resolve = match self.sockets.get(&r.cookie) {
+                None => true,
+                Some(t) => t.key.pid.is_none() && r.inode != 0 && self.procs.knows(r.inode),
+            };
+            if resolve {
                 let owner = self.procs.owner(r.inode);
                 let serves = listening.contains(&r.local.port());
                 let key = GroupKey {
@@ -318,17 +311,25 @@ impl Watcher {
                     },
                     serves,
                 };
-                let cmd = owner.map(|o| o.cmd);
                 let t = self.sockets.entry(r.cookie).or_insert_with(|| Tracked {
                     tracker: HoldTracker::default(),
                     key: key.clone(),
                     cmd: None,
                     last_us: at_us,
-                    counted: false,
+                    window: Tally::default(),
+                    total: Tally {
+                        conns: 1,
+                        ..Tally::default()
+                    },
+                    rescans: 0,
                 });
                 t.key = key;
-                t.cmd = cmd;
-                t.counted = false;
+                t.cmd = owner.map(|o| o.cmd);
+            }
+            if rescanned && r.inode != 0 && !self.procs.knows(r.inode) {
+                if let Some(t) = self.sockets.get_mut(&r.cookie) {
+                    t.rescans = t.rescans.saturating_add(1);
+                }
             }
             let Some(t) = self.sockets.get_mut(&r.cookie) else {
                 continue;
@@ -338,19 +339,27 @@ impl Watcher {
             }
             stats.watched += 1;
             t.last_us = at_us;
-            let stall = t.tracker.observe(at_us, info);
-            if stall.is_some() || !t.counted {
-                stats.stalls += usize::from(stall.is_some());
-                self.board.note(&t.key, &t.cmd, stall.as_ref());
-                self.board.connection(&t.key, r.cookie);
-                t.counted = true;
+            t.window.conns = 1;
+            if let Some(stall) = t.tracker.observe(at_us, info) {
+                stats.stalls += 1;
+                t.window.add(&stall);
+                t.total.add(&stall);
             }
         }
-        // Once a second: forget sockets gone for a second.
+        // Once a second: sockets gone for a second leave their tallies to their group.
         if self.last_gc_us + 1_000_000 <= at_us {
             self.last_gc_us = at_us;
-            self.sockets
-                .retain(|_, t| at_us.saturating_sub(t.last_us) <= 1_000_000);
+            let (gw, gt) = (&mut self.gone_window, &mut self.gone_total);
+            self.sockets.retain(|_, t| {
+                let live = at_us.saturating_sub(t.last_us) <= 1_000_000;
+                if !live {
+                    if t.window.conns > 0 {
+                        add_to(gw, &t.key, &t.cmd, &t.window);
+                    }
+                    add_to(gt, &t.key, &t.cmd, &t.total);
+                }
+                live
+            });
         }
         Ok(stats)
     }
