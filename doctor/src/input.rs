@@ -88,6 +88,11 @@ mod tests {
                 .read_to_end(&mut out)
                 .unwrap();
             assert_eq!(out, plain);
+            // Through a pipe that hands out one byte at a time at first.
+            let mut out = Vec::new();
+            let slow = OneByteFirst(input, 3);
+            decompressed(slow).unwrap().0.read_to_end(&mut out).unwrap();
+            assert_eq!(out, plain);
         }
     }
 }
