@@ -194,8 +194,9 @@ pub struct FlowReport {
 const KEPT: usize = 32;
 /// Candidates held before they are judged with the round trips known so far.
 const PENDING_MAX: usize = 4096;
-/// Unacknowledged segments tracked per direction (more only in huge windows).
-const UNACKED_MAX: usize = 65_536;
+/// Unacknowledged segments tracked per direction (12 MB of full segments in flight; beyond
+/// that, or in a capture of one direction only, the oldest are dropped: memory stays bounded).
+const UNACKED_MAX: usize = 8_192;
 /// Timeline points kept per flow.
 pub const TIMELINE_MAX: usize = 200_000;
 /// A closed flow is judged once no packet of it came for this long (capture time).
