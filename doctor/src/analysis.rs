@@ -12,7 +12,7 @@
 //! nothing), SACK, zero windows and keep-alives are tracked so that their waits are named for
 //! what they are, never blamed on Nagle.
 
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 
 use crate::packet::{flags, Segment};
@@ -397,8 +397,6 @@ struct Flow {
     pending_delayed: Vec<DelayedCandidate>,
     stalls: Vec<Stall>,
     stall_count: u64,
-    stalled_us: u64,
-    worst_stall_us: u64,
     /// Per sending side: time lost and worst stall, µs.
     side_lost_us: [(u64, u64); 2],
     timers: [u64; 2],
@@ -455,8 +453,6 @@ impl Flow {
             pending_delayed: Vec::new(),
             stalls: Vec::new(),
             stall_count: 0,
-            stalled_us: 0,
-            worst_stall_us: 0,
             side_lost_us: [(0, 0); 2],
             timers: [0; 2],
             patterns: [HashMap::new(), HashMap::new()],
@@ -754,8 +750,6 @@ impl Flow {
             };
             let stalled = evidence.ack_delay_us;
             self.stall_count += 1;
-            self.stalled_us += stalled;
-            self.worst_stall_us = self.worst_stall_us.max(stalled);
             let side = &mut self.side_lost_us[d];
             *side = (side.0 + stalled, side.1.max(stalled));
             self.sides[d].stalls += 1;
@@ -800,7 +794,8 @@ impl Flow {
             };
         }
         let duration_s = self.last_us.saturating_sub(self.first_us) as f64 / 1e6;
-        let stalled_s = self.stalled_us as f64 / 1e6;
+        let [(lost0, worst0), (lost1, worst1)] = self.side_lost_us;
+        let stalled_s = (lost0 + lost1) as f64 / 1e6;
         // base[0]: the server's side of the round trip; base[1]: the client's.
         let (rtt_ms, capture_point) = match (self.dirs[0].base_us, self.dirs[1].base_us) {
             (Some(server_side), Some(client_side)) => {
@@ -818,13 +813,7 @@ impl Flow {
             }
             _ => (None, CapturePoint::Unknown),
         };
-        let ack_timer = if self.stall_count == 0 {
-            None
-        } else if self.timers[AckTimer::Classic200ms as usize] > self.timers[0] {
-            Some(AckTimer::Classic200ms)
-        } else {
-            Some(AckTimer::Linux40ms)
-        };
+        let ack_timer = AckTimer::most_seen(self.timers);
         let verdict = self.verdict(&sides, ack_timer);
         FlowReport {
             index: self.index,
@@ -844,7 +833,7 @@ impl Flow {
                 0.0
             },
             stalled_s,
-            worst_stall_ms: self.worst_stall_us as f64 / 1000.0,
+            worst_stall_ms: worst0.max(worst1) as f64 / 1000.0,
             ack_timer,
             delayed_ack_count: self.delayed_count,
             delayed_acks: self.delayed,
@@ -984,29 +973,6 @@ impl std::hash::Hasher for KeyHasher {
     }
 }
 
-/// Ranks flows for the report: more stalled time first, then capture order.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Rank(std::cmp::Reverse<u64>, usize);
-
-struct Ranked(Rank, FlowReport);
-
-impl PartialEq for Ranked {
-    fn eq(&self, o: &Self) -> bool {
-        self.0 == o.0
-    }
-}
-impl Eq for Ranked {}
-impl PartialOrd for Ranked {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Ranked {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.cmp(&o.0)
-    }
-}
-
 /// The streaming analysis of one capture.
 pub struct Analyzer {
     opts: Options,
@@ -1017,8 +983,8 @@ pub struct Analyzer {
     now_us: u64,
     outcome: Outcome,
     services: HashMap<u16, Service>,
-    /// The best flows so far; the heap's top is the one to drop first.
-    kept: BinaryHeap<Ranked>,
+    /// The flows kept so far (cut to the best [`Options::top`] when twice that many).
+    kept: Vec<FlowReport>,
 }
 
 impl Analyzer {
@@ -1032,13 +998,8 @@ impl Analyzer {
             now_us: 0,
             outcome: Outcome::default(),
             services: HashMap::new(),
-            kept: BinaryHeap::new(),
+            kept: Vec::new(),
         }
-    }
-
-    /// Live flows now (for progress and the memory bound).
-    pub fn live_flows(&self) -> usize {
-        self.live.len()
     }
 
     /// One segment: `us` since the capture's first frame.
@@ -1127,13 +1088,14 @@ impl Analyzer {
         if self.opts.flow.is_some_and(|n| n != f.index) {
             return;
         }
+        let port = f.key.1 .1;
         let r = f.report();
         let o = &mut self.outcome;
         o.flows_total += 1;
         o.stalls_total += r.stall_count;
         o.stalled_s_total += r.stalled_s;
-        let svc = self.services.entry(r.sides[1].addr_port()).or_default();
-        svc.port = r.sides[1].addr_port();
+        let svc = self.services.entry(port).or_default();
+        svc.port = port;
         svc.flows += 1;
         if r.stall_count > 0 {
             o.flows_with_stalls += 1;
@@ -1147,10 +1109,21 @@ impl Analyzer {
             svc.retransmission_timeouts += s.retransmission_timeouts;
             svc.zero_window_waits += s.zero_window_waits;
         }
-        let rank = Rank(std::cmp::Reverse(r.stalled_s.to_bits()), r.index);
-        self.kept.push(Ranked(rank, r));
-        if self.opts.top > 0 && self.kept.len() > self.opts.top {
-            self.kept.pop();
+        self.kept.push(r);
+        if self.opts.top > 0 && self.kept.len() >= 2 * self.opts.top {
+            self.keep_top();
+        }
+    }
+
+    /// Sorts the kept flows, most stalled time first (then capture order), and keeps the top.
+    fn keep_top(&mut self) {
+        self.kept.sort_by(|a, b| {
+            b.stalled_s
+                .total_cmp(&a.stalled_s)
+                .then(a.index.cmp(&b.index))
+        });
+        if self.opts.top > 0 {
+            self.kept.truncate(self.opts.top);
         }
     }
 
@@ -1161,9 +1134,8 @@ impl Analyzer {
         for f in rest {
             self.finish_flow(f);
         }
-        let mut flows: Vec<Ranked> = self.kept.into_vec();
-        flows.sort();
-        self.outcome.flows = flows.into_iter().map(|r| r.1).collect();
+        self.keep_top();
+        self.outcome.flows = std::mem::take(&mut self.kept);
         let mut services: Vec<Service> = self.services.into_values().collect();
         services.sort_by(|a, b| {
             b.stalled_s
@@ -1173,16 +1145,6 @@ impl Analyzer {
         });
         self.outcome.services = services;
         self.outcome
-    }
-}
-
-impl Side {
-    fn addr_port(&self) -> u16 {
-        self.addr
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .unwrap_or(0)
     }
 }
 

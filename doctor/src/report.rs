@@ -127,23 +127,12 @@ fn flow_text(out: &mut String, f: &FlowReport) {
     }
 }
 
-/// The JSON document.
+/// The JSON document: the [`Diagnosis`] with the schema version and the tool's name.
 pub fn json(d: &Diagnosis) -> serde_json::Value {
-    serde_json::json!({
-        "schema": JSON_SCHEMA_VERSION,
-        "tool": format!("nagless-doctor {}", env!("CARGO_PKG_VERSION")),
-        "frames": d.frames,
-        "tcp_segments": d.tcp_segments,
-        "bytes": d.bytes,
-        "unsupported_linktypes": d.unsupported_linktypes,
-        "damage": d.damage,
-        "flows_total": d.flows_total,
-        "flows_with_stalls": d.flows_with_stalls,
-        "stalls_total": d.stalls_total,
-        "stalled_s_total": d.stalled_s_total,
-        "services": d.services,
-        "flows": d.flows,
-    })
+    let mut doc = serde_json::to_value(d).unwrap_or_default();
+    doc["schema"] = JSON_SCHEMA_VERSION.into();
+    doc["tool"] = format!("nagless-doctor {}", env!("CARGO_PKG_VERSION")).into();
+    doc
 }
 
 /// An SVG timeline of `f`: client segments above the axis, server segments below, data as

@@ -54,6 +54,18 @@ impl AckTimer {
         }
     }
 
+    /// The class seen most often, from counts indexed by `AckTimer as usize` (`None` when
+    /// nothing was counted); a tie goes to Linux.
+    pub fn most_seen(counts: [u64; 2]) -> Option<AckTimer> {
+        if counts == [0, 0] {
+            None
+        } else if counts[AckTimer::Classic200ms as usize] > counts[AckTimer::Linux40ms as usize] {
+            Some(AckTimer::Classic200ms)
+        } else {
+            Some(AckTimer::Linux40ms)
+        }
+    }
+
     /// For people: which stacks use such a timer.
     pub fn describe(self) -> &'static str {
         match self {
@@ -218,5 +230,8 @@ mod tests {
             Some(AckTimer::Classic200ms)
         );
         assert!(is_small(1447, 12, 1460) && !is_small(1448, 12, 1460));
+        assert_eq!(AckTimer::most_seen([0, 0]), None);
+        assert_eq!(AckTimer::most_seen([2, 2]), Some(AckTimer::Linux40ms));
+        assert_eq!(AckTimer::most_seen([1, 3]), Some(AckTimer::Classic200ms));
     }
 }

@@ -98,18 +98,13 @@ impl Tally {
         self.stalls += o.stalls;
         self.lost_us += o.lost_us;
         self.worst_us = self.worst_us.max(o.worst_us);
-        self.timers[0] += o.timers[0];
-        self.timers[1] += o.timers[1];
+        for (t, o) in self.timers.iter_mut().zip(o.timers) {
+            *t += o;
+        }
     }
 
     fn row(&self, k: &GroupKey, cmd: Option<String>) -> Row {
-        let ack_timer = if self.stalls == 0 {
-            None
-        } else if self.timers[1] > self.timers[0] {
-            Some(AckTimer::Classic200ms)
-        } else {
-            Some(AckTimer::Linux40ms)
-        };
+        let ack_timer = AckTimer::most_seen(self.timers);
         Row {
             pid: k.pid,
             uid: k.uid,
