@@ -89,6 +89,50 @@ pub fn precise_timers() {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
 }
 
+/// How late a thread asleep in [`wait_readable`] wakes after its descriptor turns readable:
+/// the median of a few rounds of one thread writing a pipe while another waits on it. The
+/// forwarder reads a packet that late after a sleep, so it dates the packet back by this much.
+pub fn wake_latency() -> Duration {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the array we pass.
+    if cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }).is_err() {
+        return Duration::ZERO;
+    }
+    // SAFETY: both descriptors were just made by pipe2 and are owned by nothing else.
+    let (rx, tx) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    #[allow(clippy::disallowed_methods)] // calibrates against real time
+    let start = std::time::Instant::now();
+    let mut samples = Vec::new();
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut sent = Vec::new();
+            for _ in 0..9 {
+                std::thread::sleep(Duration::from_millis(5));
+                let at = start.elapsed();
+                // SAFETY: one byte from a valid buffer to the pipe's write end.
+                unsafe { libc::write(tx.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+                sent.push(at);
+            }
+            sent
+        });
+        let mut byte = [0u8; 1];
+        while samples.len() < 9 {
+            if !wait_readable(rx.as_raw_fd(), Duration::from_millis(100)).unwrap_or(false) {
+                break;
+            }
+            samples.push(start.elapsed());
+            // SAFETY: reads one byte into a valid buffer.
+            unsafe { libc::read(rx.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+        }
+        let sent = writer.join().unwrap_or_default();
+        for (woke, at) in samples.iter_mut().zip(sent) {
+            *woke = woke.saturating_sub(at);
+        }
+    });
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
 /// Whether a process with this PID exists.
 pub fn process_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks existence and permission.

@@ -75,10 +75,7 @@ fn handshake_ms(rtt_ms: f64) -> Option<f64> {
 fn handshake_rtt_is_within_5_percent_and_a_tenth_of_a_ms() {
     let _one = exclusive();
     for rtt_ms in [1.0, 10.0, 50.0, 100.0] {
-        // The forwarder's wake-ups add 0.09-0.17 ms to a round trip on this VM (two hops):
-        // at 1 ms that is beyond 5 % + 0.1 ms in some runs, so 1 ms is held to 0.2 ms.
-        let slack = if rtt_ms < 5.0 { 0.2 } else { 0.1 };
-        let ok = |m: f64| (m - rtt_ms).abs() <= rtt_ms * 0.05 + slack;
+        let ok = |m: f64| (m - rtt_ms).abs() <= rtt_ms * 0.05 + 0.1;
         let Some(mut m) = handshake_ms(rtt_ms) else {
             return;
         };
@@ -136,23 +133,31 @@ fn bulk_rate(p: &EmulatedPath, secs: f64) -> f64 {
 #[test]
 fn bulk_rate_is_within_5_percent_of_the_asked_rate() {
     let _one = exclusive();
-    for mbit in [1u64, 10, 100] {
-        let spec = PathSpec {
-            rtt: Duration::from_millis(2),
-            rate_bps: Some(mbit * 1_000_000),
-            ..PathSpec::default()
+    for mbit in [1u64, 10, 100, 1000] {
+        let ok = |got: f64| (got - mbit as f64).abs() <= mbit as f64 * 0.05;
+        let measure = || {
+            let spec = PathSpec {
+                rtt: Duration::from_millis(2),
+                rate_bps: Some(mbit * 1_000_000),
+                ..PathSpec::default()
+            };
+            let p = path(spec)?;
+            let secs = if mbit == 1 { 4.0 } else { 2.0 };
+            let got = bulk_rate(&p, secs) / 1e6;
+            eprintln!(
+                "asked {mbit} Mbit/s: {got:.2} Mbit/s of IP packets ({:?})",
+                p.stats()
+            );
+            Some(got)
         };
-        let Some(p) = path(spec) else { return };
-        let secs = if mbit == 1 { 4.0 } else { 2.0 };
-        let got = bulk_rate(&p, secs) / 1e6;
-        eprintln!(
-            "asked {mbit} Mbit/s: {got:.2} Mbit/s of IP packets ({:?})",
-            p.stats()
-        );
-        assert!(
-            (got - mbit as f64).abs() <= mbit as f64 * 0.05,
-            "{got} Mbit/s for {mbit}"
-        );
+        let Some(mut got) = measure() else { return };
+        if !ok(got) {
+            // At 1000 Mbit/s the forwarder needs most of a core: one retry for a moment when
+            // something else had it; a systematic error fails twice.
+            eprintln!("asked {mbit} Mbit/s: {got:.2}, retrying once");
+            got = measure().unwrap();
+        }
+        assert!(ok(got), "{got} Mbit/s for {mbit}");
     }
 }
 
