@@ -56,7 +56,8 @@ pub struct LabArgs {
     /// Runs per case and strategy (default 3, or 1 with --quick); medians are reported.
     #[arg(long)]
     repeat: Option<usize>,
-    /// Time limit of one open-ended run, ms (default 1500, or 300 with --quick).
+    /// Time limit of one open-ended run, ms (default 1500, or 300 with --quick; on an emulated
+    /// path 20 round trips, at least 300 ms and at most that).
     #[arg(long)]
     limit_ms: Option<u64>,
     /// Only this path: TCP_MAXSEG on both ends (e.g. 1448); default: loopback, plus 1448 where segments matter.
@@ -248,6 +249,7 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
     }
     if let Some(ms) = args.limit_ms {
         plan.limit = Duration::from_millis(ms.max(1));
+        plan.limit_fixed = true;
     }
     Ok(plan)
 }
@@ -388,6 +390,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
             "command": command,
             "repeats": plan.repeats,
             "limit_ms": plan.limit.as_millis() as u64,
+            "limit_fixed": plan.limit_fixed,
             "pin": plan.pin,
             "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         });

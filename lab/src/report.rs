@@ -266,6 +266,16 @@ pub fn corner_summary(tables: &[Table]) -> String {
         "nagless on the Pareto corner in {on} of {} tables",
         judged.len()
     );
+    let out_of_reach = judged
+        .iter()
+        .filter(|(_, v)| !v.corner_reachable && v.fewest_of_the_fast)
+        .count();
+    if out_of_reach > 0 {
+        let _ = write!(
+            s,
+            "; in {out_of_reach} more no strategy is on it and nagless is as fast as the best with the fewest segments of those that are"
+        );
+    }
     for (t, v) in judged.iter().filter(|(_, v)| !v.on_corner) {
         let _ = write!(s, "\n  not on corner: {} ({})", title(t), v.summary);
     }

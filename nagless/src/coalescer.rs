@@ -29,11 +29,15 @@ pub struct Stats {
     pub bytes_written: u64,
     /// Flushes that sent at least one byte (one flush may take several syscalls).
     pub flushes: u64,
-    /// Syscalls made for sending: every send (short, interrupted, blocked and failed ones
-    /// included) and every check for waiting input before a read.
+    /// Syscalls the stream made beside the application's reads: every send (short,
+    /// interrupted, blocked and failed ones included), every check for waiting input before a
+    /// read and every `TCP_INFO` query for the segment size.
     pub syscalls: u64,
-    /// Checks for waiting input made before reads (`FIONREAD`), included in `syscalls`.
+    /// Checks for waiting input made before reads (a non-blocking read), included in
+    /// `syscalls`.
     pub input_checks: u64,
+    /// `TCP_INFO` queries for the socket's segment size, included in `syscalls`.
+    pub segment_checks: u64,
     /// Send syscalls that returned `WouldBlock`.
     pub would_block: u64,
     /// Bytes the socket accepted.
@@ -323,6 +327,12 @@ impl Coalescer {
     pub fn on_input_check(&mut self) {
         self.stats.syscalls += 1;
         self.stats.input_checks += 1;
+    }
+
+    /// The I/O layer asked the kernel for the segment size (`TCP_INFO`, a syscall).
+    pub fn on_segment_check(&mut self) {
+        self.stats.syscalls += 1;
+        self.stats.segment_checks += 1;
     }
 
     /// A send failed (or was interrupted); the bytes stay queued.

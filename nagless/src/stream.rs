@@ -92,7 +92,8 @@ impl Clock {
                 limit
             }
         };
-        sys::fast_ticks().is_some_and(|t| t < limit)
+        // `anchor_ticks` is only ever set from `fast_ticks`, which vetted the counter.
+        sys::ticks_now().is_some_and(|t| t < limit)
     }
 
     /// A time good enough for a write: the kept reading while `deadline` (if any) certainly
@@ -119,6 +120,7 @@ impl Transport for FdTransport<'_> {
 
 /// Reads the socket's send MSS into the core, when the kernel tells it.
 pub(crate) fn refresh_segment(core: &mut Coalescer, fd: BorrowedFd<'_>) {
+    core.on_segment_check();
     if let Ok(info) = TcpInfo::of(&fd) {
         if info.snd_mss > 0 {
             core.set_segment_size(info.snd_mss as usize);

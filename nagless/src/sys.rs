@@ -241,9 +241,36 @@ pub fn wait_writable(fd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -
 
 /// A cheap cycle counter that never runs slower than one tick per nanosecond, for the stream's
 /// "has a deadline possibly passed?" test: x86-64's invariant TSC (~7 ns to read, against
-/// ~20 ns for the system clock); `None` where no such counter is known.
-#[inline]
+/// ~20 ns for the system clock), when CPUID says the TSC is invariant (it runs at a constant
+/// rate in every power state); `None` where no such counter is known. The CPUID answer is
+/// asked once per process; the caller keeps reading the counter with [`ticks_now`].
 pub fn fast_ticks() -> Option<u64> {
+    static INVARIANT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *INVARIANT.get_or_init(invariant_tsc) {
+        ticks_now()
+    } else {
+        None
+    }
+}
+
+/// Whether CPUID reports an invariant TSC (leaf 0x8000_0007, EDX bit 8).
+fn invariant_tsc() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::__cpuid;
+        // Leaf 0x8000_0000 gives the highest extended leaf; 0x8000_0007 is asked only when it
+        // is within that range.
+        __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The counter of [`fast_ticks`] read again, for a caller that already got `Some` from it.
+#[inline]
+pub fn ticks_now() -> Option<u64> {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: RDTSC has no preconditions on x86-64; it only reads the time-stamp counter.

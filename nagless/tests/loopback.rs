@@ -398,3 +398,31 @@ fn a_write_after_the_linger_deadline_sends_what_waited() {
         s.flush().unwrap();
     }
 }
+
+/// `Stats.syscalls` counts every syscall the stream makes besides the application's reads:
+/// sends, input checks before reads, and the `TCP_INFO` queries for the segment size.
+#[test]
+fn segment_size_queries_are_counted_as_syscalls() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; 45 * 2000];
+        s.read_exact(&mut buf).unwrap();
+        s.write_all(b"k").unwrap();
+    });
+    let mut s = NaglessStream::new(TcpStream::connect(addr).unwrap()).unwrap();
+    for _ in 0..2000 {
+        s.write_all(&[0x55u8; 45]).unwrap();
+    }
+    let mut k = [0u8; 1];
+    s.read_exact(&mut k).unwrap();
+    server.join().unwrap();
+    let st = s.stats();
+    // One query when the stream was made, more whenever the queue reached a segment's worth.
+    assert!(st.segment_checks >= 2, "{st:?}");
+    assert!(
+        st.syscalls >= st.flushes + st.input_checks + st.segment_checks,
+        "{st:?}"
+    );
+}
