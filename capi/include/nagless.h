@@ -82,7 +82,7 @@ typedef struct nagless_stats {
    */
   uint64_t flushes;
   /*
-   Send and input-check syscalls made.
+   Syscalls made: sends, input checks and TCP_INFO queries.
    */
   uint64_t syscalls;
   /*

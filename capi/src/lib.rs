@@ -60,7 +60,7 @@ pub struct NaglessStats {
     pub bytes_written: u64,
     /// Flushes that sent at least one byte.
     pub flushes: u64,
-    /// Send and input-check syscalls made.
+    /// Syscalls made: sends, input checks and TCP_INFO queries.
     pub syscalls: u64,
     /// Sends that met a full socket (`EAGAIN`).
     pub would_block: u64,
