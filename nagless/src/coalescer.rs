@@ -90,6 +90,8 @@ pub struct Coalescer {
     must_reason: FlushReason,
     /// Arrival of the oldest pending byte not covered by `must_send` (the linger clock).
     oldest_unflushed: Option<Instant>,
+    /// `oldest_unflushed` + linger, kept so that the per-write check adds nothing.
+    deadline: Option<Instant>,
     /// Set when the transmit in progress is the first of a flush (for counting flushes).
     flush_open: bool,
     stats: Stats,
@@ -105,6 +107,7 @@ impl Coalescer {
             must_send: 0,
             must_reason: FlushReason::Explicit,
             oldest_unflushed: None,
+            deadline: None,
             flush_open: false,
             stats: Stats::default(),
         }
@@ -118,6 +121,7 @@ impl Coalescer {
     /// Replaces the policy; pending bytes stay queued and are judged by the new one.
     pub fn set_policy(&mut self, policy: FlushPolicy) {
         self.policy = policy;
+        self.set_oldest_unflushed(self.oldest_unflushed);
     }
 
     /// Sets the segment size the threshold rounds to (the socket's send MSS).
@@ -176,6 +180,7 @@ impl Coalescer {
     /// false without queuing anything when the write needs the full path: it would open a
     /// linger window (its arrival time matters), reach the threshold or the high-water mark,
     /// or bytes are already due.
+    #[inline]
     pub fn write_if_nothing_due(&mut self, data: &[u8]) -> bool {
         let after = self.queue.len() + data.len();
         let threshold = self
@@ -203,7 +208,7 @@ impl Coalescer {
         self.stats.writes += 1;
         self.stats.bytes_written += len as u64;
         if len > 0 && self.oldest_unflushed.is_none() && self.queue.len() > self.must_send {
-            self.oldest_unflushed = Some(now);
+            self.set_oldest_unflushed(Some(now));
         }
         let immediate = self.policy.linger.is_some_and(|d| d.is_zero());
         match urgency {
@@ -240,17 +245,24 @@ impl Coalescer {
             self.must_send = self.queue.len();
             self.must_reason = reason;
         }
-        self.oldest_unflushed = None;
+        self.set_oldest_unflushed(None);
     }
 
     /// When the linger deadline of the oldest unflushed byte passes, if one is pending.
     ///
     /// A zero linger is no deadline: it means "normal writes leave at once", and
     /// [`Urgency::MoreFollows`] bytes then wait for the next write or flush point.
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let linger = self.policy.linger.filter(|d| !d.is_zero())?;
-        self.oldest_unflushed
-            .map(|t| t.checked_add(linger).unwrap_or(t))
+        self.deadline
+    }
+
+    fn set_oldest_unflushed(&mut self, at: Option<Instant>) {
+        self.oldest_unflushed = at;
+        let linger = self.policy.linger.filter(|d| !d.is_zero());
+        self.deadline = at
+            .zip(linger)
+            .map(|(t, linger)| t.checked_add(linger).unwrap_or(t));
     }
 
     /// What must be sent now, if anything. Call again after each `on_sent`.
@@ -312,7 +324,7 @@ impl Coalescer {
         self.queue.consume(n);
         self.must_send = self.must_send.saturating_sub(n);
         if self.queue.is_empty() {
-            self.oldest_unflushed = None;
+            self.set_oldest_unflushed(None);
         }
     }
 

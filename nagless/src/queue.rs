@@ -64,7 +64,21 @@ impl SendQueue {
     }
 
     /// Appends a copy of `data`.
+    #[inline]
     pub fn push_copy(&mut self, data: &[u8]) {
+        // Fast path: room in the tail buffer, no allocation.
+        if let Some(back) = self.chunks.back_mut() {
+            if back.appendable && back.data.capacity() - back.data.len() >= data.len() {
+                back.data.extend_from_slice(data);
+                self.len += data.len();
+                return;
+            }
+        }
+        self.push_copy_slow(data);
+    }
+
+    #[cold]
+    fn push_copy_slow(&mut self, data: &[u8]) {
         if data.is_empty() {
             return;
         }

@@ -360,20 +360,27 @@ impl<S: AsFd> NaglessStream<S> {
     /// [`Urgency`]; returns how many bytes were accepted.
     #[inline]
     pub fn write_with(&mut self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
-        // Fast path: a small write into an open linger window whose deadline has certainly
-        // not passed makes nothing due: queue it, no clock, no transmit check.
-        if urgency == Urgency::Normal && self.deferred_error.is_none() {
-            let in_time = match self.core.poll_timeout() {
-                Some(deadline) => self.clock.certainly_before(deadline),
-                None => true,
-            };
-            if in_time && self.core.write_if_nothing_due(buf) {
-                return Ok(buf.len());
-            }
+        if urgency == Urgency::Normal && self.write_fast(buf) {
+            return Ok(buf.len());
         }
         self.accept(buf.len(), |core, n, now| {
             core.write(&buf[..n], urgency, now)
         })
+    }
+
+    /// The fast path of a normal write: a write into an open linger window whose deadline
+    /// has certainly not passed, that makes nothing due, is queued with no clock reading and
+    /// no transmit check. False (nothing queued) when the write needs the full path.
+    #[inline]
+    fn write_fast(&mut self, buf: &[u8]) -> bool {
+        if self.deferred_error.is_some() {
+            return false;
+        }
+        let in_time = match self.core.poll_timeout() {
+            Some(deadline) => self.clock.certainly_before(deadline),
+            None => true,
+        };
+        in_time && self.core.write_if_nothing_due(buf)
     }
 
     /// Queues an owned buffer whole (its memory is already spent, so the high-water mark does
@@ -509,8 +516,18 @@ pub(crate) fn set_nodelay_if_tcp(fd: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 impl<S: AsFd> Write for NaglessStream<S> {
+    #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_with(buf, Urgency::Normal)
+    }
+
+    /// As `Write::write_all`, with the fast path of a small write inlined at the caller.
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        if self.write_fast(buf) {
+            return Ok(());
+        }
+        write_all_slow(self, buf)
     }
 
     /// Queues the slices as one message (all but the last marked
@@ -527,6 +544,20 @@ impl<S: AsFd> Write for NaglessStream<S> {
         self.core.flush();
         self.send_due()
     }
+}
+
+/// `Write::write_all`'s loop, kept out of line.
+#[inline(never)]
+fn write_all_slow(w: &mut impl Write, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match w.write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Queues the first `limit` bytes of `bufs` as one message: every slice but the last one
