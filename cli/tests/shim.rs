@@ -551,6 +551,16 @@ fn a_program_that_corks_its_own_socket_is_left_alone() {
     );
 }
 
+#[test]
+fn connections_of_a_listener_the_program_corked_are_left_alone() {
+    let _one = exclusive();
+    let r = shim_case(&["corklistener"]);
+    assert_eq!(
+        r["segs"], 1,
+        "the shim uncorked a connection that inherited the program's cork from its listener"
+    );
+}
+
 /// Runs wrk against `url` for 2 s with `conns` connections; returns (requests/s, max latency
 /// in ms, non-2xx/3xx responses and socket errors).
 fn wrk_run(url: &str, conns: u32) -> (f64, f64, u64) {

@@ -49,7 +49,9 @@ pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut sockle
         return enosys();
     };
     // SAFETY: forwarding the caller's arguments unchanged.
-    adopt_result(unsafe { real(fd, addr, len) })
+    let new = unsafe { real(fd, addr, len) };
+    sys::adopt_accepted(fd, new);
+    new
 }
 
 /// `accept4(2)`.
@@ -67,7 +69,9 @@ pub unsafe extern "C" fn accept4(
         return enosys();
     };
     // SAFETY: forwarding the caller's arguments unchanged.
-    adopt_result(unsafe { real(fd, addr, len, flags) })
+    let new = unsafe { real(fd, addr, len, flags) };
+    sys::adopt_accepted(fd, new);
+    new
 }
 
 /// `connect(2)`: adopts sockets the shim did not see created (inherited, raw syscalls).

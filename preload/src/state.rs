@@ -329,6 +329,19 @@ impl Shim {
         k.set_nodelay(fd);
     }
 
+    /// `fd` was accepted on `listener`: adopted as any new socket, and left to the program
+    /// if the listener was (an accepted socket inherits the listener's `TCP_NODELAY` and
+    /// `TCP_CORK`, so a server that set them there, as memcached does, chose for it too).
+    pub fn adopt_accepted(&self, k: &impl Kernel, listener: i32, fd: i32) {
+        self.adopt(k, fd);
+        let chose = self
+            .slot(listener)
+            .is_some_and(|l| l.flags.load(Acquire) & SELF_MANAGED != 0);
+        if chose {
+            self.program_holds(k, fd);
+        }
+    }
+
     /// The program set `TCP_CORK`, chose `TCP_NODELAY` or sent with `MSG_MORE` on `fd`:
     /// it holds bytes itself, so the shim ends its own burst there and holds it no more.
     pub fn program_holds(&self, k: &impl Kernel, fd: i32) {
@@ -688,6 +701,27 @@ mod tests {
         s.duplicate(&k, 3, 20);
         s.before_write(&k, 20, &mut t);
         assert!(!s.is_corked(20));
+    }
+
+    #[test]
+    fn sockets_accepted_on_a_listener_the_program_chose_for_are_left_alone() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        s.adopt(&k, 5); // the listener
+        s.adopt(&k, 6); // another listener, left as it was made
+        s.program_holds(&k, 5); // setsockopt(TCP_NODELAY) on it
+        s.adopt_accepted(&k, 5, 30);
+        s.before_write(&k, 30, &mut t);
+        assert!(
+            !s.is_corked(30),
+            "the listener's choice holds for its connections"
+        );
+        s.adopt_accepted(&k, 6, 31);
+        s.before_write(&k, 31, &mut t);
+        assert!(
+            s.is_corked(31),
+            "a connection of a plain listener is managed"
+        );
     }
 
     #[test]

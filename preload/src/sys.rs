@@ -169,6 +169,16 @@ pub fn adopt(fd: c_int) {
     }
 }
 
+/// `fd` was accepted on `listener`.
+pub fn adopt_accepted(listener: c_int, fd: c_int) {
+    if fd >= 0 {
+        if let Some(s) = shim() {
+            quietly(|| s.adopt_accepted(&Libc, listener, fd));
+            log(format_args!("adopt fd {fd} (accepted on {listener})"));
+        }
+    }
+}
+
 /// The calling thread writes to `fd`.
 pub fn on_write(fd: c_int) {
     let Some(s) = shim() else { return };

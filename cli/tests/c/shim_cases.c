@@ -12,6 +12,8 @@
  *                                "signal=10" unless the signal went to another thread.
  *   shim_cases selfcork          the program corks its own socket, writes "a", polls, writes
  *                                "b", uncorks: prints its data segments (1 if left alone).
+ *   shim_cases corklistener     the same, corked on the listening socket before accept (a
+ *                                connection inherits it): the server side writes.
  *
  * Loopback only; every loop is bounded.
  */
@@ -202,12 +204,31 @@ static int selfcork(void) {
     return 0;
 }
 
+static int corklistener(void) {
+    int port, l = listener(&port);
+    int on = 1, off = 0;
+    setsockopt(l, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+    int c = dial(port);
+    int s = accept(l, NULL, NULL);
+    if (s < 0) return 1;
+    unsigned before = data_segs(s);
+    if (write(s, "a", 1) != 1) return 1;
+    poll(NULL, 0, 5); /* a wait: the shim must not uncork what the program corked */
+    if (write(s, "b", 1) != 1) return 1;
+    setsockopt(s, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+    char buf[2];
+    if (read_full(c, buf, 2)) return 1;
+    printf("segs=%u\n", data_segs(s) - before);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "threads")) return threads();
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
     if (argc >= 3 && !strcmp(argv[1], "daemon")) return forking(atoi(argv[2]), 1);
     if (argc >= 2 && !strcmp(argv[1], "sigwait")) return signals();
     if (argc >= 2 && !strcmp(argv[1], "selfcork")) return selfcork();
-    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork\n");
+    if (argc >= 2 && !strcmp(argv[1], "corklistener")) return corklistener();
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener\n");
     return 2;
 }
