@@ -258,9 +258,13 @@ fn invariant_tsc() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::__cpuid;
-        // Leaf 0x8000_0000 gives the highest extended leaf; 0x8000_0007 is asked only when it
-        // is within that range.
-        __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
+        // SAFETY: CPUID exists on every x86-64 processor and has no preconditions (the
+        // intrinsic is an `unsafe fn` before Rust 1.94, safe after). Leaf 0x8000_0000 gives
+        // the highest extended leaf; 0x8000_0007 is asked only when it is within that range.
+        #[allow(unused_unsafe)]
+        unsafe {
+            __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -37,6 +37,10 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOC: Counting = Counting;
 
 const WANTED: usize = 10_000;
+
+/// The two tests take turns: each needs most of the open-file limit, and the heap counter is
+/// shared.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const LIMIT: isize = 1024;
 
 /// How many idle connections this process can hold (two descriptors each): [`WANTED`] after
@@ -61,6 +65,11 @@ fn connections() -> usize {
         }
     }
     let n = WANTED.min((lim.rlim_cur as usize).saturating_sub(64) / 2);
+    assert!(
+        n >= 100,
+        "open-file limit {} is too low for this test",
+        lim.rlim_cur
+    );
     if n < WANTED {
         eprintln!(
             "open-file limit {}: measuring {n} connections, not {WANTED}",
@@ -84,6 +93,7 @@ fn pairs(n: usize) -> Vec<(TcpStream, TcpStream)> {
 
 #[test]
 fn an_idle_std_stream_holds_at_most_1_kib() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let n = connections();
     let socks = pairs(n);
     let before = LIVE.load(Relaxed);
@@ -114,6 +124,7 @@ fn an_idle_tokio_stream_holds_at_most_1_kib_more_than_a_plain_one() {
         .enable_all()
         .build()
         .unwrap();
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let n = connections();
     rt.block_on(async {
         use tokio::io::AsyncWriteExt;

@@ -312,6 +312,7 @@ impl EmulatedPath {
                     } else {
                         wait - SPIN
                     };
+                    let waiting_since = start.elapsed();
                     if !sys::wait_readable(from.as_raw_fd(), sleep).unwrap_or(false) {
                         if sleep.is_zero() {
                             std::hint::spin_loop();
@@ -319,11 +320,12 @@ impl EmulatedPath {
                         continue;
                     }
                     let now = start.elapsed();
-                    // After a sleep the first packets came about one wake-up ago.
+                    // After a sleep the first packets came about one wake-up ago, but not before
+                    // the wait began (a packet already waiting made the poll return at once).
                     let arrival = if sleep.is_zero() {
                         now
                     } else {
-                        now.saturating_sub(late)
+                        now.saturating_sub(late).max(waiting_since)
                     };
                     let arrival = arrival.max(last_arrival);
                     last_arrival = arrival;

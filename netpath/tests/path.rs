@@ -152,8 +152,8 @@ fn bulk_rate_is_within_5_percent_of_the_asked_rate() {
         };
         let Some(mut got) = measure() else { return };
         if !ok(got) {
-            // At 1000 Mbit/s the forwarder needs most of a core: one retry for a moment when
-            // something else had it; a systematic error fails twice.
+            // One retry for a moment when something else had the CPU (at 1000 Mbit/s the
+            // forwarder needs most of a core); a systematic error fails twice.
             eprintln!("asked {mbit} Mbit/s: {got:.2}, retrying once");
             got = measure().unwrap();
         }

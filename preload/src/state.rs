@@ -308,6 +308,21 @@ impl Shim {
     /// is a TCP stream socket. A slot that still says "corked" belonged to a descriptor closed
     /// behind libc's back (a raw `close` syscall): its count is given back.
     pub fn adopt(&self, k: &impl Kernel, fd: i32) {
+        self.adopt_as(k, fd, false);
+    }
+
+    /// `fd` was accepted on `listener`: adopted as any new socket, but left to the program,
+    /// untouched (no `TCP_NODELAY` of ours), if the listener was: an accepted socket inherits
+    /// the listener's `TCP_NODELAY` and `TCP_CORK`, so a server that set them there, as
+    /// memcached does, chose for its connections too.
+    pub fn adopt_accepted(&self, k: &impl Kernel, listener: i32, fd: i32) {
+        let chose = self
+            .slot(listener)
+            .is_some_and(|l| l.flags.load(Acquire) & SELF_MANAGED != 0);
+        self.adopt_as(k, fd, chose);
+    }
+
+    fn adopt_as(&self, k: &impl Kernel, fd: i32, program_chose: bool) {
         let slot = if k.is_tcp_stream(fd) {
             self.slot_or_make(fd)
         } else {
@@ -322,24 +337,16 @@ impl Shim {
         if !k.is_tcp_stream(fd) {
             return;
         }
-        slot.flags.store(MANAGED, Release);
         self.high.fetch_max(fd as usize + 1, Relaxed);
         self.stats.sockets.fetch_add(1, Relaxed);
+        if program_chose {
+            slot.flags.store(MANAGED | SELF_MANAGED, Release);
+            self.stats.self_managed.fetch_add(1, Relaxed);
+            return;
+        }
+        slot.flags.store(MANAGED, Release);
         // Setting NODELAY makes every release immediate; errors leave the socket as it was.
         k.set_nodelay(fd);
-    }
-
-    /// `fd` was accepted on `listener`: adopted as any new socket, and left to the program
-    /// if the listener was (an accepted socket inherits the listener's `TCP_NODELAY` and
-    /// `TCP_CORK`, so a server that set them there, as memcached does, chose for it too).
-    pub fn adopt_accepted(&self, k: &impl Kernel, listener: i32, fd: i32) {
-        self.adopt(k, fd);
-        let chose = self
-            .slot(listener)
-            .is_some_and(|l| l.flags.load(Acquire) & SELF_MANAGED != 0);
-        if chose {
-            self.program_holds(k, fd);
-        }
     }
 
     /// The program set `TCP_CORK`, chose `TCP_NODELAY` or sent with `MSG_MORE` on `fd`:
@@ -566,6 +573,7 @@ mod tests {
         uncork_calls: Cell<u32>,
         now: Cell<u64>,
         refuse_cork: Cell<bool>,
+        nodelay_calls: Cell<u32>,
     }
 
     impl Kernel for Fake {
@@ -573,6 +581,7 @@ mod tests {
             fd < 100
         }
         fn set_nodelay(&self, _: i32) -> bool {
+            self.nodelay_calls.set(self.nodelay_calls.get() + 1);
             true
         }
         fn set_cork(&self, fd: i32, on: bool) -> bool {

@@ -76,10 +76,11 @@ int main(int argc, char **argv) {
     }
     double took = now() - start;
     unsigned long long seen = 0, p50 = 0, p99 = 0;
+    int have50 = 0;
     for (unsigned us = 0; us <= 100000; us++) {
         seen += lat_hist[us];
-        if (!p50 && seen * 2 >= done) p50 = us;
-        if (!p99 && seen * 100 >= done * 99) { p99 = us; break; }
+        if (!have50 && seen * 2 >= done) { p50 = us; have50 = 1; }
+        if (seen * 100 >= done * 99) { p99 = us; break; }
     }
     printf("requests=%llu seconds=%.3f p50_us=%llu p99_us=%llu\n", done, took, p50, p99);
     return 0;

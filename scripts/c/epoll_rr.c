@@ -3,7 +3,8 @@
  * Listens on 127.0.0.1:PORT; every 32-byte request gets a 16-byte header and an 84-byte body
  * as two separate writes (the pattern Nagle and delayed ACK stall on). Runs until killed.
  * Level-triggered, non-blocking sockets; a connection whose reply does not fit the socket
- * (never with these sizes) is dropped rather than buffered. */
+ * (never with these sizes) is dropped rather than buffered. Stops when accept fails with
+ * anything but EAGAIN/EINTR (e.g. out of descriptors), rather than spin on the listener. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,7 +31,7 @@ int main(int argc, char **argv) {
     int ep = epoll_create1(0);
     struct epoll_event ev = { .events = EPOLLIN, .data.fd = l };
     epoll_ctl(ep, EPOLL_CTL_ADD, l, &ev);
-    static const char header[16] = "HDR 84 bytes...\n";
+    static const char header[] = "HDR 84 bytes...\n"; /* 16 bytes and a NUL */
     static char body[84];
     memset(body, 'b', sizeof body);
     struct epoll_event evs[512];
@@ -42,12 +43,14 @@ int main(int argc, char **argv) {
             int fd = evs[i].data.fd;
             if (fd == l) {
                 int c;
-                while ((c = accept4(l, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
+                while ((c = accept4(l, NULL, NULL, SOCK_NONBLOCK)) >= 0 || errno == EINTR) {
+                    if (c < 0) continue;
                     if (c >= MAXFD) { close(c); continue; }
                     got[c] = 0;
                     struct epoll_event ce = { .events = EPOLLIN, .data.fd = c };
                     epoll_ctl(ep, EPOLL_CTL_ADD, c, &ce);
                 }
+                if (errno != EAGAIN) { perror("accept4"); return 1; }
                 continue;
             }
             char buf[REQ];
@@ -57,7 +60,7 @@ int main(int argc, char **argv) {
             got[fd] += r;
             if (got[fd] < REQ) continue;
             got[fd] = 0;
-            if (write(fd, header, sizeof header) != sizeof header ||
+            if (write(fd, header, sizeof header - 1) != sizeof header - 1 ||
                 write(fd, body, sizeof body) != sizeof body)
                 close(fd);
         }

@@ -205,11 +205,11 @@ static int selfcork(void) {
 }
 
 static int corklistener(void) {
-    int port, l = listener(&port);
+    int port = 0, l = listener(&port);
     int on = 1, off = 0;
-    setsockopt(l, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+    if (l < 0 || setsockopt(l, IPPROTO_TCP, TCP_CORK, &on, sizeof on)) return 1;
     int c = dial(port);
-    int s = accept(l, NULL, NULL);
+    int s = c < 0 ? -1 : accept(l, NULL, NULL);
     if (s < 0) return 1;
     unsigned before = data_segs(s);
     if (write(s, "a", 1) != 1) return 1;
