@@ -561,6 +561,16 @@ fn connections_of_a_listener_the_program_corked_are_left_alone() {
     );
 }
 
+#[test]
+fn a_body_spliced_into_the_socket_is_part_of_the_burst() {
+    let _one = exclusive();
+    let r = shim_case(&["splice"]);
+    assert_eq!(
+        r["segs"], 1,
+        "the spliced body left before the trailer written after it"
+    );
+}
+
 /// Runs wrk against `url` for 2 s with `conns` connections; returns (requests/s, max latency
 /// in ms, non-2xx/3xx responses and socket errors).
 fn wrk_run(url: &str, conns: u32) -> (f64, f64, u64) {

@@ -669,6 +669,28 @@ forward!(
     }
 );
 forward!(
+    /// `splice(2)`: out of a socket it is a read (that socket's burst ends), into one a write
+    /// (part of the burst; `SPLICE_F_MORE` is the program's own `MSG_MORE`).
+    fn splice(
+        fd_in: c_int,
+        off_in: *mut libc::loff_t,
+        fd_out: c_int,
+        off_out: *mut libc::loff_t,
+        len: size_t,
+        flags: c_uint,
+    ) -> ssize_t {
+        {
+            sys::on_read(fd_in);
+            let more = if flags & libc::SPLICE_F_MORE != 0 {
+                libc::MSG_MORE
+            } else {
+                0
+            };
+            before_send(fd_out, more)
+        }
+    }
+);
+forward!(
     /// `sendmmsg(2)`.
     fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
         sys::on_write(fd)

@@ -14,11 +14,16 @@
  *                                "b", uncorks: prints its data segments (1 if left alone).
  *   shim_cases corklistener     the same, corked on the listening socket before accept (a
  *                                connection inherits it): the server side writes.
+ *   shim_cases splice            a 100-byte body spliced from a pipe into the socket, then a
+ *                                5-byte trailer written, then the other end reads both:
+ *                                prints the writer's data segments (1 if the splice and the
+ *                                write were one burst).
  *
  * Loopback only; every loop is bounded.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <linux/tcp.h>
 #include <poll.h>
@@ -222,6 +227,24 @@ static int corklistener(void) {
     return 0;
 }
 
+static int splicing(void) {
+    int port = 0, l = listener(&port);
+    int c = l < 0 ? -1 : dial(port);
+    int s = c < 0 ? -1 : accept(l, NULL, NULL);
+    int p[2];
+    char body[100], buf[105];
+    if (s < 0 || pipe(p)) return 1;
+    memset(body, 'b', sizeof body);
+    if (write(p[1], body, sizeof body) != (ssize_t)sizeof body) return 1;
+    unsigned before = data_segs(s);
+    if (splice(p[0], NULL, s, NULL, sizeof body, 0) != (ssize_t)sizeof body) return 1;
+    if (write(s, "\r\n0\r\n", 5) != 5) return 1;
+    /* The client end's read does not end the server end's burst: the linger bound does. */
+    if (read_full(c, buf, sizeof buf)) return 1;
+    printf("segs=%u\n", data_segs(s) - before);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "threads")) return threads();
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
@@ -229,6 +252,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "sigwait")) return signals();
     if (argc >= 2 && !strcmp(argv[1], "selfcork")) return selfcork();
     if (argc >= 2 && !strcmp(argv[1], "corklistener")) return corklistener();
-    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener\n");
+    if (argc >= 2 && !strcmp(argv[1], "splice")) return splicing();
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice\n");
     return 2;
 }
