@@ -191,39 +191,26 @@ static int signals(void) {
 
 /* ---- a program that corks its own socket ------------------------------------------- */
 
-static int selfcork(void) {
-    int port, l = listener(&port);
-    int c = dial(port);
-    int s = accept(l, NULL, NULL);
-    int on = 1, off = 0;
-    if (s < 0) return 1;
-    unsigned before = data_segs(c);
-    setsockopt(c, IPPROTO_TCP, TCP_CORK, &on, sizeof on);
-    if (write(c, "a", 1) != 1) return 1;
-    poll(NULL, 0, 5); /* a wait: the shim must not uncork what the program corked */
-    if (write(c, "b", 1) != 1) return 1;
-    setsockopt(c, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
-    char buf[2];
-    if (read_full(s, buf, 2)) return 1;
-    printf("segs=%u\n", data_segs(c) - before);
-    return 0;
-}
-
-static int corklistener(void) {
+/* The program corks one end itself (or, with on_listener, the listening socket before the
+ * connection exists, which the accepted end inherits), writes "a", polls, writes "b" and
+ * uncorks; the other end reads both. Prints the writer's data segments: 1 if left alone. */
+static int selfcork(int on_listener) {
     int port = 0, l = listener(&port);
     int on = 1, off = 0;
-    if (l < 0 || setsockopt(l, IPPROTO_TCP, TCP_CORK, &on, sizeof on)) return 1;
+    if (l < 0 || (on_listener && setsockopt(l, IPPROTO_TCP, TCP_CORK, &on, sizeof on))) return 1;
     int c = dial(port);
     int s = c < 0 ? -1 : accept(l, NULL, NULL);
     if (s < 0) return 1;
-    unsigned before = data_segs(s);
-    if (write(s, "a", 1) != 1) return 1;
+    int w = on_listener ? s : c, r = on_listener ? c : s;
+    unsigned before = data_segs(w);
+    if (!on_listener && setsockopt(w, IPPROTO_TCP, TCP_CORK, &on, sizeof on)) return 1;
+    if (write(w, "a", 1) != 1) return 1;
     poll(NULL, 0, 5); /* a wait: the shim must not uncork what the program corked */
-    if (write(s, "b", 1) != 1) return 1;
-    setsockopt(s, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
+    if (write(w, "b", 1) != 1) return 1;
+    setsockopt(w, IPPROTO_TCP, TCP_CORK, &off, sizeof off);
     char buf[2];
-    if (read_full(c, buf, 2)) return 1;
-    printf("segs=%u\n", data_segs(s) - before);
+    if (read_full(r, buf, 2)) return 1;
+    printf("segs=%u\n", data_segs(w) - before);
     return 0;
 }
 
@@ -250,8 +237,8 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
     if (argc >= 3 && !strcmp(argv[1], "daemon")) return forking(atoi(argv[2]), 1);
     if (argc >= 2 && !strcmp(argv[1], "sigwait")) return signals();
-    if (argc >= 2 && !strcmp(argv[1], "selfcork")) return selfcork();
-    if (argc >= 2 && !strcmp(argv[1], "corklistener")) return corklistener();
+    if (argc >= 2 && !strcmp(argv[1], "selfcork")) return selfcork(0);
+    if (argc >= 2 && !strcmp(argv[1], "corklistener")) return selfcork(1);
     if (argc >= 2 && !strcmp(argv[1], "splice")) return splicing();
     fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice\n");
     return 2;
