@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{have_tool, tool_path};
+use common::{have_tool, http_server_args, tool_path};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -299,18 +299,10 @@ fn http_server_under_wrk(mode: Option<&str>) -> (f64, Option<f64>) {
     std::fs::write(dir.join("f.txt"), [b'x'; 100]).unwrap();
     let port = free_port();
     let mut cmd = Command::new(python());
-    cmd.args([
-        "-m",
-        "http.server",
-        "--protocol",
-        "HTTP/1.1",
-        "--bind",
-        "127.0.0.1",
-    ])
-    .arg(port.to_string())
-    .current_dir(&dir)
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped());
+    http_server_args(&mut cmd, port)
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     if let Some(m) = mode {
         with_shim(&mut cmd, m);
     }

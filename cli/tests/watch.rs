@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::have_tool;
+use common::{have_tool, http_server_args};
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
 
@@ -64,16 +64,7 @@ fn http_server(dir: &Path, port: u16, shimmed: bool) -> Started {
     } else {
         Command::new("python3")
     };
-    let child = cmd
-        .args([
-            "-m",
-            "http.server",
-            "--protocol",
-            "HTTP/1.1",
-            "--bind",
-            "127.0.0.1",
-        ])
-        .arg(port.to_string())
+    let child = http_server_args(&mut cmd, port)
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -403,12 +403,11 @@ pub fn verdict(rows: &[Row]) -> Option<Verdict> {
     let best_p50 = best(|r| r.p50_us.median);
     let best_p99 = best(|r| r.p99_us.median);
     let fewest = best(|r| r.segs_per_exchange.median);
-    let fast = |r: &Row| {
-        r.p50_us.median <= best_p50 * 1.1 + 20.0 && r.p99_us.median <= best_p99 * 1.1 + 20.0
-    };
+    let p50_fast = |r: &Row| r.p50_us.median <= best_p50 * 1.1 + 20.0;
+    let p99_fast = |r: &Row| r.p99_us.median <= best_p99 * 1.1 + 20.0;
+    let fast = |r: &Row| p50_fast(r) && p99_fast(r);
     let few = |r: &Row, fewest: f64| r.segs_per_exchange.median <= fewest * 1.05 + 1e-9;
-    let p50_ok = ours.p50_us.median <= best_p50 * 1.1 + 20.0;
-    let p99_ok = ours.p99_us.median <= best_p99 * 1.1 + 20.0;
+    let (p50_ok, p99_ok) = (p50_fast(ours), p99_fast(ours));
     let latency_ok = p50_ok && p99_ok;
     let segments_ok = few(ours, fewest);
     let on_corner = latency_ok && segments_ok;

@@ -26,3 +26,17 @@ pub fn have_tool(name: &str) -> bool {
     }
     found
 }
+
+/// Adds the arguments that make `python3` serve its working directory over HTTP/1.1 on
+/// 127.0.0.1:`port` (`python3 -m http.server`: headers and body as two writes).
+pub fn http_server_args(cmd: &mut std::process::Command, port: u16) -> &mut std::process::Command {
+    cmd.args([
+        "-m",
+        "http.server",
+        "--protocol",
+        "HTTP/1.1",
+        "--bind",
+        "127.0.0.1",
+    ])
+    .arg(port.to_string())
+}
