@@ -95,12 +95,16 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 
 // ---- writes: a burst starts ---------------------------------------------------------------
 
-/// A send with `MSG_MORE` means the program packs its own bursts.
-fn before_send(fd: c_int, flags: c_int) {
+/// Makes the write `f` on `fd` between the policy's two steps (a send with `MSG_MORE`
+/// means the program packs its own bursts).
+fn writing<R>(fd: c_int, flags: c_int, f: impl FnOnce() -> R) -> R {
     if flags & libc::MSG_MORE != 0 {
         sys::program_holds(fd);
     }
-    sys::on_write(fd);
+    let step = sys::on_write(fd);
+    let r = f();
+    sys::after_write(fd, step);
+    r
 }
 
 /// `write(2)`.
@@ -112,9 +116,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     ) else {
         return enosys();
     };
-    sys::on_write(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, buf, n) }
+    writing(fd, 0, || unsafe { real(fd, buf, n) })
 }
 
 /// `writev(2)`.
@@ -126,9 +129,8 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
     ) else {
         return enosys();
     };
-    sys::on_write(fd);
     // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, iov, cnt) }
+    writing(fd, 0, || unsafe { real(fd, iov, cnt) })
 }
 
 /// `send(2)`.
@@ -140,9 +142,8 @@ pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c
     ) else {
         return enosys();
     };
-    before_send(fd, flags);
     // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, buf, n, flags) }
+    writing(fd, flags, || unsafe { real(fd, buf, n, flags) })
 }
 
 /// `sendto(2)`.
@@ -168,9 +169,8 @@ pub unsafe extern "C" fn sendto(
     ) else {
         return enosys();
     };
-    before_send(fd, flags);
     // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, buf, n, flags, addr, len) }
+    writing(fd, flags, || unsafe { real(fd, buf, n, flags, addr, len) })
 }
 
 /// `sendmsg(2)`.
@@ -182,9 +182,8 @@ pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_i
     ) else {
         return enosys();
     };
-    before_send(fd, flags);
     // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, msg, flags) }
+    writing(fd, flags, || unsafe { real(fd, msg, flags) })
 }
 
 // ---- reads and waits: the burst ends ----------------------------------------------------
@@ -534,9 +533,14 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 // ---- hooks of one shape: tell the policy, then forward ----------------------------------
 
 /// Defines a hook that runs `$before` and then calls the real `$name` with the same
-/// arguments; the C signature is spelled out at each use.
+/// arguments; the C signature is spelled out at each use. The form `=> writing(fd, flags)`
+/// makes the call a write of `fd` instead (see [`writing`]).
 macro_rules! forward {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $before:expr }) => {
+        forward!($(#[$doc])* fn $name($($arg: $ty),*) -> $ret { $before } => writing(-1, 0));
+    };
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $($before:expr)? }
+        => writing($fd:expr, $flags:expr)) => {
         $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
@@ -544,9 +548,14 @@ macro_rules! forward {
             else {
                 return enosys();
             };
-            $before;
+            $($before;)?
             // SAFETY: forwarding the caller's arguments unchanged.
-            unsafe { real($($arg),*) }
+            let call = || unsafe { real($($arg),*) };
+            if $fd < 0 {
+                call()
+            } else {
+                writing($fd, $flags, call)
+            }
         }
     };
 }
@@ -659,14 +668,12 @@ forward!(
 forward!(
     /// `sendfile(2)`.
     fn sendfile(out: c_int, inp: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t {
-        sys::on_write(out)
-    }
+    } => writing(out, 0)
 );
 forward!(
     /// `sendfile64`.
     fn sendfile64(out: c_int, inp: c_int, off: *mut libc::off64_t, n: size_t) -> ssize_t {
-        sys::on_write(out)
-    }
+    } => writing(out, 0)
 );
 forward!(
     /// `splice(2)`: out of a socket it is a read (that socket's burst ends), into one a write
@@ -679,22 +686,16 @@ forward!(
         len: size_t,
         flags: c_uint,
     ) -> ssize_t {
-        {
-            sys::on_read(fd_in);
-            let more = if flags & libc::SPLICE_F_MORE != 0 {
-                libc::MSG_MORE
-            } else {
-                0
-            };
-            before_send(fd_out, more)
-        }
-    }
+        sys::on_read(fd_in)
+    } => writing(
+        fd_out,
+        if flags & libc::SPLICE_F_MORE != 0 { libc::MSG_MORE } else { 0 }
+    )
 );
 forward!(
     /// `sendmmsg(2)`.
     fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
-        sys::on_write(fd)
-    }
+    } => writing(fd, 0)
 );
 
 // The thread turns to wait on something other than a socket: its bursts end. Condition

@@ -10,7 +10,10 @@
 //! it reads or receives on that socket, before it blocks in poll, ppoll, select, pselect,
 //! epoll_wait or epoll_pwait, and before close, shutdown, dup2/dup3 onto it, fork and exec.
 //! With `TCP_NODELAY` on, uncorking sends the held tail at once, so the burst leaves as
-//! ⌈bytes / MSS⌉ segments with no Nagle or delayed-ACK wait. A program that writes and then
+//! ⌈bytes / MSS⌉ segments with no Nagle or delayed-ACK wait. A socket whose bursts keep the
+//! same number of writes (headers, then body) has that shape learned: the write that
+//! completes it uncorks at once, so the response leaves when its last byte is written, not
+//! at the program's next wait. A program that writes and then
 //! neither reads nor polls still has its data on the wire within the linger bound
 //! (`NAGLESS_LINGER_US`, default 1000 µs), enforced by a flusher thread.
 //!

@@ -16,6 +16,15 @@
 //! with `MSG_MORE`) already know their moment: such a socket is marked
 //! [`SELF_MANAGED`](Shim::program_holds) and the shim stops holding it.
 //!
+//! **A burst's learned shape.** Most servers answer each request with the same number of
+//! writes (python's http.server: headers, then body). When a socket's last
+//! [`LEARN_AFTER`] bursts that ended in a wait all had the same number of writes, the write
+//! that completes that number leaves at once (uncorked right after it; a one-write shape is
+//! never corked at all) instead of at the wait, which may come much later in an
+//! interpreter: the response leaves when nodelay's last segment would, as one segment. A
+//! burst that turns out longer holds its remaining writes to the wait as before and unlearns
+//! the shape; a guess can cost a segment, never time.
+//!
 //! **The flusher**, while anything is held, sleeps until the oldest held burst reaches the
 //! linger bound and releases it (bursts their writers end sooner cost it nothing); after
 //! [`FLUSHER_IDLE`] with nothing held it parks until the next burst: no wake-up per burst,
@@ -29,7 +38,9 @@
 // so the calls only that layer makes look unused there.
 #![cfg_attr(test, allow(dead_code))]
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::atomic::{
+    AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
+};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -45,6 +56,10 @@ pub const MIN_NAP: Duration = Duration::from_micros(50);
 
 /// Bursts one thread can have open at once; a thread that opens more releases its oldest.
 pub const THREAD_BURSTS: usize = 16;
+
+/// Bursts of the same number of writes, each ended by a wait, before that number is
+/// learned as the socket's shape.
+pub const LEARN_AFTER: u8 = 3;
 
 /// The socket calls the policy needs, provided by the libc layer (or a fake in tests).
 pub trait Kernel {
@@ -155,10 +170,14 @@ pub struct Stats {
     pub sockets: AtomicU64,
     /// Bursts (cork .. uncork cycles).
     pub bursts: AtomicU64,
-    /// Writes on managed sockets while the shim held them.
+    /// Writes on managed sockets the shim holds bursts of.
     pub writes: AtomicU64,
+    /// Writes that joined a burst already held (coalesced with what came before).
+    pub joined: AtomicU64,
     /// Bursts released by the flusher's linger bound.
     pub linger_releases: AtomicU64,
+    /// Writes that completed a burst's learned shape and left at once.
+    pub shaped: AtomicU64,
     /// Sockets left to the program's own TCP_CORK / MSG_MORE / Nagle choice.
     pub self_managed: AtomicU64,
     /// Data segments sent by managed sockets, summed at close (TCP_INFO).
@@ -209,6 +228,50 @@ struct Slot {
     /// Generation of the burst in progress (or of the last one).
     generation: AtomicU32,
     corked_at_us: AtomicU64,
+    /// Writes since the socket's last burst ended in a wait.
+    writes: AtomicU16,
+    /// Writes of the last burst that ended in a wait, and how many in a row had as many.
+    last_len: AtomicU16,
+    streak: AtomicU8,
+    /// The learned shape: the write that brings `writes` to this leaves at once (0: none).
+    shape: AtomicU16,
+}
+
+impl Slot {
+    /// Forgets what was learned (a new socket on this descriptor).
+    fn unlearn(&self) {
+        self.writes.store(0, Relaxed);
+        self.last_len.store(0, Relaxed);
+        self.streak.store(0, Relaxed);
+        self.shape.store(0, Relaxed);
+    }
+
+    /// A burst ended in a wait: learn from its number of writes. Races between threads
+    /// sharing a socket only blur the guess; a guess never holds bytes longer.
+    fn learn(&self) {
+        let n = self.writes.swap(0, Relaxed);
+        if n == 0 {
+            return;
+        }
+        let streak = if self.last_len.swap(n, Relaxed) == n {
+            self.streak.load(Relaxed).saturating_add(1)
+        } else {
+            1
+        };
+        self.streak.store(streak, Relaxed);
+        self.shape
+            .store(if streak >= LEARN_AFTER { n } else { 0 }, Relaxed);
+    }
+}
+
+/// What the libc layer does around one write on a managed socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[must_use]
+pub struct WriteStep {
+    /// Wake or start the flusher (before the write).
+    pub wake_flusher: bool,
+    /// This write completes the burst's learned shape: call [`Shim::after_write`] with it.
+    pub release_after: bool,
 }
 
 /// Descriptors per table chunk; a chunk is allocated when the first socket in its range is
@@ -334,6 +397,7 @@ impl Shim {
             self.corked.fetch_sub(1, AcqRel);
         }
         slot.generation.fetch_add(1, AcqRel);
+        slot.unlearn();
         if !k.is_tcp_stream(fd) {
             return;
         }
@@ -364,38 +428,67 @@ impl Shim {
     }
 
     /// The calling thread writes to `fd`: start a burst if none is in progress, and note it in
-    /// the thread's list. Returns true when the flusher must be woken or started.
-    pub fn before_write(&self, k: &impl Kernel, fd: i32, mine: &mut ThreadBursts) -> bool {
+    /// the thread's list; say what to do around the write.
+    pub fn before_write(&self, k: &impl Kernel, fd: i32, mine: &mut ThreadBursts) -> WriteStep {
+        let none = WriteStep::default();
         if self.config.mode == Mode::Nodelay {
-            return false;
+            return none;
         }
         let Some(slot) = self.slot(fd) else {
-            return false;
+            return none;
         };
         let flags = slot.flags.load(Acquire);
         if flags & MANAGED == 0 || flags & SELF_MANAGED != 0 {
-            return false;
+            return none;
         }
         self.stats.writes.fetch_add(1, Relaxed);
+        let n = slot.writes.load(Relaxed).saturating_add(1);
+        slot.writes.store(n, Relaxed);
+        let completes = self.config.mode == Mode::Nagless && slot.shape.load(Relaxed) == n;
+        if completes {
+            self.stats.shaped.fetch_add(1, Relaxed);
+        }
         if flags & CORKED != 0 {
+            self.stats.joined.fetch_add(1, Relaxed);
             self.note(k, mine, fd, slot.generation.load(Acquire));
-            return false;
+            return WriteStep {
+                release_after: completes,
+                ..none
+            };
+        }
+        if completes {
+            // A burst of the learned shape's length whose earlier writes already left (a
+            // one-write shape): nothing to hold. Noted, so the wait still teaches.
+            self.note(k, mine, fd, slot.generation.load(Acquire));
+            return none;
         }
         // Cork first, then publish: the flusher never uncorks a socket before it is corked.
         if !k.set_cork(fd, true) {
-            return false;
+            return none;
         }
         let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
         slot.corked_at_us.store(k.now_us(), Relaxed);
         if slot.flags.fetch_or(CORKED, AcqRel) & CORKED != 0 {
             // Another thread started the same burst at the same moment: join it.
             self.note(k, mine, fd, slot.generation.load(Acquire));
-            return false;
+            return none;
         }
         self.stats.bursts.fetch_add(1, Relaxed);
         self.note(k, mine, fd, generation);
         let first = self.corked.fetch_add(1, AcqRel) == 0;
-        self.flusher_missing.load(Acquire) || (first && self.flusher_parked.load(Acquire))
+        WriteStep {
+            wake_flusher: self.flusher_missing.load(Acquire)
+                || (first && self.flusher_parked.load(Acquire)),
+            release_after: false,
+        }
+    }
+
+    /// After the write `step` was made for: a write that completed the learned shape sends
+    /// the burst now.
+    pub fn after_write(&self, k: &impl Kernel, fd: i32, step: WriteStep) {
+        if step.release_after {
+            self.release(k, fd);
+        }
     }
 
     fn note(&self, k: &impl Kernel, mine: &mut ThreadBursts, fd: i32, generation: u32) {
@@ -416,18 +509,31 @@ impl Shim {
     /// The calling thread turns to wait: end every burst it wrote to.
     pub fn release_thread(&self, k: &impl Kernel, mine: &mut ThreadBursts) {
         for &(fd, generation) in &mine.entries[..mine.len] {
-            self.release_generation(k, fd, generation);
+            if let Some(slot) = self.live_generation(fd, generation) {
+                slot.learn();
+                self.release(k, fd);
+            }
         }
         mine.len = 0;
     }
 
     fn release_generation(&self, k: &impl Kernel, fd: i32, generation: u32) {
-        if self
-            .slot(fd)
-            .is_some_and(|s| s.generation.load(Acquire) == generation)
-        {
+        if self.live_generation(fd, generation).is_some() {
             self.release(k, fd);
         }
+    }
+
+    /// The slot of `fd` if `generation` is still its burst's (the entry is not stale).
+    fn live_generation(&self, fd: i32, generation: u32) -> Option<&Slot> {
+        self.slot(fd)
+            .filter(|s| s.generation.load(Acquire) == generation)
+    }
+
+    /// The program reads from, receives on or shuts down `fd`: its burst ends, in a wait.
+    pub fn reader_waits(&self, k: &impl Kernel, fd: i32) {
+        let Some(slot) = self.slot(fd) else { return };
+        slot.learn();
+        self.release(k, fd);
     }
 
     /// Ends the burst on `fd`, whoever started it (the program reads, shuts down or closes it).
@@ -603,6 +709,14 @@ mod tests {
         }
     }
 
+    /// One write of the program, with the policy's steps around it; true if it asked for
+    /// the flusher.
+    fn write(s: &Shim, k: &Fake, fd: i32, t: &mut ThreadBursts) -> bool {
+        let step = s.before_write(k, fd, t);
+        s.after_write(k, fd, step);
+        step.wake_flusher
+    }
+
     fn shim() -> (Shim, Fake) {
         let s = Shim::new(Config::default(), 256);
         let k = Fake::default();
@@ -617,7 +731,7 @@ mod tests {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
         for _ in 0..10 {
-            s.before_write(&k, 3, &mut t);
+            write(&s, &k, 3, &mut t);
         }
         assert_eq!(k.cork_calls.get(), 1);
         assert!(s.is_corked(3));
@@ -632,10 +746,10 @@ mod tests {
     fn another_threads_wait_leaves_the_burst_alone() {
         let (s, k) = shim();
         let (mut writer, mut poller) = (ThreadBursts::new(), ThreadBursts::new());
-        s.before_write(&k, 3, &mut writer);
+        write(&s, &k, 3, &mut writer);
         s.release_thread(&k, &mut poller);
         assert!(s.is_corked(3), "a wait in another thread split the burst");
-        s.before_write(&k, 3, &mut writer);
+        write(&s, &k, 3, &mut writer);
         s.release_thread(&k, &mut writer);
         assert!(!s.is_corked(3));
         assert_eq!(k.cork_calls.get(), 1);
@@ -645,13 +759,13 @@ mod tests {
     fn every_thread_that_wrote_to_a_burst_can_end_it() {
         let (s, k) = shim();
         let (mut a, mut b) = (ThreadBursts::new(), ThreadBursts::new());
-        s.before_write(&k, 4, &mut a);
-        s.before_write(&k, 4, &mut b);
+        write(&s, &k, 4, &mut a);
+        write(&s, &k, 4, &mut b);
         s.release_thread(&k, &mut b);
         assert!(!s.is_corked(4));
         // A's stale entry must not end the next burst, started by someone else.
         let mut c = ThreadBursts::new();
-        s.before_write(&k, 4, &mut c);
+        write(&s, &k, 4, &mut c);
         s.release_thread(&k, &mut a);
         assert!(s.is_corked(4), "a stale entry released a newer burst");
     }
@@ -660,7 +774,7 @@ mod tests {
     fn reading_the_socket_ends_its_burst_whoever_wrote_it() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
-        s.before_write(&k, 5, &mut t);
+        write(&s, &k, 5, &mut t);
         assert!(s.release(&k, 5));
         assert!(!s.release(&k, 5));
         assert_eq!(s.held(), 0);
@@ -670,12 +784,12 @@ mod tests {
     fn a_closed_and_reused_descriptor_is_not_released_by_an_old_entry() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
-        s.before_write(&k, 6, &mut t);
+        write(&s, &k, 6, &mut t);
         // Closed behind libc's back (raw syscall), then the number is reused by accept.
         s.adopt(&k, 6);
         assert_eq!(s.held(), 0, "the lost burst's count was given back");
         let mut other = ThreadBursts::new();
-        s.before_write(&k, 6, &mut other);
+        write(&s, &k, 6, &mut other);
         s.release_thread(&k, &mut t);
         assert!(s.is_corked(6));
     }
@@ -687,7 +801,7 @@ mod tests {
         let mut t = ThreadBursts::new();
         for fd in 10..10 + THREAD_BURSTS as i32 + 1 {
             s.adopt(&k, fd);
-            s.before_write(&k, fd, &mut t);
+            write(&s, &k, fd, &mut t);
         }
         assert!(!s.is_corked(10));
         assert!(s.is_corked(11));
@@ -700,15 +814,15 @@ mod tests {
     fn programs_that_hold_bytes_themselves_are_left_alone() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
-        s.before_write(&k, 3, &mut t);
+        write(&s, &k, 3, &mut t);
         s.program_holds(&k, 3);
         assert!(!s.is_corked(3));
-        s.before_write(&k, 3, &mut t);
+        write(&s, &k, 3, &mut t);
         assert!(!s.is_corked(3));
         assert_eq!(k.cork_calls.get(), 1);
         // A dup of it inherits the choice.
         s.duplicate(&k, 3, 20);
-        s.before_write(&k, 20, &mut t);
+        write(&s, &k, 20, &mut t);
         assert!(!s.is_corked(20));
     }
 
@@ -720,13 +834,13 @@ mod tests {
         s.adopt(&k, 6); // another listener, left as it was made
         s.program_holds(&k, 5); // setsockopt(TCP_NODELAY) on it
         s.adopt_accepted(&k, 5, 30);
-        s.before_write(&k, 30, &mut t);
+        write(&s, &k, 30, &mut t);
         assert!(
             !s.is_corked(30),
             "the listener's choice holds for its connections"
         );
         s.adopt_accepted(&k, 6, 31);
-        s.before_write(&k, 31, &mut t);
+        write(&s, &k, 31, &mut t);
         assert!(
             s.is_corked(31),
             "a connection of a plain listener is managed"
@@ -737,9 +851,9 @@ mod tests {
     fn unmanaged_descriptors_and_nodelay_mode_are_never_corked() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
-        s.before_write(&k, 150, &mut t); // not a TCP socket in the fake
-        s.before_write(&k, 7, &mut t); // never adopted
-        s.before_write(&k, 9999, &mut t); // beyond the table
+        write(&s, &k, 150, &mut t); // not a TCP socket in the fake
+        write(&s, &k, 7, &mut t); // never adopted
+        write(&s, &k, 9999, &mut t); // beyond the table
         assert_eq!(k.cork_calls.get(), 0);
         let n = Shim::new(
             Config {
@@ -749,7 +863,7 @@ mod tests {
             16,
         );
         n.adopt(&k, 3);
-        n.before_write(&k, 3, &mut t);
+        write(&n, &k, 3, &mut t);
         assert_eq!(k.cork_calls.get(), 0);
     }
 
@@ -758,7 +872,7 @@ mod tests {
         let (s, k) = shim();
         k.refuse_cork.set(true);
         let mut t = ThreadBursts::new();
-        s.before_write(&k, 3, &mut t);
+        write(&s, &k, 3, &mut t);
         assert!(!s.is_corked(3));
         assert_eq!(s.held(), 0);
     }
@@ -769,7 +883,7 @@ mod tests {
         let mut t = ThreadBursts::new();
         let mut idle = Duration::ZERO;
         // The first burst asks for a flusher (none runs yet).
-        assert!(s.before_write(&k, 3, &mut t));
+        assert!(write(&s, &k, 3, &mut t));
         assert!(s.claim_flusher_start());
         assert!(!s.claim_flusher_start());
         k.now.set(400);
@@ -791,15 +905,12 @@ mod tests {
             assert!(steps < 1000);
         }
         assert_eq!(steps as u128, FLUSHER_IDLE.as_micros() / 500 - 1);
-        assert!(
-            s.before_write(&k, 4, &mut t),
-            "a parked flusher must be woken"
-        );
-        assert!(!s.before_write(&k, 5, &mut t), "no wake-up per burst");
+        assert!(write(&s, &k, 4, &mut t), "a parked flusher must be woken");
+        assert!(!write(&s, &k, 5, &mut t), "no wake-up per burst");
         s.flusher_unparked();
         s.release_thread(&k, &mut t);
         assert!(
-            !s.before_write(&k, 4, &mut t),
+            !write(&s, &k, 4, &mut t),
             "a ticking flusher needs no wake-up"
         );
     }
@@ -808,11 +919,11 @@ mod tests {
     fn a_forked_child_starts_its_own_flusher() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
-        s.before_write(&k, 3, &mut t);
+        write(&s, &k, 3, &mut t);
         assert!(s.claim_flusher_start());
         s.release_thread(&k, &mut t);
         s.after_fork_child();
-        assert!(s.before_write(&k, 3, &mut t));
+        assert!(write(&s, &k, 3, &mut t));
         assert!(s.claim_flusher_start());
     }
 
@@ -828,6 +939,112 @@ mod tests {
         assert!(s.is_managed(5));
         assert!(!s.is_managed(3 * CHUNK as i32 + 7));
         assert_eq!(s.managed_fds().collect::<Vec<_>>(), vec![5]);
+    }
+
+    /// Bursts of `writes` writes on fd 3, each ended by its writer's wait.
+    fn bursts(s: &Shim, k: &Fake, t: &mut ThreadBursts, writes: usize, times: usize) {
+        for _ in 0..times {
+            for _ in 0..writes {
+                write(s, k, 3, t);
+            }
+            s.release_thread(k, t);
+        }
+    }
+
+    #[test]
+    fn a_learned_shape_sends_its_last_write_at_once() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        bursts(&s, &k, &mut t, 2, LEARN_AFTER as usize);
+        let cycles = k.cork_calls.get();
+        write(&s, &k, 3, &mut t);
+        assert!(s.is_corked(3), "the first write of two is held");
+        write(&s, &k, 3, &mut t);
+        assert!(
+            !s.is_corked(3),
+            "the second leaves with it, before any wait"
+        );
+        assert_eq!(s.held(), 0);
+        assert_eq!(k.cork_calls.get(), cycles + 1, "still one burst");
+        assert_eq!(s.stats.shaped.load(Relaxed), 1);
+        // The wait that follows keeps the shape learned.
+        s.release_thread(&k, &mut t);
+        write(&s, &k, 3, &mut t);
+        write(&s, &k, 3, &mut t);
+        assert!(!s.is_corked(3));
+    }
+
+    #[test]
+    fn a_one_write_shape_is_never_corked() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        bursts(&s, &k, &mut t, 1, LEARN_AFTER as usize);
+        let cycles = (k.cork_calls.get(), k.uncork_calls.get());
+        bursts(&s, &k, &mut t, 1, 10);
+        assert_eq!((k.cork_calls.get(), k.uncork_calls.get()), cycles);
+        // A read of the socket is a wait too: it teaches as the writer's wait does.
+        let (s, k) = shim();
+        for _ in 0..LEARN_AFTER {
+            write(&s, &k, 3, &mut t);
+            s.reader_waits(&k, 3);
+        }
+        write(&s, &k, 3, &mut t);
+        assert!(!s.is_corked(3));
+    }
+
+    #[test]
+    fn a_longer_burst_holds_its_rest_to_the_wait_and_unlearns_the_shape() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        bursts(&s, &k, &mut t, 2, LEARN_AFTER as usize);
+        for _ in 0..2 {
+            write(&s, &k, 3, &mut t);
+        }
+        assert!(!s.is_corked(3), "sent at the learned shape");
+        write(&s, &k, 3, &mut t);
+        write(&s, &k, 3, &mut t);
+        assert!(s.is_corked(3), "the writes beyond the shape are held");
+        s.release_thread(&k, &mut t);
+        assert_eq!(s.held(), 0);
+        // Four writes taught nothing yet: two writes are held to the wait again.
+        write(&s, &k, 3, &mut t);
+        write(&s, &k, 3, &mut t);
+        assert!(s.is_corked(3), "the shape was unlearned");
+    }
+
+    #[test]
+    fn only_waits_teach_and_a_new_socket_starts_unlearned() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        let mut idle = Duration::ZERO;
+        // Bursts the flusher ends (nobody waited) teach nothing.
+        for i in 0..5 {
+            write(&s, &k, 3, &mut t);
+            k.now.set(10_000 * (i + 1));
+            s.flusher_tick(&k, &mut idle);
+            assert!(!s.is_corked(3));
+        }
+        write(&s, &k, 3, &mut t);
+        assert!(s.is_corked(3));
+        s.release_thread(&k, &mut t);
+        // Learned on one socket, forgotten when its number is reused.
+        bursts(&s, &k, &mut t, 1, LEARN_AFTER as usize);
+        s.forget(&k, 3);
+        s.adopt(&k, 3);
+        write(&s, &k, 3, &mut t);
+        assert!(s.is_corked(3), "a new socket has no shape");
+        // Cork mode (libautocork's rule) holds to the wait whatever the shape.
+        let c = Shim::new(
+            Config {
+                mode: Mode::Cork,
+                ..Config::default()
+            },
+            16,
+        );
+        c.adopt(&k, 3);
+        bursts(&c, &k, &mut t, 1, 5);
+        write(&c, &k, 3, &mut t);
+        assert!(c.is_corked(3));
     }
 
     #[test]

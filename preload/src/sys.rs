@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void, size_t, socklen_t, ssize_t};
 
-use crate::state::{Config, FlusherStep, Kernel, Shim, ThreadBursts};
+use crate::state::{Config, FlusherStep, Kernel, Shim, ThreadBursts, WriteStep};
 
 /// Resolves the next definition of a libc symbol once and caches it.
 macro_rules! next {
@@ -180,15 +180,27 @@ pub fn adopt_accepted(listener: c_int, fd: c_int) {
 }
 
 /// The calling thread writes to `fd`.
-pub fn on_write(fd: c_int) {
-    let Some(s) = shim() else { return };
+pub fn on_write(fd: c_int) -> WriteStep {
+    let Some(s) = shim() else {
+        return WriteStep::default();
+    };
     quietly(|| {
-        let mut wake = false;
-        with_mine(|m| wake = s.before_write(&Libc, fd, m));
-        if wake {
+        let mut step = WriteStep::default();
+        with_mine(|m| step = s.before_write(&Libc, fd, m));
+        if step.wake_flusher {
             wake_flusher(s);
         }
-    });
+        step
+    })
+}
+
+/// The write `step` was made for returned.
+pub fn after_write(fd: c_int, step: WriteStep) {
+    if step.release_after {
+        if let Some(s) = shim() {
+            quietly(|| s.after_write(&Libc, fd, step));
+        }
+    }
 }
 
 /// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on).
@@ -202,7 +214,7 @@ pub fn program_holds(fd: c_int) {
 /// The program reads, receives on or shuts down `fd`: its burst ends.
 pub fn on_read(fd: c_int) {
     if let Some(s) = shim() {
-        quietly(|| s.release(&Libc, fd));
+        quietly(|| s.reader_waits(&Libc, fd));
     }
 }
 
@@ -451,11 +463,12 @@ fn print_stats(s: &Shim) {
     write_formatted(
         2,
         format_args!(
-            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced), {} released by linger, {} left to the program, {} data segments, {} bytes sent\n",
+            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {} data segments, {} bytes sent\n",
             std::process::id(),
             s.config.mode.name(),
             st.sockets.load(Relaxed),
-            writes.saturating_sub(bursts),
+            st.joined.load(Relaxed),
+            st.shaped.load(Relaxed),
             st.linger_releases.load(Relaxed),
             st.self_managed.load(Relaxed),
             st.data_segs.load(Relaxed),
