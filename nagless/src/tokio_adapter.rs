@@ -24,6 +24,7 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
@@ -139,6 +140,9 @@ struct Shared<T> {
     core: Coalescer,
     deferred_error: Option<io::Error>,
     flusher_running: bool,
+    /// The flusher's waker while it sleeps towards a linger deadline: a write that makes bytes
+    /// due sooner (or finds the socket full) wakes it, so they do not wait for that deadline.
+    flusher_sleeping: Option<Waker>,
     /// The runtime the stream was made on has tokio's time driver.
     has_timer: bool,
     spawner: Spawner<T>,
@@ -291,6 +295,7 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
                 core,
                 deferred_error: None,
                 flusher_running: false,
+                flusher_sleeping: None,
                 handles: 1,
                 has_timer,
                 spawner,
@@ -351,13 +356,22 @@ fn quietly_succeeds(probe: impl FnOnce()) -> bool {
     ok
 }
 
-/// Starts the background flusher if bytes are waiting on a deadline or on socket space.
+/// Starts the background flusher if bytes are waiting on a deadline or on socket space, or
+/// wakes it from its sleep when bytes became due before the deadline it sleeps towards.
 fn ensure_flusher<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
     guard: &mut Shared<T>,
     now: Instant,
 ) {
-    if guard.flusher_running || guard.flusher_wake(now).is_none() {
+    if guard.flusher_running {
+        if guard.core.must_send() > 0 {
+            if let Some(w) = guard.flusher_sleeping.take() {
+                w.wake();
+            }
+        }
+        return;
+    }
+    if guard.flusher_wake(now).is_none() {
         return;
     }
     // Outside a runtime no task can run: the deadline is honoured at the next call.
@@ -378,9 +392,26 @@ async fn flusher<T: AsyncWrite + Unpin + 'static>(weak: Weak<Mutex<Shared<T>>>) 
             }
         };
         // A deadline in the future exists only under a linger policy, which the constructors
-        // allow only on runtimes with a timer.
+        // allow only on runtimes with a timer. The sleep ends early if a write makes bytes due
+        // (they found the socket full: the send below waits for room instead).
         if wake > now() {
-            ::tokio::time::sleep_until(::tokio::time::Instant::from_std(wake)).await;
+            let sleep = ::tokio::time::sleep_until(::tokio::time::Instant::from_std(wake));
+            let mut sleep = std::pin::pin!(sleep);
+            std::future::poll_fn(|cx| {
+                if sleep.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(());
+                }
+                let Some(arc) = weak.upgrade() else {
+                    return Poll::Ready(());
+                };
+                let mut g = lock(&arc);
+                if g.core.must_send() > 0 {
+                    return Poll::Ready(());
+                }
+                g.flusher_sleeping = Some(cx.waker().clone());
+                Poll::Pending
+            })
+            .await;
         }
         let result = std::future::poll_fn(|cx| {
             let Some(arc) = weak.upgrade() else {

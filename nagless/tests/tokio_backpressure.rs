@@ -328,3 +328,56 @@ fn a_stream_that_is_not_send_works_on_a_local_set_and_is_refused_elsewhere() {
         assert!(e.to_string().contains("LocalSet"), "{e}");
     });
 }
+
+/// Bytes made due (`SendNow`) while the socket is full and the flusher sleeps towards a far
+/// linger deadline leave as soon as the socket has room, not at that deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_made_due_on_a_full_socket_leave_when_it_drains_not_at_the_deadline() {
+    use nagless::Urgency;
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    const FAR: Duration = Duration::from_secs(5);
+    let (l, addr) = listen();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut peer, _) = l.accept().unwrap();
+    // Fill the socket through a second descriptor of it: the kernel's buffers are full and
+    // the stream's own queue is empty.
+    let mut filler = std::net::TcpStream::from(tcp.as_fd().try_clone_to_owned().unwrap());
+    let mut filled = 0;
+    let chunk = [7u8; 64 * 1024];
+    // Down to single bytes, twice (the kernel may grow the buffers after the first pass).
+    for size in [64 * 1024, 1024, 1, 64 * 1024, 1024, 1] {
+        loop {
+            match filler.write(&chunk[..size]) {
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(filler);
+    let s = NaglessStream::with_policy(tcp, FlushPolicy::default().linger(Some(FAR))).unwrap();
+    // A small write: pending, due at the far deadline; the flusher sleeps towards it.
+    s.write_with(b"small", Urgency::Normal).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Made due now, but the socket is full.
+    s.write_with(b" urgent", Urgency::SendNow).await.unwrap();
+    assert!(s.pending() > 0, "the socket should have been full");
+    let expect = filled + b"small urgent".len();
+    let start = std::time::Instant::now();
+    let got = tokio::task::spawn_blocking(move || {
+        let mut got = vec![0u8; expect];
+        peer.read_exact(&mut got).unwrap();
+        got
+    })
+    .await
+    .unwrap();
+    let took = start.elapsed();
+    assert_eq!(&got[filled..], b"small urgent");
+    assert!(
+        took < FAR / 2,
+        "the urgent bytes waited {took:?}, for the linger deadline ({FAR:?})"
+    );
+    drop(s);
+}
