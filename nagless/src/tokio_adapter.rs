@@ -8,7 +8,8 @@
 //!   reference) sleeps until the deadline and flushes, even while the owning task is busy
 //!   awaiting something else. Errors it meets are returned by the next write, flush or
 //!   shutdown. The runtime must have its time driver (`enable_time`/`enable_all`): making a
-//!   stream on one without it is an error.
+//!   stream on one without it is an error (built with `panic = "abort"`, where tokio's panic
+//!   cannot be caught, the program stops there with tokio's message instead).
 //! - **One socket, several waiters.** A tokio socket wakes only the last task that polled it
 //!   for write readiness, yet the writer, the read half (which flushes before it waits) and the
 //!   timer task all send. The socket is therefore always polled with one fan-out waker that
@@ -22,9 +23,9 @@
 //!   background task that finishes the send (for at most [`DRAIN_LIMIT`]) and then closes the
 //!   socket, as the kernel does with a closed socket's send queue.
 
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
@@ -335,8 +336,9 @@ fn has_time_driver() -> bool {
 
 /// Runs `probe` and says whether it returned rather than panicked, without the panic's
 /// message on stderr. tokio offers no queries for its time driver or for a `LocalSet`, only
-/// panics; the message is kept off stderr only on this thread and only while probing, every
-/// other panic goes to the hook the program had.
+/// panics (tokio-rs/tokio#8361 asks for one); the message is kept off stderr only on this
+/// thread and only while probing, every other panic goes to the hook the program had.
+#[cfg(panic = "unwind")]
 fn quietly_succeeds(probe: impl FnOnce()) -> bool {
     use std::cell::Cell;
     use std::sync::Once;
@@ -354,6 +356,16 @@ fn quietly_succeeds(probe: impl FnOnce()) -> bool {
     let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(probe)).is_ok();
     PROBING.with(|p| p.set(false));
     ok
+}
+
+/// Under `panic = "abort"` a panic cannot be caught: the probe runs as is, so a runtime
+/// without a time driver (or a local stream made outside a `LocalSet`) stops the program at
+/// the constructor, with tokio's message naming the fix, rather than later inside a
+/// background task.
+#[cfg(not(panic = "unwind"))]
+fn quietly_succeeds(probe: impl FnOnce()) -> bool {
+    probe();
+    true
 }
 
 /// Starts the background flusher if bytes are waiting on a deadline or on socket space, or
