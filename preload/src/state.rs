@@ -18,7 +18,8 @@
 //!
 //! **A burst's learned shape.** Most servers answer each request with the same number of
 //! writes (python's http.server: headers, then body). When a socket's last
-//! [`LEARN_AFTER`] bursts that ended in a wait all had the same number of writes, the write
+//! [`LEARN_AFTER`] bursts that ended in a wait (or left a thread's full list: an event loop
+//! that answered many other sockets since) all had the same number of writes, the write
 //! that completes that number leaves at once (uncorked right after it; a one-write shape is
 //! never corked at all) instead of at the wait, which may come much later in an
 //! interpreter: the response leaves when nodelay's last segment would, as one segment. A
@@ -249,6 +250,10 @@ impl Slot {
     /// A burst ended in a wait: learn from its number of writes. Races between threads
     /// sharing a socket only blur the guess; a guess never holds bytes longer.
     fn learn(&self) {
+        // Most reads find no writes since the last one: a plain load, no locked swap.
+        if self.writes.load(Relaxed) == 0 {
+            return;
+        }
         let n = self.writes.swap(0, Relaxed);
         if n == 0 {
             return;
@@ -496,9 +501,10 @@ impl Shim {
             return;
         }
         if mine.len == THREAD_BURSTS {
-            // Full: the oldest burst of this thread leaves now.
+            // Full: the thread has moved on to many other sockets since it wrote this one
+            // (an event loop answering one request on each); that burst ends here.
             let (old_fd, old_gen) = mine.entries[0];
-            self.release_generation(k, old_fd, old_gen);
+            self.end_noted(k, old_fd, old_gen);
             mine.entries.copy_within(1.., 0);
             mine.len -= 1;
         }
@@ -509,16 +515,15 @@ impl Shim {
     /// The calling thread turns to wait: end every burst it wrote to.
     pub fn release_thread(&self, k: &impl Kernel, mine: &mut ThreadBursts) {
         for &(fd, generation) in &mine.entries[..mine.len] {
-            if let Some(slot) = self.live_generation(fd, generation) {
-                slot.learn();
-                self.release(k, fd);
-            }
+            self.end_noted(k, fd, generation);
         }
         mine.len = 0;
     }
 
-    fn release_generation(&self, k: &impl Kernel, fd: i32, generation: u32) {
-        if self.live_generation(fd, generation).is_some() {
+    /// Ends the burst a thread noted, unless the entry is stale, and learns its shape.
+    fn end_noted(&self, k: &impl Kernel, fd: i32, generation: u32) {
+        if let Some(slot) = self.live_generation(fd, generation) {
+            slot.learn();
             self.release(k, fd);
         }
     }
@@ -1013,6 +1018,33 @@ mod tests {
         write(&s, &k, 3, &mut t);
         write(&s, &k, 3, &mut t);
         assert!(s.is_corked(3), "the shape was unlearned");
+    }
+
+    #[test]
+    fn an_event_loop_answering_many_sockets_learns_their_shapes() {
+        // One thread answers 40 connections with two writes each between its waits: its
+        // list overflows, and the bursts that leave it end there, teaching as a wait does.
+        let s = Shim::new(Config::default(), 256);
+        let k = Fake::default();
+        let mut t = ThreadBursts::new();
+        let conns = 10..50;
+        for fd in conns.clone() {
+            s.adopt(&k, fd);
+        }
+        let round = |t: &mut ThreadBursts| {
+            for fd in conns.clone() {
+                write(&s, &k, fd, t);
+                write(&s, &k, fd, t);
+            }
+            s.release_thread(&k, t);
+        };
+        for _ in 0..LEARN_AFTER {
+            round(&mut t);
+        }
+        let before = s.stats.shaped.load(Relaxed);
+        round(&mut t);
+        assert_eq!(s.stats.shaped.load(Relaxed) - before, 40);
+        assert_eq!(s.held(), 0);
     }
 
     #[test]
