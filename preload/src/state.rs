@@ -24,7 +24,8 @@
 //! never corked at all) instead of at the wait, which may come much later in an
 //! interpreter: the response leaves when nodelay's last segment would, as one segment. A
 //! burst that turns out longer holds its remaining writes to the wait as before and unlearns
-//! the shape; a guess can cost a segment, never time.
+//! the shape; a guess can cost a segment, never time. A burst still short of its shape may
+//! wait [`SHAPE_PATIENCE`] linger bounds for the rest (its response is not complete before).
 //!
 //! **The flusher**, while anything is held, sleeps until the oldest held burst reaches the
 //! linger bound and releases it (bursts their writers end sooner cost it nothing); after
@@ -61,6 +62,13 @@ pub const THREAD_BURSTS: usize = 16;
 /// Bursts of the same number of writes, each ended by a wait, before that number is
 /// learned as the socket's shape.
 pub const LEARN_AFTER: u8 = 3;
+
+/// How many linger bounds a burst that has not yet reached its learned shape may wait for
+/// its remaining writes. An interpreter's thread can lose its global lock between a
+/// response's writes for a whole switch interval (CPython's is 5 ms); sending the first part
+/// alone at the plain bound would cost a segment and gain nothing, the response being
+/// complete only with its last write.
+pub const SHAPE_PATIENCE: u64 = 5;
 
 /// The socket calls the policy needs, provided by the libc layer (or a fake in tests).
 pub trait Kernel {
@@ -245,6 +253,13 @@ impl Slot {
         self.last_len.store(0, Relaxed);
         self.streak.store(0, Relaxed);
         self.shape.store(0, Relaxed);
+    }
+
+    /// The burst in progress has fewer writes than its learned shape: more are coming, and
+    /// the response cannot leave before the last of them anyway.
+    fn awaits_its_shape(&self) -> bool {
+        let shape = self.shape.load(Relaxed);
+        shape != 0 && self.writes.load(Relaxed) < shape
     }
 
     /// A burst ended in a wait: learn from its number of writes. Races between threads
@@ -650,6 +665,11 @@ impl Shim {
                 continue;
             }
             let age = now.saturating_sub(slot.corked_at_us.load(Relaxed));
+            let limit = if slot.awaits_its_shape() {
+                limit * SHAPE_PATIENCE
+            } else {
+                limit
+            };
             if age >= limit {
                 if self.release(k, fd) {
                     self.stats.linger_releases.fetch_add(1, Relaxed);
@@ -1018,6 +1038,31 @@ mod tests {
         write(&s, &k, 3, &mut t);
         write(&s, &k, 3, &mut t);
         assert!(s.is_corked(3), "the shape was unlearned");
+    }
+
+    #[test]
+    fn a_burst_short_of_its_shape_waits_longer_for_the_rest() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        let mut idle = Duration::ZERO;
+        bursts(&s, &k, &mut t, 2, LEARN_AFTER as usize);
+        k.now.set(1_000_000);
+        write(&s, &k, 3, &mut t);
+        let linger = DEFAULT_LINGER.as_micros() as u64;
+        k.now.set(1_000_000 + linger);
+        s.flusher_tick(&k, &mut idle);
+        assert!(
+            s.is_corked(3),
+            "short of its shape: held past the plain bound"
+        );
+        k.now.set(1_000_000 + linger * SHAPE_PATIENCE);
+        s.flusher_tick(&k, &mut idle);
+        assert!(!s.is_corked(3), "released at the longer bound");
+        // A socket with no shape gets the plain bound.
+        write(&s, &k, 4, &mut t);
+        k.now.set(1_000_000 + linger * (SHAPE_PATIENCE + 1));
+        s.flusher_tick(&k, &mut idle);
+        assert!(!s.is_corked(4));
     }
 
     #[test]
