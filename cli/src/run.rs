@@ -236,8 +236,11 @@ pub const RUN_HELP: &str = "\
 HOW IT WORKS
   CMD starts with libnagless_preload.so preloaded. Every TCP socket it creates, accepts or
   connects gets TCP_NODELAY; each burst of writes is held with TCP_CORK and released when the
-  program turns to wait (read/recv, poll/select/epoll, close, shutdown, fork, exec) or after
-  --linger-us at the latest. Unsent bytes stay in the kernel, never in a buffer of ours.
+  program turns to wait (read/recv, poll/select/epoll, close, shutdown, fork, exec), when it
+  completes the socket's learned burst shape (its usual number of writes), or after
+  --linger-us at the latest (5 x that for a burst short of its shape on a socket whose
+  writer pauses inside its bursts, as interpreters do). Unsent bytes stay in the kernel,
+  never in a buffer of ours.
   The shim is carried inside the nagless executable and unpacked once to ~/.cache/nagless.
   Without nagless run: LD_PRELOAD=$(nagless run --print-shim) CMD (settings in NAGLESS_MODE,
   NAGLESS_STATS=1, NAGLESS_LOG=FILE, NAGLESS_LINGER_US).

@@ -9,7 +9,8 @@
 //!   awaiting something else. Errors it meets are returned by the next write, flush or
 //!   shutdown. The runtime must have its time driver (`enable_time`/`enable_all`): making a
 //!   stream on one without it is an error (built with `panic = "abort"`, where tokio's panic
-//!   cannot be caught, the program stops there with tokio's message instead).
+//!   cannot be caught, the program stops there with tokio's message instead; a policy
+//!   without linger needs no timer and is never probed).
 //! - **One socket, several waiters.** A tokio socket wakes only the last task that polled it
 //!   for write readiness, yet the writer, the read half (which flushes before it waits) and the
 //!   timer task all send. The socket is therefore always polled with one fan-out waker that
@@ -275,13 +276,14 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
 
 impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
     fn build(io: T, core: Coalescer, spawner: Spawner<T>) -> io::Result<Self> {
-        let has_timer = has_time_driver();
-        if !has_timer
-            && core
-                .policy()
-                .linger_deadline()
-                .is_some_and(|d| !d.is_zero())
-        {
+        let needs_timer = core
+            .policy()
+            .linger_deadline()
+            .is_some_and(|d| !d.is_zero());
+        // Under panic = "abort" a failed probe cannot be caught: probe only when the policy
+        // needs the timer (without it, a dropped stream's drain just has no time limit).
+        let has_timer = (needs_timer || cfg!(panic = "unwind")) && has_time_driver();
+        if needs_timer && !has_timer {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "nagless: this tokio runtime has no time driver, which the linger deadline \
@@ -424,6 +426,9 @@ async fn flusher<T: AsyncWrite + Unpin + 'static>(weak: Weak<Mutex<Shared<T>>>) 
                 Poll::Pending
             })
             .await;
+            if let Some(arc) = weak.upgrade() {
+                lock(&arc).flusher_sleeping = None;
+            }
         }
         let result = std::future::poll_fn(|cx| {
             let Some(arc) = weak.upgrade() else {
@@ -486,8 +491,14 @@ fn poll_flush_shared<T: AsyncWrite + Unpin + 'static>(
     } else {
         g.core.flush();
     }
-    match g.drive(Some(cx.waker()), now())? {
-        Drive::Blocked => Poll::Pending,
+    let now = now();
+    match g.drive(Some(cx.waker()), now)? {
+        Drive::Blocked => {
+            // Should this flush be given up (its future dropped), the bytes it made due must
+            // not wait for a linger deadline the flusher sleeps towards.
+            ensure_flusher(arc, &mut g, now);
+            Poll::Pending
+        }
         Drive::Idle if closing => Pin::new(&mut g.io).poll_shutdown(cx),
         Drive::Idle => Pin::new(&mut g.io).poll_flush(cx),
     }

@@ -9,7 +9,7 @@ use std::process::Command;
 
 fn build() -> std::path::PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = here.join("../target/panic-abort-check");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("panic-abort-check");
     std::fs::create_dir_all(dir.join("src")).unwrap();
     std::fs::write(
         dir.join("Cargo.toml"),
@@ -30,8 +30,13 @@ fn build() -> std::path::PathBuf {
     // The workspace's lock file: the same dependency versions, already downloaded.
     std::fs::copy(here.join("../Cargo.lock"), dir.join("Cargo.lock")).unwrap();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Its own target directory, whatever this build was told (cargo-llvm-cov and friends set
+    // CARGO_TARGET_DIR; a cross target would put the binary elsewhere).
     let out = Command::new(cargo)
-        .args(["build", "--quiet", "--offline"])
+        .args(["build", "--quiet", "--offline", "--target-dir"])
+        .arg(dir.join("target"))
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET")
         .current_dir(&dir)
         .output()
         .unwrap();
@@ -58,9 +63,11 @@ fn run(bin: &Path, what: &str) -> (Option<i32>, String) {
 #[test]
 fn without_unwinding_a_missing_timer_or_local_set_stops_the_program_at_the_constructor() {
     let bin = build();
-    let (code, err) = run(&bin, "timer");
-    assert_eq!(code, Some(0), "{err}");
-    assert!(err.contains("made: true"), "{err}");
+    for what in ["timer", "no-timer-explicit"] {
+        let (code, err) = run(&bin, what);
+        assert_eq!(code, Some(0), "{what}: {err}");
+        assert!(err.contains("made: true"), "{what}: {err}");
+    }
     for (what, says) in [("no-timer", "enable_time"), ("local", "LocalSet")] {
         let (code, err) = run(&bin, what);
         assert_eq!(code, None, "{what}: should end by SIGABRT: {err}");

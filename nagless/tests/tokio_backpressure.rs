@@ -329,10 +329,17 @@ fn a_stream_that_is_not_send_works_on_a_local_set_and_is_refused_elsewhere() {
     });
 }
 
-/// Bytes made due (`SendNow`) while the socket is full and the flusher sleeps towards a far
-/// linger deadline leave as soon as the socket has room, not at that deadline.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bytes_made_due_on_a_full_socket_leave_when_it_drains_not_at_the_deadline() {
+/// How the test below makes bytes due while the socket is full.
+enum MakeDue {
+    /// A `SendNow` write.
+    SendNowWrite,
+    /// A `flush()` that is given up (its future dropped) while the socket is full.
+    AbandonedFlush,
+}
+
+/// Bytes made due while the socket is full and the flusher sleeps towards a far linger
+/// deadline leave as soon as the socket has room, not at that deadline.
+async fn bytes_made_due_on_a_full_socket(how: MakeDue) {
     use nagless::Urgency;
     use std::io::Write;
     use std::os::fd::AsFd;
@@ -357,12 +364,24 @@ async fn bytes_made_due_on_a_full_socket_leave_when_it_drains_not_at_the_deadlin
         std::thread::sleep(Duration::from_millis(10));
     }
     drop(filler);
-    let s = NaglessStream::with_policy(tcp, FlushPolicy::default().linger(Some(FAR))).unwrap();
+    let mut s = NaglessStream::with_policy(tcp, FlushPolicy::default().linger(Some(FAR))).unwrap();
     // A small write: pending, due at the far deadline; the flusher sleeps towards it.
     s.write_with(b"small", Urgency::Normal).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Made due now, but the socket is full.
-    s.write_with(b" urgent", Urgency::SendNow).await.unwrap();
+    match how {
+        MakeDue::SendNowWrite => {
+            s.write_with(b" urgent", Urgency::SendNow).await.unwrap();
+        }
+        MakeDue::AbandonedFlush => {
+            s.write_with(b" urgent", Urgency::Normal).await.unwrap();
+            let flush = tokio::time::timeout(Duration::from_millis(50), s.flush());
+            assert!(
+                flush.await.is_err(),
+                "the flush should wait for a full socket"
+            );
+        }
+    }
     assert!(s.pending() > 0, "the socket should have been full");
     let expect = filled + b"small urgent".len();
     let start = std::time::Instant::now();
@@ -380,4 +399,14 @@ async fn bytes_made_due_on_a_full_socket_leave_when_it_drains_not_at_the_deadlin
         "the urgent bytes waited {took:?}, for the linger deadline ({FAR:?})"
     );
     drop(s);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_a_send_now_write_makes_due_on_a_full_socket_leave_when_it_drains() {
+    bytes_made_due_on_a_full_socket(MakeDue::SendNowWrite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bytes_an_abandoned_flush_made_due_on_a_full_socket_leave_when_it_drains() {
+    bytes_made_due_on_a_full_socket(MakeDue::AbandonedFlush).await;
 }

@@ -15,7 +15,9 @@
 //! completes it uncorks at once, so the response leaves when its last byte is written, not
 //! at the program's next wait. A program that writes and then
 //! neither reads nor polls still has its data on the wire within the linger bound
-//! (`NAGLESS_LINGER_US`, default 1000 µs), enforced by a flusher thread.
+//! (`NAGLESS_LINGER_US`, default 1000 µs), enforced by a flusher thread; a burst short of
+//! its learned shape on a socket whose writer pauses inside its bursts (an interpreter
+//! waiting for its global lock) is given five bounds for the rest.
 //!
 //! **Why the kernel holds the bytes.** Unsent bytes stay in the socket's send queue under
 //! `TCP_CORK`, never in a user-space buffer of ours: `write()` returns exactly what the kernel

@@ -24,8 +24,12 @@
 //! never corked at all) instead of at the wait, which may come much later in an
 //! interpreter: the response leaves when nodelay's last segment would, as one segment. A
 //! burst that turns out longer holds its remaining writes to the wait as before and unlearns
-//! the shape; a guess can cost a segment, never time. A burst still short of its shape may
-//! wait [`SHAPE_PATIENCE`] linger bounds for the rest (its response is not complete before).
+//! the shape; a guess can cost a segment, not time. One exception, bounded: on a socket
+//! whose writer was seen pausing inside its bursts (a burst split by the linger bound, then
+//! completed to its shape: an interpreter's thread waiting for its global lock), a burst
+//! still short of its shape waits up to [`SHAPE_PATIENCE`] linger bounds for the rest; a
+//! short burst that was in fact a whole response then waits that long if its writer does
+//! not wait visibly, and unlearns the shape at its writer's next wait.
 //!
 //! **The flusher**, while anything is held, sleeps until the oldest held burst reaches the
 //! linger bound and releases it (bursts their writers end sooner cost it nothing); after
@@ -63,11 +67,12 @@ pub const THREAD_BURSTS: usize = 16;
 /// learned as the socket's shape.
 pub const LEARN_AFTER: u8 = 3;
 
-/// How many linger bounds a burst that has not yet reached its learned shape may wait for
-/// its remaining writes. An interpreter's thread can lose its global lock between a
-/// response's writes for a whole switch interval (CPython's is 5 ms); sending the first part
-/// alone at the plain bound would cost a segment and gain nothing, the response being
-/// complete only with its last write.
+/// How many linger bounds a burst short of its learned shape may wait for its remaining
+/// writes, on a socket whose writer was seen pausing inside its bursts (a burst split by the
+/// plain bound, then completed to its shape). An interpreter's thread can lose its global
+/// lock between a response's writes for a whole switch interval (CPython's is 5 ms): sending
+/// the first part alone at the plain bound costs a segment and gains nothing, the response
+/// being complete only with its last write.
 pub const SHAPE_PATIENCE: u64 = 5;
 
 /// The socket calls the policy needs, provided by the libc layer (or a fake in tests).
@@ -244,6 +249,12 @@ struct Slot {
     streak: AtomicU8,
     /// The learned shape: the write that brings `writes` to this leaves at once (0: none).
     shape: AtomicU16,
+    /// The linger bound released part of the burst in progress before its shape was complete.
+    split: AtomicBool,
+    /// A burst of this socket was split by the linger bound and then completed its shape: its
+    /// writer pauses between writes (an interpreter's lock), so bursts short of the shape are
+    /// given [`SHAPE_PATIENCE`] bounds.
+    patient: AtomicBool,
 }
 
 impl Slot {
@@ -253,11 +264,12 @@ impl Slot {
         self.last_len.store(0, Relaxed);
         self.streak.store(0, Relaxed);
         self.shape.store(0, Relaxed);
+        self.split.store(false, Relaxed);
+        self.patient.store(false, Relaxed);
     }
 
-    /// The burst in progress has fewer writes than its learned shape: more are coming, and
-    /// the response cannot leave before the last of them anyway.
-    fn awaits_its_shape(&self) -> bool {
+    /// The burst in progress has fewer writes than its learned shape.
+    fn short_of_its_shape(&self) -> bool {
         let shape = self.shape.load(Relaxed);
         shape != 0 && self.writes.load(Relaxed) < shape
     }
@@ -270,6 +282,7 @@ impl Slot {
             return;
         }
         let n = self.writes.swap(0, Relaxed);
+        self.split.store(false, Relaxed);
         if n == 0 {
             return;
         }
@@ -279,8 +292,11 @@ impl Slot {
             1
         };
         self.streak.store(streak, Relaxed);
-        self.shape
-            .store(if streak >= LEARN_AFTER { n } else { 0 }, Relaxed);
+        let shape = if streak >= LEARN_AFTER { n } else { 0 };
+        self.shape.store(shape, Relaxed);
+        if shape == 0 {
+            self.patient.store(false, Relaxed);
+        }
     }
 }
 
@@ -292,6 +308,8 @@ pub struct WriteStep {
     pub wake_flusher: bool,
     /// This write completes the burst's learned shape: call [`Shim::after_write`] with it.
     pub release_after: bool,
+    /// The burst it joined: another thread may end it and start a newer one meanwhile.
+    generation: u32,
 }
 
 /// Descriptors per table chunk; a chunk is allocated when the first socket in its range is
@@ -467,12 +485,17 @@ impl Shim {
         let completes = self.config.mode == Mode::Nagless && slot.shape.load(Relaxed) == n;
         if completes {
             self.stats.shaped.fetch_add(1, Relaxed);
+            if slot.split.load(Relaxed) {
+                slot.patient.store(true, Relaxed);
+            }
         }
         if flags & CORKED != 0 {
             self.stats.joined.fetch_add(1, Relaxed);
-            self.note(k, mine, fd, slot.generation.load(Acquire));
+            let generation = slot.generation.load(Acquire);
+            self.note(k, mine, fd, generation);
             return WriteStep {
                 release_after: completes,
+                generation,
                 ..none
             };
         }
@@ -500,13 +523,14 @@ impl Shim {
             wake_flusher: self.flusher_missing.load(Acquire)
                 || (first && self.flusher_parked.load(Acquire)),
             release_after: false,
+            generation,
         }
     }
 
     /// After the write `step` was made for: a write that completed the learned shape sends
-    /// the burst now.
+    /// its burst now (not a newer one another thread started meanwhile).
     pub fn after_write(&self, k: &impl Kernel, fd: i32, step: WriteStep) {
-        if step.release_after {
+        if step.release_after && self.live_generation(fd, step.generation).is_some() {
             self.release(k, fd);
         }
     }
@@ -595,6 +619,7 @@ impl Shim {
         self.release(k, fd);
         slot.flags.store(0, Release);
         slot.generation.fetch_add(1, AcqRel);
+        slot.unlearn();
         true
     }
 
@@ -636,9 +661,9 @@ impl Shim {
     /// One pass of the flusher: release bursts older than the linger bound; say what to do
     /// next. `idle_for` is how long nothing has been held (kept by the caller).
     pub fn flusher_tick(&self, k: &impl Kernel, idle_for: &mut Duration) -> FlusherStep {
-        // With nothing held, looking once per linger bound is enough: a burst that starts
-        // just after a look is seen at the next one, younger than the bound, and slept on
-        // until its exact deadline.
+        // With nothing held, one look per linger bound: a burst that starts just after a
+        // look is released at the next one, about one bound (plus timer slack) after it
+        // began, as with shorter ticks give or take that slack.
         let tick = self.config.linger;
         if self.corked.load(Acquire) == 0 {
             *idle_for += tick;
@@ -665,7 +690,8 @@ impl Shim {
                 continue;
             }
             let age = now.saturating_sub(slot.corked_at_us.load(Relaxed));
-            let limit = if slot.awaits_its_shape() {
+            let short = slot.short_of_its_shape();
+            let limit = if short && slot.patient.load(Relaxed) {
                 limit * SHAPE_PATIENCE
             } else {
                 limit
@@ -673,6 +699,9 @@ impl Shim {
             if age >= limit {
                 if self.release(k, fd) {
                     self.stats.linger_releases.fetch_add(1, Relaxed);
+                    if short {
+                        slot.split.store(true, Relaxed);
+                    }
                 }
             } else {
                 next_us = next_us.min(limit - age);
@@ -1041,28 +1070,76 @@ mod tests {
     }
 
     #[test]
-    fn a_burst_short_of_its_shape_waits_longer_for_the_rest() {
+    fn a_socket_whose_writer_pauses_inside_its_bursts_gets_patience() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
         let mut idle = Duration::ZERO;
-        bursts(&s, &k, &mut t, 2, LEARN_AFTER as usize);
-        k.now.set(1_000_000);
-        write(&s, &k, 3, &mut t);
         let linger = DEFAULT_LINGER.as_micros() as u64;
-        k.now.set(1_000_000 + linger);
+        let mut now = 1_000_000;
+        let mut at = |us: u64| {
+            now += us;
+            k.now.set(now);
+        };
+        bursts(&s, &k, &mut t, 2, LEARN_AFTER as usize);
+        // The first burst short of its shape gets the plain bound: it is split...
+        at(0);
+        write(&s, &k, 3, &mut t);
+        at(linger);
+        s.flusher_tick(&k, &mut idle);
+        assert!(!s.is_corked(3), "no patience before a pause was seen");
+        // ...and then completed: the writer pauses inside its bursts.
+        write(&s, &k, 3, &mut t);
+        s.release_thread(&k, &mut t);
+        at(0);
+        write(&s, &k, 3, &mut t);
+        at(linger);
         s.flusher_tick(&k, &mut idle);
         assert!(
             s.is_corked(3),
             "short of its shape: held past the plain bound"
         );
-        k.now.set(1_000_000 + linger * SHAPE_PATIENCE);
+        at(linger * (SHAPE_PATIENCE - 1));
         s.flusher_tick(&k, &mut idle);
         assert!(!s.is_corked(3), "released at the longer bound");
+        // A burst that ends short of the shape at a wait unlearns it, and the patience.
+        s.release_thread(&k, &mut t);
+        write(&s, &k, 3, &mut t);
+        at(linger);
+        s.flusher_tick(&k, &mut idle);
+        assert!(!s.is_corked(3), "plain bound again");
         // A socket with no shape gets the plain bound.
         write(&s, &k, 4, &mut t);
-        k.now.set(1_000_000 + linger * (SHAPE_PATIENCE + 1));
+        at(linger);
         s.flusher_tick(&k, &mut idle);
         assert!(!s.is_corked(4));
+    }
+
+    #[test]
+    fn a_write_that_completes_the_shape_never_sends_a_newer_burst() {
+        let (s, k) = shim();
+        let (mut a, mut b) = (ThreadBursts::new(), ThreadBursts::new());
+        bursts(&s, &k, &mut a, 2, LEARN_AFTER as usize);
+        write(&s, &k, 3, &mut a);
+        // A's second write completes the shape; while it is inside write(2), B ends that
+        // burst with a wait and starts a new one.
+        let step = s.before_write(&k, 3, &mut a);
+        assert!(step.release_after);
+        write(&s, &k, 3, &mut b);
+        s.release_thread(&k, &mut b);
+        write(&s, &k, 3, &mut b);
+        assert!(s.is_corked(3));
+        s.after_write(&k, 3, step);
+        assert!(s.is_corked(3), "A's step uncorked B's newer burst");
+    }
+
+    #[test]
+    fn a_descriptor_closed_and_reused_by_dup2_starts_unlearned() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        bursts(&s, &k, &mut t, 1, LEARN_AFTER as usize);
+        s.duplicate(&k, 4, 3); // dup2(4, 3): fd 3 now refers to another socket
+        write(&s, &k, 3, &mut t);
+        assert!(s.is_corked(3), "fd 3's old shape was kept");
     }
 
     #[test]
