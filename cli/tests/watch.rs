@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{have_tool, http_server_args};
+use common::{have_tool, http_server_args, root_or_skip};
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
 
@@ -26,25 +26,6 @@ impl Drop for Started {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn root() -> bool {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(str::to_string))
-        });
-    if uid.as_deref() == Some("0") {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI runs the tests as root"
-    );
-    eprintln!("skipped: needs root (tcpdump)");
-    false
 }
 
 fn free_port() -> u16 {
@@ -157,7 +138,7 @@ fn tcpdump(port: u16, file: &Path) -> Started {
 
 #[test]
 fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
-    if !have_tool("wrk") || !have_tool("tcpdump") || !root() {
+    if !have_tool("wrk") || !have_tool("tcpdump") || !root_or_skip("tcpdump") {
         return;
     }
     let dir = www("stalls");
@@ -297,7 +278,7 @@ fn the_same_server_under_nagless_run_and_a_bulk_transfer_are_not_flagged() {
 
 #[test]
 fn without_root_it_says_what_it_cannot_see() {
-    if !root() || !have_tool("setpriv") {
+    if !root_or_skip("tcpdump") || !have_tool("setpriv") {
         return;
     }
     let o = Command::new("setpriv")

@@ -27,6 +27,25 @@ pub fn have_tool(name: &str) -> bool {
     found
 }
 
+/// Whether this process runs as root (capturing with tcpdump, making network namespaces).
+/// Outside CI a test that needs it skips with a note naming `what`; under `CI` it must run.
+pub fn root_or_skip(what: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs the tests as root"
+        );
+        eprintln!("skipped: needs root ({what})");
+    }
+    root
+}
+
 /// Adds the arguments that make `python3` serve its working directory over HTTP/1.1 on
 /// 127.0.0.1:`port` (`python3 -m http.server`: headers and body as two writes).
 pub fn http_server_args(cmd: &mut std::process::Command, port: u16) -> &mut std::process::Command {
