@@ -134,6 +134,9 @@ fn c_write_write_read_stalls_plain_and_not_under_the_shim() {
         assert_eq!(s["data"], s["bursts"], "one segment per burst: {s:?}");
         assert!((30..=30 + s["released"]).contains(&s["bursts"]), "{s:?}");
         assert!(s["released"] <= 2, "{s:?}");
+        // After three rounds the shape (two writes, then a read) is learned: from then on
+        // the second write sends the burst itself, before the read.
+        assert!(s["sent"] + 3 + 2 * s["released"] >= 30, "{s:?}");
     }
     assert!(
         (30..=32).contains(&ours["client_segs"]),
