@@ -21,7 +21,8 @@
 //!   flushes what the write half queued; [`WriteHalf::reunite`] puts them back together.
 //! - **Closing**: `shutdown().await` sends everything, then shuts the write side down; errors
 //!   come back from it. Dropping the last handle with bytes still queued hands them to a
-//!   background task that finishes the send (for at most [`DRAIN_LIMIT`]) and then closes the
+//!   background task that finishes the send (for at most [`DRAIN_LIMIT`] where the stream
+//!   knows of a timer; see [`NaglessStream::from_io`]) and then closes the
 //!   socket, as the kernel does with a closed socket's send queue.
 
 use std::future::Future;
@@ -251,7 +252,9 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
 }
 
 impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
-    /// Wraps any async stream with `policy`. For a socket, [`from_socket`](Self::from_socket)
+    /// Wraps any async stream with `policy`. (Built with `panic = "abort"`, a policy without a
+    /// linger deadline is not probed for tokio's timer, so a dropped stream's drain has no
+    /// [`DRAIN_LIMIT`].) For a socket, [`from_socket`](Self::from_socket)
     /// also sets `TCP_NODELAY` and reads the MSS; for a stream that is not `Send`,
     /// [`from_io_local`](Self::from_io_local).
     pub fn from_io(io: T, policy: FlushPolicy) -> io::Result<Self> {
@@ -281,7 +284,8 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
             .linger_deadline()
             .is_some_and(|d| !d.is_zero());
         // Under panic = "abort" a failed probe cannot be caught: probe only when the policy
-        // needs the timer (without it, a dropped stream's drain just has no time limit).
+        // needs the timer. A stream not probed counts as timerless: a dropped stream's drain
+        // then has no time limit (it ends when the peer takes the bytes or the socket fails).
         let has_timer = (needs_timer || cfg!(panic = "unwind")) && has_time_driver();
         if needs_timer && !has_timer {
             return Err(io::Error::new(

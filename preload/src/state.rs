@@ -699,7 +699,9 @@ impl Shim {
             if age >= limit {
                 if self.release(k, fd) {
                     self.stats.linger_releases.fetch_add(1, Relaxed);
-                    if short {
+                    // Split only if the burst is still going: a wait that ended it at the
+                    // same moment (and reset its count) says nothing of a pause.
+                    if short && slot.writes.load(Relaxed) > 0 {
                         slot.split.store(true, Relaxed);
                     }
                 }
