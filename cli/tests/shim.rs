@@ -566,9 +566,34 @@ fn a_body_spliced_into_the_socket_is_part_of_the_burst() {
     );
 }
 
-/// Runs wrk against `url` for 2 s with `conns` connections; returns (requests/s, max latency
-/// in ms, non-2xx/3xx responses and socket errors).
-/// wrk for 2 s: requests/s, the maximum latency in ms, error lines, requests answered.
+#[test]
+fn a_socket_closed_by_a_raw_syscall_is_forgotten_at_its_close() {
+    let _one = exclusive();
+    // libuv (node) closes with syscall(SYS_close): the shim must see it there, not trust the
+    // number's old slot once a pipe reuses it.
+    let mut cmd = Command::new(c_program("shim_cases"));
+    cmd.arg("rawclose");
+    with_shim(&mut cmd, "nagless");
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        fields(&stdout)["reused"],
+        1,
+        "the pipe did not reuse the number"
+    );
+    let stats = stats_lines(&stderr);
+    assert_eq!(stats.len(), 1, "{stderr}");
+    // The closed socket's one data segment is counted when it closes; a stale slot would be
+    // counted at exit on the pipe (no TCP_INFO there: nothing).
+    assert_eq!(stats[0]["data"], 1, "{stderr}");
+}
+
+/// wrk for 2 s with `conns` connections: requests/s, the maximum latency in ms, error lines
+/// (non-2xx/3xx responses, socket errors), requests answered.
 fn wrk_run(url: &str, conns: u32) -> (f64, f64, u64, u64) {
     let out = Command::new("wrk")
         .args(["-t1", &format!("-c{conns}"), "-d2s", url])

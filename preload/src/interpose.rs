@@ -5,7 +5,7 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)] // the hooks' contracts are libc's own
 
-use libc::{c_char, c_int, c_uint, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{c_char, c_int, c_long, c_uint, c_void, size_t, sockaddr, socklen_t, ssize_t};
 
 use crate::sys::{self, next, set_errno, Wait};
 
@@ -816,6 +816,14 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     ) else {
         return enosys();
     };
+    before_close_range(first, last, flags);
+    // SAFETY: forwarding the caller's arguments unchanged.
+    unsafe { real(first, last, flags) }
+}
+
+/// The managed descriptors in `first..=last` are about to be closed (unless only marked
+/// close-on-exec).
+fn before_close_range(first: c_uint, last: c_uint, flags: c_int) {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         if let Some(s) = sys::shim() {
             let end = last.min(1 << 20);
@@ -826,6 +834,35 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
             }
         }
     }
+}
+
+/// `syscall(2)`, libc's generic entry: libuv (and so node) closes descriptors with
+/// `syscall(SYS_close, fd)`, which the `close` hook never sees. Only `close` and
+/// `close_range` are looked at; every call is forwarded unchanged. Declared with the six
+/// argument registers: on x86-64 and AArch64 Linux a variadic call passes integer arguments
+/// exactly as a fixed one does, and glibc's `syscall` reads no more (stable Rust cannot
+/// define a C-variadic function).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    number: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+    a6: c_long,
+) -> c_long {
+    type Syscall =
+        unsafe extern "C" fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long;
+    let Some(real) = next!("syscall", Syscall) else {
+        return enosys();
+    };
+    if number == libc::SYS_close {
+        sys::on_close(a1 as c_int);
+    } else if number == libc::SYS_close_range {
+        before_close_range(a1 as c_uint, a2 as c_uint, a3 as c_int);
+    }
     // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(first, last, flags) }
+    unsafe { real(number, a1, a2, a3, a4, a5, a6) }
 }

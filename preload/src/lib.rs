@@ -30,7 +30,8 @@
 //! `nodelay` (set `TCP_NODELAY` only). `NAGLESS_STATS=1` prints counters at exit;
 //! `NAGLESS_LOG=FILE` appends a debug trace.
 //!
-//! Limits: programs that bypass libc (Go, static binaries, raw `syscall()`) are not reached;
+//! Limits: programs that bypass libc (Go, static binaries, inline system calls, io_uring) are
+//! not reached (libc's `syscall()` is, for close);
 //! `nagless run` detects the first two. Variadic `execl*` calls are not intercepted.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]

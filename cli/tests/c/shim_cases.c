@@ -28,6 +28,7 @@
 #include <linux/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,6 +233,24 @@ static int splicing(void) {
     return 0;
 }
 
+/* rawclose: a corked socket closed by syscall(SYS_close), as libuv (node) closes, its number
+ * then reused by a pipe. Prints whether the number was reused; the shim's counters show
+ * whether it saw the close (the socket's one data segment is counted at its close). */
+static int rawclose(void) {
+    int port = 0, l = listener(&port);
+    int c = l < 0 ? -1 : dial(port);
+    int s = c < 0 ? -1 : accept(l, NULL, NULL);
+    int p[2];
+    char buf[5];
+    if (s < 0 || write(c, "hello", 5) != 5) return 1;
+    if (syscall(SYS_close, c)) return 1;
+    if (pipe(p)) return 1;
+    if (write(p[1], "x", 1) != 1) return 1;
+    if (read_full(s, buf, 5) || memcmp(buf, "hello", 5)) return 1;
+    printf("reused=%d\n", p[0] == c);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "threads")) return threads();
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
@@ -240,6 +259,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "selfcork")) return selfcork(0);
     if (argc >= 2 && !strcmp(argv[1], "corklistener")) return selfcork(1);
     if (argc >= 2 && !strcmp(argv[1], "splice")) return splicing();
-    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice\n");
+    if (argc >= 2 && !strcmp(argv[1], "rawclose")) return rawclose();
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose\n");
     return 2;
 }
