@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{have_tool, http_server_args, tool_path};
+use common::{have_tool, http_server_args, start_tcpdump, tool_path, Started};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -200,17 +200,7 @@ print("ok")
     assert_eq!(trace.matches("adopt fd").count(), 3, "{trace}");
 }
 
-/// Kills a started server by its PID when the test ends, whatever happens.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_echo(mode: Option<&str>) -> (Server, u16) {
+fn start_echo(mode: Option<&str>) -> (Started, u16) {
     let mut cmd = Command::new(c_program("echo_epoll"));
     cmd.arg("2").stdout(Stdio::piped()).stderr(Stdio::null());
     if let Some(m) = mode {
@@ -222,7 +212,7 @@ fn start_echo(mode: Option<&str>) -> (Server, u16) {
         .read_line(&mut line)
         .unwrap();
     let port = fields(&line)["port"] as u16;
-    (Server(child), port)
+    (Started(child), port)
 }
 
 /// A tiny deterministic generator (xorshift) for message sizes and contents.
@@ -427,7 +417,7 @@ fn late_writer_delay(mode: &str) -> Duration {
         .spawn()
         .unwrap();
     let stdout = child.stdout.take().unwrap();
-    let _guard = Server(child);
+    let _guard = Started(child);
     let said = std::thread::spawn(move || {
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
@@ -669,7 +659,7 @@ fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     with_shim(&mut cmd, "nagless");
-    let mut server = Server(cmd.spawn().unwrap());
+    let mut server = Started(cmd.spawn().unwrap());
     wait_for_port(port);
     let (rps, max_ms, errors, _) = wrk_run(&format!("http://127.0.0.1:{port}/f.txt"), 4);
     // SIGQUIT, nginx's graceful stop, to the master we started: the workers exit normally
@@ -708,7 +698,7 @@ fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
 
 /// Counts the data segments (TCP payload > 0) sent from `port` on loopback while it lives.
 struct SegmentCount {
-    tcpdump: Server,
+    tcpdump: Started,
     /// tcpdump's stderr after its first line, read by a thread (it ends with the counts).
     rest: std::sync::mpsc::Receiver<String>,
 }
@@ -719,46 +709,30 @@ impl SegmentCount {
         let filter = format!(
             "tcp src port {port} and (ip[2:2] - ((ip[0]&0xf)<<2) - ((tcp[12]&0xf0)>>2)) > 0"
         );
-        let mut child = Command::new(tool_path("tcpdump").expect("tcpdump"))
-            // Immediate mode: each packet reaches tcpdump at once, not in ~256 KB blocks,
-            // whose unfinished last one would be lost uncounted when it is stopped.
-            .args([
-                "-i",
-                "lo",
-                "-s",
-                "80",
-                "--immediate-mode",
-                "-w",
-                "/dev/null",
-                &filter,
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        err.read_line(&mut line).unwrap();
-        if !line.contains("listening on") {
-            let _ = child.kill();
-            let _ = child.wait();
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "CI must be able to capture on lo: {line}"
-            );
-            eprintln!("skipped: tcpdump cannot capture here ({})", line.trim());
-            return None;
-        }
-        let (tx, rest) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = err.read_to_string(&mut text);
-            let _ = tx.send(text);
-        });
-        Some(SegmentCount {
-            tcpdump: Server(child),
-            rest,
-        })
+        // Immediate mode: each packet reaches tcpdump at once, not in ~256 KB blocks,
+        // whose unfinished last one would be lost uncounted when it is stopped.
+        let args = [
+            "-i",
+            "lo",
+            "-s",
+            "80",
+            "--immediate-mode",
+            "-w",
+            "/dev/null",
+            &filter,
+        ];
+        let (tcpdump, rest) = match start_tcpdump(&args) {
+            Ok(started) => started,
+            Err(said) => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "CI must be able to capture on lo: {said}"
+                );
+                eprintln!("skipped: tcpdump cannot capture here ({})", said.trim());
+                return None;
+            }
+        };
+        Some(SegmentCount { tcpdump, rest })
     }
 
     /// Stops the capture (SIGINT, so that tcpdump prints its counts): the segments seen.

@@ -8,25 +8,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::ffi::OsString;
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{have_tool, http_server_args, root_or_skip};
+use common::{have_tool, http_server_args, root_or_skip, start_tcpdump, Started};
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
-
-/// A child process stopped (by its PID) when dropped.
-struct Started(Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -112,28 +103,13 @@ fn www(name: &str) -> PathBuf {
 
 /// tcpdump on lo for `port`, started by this test and stopped by its PID.
 fn tcpdump(port: u16, file: &Path) -> Started {
-    let mut child = Command::new("tcpdump")
-        .args(["-i", "lo", "-s", "128", "-U", "--immediate-mode", "-w"])
-        .arg(file)
-        .arg(format!("tcp port {port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut err = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("listening on") {
-        line.clear();
-        assert!(
-            err.read_line(&mut line).unwrap() > 0,
-            "tcpdump did not start"
-        );
-    }
-    std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = err.read_to_string(&mut rest);
-    });
-    Started(child)
+    let mut args: Vec<OsString> = ["-i", "lo", "-s", "128", "-U", "--immediate-mode", "-w"]
+        .map(OsString::from)
+        .to_vec();
+    args.push(file.into());
+    args.push(format!("tcp port {port}").into());
+    let (child, _) = start_tcpdump(&args).unwrap_or_else(|e| panic!("tcpdump did not start: {e}"));
+    child
 }
 
 #[test]

@@ -534,13 +534,23 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 
 /// Defines a hook that runs `$before` and then calls the real `$name` with the same
 /// arguments; the C signature is spelled out at each use. The form `=> writing(fd, flags)`
-/// makes the call a write of `fd` instead (see [`writing`]).
+/// makes the call a write of `fd` (see [`writing`]).
 macro_rules! forward {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $before:expr }) => {
-        forward!($(#[$doc])* fn $name($($arg: $ty),*) -> $ret { $before } => writing(-1, 0));
+        forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
+            $before;
+            call()
+        });
     };
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $($before:expr)? }
         => writing($fd:expr, $flags:expr)) => {
+        forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
+            $($before;)?
+            writing($fd, $flags, call)
+        });
+    };
+    (@hook $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;
+        |$call:ident| $body:block) => {
         $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
@@ -548,14 +558,9 @@ macro_rules! forward {
             else {
                 return enosys();
             };
-            $($before;)?
             // SAFETY: forwarding the caller's arguments unchanged.
-            let call = || unsafe { real($($arg),*) };
-            if $fd < 0 {
-                call()
-            } else {
-                writing($fd, $flags, call)
-            }
+            let $call = || unsafe { real($($arg),*) };
+            $body
         }
     };
 }

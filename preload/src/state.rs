@@ -258,8 +258,10 @@ struct Slot {
 }
 
 impl Slot {
-    /// Forgets what was learned (a new socket on this descriptor).
-    fn unlearn(&self) {
+    /// The descriptor now names another socket (or none): older thread-list entries go
+    /// stale, and what was learned of the old one is forgotten.
+    fn renew(&self) {
+        self.generation.fetch_add(1, AcqRel);
         self.writes.store(0, Relaxed);
         self.last_len.store(0, Relaxed);
         self.streak.store(0, Relaxed);
@@ -434,8 +436,7 @@ impl Shim {
         if old & CORKED != 0 {
             self.corked.fetch_sub(1, AcqRel);
         }
-        slot.generation.fetch_add(1, AcqRel);
-        slot.unlearn();
+        slot.renew();
         if !k.is_tcp_stream(fd) {
             return;
         }
@@ -618,8 +619,7 @@ impl Shim {
         }
         self.release(k, fd);
         slot.flags.store(0, Release);
-        slot.generation.fetch_add(1, AcqRel);
-        slot.unlearn();
+        slot.renew();
         true
     }
 

@@ -1,7 +1,53 @@
 //! What the command's tests share: finding the system tools they drive.
 #![allow(dead_code)] // each test file uses part
 
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+
+/// A child process this test started, stopped (by its PID) when dropped.
+pub struct Started(pub Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts tcpdump with `args` and waits until it captures ("listening on"). The rest of its
+/// stderr is read by a thread and comes through the receiver once tcpdump exits (its closing
+/// counts). `Err` with what it printed if it never captured (it is stopped then).
+pub fn start_tcpdump<S: AsRef<OsStr>>(args: &[S]) -> Result<(Started, Receiver<String>), String> {
+    let mut child = Command::new(tool_path("tcpdump").ok_or("tcpdump is not installed")?)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut err = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let child = Started(child);
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            return Err(seen);
+        }
+        seen.push_str(&line);
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    let (tx, rest) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    Ok((child, rest))
+}
 
 /// Where the system tool `name` is: on PATH, or in /usr/sbin (nginx) for users without it.
 pub fn tool_path(name: &str) -> Option<PathBuf> {
