@@ -137,6 +137,13 @@ fn c_write_write_read_stalls_plain_and_not_under_the_shim() {
         // After three rounds the shape (two writes, then a read) is learned: from then on
         // the second write sends the burst itself, before the read.
         assert!(s["sent"] + 3 + 2 * s["released"] >= 30, "{s:?}");
+        // A burst of the learned shape is held by MSG_MORE on its first write and sent by
+        // its plain second one: no setsockopt. The others cork and uncork (a linger release
+        // of a MSG_MORE burst is one uncork).
+        assert!(
+            s["setsockopt"] <= 2 * (30 - s["sent"]) + 2 * s["released"],
+            "setsockopt calls beyond the bursts not sent at their shape: {s:?}"
+        );
     }
     assert!(
         (30..=32).contains(&ours["client_segs"]),

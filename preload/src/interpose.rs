@@ -96,18 +96,30 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
 // ---- writes: a burst starts ---------------------------------------------------------------
 
 /// Makes the write `f` on `fd` between the policy's two steps (a send with `MSG_MORE`
-/// means the program packs its own bursts).
-fn writing<R>(fd: c_int, flags: c_int, f: impl FnOnce() -> R) -> R {
+/// means the program packs its own bursts). `f` gets the flags the shim adds to the call:
+/// `MSG_MORE` when the policy holds the burst by that flag (see
+/// [`Shim::before_write`](crate::state::Shim::before_write)), else 0; `carries_more` says
+/// whether `f` can add them (`sendfile` and `splice` cannot).
+fn writing<R: Copy + Default + PartialOrd>(
+    fd: c_int,
+    flags: c_int,
+    carries_more: bool,
+    f: impl FnOnce(c_int) -> R,
+) -> R {
     if flags & libc::MSG_MORE != 0 {
         sys::program_holds(fd);
     }
-    let step = sys::on_write(fd);
-    let r = f();
-    sys::after_write(fd, step);
+    let step = sys::on_write(fd, carries_more);
+    let r = f(if step.more { libc::MSG_MORE } else { 0 });
+    sys::after_write(fd, step, r < R::default());
     r
 }
 
-/// `write(2)`.
+type SendFn = unsafe extern "C" fn(c_int, *const c_void, size_t, c_int) -> ssize_t;
+type SendMsgFn = unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> ssize_t;
+
+/// `write(2)`. Held by `MSG_MORE`, it is made as `send(2)` with that flag (the same call on
+/// a socket, with flags).
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     let Some(real) = next!(
@@ -116,11 +128,19 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     ) else {
         return enosys();
     };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    writing(fd, 0, || unsafe { real(fd, buf, n) })
+    writing(fd, 0, true, |more| {
+        if more != 0 {
+            if let Some(send) = next!("send", SendFn) {
+                // SAFETY: the caller's buffer and length, to send(2) on the same socket.
+                return unsafe { send(fd, buf, n, more) };
+            }
+        }
+        // SAFETY: forwarding the caller's arguments unchanged.
+        unsafe { real(fd, buf, n) }
+    })
 }
 
-/// `writev(2)`.
+/// `writev(2)`. Held by `MSG_MORE`, it is made as `sendmsg(2)` of the same vector.
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     let Some(real) = next!(
@@ -129,21 +149,33 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
     ) else {
         return enosys();
     };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    writing(fd, 0, || unsafe { real(fd, iov, cnt) })
+    writing(fd, 0, true, |more| {
+        if more != 0 && cnt >= 0 {
+            if let Some(sendmsg) = next!("sendmsg", SendMsgFn) {
+                // SAFETY: an all-zero msghdr is valid (no name, no control data).
+                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+                msg.msg_iov = iov.cast_mut();
+                msg.msg_iovlen = cnt as _;
+                // SAFETY: the caller's vector, unchanged, in a header that lives across the
+                // call.
+                return unsafe { sendmsg(fd, &msg, more) };
+            }
+        }
+        // SAFETY: forwarding the caller's arguments unchanged.
+        unsafe { real(fd, iov, cnt) }
+    })
 }
 
 /// `send(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
-    let Some(real) = next!(
-        "send",
-        unsafe extern "C" fn(c_int, *const c_void, size_t, c_int) -> ssize_t
-    ) else {
+    let Some(real) = next!("send", SendFn) else {
         return enosys();
     };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    writing(fd, flags, || unsafe { real(fd, buf, n, flags) })
+    // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
+    writing(fd, flags, true, |more| unsafe {
+        real(fd, buf, n, flags | more)
+    })
 }
 
 /// `sendto(2)`.
@@ -169,21 +201,22 @@ pub unsafe extern "C" fn sendto(
     ) else {
         return enosys();
     };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    writing(fd, flags, || unsafe { real(fd, buf, n, flags, addr, len) })
+    // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
+    writing(fd, flags, true, |more| unsafe {
+        real(fd, buf, n, flags | more, addr, len)
+    })
 }
 
 /// `sendmsg(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
-    let Some(real) = next!(
-        "sendmsg",
-        unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> ssize_t
-    ) else {
+    let Some(real) = next!("sendmsg", SendMsgFn) else {
         return enosys();
     };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    writing(fd, flags, || unsafe { real(fd, msg, flags) })
+    // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
+    writing(fd, flags, true, |more| unsafe {
+        real(fd, msg, flags | more)
+    })
 }
 
 // ---- reads and waits: the burst ends ----------------------------------------------------
@@ -546,7 +579,8 @@ macro_rules! forward {
         => writing($fd:expr, $flags:expr)) => {
         forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
             $($before;)?
-            writing($fd, $flags, call)
+            // These calls cannot carry the shim's MSG_MORE (see `writing`).
+            writing($fd, $flags, false, |_| call())
         });
     };
     (@hook $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;

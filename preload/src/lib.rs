@@ -11,19 +11,22 @@
 //! epoll_wait or epoll_pwait, and before close, shutdown, dup2/dup3 onto it, fork and exec.
 //! With `TCP_NODELAY` on, uncorking sends the held tail at once, so the burst leaves as
 //! ⌈bytes / MSS⌉ segments with no Nagle or delayed-ACK wait. A socket whose bursts keep the
-//! same number of writes (headers, then body) has that shape learned: the write that
-//! completes it uncorks at once, so the response leaves when its last byte is written, not
-//! at the program's next wait. A program that writes and then
+//! same number of writes (headers, then body) has that shape learned: such a burst is held
+//! by `MSG_MORE` on its earlier writes (`write` made as `send`, `writev` as `sendmsg`) instead
+//! of `TCP_CORK`, and its last write, sent without the flag, sends it: the response leaves
+//! when its last byte is written, not at the program's next wait, with no `setsockopt`
+//! call. A program that writes and then
 //! neither reads nor polls still has its data on the wire within the linger bound
 //! (`NAGLESS_LINGER_US`, default 1000 µs), enforced by a flusher thread; a burst short of
 //! its learned shape on a socket whose writer pauses inside its bursts (an interpreter
 //! waiting for its global lock) is given five bounds for the rest.
 //!
 //! **Why the kernel holds the bytes.** Unsent bytes stay in the socket's send queue under
-//! `TCP_CORK`, never in a user-space buffer of ours: `write()` returns exactly what the kernel
-//! returned, a crash, `_exit` or `exec` cannot lose accepted data (the kernel sends it, at
-//! worst after its ~200 ms cork limit), and a forked child shares no half-built buffer.
-//! The price is two `setsockopt` calls per burst.
+//! `TCP_CORK` or `MSG_MORE`, never in a user-space buffer of ours: `write()` returns exactly
+//! what the kernel returned, a crash, `_exit` or `exec` cannot lose accepted data (the kernel
+//! sends it at close, or at worst after its ~200 ms probe timer), and a forked child shares
+//! no half-built buffer. The price is two `setsockopt` calls per burst, none for a burst of
+//! a learned shape.
 //!
 //! **Modes** (`NAGLESS_MODE`): `nagless` (the above), `cork` (libautocork's rule: release only
 //! on a read of the socket or on poll/select; epoll users wait for the kernel's cork limit),

@@ -20,9 +20,11 @@
 //! writes (python's http.server: headers, then body). When a socket's last
 //! [`LEARN_AFTER`] bursts that ended in a wait (or left a thread's full list: an event loop
 //! that answered many other sockets since) all had the same number of writes, the write
-//! that completes that number leaves at once (uncorked right after it; a one-write shape is
-//! never corked at all) instead of at the wait, which may come much later in an
-//! interpreter: the response leaves when nodelay's last segment would, as one segment. A
+//! that completes that number sends the burst at once instead of at the wait, which may
+//! come much later in an interpreter: the response leaves when nodelay's last segment
+//! would, as one segment. Such a burst is held by `MSG_MORE` on its earlier writes, not by
+//! `TCP_CORK`, and sent by its last write (made without the flag): no `setsockopt` at all; a
+//! one-write shape is never held. A
 //! burst that turns out longer holds its remaining writes to the wait as before and unlearns
 //! the shape; a guess can cost a segment, not time. One exception, bounded: on a socket
 //! whose writer was seen pausing inside its bursts (a burst split by the linger bound, then
@@ -53,6 +55,9 @@ use std::time::Duration;
 const MANAGED: u8 = 1;
 const CORKED: u8 = 2;
 const SELF_MANAGED: u8 = 4;
+/// The burst in progress (`CORKED`) is held by `MSG_MORE` on each of its writes, not by
+/// `TCP_CORK`: a burst of a learned shape, whose last write sends it.
+const BY_MORE: u8 = 8;
 
 /// How long the flusher keeps ticking with nothing held before it parks.
 pub const FLUSHER_IDLE: Duration = Duration::from_millis(20);
@@ -198,6 +203,8 @@ pub struct Stats {
     pub data_segs: AtomicU64,
     /// Payload bytes sent by managed sockets, summed at close (TCP_INFO).
     pub bytes: AtomicU64,
+    /// `setsockopt(TCP_CORK)` calls the shim made (to hold a burst, or to send one).
+    pub cork_calls: AtomicU64,
 }
 
 /// The bursts one thread has written to and not yet seen released: `(fd, generation)`.
@@ -310,8 +317,20 @@ pub struct WriteStep {
     pub wake_flusher: bool,
     /// This write completes the burst's learned shape: call [`Shim::after_write`] with it.
     pub release_after: bool,
+    /// Send this write with `MSG_MORE` (the burst is held by that flag, not by `TCP_CORK`)
+    /// and call [`Shim::after_write`] with it: the burst may end while the write is made.
+    pub more: bool,
     /// The burst it joined: another thread may end it and start a newer one meanwhile.
     generation: u32,
+    /// The socket's count of writes in the burst, this one included.
+    nth: u16,
+}
+
+impl WriteStep {
+    /// Whether [`Shim::after_write`] has anything to do.
+    pub fn needs_after(&self) -> bool {
+        self.release_after || self.more
+    }
 }
 
 /// Descriptors per table chunk; a chunk is allocated when the first socket in its range is
@@ -357,6 +376,12 @@ impl Shim {
             flusher_missing: AtomicBool::new(true),
             stats: Stats::default(),
         }
+    }
+
+    /// `TCP_CORK` on or off (off sends what is held), counted.
+    fn set_cork(&self, k: &impl Kernel, fd: i32, on: bool) -> bool {
+        self.stats.cork_calls.fetch_add(1, Relaxed);
+        k.set_cork(fd, on)
     }
 
     /// The slot of `fd`, if its chunk exists.
@@ -467,8 +492,20 @@ impl Shim {
     }
 
     /// The calling thread writes to `fd`: start a burst if none is in progress, and note it in
-    /// the thread's list; say what to do around the write.
-    pub fn before_write(&self, k: &impl Kernel, fd: i32, mine: &mut ThreadBursts) -> WriteStep {
+    /// the thread's list; say what to do around the write. `carries_more`: the call can be
+    /// made with `MSG_MORE` (a write or send, not a `sendfile` or `splice`).
+    ///
+    /// A burst short of the socket's learned shape is held by `MSG_MORE` on its writes: the
+    /// write that completes the shape, sent without it, sends the burst; no `setsockopt` at
+    /// all. Other bursts are held by `TCP_CORK` (the kernel then holds them even when an ACK
+    /// arrives, which `MSG_MORE` does not), uncorked at their end.
+    pub fn before_write(
+        &self,
+        k: &impl Kernel,
+        fd: i32,
+        mine: &mut ThreadBursts,
+        carries_more: bool,
+    ) -> WriteStep {
         let none = WriteStep::default();
         if self.config.mode == Mode::Nodelay {
             return none;
@@ -481,9 +518,11 @@ impl Shim {
             return none;
         }
         self.stats.writes.fetch_add(1, Relaxed);
-        let n = slot.writes.load(Relaxed).saturating_add(1);
-        slot.writes.store(n, Relaxed);
-        let completes = self.config.mode == Mode::Nagless && slot.shape.load(Relaxed) == n;
+        let nth = slot.writes.load(Relaxed).saturating_add(1);
+        slot.writes.store(nth, Relaxed);
+        let shape = slot.shape.load(Relaxed);
+        let learned = self.config.mode == Mode::Nagless && shape != 0;
+        let completes = learned && shape == nth;
         if completes {
             self.stats.shaped.fetch_add(1, Relaxed);
             if slot.split.load(Relaxed) {
@@ -494,9 +533,21 @@ impl Shim {
             self.stats.joined.fetch_add(1, Relaxed);
             let generation = slot.generation.load(Acquire);
             self.note(k, mine, fd, generation);
+            let mut more = false;
+            if flags & BY_MORE != 0 && !completes {
+                if carries_more {
+                    more = true;
+                } else if self.set_cork(k, fd, true) {
+                    // A file body inside the burst cannot carry MSG_MORE (sendfile pushes
+                    // its last page): the rest of this burst is held by TCP_CORK.
+                    slot.flags.fetch_and(!BY_MORE, AcqRel);
+                }
+            }
             return WriteStep {
                 release_after: completes,
+                more,
                 generation,
+                nth,
                 ..none
             };
         }
@@ -506,14 +557,21 @@ impl Shim {
             self.note(k, mine, fd, slot.generation.load(Acquire));
             return none;
         }
+        let by_more = learned && nth < shape && carries_more;
         // Cork first, then publish: the flusher never uncorks a socket before it is corked.
-        if !k.set_cork(fd, true) {
+        // (A burst held by MSG_MORE is published first: its write comes after.)
+        if !by_more && !self.set_cork(k, fd, true) {
             return none;
         }
         let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
         slot.corked_at_us.store(k.now_us(), Relaxed);
-        if slot.flags.fetch_or(CORKED, AcqRel) & CORKED != 0 {
-            // Another thread started the same burst at the same moment: join it.
+        let held = if by_more { CORKED | BY_MORE } else { CORKED };
+        if slot.flags.fetch_or(held, AcqRel) & CORKED != 0 {
+            // Another thread started the same burst at the same moment: join it (this write
+            // goes out plainly: at worst a segment early, never late).
+            if by_more {
+                slot.flags.fetch_and(!BY_MORE, AcqRel);
+            }
             self.note(k, mine, fd, slot.generation.load(Acquire));
             return none;
         }
@@ -524,15 +582,53 @@ impl Shim {
             wake_flusher: self.flusher_missing.load(Acquire)
                 || (first && self.flusher_parked.load(Acquire)),
             release_after: false,
+            more: by_more,
             generation,
+            nth,
         }
     }
 
-    /// After the write `step` was made for: a write that completed the learned shape sends
-    /// its burst now (not a newer one another thread started meanwhile).
-    pub fn after_write(&self, k: &impl Kernel, fd: i32, step: WriteStep) {
-        if step.release_after && self.live_generation(fd, step.generation).is_some() {
-            self.release(k, fd);
+    /// After the write `step` was made for. A write that completed the learned shape sends
+    /// its burst now (not a newer one another thread started meanwhile). A write sent with
+    /// `MSG_MORE` into a burst that ended while it was being made pushes its bytes out
+    /// itself: whoever ended the burst may have pushed before they were queued.
+    /// `failed`: the call returned an error (it queued nothing, so it pushed nothing).
+    pub fn after_write(&self, k: &impl Kernel, fd: i32, step: WriteStep, failed: bool) {
+        if step.more {
+            // Pairs with the fence in `release`: either the releaser sees this write's bytes
+            // queued when it pushes, or this load sees the burst ended.
+            std::sync::atomic::fence(SeqCst);
+            let still = self
+                .live_generation(fd, step.generation)
+                .is_some_and(|s| s.flags.load(Relaxed) & CORKED != 0);
+            if !still {
+                self.set_cork(k, fd, false);
+            }
+        }
+        if step.release_after {
+            if let Some(slot) = self.live_generation(fd, step.generation) {
+                if slot.flags.load(Acquire) & BY_MORE != 0 {
+                    self.release_sent(k, fd, slot, step.nth, failed);
+                } else {
+                    self.release(k, fd);
+                }
+            }
+        }
+    }
+
+    /// Ends a burst held by `MSG_MORE` whose last write (the `nth`) went out plainly and so
+    /// sent it: no push needed, unless that write failed or another thread wrote to the burst
+    /// meanwhile.
+    fn release_sent(&self, k: &impl Kernel, fd: i32, slot: &Slot, nth: u16, failed: bool) {
+        if slot.flags.fetch_and(!(CORKED | BY_MORE), AcqRel) & CORKED == 0 {
+            return;
+        }
+        self.corked.fetch_sub(1, AcqRel);
+        // Pairs with the fence in `after_write`: a write that joined before the burst ended
+        // shows in the count; one that joins after sees it ended and pushes itself.
+        std::sync::atomic::fence(SeqCst);
+        if failed || slot.writes.load(Relaxed) != nth {
+            self.set_cork(k, fd, false);
         }
     }
 
@@ -589,12 +685,15 @@ impl Shim {
         if slot.flags.load(Relaxed) & CORKED == 0 {
             return false;
         }
-        if slot.flags.fetch_and(!CORKED, AcqRel) & CORKED == 0 {
+        if slot.flags.fetch_and(!(CORKED | BY_MORE), AcqRel) & CORKED == 0 {
             return false;
         }
         self.corked.fetch_sub(1, AcqRel);
-        // With NODELAY on, uncorking sends the held tail at once.
-        k.set_cork(fd, false);
+        // Pairs with the fence in `after_write` (a write with MSG_MORE made meanwhile).
+        std::sync::atomic::fence(SeqCst);
+        // With NODELAY on, clearing TCP_CORK sends the held tail at once, whether TCP_CORK
+        // or MSG_MORE held it (the kernel pushes pending data on every clear).
+        self.set_cork(k, fd, false);
         true
     }
 
@@ -739,6 +838,26 @@ mod tests {
         now: Cell<u64>,
         refuse_cork: Cell<bool>,
         nodelay_calls: Cell<u32>,
+        /// Writes queued and not yet sent (held by TCP_CORK or MSG_MORE), by descriptor.
+        unsent: RefCell<std::collections::HashMap<i32, u32>>,
+    }
+
+    impl Fake {
+        /// The kernel's side of one write: queued, then sent unless TCP_CORK or MSG_MORE
+        /// holds it (a plain write pushes what MSG_MORE held before it).
+        fn send(&self, fd: i32, more: bool) {
+            let mut u = self.unsent.borrow_mut();
+            let n = u.entry(fd).or_default();
+            if more || self.corked.borrow().contains(&fd) {
+                *n += 1;
+            } else {
+                *n = 0;
+            }
+        }
+
+        fn unsent(&self, fd: i32) -> u32 {
+            self.unsent.borrow().get(&fd).copied().unwrap_or(0)
+        }
     }
 
     impl Kernel for Fake {
@@ -760,6 +879,8 @@ mod tests {
             } else {
                 self.uncork_calls.set(self.uncork_calls.get() + 1);
                 c.retain(|&x| x != fd);
+                // Clearing TCP_CORK pushes whatever is queued, held by MSG_MORE too.
+                self.unsent.borrow_mut().remove(&fd);
             }
             true
         }
@@ -771,8 +892,13 @@ mod tests {
     /// One write of the program, with the policy's steps around it; true if it asked for
     /// the flusher.
     fn write(s: &Shim, k: &Fake, fd: i32, t: &mut ThreadBursts) -> bool {
-        let step = s.before_write(k, fd, t);
-        s.after_write(k, fd, step);
+        let step = s.before_write(k, fd, t, true);
+        k.send(fd, step.more);
+        s.after_write(k, fd, step, false);
+        assert!(
+            s.is_corked(fd) || k.unsent(fd) == 0,
+            "fd {fd}: bytes left unsent by a burst that is not held"
+        );
         step.wake_flusher
     }
 
@@ -1024,7 +1150,12 @@ mod tests {
             "the second leaves with it, before any wait"
         );
         assert_eq!(s.held(), 0);
-        assert_eq!(k.cork_calls.get(), cycles + 1, "still one burst");
+        assert_eq!(
+            (k.cork_calls.get(), k.uncork_calls.get()),
+            (cycles, cycles),
+            "held by MSG_MORE on its first write and sent by its plain last one: no setsockopt"
+        );
+        assert_eq!(k.unsent(3), 0);
         assert_eq!(s.stats.shaped.load(Relaxed), 1);
         // The wait that follows keeps the shape learned.
         s.release_thread(&k, &mut t);
@@ -1117,6 +1248,77 @@ mod tests {
     }
 
     #[test]
+    fn a_write_held_by_msg_more_into_a_burst_that_ended_meanwhile_pushes_itself() {
+        let (s, k) = shim();
+        let mut a = ThreadBursts::new();
+        bursts(&s, &k, &mut a, 3, LEARN_AFTER as usize);
+        write(&s, &k, 3, &mut a);
+        // A's second write is to go with MSG_MORE; before it reaches the kernel, B reads
+        // the socket (the burst ends and its bytes are pushed).
+        let step = s.before_write(&k, 3, &mut a, true);
+        assert!(step.more);
+        s.reader_waits(&k, 3);
+        k.send(3, step.more);
+        assert_eq!(k.unsent(3), 1, "queued behind MSG_MORE after the push");
+        s.after_write(&k, 3, step, false);
+        assert_eq!(k.unsent(3), 0, "the write pushed its own bytes");
+    }
+
+    #[test]
+    fn the_last_write_of_a_msg_more_burst_pushes_what_another_thread_added() {
+        let (s, k) = shim();
+        let (mut a, mut b) = (ThreadBursts::new(), ThreadBursts::new());
+        bursts(&s, &k, &mut a, 2, LEARN_AFTER as usize);
+        write(&s, &k, 3, &mut a);
+        // A's second write completes the shape and goes out plainly; B's write joins the
+        // burst with MSG_MORE and reaches the kernel after A's.
+        let last = s.before_write(&k, 3, &mut a, true);
+        assert!(last.release_after && !last.more);
+        let joined = s.before_write(&k, 3, &mut b, true);
+        assert!(joined.more);
+        k.send(3, false);
+        k.send(3, true);
+        s.after_write(&k, 3, last, false);
+        assert_eq!(k.unsent(3), 0, "B's bytes were left behind MSG_MORE");
+        s.after_write(&k, 3, joined, false);
+        assert_eq!(s.held(), 0);
+        // A last write that failed queued nothing and so pushed nothing: the release does.
+        s.release_thread(&k, &mut a);
+        s.release_thread(&k, &mut b);
+        let (s, k) = shim();
+        bursts(&s, &k, &mut a, 2, LEARN_AFTER as usize);
+        write(&s, &k, 3, &mut a);
+        let last = s.before_write(&k, 3, &mut a, true);
+        s.after_write(&k, 3, last, true);
+        assert_eq!(
+            k.unsent(3),
+            0,
+            "a failed last write left the first one held"
+        );
+        assert!(!s.is_corked(3));
+    }
+
+    #[test]
+    fn a_file_body_inside_a_msg_more_burst_holds_the_rest_by_cork() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        bursts(&s, &k, &mut t, 3, LEARN_AFTER as usize);
+        let corks = k.cork_calls.get();
+        write(&s, &k, 3, &mut t);
+        assert_eq!(k.cork_calls.get(), corks, "held by MSG_MORE");
+        // sendfile cannot carry MSG_MORE: the burst switches to TCP_CORK before it.
+        let step = s.before_write(&k, 3, &mut t, false);
+        assert!(!step.more);
+        assert_eq!(k.cork_calls.get(), corks + 1);
+        k.send(3, false);
+        assert_eq!(k.unsent(3), 2, "the body waits with the header");
+        s.after_write(&k, 3, step, false);
+        write(&s, &k, 3, &mut t);
+        assert!(!s.is_corked(3), "sent at its shape");
+        assert_eq!(k.unsent(3), 0);
+    }
+
+    #[test]
     fn a_write_that_completes_the_shape_never_sends_a_newer_burst() {
         let (s, k) = shim();
         let (mut a, mut b) = (ThreadBursts::new(), ThreadBursts::new());
@@ -1124,13 +1326,13 @@ mod tests {
         write(&s, &k, 3, &mut a);
         // A's second write completes the shape; while it is inside write(2), B ends that
         // burst with a wait and starts a new one.
-        let step = s.before_write(&k, 3, &mut a);
+        let step = s.before_write(&k, 3, &mut a, true);
         assert!(step.release_after);
         write(&s, &k, 3, &mut b);
         s.release_thread(&k, &mut b);
         write(&s, &k, 3, &mut b);
         assert!(s.is_corked(3));
-        s.after_write(&k, 3, step);
+        s.after_write(&k, 3, step, false);
         assert!(s.is_corked(3), "A's step uncorked B's newer burst");
     }
 

@@ -179,14 +179,14 @@ pub fn adopt_accepted(listener: c_int, fd: c_int) {
     }
 }
 
-/// The calling thread writes to `fd`.
-pub fn on_write(fd: c_int) -> WriteStep {
+/// The calling thread writes to `fd`; `carries_more`: the call can be made with `MSG_MORE`.
+pub fn on_write(fd: c_int, carries_more: bool) -> WriteStep {
     let Some(s) = shim() else {
         return WriteStep::default();
     };
     quietly(|| {
         let mut step = WriteStep::default();
-        with_mine(|m| step = s.before_write(&Libc, fd, m));
+        with_mine(|m| step = s.before_write(&Libc, fd, m, carries_more));
         if step.wake_flusher {
             wake_flusher(s);
         }
@@ -194,11 +194,11 @@ pub fn on_write(fd: c_int) -> WriteStep {
     })
 }
 
-/// The write `step` was made for returned.
-pub fn after_write(fd: c_int, step: WriteStep) {
-    if step.release_after {
+/// The write `step` was made for returned (`failed`: with an error).
+pub fn after_write(fd: c_int, step: WriteStep, failed: bool) {
+    if step.needs_after() {
         if let Some(s) = shim() {
-            quietly(|| s.after_write(&Libc, fd, step));
+            quietly(|| s.after_write(&Libc, fd, step, failed));
         }
     }
 }
@@ -463,7 +463,7 @@ fn print_stats(s: &Shim) {
     write_formatted(
         2,
         format_args!(
-            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {} data segments, {} bytes sent\n",
+            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {} data segments, {} bytes sent, {} setsockopt calls\n",
             std::process::id(),
             s.config.mode.name(),
             st.sockets.load(Relaxed),
@@ -473,6 +473,7 @@ fn print_stats(s: &Shim) {
             st.self_managed.load(Relaxed),
             st.data_segs.load(Relaxed),
             st.bytes.load(Relaxed),
+            st.cork_calls.load(Relaxed),
         ),
     );
 }
