@@ -119,7 +119,9 @@ type SendFn = unsafe extern "C" fn(c_int, *const c_void, size_t, c_int) -> ssize
 type SendMsgFn = unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> ssize_t;
 
 /// `write(2)`. Held by `MSG_MORE`, it is made as `send(2)` with that flag (the same call on
-/// a socket, with flags).
+/// a socket, with flags). If the descriptor is no socket any more (closed where the shim
+/// could not see it, inside libc by `fclose`, and reused), `send` refuses at once with
+/// `ENOTSOCK`, the shim forgets the descriptor and makes the write as asked.
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
     let Some(real) = next!(
@@ -132,7 +134,10 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
         if more != 0 {
             if let Some(send) = next!("send", SendFn) {
                 // SAFETY: the caller's buffer and length, to send(2) on the same socket.
-                return unsafe { send(fd, buf, n, more) };
+                let r = unsafe { send(fd, buf, n, more) };
+                if !sys::stale_socket(fd, r) {
+                    return r;
+                }
             }
         }
         // SAFETY: forwarding the caller's arguments unchanged.
@@ -140,7 +145,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     })
 }
 
-/// `writev(2)`. Held by `MSG_MORE`, it is made as `sendmsg(2)` of the same vector.
+/// `writev(2)`. Held by `MSG_MORE`, it is made as `sendmsg(2)` of the same vector (and as
+/// `writev` if the descriptor turns out to be no socket, as for `write`).
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
     let Some(real) = next!(
@@ -158,7 +164,10 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
                 msg.msg_iovlen = cnt as _;
                 // SAFETY: the caller's vector, unchanged, in a header that lives across the
                 // call.
-                return unsafe { sendmsg(fd, &msg, more) };
+                let r = unsafe { sendmsg(fd, &msg, more) };
+                if !sys::stale_socket(fd, r) {
+                    return r;
+                }
             }
         }
         // SAFETY: forwarding the caller's arguments unchanged.

@@ -264,6 +264,22 @@ pub fn on_close(fd: c_int) {
     }
 }
 
+/// A `send` the shim made for a `write` returned `r`: true if it failed because the
+/// descriptor is no socket (closed unseen, its number reused by a file or pipe). The shim
+/// then forgets it and the caller makes the plain write; `ENOTSOCK` has no side effects.
+pub fn stale_socket<R: Default + PartialOrd>(fd: c_int, r: R) -> bool {
+    if r >= R::default() || errno() != libc::ENOTSOCK {
+        return false;
+    }
+    if let Some(s) = shim() {
+        quietly(|| s.forget(&Libc, fd));
+        log(format_args!(
+            "fd {fd}: no socket any more (closed unseen), forgotten"
+        ));
+    }
+    true
+}
+
 /// `new` now refers to what `old` refers to.
 pub fn on_dup(old: c_int, new: c_int) {
     if new >= 0 {

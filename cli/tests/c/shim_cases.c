@@ -251,6 +251,32 @@ static int rawclose(void) {
     return 0;
 }
 
+/* stale: a socket whose bursts have a learned shape is closed behind the shim's back (fclose
+ * of its fdopen stream closes inside libc) and its number reused by a pipe's write end
+ * (fcntl F_DUPFD, not seen either). Writes to the pipe must behave as writes to a pipe.
+ * Prints whether the number was reused and whether both writes arrived whole. */
+static int stale(void) {
+    int port = 0, l = listener(&port);
+    int c = l < 0 ? -1 : dial(port);
+    int s = c < 0 ? -1 : accept(l, NULL, NULL);
+    int p[2];
+    char buf[8];
+    if (s < 0) return 1;
+    for (int i = 0; i < 4; i++) {
+        if (write(s, "ab", 2) != 2 || write(s, "cd", 2) != 2) return 1;
+        poll(NULL, 0, 0); /* the writer waits: the burst ends, its shape is learned */
+        if (read_full(c, buf, 4)) return 1;
+    }
+    if (pipe(p)) return 1;
+    FILE *f = fdopen(s, "w");
+    if (!f || fclose(f)) return 1;
+    int w = fcntl(p[1], F_DUPFD, s);
+    ssize_t a = write(w, "ab", 2), b = write(w, "cd", 2);
+    int whole = a == 2 && b == 2 && read(p[0], buf, 4) == 4 && !memcmp(buf, "abcd", 4);
+    printf("reused=%d whole=%d\n", w == s, whole);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "threads")) return threads();
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
@@ -260,6 +286,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "corklistener")) return selfcork(1);
     if (argc >= 2 && !strcmp(argv[1], "splice")) return splicing();
     if (argc >= 2 && !strcmp(argv[1], "rawclose")) return rawclose();
-    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose\n");
+    if (argc >= 2 && !strcmp(argv[1], "stale")) return stale();
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale\n");
     return 2;
 }
