@@ -602,6 +602,122 @@ fn a_socket_closed_inside_libc_and_reused_by_a_pipe_still_writes_as_a_pipe() {
     );
 }
 
+/// The shim built for 32-bit x86, if this machine can (Rust's i686 target, gcc -m32), and
+/// `shim_cases` built as a 32-bit program with 64-bit time.
+fn shim_and_cases_32() -> Option<(PathBuf, PathBuf)> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("i686");
+    let cases = dir.join("shim_cases");
+    std::fs::create_dir_all(&dir).unwrap();
+    let gcc = Command::new("gcc")
+        .args([
+            "-m32",
+            "-D_TIME_BITS=64",
+            "-D_FILE_OFFSET_BITS=64",
+            "-O2",
+            "-Wall",
+        ])
+        .args(["-Werror", "-pthread", "-o"])
+        .arg(&cases)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_cases.c"))
+        .output()
+        .expect("gcc");
+    if !gcc.status.success() {
+        eprintln!(
+            "skipped: gcc -m32 cannot build (gcc-multilib): {}",
+            String::from_utf8_lossy(&gcc.stderr)
+        );
+        return None;
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build = Command::new(cargo)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .args(["build", "--quiet", "--offline", "-p", "nagless-preload"])
+        .args(["--target", "i686-unknown-linux-gnu", "--target-dir"])
+        .arg(dir.join("target"))
+        .output()
+        .expect("cargo");
+    if !build.status.success() {
+        eprintln!(
+            "skipped: no i686 build of the shim (rustup target add i686-unknown-linux-gnu): {}",
+            String::from_utf8_lossy(&build.stderr)
+        );
+        return None;
+    }
+    let shim = dir.join("target/i686-unknown-linux-gnu/debug/libnagless_preload.so");
+    Some((shim, cases))
+}
+
+/// Runs `shim_cases waits` under `shim` with a 100 ms linger bound and checks that each wait
+/// of its writer sent the held byte at once, while the control (no wait) kept it held.
+fn check_waits(shim: &Path, cases: &Path) {
+    let out = Command::new(cases)
+        .arg("waits")
+        .env("LD_PRELOAD", shim)
+        .env("NAGLESS_LINGER_US", "100000")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let r = fields(&stdout);
+    assert_eq!(
+        r["none_held"], 1,
+        "without a wait the byte must be held: {r:?}"
+    );
+    for wait in [
+        "ppoll",
+        "select",
+        "pselect",
+        "epoll_pwait2",
+        "nanosleep",
+        "clock_nanosleep",
+        "sigtimedwait",
+        "wait4",
+        "recvmsg",
+        "recvmmsg",
+    ] {
+        // Released at the wait: a few ms at most (the sleeps last 1 ms); unseen, the byte
+        // waits out the 100 ms bound.
+        assert!(
+            (0..50).contains(&r[wait]),
+            "{wait} did not end the writer's burst ({} ms): {r:?}",
+            r[wait]
+        );
+    }
+}
+
+#[test]
+fn every_wait_ends_its_writers_burst_in_64_and_32_bit_programs() {
+    let _one = exclusive();
+    check_waits(&shim(), &c_program("shim_cases"));
+    // A 32-bit program built with 64-bit time calls __ppoll64, __select64 and the like, and
+    // __setsockopt64 for setsockopt.
+    let Some((shim32, cases32)) = shim_and_cases_32() else {
+        return;
+    };
+    let nm = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(&cases32)
+        .output()
+        .expect("nm");
+    let imports = String::from_utf8_lossy(&nm.stdout);
+    for name in ["__ppoll64", "__select64", "__nanosleep64", "__setsockopt64"] {
+        assert!(imports.contains(name), "{name} not called: {imports}");
+    }
+    check_waits(&shim32, &cases32);
+    for case in ["selfcork", "corklistener"] {
+        let out = Command::new(&cases32)
+            .arg(case)
+            .env("LD_PRELOAD", &shim32)
+            .output()
+            .unwrap();
+        let r = fields(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(
+            r["segs"], 1,
+            "{case}: the program's own TCP_CORK was overridden"
+        );
+    }
+}
+
 /// wrk for 2 s with `conns` connections: requests/s, the maximum latency in ms, error lines
 /// (non-2xx/3xx responses, socket errors), requests answered.
 fn wrk_run(url: &str, conns: u32) -> (f64, f64, u64, u64) {

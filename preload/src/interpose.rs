@@ -626,14 +626,53 @@ pub unsafe extern "C" fn setsockopt(
     };
     // SAFETY: forwarding the caller's arguments unchanged.
     let r = unsafe { real(fd, level, name, value, len) };
+    // SAFETY: `value` and `len` are what the kernel just read without fault.
+    unsafe { note_sockopt(r, fd, level, name, value, len) };
+    r
+}
+
+/// After the program's `setsockopt` returned `r`: TCP_CORK on, or any TCP_NODELAY choice,
+/// means the program packetizes its own output on `fd`.
+///
+/// # Safety
+/// If `r` is 0, `value` points to `len` bytes the kernel just read.
+unsafe fn note_sockopt(
+    r: c_int,
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    value: *const c_void,
+    len: socklen_t,
+) {
     if r == 0 && level == libc::IPPROTO_TCP && !value.is_null() && len as usize >= 4 {
         // SAFETY: the kernel just read an int from `value` (len >= 4) without fault.
         let v = unsafe { value.cast::<c_int>().read_unaligned() };
-        // TCP_CORK on, or any TCP_NODELAY choice: the program packetizes its own output.
         if (name == libc::TCP_CORK && v != 0) || name == libc::TCP_NODELAY {
             sys::program_holds(fd);
         }
     }
+}
+
+/// `setsockopt` in a 32-bit program built with 64-bit time (see the end of this file).
+#[cfg(target_pointer_width = "32")]
+#[no_mangle]
+pub unsafe extern "C" fn __setsockopt64(
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    value: *const c_void,
+    len: socklen_t,
+) -> c_int {
+    let Some(real) = next!(
+        "__setsockopt64",
+        unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int
+    ) else {
+        return enosys();
+    };
+    // SAFETY: forwarding the caller's arguments unchanged.
+    let r = unsafe { real(fd, level, name, value, len) };
+    // SAFETY: `value` and `len` are what the kernel just read without fault.
+    unsafe { note_sockopt(r, fd, level, name, value, len) };
     r
 }
 
@@ -888,9 +927,9 @@ fn before_close_range(first: c_uint, last: c_uint, flags: c_int) {
 /// `syscall(SYS_close, fd)`, which the `close` hook never sees. Only `close` and
 /// `close_range` are looked at; every call is forwarded unchanged. Declared with the six
 /// argument registers: on x86-64 and AArch64 Linux a variadic call passes integer arguments
-/// exactly as a fixed one does, and glibc's `syscall` reads no more (stable Rust cannot
-/// define a C-variadic function).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+/// exactly as a fixed one does (on 32-bit x86 every argument is on the stack either way),
+/// and glibc's `syscall` reads no more (stable Rust cannot define a C-variadic function).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
 #[no_mangle]
 pub unsafe extern "C" fn syscall(
     number: c_long,
@@ -914,3 +953,124 @@ pub unsafe extern "C" fn syscall(
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(number, a1, a2, a3, a4, a5, a6) }
 }
+
+// ---- 32-bit programs built with 64-bit time ----------------------------------------------
+
+// A 32-bit program built with `_TIME_BITS=64` (the only way past 2038 on i386 and armhf, and
+// the default of newer distributions there) calls these glibc names instead of the waits
+// above: same waits, with 64-bit `timespec`/`timeval`/`rusage` arguments, which the shim
+// passes through untouched (hence opaque pointers). They exist in 32-bit glibc only.
+forward!(
+    /// `ppoll` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __ppoll64(
+        fds: *mut libc::pollfd,
+        n: libc::nfds_t,
+        timeout: *const c_void,
+        mask: *const libc::sigset_t,
+    ) -> c_int {
+        sys::on_wait(Wait::Poll)
+    }
+);
+forward!(
+    /// `select` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __select64(
+        n: c_int,
+        r: *mut libc::fd_set,
+        w: *mut libc::fd_set,
+        e: *mut libc::fd_set,
+        timeout: *mut c_void,
+    ) -> c_int {
+        sys::on_wait(Wait::Poll)
+    }
+);
+forward!(
+    /// `pselect` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __pselect64(
+        n: c_int,
+        r: *mut libc::fd_set,
+        w: *mut libc::fd_set,
+        e: *mut libc::fd_set,
+        timeout: *const c_void,
+        mask: *const libc::sigset_t,
+    ) -> c_int {
+        sys::on_wait(Wait::Poll)
+    }
+);
+forward!(
+    /// `epoll_pwait2` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __epoll_pwait2_time64(
+        epfd: c_int,
+        events: *mut libc::epoll_event,
+        max: c_int,
+        timeout: *const c_void,
+        mask: *const libc::sigset_t,
+    ) -> c_int {
+        sys::on_wait(Wait::Epoll)
+    }
+);
+forward!(
+    /// `nanosleep` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __nanosleep64(req: *const c_void, rem: *mut c_void) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `clock_nanosleep` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __clock_nanosleep_time64(
+        clock: libc::clockid_t,
+        flags: c_int,
+        req: *const c_void,
+        rem: *mut c_void,
+    ) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `sigtimedwait` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __sigtimedwait64(
+        set: *const libc::sigset_t,
+        info: *mut libc::siginfo_t,
+        timeout: *const c_void,
+    ) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `wait4` with a 64-bit-time `rusage`.
+    #[cfg(target_pointer_width = "32")]
+    fn __wait4_time64(
+        pid: libc::pid_t,
+        status: *mut c_int,
+        options: c_int,
+        usage: *mut c_void,
+    ) -> libc::pid_t {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `recvmsg` with 64-bit time (its control messages may carry timestamps).
+    #[cfg(target_pointer_width = "32")]
+    fn __recvmsg64(fd: c_int, msg: *mut c_void, flags: c_int) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
+forward!(
+    /// `recvmmsg` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __recvmmsg64(
+        fd: c_int,
+        msgs: *mut c_void,
+        n: c_uint,
+        flags: c_int,
+        timeout: *mut c_void,
+    ) -> c_int {
+        sys::on_read(fd)
+    }
+);

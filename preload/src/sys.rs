@@ -415,9 +415,12 @@ pub fn log(args: std::fmt::Arguments<'_>) {
     let Some(l) = LOG.get() else { return };
     quietly(|| {
         // SAFETY: fstat fills a zeroed stat for a descriptor number; failure is handled.
+        #[allow(clippy::unnecessary_cast)] // 32-bit fields on 32-bit targets
         let same = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
-            libc::fstat(l.fd, &mut st) == 0 && st.st_dev == l.dev && st.st_ino == l.ino
+            libc::fstat(l.fd, &mut st) == 0
+                && st.st_dev as u64 == l.dev
+                && st.st_ino as u64 == l.ino
         };
         if same {
             let pid = std::process::id();

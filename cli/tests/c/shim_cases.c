@@ -18,6 +18,14 @@
  *                                5-byte trailer written, then the other end reads both:
  *                                prints the writer's data segments (1 if the splice and the
  *                                write were one burst).
+ *   shim_cases rawclose          a socket closed by syscall(SYS_close), its number reused.
+ *   shim_cases stale             a socket closed inside libc (fclose), its number reused by
+ *                                a pipe: prints whether writes to the pipe arrived whole.
+ *   shim_cases waits             one held byte per wait of the poll, select, epoll, sleep,
+ *                                signal, wait4 and recvmsg families: prints how long (ms)
+ *                                the byte took to arrive once its writer made that wait.
+ *                                Built as a 32-bit program with _TIME_BITS=64 it calls
+ *                                glibc's 64-bit-time names (__ppoll64 and the like).
  *
  * Loopback only; every loop is bounded.
  */
@@ -28,6 +36,8 @@
 #include <linux/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
 #include <sys/syscall.h>
 #include <signal.h>
 #include <stdio.h>
@@ -277,6 +287,113 @@ static int stale(void) {
     return 0;
 }
 
+/* One connection (a new socket has no learned shape, so its first write is held), one byte
+ * written on the server end, then `wait(server, client)`; prints NAME=ms, the time until
+ * the byte reached the client. */
+static void timed_wait(const char *name, void (*wait)(int, int)) {
+    int port = 0, l = listener(&port);
+    int c = l < 0 ? -1 : dial(port);
+    int s = c < 0 ? -1 : accept(l, NULL, NULL);
+    char b;
+    if (s < 0) {
+        printf("%s=-1\n", name);
+        return;
+    }
+    double t0 = now_us();
+    if (write(s, "x", 1) != 1) return;
+    wait(s, c);
+    int got = read_full(c, &b, 1) == 0;
+    printf("%s=%.0f\n", name, got ? (now_us() - t0) / 1e3 : -1.0);
+    close(s), close(c), close(l);
+}
+
+static void w_ppoll(int s, int c) {
+    struct pollfd p = {c, POLLIN, 0};
+    struct timespec t = {1, 0};
+    (void)s, ppoll(&p, 1, &t, NULL);
+}
+static void w_select(int s, int c) {
+    fd_set r;
+    struct timeval t = {1, 0};
+    FD_ZERO(&r);
+    FD_SET(c, &r);
+    (void)s, select(c + 1, &r, NULL, NULL, &t);
+}
+static void w_pselect(int s, int c) {
+    fd_set r;
+    struct timespec t = {1, 0};
+    FD_ZERO(&r);
+    FD_SET(c, &r);
+    (void)s, pselect(c + 1, &r, NULL, NULL, &t, NULL);
+}
+static void w_epoll_pwait2(int s, int c) {
+    int ep = epoll_create1(0);
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = c};
+    struct timespec t = {1, 0};
+    epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+    (void)s, epoll_pwait2(ep, &ev, 1, &t, NULL);
+    close(ep);
+}
+static void w_nanosleep(int s, int c) {
+    struct timespec t = {0, 1000000};
+    (void)s, (void)c, nanosleep(&t, NULL);
+}
+static void w_clock_nanosleep(int s, int c) {
+    struct timespec t = {0, 1000000};
+    (void)s, (void)c, clock_nanosleep(CLOCK_MONOTONIC, 0, &t, NULL);
+}
+static void w_sigtimedwait(int s, int c) {
+    sigset_t set;
+    struct timespec t = {0, 1000000};
+    sigemptyset(&set), sigaddset(&set, SIGUSR2);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+    (void)s, (void)c, sigtimedwait(&set, NULL, &t);
+}
+static pid_t child;
+static void w_wait4(int s, int c) {
+    int st;
+    (void)s, (void)c, wait4(child, &st, 0, NULL);
+}
+static void w_recvmsg(int s, int c) {
+    char b;
+    struct iovec v = {&b, 1};
+    struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1};
+    (void)c, recvmsg(s, &m, MSG_DONTWAIT);
+}
+static void w_recvmmsg(int s, int c) {
+    char b;
+    struct iovec v = {&b, 1};
+    struct mmsghdr m = {.msg_hdr = {.msg_iov = &v, .msg_iovlen = 1}};
+    (void)c, recvmmsg(s, &m, 1, MSG_DONTWAIT, NULL);
+}
+/* The control: no wait the shim can see (a spin, then a look that does not wait). */
+static void w_none(int s, int c) {
+    char b;
+    (void)s, spin(20000);
+    printf("none_held=%d\n", recv(c, &b, 1, MSG_DONTWAIT | MSG_PEEK) < 0);
+}
+
+static int waits(void) {
+    timed_wait("ppoll", w_ppoll);
+    timed_wait("select", w_select);
+    timed_wait("pselect", w_pselect);
+    timed_wait("epoll_pwait2", w_epoll_pwait2);
+    timed_wait("nanosleep", w_nanosleep);
+    timed_wait("clock_nanosleep", w_clock_nanosleep);
+    timed_wait("sigtimedwait", w_sigtimedwait);
+    /* Forked before the write: a fork releases every burst itself. */
+    child = fork();
+    if (child == 0) {
+        usleep(2000);
+        _exit(0);
+    }
+    timed_wait("wait4", w_wait4);
+    timed_wait("recvmsg", w_recvmsg);
+    timed_wait("recvmmsg", w_recvmmsg);
+    timed_wait("none", w_none);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "threads")) return threads();
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
@@ -287,6 +404,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "splice")) return splicing();
     if (argc >= 2 && !strcmp(argv[1], "rawclose")) return rawclose();
     if (argc >= 2 && !strcmp(argv[1], "stale")) return stale();
-    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale\n");
+    if (argc >= 2 && !strcmp(argv[1], "waits")) return waits();
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale|waits\n");
     return 2;
 }
