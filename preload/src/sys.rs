@@ -414,8 +414,8 @@ fn open_log(path: &str) -> Option<Log> {
 pub fn log(args: std::fmt::Arguments<'_>) {
     let Some(l) = LOG.get() else { return };
     quietly(|| {
-        // SAFETY: fstat fills a zeroed stat for a descriptor number; failure is handled.
         #[allow(clippy::unnecessary_cast)] // 32-bit fields on 32-bit targets
+        // SAFETY: fstat fills a zeroed stat for a descriptor number; failure is handled.
         let same = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
             libc::fstat(l.fd, &mut st) == 0
