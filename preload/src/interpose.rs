@@ -35,6 +35,9 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
     if tcp {
         adopt_result(fd)
     } else {
+        // A number whose earlier TCP socket closed unseen (inside libc, by a raw syscall)
+        // must not keep that socket's slot: a UDP socket sent MSG_MORE merges datagrams.
+        sys::forget(fd);
         fd
     }
 }
@@ -111,7 +114,8 @@ fn writing<R: Copy + Default + PartialOrd>(
     }
     let step = sys::on_write(fd, carries_more);
     let r = f(if step.more { libc::MSG_MORE } else { 0 });
-    sys::after_write(fd, step, r < R::default());
+    // An error or 0: nothing was queued, so nothing held before was pushed by this call.
+    sys::after_write(fd, step, r <= R::default());
     r
 }
 
@@ -133,11 +137,13 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     writing(fd, 0, true, |more| {
         if more != 0 {
             if let Some(send) = next!("send", SendFn) {
+                let errno = sys::errno();
                 // SAFETY: the caller's buffer and length, to send(2) on the same socket.
                 let r = unsafe { send(fd, buf, n, more) };
                 if !sys::stale_socket(fd, r) {
                     return r;
                 }
+                set_errno(errno);
             }
         }
         // SAFETY: forwarding the caller's arguments unchanged.
@@ -156,8 +162,17 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
         return enosys();
     };
     writing(fd, 0, true, |more| {
-        if more != 0 && cnt >= 0 {
+        // Made as sendmsg only where the two calls agree: writev refuses more than IOV_MAX
+        // entries with EINVAL (sendmsg with EMSGSIZE), and returns 0 for an empty vector
+        // without looking at the socket (sendmsg may report its error, and raise SIGPIPE).
+        // SAFETY: `iov` holds `cnt` entries (1..=IOV_MAX here), as writev reads them.
+        let nonempty = (1..=1024).contains(&cnt)
+            && unsafe { std::slice::from_raw_parts(iov, cnt as usize) }
+                .iter()
+                .any(|v| v.iov_len > 0);
+        if more != 0 && nonempty {
             if let Some(sendmsg) = next!("sendmsg", SendMsgFn) {
+                let errno = sys::errno();
                 // SAFETY: an all-zero msghdr is valid (no name, no control data).
                 let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
                 msg.msg_iov = iov.cast_mut();
@@ -168,6 +183,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
                 if !sys::stale_socket(fd, r) {
                     return r;
                 }
+                set_errno(errno);
             }
         }
         // SAFETY: forwarding the caller's arguments unchanged.
@@ -782,7 +798,7 @@ forward!(
 forward!(
     /// `sendmmsg(2)`.
     fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
-    } => writing(fd, 0)
+    } => writing(fd, flags)
 );
 
 // The thread turns to wait on something other than a socket: its bursts end. Condition
@@ -1074,3 +1090,38 @@ forward!(
         sys::on_read(fd)
     }
 );
+forward!(
+    /// `ppoll` with 64-bit time, fortified.
+    #[cfg(target_pointer_width = "32")]
+    fn __ppoll64_chk(
+        fds: *mut libc::pollfd,
+        n: libc::nfds_t,
+        timeout: *const c_void,
+        mask: *const libc::sigset_t,
+        fdslen: size_t,
+    ) -> c_int {
+        sys::on_wait(Wait::Poll)
+    }
+);
+forward!(
+    /// `sendmmsg` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    fn __sendmmsg64(fd: c_int, msgs: *mut c_void, n: c_uint, flags: c_int) -> c_int {
+    } => writing(fd, flags)
+);
+
+/// `sendmsg` with 64-bit time (its control messages may carry timestamps).
+#[cfg(target_pointer_width = "32")]
+#[no_mangle]
+pub unsafe extern "C" fn __sendmsg64(fd: c_int, msg: *const c_void, flags: c_int) -> ssize_t {
+    let Some(real) = next!(
+        "__sendmsg64",
+        unsafe extern "C" fn(c_int, *const c_void, c_int) -> ssize_t
+    ) else {
+        return enosys();
+    };
+    // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
+    writing(fd, flags, true, |more| unsafe {
+        real(fd, msg, flags | more)
+    })
+}

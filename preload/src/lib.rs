@@ -25,8 +25,10 @@
 //! `TCP_CORK` or `MSG_MORE`, never in a user-space buffer of ours: `write()` returns exactly
 //! what the kernel returned, a crash, `_exit` or `exec` cannot lose accepted data (the kernel
 //! sends it at close, or at worst after its ~200 ms probe timer), and a forked child shares
-//! no half-built buffer. The price is two `setsockopt` calls per burst, none for a burst of
-//! a learned shape.
+//! no half-built buffer. The price is two `setsockopt` calls per burst; a burst of a learned
+//! shape costs none when its last write sends it, one when a wait, a read or the linger
+//! bound ends it first. Holding by `MSG_MORE` means a `write` is made as `send` (`writev` as
+//! `sendmsg`): a seccomp filter that allows the one and not the other sees the other.
 //!
 //! **Modes** (`NAGLESS_MODE`): `nagless` (the above), `cork` (libautocork's rule: release only
 //! on a read of the socket or on poll/select; epoll users wait for the kernel's cork limit),

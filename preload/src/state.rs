@@ -3,10 +3,12 @@
 //! [`Kernel`] for the few socket calls it makes, so the policy is unit-tested with a fake.
 //!
 //! **A burst follows the thread that wrote it.** The first write on an idle managed socket
-//! corks it and starts a burst with a new generation number; every thread that writes to it
-//! while it is corked notes `(fd, generation)` in its own short list ([`ThreadBursts`]). The
-//! burst ends when one of those threads turns to wait (poll family, condition variables,
-//! semaphores, sleeps, signal waits, `waitpid`: the libc layer calls
+//! starts a burst with a new generation number (held by `TCP_CORK`, or by `MSG_MORE` on its
+//! writes once the socket's shape is learned, below); every thread that writes to it while
+//! it is held notes `(fd, generation)` in its own short list ([`ThreadBursts`]). The burst
+//! ends when one of those threads turns to wait (poll family, sleeps, signal waits,
+//! `waitpid`; not condition variables, which interpreters pass their lock through: the
+//! libc layer calls
 //! [`Shim::release_thread`]), when any thread reads or closes that socket, or at the linger
 //! bound (the flusher). Another thread's wait never touches it, and a wait costs O(bursts of
 //! this thread), not O(descriptors). A stale list entry (the burst already ended, the
@@ -58,6 +60,14 @@ const SELF_MANAGED: u8 = 4;
 /// The burst in progress (`CORKED`) is held by `MSG_MORE` on each of its writes, not by
 /// `TCP_CORK`: a burst of a learned shape, whose last write sends it.
 const BY_MORE: u8 = 8;
+/// The write that completes a `BY_MORE` burst is being made: a `MSG_MORE` write that reaches
+/// the kernel after it is not sent by it, and must push itself.
+const LAST_SENDING: u8 = 16;
+/// `TCP_CORK` was set on the socket during the burst in progress (a second thread started a
+/// corked burst just as a `BY_MORE` one began): whoever ends the burst must clear it.
+const CORK_ON: u8 = 32;
+/// Every bit that describes the burst in progress.
+const BURST: u8 = CORKED | BY_MORE | LAST_SENDING | CORK_ON;
 
 /// How long the flusher keeps ticking with nothing held before it parks.
 pub const FLUSHER_IDLE: Duration = Duration::from_millis(20);
@@ -203,7 +213,8 @@ pub struct Stats {
     pub data_segs: AtomicU64,
     /// Payload bytes sent by managed sockets, summed at close (TCP_INFO).
     pub bytes: AtomicU64,
-    /// `setsockopt(TCP_CORK)` calls the shim made (to hold a burst, or to send one).
+    /// `setsockopt(TCP_CORK)` calls the shim made (to hold a burst, or to send one); the one
+    /// `TCP_NODELAY` per adopted socket is not counted.
     pub cork_calls: AtomicU64,
 }
 
@@ -322,8 +333,6 @@ pub struct WriteStep {
     pub more: bool,
     /// The burst it joined: another thread may end it and start a newer one meanwhile.
     generation: u32,
-    /// The socket's count of writes in the burst, this one included.
-    nth: u16,
 }
 
 impl WriteStep {
@@ -498,7 +507,9 @@ impl Shim {
     /// A burst short of the socket's learned shape is held by `MSG_MORE` on its writes: the
     /// write that completes the shape, sent without it, sends the burst; no `setsockopt` at
     /// all. Other bursts are held by `TCP_CORK` (the kernel then holds them even when an ACK
-    /// arrives, which `MSG_MORE` does not), uncorked at their end.
+    /// arrives, which `MSG_MORE` does not), uncorked at their end. A write that cannot carry
+    /// the flag inside a `MSG_MORE` burst (a file body by `sendfile`) goes out plainly and so
+    /// sends what was held: a segment early at worst, never late.
     pub fn before_write(
         &self,
         k: &impl Kernel,
@@ -533,21 +544,15 @@ impl Shim {
             self.stats.joined.fetch_add(1, Relaxed);
             let generation = slot.generation.load(Acquire);
             self.note(k, mine, fd, generation);
-            let mut more = false;
-            if flags & BY_MORE != 0 && !completes {
-                if carries_more {
-                    more = true;
-                } else if self.set_cork(k, fd, true) {
-                    // A file body inside the burst cannot carry MSG_MORE (sendfile pushes
-                    // its last page): the rest of this burst is held by TCP_CORK.
-                    slot.flags.fetch_and(!BY_MORE, AcqRel);
-                }
+            if flags & BY_MORE != 0 && completes {
+                // Before the write: a MSG_MORE write of another thread that reaches the kernel
+                // after this one sees it and pushes itself (see `after_write`).
+                slot.flags.fetch_or(LAST_SENDING, AcqRel);
             }
             return WriteStep {
                 release_after: completes,
-                more,
+                more: flags & BY_MORE != 0 && !completes && carries_more,
                 generation,
-                nth,
                 ..none
             };
         }
@@ -558,23 +563,42 @@ impl Shim {
             return none;
         }
         let by_more = learned && nth < shape && carries_more;
-        // Cork first, then publish: the flusher never uncorks a socket before it is corked.
-        // (A burst held by MSG_MORE is published first: its write comes after.)
-        if !by_more && !self.set_cork(k, fd, true) {
-            return none;
-        }
-        let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
-        slot.corked_at_us.store(k.now_us(), Relaxed);
-        let held = if by_more { CORKED | BY_MORE } else { CORKED };
-        if slot.flags.fetch_or(held, AcqRel) & CORKED != 0 {
-            // Another thread started the same burst at the same moment: join it (this write
-            // goes out plainly: at worst a segment early, never late).
-            if by_more {
-                slot.flags.fetch_and(!BY_MORE, AcqRel);
+        let generation = if by_more {
+            // Published only if no burst is in progress: nothing to undo if one is.
+            let mut cur = flags;
+            loop {
+                if cur & CORKED != 0 || cur & SELF_MANAGED != 0 {
+                    // Another thread started a burst this very moment: this write goes out
+                    // plainly (a segment early at worst), noted so that this thread's wait
+                    // ends that burst too.
+                    self.note(k, mine, fd, slot.generation.load(Acquire));
+                    return none;
+                }
+                match slot
+                    .flags
+                    .compare_exchange_weak(cur, cur | CORKED | BY_MORE, AcqRel, Acquire)
+                {
+                    Ok(_) => break,
+                    Err(now) => cur = now,
+                }
             }
-            self.note(k, mine, fd, slot.generation.load(Acquire));
-            return none;
-        }
+            slot.generation.fetch_add(1, AcqRel).wrapping_add(1)
+        } else {
+            // Cork first, then publish: the flusher never uncorks a socket before it is
+            // corked. CORK_ON goes with it: if another thread's MSG_MORE burst began just
+            // now, this joins it, and its end must take the cork off (the same word's RMWs
+            // order the two).
+            if !self.set_cork(k, fd, true) {
+                return none;
+            }
+            let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
+            if slot.flags.fetch_or(CORKED | CORK_ON, AcqRel) & CORKED != 0 {
+                self.note(k, mine, fd, slot.generation.load(Acquire));
+                return none;
+            }
+            generation
+        };
+        slot.corked_at_us.store(k.now_us(), Relaxed);
         self.stats.bursts.fetch_add(1, Relaxed);
         self.note(k, mine, fd, generation);
         let first = self.corked.fetch_add(1, AcqRel) == 0;
@@ -584,31 +608,32 @@ impl Shim {
             release_after: false,
             more: by_more,
             generation,
-            nth,
         }
     }
 
     /// After the write `step` was made for. A write that completed the learned shape sends
     /// its burst now (not a newer one another thread started meanwhile). A write sent with
-    /// `MSG_MORE` into a burst that ended while it was being made pushes its bytes out
-    /// itself: whoever ended the burst may have pushed before they were queued.
-    /// `failed`: the call returned an error (it queued nothing, so it pushed nothing).
+    /// `MSG_MORE` pushes its bytes out itself if its burst ended while it was being made, or
+    /// if the burst's last write was on its way: whoever sent the burst may have done so
+    /// before these bytes were queued.
+    /// `failed`: the call returned an error or 0 (it queued nothing, so it pushed nothing).
     pub fn after_write(&self, k: &impl Kernel, fd: i32, step: WriteStep, failed: bool) {
         if step.more {
-            // Pairs with the fence in `release`: either the releaser sees this write's bytes
-            // queued when it pushes, or this load sees the burst ended.
+            // Pairs with the RMWs (and fences) of `release`, `release_sent` and the
+            // LAST_SENDING mark: either they come after this load, and so after the bytes
+            // were queued, or this load sees them.
             std::sync::atomic::fence(SeqCst);
-            let still = self
+            let flags = self
                 .live_generation(fd, step.generation)
-                .is_some_and(|s| s.flags.load(Relaxed) & CORKED != 0);
-            if !still {
+                .map_or(0, |s| s.flags.load(Relaxed));
+            if flags & CORKED == 0 || flags & LAST_SENDING != 0 {
                 self.set_cork(k, fd, false);
             }
         }
         if step.release_after {
             if let Some(slot) = self.live_generation(fd, step.generation) {
                 if slot.flags.load(Acquire) & BY_MORE != 0 {
-                    self.release_sent(k, fd, slot, step.nth, failed);
+                    self.release_sent(k, fd, slot, failed);
                 } else {
                     self.release(k, fd);
                 }
@@ -616,18 +641,15 @@ impl Shim {
         }
     }
 
-    /// Ends a burst held by `MSG_MORE` whose last write (the `nth`) went out plainly and so
-    /// sent it: no push needed, unless that write failed or another thread wrote to the burst
-    /// meanwhile.
-    fn release_sent(&self, k: &impl Kernel, fd: i32, slot: &Slot, nth: u16, failed: bool) {
-        if slot.flags.fetch_and(!(CORKED | BY_MORE), AcqRel) & CORKED == 0 {
+    /// Ends a burst held by `MSG_MORE` whose last write went out plainly and so sent it: no
+    /// push needed, unless that write queued nothing, or `TCP_CORK` went on meanwhile.
+    fn release_sent(&self, k: &impl Kernel, fd: i32, slot: &Slot, failed: bool) {
+        let old = slot.flags.fetch_and(!BURST, AcqRel);
+        if old & CORKED == 0 {
             return;
         }
         self.corked.fetch_sub(1, AcqRel);
-        // Pairs with the fence in `after_write`: a write that joined before the burst ended
-        // shows in the count; one that joins after sees it ended and pushes itself.
-        std::sync::atomic::fence(SeqCst);
-        if failed || slot.writes.load(Relaxed) != nth {
+        if failed || old & CORK_ON != 0 {
             self.set_cork(k, fd, false);
         }
     }
@@ -685,7 +707,7 @@ impl Shim {
         if slot.flags.load(Relaxed) & CORKED == 0 {
             return false;
         }
-        if slot.flags.fetch_and(!(CORKED | BY_MORE), AcqRel) & CORKED == 0 {
+        if slot.flags.fetch_and(!BURST, AcqRel) & CORKED == 0 {
             return false;
         }
         self.corked.fetch_sub(1, AcqRel);
@@ -717,7 +739,11 @@ impl Shim {
             return false;
         }
         self.release(k, fd);
-        slot.flags.store(0, Release);
+        // A burst started since that release (another thread) ends here too, counted.
+        if slot.flags.swap(0, AcqRel) & CORKED != 0 {
+            self.corked.fetch_sub(1, AcqRel);
+            self.set_cork(k, fd, false);
+        }
         slot.renew();
         true
     }
@@ -1265,6 +1291,25 @@ mod tests {
     }
 
     #[test]
+    fn a_msg_more_write_counted_before_the_last_but_sent_after_it_pushes_itself() {
+        let (s, k) = shim();
+        let (mut a, mut b) = (ThreadBursts::new(), ThreadBursts::new());
+        bursts(&s, &k, &mut a, 3, LEARN_AFTER as usize);
+        write(&s, &k, 3, &mut a);
+        // B's write (the second) and A's (the third, completing the shape) are both under
+        // way; A's plain write reaches the kernel first, B's MSG_MORE one after it.
+        let joined = s.before_write(&k, 3, &mut b, true);
+        let last = s.before_write(&k, 3, &mut a, true);
+        assert!(joined.more && last.release_after);
+        k.send(3, false);
+        k.send(3, true);
+        s.after_write(&k, 3, joined, false);
+        s.after_write(&k, 3, last, false);
+        assert_eq!(k.unsent(3), 0, "B's bytes were left behind MSG_MORE");
+        assert_eq!(s.held(), 0);
+    }
+
+    #[test]
     fn the_last_write_of_a_msg_more_burst_pushes_what_another_thread_added() {
         let (s, k) = shim();
         let (mut a, mut b) = (ThreadBursts::new(), ThreadBursts::new());
@@ -1279,8 +1324,8 @@ mod tests {
         k.send(3, false);
         k.send(3, true);
         s.after_write(&k, 3, last, false);
-        assert_eq!(k.unsent(3), 0, "B's bytes were left behind MSG_MORE");
         s.after_write(&k, 3, joined, false);
+        assert_eq!(k.unsent(3), 0, "B's bytes were left behind MSG_MORE");
         assert_eq!(s.held(), 0);
         // A last write that failed queued nothing and so pushed nothing: the release does.
         s.release_thread(&k, &mut a);
@@ -1299,23 +1344,70 @@ mod tests {
     }
 
     #[test]
-    fn a_file_body_inside_a_msg_more_burst_holds_the_rest_by_cork() {
+    fn a_file_body_inside_a_msg_more_burst_goes_out_plainly() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
         bursts(&s, &k, &mut t, 3, LEARN_AFTER as usize);
-        let corks = k.cork_calls.get();
+        let calls = (k.cork_calls.get(), k.uncork_calls.get());
         write(&s, &k, 3, &mut t);
-        assert_eq!(k.cork_calls.get(), corks, "held by MSG_MORE");
-        // sendfile cannot carry MSG_MORE: the burst switches to TCP_CORK before it.
+        // sendfile cannot carry MSG_MORE: it pushes the header with the body (a segment
+        // early at worst), and corks nothing.
         let step = s.before_write(&k, 3, &mut t, false);
         assert!(!step.more);
-        assert_eq!(k.cork_calls.get(), corks + 1);
         k.send(3, false);
-        assert_eq!(k.unsent(3), 2, "the body waits with the header");
         s.after_write(&k, 3, step, false);
+        assert_eq!(k.unsent(3), 0);
         write(&s, &k, 3, &mut t);
         assert!(!s.is_corked(3), "sent at its shape");
+        assert_eq!((k.cork_calls.get(), k.uncork_calls.get()), calls);
+    }
+
+    #[test]
+    fn a_corked_burst_started_beside_a_msg_more_one_is_uncorked_at_its_end() {
+        let (s, k) = shim();
+        let mut a = ThreadBursts::new();
+        bursts(&s, &k, &mut a, 3, LEARN_AFTER as usize);
+        write(&s, &k, 3, &mut a);
+        // Thread B had found no burst and started a corked one (a file body first): it set
+        // TCP_CORK, then found A's MSG_MORE burst published and joined it, marking CORK_ON
+        // (what `before_write` does between its cork and its publish).
+        assert!(k.set_cork(3, true));
+        s.slot(3).unwrap().flags.fetch_or(CORKED | CORK_ON, AcqRel);
+        k.send(3, false);
+        assert_eq!(k.unsent(3), 2, "held by the cork");
+        write(&s, &k, 3, &mut a);
+        write(&s, &k, 3, &mut a);
+        assert!(!s.is_corked(3), "sent at its shape");
+        assert!(
+            !k.corked.borrow().contains(&3),
+            "TCP_CORK left on after its burst ended"
+        );
         assert_eq!(k.unsent(3), 0);
+    }
+
+    #[test]
+    fn an_empty_last_write_still_sends_the_burst() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        bursts(&s, &k, &mut t, 2, LEARN_AFTER as usize);
+        write(&s, &k, 3, &mut t);
+        // A 0-byte body (a 204 answer): the kernel queues nothing and pushes nothing.
+        let last = s.before_write(&k, 3, &mut t, true);
+        s.after_write(&k, 3, last, true);
+        assert_eq!(k.unsent(3), 0, "the header was left behind MSG_MORE");
+    }
+
+    #[test]
+    fn a_burst_started_while_a_socket_is_forgotten_is_counted_out() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        write(&s, &k, 3, &mut t);
+        assert_eq!(s.held(), 1);
+        // A stale descriptor forgotten with a burst on it: nothing stays counted as held
+        // (the flusher would never park again).
+        s.forget(&k, 3);
+        assert_eq!(s.held(), 0);
+        assert!(!k.corked.borrow().contains(&3));
     }
 
     #[test]

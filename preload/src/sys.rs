@@ -280,6 +280,17 @@ pub fn stale_socket<R: Default + PartialOrd>(fd: c_int, r: R) -> bool {
     true
 }
 
+/// `fd` is a new descriptor the shim does not manage (a socket other than TCP): whatever its
+/// slot says of an earlier descriptor of that number is forgotten (no system call unless it
+/// was managed).
+pub fn forget(fd: c_int) {
+    if fd >= 0 {
+        if let Some(s) = shim() {
+            quietly(|| s.forget(&Libc, fd));
+        }
+    }
+}
+
 /// `new` now refers to what `old` refers to.
 pub fn on_dup(old: c_int, new: c_int) {
     if new >= 0 {
@@ -482,7 +493,7 @@ fn print_stats(s: &Shim) {
     write_formatted(
         2,
         format_args!(
-            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {} data segments, {} bytes sent, {} setsockopt calls\n",
+            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {} data segments, {} bytes sent, {} TCP_CORK calls\n",
             std::process::id(),
             s.config.mode.name(),
             st.sockets.load(Relaxed),
