@@ -574,9 +574,12 @@ impl Shim {
                     self.note(k, mine, fd, slot.generation.load(Acquire));
                     return none;
                 }
+                // A LAST_SENDING or CORK_ON left by a write that raced the previous burst's
+                // end says nothing of this one.
+                let start = (cur & !BURST) | CORKED | BY_MORE;
                 match slot
                     .flags
-                    .compare_exchange_weak(cur, cur | CORKED | BY_MORE, AcqRel, Acquire)
+                    .compare_exchange_weak(cur, start, AcqRel, Acquire)
                 {
                     Ok(_) => break,
                     Err(now) => cur = now,
