@@ -110,7 +110,7 @@ fn writing<R: Copy + Default + PartialOrd>(
     f: impl FnOnce(c_int) -> R,
 ) -> R {
     if flags & libc::MSG_MORE != 0 {
-        sys::program_holds(fd);
+        sys::program_holds(fd, false);
     }
     let step = sys::on_write(fd, carries_more);
     let r = f(if step.more { libc::MSG_MORE } else { 0 });
@@ -165,12 +165,16 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
         // Made as sendmsg only where the two calls agree: writev refuses more than IOV_MAX
         // entries with EINVAL (sendmsg with EMSGSIZE), and returns 0 for an empty vector
         // without looking at the socket (sendmsg may report its error, and raise SIGPIPE).
-        // SAFETY: `iov` holds `cnt` entries (1..=IOV_MAX here), as writev reads them.
-        let nonempty = (1..=1024).contains(&cnt)
-            && unsafe { std::slice::from_raw_parts(iov, cnt as usize) }
-                .iter()
-                .any(|v| v.iov_len > 0);
-        if more != 0 && nonempty {
+        // Looked at only when the write is to be held (a managed socket), as writev would.
+        let nonempty = || {
+            if !(1..=1024).contains(&cnt) {
+                return false;
+            }
+            // SAFETY: `iov` holds `cnt` entries (1..=IOV_MAX here), as writev reads them.
+            let entries = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+            entries.iter().any(|v| v.iov_len > 0)
+        };
+        if more != 0 && nonempty() {
             if let Some(sendmsg) = next!("sendmsg", SendMsgFn) {
                 let errno = sys::errno();
                 // SAFETY: an all-zero msghdr is valid (no name, no control data).
@@ -664,7 +668,7 @@ unsafe fn note_sockopt(
         // SAFETY: the kernel just read an int from `value` (len >= 4) without fault.
         let v = unsafe { value.cast::<c_int>().read_unaligned() };
         if (name == libc::TCP_CORK && v != 0) || name == libc::TCP_NODELAY {
-            sys::program_holds(fd);
+            sys::program_holds(fd, name == libc::TCP_CORK);
         }
     }
 }

@@ -6,9 +6,10 @@
 //!
 //! **What it does.** Every TCP stream socket the program creates, accepts or connects (any
 //! flags, any descriptor number) gets `TCP_NODELAY`. The first write of a burst sets
-//! `TCP_CORK`; the burst ends, and the cork comes off, when the program turns to wait: before
-//! it reads or receives on that socket, before it blocks in poll, ppoll, select, pselect,
-//! epoll_wait or epoll_pwait, and before close, shutdown, dup2/dup3 onto it, fork and exec.
+//! `TCP_CORK`; the burst ends, and the cork comes off, when the thread that wrote it turns to
+//! wait (before it blocks in the poll, select or epoll families, sleeps, signal waits,
+//! waitpid), when any thread reads, receives on, shuts down or closes that socket, and before
+//! dup2/dup3 onto it, fork and exec.
 //! With `TCP_NODELAY` on, uncorking sends the held tail at once, so the burst leaves as
 //! ⌈bytes / MSS⌉ segments with no Nagle or delayed-ACK wait. A socket whose bursts keep the
 //! same number of writes (headers, then body) has that shape learned: such a burst is held

@@ -25,7 +25,8 @@
 //! that completes that number sends the burst at once instead of at the wait, which may
 //! come much later in an interpreter: the response leaves when nodelay's last segment
 //! would, as one segment. Such a burst is held by `MSG_MORE` on its earlier writes, not by
-//! `TCP_CORK`, and sent by its last write (made without the flag): no `setsockopt` at all; a
+//! `TCP_CORK`, and sent by its last write (made without the flag): no `setsockopt` when that
+//! write sends it (one uncork when a wait, a read or the bound ends it first); a
 //! one-write shape is never held. A
 //! burst that turns out longer holds its remaining writes to the wait as before and unlearns
 //! the shape; a guess can cost a segment, not time. One exception, bounded: on a socket
@@ -66,6 +67,8 @@ const LAST_SENDING: u8 = 16;
 /// `TCP_CORK` was set on the socket during the burst in progress (a second thread started a
 /// corked burst just as a `BY_MORE` one began): whoever ends the burst must clear it.
 const CORK_ON: u8 = 32;
+/// The program set `TCP_CORK` on this socket itself: the shim never clears it.
+const PROGRAM_CORKED: u8 = 64;
 /// Every bit that describes the burst in progress.
 const BURST: u8 = CORKED | BY_MORE | LAST_SENDING | CORK_ON;
 
@@ -469,6 +472,8 @@ impl Shim {
         let old = slot.flags.swap(0, AcqRel);
         if old & CORKED != 0 {
             self.corked.fetch_sub(1, AcqRel);
+            // A burst of the number's earlier socket, or one a racing write just began.
+            self.set_cork(k, fd, false);
         }
         slot.renew();
         if !k.is_tcp_stream(fd) {
@@ -488,14 +493,31 @@ impl Shim {
 
     /// The program set `TCP_CORK`, chose `TCP_NODELAY` or sent with `MSG_MORE` on `fd`:
     /// it holds bytes itself, so the shim ends its own burst there and holds it no more.
-    pub fn program_holds(&self, k: &impl Kernel, fd: i32) {
+    ///
+    /// `corked_by_program`: the program has just set `TCP_CORK` itself; the shim's burst then
+    /// ends without a push (clearing `TCP_CORK` would undo the program's): its bytes leave
+    /// with the program's own uncork.
+    pub fn program_holds(&self, k: &impl Kernel, fd: i32, corked_by_program: bool) {
         let Some(slot) = self.slot(fd) else { return };
         let flags = slot.flags.load(Acquire);
         if flags & MANAGED == 0 || flags & SELF_MANAGED != 0 {
             return;
         }
-        self.release(k, fd);
-        if slot.flags.fetch_or(SELF_MANAGED, AcqRel) & SELF_MANAGED == 0 {
+        // Marked first: no burst of the shim's starts on it from here on.
+        let mark = if corked_by_program {
+            SELF_MANAGED | PROGRAM_CORKED
+        } else {
+            SELF_MANAGED
+        };
+        let marked = slot.flags.fetch_or(mark, AcqRel) & SELF_MANAGED == 0;
+        if corked_by_program {
+            if slot.flags.fetch_and(!BURST, AcqRel) & CORKED != 0 {
+                self.corked.fetch_sub(1, AcqRel);
+            }
+        } else {
+            self.release(k, fd);
+        }
+        if marked {
             self.stats.self_managed.fetch_add(1, Relaxed);
         }
     }
@@ -567,7 +589,7 @@ impl Shim {
             // Published only if no burst is in progress: nothing to undo if one is.
             let mut cur = flags;
             loop {
-                if cur & CORKED != 0 || cur & SELF_MANAGED != 0 {
+                if cur & CORKED != 0 || cur & SELF_MANAGED != 0 || cur & MANAGED == 0 {
                     // Another thread started a burst this very moment: this write goes out
                     // plainly (a segment early at worst), noted so that this thread's wait
                     // ends that burst too.
@@ -595,7 +617,19 @@ impl Shim {
                 return none;
             }
             let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
-            if slot.flags.fetch_or(CORKED | CORK_ON, AcqRel) & CORKED != 0 {
+            let old = slot.flags.fetch_or(CORKED | CORK_ON, AcqRel);
+            if old & (MANAGED | SELF_MANAGED) != MANAGED {
+                // The descriptor was forgotten, renewed or given to the program meanwhile
+                // (the program closes or re-adopts what it writes to): undo.
+                if old & CORKED == 0 {
+                    slot.flags.fetch_and(!(CORKED | CORK_ON), AcqRel);
+                }
+                if old & PROGRAM_CORKED == 0 {
+                    self.set_cork(k, fd, false);
+                }
+                return none;
+            }
+            if old & CORKED != 0 {
                 self.note(k, mine, fd, slot.generation.load(Acquire));
                 return none;
             }
@@ -646,12 +680,29 @@ impl Shim {
 
     /// Ends a burst held by `MSG_MORE` whose last write went out plainly and so sent it: no
     /// push needed, unless that write queued nothing, or `TCP_CORK` went on meanwhile.
+    ///
+    /// Only a burst still marked LAST_SENDING is this write's: between its generation check
+    /// and here, its burst may have been ended by a reader and a newer one started (whose
+    /// start clears the mark, and whose bytes this write did not send).
     fn release_sent(&self, k: &impl Kernel, fd: i32, slot: &Slot, failed: bool) {
-        let old = slot.flags.fetch_and(!BURST, AcqRel);
-        if old & CORKED == 0 {
-            return;
+        let mut cur = slot.flags.load(Acquire);
+        let old = loop {
+            if cur & CORKED == 0 || cur & LAST_SENDING == 0 {
+                break 0;
+            }
+            match slot
+                .flags
+                .compare_exchange_weak(cur, cur & !BURST, AcqRel, Acquire)
+            {
+                Ok(old) => break old,
+                Err(now) => cur = now,
+            }
+        };
+        if old & CORKED != 0 {
+            self.corked.fetch_sub(1, AcqRel);
         }
-        self.corked.fetch_sub(1, AcqRel);
+        // A write that queued nothing pushed nothing: what was held before it goes now,
+        // whoever ends the burst.
         if failed || old & CORK_ON != 0 {
             self.set_cork(k, fd, false);
         }
@@ -924,8 +975,11 @@ mod tests {
         let step = s.before_write(k, fd, t, true);
         k.send(fd, step.more);
         s.after_write(k, fd, step, false);
+        let programs = s
+            .slot(fd)
+            .is_some_and(|sl| sl.flags.load(Relaxed) & SELF_MANAGED != 0);
         assert!(
-            s.is_corked(fd) || k.unsent(fd) == 0,
+            s.is_corked(fd) || programs || k.unsent(fd) == 0,
             "fd {fd}: bytes left unsent by a burst that is not held"
         );
         step.wake_flusher
@@ -1029,8 +1083,16 @@ mod tests {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
         write(&s, &k, 3, &mut t);
-        s.program_holds(&k, 3);
+        s.program_holds(&k, 3, true);
         assert!(!s.is_corked(3));
+        assert_eq!(s.held(), 0);
+        // The program corked the socket itself: the shim's end of its burst must not clear
+        // that (its bytes leave with the program's own uncork).
+        assert_eq!(
+            k.uncork_calls.get(),
+            0,
+            "the program's TCP_CORK was cleared"
+        );
         write(&s, &k, 3, &mut t);
         assert!(!s.is_corked(3));
         assert_eq!(k.cork_calls.get(), 1);
@@ -1046,7 +1108,7 @@ mod tests {
         let mut t = ThreadBursts::new();
         s.adopt(&k, 5); // the listener
         s.adopt(&k, 6); // another listener, left as it was made
-        s.program_holds(&k, 5); // setsockopt(TCP_NODELAY) on it
+        s.program_holds(&k, 5, false); // setsockopt(TCP_NODELAY) on it
         s.adopt_accepted(&k, 5, 30);
         write(&s, &k, 30, &mut t);
         assert!(
@@ -1363,6 +1425,33 @@ mod tests {
         write(&s, &k, 3, &mut t);
         assert!(!s.is_corked(3), "sent at its shape");
         assert_eq!((k.cork_calls.get(), k.uncork_calls.get()), calls);
+    }
+
+    #[test]
+    fn a_last_write_whose_burst_ended_meanwhile_leaves_a_newer_one_alone() {
+        let (s, k) = shim();
+        let (mut a, mut x) = (ThreadBursts::new(), ThreadBursts::new());
+        bursts(&s, &k, &mut a, 2, LEARN_AFTER as usize);
+        write(&s, &k, 3, &mut a);
+        // A's last write goes out plainly; a reader then ends A's burst, and X starts a new
+        // MSG_MORE burst, caught between its publish and its generation bump (what
+        // `before_write` does in that order), its first write queued behind the flag.
+        let last = s.before_write(&k, 3, &mut a, true);
+        k.send(3, false);
+        s.reader_waits(&k, 3);
+        let slot = s.slot(3).unwrap();
+        let cur = slot.flags.load(Acquire);
+        slot.flags.store((cur & !BURST) | CORKED | BY_MORE, Release);
+        s.corked.fetch_add(1, AcqRel);
+        k.send(3, true);
+        // A's step still names the live generation: it must not end X's burst silently.
+        s.after_write(&k, 3, last, false);
+        assert!(s.is_corked(3), "X's burst was ended without a push");
+        slot.generation.fetch_add(1, AcqRel);
+        s.release_thread(&k, &mut x);
+        s.reader_waits(&k, 3);
+        assert_eq!(k.unsent(3), 0);
+        assert_eq!(s.held(), 0);
     }
 
     #[test]

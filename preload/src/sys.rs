@@ -203,10 +203,11 @@ pub fn after_write(fd: c_int, step: WriteStep, failed: bool) {
     }
 }
 
-/// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on).
-pub fn program_holds(fd: c_int) {
+/// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on);
+/// `corked`: it has just set TCP_CORK.
+pub fn program_holds(fd: c_int, corked: bool) {
     if let Some(s) = shim() {
-        quietly(|| s.program_holds(&Libc, fd));
+        quietly(|| s.program_holds(&Libc, fd, corked));
         log(format_args!("fd {fd}: the program holds its own bytes"));
     }
 }
