@@ -37,9 +37,10 @@
 //! not wait visibly, and unlearns the shape at its writer's next wait.
 //!
 //! **The flusher**, while anything is held, sleeps until the oldest held burst reaches the
-//! linger bound and releases it (bursts their writers end sooner cost it nothing); after
-//! [`FLUSHER_IDLE`] with nothing held it parks until the next burst: no wake-up per burst,
-//! none while idle.
+//! linger bound and releases it (bursts their writers end sooner cost it nothing). With
+//! nothing held it looks once per bound while bursts come often (no wake-up per burst), and
+//! parks until the next burst as soon as they come rarely ([`RARE_BURSTS_X16`]), or after
+//! [`FLUSHER_IDLE`] without any: never more wake-ups than the cheaper of the two ways.
 //!
 //! **Programs that set `TCP_NODELAY` themselves** (nginx, redis, node) already send each
 //! response with one write, or cork it themselves: holding their bursts only adds two
@@ -72,8 +73,27 @@ const PROGRAM_CORKED: u8 = 64;
 /// Every bit that describes the burst in progress.
 const BURST: u8 = CORKED | BY_MORE | LAST_SENDING | CORK_ON;
 
-/// How long the flusher keeps ticking with nothing held before it parks.
+/// How long the flusher keeps ticking with nothing held before it parks, at most.
 pub const FLUSHER_IDLE: Duration = Duration::from_millis(20);
+
+/// Below this many bursts per linger bound (×16, averaged), the flusher parks as soon as
+/// nothing is held: waking it at each burst (a futex wake, then one look at the burst's
+/// deadline) costs two wake-ups per burst, fewer than a look per bound when bursts come
+/// less often than one per four bounds (250 a second at the default 1 ms).
+pub const RARE_BURSTS_X16: u64 = 4;
+
+/// What the flusher remembers between its looks (kept by its loop, given to each
+/// [`Shim::flusher_tick`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FlusherState {
+    /// How long no burst has started or been held.
+    idle_for: Duration,
+    /// The burst count at the last look, and when that look was (µs; 0: none yet).
+    bursts_seen: u64,
+    looked_at_us: u64,
+    /// Bursts started per linger bound, ×16, averaged over the looks (each weighs 1/8).
+    rate_x16: u64,
+}
 
 /// The flusher's shortest sleep while bursts are held.
 pub const MIN_NAP: Duration = Duration::from_micros(50);
@@ -838,16 +858,31 @@ impl Shim {
     }
 
     /// One pass of the flusher: release bursts older than the linger bound; say what to do
-    /// next. `idle_for` is how long nothing has been held (kept by the caller).
-    pub fn flusher_tick(&self, k: &impl Kernel, idle_for: &mut Duration) -> FlusherStep {
+    /// next. `st` is the flusher's memory between passes.
+    pub fn flusher_tick(&self, k: &impl Kernel, st: &mut FlusherState) -> FlusherStep {
         // With nothing held, one look per linger bound: a burst that starts just after a
         // look is released at the next one, about one bound (plus timer slack) after it
-        // began, as with shorter ticks give or take that slack.
+        // began, as with shorter ticks give or take that slack. Unless bursts are rare:
+        // then it parks at once, and the next burst wakes it.
         let tick = self.config.linger;
+        let now = k.now_us();
+        let bursts = self.stats.bursts.load(Relaxed);
+        if st.looked_at_us != 0 {
+            let n = bursts.saturating_sub(st.bursts_seen);
+            let elapsed = now.saturating_sub(st.looked_at_us).max(1);
+            let per_bound_x16 = (n * 16 * tick.as_micros() as u64 / elapsed).min(16 * 64);
+            st.rate_x16 = st.rate_x16 - st.rate_x16.div_ceil(8) + per_bound_x16 / 8;
+            if n > 0 {
+                // Bursts came and went since the last look: not idle.
+                st.idle_for = Duration::ZERO;
+            }
+        }
+        st.bursts_seen = bursts;
+        st.looked_at_us = now.max(1);
         if self.corked.load(Acquire) == 0 {
-            *idle_for += tick;
-            if *idle_for >= FLUSHER_IDLE {
-                *idle_for = Duration::ZERO;
+            st.idle_for += tick;
+            if st.rate_x16 < RARE_BURSTS_X16 || st.idle_for >= FLUSHER_IDLE {
+                st.idle_for = Duration::ZERO;
                 self.flusher_parked.store(true, Release);
                 // A burst that started just before we said "parked" must not be slept on.
                 if self.corked.load(Acquire) != 0 {
@@ -858,9 +893,8 @@ impl Shim {
             }
             return FlusherStep::Sleep(tick);
         }
-        *idle_for = Duration::ZERO;
+        st.idle_for = Duration::ZERO;
         let limit = self.config.linger.as_micros() as u64;
-        let now = k.now_us();
         // Sleep until the oldest burst still held reaches the bound (not a fixed tick: most
         // bursts end long before, released by their writer), at least `MIN_NAP`.
         let mut next_us = limit;
@@ -1157,7 +1191,7 @@ mod tests {
     fn the_flusher_releases_old_bursts_and_parks_when_idle() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
-        let mut idle = Duration::ZERO;
+        let mut idle = FlusherState::default();
         // The first burst asks for a flusher (none runs yet).
         assert!(write(&s, &k, 3, &mut t));
         assert!(s.claim_flusher_start());
@@ -1173,14 +1207,10 @@ mod tests {
         s.flusher_tick(&k, &mut idle);
         assert!(!s.is_corked(3));
         assert_eq!(s.stats.linger_releases.load(Relaxed), 1);
-        // Idle: ticks until FLUSHER_IDLE, then parks; the next burst (only the first one
-        // after parking) asks for a wake-up.
-        let mut steps = 0;
-        while s.flusher_tick(&k, &mut idle) != FlusherStep::Park {
-            steps += 1;
-            assert!(steps < 1000);
-        }
-        assert_eq!(steps as u128, FLUSHER_IDLE.as_micros() / 1000 - 1);
+        // Idle after a lone burst: bursts are rare, so it parks at once; the next burst
+        // (only the first one after parking) asks for a wake-up.
+        k.now.set(2000);
+        assert_eq!(s.flusher_tick(&k, &mut idle), FlusherStep::Park);
         assert!(write(&s, &k, 4, &mut t), "a parked flusher must be woken");
         assert!(!write(&s, &k, 5, &mut t), "no wake-up per burst");
         s.flusher_unparked();
@@ -1189,6 +1219,57 @@ mod tests {
             !write(&s, &k, 4, &mut t),
             "a ticking flusher needs no wake-up"
         );
+    }
+
+    #[test]
+    fn the_flusher_ticks_while_bursts_are_frequent_and_parks_when_they_stop() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        let mut st = FlusherState::default();
+        let mut now = 1_000;
+        let mut looks = 0;
+        // Two bursts per linger bound, each ended by its writer before the flusher looks:
+        // it keeps looking once per bound (a wake-up per burst would cost more).
+        for _ in 0..50 {
+            for _ in 0..2 {
+                // Two writes each (a one-write shape is learned and then never held).
+                write(&s, &k, 3, &mut t);
+                write(&s, &k, 3, &mut t);
+                s.release_thread(&k, &mut t);
+            }
+            now += 1_000;
+            k.now.set(now);
+            looks += 1;
+            let step = s.flusher_tick(&k, &mut st);
+            if looks > 5 {
+                assert_eq!(step, FlusherStep::Sleep(DEFAULT_LINGER), "look {looks}");
+            }
+        }
+        // The bursts stop: it parks within FLUSHER_IDLE.
+        let mut idle_looks = 0;
+        loop {
+            now += 1_000;
+            k.now.set(now);
+            idle_looks += 1;
+            if s.flusher_tick(&k, &mut st) == FlusherStep::Park {
+                break;
+            }
+            assert!(idle_looks < 1000);
+        }
+        assert!(
+            idle_looks as u128 <= FLUSHER_IDLE.as_micros() / DEFAULT_LINGER.as_micros(),
+            "{idle_looks} looks"
+        );
+        // One burst every ten bounds: rare, parked after each.
+        for _ in 0..5 {
+            now += 10_000;
+            k.now.set(now);
+            write(&s, &k, 3, &mut t);
+            write(&s, &k, 3, &mut t);
+            s.release_thread(&k, &mut t);
+            s.flusher_unparked();
+            assert_eq!(s.flusher_tick(&k, &mut st), FlusherStep::Park);
+        }
     }
 
     #[test]
@@ -1297,7 +1378,7 @@ mod tests {
     fn a_socket_whose_writer_pauses_inside_its_bursts_gets_patience() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
-        let mut idle = Duration::ZERO;
+        let mut idle = FlusherState::default();
         let linger = DEFAULT_LINGER.as_micros() as u64;
         let mut now = 1_000_000;
         let mut at = |us: u64| {
@@ -1561,7 +1642,7 @@ mod tests {
     fn only_waits_teach_and_a_new_socket_starts_unlearned() {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
-        let mut idle = Duration::ZERO;
+        let mut idle = FlusherState::default();
         // Bursts the flusher ends (nobody waited) teach nothing.
         for i in 0..5 {
             write(&s, &k, 3, &mut t);

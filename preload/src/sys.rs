@@ -10,7 +10,7 @@
 use std::cell::RefCell;
 use std::os::fd::BorrowedFd;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use libc::{c_int, c_void, size_t, socklen_t, ssize_t};
 
@@ -354,7 +354,7 @@ fn start_flusher(s: &'static Shim) {
 }
 
 fn flusher_loop(s: &'static Shim) {
-    let mut idle = Duration::ZERO;
+    let mut idle = crate::state::FlusherState::default();
     loop {
         match s.flusher_tick(&Libc, &mut idle) {
             FlusherStep::Sleep(d) => std::thread::sleep(d),
