@@ -110,7 +110,7 @@ fn writing<R: Copy + Default + PartialOrd>(
     f: impl FnOnce(c_int) -> R,
 ) -> R {
     if flags & libc::MSG_MORE != 0 {
-        sys::program_holds(fd, false);
+        sys::program_holds(fd);
     }
     let step = sys::on_write(fd, carries_more);
     let r = f(if step.more { libc::MSG_MORE } else { 0 });
@@ -645,32 +645,43 @@ pub unsafe extern "C" fn setsockopt(
         return enosys();
     };
     // SAFETY: forwarding the caller's arguments unchanged.
-    let r = unsafe { real(fd, level, name, value, len) };
-    // SAFETY: `value` and `len` are what the kernel just read without fault.
-    unsafe { note_sockopt(r, fd, level, name, value, len) };
-    r
+    unsafe {
+        program_setsockopt(fd, level, name, value, len, || {
+            real(fd, level, name, value, len)
+        })
+    }
 }
 
-/// After the program's `setsockopt` returned `r`: TCP_CORK on, or any TCP_NODELAY choice,
-/// means the program packetizes its own output on `fd`.
+/// The program's `setsockopt`, made by `call`. `TCP_CORK` either way: from before the call
+/// the shim never clears it (its own uncork would undo the program's), until the program
+/// clears it itself. `TCP_CORK` on, or any `TCP_NODELAY` choice: the program packetizes its
+/// own output on `fd`, and the shim stops holding it.
 ///
 /// # Safety
-/// If `r` is 0, `value` points to `len` bytes the kernel just read.
-unsafe fn note_sockopt(
-    r: c_int,
+/// `call` makes the program's call with these arguments.
+unsafe fn program_setsockopt(
     fd: c_int,
     level: c_int,
     name: c_int,
     value: *const c_void,
     len: socklen_t,
-) {
-    if r == 0 && level == libc::IPPROTO_TCP && !value.is_null() && len as usize >= 4 {
+    call: impl FnOnce() -> c_int,
+) -> c_int {
+    let cork = level == libc::IPPROTO_TCP && name == libc::TCP_CORK;
+    let was = cork && sys::program_cork_begins(fd);
+    let r = call();
+    let v = (r == 0 && !value.is_null() && len as usize >= 4)
         // SAFETY: the kernel just read an int from `value` (len >= 4) without fault.
-        let v = unsafe { value.cast::<c_int>().read_unaligned() };
-        if (name == libc::TCP_CORK && v != 0) || name == libc::TCP_NODELAY {
-            sys::program_holds(fd, name == libc::TCP_CORK);
-        }
+        .then(|| unsafe { value.cast::<c_int>().read_unaligned() });
+    if cork {
+        sys::program_cork_done(fd, was, v.map(|v| v != 0));
     }
+    if level == libc::IPPROTO_TCP
+        && v.is_some_and(|v| (name == libc::TCP_CORK && v != 0) || name == libc::TCP_NODELAY)
+    {
+        sys::program_holds(fd);
+    }
+    r
 }
 
 /// `setsockopt` in a 32-bit program built with 64-bit time (see the end of this file).
@@ -690,10 +701,11 @@ pub unsafe extern "C" fn __setsockopt64(
         return enosys();
     };
     // SAFETY: forwarding the caller's arguments unchanged.
-    let r = unsafe { real(fd, level, name, value, len) };
-    // SAFETY: `value` and `len` are what the kernel just read without fault.
-    unsafe { note_sockopt(r, fd, level, name, value, len) };
-    r
+    unsafe {
+        program_setsockopt(fd, level, name, value, len, || {
+            real(fd, level, name, value, len)
+        })
+    }
 }
 
 // Fortified reads (_FORTIFY_SOURCE builds call these instead of read/recv/recvfrom/poll).

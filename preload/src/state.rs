@@ -39,7 +39,7 @@
 //! **The flusher**, while anything is held, sleeps until the oldest held burst reaches the
 //! linger bound and releases it (bursts their writers end sooner cost it nothing). With
 //! nothing held it looks once per bound while bursts come often (no wake-up per burst), and
-//! parks until the next burst as soon as they come rarely ([`RARE_BURSTS_X16`]), or after
+//! parks until the next burst as soon as they come rarely ([`RARE_BURSTS_X128`]), or after
 //! [`FLUSHER_IDLE`] without any: never more wake-ups than the cheaper of the two ways.
 //!
 //! **Programs that set `TCP_NODELAY` themselves** (nginx, redis, node) already send each
@@ -68,7 +68,7 @@ const LAST_SENDING: u8 = 16;
 /// `TCP_CORK` was set on the socket during the burst in progress (a second thread started a
 /// corked burst just as a `BY_MORE` one began): whoever ends the burst must clear it.
 const CORK_ON: u8 = 32;
-/// The program set `TCP_CORK` on this socket itself: the shim never clears it.
+/// The program has `TCP_CORK` set on this socket (or is setting it): the shim never clears it.
 const PROGRAM_CORKED: u8 = 64;
 /// Every bit that describes the burst in progress.
 const BURST: u8 = CORKED | BY_MORE | LAST_SENDING | CORK_ON;
@@ -76,11 +76,11 @@ const BURST: u8 = CORKED | BY_MORE | LAST_SENDING | CORK_ON;
 /// How long the flusher keeps ticking with nothing held before it parks, at most.
 pub const FLUSHER_IDLE: Duration = Duration::from_millis(20);
 
-/// Below this many bursts per linger bound (×16, averaged), the flusher parks as soon as
+/// Below this many bursts per linger bound (×128, averaged), the flusher parks as soon as
 /// nothing is held: waking it at each burst (a futex wake, then one look at the burst's
 /// deadline) costs two wake-ups per burst, fewer than a look per bound when bursts come
 /// less often than one per four bounds (250 a second at the default 1 ms).
-pub const RARE_BURSTS_X16: u64 = 4;
+pub const RARE_BURSTS_X128: u64 = 32;
 
 /// What the flusher remembers between its looks (kept by its loop, given to each
 /// [`Shim::flusher_tick`]).
@@ -91,8 +91,8 @@ pub struct FlusherState {
     /// The burst count at the last look, and when that look was (µs; 0: none yet).
     bursts_seen: u64,
     looked_at_us: u64,
-    /// Bursts started per linger bound, ×16, averaged over the looks (each weighs 1/8).
-    rate_x16: u64,
+    /// Bursts started per linger bound, ×128, averaged over the looks (each weighs 1/8).
+    rate_x128: u64,
 }
 
 /// The flusher's shortest sleep while bursts are held.
@@ -411,9 +411,34 @@ impl Shim {
     }
 
     /// `TCP_CORK` on or off (off sends what is held), counted.
+    /// Never clears a `TCP_CORK` the program set itself (it holds its bytes to its own
+    /// uncork, which sends ours too).
     fn set_cork(&self, k: &impl Kernel, fd: i32, on: bool) -> bool {
+        if !on
+            && self
+                .slot(fd)
+                .is_some_and(|s| s.flags.load(Acquire) & PROGRAM_CORKED != 0)
+        {
+            return false;
+        }
         self.stats.cork_calls.fetch_add(1, Relaxed);
         k.set_cork(fd, on)
+    }
+
+    /// The program is about to set `TCP_CORK` on `fd` (either way): from now on the shim
+    /// never clears it. Returns what to hand to [`Shim::program_cork_done`].
+    pub fn program_cork_begins(&self, fd: i32) -> bool {
+        self.slot(fd)
+            .is_some_and(|s| s.flags.fetch_or(PROGRAM_CORKED, AcqRel) & PROGRAM_CORKED != 0)
+    }
+
+    /// The program's `TCP_CORK` call returned: `on` is the value it set, `None` if the call
+    /// failed (then the mark is as it was before, `was`).
+    pub fn program_cork_done(&self, fd: i32, was: bool, on: Option<bool>) {
+        let Some(slot) = self.slot(fd) else { return };
+        if !on.unwrap_or(was) {
+            slot.flags.fetch_and(!PROGRAM_CORKED, AcqRel);
+        }
     }
 
     /// The slot of `fd`, if its chunk exists.
@@ -513,30 +538,17 @@ impl Shim {
 
     /// The program set `TCP_CORK`, chose `TCP_NODELAY` or sent with `MSG_MORE` on `fd`:
     /// it holds bytes itself, so the shim ends its own burst there and holds it no more.
-    ///
-    /// `corked_by_program`: the program has just set `TCP_CORK` itself; the shim's burst then
-    /// ends without a push (clearing `TCP_CORK` would undo the program's): its bytes leave
-    /// with the program's own uncork.
-    pub fn program_holds(&self, k: &impl Kernel, fd: i32, corked_by_program: bool) {
+    /// Its burst ends (with no uncork if the program has just corked the socket itself: see
+    /// [`Shim::program_cork_begins`]).
+    pub fn program_holds(&self, k: &impl Kernel, fd: i32) {
         let Some(slot) = self.slot(fd) else { return };
         let flags = slot.flags.load(Acquire);
         if flags & MANAGED == 0 || flags & SELF_MANAGED != 0 {
             return;
         }
         // Marked first: no burst of the shim's starts on it from here on.
-        let mark = if corked_by_program {
-            SELF_MANAGED | PROGRAM_CORKED
-        } else {
-            SELF_MANAGED
-        };
-        let marked = slot.flags.fetch_or(mark, AcqRel) & SELF_MANAGED == 0;
-        if corked_by_program {
-            if slot.flags.fetch_and(!BURST, AcqRel) & CORKED != 0 {
-                self.corked.fetch_sub(1, AcqRel);
-            }
-        } else {
-            self.release(k, fd);
-        }
+        let marked = slot.flags.fetch_or(SELF_MANAGED, AcqRel) & SELF_MANAGED == 0;
+        self.release(k, fd);
         if marked {
             self.stats.self_managed.fetch_add(1, Relaxed);
         }
@@ -605,57 +617,58 @@ impl Shim {
             return none;
         }
         let by_more = learned && nth < shape && carries_more;
-        let generation = if by_more {
-            // Published only if no burst is in progress: nothing to undo if one is.
-            let mut cur = flags;
-            loop {
-                if cur & CORKED != 0 || cur & SELF_MANAGED != 0 || cur & MANAGED == 0 {
-                    // Another thread started a burst this very moment: this write goes out
-                    // plainly (a segment early at worst), noted so that this thread's wait
-                    // ends that burst too.
-                    self.note(k, mine, fd, slot.generation.load(Acquire));
-                    return none;
-                }
-                // A LAST_SENDING or CORK_ON left by a write that raced the previous burst's
-                // end says nothing of this one.
-                let start = (cur & !BURST) | CORKED | BY_MORE;
-                match slot
-                    .flags
-                    .compare_exchange_weak(cur, start, AcqRel, Acquire)
-                {
-                    Ok(_) => break,
-                    Err(now) => cur = now,
-                }
-            }
-            slot.generation.fetch_add(1, AcqRel).wrapping_add(1)
+        // Cork first (a corked burst), then publish: the flusher never uncorks a socket
+        // before it is corked. Published by CAS, only on a slot that is managed and not the
+        // program's, so that nothing is ever undone on flags another party owns.
+        if !by_more && !self.set_cork(k, fd, true) {
+            return none;
+        }
+        let held = if by_more {
+            CORKED | BY_MORE
         } else {
-            // Cork first, then publish: the flusher never uncorks a socket before it is
-            // corked. CORK_ON goes with it: if another thread's MSG_MORE burst began just
-            // now, this joins it, and its end must take the cork off (the same word's RMWs
-            // order the two).
-            if !self.set_cork(k, fd, true) {
-                return none;
-            }
-            let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
-            let old = slot.flags.fetch_or(CORKED | CORK_ON, AcqRel);
-            if old & (MANAGED | SELF_MANAGED) != MANAGED {
-                // The descriptor was forgotten, renewed or given to the program meanwhile
-                // (the program closes or re-adopts what it writes to): undo.
-                if old & CORKED == 0 {
-                    slot.flags.fetch_and(!(CORKED | CORK_ON), AcqRel);
-                }
-                if old & PROGRAM_CORKED == 0 {
+            CORKED | CORK_ON
+        };
+        let mut cur = slot.flags.load(Acquire);
+        loop {
+            if cur & (MANAGED | SELF_MANAGED) != MANAGED {
+                // Forgotten, renewed or given to the program meanwhile: take our cork off
+                // (unless the program holds its own: `set_cork` leaves that).
+                if !by_more {
                     self.set_cork(k, fd, false);
                 }
                 return none;
             }
-            if old & CORKED != 0 {
+            if cur & CORKED != 0 {
+                // Another thread started a burst this very moment. A MSG_MORE write goes out
+                // plainly (a segment early at worst); a corked one joins it, marking
+                // CORK_ON so that its end takes the cork off. Noted either way, so that this
+                // thread's wait ends that burst too.
+                if !by_more {
+                    if let Err(now) =
+                        slot.flags
+                            .compare_exchange_weak(cur, cur | CORK_ON, AcqRel, Acquire)
+                    {
+                        cur = now;
+                        continue;
+                    }
+                }
                 self.note(k, mine, fd, slot.generation.load(Acquire));
                 return none;
             }
-            generation
-        };
-        slot.corked_at_us.store(k.now_us(), Relaxed);
+            // Before publishing: the flusher must not see the previous burst's start time.
+            slot.corked_at_us.store(k.now_us(), Relaxed);
+            // A LAST_SENDING or CORK_ON left by a write that raced the previous burst's end
+            // says nothing of this one.
+            let start = (cur & !BURST) | held;
+            match slot
+                .flags
+                .compare_exchange_weak(cur, start, AcqRel, Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
         self.stats.bursts.fetch_add(1, Relaxed);
         self.note(k, mine, fd, generation);
         let first = self.corked.fetch_add(1, AcqRel) == 0;
@@ -870,8 +883,8 @@ impl Shim {
         if st.looked_at_us != 0 {
             let n = bursts.saturating_sub(st.bursts_seen);
             let elapsed = now.saturating_sub(st.looked_at_us).max(1);
-            let per_bound_x16 = (n * 16 * tick.as_micros() as u64 / elapsed).min(16 * 64);
-            st.rate_x16 = st.rate_x16 - st.rate_x16.div_ceil(8) + per_bound_x16 / 8;
+            let per_bound_x128 = (n * 128 * tick.as_micros() as u64 / elapsed).min(128 * 64);
+            st.rate_x128 = st.rate_x128 - st.rate_x128.div_ceil(8) + per_bound_x128 / 8;
             if n > 0 {
                 // Bursts came and went since the last look: not idle.
                 st.idle_for = Duration::ZERO;
@@ -881,7 +894,7 @@ impl Shim {
         st.looked_at_us = now.max(1);
         if self.corked.load(Acquire) == 0 {
             st.idle_for += tick;
-            if st.rate_x16 < RARE_BURSTS_X16 || st.idle_for >= FLUSHER_IDLE {
+            if st.rate_x128 < RARE_BURSTS_X128 || st.idle_for >= FLUSHER_IDLE {
                 st.idle_for = Duration::ZERO;
                 self.flusher_parked.store(true, Release);
                 // A burst that started just before we said "parked" must not be slept on.
@@ -954,7 +967,12 @@ mod tests {
         nodelay_calls: Cell<u32>,
         /// Writes queued and not yet sent (held by TCP_CORK or MSG_MORE), by descriptor.
         unsent: RefCell<std::collections::HashMap<i32, u32>>,
+        /// Run once, inside the next `set_cork(_, true)`: another party acting in the middle
+        /// of a corked start.
+        on_cork: RefCell<Option<CorkHook>>,
     }
+
+    type CorkHook = Box<dyn FnOnce(&Fake)>;
 
     impl Fake {
         /// The kernel's side of one write: queued, then sent unless TCP_CORK or MSG_MORE
@@ -990,6 +1008,11 @@ mod tests {
             if on {
                 self.cork_calls.set(self.cork_calls.get() + 1);
                 c.push(fd);
+                drop(c);
+                let hook = self.on_cork.borrow_mut().take();
+                if let Some(hook) = hook {
+                    hook(self);
+                }
             } else {
                 self.uncork_calls.set(self.uncork_calls.get() + 1);
                 c.retain(|&x| x != fd);
@@ -1117,7 +1140,10 @@ mod tests {
         let (s, k) = shim();
         let mut t = ThreadBursts::new();
         write(&s, &k, 3, &mut t);
-        s.program_holds(&k, 3, true);
+        s.program_cork_begins(3);
+        k.set_cork(3, true);
+        s.program_cork_done(3, false, Some(true));
+        s.program_holds(&k, 3);
         assert!(!s.is_corked(3));
         assert_eq!(s.held(), 0);
         // The program corked the socket itself: the shim's end of its burst must not clear
@@ -1129,7 +1155,11 @@ mod tests {
         );
         write(&s, &k, 3, &mut t);
         assert!(!s.is_corked(3));
-        assert_eq!(k.cork_calls.get(), 1);
+        assert_eq!(
+            k.cork_calls.get(),
+            2,
+            "the shim's one cork and the program's"
+        );
         // A dup of it inherits the choice.
         s.duplicate(&k, 3, 20);
         write(&s, &k, 20, &mut t);
@@ -1142,7 +1172,7 @@ mod tests {
         let mut t = ThreadBursts::new();
         s.adopt(&k, 5); // the listener
         s.adopt(&k, 6); // another listener, left as it was made
-        s.program_holds(&k, 5, false); // setsockopt(TCP_NODELAY) on it
+        s.program_holds(&k, 5); // setsockopt(TCP_NODELAY) on it
         s.adopt_accepted(&k, 5, 30);
         write(&s, &k, 30, &mut t);
         assert!(
@@ -1537,25 +1567,71 @@ mod tests {
 
     #[test]
     fn a_corked_burst_started_beside_a_msg_more_one_is_uncorked_at_its_end() {
-        let (s, k) = shim();
+        let s = std::sync::Arc::new(Shim::new(Config::default(), 256));
+        let k = Fake::default();
+        s.adopt(&k, 3);
         let mut a = ThreadBursts::new();
         bursts(&s, &k, &mut a, 3, LEARN_AFTER as usize);
-        write(&s, &k, 3, &mut a);
-        // Thread B had found no burst and started a corked one (a file body first): it set
-        // TCP_CORK, then found A's MSG_MORE burst published and joined it, marking CORK_ON
-        // (what `before_write` does between its cork and its publish).
-        assert!(k.set_cork(3, true));
-        s.slot(3).unwrap().flags.fetch_or(CORKED | CORK_ON, AcqRel);
+        // B starts a corked burst (a file body first: no MSG_MORE); while its cork goes on,
+        // A starts a MSG_MORE one and queues its first write.
+        let (s2, a_first) = (s.clone(), std::rc::Rc::new(Cell::new(None)));
+        let a_step = a_first.clone();
+        *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| {
+            let mut a = ThreadBursts::new();
+            let step = s2.before_write(k, 3, &mut a, true);
+            k.send(3, step.more);
+            a_step.set(Some(step));
+        }));
+        let mut b = ThreadBursts::new();
+        let sendfile = s.before_write(&k, 3, &mut b, false);
         k.send(3, false);
-        assert_eq!(k.unsent(3), 2, "held by the cork");
-        write(&s, &k, 3, &mut a);
+        s.after_write(&k, 3, sendfile, false);
+        let first = a_first.get().unwrap();
+        assert!(first.more, "A's burst is held by MSG_MORE");
+        s.after_write(&k, 3, first, false);
+        assert_eq!(s.held(), 1, "B joined A's burst");
+        // A's third write completes the shape (B's was the second).
         write(&s, &k, 3, &mut a);
         assert!(!s.is_corked(3), "sent at its shape");
         assert!(
             !k.corked.borrow().contains(&3),
-            "TCP_CORK left on after its burst ended"
+            "B's TCP_CORK left on after the burst ended"
         );
         assert_eq!(k.unsent(3), 0);
+        assert_eq!(s.held(), 0);
+    }
+
+    #[test]
+    fn a_corked_start_that_loses_its_socket_to_the_program_undoes_only_itself() {
+        let s = std::sync::Arc::new(Shim::new(Config::default(), 256));
+        let k = Fake::default();
+        s.adopt(&k, 3);
+        // While the shim corks for a new burst, the program chooses TCP_NODELAY itself.
+        let s2 = s.clone();
+        *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| s2.program_holds(k, 3)));
+        let mut t = ThreadBursts::new();
+        write(&s, &k, 3, &mut t);
+        assert_eq!(s.held(), 0, "a burst counted on a socket the program took");
+        assert!(!s.is_corked(3));
+        assert!(!k.corked.borrow().contains(&3), "the shim's cork stayed on");
+        // While the shim corks, the program corks the socket itself: the shim's undo must not
+        // clear the program's cork.
+        let s = std::sync::Arc::new(Shim::new(Config::default(), 256));
+        let k = Fake::default();
+        s.adopt(&k, 3);
+        let s2 = s.clone();
+        *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| {
+            let was = s2.program_cork_begins(3);
+            k.set_cork(3, true);
+            s2.program_cork_done(3, was, Some(true));
+            s2.program_holds(k, 3);
+        }));
+        write(&s, &k, 3, &mut t);
+        assert_eq!(s.held(), 0);
+        assert!(
+            k.corked.borrow().contains(&3),
+            "the program's TCP_CORK was cleared by the shim"
+        );
     }
 
     #[test]
@@ -1581,6 +1657,19 @@ mod tests {
         s.forget(&k, 3);
         assert_eq!(s.held(), 0);
         assert!(!k.corked.borrow().contains(&3));
+        // Forgotten (closed) while a write starts a corked burst on it: the start undoes
+        // itself, counting nothing.
+        let s = std::sync::Arc::new(Shim::new(Config::default(), 256));
+        let k = Fake::default();
+        s.adopt(&k, 4);
+        let s2 = s.clone();
+        *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| {
+            s2.forget(k, 4);
+        }));
+        write(&s, &k, 4, &mut t);
+        assert_eq!(s.held(), 0);
+        assert!(!k.corked.borrow().contains(&4));
+        assert!(!s.is_corked(4));
     }
 
     #[test]

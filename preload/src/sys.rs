@@ -203,11 +203,22 @@ pub fn after_write(fd: c_int, step: WriteStep, failed: bool) {
     }
 }
 
-/// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on);
-/// `corked`: it has just set TCP_CORK.
-pub fn program_holds(fd: c_int, corked: bool) {
+/// The program is about to set TCP_CORK on `fd`: see [`Shim::program_cork_begins`].
+pub fn program_cork_begins(fd: c_int) -> bool {
+    shim().is_some_and(|s| s.program_cork_begins(fd))
+}
+
+/// The program's TCP_CORK call on `fd` returned (`on`: the value set, `None`: it failed).
+pub fn program_cork_done(fd: c_int, was: bool, on: Option<bool>) {
     if let Some(s) = shim() {
-        quietly(|| s.program_holds(&Libc, fd, corked));
+        s.program_cork_done(fd, was, on);
+    }
+}
+
+/// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on).
+pub fn program_holds(fd: c_int) {
+    if let Some(s) = shim() {
+        quietly(|| s.program_holds(&Libc, fd));
         log(format_args!("fd {fd}: the program holds its own bytes"));
     }
 }
