@@ -615,6 +615,23 @@ fn a_socket_closed_inside_libc_and_reused_by_a_pipe_still_writes_as_a_pipe() {
     );
 }
 
+#[test]
+fn an_empty_last_write_sends_the_burst_it_completes() {
+    let _one = exclusive();
+    // A 0-byte write queues nothing and so pushes nothing: the header held by MSG_MORE
+    // before it must still leave at once, not at the (here 100 ms) linger bound.
+    let mut cmd = Command::new(c_program("shim_cases"));
+    cmd.arg("emptylast").env("NAGLESS_LINGER_US", "100000");
+    with_shim(&mut cmd, "nagless");
+    let out = cmd.output().unwrap();
+    assert!(out.status.success());
+    let r = fields(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        r["arrived"], 1,
+        "the header waited for the linger bound: {r:?}"
+    );
+}
+
 /// The shim built for 32-bit x86, if this machine can (Rust's i686 target, gcc -m32), and
 /// `shim_cases` built as a 32-bit program with 64-bit time.
 fn shim_and_cases_32() -> Option<(PathBuf, PathBuf)> {

@@ -26,6 +26,8 @@
  *                                the byte took to arrive once its writer made that wait.
  *                                Built as a 32-bit program with _TIME_BITS=64 it calls
  *                                glibc's 64-bit-time names (__ppoll64 and the like).
+ *   shim_cases emptylast         a learned header+body shape, then an empty body: prints
+ *                                whether the header arrived without a wait.
  *
  * Loopback only; every loop is bounded.
  */
@@ -394,6 +396,27 @@ static int waits(void) {
     return 0;
 }
 
+/* emptylast: a socket's bursts are a header and a body (the shape is learned after three);
+ * then a response whose body is empty (write of 0 bytes, as for a 204). The writer then
+ * spins 30 ms without a call the shim sees. Prints whether the header had reached the
+ * client by then (the test runs it with a 100 ms linger bound). */
+static int emptylast(void) {
+    int port = 0, l = listener(&port);
+    int c = l < 0 ? -1 : dial(port);
+    int s = c < 0 ? -1 : accept(l, NULL, NULL);
+    char buf[8];
+    if (s < 0) return 1;
+    for (int i = 0; i < 4; i++) {
+        if (write(s, "hd", 2) != 2 || write(s, "bd", 2) != 2) return 1;
+        poll(NULL, 0, 0);
+        if (read_full(c, buf, 4)) return 1;
+    }
+    if (write(s, "hd", 2) != 2 || write(s, "", 0) != 0) return 1;
+    spin(30000);
+    printf("arrived=%d\n", recv(c, buf, 2, MSG_DONTWAIT | MSG_PEEK) == 2);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "threads")) return threads();
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
@@ -405,6 +428,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "rawclose")) return rawclose();
     if (argc >= 2 && !strcmp(argv[1], "stale")) return stale();
     if (argc >= 2 && !strcmp(argv[1], "waits")) return waits();
-    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale|waits\n");
+    if (argc >= 2 && !strcmp(argv[1], "emptylast")) return emptylast();
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale|waits|emptylast\n");
     return 2;
 }
