@@ -628,29 +628,44 @@ macro_rules! forward {
     };
 }
 
-/// `setsockopt(2)`: a program that sets `TCP_CORK`, or chooses `TCP_NODELAY` either way,
-/// packetizes its own output; the shim leaves that socket to it.
-#[no_mangle]
-pub unsafe extern "C" fn setsockopt(
-    fd: c_int,
-    level: c_int,
-    name: c_int,
-    value: *const c_void,
-    len: socklen_t,
-) -> c_int {
-    let Some(real) = next!(
-        "setsockopt",
-        unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int
-    ) else {
-        return enosys();
+/// Defines a `setsockopt` hook (`setsockopt`, and `__setsockopt64` in 32-bit programs built
+/// with 64-bit time): the real call, watched by [`program_setsockopt`].
+macro_rules! setsockopt_hook {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            level: c_int,
+            name: c_int,
+            value: *const c_void,
+            len: socklen_t,
+        ) -> c_int {
+            let Some(real) = next!(
+                stringify!($name),
+                unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int
+            ) else {
+                return enosys();
+            };
+            // SAFETY: forwarding the caller's arguments unchanged.
+            unsafe {
+                program_setsockopt(fd, level, name, value, len, || {
+                    real(fd, level, name, value, len)
+                })
+            }
+        }
     };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe {
-        program_setsockopt(fd, level, name, value, len, || {
-            real(fd, level, name, value, len)
-        })
-    }
 }
+setsockopt_hook!(
+    /// `setsockopt(2)`: a program that sets `TCP_CORK`, or chooses `TCP_NODELAY` either way,
+    /// packetizes its own output; the shim leaves that socket to it.
+    setsockopt
+);
+setsockopt_hook!(
+    /// `setsockopt` in a 32-bit program built with 64-bit time (see the end of this file).
+    #[cfg(target_pointer_width = "32")]
+    __setsockopt64
+);
 
 /// The program's `setsockopt`, made by `call`. `TCP_CORK` either way: from before the call
 /// the shim never clears it (its own uncork would undo the program's), until the program
@@ -682,30 +697,6 @@ unsafe fn program_setsockopt(
         sys::program_holds(fd);
     }
     r
-}
-
-/// `setsockopt` in a 32-bit program built with 64-bit time (see the end of this file).
-#[cfg(target_pointer_width = "32")]
-#[no_mangle]
-pub unsafe extern "C" fn __setsockopt64(
-    fd: c_int,
-    level: c_int,
-    name: c_int,
-    value: *const c_void,
-    len: socklen_t,
-) -> c_int {
-    let Some(real) = next!(
-        "__setsockopt64",
-        unsafe extern "C" fn(c_int, c_int, c_int, *const c_void, socklen_t) -> c_int
-    ) else {
-        return enosys();
-    };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe {
-        program_setsockopt(fd, level, name, value, len, || {
-            real(fd, level, name, value, len)
-        })
-    }
 }
 
 // Fortified reads (_FORTIFY_SOURCE builds call these instead of read/recv/recvfrom/poll).
