@@ -29,7 +29,10 @@ pub fn find_shim() -> Result<PathBuf, String> {
     let mut tried = Vec::new();
     for dir in cache_dirs() {
         match unpack_shim(&dir, &name) {
-            Ok(path) => return Ok(path),
+            Ok(path) => {
+                prune_old_shims(&dir, &name);
+                return Ok(path);
+            }
             Err(e) => tried.push(format!("{}: {e}", dir.display())),
         }
     }
@@ -87,6 +90,37 @@ fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
     };
     let _ = std::fs::remove_file(&tmp);
     result
+}
+
+/// Shims of other builds left unused this long are removed from the cache.
+const SHIM_UNUSED_FOR: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// Each build unpacks its own shim (named by its hash); a shim is marked used each time it
+/// is found, and other builds' shims unused for [`SHIM_UNUSED_FOR`] are removed, not at
+/// once: a process of an older `nagless run` may still start programs that preload its own.
+fn prune_old_shims(dir: &Path, current: &str) {
+    let now = std::time::SystemTime::now();
+    if let Ok(f) = std::fs::File::open(dir.join(current)) {
+        let _ = f.set_modified(now);
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let ours = name.starts_with("libnagless_preload-") && name.ends_with(".so");
+        if !ours || name == current {
+            continue;
+        }
+        let unused = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).is_ok_and(|d| d > SHIM_UNUSED_FOR));
+        if unused {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Resolves CMD like `execvp` does.
@@ -241,7 +275,8 @@ HOW IT WORKS
   --linger-us at the latest (5 x that for a burst short of its shape on a socket whose
   writer pauses inside its bursts, as interpreters do). Unsent bytes stay in the kernel,
   never in a buffer of ours.
-  The shim is carried inside the nagless executable and unpacked once to ~/.cache/nagless.
+  The shim is carried inside the nagless executable and unpacked once to ~/.cache/nagless
+  (other builds' shims unused for 30 days are removed there).
   Without nagless run: LD_PRELOAD=$(nagless run --print-shim) CMD (settings in NAGLESS_MODE,
   NAGLESS_STATS=1, NAGLESS_LOG=FILE, NAGLESS_LINGER_US).
 

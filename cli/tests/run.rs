@@ -95,3 +95,37 @@ fn bad_options_exit_2_with_a_clear_message() {
         assert!(err.contains(says), "{opts:?}: {err}");
     }
 }
+
+#[test]
+fn shims_of_other_builds_unused_for_a_month_leave_the_cache() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::{Duration, SystemTime};
+    let cache = tmp("xdg-cache");
+    let dir = cache.join("nagless");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let stale = dir.join("libnagless_preload-0000000000000000.so");
+    let recent = dir.join("libnagless_preload-1111111111111111.so");
+    let other = dir.join("notes.txt");
+    for (path, age_days) in [(&stale, 40), (&recent, 2), (&other, 400)] {
+        let f = std::fs::File::create(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(age_days * 24 * 3600))
+            .unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args(["run", "--print-shim"])
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let shim = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    assert!(
+        shim.starts_with(&dir) && shim.is_file(),
+        "{}",
+        shim.display()
+    );
+    assert!(!stale.exists(), "a shim unused for 40 days was kept");
+    assert!(recent.exists(), "a shim used 2 days ago was removed");
+    assert!(other.exists(), "a file that is not a shim was removed");
+    let _ = std::fs::remove_dir_all(&cache);
+}
