@@ -137,13 +137,10 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     writing(fd, 0, true, |more| {
         if more != 0 {
             if let Some(send) = next!("send", SendFn) {
-                let errno = sys::errno();
                 // SAFETY: the caller's buffer and length, to send(2) on the same socket.
-                let r = unsafe { send(fd, buf, n, more) };
-                if !sys::stale_socket(fd, r) {
+                if let Some(r) = sys::held_send(fd, || unsafe { send(fd, buf, n, more) }) {
                     return r;
                 }
-                set_errno(errno);
             }
         }
         // SAFETY: forwarding the caller's arguments unchanged.
@@ -176,18 +173,15 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
         };
         if more != 0 && nonempty() {
             if let Some(sendmsg) = next!("sendmsg", SendMsgFn) {
-                let errno = sys::errno();
                 // SAFETY: an all-zero msghdr is valid (no name, no control data).
                 let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
                 msg.msg_iov = iov.cast_mut();
                 msg.msg_iovlen = cnt as _;
                 // SAFETY: the caller's vector, unchanged, in a header that lives across the
                 // call.
-                let r = unsafe { sendmsg(fd, &msg, more) };
-                if !sys::stale_socket(fd, r) {
+                if let Some(r) = sys::held_send(fd, || unsafe { sendmsg(fd, &msg, more) }) {
                     return r;
                 }
-                set_errno(errno);
             }
         }
         // SAFETY: forwarding the caller's arguments unchanged.
@@ -236,17 +230,34 @@ pub unsafe extern "C" fn sendto(
     })
 }
 
-/// `sendmsg(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> ssize_t {
-    let Some(real) = next!("sendmsg", SendMsgFn) else {
-        return enosys();
+/// Defines a `sendmsg` hook (`sendmsg`, and `__sendmsg64` in 32-bit programs built with
+/// 64-bit time: the same `msghdr`, whose control messages may carry 64-bit timestamps).
+macro_rules! sendmsg_hook {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            msg: *const libc::msghdr,
+            flags: c_int,
+        ) -> ssize_t {
+            let Some(real) = next!(stringify!($name), SendMsgFn) else {
+                return enosys();
+            };
+            // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
+            writing(fd, flags, true, |more| unsafe { real(fd, msg, flags | more) })
+        }
     };
-    // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
-    writing(fd, flags, true, |more| unsafe {
-        real(fd, msg, flags | more)
-    })
 }
+sendmsg_hook!(
+    /// `sendmsg(2)`.
+    sendmsg
+);
+sendmsg_hook!(
+    /// `sendmsg` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    __sendmsg64
+);
 
 // ---- reads and waits: the burst ends ----------------------------------------------------
 
@@ -1116,19 +1127,3 @@ forward!(
     fn __sendmmsg64(fd: c_int, msgs: *mut c_void, n: c_uint, flags: c_int) -> c_int {
     } => writing(fd, flags)
 );
-
-/// `sendmsg` with 64-bit time (its control messages may carry timestamps).
-#[cfg(target_pointer_width = "32")]
-#[no_mangle]
-pub unsafe extern "C" fn __sendmsg64(fd: c_int, msg: *const c_void, flags: c_int) -> ssize_t {
-    let Some(real) = next!(
-        "__sendmsg64",
-        unsafe extern "C" fn(c_int, *const c_void, c_int) -> ssize_t
-    ) else {
-        return enosys();
-    };
-    // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
-    writing(fd, flags, true, |more| unsafe {
-        real(fd, msg, flags | more)
-    })
-}

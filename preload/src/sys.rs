@@ -276,12 +276,15 @@ pub fn on_close(fd: c_int) {
     }
 }
 
-/// A `send` the shim made for a `write` returned `r`: true if it failed because the
-/// descriptor is no socket (closed unseen, its number reused by a file or pipe). The shim
-/// then forgets it and the caller makes the plain write; `ENOTSOCK` has no side effects.
-pub fn stale_socket<R: Default + PartialOrd>(fd: c_int, r: R) -> bool {
+/// Makes `send`, the `MSG_MORE` form the shim chose for a program's `write`/`writev` on
+/// `fd`: its result, or `None` if the descriptor is no socket any more (closed unseen, its
+/// number reused by a file or pipe: `ENOTSOCK`, which has no side effects). The shim then
+/// forgets it, errno is as before, and the caller makes the plain call.
+pub fn held_send<R: Default + PartialOrd>(fd: c_int, send: impl FnOnce() -> R) -> Option<R> {
+    let saved = errno();
+    let r = send();
     if r >= R::default() || errno() != libc::ENOTSOCK {
-        return false;
+        return Some(r);
     }
     if let Some(s) = shim() {
         quietly(|| s.forget(&Libc, fd));
@@ -289,7 +292,8 @@ pub fn stale_socket<R: Default + PartialOrd>(fd: c_int, r: R) -> bool {
             "fd {fd}: no socket any more (closed unseen), forgotten"
         ));
     }
-    true
+    set_errno(saved);
+    None
 }
 
 /// `fd` is a new descriptor the shim does not manage (a socket other than TCP): whatever its
