@@ -44,16 +44,25 @@ fn c_program(name: &str) -> PathBuf {
     });
     let out = dir.join(name);
     if !out.exists() {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-        let st = Command::new("gcc")
-            .args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("gcc");
-        assert!(st.success(), "gcc {name}");
+        let gcc = compile_c(name, &out, &[]);
+        assert!(
+            gcc.status.success(),
+            "gcc {name}: {}",
+            String::from_utf8_lossy(&gcc.stderr)
+        );
     }
     out
+}
+
+/// Compiles `tests/c/NAME.c` to `out` with the tests' warnings and `extra` flags.
+fn compile_c(name: &str, out: &Path, extra: &[&str]) -> Output {
+    Command::new("gcc")
+        .args(extra)
+        .args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
+        .arg(out)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
+        .output()
+        .expect("gcc")
 }
 
 fn with_shim(cmd: &mut Command, mode: &str) {
@@ -638,19 +647,11 @@ fn shim_and_cases_32() -> Option<(PathBuf, PathBuf)> {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("i686");
     let cases = dir.join("shim_cases");
     std::fs::create_dir_all(&dir).unwrap();
-    let gcc = Command::new("gcc")
-        .args([
-            "-m32",
-            "-D_TIME_BITS=64",
-            "-D_FILE_OFFSET_BITS=64",
-            "-O2",
-            "-Wall",
-        ])
-        .args(["-Werror", "-pthread", "-o"])
-        .arg(&cases)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_cases.c"))
-        .output()
-        .expect("gcc");
+    let gcc = compile_c(
+        "shim_cases",
+        &cases,
+        &["-m32", "-D_TIME_BITS=64", "-D_FILE_OFFSET_BITS=64"],
+    );
     if !gcc.status.success() {
         eprintln!(
             "skipped: gcc -m32 did not build shim_cases.c (is gcc-multilib installed?): {}",
