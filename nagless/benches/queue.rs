@@ -4,9 +4,12 @@
 #![allow(missing_docs, clippy::disallowed_methods)]
 
 use std::hint::black_box;
-use std::io::{BufWriter, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufWriter, Write};
 use std::time::Instant;
+
+#[path = "support/sink.rs"]
+mod sink;
+use sink::sink;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use nagless::{Coalescer, FlushPolicy, NaglessStream, Urgency};
@@ -35,18 +38,6 @@ fn queued_write(c: &mut Criterion) {
         });
     }
     g.finish();
-}
-
-/// A connected pair whose far end discards everything.
-fn sink() -> TcpStream {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut buf = vec![0u8; 1 << 20];
-        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
-    });
-    TcpStream::connect(addr).unwrap()
 }
 
 fn burst_then_flush(c: &mut Criterion) {

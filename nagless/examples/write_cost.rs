@@ -7,23 +7,14 @@
 //! `cargo run --release -p nagless --example write_cost`
 #![allow(clippy::disallowed_methods)] // it measures real time
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::time::Instant;
 
-use nagless::{FlushPolicy, NaglessStream};
+#[path = "../benches/support/sink.rs"]
+mod sink;
+use sink::sink;
 
-/// A loopback connection whose peer reads and discards everything.
-fn sink() -> TcpStream {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut buf = vec![0u8; 1 << 20];
-        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
-    });
-    TcpStream::connect(addr).unwrap()
-}
+use nagless::{FlushPolicy, NaglessStream};
 
 /// Nanoseconds per write.
 fn per_write(w: &mut impl Write, writes: usize) -> f64 {
