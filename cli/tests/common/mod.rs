@@ -64,13 +64,18 @@ pub fn tool_path(name: &str) -> Option<PathBuf> {
 pub fn have_tool(name: &str) -> bool {
     let found = tool_path(name).is_some();
     if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is missing (Debian package {name}; ./scripts/test installs it)"
-        );
-        eprintln!("skipped: {name} is not installed (./scripts/test installs it)");
+        skip(&format!(
+            "{name} is not installed (Debian package {name}; ./scripts/test installs it)"
+        ));
     }
     found
+}
+
+/// A test cannot run here, for `why`: a note outside CI; under `CI` a failure, never a
+/// silent skip.
+pub fn skip(why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "under CI: {why}");
+    eprintln!("skipped: {why}");
 }
 
 /// Whether this process runs as root (capturing with tcpdump, making network namespaces).
@@ -83,11 +88,7 @@ pub fn root_or_skip(what: &str) -> bool {
         })
         .unwrap_or(false);
     if !root {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs the tests as root"
-        );
-        eprintln!("skipped: needs root ({what})");
+        skip(&format!("needs root ({what}); CI runs the tests as root"));
     }
     root
 }
