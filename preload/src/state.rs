@@ -1051,6 +1051,12 @@ mod tests {
         (s, k)
     }
 
+    /// [`shim`], shareable with a hook the fake kernel runs inside a call.
+    fn shared_shim() -> (std::sync::Arc<Shim>, Fake) {
+        let (s, k) = shim();
+        (std::sync::Arc::new(s), k)
+    }
+
     #[test]
     fn a_burst_is_one_cork_and_ends_when_its_writer_waits() {
         let (s, k) = shim();
@@ -1567,9 +1573,7 @@ mod tests {
 
     #[test]
     fn a_corked_burst_started_beside_a_msg_more_one_is_uncorked_at_its_end() {
-        let s = std::sync::Arc::new(Shim::new(Config::default(), 256));
-        let k = Fake::default();
-        s.adopt(&k, 3);
+        let (s, k) = shared_shim();
         let mut a = ThreadBursts::new();
         bursts(&s, &k, &mut a, 3, LEARN_AFTER as usize);
         // B starts a corked burst (a file body first: no MSG_MORE); while its cork goes on,
@@ -1603,9 +1607,7 @@ mod tests {
 
     #[test]
     fn a_corked_start_that_loses_its_socket_to_the_program_undoes_only_itself() {
-        let s = std::sync::Arc::new(Shim::new(Config::default(), 256));
-        let k = Fake::default();
-        s.adopt(&k, 3);
+        let (s, k) = shared_shim();
         // While the shim corks for a new burst, the program chooses TCP_NODELAY itself.
         let s2 = s.clone();
         *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| s2.program_holds(k, 3)));
@@ -1616,9 +1618,7 @@ mod tests {
         assert!(!k.corked.borrow().contains(&3), "the shim's cork stayed on");
         // While the shim corks, the program corks the socket itself: the shim's undo must not
         // clear the program's cork.
-        let s = std::sync::Arc::new(Shim::new(Config::default(), 256));
-        let k = Fake::default();
-        s.adopt(&k, 3);
+        let (s, k) = shared_shim();
         let s2 = s.clone();
         *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| {
             let was = s2.program_cork_begins(3);
@@ -1659,9 +1659,7 @@ mod tests {
         assert!(!k.corked.borrow().contains(&3));
         // Forgotten (closed) while a write starts a corked burst on it: the start undoes
         // itself, counting nothing.
-        let s = std::sync::Arc::new(Shim::new(Config::default(), 256));
-        let k = Fake::default();
-        s.adopt(&k, 4);
+        let (s, k) = shared_shim();
         let s2 = s.clone();
         *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| {
             s2.forget(k, 4);
