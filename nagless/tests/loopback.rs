@@ -415,7 +415,11 @@ fn segment_size_queries_are_counted_as_syscalls() {
         s.read_exact(&mut buf).unwrap();
         s.write_all(b"k").unwrap();
     });
-    let mut s = NaglessStream::new(TcpStream::connect(addr).unwrap()).unwrap();
+    // No linger bound: only the size threshold sends before the read, so the queue reaches a
+    // segment's worth however slowly this loop runs (with the default bound a slow machine
+    // sends each window's few writes at the deadline and never asks again).
+    let policy = FlushPolicy::default().linger(None);
+    let mut s = NaglessStream::with_policy(TcpStream::connect(addr).unwrap(), policy).unwrap();
     for _ in 0..2000 {
         s.write_all(&[0x55u8; 45]).unwrap();
     }
