@@ -14,7 +14,7 @@ pub mod capture;
 pub mod input;
 pub mod packet;
 pub mod report;
-pub mod rule;
+pub use nagless_stall_rule as rule;
 
 use std::io::Read;
 

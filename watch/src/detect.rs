@@ -14,7 +14,7 @@
 //! 40 ms stall is seen about 20 times, and its length is known to within an interval.
 
 use nagless::tcp_info::TcpInfo;
-use nagless_doctor::rule::{self, AckTimer, HoldEvidence};
+use nagless_stall_rule::{self as rule, AckTimer, HoldEvidence};
 
 /// A stall found on one socket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! Finds processes whose TCP connections stall on Nagle and delayed ACK, live, on a running
 //! host: no capture, no restart. Every interval it reads every TCP socket's `tcp_info`
 //! through netlink `sock_diag` ([`diag`]), follows each socket's held writes ([`detect`],
-//! judged by the doctor's [`rule`](nagless_doctor::rule)), and adds the stalls up per
+//! judged by [`nagless_stall_rule`], the rule `nagless doctor` uses), and adds the stalls up per
 //! process and port, attributing sockets to processes through /proc ([`procs`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::time::Instant;
 
-use nagless_doctor::rule::{AckTimer, SENDER_FIX};
+use nagless_stall_rule::{AckTimer, SENDER_FIX};
 use netlink_packet_sock_diag::inet::StateFlags;
 
 use crate::detect::HoldTracker;
