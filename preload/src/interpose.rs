@@ -96,6 +96,69 @@ pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_
     r
 }
 
+// ---- hooks of one shape --------------------------------------------------------------
+
+/// Defines a hook that runs `$before` and then calls the real `$name` with the same
+/// arguments; the C signature is spelled out at each use. The form `=> writing(fd, flags)`
+/// makes the call a write of `fd` (see [`writing`]).
+macro_rules! forward {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $before:expr }) => {
+        forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
+            $before;
+            call()
+        });
+    };
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $($before:expr)? }
+        => writing($fd:expr, $flags:expr)) => {
+        forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
+            $($before;)?
+            // These calls cannot carry the shim's MSG_MORE (see `writing`).
+            writing($fd, $flags, false, |_| call())
+        });
+    };
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
+        => waits($kind:expr, $never:expr, $(sets($r:ident, $w:ident, $e:ident),)?
+            probe($($probe:expr),*))) => {
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            let Some(real) = next!(stringify!($name), unsafe extern "C" fn($($ty),*) -> $ret)
+            else {
+                return enosys();
+            };
+            sys::waiting(
+                $kind,
+                $never,
+                || forward!(@probe real; $(sets($r, $w, $e);)? ($($probe),*)),
+                // SAFETY: forwarding the caller's arguments unchanged.
+                || unsafe { real($($arg),*) },
+            )
+        }
+    };
+    (@probe $real:ident; ($($probe:expr),*)) => {
+        // SAFETY: the caller's arguments, the timeout made zero (a static zero).
+        unsafe { $real($($probe),*) }
+    };
+    (@probe $real:ident; sets($r:ident, $w:ident, $e:ident); ($($probe:expr),*)) => {
+        // SAFETY: the caller's sets (valid for the call it asked for), probed on copies.
+        unsafe { sys::select_probe($r, $w, $e, |$r, $w, $e| $real($($probe),*)) }
+    };
+    (@hook $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;
+        |$call:ident| $body:block) => {
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            let Some(real) = next!(stringify!($name), unsafe extern "C" fn($($ty),*) -> $ret)
+            else {
+                return enosys();
+            };
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let $call = || unsafe { real($($arg),*) };
+            $body
+        }
+    };
+}
+
 // ---- writes: a burst starts ---------------------------------------------------------------
 
 /// Makes the write `f` on `fd` between the policy's two steps (a send with `MSG_MORE`
@@ -345,142 +408,113 @@ pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int
     unsafe { real(fd, msg, flags) }
 }
 
-/// `poll(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
-    let Some(real) = next!(
-        "poll",
-        unsafe extern "C" fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::on_wait(Wait::Poll);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fds, n, timeout) }
-}
+// ---- waits of the poll, select and epoll families --------------------------------------
+//
+// Each is made through `sys::waiting`: a wait that would not put the thread to sleep (a zero
+// timeout, or events already ready, which the probe, the same call with a zero timeout, finds)
+// does not end the thread's bursts. `never` says the call's own timeout is zero.
 
-/// `ppoll(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn ppoll(
-    fds: *mut libc::pollfd,
-    n: libc::nfds_t,
-    timeout: *const libc::timespec,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    let Some(real) = next!(
-        "ppoll",
-        unsafe extern "C" fn(
-            *mut libc::pollfd,
-            libc::nfds_t,
-            *const libc::timespec,
-            *const libc::sigset_t,
-        ) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::on_wait(Wait::Poll);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fds, n, timeout, mask) }
-}
-
-/// `select(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn select(
-    n: c_int,
-    r: *mut libc::fd_set,
-    w: *mut libc::fd_set,
-    e: *mut libc::fd_set,
-    timeout: *mut libc::timeval,
-) -> c_int {
-    let Some(real) = next!(
-        "select",
-        unsafe extern "C" fn(
-            c_int,
-            *mut libc::fd_set,
-            *mut libc::fd_set,
-            *mut libc::fd_set,
-            *mut libc::timeval,
-        ) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::on_wait(Wait::Poll);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(n, r, w, e, timeout) }
-}
-
-/// `pselect(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn pselect(
-    n: c_int,
-    r: *mut libc::fd_set,
-    w: *mut libc::fd_set,
-    e: *mut libc::fd_set,
-    timeout: *const libc::timespec,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    let Some(real) = next!(
-        "pselect",
-        unsafe extern "C" fn(
-            c_int,
-            *mut libc::fd_set,
-            *mut libc::fd_set,
-            *mut libc::fd_set,
-            *const libc::timespec,
-            *const libc::sigset_t,
-        ) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::on_wait(Wait::Poll);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(n, r, w, e, timeout, mask) }
-}
-
-/// `epoll_wait(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn epoll_wait(
-    epfd: c_int,
-    events: *mut libc::epoll_event,
-    max: c_int,
-    timeout: c_int,
-) -> c_int {
-    let Some(real) = next!(
-        "epoll_wait",
-        unsafe extern "C" fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::on_wait(Wait::Epoll);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(epfd, events, max, timeout) }
-}
-
-/// `epoll_pwait(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn epoll_pwait(
-    epfd: c_int,
-    events: *mut libc::epoll_event,
-    max: c_int,
-    timeout: c_int,
-    mask: *const libc::sigset_t,
-) -> c_int {
-    let Some(real) = next!(
-        "epoll_pwait",
-        unsafe extern "C" fn(
-            c_int,
-            *mut libc::epoll_event,
-            c_int,
-            c_int,
-            *const libc::sigset_t,
-        ) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::on_wait(Wait::Epoll);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(epfd, events, max, timeout, mask) }
-}
+forward!(
+    /// `poll(2)`.
+    fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int
+    => waits(Wait::Poll, timeout == 0, probe(fds, n, 0))
+);
+forward!(
+    /// `__poll_chk` (fortified `poll`).
+    fn __poll_chk(
+        fds: *mut libc::pollfd,
+        n: libc::nfds_t,
+        timeout: c_int,
+        fdslen: size_t,
+    ) -> c_int
+    => waits(Wait::Poll, timeout == 0, probe(fds, n, 0, fdslen))
+);
+forward!(
+    /// `ppoll(2)`.
+    fn ppoll(
+        fds: *mut libc::pollfd,
+        n: libc::nfds_t,
+        timeout: *const libc::timespec,
+        mask: *const libc::sigset_t,
+    ) -> c_int
+    // SAFETY: `timeout` is null or the program's timespec, which ppoll reads.
+    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
+        probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask))
+);
+forward!(
+    /// `__ppoll_chk` (fortified `ppoll`).
+    fn __ppoll_chk(
+        fds: *mut libc::pollfd,
+        n: libc::nfds_t,
+        timeout: *const libc::timespec,
+        mask: *const libc::sigset_t,
+        fdslen: size_t,
+    ) -> c_int
+    // SAFETY: as for ppoll.
+    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
+        probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask, fdslen))
+);
+forward!(
+    /// `select(2)`.
+    fn select(
+        n: c_int,
+        r: *mut libc::fd_set,
+        w: *mut libc::fd_set,
+        e: *mut libc::fd_set,
+        timeout: *mut libc::timeval,
+    ) -> c_int
+    // SAFETY: `timeout` is null or the program's timeval, which glibc's select reads.
+    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>().cast_const()) },
+        sets(r, w, e), probe(n, r, w, e, &mut libc::timeval { tv_sec: 0, tv_usec: 0 }))
+);
+forward!(
+    /// `pselect(2)`.
+    fn pselect(
+        n: c_int,
+        r: *mut libc::fd_set,
+        w: *mut libc::fd_set,
+        e: *mut libc::fd_set,
+        timeout: *const libc::timespec,
+        mask: *const libc::sigset_t,
+    ) -> c_int
+    // SAFETY: `timeout` is null or the program's timespec, which pselect reads.
+    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
+        sets(r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
+);
+forward!(
+    /// `epoll_wait(2)`.
+    fn epoll_wait(
+        epfd: c_int,
+        events: *mut libc::epoll_event,
+        max: c_int,
+        timeout: c_int,
+    ) -> c_int
+    => waits(Wait::Epoll, timeout == 0, probe(epfd, events, max, 0))
+);
+forward!(
+    /// `epoll_pwait(2)`.
+    fn epoll_pwait(
+        epfd: c_int,
+        events: *mut libc::epoll_event,
+        max: c_int,
+        timeout: c_int,
+        mask: *const libc::sigset_t,
+    ) -> c_int
+    => waits(Wait::Epoll, timeout == 0, probe(epfd, events, max, 0, mask))
+);
+forward!(
+    /// `epoll_pwait2(2)`.
+    fn epoll_pwait2(
+        epfd: c_int,
+        events: *mut libc::epoll_event,
+        max: c_int,
+        timeout: *const libc::timespec,
+        mask: *const libc::sigset_t,
+    ) -> c_int
+    // SAFETY: `timeout` is null or the program's timespec, which the kernel reads.
+    => waits(Wait::Epoll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
+        probe(epfd, events, max, sys::ZERO_TIME.as_ptr().cast(), mask))
+);
 
 // ---- descriptor lifetime ------------------------------------------------------------------
 
@@ -545,6 +579,36 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     r
 }
 
+/// Defines an `_exit`-like hook: the process ends without its atexit handlers (a forked
+/// child's usual way out), so its bursts are released first. Its sockets may live on in
+/// another process (the parent, one they were passed to): a tail held by `MSG_MORE` would
+/// otherwise wait for the kernel's ~200 ms probe timer.
+macro_rules! exit_hook {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(status: c_int) -> ! {
+            sys::release_everything();
+            if let Some(real) = next!(stringify!($name), unsafe extern "C" fn(c_int) -> !) {
+                // SAFETY: forwarding the caller's argument unchanged.
+                unsafe { real(status) }
+            }
+            loop {
+                // SAFETY: exit_group takes an int and does not return.
+                unsafe { libc::syscall(libc::SYS_exit_group, status) };
+            }
+        }
+    };
+}
+exit_hook!(
+    /// `_exit(2)`.
+    _exit
+);
+exit_hook!(
+    /// `_Exit(3)`.
+    _Exit
+);
+
 /// `fork(2)`: bursts end before, so neither process inherits a half-sent one.
 #[no_mangle]
 pub unsafe extern "C" fn fork() -> libc::pid_t {
@@ -604,40 +668,6 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 }
 
 // ---- hooks of one shape: tell the policy, then forward ----------------------------------
-
-/// Defines a hook that runs `$before` and then calls the real `$name` with the same
-/// arguments; the C signature is spelled out at each use. The form `=> writing(fd, flags)`
-/// makes the call a write of `fd` (see [`writing`]).
-macro_rules! forward {
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $before:expr }) => {
-        forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
-            $before;
-            call()
-        });
-    };
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $($before:expr)? }
-        => writing($fd:expr, $flags:expr)) => {
-        forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
-            $($before;)?
-            // These calls cannot carry the shim's MSG_MORE (see `writing`).
-            writing($fd, $flags, false, |_| call())
-        });
-    };
-    (@hook $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;
-        |$call:ident| $body:block) => {
-        $(#[$doc])*
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            let Some(real) = next!(stringify!($name), unsafe extern "C" fn($($ty),*) -> $ret)
-            else {
-                return enosys();
-            };
-            // SAFETY: forwarding the caller's arguments unchanged.
-            let $call = || unsafe { real($($arg),*) };
-            $body
-        }
-    };
-}
 
 /// Defines a `setsockopt` hook (`setsockopt`, and `__setsockopt64` in 32-bit programs built
 /// with 64-bit time): the real call, watched by [`program_setsockopt`].
@@ -702,12 +732,79 @@ unsafe fn program_setsockopt(
     if cork {
         sys::program_cork_done(fd, was, v.map(|v| v != 0));
     }
-    if level == libc::IPPROTO_TCP
-        && v.is_some_and(|v| (name == libc::TCP_CORK && v != 0) || name == libc::TCP_NODELAY)
-    {
-        sys::program_holds(fd);
+    match (level == libc::IPPROTO_TCP, v) {
+        (true, Some(v)) if name == libc::TCP_CORK && v != 0 => sys::program_holds(fd),
+        (true, Some(v)) if name == libc::TCP_NODELAY => sys::program_nodelay(fd, v != 0),
+        _ => {}
     }
     r
+}
+
+/// Defines a `getsockopt` hook: the real call, then what the program sees of the options the
+/// shim sets itself ([`program_getsockopt`]).
+macro_rules! getsockopt_hook {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            level: c_int,
+            name: c_int,
+            value: *mut c_void,
+            len: *mut socklen_t,
+        ) -> c_int {
+            let Some(real) = next!(
+                stringify!($name),
+                unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int
+            ) else {
+                return enosys();
+            };
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let r = unsafe { real(fd, level, name, value, len) };
+            // SAFETY: the real call returned 0, so it wrote `*len` bytes to `value`.
+            unsafe { program_getsockopt(r, fd, level, name, value, len) };
+            r
+        }
+    };
+}
+getsockopt_hook!(
+    /// `getsockopt(2)`: `TCP_NODELAY` and `TCP_CORK` read what the program set, or the
+    /// kernel's default, never the shim's own (a server that copies its listener's options to
+    /// each connection copies its own choice, not the shim's).
+    getsockopt
+);
+
+/// After the program's `getsockopt` returned `r`: a successful read of `TCP_NODELAY` or
+/// `TCP_CORK` on a socket the shim manages gets the program's own value, written in the
+/// bytes the kernel wrote (an int, or its first `*len` bytes for a shorter buffer).
+///
+/// # Safety
+/// When `r == 0`, `len` and `value` are the pointers the kernel just filled: `*len` readable,
+/// `*len` bytes (at most an int's) writable at `value`.
+unsafe fn program_getsockopt(
+    r: c_int,
+    fd: c_int,
+    level: c_int,
+    name: c_int,
+    value: *mut c_void,
+    len: *mut socklen_t,
+) {
+    if r != 0
+        || level != libc::IPPROTO_TCP
+        || (name != libc::TCP_NODELAY && name != libc::TCP_CORK)
+        || value.is_null()
+        || len.is_null()
+    {
+        return;
+    }
+    let Some(on) = sys::program_view(fd, name == libc::TCP_NODELAY) else {
+        return;
+    };
+    let bytes = c_int::from(on).to_ne_bytes();
+    // SAFETY: the kernel set `*len` (readable) to the bytes it wrote at `value`.
+    let n = (unsafe { len.read_unaligned() } as usize).min(bytes.len());
+    // SAFETY: the kernel just wrote `n` bytes at `value` without fault.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), n) };
 }
 
 // Fortified reads (_FORTIFY_SOURCE builds call these instead of read/recv/recvfrom/poll).
@@ -747,41 +844,6 @@ forward!(
         timeout: *mut libc::timespec,
     ) -> c_int {
         sys::on_read(fd)
-    }
-);
-forward!(
-    /// `__poll_chk`.
-    fn __poll_chk(
-        fds: *mut libc::pollfd,
-        n: libc::nfds_t,
-        timeout: c_int,
-        fdslen: size_t,
-    ) -> c_int {
-        sys::on_wait(Wait::Poll)
-    }
-);
-forward!(
-    /// `__ppoll_chk`.
-    fn __ppoll_chk(
-        fds: *mut libc::pollfd,
-        n: libc::nfds_t,
-        timeout: *const libc::timespec,
-        mask: *const libc::sigset_t,
-        fdslen: size_t,
-    ) -> c_int {
-        sys::on_wait(Wait::Poll)
-    }
-);
-forward!(
-    /// `epoll_pwait2(2)`.
-    fn epoll_pwait2(
-        epfd: c_int,
-        events: *mut libc::epoll_event,
-        max: c_int,
-        timeout: *const libc::timespec,
-        mask: *const libc::sigset_t,
-    ) -> c_int {
-        sys::on_wait(Wait::Epoll)
     }
 );
 
@@ -885,7 +947,7 @@ forward!(
 forward!(
     /// `waitpid(2)`.
     fn waitpid(pid: libc::pid_t, status: *mut c_int, options: c_int) -> libc::pid_t {
-        sys::on_wait(Wait::Other)
+        sys::on_wait_unless_nohang(options)
     }
 );
 forward!(
@@ -902,7 +964,7 @@ forward!(
         options: c_int,
         usage: *mut libc::rusage,
     ) -> libc::pid_t {
-        sys::on_wait(Wait::Other)
+        sys::on_wait_unless_nohang(options)
     }
 );
 forward!(
@@ -913,7 +975,7 @@ forward!(
         info: *mut libc::siginfo_t,
         options: c_int,
     ) -> c_int {
-        sys::on_wait(Wait::Other)
+        sys::on_wait_unless_nohang(options)
     }
 );
 
@@ -1002,9 +1064,10 @@ forward!(
         n: libc::nfds_t,
         timeout: *const c_void,
         mask: *const libc::sigset_t,
-    ) -> c_int {
-        sys::on_wait(Wait::Poll)
-    }
+    ) -> c_int
+    // SAFETY: `timeout` is null or the program's 64-bit timespec, which __ppoll64 reads.
+    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
+        probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `select` with 64-bit time.
@@ -1015,9 +1078,10 @@ forward!(
         w: *mut libc::fd_set,
         e: *mut libc::fd_set,
         timeout: *mut c_void,
-    ) -> c_int {
-        sys::on_wait(Wait::Poll)
-    }
+    ) -> c_int
+    // SAFETY: `timeout` is null or the program's 64-bit timeval, which __select64 reads.
+    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>().cast_const()) },
+        sets(r, w, e), probe(n, r, w, e, [0i64; 2].as_mut_ptr().cast()))
 );
 forward!(
     /// `pselect` with 64-bit time.
@@ -1029,9 +1093,10 @@ forward!(
         e: *mut libc::fd_set,
         timeout: *const c_void,
         mask: *const libc::sigset_t,
-    ) -> c_int {
-        sys::on_wait(Wait::Poll)
-    }
+    ) -> c_int
+    // SAFETY: `timeout` is null or the program's 64-bit timespec, which __pselect64 reads.
+    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
+        sets(r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `epoll_pwait2` with 64-bit time.
@@ -1042,9 +1107,10 @@ forward!(
         max: c_int,
         timeout: *const c_void,
         mask: *const libc::sigset_t,
-    ) -> c_int {
-        sys::on_wait(Wait::Epoll)
-    }
+    ) -> c_int
+    // SAFETY: `timeout` is null or the program's 64-bit timespec, which the call reads.
+    => waits(Wait::Epoll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
+        probe(epfd, events, max, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `nanosleep` with 64-bit time.
@@ -1085,7 +1151,7 @@ forward!(
         options: c_int,
         usage: *mut c_void,
     ) -> libc::pid_t {
-        sys::on_wait(Wait::Other)
+        sys::on_wait_unless_nohang(options)
     }
 );
 forward!(
@@ -1117,9 +1183,10 @@ forward!(
         timeout: *const c_void,
         mask: *const libc::sigset_t,
         fdslen: size_t,
-    ) -> c_int {
-        sys::on_wait(Wait::Poll)
-    }
+    ) -> c_int
+    // SAFETY: as for __ppoll64.
+    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
+        probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask, fdslen))
 );
 forward!(
     /// `sendmmsg` with 64-bit time.

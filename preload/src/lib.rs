@@ -9,7 +9,12 @@
 //! `TCP_CORK`; the burst ends, and the cork comes off, when the thread that wrote it turns to
 //! wait (before it blocks in the poll, select or epoll families, sleeps, signal waits,
 //! waitpid), when any thread reads, receives on, shuts down or closes that socket, and before
-//! dup2/dup3 onto it, fork and exec.
+//! dup2/dup3 onto it, fork, exec and `_exit`. A wait that would not block (a zero timeout, or
+//! events already ready, found by the same call made first with a zero timeout) is not a
+//! wait: a relay or event loop that finds its next chunk ready goes on adding to the burst.
+//! The program never sees the shim's options: `getsockopt` of `TCP_NODELAY` and `TCP_CORK`
+//! returns its own values (or the kernel's defaults), and setting `TCP_NODELAY` off where it
+//! already saw it off (a server copying its listener's default) keeps the socket held.
 //! With `TCP_NODELAY` on, uncorking sends the held tail at once, so the burst leaves as
 //! ⌈bytes / MSS⌉ segments with no Nagle or delayed-ACK wait. A socket whose bursts keep the
 //! same number of writes (headers, then body) has that shape learned: such a burst is held

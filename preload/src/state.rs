@@ -14,9 +14,16 @@
 //! this thread), not O(descriptors). A stale list entry (the burst already ended, the
 //! descriptor was closed and reused) carries an old generation and is ignored.
 //!
+//! Only a wait that puts the thread to sleep ends its bursts: the libc layer passes on a
+//! wait with a zero timeout, or one whose events are already ready (it probes with a zero
+//! timeout first), without calling [`Shim::release_thread`].
+//!
 //! **Programs that hold bytes themselves** (they set `TCP_CORK`, set or clear `TCP_NODELAY`, or send
 //! with `MSG_MORE`) already know their moment: such a socket is marked
-//! [`SELF_MANAGED`](Shim::program_holds) and the shim stops holding it.
+//! [`SELF_MANAGED`](Shim::program_holds) and the shim stops holding it. Setting
+//! `TCP_NODELAY` off where the program already saw it off is no choice
+//! ([`Shim::program_nodelay`]), and what the program reads of its options is its own
+//! ([`Shim::program_view`]).
 //!
 //! **A burst's learned shape.** Most servers answer each request with the same number of
 //! writes (python's http.server: headers, then body). When a socket's last
@@ -239,6 +246,12 @@ pub struct Stats {
     /// `setsockopt(TCP_CORK)` calls the shim made (to hold a burst, or to send one); the one
     /// `TCP_NODELAY` per adopted socket is not counted.
     pub cork_calls: AtomicU64,
+    /// `TCP_NODELAY` set off by a program that already saw it off (its default, copied from
+    /// its listener): the shim kept its own and went on holding the socket.
+    pub kept_defaults: AtomicU64,
+    /// Waits of the poll, select or epoll families that would not have blocked (events were
+    /// ready, or the timeout was zero): the bursts of the thread went on.
+    pub ready_waits: AtomicU64,
 }
 
 /// The bursts one thread has written to and not yet seen released: `(fd, generation)`.
@@ -264,7 +277,6 @@ impl ThreadBursts {
     }
 
     /// True when the thread holds nothing.
-    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -296,6 +308,10 @@ struct Slot {
     /// writer pauses between writes (an interpreter's lock), so bursts short of the shape are
     /// given [`SHAPE_PATIENCE`] bounds.
     patient: AtomicBool,
+    /// The `TCP_NODELAY` the program sees (`getsockopt`): the value it set itself, or the
+    /// kernel's default (off) when it set none, never the shim's own `TCP_NODELAY`. An accepted
+    /// socket inherits its listener's, as the kernel's option does.
+    program_nodelay: AtomicBool,
 }
 
 impl Slot {
@@ -309,6 +325,7 @@ impl Slot {
         self.shape.store(0, Relaxed);
         self.split.store(false, Relaxed);
         self.patient.store(false, Relaxed);
+        self.program_nodelay.store(false, Relaxed);
     }
 
     /// The burst in progress has fewer writes than its learned shape.
@@ -441,6 +458,44 @@ impl Shim {
         }
     }
 
+    /// What the program sees of `TCP_NODELAY` (`nodelay`) or `TCP_CORK` (`!nodelay`) on `fd`
+    /// when it reads the option: its own value, or the kernel's default when it set none;
+    /// `None` when the shim does not manage `fd` (the kernel's value is the program's).
+    /// The shim's own `TCP_NODELAY` and `TCP_CORK` stay invisible.
+    pub fn program_view(&self, fd: i32, nodelay: bool) -> Option<bool> {
+        let slot = self.slot(fd)?;
+        let flags = slot.flags.load(Acquire);
+        if flags & MANAGED == 0 {
+            return None;
+        }
+        Some(if nodelay {
+            slot.program_nodelay.load(Relaxed)
+        } else {
+            flags & PROGRAM_CORKED != 0
+        })
+    }
+
+    /// The program set `TCP_NODELAY` to `on` on `fd` (the call succeeded). Asking for what
+    /// it already saw (off) on a socket the shim holds, as a server copying its listener's
+    /// default to each connection does, changes nothing natively: the shim sets its own
+    /// `TCP_NODELAY` again and goes on holding the socket. Any other choice is the
+    /// program's own: it packetizes its output there, and the shim leaves the socket to it.
+    pub fn program_nodelay(&self, k: &impl Kernel, fd: i32, on: bool) {
+        let Some(slot) = self.slot(fd) else { return };
+        let flags = slot.flags.load(Acquire);
+        if flags & MANAGED == 0 {
+            return;
+        }
+        let seen = slot.program_nodelay.swap(on, Relaxed);
+        if flags & SELF_MANAGED == 0 && !seen && !on {
+            // Setting it pushes whatever Nagle held in between (nothing is left waiting).
+            k.set_nodelay(fd);
+            self.stats.kept_defaults.fetch_add(1, Relaxed);
+            return;
+        }
+        self.program_holds(k, fd);
+    }
+
     /// The slot of `fd`, if its chunk exists.
     fn slot(&self, fd: i32) -> Option<&Slot> {
         let i = usize::try_from(fd).ok()?;
@@ -501,10 +556,17 @@ impl Shim {
     /// the listener's `TCP_NODELAY` and `TCP_CORK`, so a server that set them there, as
     /// memcached does, chose for its connections too.
     pub fn adopt_accepted(&self, k: &impl Kernel, listener: i32, fd: i32) {
-        let chose = self
-            .slot(listener)
-            .is_some_and(|l| l.flags.load(Acquire) & SELF_MANAGED != 0);
-        self.adopt_as(k, fd, chose);
+        let from = self.slot(listener).filter(|_| listener != fd);
+        let flags = from.map_or(0, |l| l.flags.load(Acquire));
+        self.adopt_as(k, fd, flags & SELF_MANAGED != 0);
+        // The connection inherits the listener's options, so what the program sees of them.
+        if let (Some(from), Some(to)) = (from, self.slot(fd)) {
+            if to.flags.load(Acquire) & MANAGED != 0 {
+                let nodelay = from.program_nodelay.load(Relaxed);
+                to.program_nodelay.store(nodelay, Relaxed);
+                to.flags.fetch_or(flags & PROGRAM_CORKED, AcqRel);
+            }
+        }
     }
 
     fn adopt_as(&self, k: &impl Kernel, fd: i32, program_chose: bool) {
@@ -848,7 +910,10 @@ impl Shim {
         let flags = from.flags.load(Acquire);
         if flags & MANAGED != 0 {
             // The duplicate shares the socket; the burst stays tracked on `old`.
-            to.flags.store(flags & (MANAGED | SELF_MANAGED), Release);
+            to.flags
+                .store(flags & (MANAGED | SELF_MANAGED | PROGRAM_CORKED), Release);
+            let nodelay = from.program_nodelay.load(Relaxed);
+            to.program_nodelay.store(nodelay, Relaxed);
             self.high.fetch_max(new as usize + 1, Relaxed);
         }
     }
@@ -1191,6 +1256,69 @@ mod tests {
             s.is_corked(31),
             "a connection of a plain listener is managed"
         );
+    }
+
+    #[test]
+    fn the_program_sees_its_own_options_never_the_shims() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        // The shim set TCP_NODELAY at adoption and corks a burst: the program sees neither.
+        assert_eq!(k.nodelay_calls.get(), 4);
+        write(&s, &k, 3, &mut t);
+        assert!(s.is_corked(3));
+        assert_eq!(s.program_view(3, true), Some(false));
+        assert_eq!(s.program_view(3, false), Some(false));
+        // Not managed: the kernel's value is the program's.
+        assert_eq!(s.program_view(150, true), None);
+        assert_eq!(s.program_view(7, false), None);
+        // The program's own TCP_CORK shows (and its own TCP_NODELAY, below).
+        let was = s.program_cork_begins(4);
+        s.program_cork_done(4, was, Some(true));
+        s.program_holds(&k, 4);
+        assert_eq!(s.program_view(4, false), Some(true));
+        assert_eq!(s.program_view(4, true), Some(false));
+        s.program_nodelay(&k, 5, true);
+        assert_eq!(s.program_view(5, true), Some(true));
+        // A closed and reused number starts from the kernel's defaults.
+        s.forget(&k, 5);
+        s.adopt(&k, 5);
+        assert_eq!(s.program_view(5, true), Some(false));
+    }
+
+    #[test]
+    fn a_program_copying_its_listeners_default_keeps_its_sockets_held() {
+        let (s, k) = shim();
+        let mut t = ThreadBursts::new();
+        // Erlang's inets: the listener's TCP_NODELAY is read (off, as the program sees it)
+        // and set on each accepted connection.
+        s.adopt(&k, 5);
+        let seen = s.program_view(5, true).unwrap();
+        s.adopt_accepted(&k, 5, 30);
+        let calls = k.nodelay_calls.get();
+        s.program_nodelay(&k, 30, seen);
+        assert_eq!(
+            k.nodelay_calls.get(),
+            calls + 1,
+            "the shim's TCP_NODELAY is set again (the kernel's was just cleared)"
+        );
+        write(&s, &k, 30, &mut t);
+        assert!(s.is_corked(30), "still the shim's to hold");
+        assert_eq!(s.stats.kept_defaults.load(Relaxed), 1);
+        // A real choice is the program's: on, or off after on.
+        s.program_nodelay(&k, 30, true);
+        assert!(!s.is_corked(30));
+        write(&s, &k, 30, &mut t);
+        assert!(!s.is_corked(30));
+        s.adopt_accepted(&k, 5, 31);
+        s.program_nodelay(&k, 5, true); // the listener now chooses NODELAY
+        s.adopt_accepted(&k, 5, 32);
+        assert_eq!(s.program_view(31, true), Some(false));
+        assert_eq!(s.program_view(32, true), Some(true), "inherited");
+        write(&s, &k, 32, &mut t);
+        assert!(!s.is_corked(32), "the listener's choice holds for it");
+        // A dup shows the same.
+        s.duplicate(&k, 32, 33);
+        assert_eq!(s.program_view(33, true), Some(true));
     }
 
     #[test]

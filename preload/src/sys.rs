@@ -62,11 +62,16 @@ fn borrow(fd: c_int) -> BorrowedFd<'static> {
     unsafe { BorrowedFd::borrow_raw(fd) }
 }
 
+/// `getsockopt` of an int through libc's own definition (the shim's hook shows the program
+/// its own view of some options, not the kernel's).
 fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
+    type GetSockOpt =
+        unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+    let real = next!("getsockopt", GetSockOpt)?;
     let mut v: c_int = 0;
     let mut len = std::mem::size_of::<c_int>() as socklen_t;
     // SAFETY: `v` and `len` are valid for writes; `len` holds v's size.
-    let r = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
+    let r = unsafe { real(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
     (r == 0).then_some(v)
 }
 
@@ -223,6 +228,23 @@ pub fn program_holds(fd: c_int) {
     }
 }
 
+/// The program set `TCP_NODELAY` to `on` on `fd`: see [`Shim::program_nodelay`].
+pub fn program_nodelay(fd: c_int, on: bool) {
+    if let Some(s) = shim() {
+        quietly(|| s.program_nodelay(&Libc, fd, on));
+        log(format_args!(
+            "fd {fd}: the program set TCP_NODELAY {}",
+            on as u8
+        ));
+    }
+}
+
+/// What the program sees of `TCP_NODELAY` (`nodelay`) or `TCP_CORK` on `fd`: see
+/// [`Shim::program_view`].
+pub fn program_view(fd: c_int, nodelay: bool) -> Option<bool> {
+    quietly(|| shim().and_then(|s| s.program_view(fd, nodelay)))
+}
+
 /// The program reads, receives on or shuts down `fd`: its burst ends.
 pub fn on_read(fd: c_int) {
     if let Some(s) = shim() {
@@ -239,6 +261,100 @@ pub fn on_wait(kind: Wait) {
         (crate::state::Mode::Cork, Wait::Poll) => s.release_all(&Libc),
         _ => {}
     });
+}
+
+/// A `waitpid`-like call with these `options`: a wait, unless `WNOHANG` makes it a look.
+pub fn on_wait_unless_nohang(options: c_int) {
+    if options & libc::WNOHANG == 0 {
+        on_wait(Wait::Other);
+    }
+}
+
+/// A wait of the poll, select or epoll families (`kind`), made by `call`. Only a wait that
+/// puts the thread to sleep ends its bursts (in the default mode): one whose timeout is zero
+/// (`never_blocks`) never does, and when the thread holds bursts, `probe` (the same call with
+/// a zero timeout) tells first whether events are ready. If they are, or the probe fails at
+/// once (a signal, a bad argument), its result is the call's, as the call would have
+/// returned it without sleeping: the writes that follow (a relay forwarding the next chunk,
+/// an event loop answering the next ready socket) join the same bursts, which the linger
+/// bound still caps. Cork mode keeps libautocork's rule: every poll releases.
+pub fn waiting<R: Copy + Default + PartialEq>(
+    kind: Wait,
+    never_blocks: bool,
+    probe: impl FnOnce() -> R,
+    call: impl FnOnce() -> R,
+) -> R {
+    if let Some(s) = shim().filter(|s| s.config.mode == crate::state::Mode::Nagless) {
+        if never_blocks {
+            return call();
+        }
+        let mut holds = false;
+        with_mine(|m| holds = !m.is_empty());
+        if holds {
+            let r = probe();
+            if r != R::default() {
+                s.stats
+                    .ready_waits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return r;
+            }
+        }
+    }
+    on_wait(kind);
+    call()
+}
+
+/// A `timespec` of zero: the probe's timeout for the waits that only read theirs (select
+/// writes the time left into its `timeval`: its probe passes a zero of its own). Two 64-bit
+/// words are a zero of every layout (32-bit programs' 64-bit-time names read the same sixteen
+/// bytes; the 32-bit layouts read the first eight).
+pub static ZERO_TIME: [i64; 2] = [0, 0];
+
+/// Whether the `timespec` or `timeval` at `t` is zero (a wait that never blocks); null is
+/// "forever". Both layouts put two integers of the same width one after the other, and zero is
+/// zero in any width.
+///
+/// # Safety
+/// `t` is null or points to a `timespec` or `timeval` (of the width the call takes), as the
+/// wait that is given it requires.
+pub unsafe fn is_zero_time<T: Default + PartialEq + Copy>(t: *const T) -> bool {
+    // SAFETY: per the contract, `t` points to two `T`s (seconds, then the fraction).
+    !t.is_null()
+        && unsafe {
+            t.read_unaligned() == T::default() && t.add(1).read_unaligned() == T::default()
+        }
+}
+
+/// The zero-timeout probe of a `select` (`f`, given the sets to use): made on copies of the
+/// caller's sets `r`, `w`, `e`, which it overwrites only when descriptors are ready (the
+/// result the call then returns); after 0 or an error they are as the caller gave them, for
+/// the call that follows.
+///
+/// # Safety
+/// Each of `r`, `w`, `e` is null or valid for reads and writes of an `fd_set`.
+pub unsafe fn select_probe(
+    r: *mut libc::fd_set,
+    w: *mut libc::fd_set,
+    e: *mut libc::fd_set,
+    f: impl FnOnce(*mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set) -> c_int,
+) -> c_int {
+    // SAFETY: non-null sets are readable (the contract).
+    let copy = |p: *mut libc::fd_set| (!p.is_null()).then(|| unsafe { p.read_unaligned() });
+    let mut sets = [copy(r), copy(w), copy(e)];
+    let [rc, wc, ec] = sets.each_mut().map(|c| {
+        c.as_mut()
+            .map_or(std::ptr::null_mut(), |s| s as *mut libc::fd_set)
+    });
+    let n = f(rc, wc, ec);
+    if n > 0 {
+        for (to, from) in [r, w, e].into_iter().zip(sets) {
+            if let Some(from) = from {
+                // SAFETY: `to` is the non-null set `from` was copied from (writable).
+                unsafe { to.write_unaligned(from) };
+            }
+        }
+    }
+    n
 }
 
 /// What kind of wait a hook reports.
@@ -509,7 +625,7 @@ fn print_stats(s: &Shim) {
     write_formatted(
         2,
         format_args!(
-            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {} data segments, {} bytes sent, {} TCP_CORK calls\n",
+            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {} data segments, {} bytes sent, {} TCP_CORK calls, {} defaults kept, {} ready waits\n",
             std::process::id(),
             s.config.mode.name(),
             st.sockets.load(Relaxed),
@@ -520,6 +636,8 @@ fn print_stats(s: &Shim) {
             st.data_segs.load(Relaxed),
             st.bytes.load(Relaxed),
             st.cork_calls.load(Relaxed),
+            st.kept_defaults.load(Relaxed),
+            st.ready_waits.load(Relaxed),
         ),
     );
 }

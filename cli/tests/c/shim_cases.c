@@ -28,6 +28,12 @@
  *                                glibc's 64-bit-time names (__ppoll64 and the like).
  *   shim_cases emptylast         a learned header+body shape, then an empty body: prints
  *                                whether the header arrived without a wait.
+ *   shim_cases tail ENDING       a learned header+body shape, then a header alone (held by
+ *                                the shim's MSG_MORE) whose body never comes: its writer
+ *                                sleeps (sleep), exits its thread (thread), is a forked child
+ *                                that leaves by _exit (exit), or hands the socket to another
+ *                                process over a unix socket and keeps running (handoff).
+ *                                Prints us=, the time until the header reached the client.
  *
  * Loopback only; every loop is bounded.
  */
@@ -276,7 +282,7 @@ static int stale(void) {
     if (s < 0) return 1;
     for (int i = 0; i < 4; i++) {
         if (write(s, "ab", 2) != 2 || write(s, "cd", 2) != 2) return 1;
-        poll(NULL, 0, 0); /* the writer waits: the burst ends, its shape is learned */
+        poll(NULL, 0, 1); /* the writer sleeps: the burst ends, its shape is learned */
         if (read_full(c, buf, 4)) return 1;
     }
     if (pipe(p)) return 1;
@@ -408,12 +414,96 @@ static int emptylast(void) {
     if (s < 0) return 1;
     for (int i = 0; i < 4; i++) {
         if (write(s, "hd", 2) != 2 || write(s, "bd", 2) != 2) return 1;
-        poll(NULL, 0, 0);
+        poll(NULL, 0, 1); /* a wait that sleeps (a zero timeout would not end the burst) */
         if (read_full(c, buf, 4)) return 1;
     }
     if (write(s, "hd", 2) != 2 || write(s, "", 0) != 0) return 1;
     spin(30000);
     printf("arrived=%d\n", recv(c, buf, 2, MSG_DONTWAIT | MSG_PEEK) == 2);
+    return 0;
+}
+
+/* ---- tail: a burst whose last write never comes -------------------------------------- */
+
+static int tail_s = -1;
+
+static void *tail_thread(void *arg) {
+    int sleeps = *(int *)arg;
+    if (write(tail_s, "hd", 2) != 2) return NULL;
+    if (sleeps) {
+        struct timespec t = {2, 0};
+        nanosleep(&t, NULL);
+    }
+    return NULL;
+}
+
+static int tail(const char *ending) {
+    int port = 0, l = listener(&port);
+    int c = l < 0 ? -1 : dial(port);
+    int s = c < 0 ? -1 : accept(l, NULL, NULL);
+    char buf[8];
+    if (s < 0) return 1;
+    for (int i = 0; i < 5; i++) {
+        if (write(s, "hd", 2) != 2 || write(s, "bd", 2) != 2) return 1;
+        poll(NULL, 0, 1); /* the writer sleeps: the burst ends, its shape is learned */
+        if (read_full(c, buf, 4)) return 1;
+    }
+    tail_s = s;
+    double t0 = now_us();
+    pid_t child = -1, keeper = -1;
+    pthread_t th;
+    int sleeps = !strcmp(ending, "sleep");
+    if (sleeps || !strcmp(ending, "thread")) {
+        if (pthread_create(&th, NULL, tail_thread, &sleeps)) return 1;
+        if (!sleeps) pthread_join(th, NULL); /* a futex: no wait the shim sees */
+    } else if (!strcmp(ending, "exit")) {
+        child = fork();
+        if (child == 0) {
+            ssize_t w = write(s, "hd", 2);
+            _exit(w == 2 ? 0 : 1);
+        }
+    } else if (!strcmp(ending, "handoff")) {
+        int u[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, u)) return 1;
+        keeper = fork();
+        if (keeper == 0) { /* the other process: takes the socket and keeps it, silent */
+            char b;
+            char ctl[CMSG_SPACE(sizeof(int))];
+            struct iovec v = {&b, 1};
+            struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl,
+                               .msg_controllen = sizeof ctl};
+            close(u[0]);
+            if (recvmsg(u[1], &m, 0) != 1) _exit(1);
+            spin(1500000);
+            _exit(0);
+        }
+        close(u[1]);
+        if (write(s, "hd", 2) != 2) return 1;
+        char ctl[CMSG_SPACE(sizeof(int))];
+        memset(ctl, 0, sizeof ctl);
+        struct iovec v = {"s", 1};
+        struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = ctl,
+                           .msg_controllen = sizeof ctl};
+        struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+        h->cmsg_level = SOL_SOCKET, h->cmsg_type = SCM_RIGHTS, h->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(h), &s, sizeof(int));
+        if (sendmsg(u[0], &m, 0) != 1) return 1;
+    } else {
+        return 2;
+    }
+    /* Watch for the header without a wait of this thread's (it may hold the burst itself). */
+    double arrived = -1;
+    while (now_us() - t0 < 1000000) {
+        if (recv(c, buf, 2, MSG_DONTWAIT | MSG_PEEK) == 2) {
+            arrived = now_us();
+            break;
+        }
+    }
+    printf("us=%.0f\n", arrived < 0 ? -1.0 : arrived - t0);
+    fflush(stdout);
+    if (child > 0) waitpid(child, NULL, 0);
+    if (keeper > 0) waitpid(keeper, NULL, 0);
+    if (sleeps) pthread_join(th, NULL);
     return 0;
 }
 
@@ -429,6 +519,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "stale")) return stale();
     if (argc >= 2 && !strcmp(argv[1], "waits")) return waits();
     if (argc >= 2 && !strcmp(argv[1], "emptylast")) return emptylast();
-    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale|waits|emptylast\n");
+    if (argc >= 3 && !strcmp(argv[1], "tail")) return tail(argv[2]);
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale|waits|emptylast|tail sleep|thread|exit|handoff\n");
     return 2;
 }
