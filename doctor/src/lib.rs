@@ -18,10 +18,13 @@ pub use nagless_stall_rule as rule;
 
 use std::io::Read;
 
-pub use analysis::{analyse, FlowReport, Options, Pattern, Stall};
+pub use analysis::{analyse, FlowReport, Options, Outcome, Pattern, Stall};
 pub use capture::CaptureError;
 
-/// Everything the doctor found in one capture.
+/// Everything the doctor found in one capture: what was read, and the analysis of it.
+///
+/// It dereferences to its [`Outcome`], so `d.flows` is `d.outcome.flows`; in the JSON the
+/// outcome's fields sit beside the others (`docs/doctor-json.md`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Diagnosis {
     /// Frames in the capture (up to the damage, if any).
@@ -35,18 +38,17 @@ pub struct Diagnosis {
     /// Why reading stopped before the end of the input (a truncated or damaged capture): the
     /// frames before it were analysed.
     pub damage: Option<String>,
-    /// Flows analysed (after filters).
-    pub flows_total: u64,
-    /// Flows with stalls.
-    pub flows_with_stalls: u64,
-    /// Stalls in all flows.
-    pub stalls_total: u64,
-    /// Time lost to stalls in all flows, s.
-    pub stalled_s_total: f64,
-    /// Per service (server port), most stalled time first.
-    pub services: Vec<analysis::Service>,
-    /// The flows kept ([`Options::top`]), most stalled time first.
-    pub flows: Vec<FlowReport>,
+    /// The analysis: totals, services, the flows kept.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+}
+
+impl std::ops::Deref for Diagnosis {
+    type Target = Outcome;
+
+    fn deref(&self) -> &Outcome {
+        &self.outcome
+    }
 }
 
 /// Reads a capture held in memory and analyses every TCP flow in it (all flows kept).
@@ -97,18 +99,12 @@ pub fn diagnose_reader(
         }
     }
     progress(reader.offset());
-    let out = analyzer.finish();
     Ok(Diagnosis {
         frames,
         tcp_segments,
         bytes: reader.offset(),
         unsupported_linktypes: unsupported,
         damage,
-        flows_total: out.flows_total,
-        flows_with_stalls: out.flows_with_stalls,
-        stalls_total: out.stalls_total,
-        stalled_s_total: out.stalled_s_total,
-        services: out.services,
-        flows: out.flows,
+        outcome: analyzer.finish(),
     })
 }

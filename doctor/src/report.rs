@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::FlowReport;
+use crate::analysis::{Direction, FlowReport};
 use crate::Diagnosis;
 
 /// Version of the JSON schema (2: streaming, summary by service, vantage-aware stalls).
@@ -143,8 +143,8 @@ pub fn svg(f: &FlowReport) -> String {
     const H: f64 = 260.0;
     const LEFT: f64 = 60.0;
     const MID: f64 = 130.0;
-    let end_us = f.timeline.last().map_or(1, |t| t.0).max(1) as f64;
-    let start_us = f.timeline.first().map_or(0, |t| t.0) as f64;
+    let end_us = f.timeline.last().map_or(1, |t| t.us).max(1) as f64;
+    let start_us = f.timeline.first().map_or(0, |t| t.us) as f64;
     let span = (end_us - start_us).max(1.0);
     let x = |us: f64| LEFT + (us - start_us) / span * (W - LEFT - 20.0);
     let mut out = String::new();
@@ -199,15 +199,16 @@ pub fn svg(f: &FlowReport) -> String {
         MID + 84.0,
         esc(&f.sides[1].addr)
     );
-    for &(us, side, len, pure) in &f.timeline {
-        let px = x(us as f64);
-        let sign = if side == 0 { -1.0 } else { 1.0 };
-        let (h, color) = if len > 0 {
+    for p in &f.timeline {
+        let px = x(p.us as f64);
+        let client = p.sender == Direction::Client;
+        let sign = if client { -1.0 } else { 1.0 };
+        let (h, color) = if p.len > 0 {
             (
-                12.0 + (len as f64).log2() * 5.0,
-                if side == 0 { "#1f77b4" } else { "#2ca02c" },
+                12.0 + (p.len as f64).log2() * 5.0,
+                if client { "#1f77b4" } else { "#2ca02c" },
             )
-        } else if pure {
+        } else if p.pure_ack {
             (8.0, "#999")
         } else {
             (20.0, "#000")

@@ -1,0 +1,193 @@
+//! The streaming analysis of a capture ([`Analyzer`]): the table of live flows (a new flow
+//! per 4-tuple, or per reuse of one), flows judged when they close or go idle, totals per
+//! service, and the flows kept for the report.
+
+use std::collections::HashMap;
+
+use super::flow::Flow;
+use super::options::Options;
+use super::output::{FlowReport, Outcome, Service};
+use super::table::{FlowKey, FlowTable};
+use crate::packet::{flags, Segment};
+
+/// A closed flow is judged once no packet of it came for this long (capture time).
+const CLOSED_LINGER_US: u64 = 10_000_000;
+/// A flow with no packet for this long is judged (and a later packet starts a new one).
+const IDLE_US: u64 = 600_000_000;
+
+/// The streaming analysis of one capture.
+pub struct Analyzer {
+    opts: Options,
+    /// Live flows by (lower endpoint, higher endpoint).
+    live: FlowTable,
+    next_index: usize,
+    pushed: u64,
+    now_us: u64,
+    outcome: Outcome,
+    services: HashMap<u16, Service>,
+    /// The flows kept so far (cut to the best [`Options::top`] when twice that many).
+    kept: Vec<FlowReport>,
+}
+
+impl Analyzer {
+    /// A new analysis.
+    pub fn new(opts: Options) -> Analyzer {
+        Analyzer {
+            opts,
+            live: FlowTable::default(),
+            next_index: 0,
+            pushed: 0,
+            now_us: 0,
+            outcome: Outcome::default(),
+            services: HashMap::new(),
+            kept: Vec::new(),
+        }
+    }
+
+    /// One segment: `us` since the capture's first frame.
+    pub fn push(&mut self, frame: u64, us: u64, s: &Segment) {
+        self.pushed += 1;
+        self.now_us = self.now_us.max(us);
+        if self.pushed % 65_536 == 0 {
+            self.sweep();
+        }
+        let key = FlowKey::of(s);
+        let is_syn = s.flags & (flags::SYN | flags::ACK) == flags::SYN;
+        if let Some(f) = self.live.get_mut(&key) {
+            // A new connection on a reused 4-tuple, or an old one seen again after long.
+            let new_syn = is_syn && f.starts_anew(s);
+            let stale = us.saturating_sub(f.last_us) > IDLE_US;
+            if !new_syn && !stale {
+                f.on_segment(f.sender(s.src), s, us, frame);
+                return;
+            }
+            if let Some(f) = self.live.remove(&key) {
+                self.finish_flow(f);
+            }
+        }
+        let flow = match self.live.get_mut(&key) {
+            Some(f) => f,
+            None => {
+                // A SYN-ACK first means its destination is the client; without a handshake,
+                // the side with the higher port is.
+                let (client, server) = if is_syn {
+                    (s.src, s.dst)
+                } else if s.flags & (flags::SYN | flags::ACK) == flags::SYN | flags::ACK {
+                    (s.dst, s.src)
+                } else if s.src.1 > s.dst.1 {
+                    (s.src, s.dst)
+                } else {
+                    (s.dst, s.src)
+                };
+                if !self.opts.wants(client, server) {
+                    return;
+                }
+                self.next_index += 1;
+                let f = Flow::new(
+                    self.next_index,
+                    (client, server),
+                    us,
+                    frame,
+                    self.opts.timeline,
+                );
+                self.live.entry(key).or_insert(f)
+            }
+        };
+        flow.on_segment(flow.sender(s.src), s, us, frame);
+    }
+
+    /// Judges flows that closed or went idle a while ago (in capture time).
+    fn sweep(&mut self) {
+        let now = self.now_us;
+        let done: Vec<_> = self
+            .live
+            .iter()
+            .filter(|(_, f)| {
+                let quiet = now.saturating_sub(f.last_us);
+                (f.closed() && quiet >= CLOSED_LINGER_US) || quiet >= IDLE_US
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for k in done {
+            if let Some(f) = self.live.remove(&k) {
+                self.finish_flow(f);
+            }
+        }
+    }
+
+    fn finish_flow(&mut self, f: Flow) {
+        if self.opts.flow.is_some_and(|n| n != f.index) {
+            return;
+        }
+        let port = f.key.1 .1;
+        let r = f.report();
+        let o = &mut self.outcome;
+        o.flows_total += 1;
+        o.stalls_total += r.stall_count;
+        o.stalled_s_total += r.stalled_s;
+        let svc = self.services.entry(port).or_default();
+        svc.port = port;
+        svc.flows += 1;
+        if r.stall_count > 0 {
+            o.flows_with_stalls += 1;
+            svc.flows_with_stalls += 1;
+        }
+        svc.stalls += r.stall_count;
+        svc.stalled_s += r.stalled_s;
+        svc.worst_stall_ms = svc.worst_stall_ms.max(r.worst_stall_ms);
+        svc.delayed_acks += r.delayed_ack_count;
+        for s in &r.sides {
+            svc.retransmission_timeouts += s.retransmission_timeouts;
+            svc.zero_window_waits += s.zero_window_waits;
+        }
+        self.kept.push(r);
+        if self.opts.top > 0 && self.kept.len() >= 2 * self.opts.top {
+            self.keep_top();
+        }
+    }
+
+    /// Sorts the kept flows, most stalled time first (then capture order), and keeps the top.
+    fn keep_top(&mut self) {
+        self.kept.sort_by(|a, b| {
+            b.stalled_s
+                .total_cmp(&a.stalled_s)
+                .then(a.index.cmp(&b.index))
+        });
+        if self.opts.top > 0 {
+            self.kept.truncate(self.opts.top);
+        }
+    }
+
+    /// Judges every flow still open and returns the whole analysis.
+    pub fn finish(mut self) -> Outcome {
+        let mut rest: Vec<Flow> = self.live.drain().map(|(_, f)| f).collect();
+        rest.sort_by_key(|f| f.index);
+        for f in rest {
+            self.finish_flow(f);
+        }
+        self.keep_top();
+        self.outcome.flows = std::mem::take(&mut self.kept);
+        let mut services: Vec<Service> = self.services.into_values().collect();
+        services.sort_by(|a, b| {
+            b.stalled_s
+                .total_cmp(&a.stalled_s)
+                .then(b.flows.cmp(&a.flows))
+                .then(a.port.cmp(&b.port))
+        });
+        self.outcome.services = services;
+        self.outcome
+    }
+}
+
+/// Analyses segments held in memory: (frame, ns since the Unix epoch, segment), in capture
+/// order; times are reported from the first segment's.
+pub fn analyse(segments: &[(u64, u64, Segment)]) -> Vec<FlowReport> {
+    let origin = segments.first().map_or(0, |s| s.1);
+    let mut a = Analyzer::new(Options::default());
+    for (frame, ns, s) in segments {
+        a.push(*frame, ns.saturating_sub(origin) / 1000, s);
+    }
+    let mut flows = a.finish().flows;
+    flows.sort_by_key(|f| f.index);
+    flows
+}

@@ -1,0 +1,242 @@
+//! One flow ([`Flow`]): takes its segments in capture order, hands each to sequence tracking
+//! (`sequence`), candidate collection (`candidates`) and now and then judging (`judge`), keeps
+//! the per-side counters, and when the flow ends builds its [`FlowReport`].
+
+use super::candidates::Collector;
+use super::direction::Direction;
+use super::judge::{self, Findings};
+use super::output::{At, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
+use super::sequence::{self, Sequence};
+use super::table::{self, Endpoint};
+use super::verdict;
+use crate::packet::{flags, Segment};
+use crate::rule::AckTimer;
+
+/// Candidates held before they are judged with the round trips known so far.
+const PENDING_MAX: usize = 4096;
+
+/// One TCP connection (or what the capture holds of it).
+pub(super) struct Flow {
+    /// 1-based, in capture order.
+    pub(super) index: usize,
+    /// Client and server.
+    pub(super) key: (Endpoint, Endpoint),
+    /// Sequence tracking, per sending direction.
+    pub(super) seq: [Sequence; 2],
+    /// Counters, per sending direction.
+    pub(super) sides: [Side; 2],
+    collected: Collector,
+    found: Findings,
+    packets: u64,
+    exchanges: u64,
+    /// Who sent data last.
+    last_sender: Option<Direction>,
+    start: At,
+    first_us: u64,
+    pub(super) last_us: u64,
+    syn: bool,
+    synack: bool,
+    fin: [bool; 2],
+    rst: bool,
+    timeline: Option<Vec<TimelinePoint>>,
+}
+
+impl Flow {
+    /// A flow between `key.0` (the client) and `key.1` (the server) that starts at `frame`;
+    /// it keeps its segments for a timeline if `timeline`.
+    pub(super) fn new(
+        index: usize,
+        key: (Endpoint, Endpoint),
+        us: u64,
+        frame: u64,
+        timeline: bool,
+    ) -> Flow {
+        let side = |a| Side {
+            addr: table::addr(a),
+            ..Side::default()
+        };
+        Flow {
+            index,
+            key,
+            seq: Default::default(),
+            sides: [side(key.0), side(key.1)],
+            collected: Collector::default(),
+            found: Findings::default(),
+            packets: 0,
+            exchanges: 0,
+            last_sender: None,
+            start: At::new(frame, us),
+            first_us: us,
+            last_us: us,
+            syn: false,
+            synack: false,
+            fin: [false; 2],
+            rst: false,
+            timeline: timeline.then(Vec::new),
+        }
+    }
+
+    /// Who sent a segment from `src`.
+    pub(super) fn sender(&self, src: Endpoint) -> Direction {
+        if self.key.0 == src {
+            Direction::Client
+        } else {
+            Direction::Server
+        }
+    }
+
+    /// Whether the SYN `s` starts a new connection on this flow's 4-tuple: this one ended, or
+    /// `s` is no copy of its SYN (another sequence number, or data has flowed since).
+    pub(super) fn starts_anew(&self, s: &Segment) -> bool {
+        let d = self.sender(s.src);
+        self.closed() || !self.seq[d].starts_after(s) || self.sides[d].data_segments > 0
+    }
+
+    /// Reset, or both sides sent FIN.
+    pub(super) fn closed(&self) -> bool {
+        self.rst || self.fin == [true, true]
+    }
+
+    /// The flow's next segment, sent by `d`, `us` after the capture's first frame.
+    pub(super) fn on_segment(&mut self, d: Direction, s: &Segment, us: u64, frame: u64) {
+        let o = d.peer();
+        let us = us.max(self.last_us);
+        self.packets += 1;
+        self.last_us = us;
+        let control = sequence::is_control(s);
+        let pure = s.len == 0 && !control;
+        if let Some(t) = &mut self.timeline {
+            if t.len() < TIMELINE_MAX {
+                t.push(TimelinePoint {
+                    us,
+                    sender: d,
+                    len: s.len,
+                    pure_ack: pure,
+                });
+            }
+        }
+        if s.flags & flags::RST != 0 {
+            self.rst = true;
+            return;
+        }
+        if let Some(m) = s.mss {
+            self.seq[d].on_mss(m);
+        }
+        if s.flags & flags::SYN != 0 {
+            if s.flags & flags::ACK != 0 {
+                self.synack = true;
+            } else {
+                self.syn = true;
+            }
+            self.seq[d].on_syn(s);
+        }
+        if !control && self.seq[d].on_window(s.window == 0) {
+            self.sides[d].zero_window_waits += 1;
+        }
+        if self.seq[d].is_probe(s, control) {
+            if !self.seq[o].zero_window {
+                self.sides[d].keepalives += 1;
+            }
+            return;
+        }
+        if s.flags & flags::ACK != 0 {
+            self.on_ack(d, s, us, frame, pure);
+        }
+        if pure {
+            self.sides[d].pure_acks += 1;
+        }
+        if s.flags & (flags::SYN | flags::FIN) != 0 && s.len == 0 {
+            self.seq[d].on_control(s, us, frame);
+        }
+        if s.flags & flags::FIN != 0 {
+            self.fin[d] = true;
+        }
+        if s.len > 0 {
+            self.on_data(d, s, us, frame);
+            // The peer's next segment answers our data: it is no Nagle release.
+            self.collected.answered(o);
+        }
+    }
+
+    fn on_ack(&mut self, d: Direction, s: &Segment, us: u64, frame: u64, pure: bool) {
+        let Some(acked) = sequence::acknowledge(&mut self.seq, d, s, us, pure) else {
+            return;
+        };
+        self.collected
+            .on_ack(d, &acked, &self.seq, s, us, frame, pure);
+        if self.collected.len() >= PENDING_MAX {
+            self.settle();
+        }
+    }
+
+    fn on_data(&mut self, d: Direction, s: &Segment, us: u64, frame: u64) {
+        let sent = sequence::send_data(&mut self.seq, d, s, us, frame);
+        let side = &mut self.sides[d];
+        if sent.retransmit {
+            side.retransmissions += 1;
+        }
+        if sent.timeout {
+            side.retransmission_timeouts += 1;
+        }
+        side.data_segments += 1;
+        side.bytes += u64::from(s.len);
+        let new_turn = self.last_sender != Some(d);
+        if new_turn {
+            self.exchanges += 1;
+        }
+        self.last_sender = Some(d);
+        self.collected
+            .on_data(d, &sent, new_turn, &self.seq, s, us, frame);
+    }
+
+    /// Judges the pending candidates with the round trips known now.
+    fn settle(&mut self) {
+        self.found
+            .settle(&mut self.collected, &self.seq, &mut self.sides);
+    }
+
+    /// Judges what is left and sums the flow up.
+    pub(super) fn report(mut self) -> FlowReport {
+        self.settle();
+        self.found.keep_worst();
+        let mut sides = std::mem::take(&mut self.sides);
+        for s in &mut sides {
+            s.mean_payload = if s.data_segments > 0 {
+                s.bytes as f64 / s.data_segments as f64
+            } else {
+                0.0
+            };
+        }
+        let duration_s = self.last_us.saturating_sub(self.first_us) as f64 / 1e6;
+        let [client, server] = self.found.lost;
+        let stalled_s = (client.total_us + server.total_us) as f64 / 1e6;
+        let (rtt_ms, capture_point) = judge::capture_point(&self.seq);
+        let ack_timer = AckTimer::most_seen(self.found.timers);
+        let verdict = verdict::verdict(&sides, &self.found, ack_timer);
+        FlowReport {
+            index: self.index,
+            sides,
+            packets: self.packets,
+            exchanges: self.exchanges,
+            start: self.start,
+            duration_s,
+            handshake: self.syn && self.synack,
+            rtt_ms,
+            capture_point,
+            stall_count: self.found.stall_count,
+            stalls: self.found.stalls,
+            stalled_share: if duration_s > 0.0 {
+                (stalled_s / duration_s).min(1.0)
+            } else {
+                0.0
+            },
+            stalled_s,
+            worst_stall_ms: client.worst_us.max(server.worst_us) as f64 / 1000.0,
+            ack_timer,
+            delayed_ack_count: self.found.delayed_count,
+            delayed_acks: self.found.delayed,
+            verdict,
+            timeline: self.timeline.unwrap_or_default(),
+        }
+    }
+}

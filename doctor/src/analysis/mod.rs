@@ -1,0 +1,52 @@
+//! Per-flow analysis, streaming: segments go in one at a time ([`Analyzer::push`]), a flow is
+//! judged and summarised when it closes or goes idle, so memory follows the number of live
+//! flows, not the size of the capture.
+//!
+//! Times are measured where the capture was taken, which may be either end of the path or
+//! anywhere between. Each direction's side of the round trip is learned from the handshake
+//! and the fastest ACKs (SYN to SYN-ACK times the server's side, SYN-ACK to ACK the client's):
+//! - an ACK's delay is its time after the data it acknowledges, minus the acker's side;
+//! - a held write must leave within the sender's side of the round trip after the ACK.
+//!
+//! The stall rule itself is [`crate::rule`]. Retransmissions (Karn: their ACKs time
+//! nothing), SACK, zero windows and keep-alives are tracked so that their waits are named for
+//! what they are, never blamed on Nagle.
+//!
+//! # Rooms
+//!
+//! A segment goes through them in this order:
+//!
+//! | module | job |
+//! |---|---|
+//! | [`options`] | which flows to analyse ([`Options`], [`Filter`]) |
+//! | `analyzer` | the [`Analyzer`]: which flow a segment belongs to, when a flow ends, totals per service, the flows kept |
+//! | `table` | the flow table: live flows by 4-tuple, with a fast hasher |
+//! | `flow` | one flow: dispatches each segment to the rooms below, then builds its [`FlowReport`] |
+//! | [`direction`] | which way a segment goes ([`Direction`], with [`Direction::peer`]) |
+//! | `sequence` | per direction: sequence numbers, what is unacknowledged, retransmissions, duplicate ACKs, SACK, windows, the round trip |
+//! | `candidates` | writes that followed an ACK and slow pure ACKs: what might be a stall, held until the round trips are known well |
+//! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
+//! | `verdict` | the verdict and advice for people |
+//! | [`output`] | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
+
+mod analyzer;
+mod candidates;
+pub mod direction;
+mod flow;
+mod judge;
+pub mod options;
+pub mod output;
+mod sequence;
+mod table;
+mod verdict;
+
+pub use analyzer::{analyse, Analyzer};
+pub use direction::Direction;
+pub use options::{Filter, Options};
+pub use output::{
+    At, CapturePoint, DelayedAck, FlowReport, Outcome, Pattern, Service, Side, Stall,
+    TimelinePoint, TIMELINE_MAX,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,89 @@
+//! Which flows to analyse and what to keep: [`Options`], and the host/port [`Filter`]s that
+//! `--filter` parses.
+
+use std::net::IpAddr;
+
+use super::table::Endpoint;
+
+/// Which flows to analyse and what to keep.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Flows reported in full, most stalled first (0: all of them).
+    pub top: usize,
+    /// Only flows matching every filter.
+    pub filters: Vec<Filter>,
+    /// Only the flow with this index.
+    pub flow: Option<usize>,
+    /// Keep each reported flow's segments for a timeline.
+    pub timeline: bool,
+}
+
+impl Options {
+    /// Whether a flow between `client` and `server` passes every filter.
+    pub(super) fn wants(&self, client: Endpoint, server: Endpoint) -> bool {
+        self.filters
+            .iter()
+            .all(|f| f.matches(client) || f.matches(server))
+    }
+}
+
+/// A host and/or port a flow must have on either side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Filter {
+    /// Address.
+    pub host: Option<IpAddr>,
+    /// Port.
+    pub port: Option<u16>,
+}
+
+impl std::str::FromStr for Filter {
+    type Err = String;
+
+    /// `10.0.0.1`, `:8000`, `8000`, `10.0.0.1:8000`, `::1`, `[::1]:8000`.
+    fn from_str(s: &str) -> Result<Filter, String> {
+        let bad = || format!("'{s}' is not a host, :port or host:port");
+        if let Ok(a) = s.parse::<std::net::SocketAddr>() {
+            return Ok(Filter {
+                host: Some(a.ip()),
+                port: Some(a.port()),
+            });
+        }
+        if let Ok(h) = s.trim_matches(['[', ']']).parse::<IpAddr>() {
+            return Ok(Filter {
+                host: Some(h),
+                port: None,
+            });
+        }
+        let port = s.strip_prefix(':').unwrap_or(s);
+        port.parse::<u16>()
+            .map(|p| Filter {
+                host: None,
+                port: Some(p),
+            })
+            .map_err(|_| bad())
+    }
+}
+
+impl Filter {
+    fn matches(&self, a: Endpoint) -> bool {
+        self.host.is_none_or(|h| h == a.0) && self.port.is_none_or(|p| p == a.1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_parse() {
+        let f: Filter = "10.0.0.1:80".parse().unwrap();
+        assert_eq!(f.port, Some(80));
+        let f: Filter = ":8000".parse().unwrap();
+        assert_eq!((f.host, f.port), (None, Some(8000)));
+        let f: Filter = "::1".parse().unwrap();
+        assert!(f.host.is_some() && f.port.is_none());
+        let f: Filter = "[::1]:9".parse().unwrap();
+        assert_eq!(f.port, Some(9));
+        assert!("nonsense".parse::<Filter>().is_err());
+    }
+}

@@ -1,0 +1,222 @@
+//! What the analysis returns: the [`Outcome`] of a capture, a [`FlowReport`] per flow and
+//! their parts. All but the timeline are serialized into the doctor's JSON, field for field
+//! as `docs/doctor-json.md` describes them (schema [`crate::report::JSON_SCHEMA_VERSION`]).
+
+use super::direction::Direction;
+use crate::rule::AckTimer;
+
+/// The shape of a held write, where the evidence allows naming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// The client sent a request as two or more writes.
+    RequestSplit,
+    /// The server sent a response as a header and then a body.
+    HeaderThenBody,
+    /// A tiny frame (16 bytes or less) trailed a larger one.
+    TinyTrailingFrame,
+    /// A small write followed another small write; no finer name fits.
+    SmallWrites,
+}
+
+/// A frame in the capture, for people to find in Wireshark.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct At {
+    /// Frame number (1-based).
+    pub frame: u64,
+    /// Seconds since the first frame of the capture (Wireshark's default time column).
+    pub time_s: f64,
+}
+
+impl At {
+    /// Frame `frame`, `us` after the capture's first frame.
+    pub(super) fn new(frame: u64, us: u64) -> At {
+        At {
+            frame,
+            time_s: us as f64 / 1e6,
+        }
+    }
+}
+
+/// One stall: a write held by Nagle until a delayed ACK released it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Stall {
+    /// The side whose write was held: its address.
+    pub sender: String,
+    /// The sender's previous data segment (the one Nagle waited to see acknowledged).
+    pub previous: At,
+    /// The delayed pure ACK that released the write.
+    pub ack: At,
+    /// The held segment.
+    pub held: At,
+    /// Payload bytes of the held segment.
+    pub held_len: u32,
+    /// Offset of the held segment's first byte in the sender's byte stream (0 = first byte
+    /// after the SYN, or after the first segment seen when the capture began mid-flow).
+    pub held_offset: u64,
+    /// Time the write waited because the ACK was delayed (the ACK's delay beyond the
+    /// receiver's side of the round trip), µs.
+    pub stalled_us: u64,
+    /// The named pattern.
+    pub pattern: Pattern,
+}
+
+/// A pure ACK sent 30 ms or more after the data it acknowledges.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DelayedAck {
+    /// The side that delayed: its address.
+    pub acker: String,
+    /// The ACK.
+    pub ack: At,
+    /// The data segment it acknowledged last.
+    pub data: At,
+    /// Delay beyond the acker's side of the round trip, µs.
+    pub delay_us: u64,
+}
+
+/// Per-direction counters.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Side {
+    /// Address and port.
+    pub addr: String,
+    /// Data segments sent (retransmissions included).
+    pub data_segments: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// Mean payload per data segment.
+    pub mean_payload: f64,
+    /// Pure ACKs sent.
+    pub pure_acks: u64,
+    /// Delayed ACKs sent.
+    pub delayed_acks: u64,
+    /// Stalls of this side's writes.
+    pub stalls: u64,
+    /// Data segments sent again.
+    pub retransmissions: u64,
+    /// Of those, sent after a retransmission timeout (no duplicate ACK or SACK before them).
+    pub retransmission_timeouts: u64,
+    /// Times this side advertised a zero window and so stopped its peer.
+    pub zero_window_waits: u64,
+    /// Keep-alive probes sent.
+    pub keepalives: u64,
+}
+
+/// Where along the path the capture was taken, judged from the two sides of the round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CapturePoint {
+    /// Round trip under 1 ms: the same host or a LAN; the end does not matter.
+    Local,
+    /// At or near the client.
+    ClientEnd,
+    /// At or near the server.
+    ServerEnd,
+    /// Somewhere between.
+    Between,
+    /// Not enough ACKs to tell.
+    Unknown,
+}
+
+/// What the doctor found in one flow.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct FlowReport {
+    /// 1-based index in capture order (for `--flow`).
+    pub index: usize,
+    /// Client (SYN sender; without a handshake, the side with the higher port) and server.
+    pub sides: [Side; 2],
+    /// Frames in the flow.
+    pub packets: u64,
+    /// Changes of the data direction (request/response turns).
+    pub exchanges: u64,
+    /// The flow's first frame.
+    pub start: At,
+    /// First to last frame, s.
+    pub duration_s: f64,
+    /// The handshake was captured (without it, the first exchanges may be judged on less
+    /// evidence).
+    pub handshake: bool,
+    /// Round trip between client and server as seen from the capture, ms (`None` if unknown).
+    pub rtt_ms: Option<f64>,
+    /// Where the capture was taken.
+    pub capture_point: CapturePoint,
+    /// Stalls found.
+    pub stall_count: u64,
+    /// The worst stalls (at most 32), worst first.
+    pub stalls: Vec<Stall>,
+    /// Sum of the stalls, s.
+    pub stalled_s: f64,
+    /// Stalled time as a share of the flow's duration.
+    pub stalled_share: f64,
+    /// The longest stall, ms.
+    pub worst_stall_ms: f64,
+    /// The receiver's delayed-ACK timer, judged from the stalls (`None` without stalls).
+    pub ack_timer: Option<AckTimer>,
+    /// Delayed ACKs found (with or without a stall).
+    pub delayed_ack_count: u64,
+    /// The first delayed ACKs (at most 32).
+    pub delayed_acks: Vec<DelayedAck>,
+    /// Verdict and advice for people.
+    pub verdict: Vec<String>,
+    /// The flow's segments, for the timeline ([`crate::report::svg`]); kept only when asked
+    /// for ([`Options::timeline`](super::Options::timeline)), and at most [`TIMELINE_MAX`].
+    /// Not in the JSON.
+    #[serde(skip)]
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// One segment of a flow, for the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimelinePoint {
+    /// When it passed the capture point, µs since the capture's first frame.
+    pub us: u64,
+    /// Who sent it.
+    pub sender: Direction,
+    /// Payload bytes.
+    pub len: u32,
+    /// A pure ACK (no payload, no SYN, FIN or RST).
+    pub pure_ack: bool,
+}
+
+/// Timeline points kept per flow.
+pub const TIMELINE_MAX: usize = 200_000;
+
+/// Counters of one service (server port).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Service {
+    /// Server port.
+    pub port: u16,
+    /// Flows.
+    pub flows: u64,
+    /// Flows with stalls.
+    pub flows_with_stalls: u64,
+    /// Stalls.
+    pub stalls: u64,
+    /// Time lost to stalls, s.
+    pub stalled_s: f64,
+    /// Longest stall, ms.
+    pub worst_stall_ms: f64,
+    /// Delayed ACKs.
+    pub delayed_acks: u64,
+    /// Retransmission timeouts.
+    pub retransmission_timeouts: u64,
+    /// Zero-window waits.
+    pub zero_window_waits: u64,
+}
+
+/// The analysis of a whole capture (embedded in [`crate::Diagnosis`], whose JSON holds these
+/// fields at its top level).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Outcome {
+    /// Flows analysed (after filters).
+    pub flows_total: u64,
+    /// Flows with stalls.
+    pub flows_with_stalls: u64,
+    /// Stalls in all flows.
+    pub stalls_total: u64,
+    /// Time lost to stalls in all flows, s.
+    pub stalled_s_total: f64,
+    /// Per server port, most stalled time first.
+    pub services: Vec<Service>,
+    /// The flows kept ([`Options::top`](super::Options::top)), most stalled time first.
+    pub flows: Vec<FlowReport>,
+}

@@ -1,0 +1,274 @@
+//! Sequence tracking, per direction ([`Sequence`]): where each byte stream starts and how far
+//! it has gone, what is still unacknowledged and when it was sent, retransmissions and
+//! retransmission timeouts, duplicate ACKs and SACK, zero windows, the MSS, and the fastest
+//! data-to-ACK time (one side of the round trip, the base every delay is measured from).
+//!
+//! Sequence numbers compare modulo 2^32 ([`seq_lt`], [`seq_le`]). Memory is bounded: at most
+//! [`UNACKED_MAX`] unacknowledged segments per direction.
+
+use std::collections::VecDeque;
+
+use super::direction::Direction;
+use crate::packet::{flags, Segment};
+
+/// Unacknowledged segments tracked per direction (12 MB of full segments in flight; beyond
+/// that, or in a capture of one direction only, the oldest are dropped: memory stays bounded).
+const UNACKED_MAX: usize = 8_192;
+/// Retransmissions this long after the original with no duplicate ACK first are timeouts.
+const RTO_MIN_US: u64 = 150_000;
+
+/// `a` comes before `b` in sequence space.
+fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// `a` comes before `b` or is `b`, in sequence space.
+fn seq_le(a: u32, b: u32) -> bool {
+    (b.wrapping_sub(a) as i32) >= 0
+}
+
+/// A segment sent and not yet acknowledged (data, or a SYN or FIN, which take a sequence
+/// number too).
+#[derive(Clone, Copy)]
+pub(super) struct Unacked {
+    /// Sequence number after its last byte.
+    end: u32,
+    /// When it was sent (last sent, if sent again), µs.
+    pub(super) us: u64,
+    /// Its frame.
+    pub(super) frame: u64,
+    /// It was sent more than once: its ACK times nothing (Karn).
+    retransmitted: bool,
+}
+
+/// One direction of a flow, as its sender sent it and its receiver acknowledged it.
+#[derive(Default)]
+pub(super) struct Sequence {
+    /// First sequence number of the byte stream (ISN + 1, or the first seen).
+    base_seq: Option<u32>,
+    /// Highest sequence end sent with data.
+    nxt: Option<u32>,
+    unacked: VecDeque<Unacked>,
+    /// Fastest data-to-ACK time for this direction's data: the receiver's side of the round
+    /// trip, as seen from the capture point.
+    pub(super) base_us: Option<u64>,
+    /// The MSS this direction's sender announced.
+    mss: Option<u32>,
+    /// Largest payload seen (stands for the MSS when no SYN was captured).
+    max_len: u32,
+    /// Highest ACK number this direction's sender sent, and duplicate ACKs it sent for it.
+    last_ack: Option<u32>,
+    dupacks: u32,
+    /// This direction's sender sent SACK blocks since its last advancing ACK.
+    pub(super) sacked: bool,
+    /// This direction's sender advertises a zero window.
+    pub(super) zero_window: bool,
+}
+
+/// What an ACK acknowledged.
+pub(super) struct Acked {
+    /// The newest segment it covered.
+    pub(super) newest: Unacked,
+    /// One of the segments it covered was sent more than once (so it times nothing).
+    pub(super) retransmitted: bool,
+    /// From the newest segment it covered to it, µs.
+    pub(super) raw_us: u64,
+}
+
+/// What a data segment was, in its sender's byte stream.
+pub(super) struct Sent {
+    /// First sequence number of the stream (to place the segment in it).
+    pub(super) base_seq: u32,
+    /// It carries bytes sent before.
+    pub(super) retransmit: bool,
+    /// It is a retransmission after a timeout (no duplicate ACK or SACK before it, and
+    /// [`RTO_MIN_US`] or more after the original).
+    pub(super) timeout: bool,
+}
+
+impl Sequence {
+    /// A SYN or SYN-ACK from this direction's sender: its stream starts after it.
+    pub(super) fn on_syn(&mut self, s: &Segment) {
+        self.base_seq = Some(s.seq.wrapping_add(1));
+    }
+
+    /// Whether the stream starts right after the SYN `s` (a copy of its SYN, if it is one).
+    pub(super) fn starts_after(&self, s: &Segment) -> bool {
+        self.base_seq == Some(s.seq.wrapping_add(1))
+    }
+
+    /// An MSS option from this direction's sender.
+    pub(super) fn on_mss(&mut self, mss: u16) {
+        self.mss = Some(u32::from(mss));
+    }
+
+    /// The window this direction's sender advertises; true if it has just closed it.
+    pub(super) fn on_window(&mut self, zero: bool) -> bool {
+        let closed = zero && !self.zero_window;
+        self.zero_window = zero;
+        closed
+    }
+
+    /// A keep-alive probe (or, into a zero window, a window probe): one byte before the next,
+    /// nothing outstanding.
+    pub(super) fn is_probe(&self, s: &Segment, control: bool) -> bool {
+        s.len <= 1 && !control && self.unacked.is_empty() && self.nxt == Some(s.seq.wrapping_add(1))
+    }
+
+    /// A SYN or FIN without payload: it takes a sequence number, so its ACK times the round
+    /// trip too (unless it was sent again).
+    pub(super) fn on_control(&mut self, s: &Segment, us: u64, frame: u64) {
+        let end = s.seq.wrapping_add(1);
+        if self.nxt.is_none_or(|n| seq_lt(n, end)) {
+            self.nxt = Some(end);
+            self.unacked.push_back(Unacked {
+                end,
+                us,
+                frame,
+                retransmitted: false,
+            });
+        } else {
+            // A SYN or FIN sent again: its ACK times nothing.
+            for u in self.unacked.iter_mut() {
+                u.retransmitted = true;
+            }
+        }
+    }
+
+    /// Whether everything sent has been acknowledged.
+    pub(super) fn all_acked(&self) -> bool {
+        self.unacked.is_empty()
+    }
+}
+
+/// An ACK sent by `acker` (`pure`: without payload, SYN, FIN or RST): counts duplicate ACKs
+/// and SACK, retires what it acknowledges in the peer's direction and, unless that was sent
+/// again, learns the acker's side of the round trip from it.
+pub(super) fn acknowledge(
+    seq: &mut [Sequence; 2],
+    acker: Direction,
+    s: &Segment,
+    us: u64,
+    pure: bool,
+) -> Option<Acked> {
+    let o = acker.peer();
+    let ack = s.ack;
+    // Duplicate ACKs and SACK: the acker is missing data.
+    let advanced = seq[acker].last_ack.is_none_or(|l| seq_lt(l, ack));
+    if advanced {
+        seq[acker].last_ack = Some(ack);
+        seq[acker].dupacks = 0;
+        seq[acker].sacked = false;
+    } else if pure && !seq[o].unacked.is_empty() {
+        seq[acker].dupacks += 1;
+    }
+    if s.sack {
+        seq[acker].sacked = true;
+    }
+    let mut newest = None;
+    let mut retransmitted = false;
+    while let Some(&u) = seq[o].unacked.front() {
+        if !seq_le(u.end, ack) {
+            break;
+        }
+        newest = Some(u);
+        retransmitted |= u.retransmitted;
+        seq[o].unacked.pop_front();
+    }
+    let newest = newest?;
+    let raw_us = us.saturating_sub(newest.us);
+    if !retransmitted {
+        let base = seq[o].base_us.map_or(raw_us, |b| b.min(raw_us));
+        seq[o].base_us = Some(base);
+    }
+    Some(Acked {
+        newest,
+        retransmitted,
+        raw_us,
+    })
+}
+
+/// A segment with payload sent by `d`: finds retransmissions (and whether they followed a
+/// timeout) and tracks the new bytes until they are acknowledged.
+pub(super) fn send_data(
+    seq: &mut [Sequence; 2],
+    d: Direction,
+    s: &Segment,
+    us: u64,
+    frame: u64,
+) -> Sent {
+    let end = s.seq.wrapping_add(s.len);
+    let dir = &mut seq[d];
+    let base_seq = *dir.base_seq.get_or_insert(s.seq);
+    dir.max_len = dir.max_len.max(s.len);
+    let retransmit = dir.nxt.is_some_and(|n| seq_lt(s.seq, n));
+    let mut timeout = false;
+    if retransmit {
+        let sent = dir
+            .unacked
+            .iter()
+            .find(|u| seq_lt(s.seq, u.end))
+            .map(|u| u.us);
+        let peer = &seq[d.peer()];
+        timeout = sent.is_some_and(|t| {
+            peer.dupacks < 2 && !peer.sacked && us.saturating_sub(t) >= RTO_MIN_US
+        });
+        for u in seq[d].unacked.iter_mut() {
+            if seq_lt(s.seq, u.end) && seq_le(u.end, end) {
+                u.retransmitted = true;
+                u.us = us;
+            }
+        }
+    }
+    let dir = &mut seq[d];
+    if dir.nxt.is_none_or(|n| seq_lt(n, end)) {
+        dir.nxt = Some(end);
+        if dir.unacked.len() >= UNACKED_MAX {
+            dir.unacked.pop_front();
+        }
+        dir.unacked.push_back(Unacked {
+            end,
+            us,
+            frame,
+            retransmitted: retransmit,
+        });
+    }
+    Sent {
+        base_seq,
+        retransmit,
+        timeout,
+    }
+}
+
+/// The MSS of `d`'s sender, and whether it was announced (else it is the largest payload
+/// seen, which already has the options taken off).
+pub(super) fn mss(seq: &[Sequence; 2], d: Direction) -> (u32, bool) {
+    // The MSS the receiver announced bounds what the sender sends.
+    match seq[d.peer()].mss.or(seq[d].mss) {
+        Some(m) => (m, true),
+        None => (seq[d].max_len.max(536), false),
+    }
+}
+
+/// The base data-to-ACK times of both directions (0 where unknown), client's data first:
+/// `[server's side of the round trip, client's side]`.
+pub(super) fn sides_of_round_trip(seq: &[Sequence; 2]) -> [u64; 2] {
+    [seq[0].base_us.unwrap_or(0), seq[1].base_us.unwrap_or(0)]
+}
+
+/// Whether `s` carries SYN, FIN or RST.
+pub(super) fn is_control(s: &Segment) -> bool {
+    s.flags & (flags::SYN | flags::FIN | flags::RST) != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_numbers_compare_across_the_wrap() {
+        assert!(seq_lt(u32::MAX - 5, 3));
+        assert!(!seq_lt(3, u32::MAX - 5));
+        assert!(seq_le(7, 7) && !seq_lt(7, 7));
+    }
+}

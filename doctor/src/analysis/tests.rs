@@ -1,0 +1,265 @@
+//! The analysis end to end, on conversations built segment by segment as seen from one point
+//! of the path.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use super::{analyse, CapturePoint, Pattern};
+use crate::packet::{flags, Segment};
+use crate::rule::AckTimer;
+
+const C: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::LOCALHOST), 40000);
+const S: (IpAddr, u16) = (IpAddr::V4(Ipv4Addr::LOCALHOST), 8000);
+
+/// Builds a conversation as seen from one point of the path.
+struct Conv {
+    segs: Vec<(u64, u64, Segment)>,
+    seq: [u32; 2],
+}
+
+impl Conv {
+    fn new() -> Conv {
+        Conv::with_rtt(0.01)
+    }
+
+    /// A handshake seen from the client, with `rtt` ms to the server.
+    fn with_rtt(rtt: f64) -> Conv {
+        Conv::seen_from(rtt, 0.01)
+    }
+
+    /// A handshake seen at a point `client_side` ms (round trip) from the client and
+    /// `server_side` ms from the server.
+    fn seen_from(server_side: f64, client_side: f64) -> Conv {
+        let mut c = Conv {
+            segs: Vec::new(),
+            seq: [1000, 5000],
+        };
+        c.push(0.0, 0, 0, flags::SYN, Some(1460));
+        c.seq[0] += 1;
+        c.push(server_side, 1, 0, flags::SYN | flags::ACK, Some(1460));
+        c.seq[1] += 1;
+        c.push(server_side + client_side, 0, 0, flags::ACK, None);
+        c
+    }
+
+    fn push(&mut self, ms: f64, side: usize, len: u32, fl: u8, mss: Option<u16>) {
+        let (src, dst) = if side == 0 { (C, S) } else { (S, C) };
+        let seg = Segment {
+            src,
+            dst,
+            seq: self.seq[side],
+            ack: self.seq[1 - side],
+            flags: fl,
+            len,
+            mss,
+            window: 1000,
+            wscale: None,
+            opt_len: 12,
+            sack: false,
+            ts: None,
+        };
+        self.seq[side] = self.seq[side].wrapping_add(len);
+        let frame = self.segs.len() as u64 + 1;
+        self.segs.push((frame, (ms * 1e6) as u64, seg));
+    }
+
+    fn data(&mut self, ms: f64, side: usize, len: u32) -> &mut Self {
+        self.push(ms, side, len, flags::ACK, None);
+        self
+    }
+
+    fn ack(&mut self, ms: f64, side: usize) -> &mut Self {
+        self.push(ms, side, 0, flags::ACK, None);
+        self
+    }
+
+    fn last_mut(&mut self) -> &mut Segment {
+        &mut self.segs.last_mut().unwrap().2
+    }
+}
+
+#[test]
+fn write_write_read_under_nagle_is_a_request_split_stall() {
+    let mut c = Conv::new();
+    let mut t = 1.0;
+    for _ in 0..5 {
+        c.data(t, 0, 100) // request part 1
+            .ack(t + 40.0, 1) // delayed ACK
+            .data(t + 40.05, 0, 100) // part 2, released
+            .data(t + 40.2, 1, 100); // reply
+        t += 50.0;
+    }
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 5, "{r:#?}");
+    assert!(r.stalls.iter().all(|s| s.pattern == Pattern::RequestSplit));
+    assert!(r
+        .stalls
+        .iter()
+        .all(|s| (39_000..41_000).contains(&s.stalled_us)));
+    assert_eq!(r.sides[1].delayed_acks, 5);
+    assert_eq!(r.ack_timer, Some(AckTimer::Linux40ms));
+    assert!(r.verdict[0].contains("127.0.0.1:40000 sends each request as two or more writes"));
+    assert!(r.verdict[0].contains("127.0.0.1:8000 delays its ACKs"));
+    assert!(r.verdict[2].contains("TCP_QUICKACK"), "{:?}", r.verdict);
+    let mut offsets: Vec<u64> = r.stalls.iter().map(|s| s.held_offset).collect();
+    offsets.sort();
+    assert_eq!(offsets, [100, 300, 500, 700, 900]);
+}
+
+#[test]
+fn header_then_body_and_tiny_tail_are_named() {
+    let mut c = Conv::new();
+    c.data(1.0, 0, 80)
+        .data(1.1, 1, 150)
+        .ack(41.0, 0)
+        .data(41.05, 1, 100);
+    c.data(50.0, 0, 80)
+        .data(50.1, 1, 4000)
+        .ack(90.0, 0)
+        .data(90.05, 1, 2);
+    let r = &analyse(&c.segs)[0];
+    let mut p: Vec<Pattern> = r.stalls.iter().map(|s| s.pattern).collect();
+    p.sort_by_key(|p| *p as u8);
+    assert_eq!(
+        p,
+        [Pattern::HeaderThenBody, Pattern::TinyTrailingFrame],
+        "{r:#?}"
+    );
+}
+
+/// The same write-write-read stall seen at either end of a 50 ms path, and in the middle.
+#[test]
+fn stalls_are_found_from_either_end_of_a_long_path() {
+    for (server_side, client_side, point) in [
+        (50.0, 0.02, CapturePoint::ClientEnd),
+        (0.02, 50.0, CapturePoint::ServerEnd),
+        (25.0, 25.0, CapturePoint::Between),
+    ] {
+        let mut c = Conv::seen_from(server_side, client_side);
+        let mut t = 100.0;
+        for _ in 0..6 {
+            // The client's part 1 reaches the capture at t; the server gets it
+            // server_side/2 later, holds its ACK 40 ms; the ACK reaches the capture
+            // server_side/2 after that, the client client_side/2 later, and part 2
+            // passes the capture client_side/2 after that.
+            let ack = t + server_side + 40.0;
+            let part2 = ack + client_side + 0.05;
+            c.data(t, 0, 100).ack(ack, 1).data(part2, 0, 100);
+            c.data(part2 + server_side + 0.1, 1, 100);
+            t += 300.0;
+        }
+        let r = &analyse(&c.segs)[0];
+        assert_eq!(r.stall_count, 6, "{point:?}: {r:#?}");
+        assert_eq!(r.capture_point, point);
+        assert!(r
+            .stalls
+            .iter()
+            .all(|s| (39_000..42_000).contains(&s.stalled_us)));
+    }
+}
+
+/// At the sender's end of a 50 ms path, small writes paced 30 ms to 2 RTT after a prompt
+/// ACK are no stall; nor is a 200 ms ACK when the write came long after it.
+#[test]
+fn paced_writes_on_a_long_path_raise_no_alarm() {
+    let mut c = Conv::with_rtt(50.0);
+    let mut t = 100.0;
+    for gap in [30.0, 45.0, 60.0, 90.0] {
+        c.data(t, 0, 100)
+            .ack(t + 50.0, 1)
+            .data(t + 50.0 + gap, 0, 100);
+        c.ack(t + 100.0 + gap, 1);
+        t += 400.0;
+    }
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.verdict, ["no Nagle stall"]);
+}
+
+#[test]
+fn windows_and_bsd_timers_are_told_from_linux() {
+    let mut c = Conv::new();
+    let mut t = 1.0;
+    for _ in 0..3 {
+        c.data(t, 0, 100)
+            .ack(t + 200.0, 1)
+            .data(t + 200.05, 0, 100)
+            .data(t + 200.2, 1, 100);
+        t += 300.0;
+    }
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 3);
+    assert_eq!(r.ack_timer, Some(AckTimer::Classic200ms));
+    assert!(r.verdict[2].contains("TcpAckFrequency"), "{:?}", r.verdict);
+}
+
+#[test]
+fn think_time_bulk_zero_window_and_retransmission_raise_no_alarm() {
+    // Slow server: request, delayed ACK, reply 100 ms later, next request.
+    let mut c = Conv::new();
+    let mut t = 1.0;
+    for _ in 0..5 {
+        c.data(t, 0, 100)
+            .ack(t + 40.0, 1)
+            .data(t + 100.0, 1, 100)
+            .data(t + 100.1, 0, 100);
+        t += 200.0;
+    }
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert!(
+        r.verdict[0].starts_with("no Nagle stall"),
+        "{:?}",
+        r.verdict
+    );
+    // Bulk: full segments back to back, ACK every second one.
+    let mut c = Conv::new();
+    for i in 0..200 {
+        c.data(1.0 + i as f64 * 0.01, 0, 1448);
+        if i % 2 == 1 {
+            c.ack(1.0 + i as f64 * 0.01 + 0.005, 1);
+        }
+    }
+    assert_eq!(analyse(&c.segs)[0].stall_count, 0);
+    // A zero window: the server's ACK closes the window, a late update opens it, the
+    // client's small write follows the update at once.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).ack(41.0, 1);
+    c.last_mut().window = 0;
+    c.data(41.05, 0, 100);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[1].zero_window_waits, 1);
+    // A retransmission timeout: part 1 is lost, sent again 200 ms later, ACKed at once,
+    // then part 2 leaves.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100);
+    c.seq[0] -= 100;
+    c.data(201.0, 0, 100).ack(201.1, 1).data(201.15, 0, 100);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[0].retransmission_timeouts, 1);
+    assert!(
+        r.verdict[0].contains("1 retransmission timeout"),
+        "{:?}",
+        r.verdict
+    );
+}
+
+#[test]
+fn a_reused_four_tuple_is_two_flows() {
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).ack(41.0, 1).data(41.05, 0, 100);
+    c.push(50.0, 0, 0, flags::FIN | flags::ACK, None);
+    c.push(50.1, 1, 0, flags::FIN | flags::ACK, None);
+    c.seq = [90_000, 70_000];
+    c.push(60.0, 0, 0, flags::SYN, Some(1460));
+    c.seq[0] += 1;
+    c.push(60.01, 1, 0, flags::SYN | flags::ACK, Some(1460));
+    c.seq[1] += 1;
+    c.data(61.0, 0, 100).data(61.1, 1, 100);
+    let r = analyse(&c.segs);
+    assert_eq!(r.len(), 2, "{r:#?}");
+    assert_eq!(r[0].stall_count, 1);
+    assert_eq!(r[1].stall_count, 0);
+    assert!(r[1].handshake);
+}
