@@ -1454,9 +1454,13 @@ fn a_server_copying_its_listeners_nodelay_keeps_its_default_and_is_coalesced() {
     );
 }
 
-/// One run of an unmodified relay (socat) between a client and a backend that each send
-/// their messages as two 100-byte writes (TCP_NODELAY), natively or under the shim: the
-/// relay's data segments per exchange, and the mean exchange time.
+/// One run of an unmodified relay (socat, reading at most 100 bytes at a time) between a
+/// client and a backend that exchange 200-byte messages (TCP_NODELAY), natively or under the
+/// shim: the relay's data segments per exchange, and the mean exchange time. Each message
+/// reaches the relay whole, so the relay reads and forwards it as two 100-byte chunks, the
+/// second already readable when it polls after forwarding the first (whatever the load on
+/// the machine: a client sending its message as two writes could be descheduled between
+/// them).
 fn relay_run(mode: Option<&str>, exchanges: usize) -> Option<(f64, Duration, String)> {
     use std::net::TcpListener;
     let backend = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1469,8 +1473,9 @@ fn relay_run(mode: Option<&str>, exchanges: usize) -> Option<(f64, Duration, Str
         for _ in 0..exchanges {
             s.read_exact(&mut req).unwrap();
             assert!(req[..100].iter().all(|&b| b == b'p') && req[100..].iter().all(|&b| b == b'q'));
-            s.write_all(&[b'h'; 100]).unwrap();
-            s.write_all(&[b'b'; 100]).unwrap();
+            let mut resp = [b'h'; 200];
+            resp[100..].fill(b'b');
+            s.write_all(&resp).unwrap();
         }
     });
     let port = free_port();
@@ -1503,8 +1508,9 @@ fn relay_run(mode: Option<&str>, exchanges: usize) -> Option<(f64, Duration, Str
     let start = Instant::now();
     let mut resp = [0u8; 200];
     for _ in 0..exchanges {
-        c.write_all(&[b'p'; 100]).unwrap();
-        c.write_all(&[b'q'; 100]).unwrap();
+        let mut req = [b'p'; 200];
+        req[100..].fill(b'q');
+        c.write_all(&req).unwrap();
         c.read_exact(&mut resp).unwrap();
         assert!(resp[..100].iter().all(|&b| b == b'h') && resp[100..].iter().all(|&b| b == b'b'));
     }
@@ -1536,7 +1542,7 @@ fn a_relay_under_the_shim_sends_no_more_segments_than_natively_without_the_stall
         "socat relay: natively {:.2} data segments per exchange, {:?} each; under the shim {:.2}, {:?}",
         native.0, native.1, ours.0, ours.1
     );
-    // Natively the relay's Nagle holds each message's second part until a delayed ACK.
+    // Natively the relay's Nagle holds each message's second chunk until a delayed ACK.
     assert!(
         native.1 > Duration::from_millis(10),
         "natively the relay must stall: {:?}",
@@ -1553,8 +1559,8 @@ fn a_relay_under_the_shim_sends_no_more_segments_than_natively_without_the_stall
         ours.0,
         native.0
     );
-    // Natively four (each part alone, the second after a delayed ACK); the shim before it
-    // told waits that block from those that do not, four too (each poll sent the part).
+    // Natively four (each chunk alone, the second after a delayed ACK); the shim before it
+    // told waits that block from those that do not, four too (each poll sent the chunk).
     assert!(
         ours.0 <= 2.3,
         "one segment per message each way: {:.2}",
