@@ -16,9 +16,10 @@
  *   the time, so the release can be tied to the segment whose ACK let the bytes go.
  * - net:net_dev_queue (a packet goes to a device): a data segment of a socket holding a write.
  *   If no ACK moved snd_una since the hold began, the bytes left without one (TCP_NODELAY set,
- *   uncork, a timer): the hold is dropped. Otherwise an ACK released them: a hold this long or
- *   longer (min_hold_ns, the stall rule's shortest delayed ACK) goes to userspace through the
- *   ring buffer with how long after the last arriving segment the bytes left.
+ *   uncork, a timer): the hold is dropped. Otherwise an ACK released them: if the write waited,
+ *   or the ACK came after the newest segment then in flight was sent, min_hold_ns or longer
+ *   (the stall rule's shortest delayed ACK), it goes to userspace through the ring buffer with
+ *   both times and how long after the last arriving segment the bytes left.
  * - tcp:tcp_destroy_sock: the socket's hold, if any, is dropped.
  *
  * Nothing runs per socket: per send (a few loads), per arriving segment and per packet sent
@@ -52,6 +53,7 @@ enum counter {
 
 struct hold {
 	__u64 start_ns;
+	__u64 sent_ns; /* when the last segment before the hold was sent (0: unknown) */
 	__u64 seg_ns; /* when the last segment arrived during the hold (0: none yet) */
 	__u64 cgroup;
 	__u64 cookie;
@@ -86,8 +88,9 @@ struct event {
 	__u8 daddr[16];    /* 76 */
 	char comm[16];     /* 92 */
 	__u32 gap_us;      /* 108: from the last arriving segment to the release (~0 if none) */
+	__u64 wait_ns;     /* 112: from the last segment sent before the hold to the release */
 };
-_Static_assert(sizeof(struct event) == 112, "event layout");
+_Static_assert(sizeof(struct event) == 120, "event layout");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -120,36 +123,70 @@ static __always_inline bool before(__u32 a, __u32 b)
 	return (__s32)(a - b) < 0;
 }
 
+/* Through a trusted pointer (direct loads). */
 static __always_inline __u8 in_loss_recovery(struct tcp_sock *tp)
+{
+	struct inet_connection_sock *icsk = &tp->inet_conn;
+	return BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state) != 0;
+}
+
+/* Through any pointer (probe reads). */
+static __always_inline __u8 in_loss_recovery_probed(struct tcp_sock *tp)
 {
 	struct inet_connection_sock *icsk = &tp->inet_conn;
 	return BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state) != 0;
 }
 
+/*
+ * When the newest segment in flight was sent (the one whose ACK the held write waits for):
+ * the last skb of the retransmit queue, an rbtree ordered by sequence (its rightmost node),
+ * stamped with the same clock as bpf_ktime_get_ns. 0 if not found within 24 levels.
+ */
+static __always_inline __u64 last_sent_ns(struct sock *sk)
+{
+	struct rb_node *n = BPF_CORE_READ(sk, tcp_rtx_queue.rb_node);
+	if (!n)
+		return 0;
+	for (int i = 0; i < 24; i++) {
+		struct rb_node *r = BPF_CORE_READ(n, rb_right);
+		if (!r) {
+			struct sk_buff *skb =
+				(void *)n - bpf_core_field_offset(struct sk_buff, rbnode);
+			return BPF_CORE_READ(skb, skb_mstamp_ns);
+		}
+		n = r;
+	}
+	return 0;
+}
+
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
 {
+	/* Direct loads through the tracepoint's typed pointers (no helper calls) keep the
+	 * common case, a send that leaves nothing held, cheap. */
 	if (!sk || ret <= 0)
 		return 0;
-	if (BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || BPF_CORE_READ(sk, sk_type) != SOCK_STREAM)
+	if (sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
 		return 0;
-	unsigned short family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	unsigned short family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
-	__u32 write_seq = BPF_CORE_READ(tp, write_seq);
-	__u32 snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	__u32 write_seq = tp->write_seq;
+	__u32 snd_nxt = tp->snd_nxt;
 	if (!before(snd_nxt, write_seq))
 		return 0; /* all sent */
-	__u32 packets_out = BPF_CORE_READ(tp, packets_out);
-	if (packets_out == 0 || packets_out >= BPF_CORE_READ(tp, snd_cwnd))
+	__u32 packets_out = tp->packets_out;
+	if (packets_out == 0 || packets_out >= tp->snd_cwnd)
 		return 0; /* nothing in flight (cork, not Nagle), or the window is full */
-	unsigned char state = BPF_CORE_READ(sk, __sk_common.skc_state);
+	unsigned char state = sk->__sk_common.skc_state;
 	if (state != TCP_ESTABLISHED && state != TCP_CLOSE_WAIT)
 		return 0;
 	__u64 key = (__u64)sk;
 	__u32 notsent = write_seq - snd_nxt;
-	__u8 zw = BPF_CORE_READ(tp, snd_wnd) == 0;
+	__u8 zw = tp->snd_wnd == 0;
 	__u8 loss = in_loss_recovery(tp);
 	struct hold *h = bpf_map_lookup_elem(&holds, &key);
 	if (h && before(snd_nxt, h->end_seq)) {
@@ -164,12 +201,13 @@ int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct hold n = {
 		.start_ns = bpf_ktime_get_ns(),
+		.sent_ns = last_sent_ns(sk),
 		.cgroup = bpf_get_current_cgroup_id(),
 		.cookie = bpf_get_socket_cookie(sk),
 		.end_seq = write_seq,
-		.una = BPF_CORE_READ(tp, snd_una),
+		.una = tp->snd_una,
 		.held = notsent,
-		.mss = BPF_CORE_READ(tp, mss_cache),
+		.mss = tp->mss_cache,
 		.pid = pid_tgid >> 32,
 		.tid = (__u32)pid_tgid,
 		.uid = (__u32)bpf_get_current_uid_gid(),
@@ -200,9 +238,9 @@ int BPF_PROG(destroyed, struct sock *sk)
 	return 0;
 }
 
-static __always_inline void report(struct sock *sk, struct hold *h, __u64 now, __u64 hold_ns)
+static __always_inline void report(struct sock *sk, struct tcp_sock *tp, struct hold *h,
+				   __u64 now, __u64 hold_ns)
 {
-	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(LOST);
@@ -222,7 +260,7 @@ static __always_inline void report(struct sock *sk, struct hold *h, __u64 now, _
 	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	e->dport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
 	e->zero_window = h->zero_window || BPF_CORE_READ(tp, snd_wnd) == 0;
-	e->loss = h->loss || in_loss_recovery(tp);
+	e->loss = h->loss || in_loss_recovery_probed(tp);
 	__builtin_memset(e->saddr, 0, sizeof(e->saddr));
 	__builtin_memset(e->daddr, 0, sizeof(e->daddr));
 	if (e->family == AF_INET) {
@@ -237,6 +275,7 @@ static __always_inline void report(struct sock *sk, struct hold *h, __u64 now, _
 	__builtin_memcpy(e->comm, h->comm, sizeof(e->comm));
 	__u64 gap = h->seg_ns && now > h->seg_ns ? (now - h->seg_ns) / 1000 : 0;
 	e->gap_us = gap > 0xffffffff ? 0xffffffff : (__u32)gap;
+	e->wait_ns = h->sent_ns && now > h->sent_ns ? now - h->sent_ns : 0;
 	bpf_ringbuf_submit(e, 0);
 	count(REPORTED);
 }
@@ -244,7 +283,7 @@ static __always_inline void report(struct sock *sk, struct hold *h, __u64 now, _
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(packet_out, struct sk_buff *skb)
 {
-	struct sock *sk = BPF_CORE_READ(skb, sk);
+	struct sock *sk = skb->sk;
 	if (!sk)
 		return 0;
 	__u64 key = (__u64)sk;
@@ -252,14 +291,15 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 	if (!h)
 		return 0;
 	/* Only data segments: the TCP payload is what follows the header. */
-	unsigned char *head = BPF_CORE_READ(skb, head);
-	unsigned char *data = BPF_CORE_READ(skb, data);
-	__u16 th_off = BPF_CORE_READ(skb, transport_header);
+	unsigned char *head = skb->head;
+	unsigned char *data = skb->data;
+	__u16 th_off = skb->transport_header;
 	__u8 doff = 0;
 	bpf_probe_read_kernel(&doff, 1, head + th_off + 12);
-	__s64 payload = (__s64)BPF_CORE_READ(skb, len) - (th_off - (data - head)) - (doff >> 4) * 4;
+	__s64 payload = (__s64)skb->len - (th_off - (data - head)) - (doff >> 4) * 4;
 	if (payload <= 0)
 		return 0;
+	/* skb->sk is only RCU-protected: probe reads from here on (a socket holding a write). */
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	if (!before(h->una, BPF_CORE_READ(tp, snd_una))) {
 		bpf_map_delete_elem(&holds, &key);
@@ -268,9 +308,10 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 	}
 	__u64 now = bpf_ktime_get_ns();
 	__u64 hold_ns = now - h->start_ns;
+	__u64 wait_ns = h->sent_ns && now > h->sent_ns ? now - h->sent_ns : 0;
 	count(RELEASED);
-	if (hold_ns >= min_hold_ns)
-		report(sk, h, now, hold_ns);
+	if (hold_ns >= min_hold_ns || wait_ns >= min_hold_ns)
+		report(sk, tp, h, now, hold_ns);
 	bpf_map_delete_elem(&holds, &key);
 	return 0;
 }

@@ -43,13 +43,24 @@ struct sock_common {
 	struct in6_addr skc_v6_rcv_saddr;
 };
 
+struct rb_node {
+	struct rb_node *rb_right;
+};
+
+struct rb_root {
+	struct rb_node *rb_node;
+};
+
 struct sock {
 	struct sock_common __sk_common;
+	struct rb_root tcp_rtx_queue;
 	__u16 sk_protocol;
 	__u16 sk_type;
 };
 
 struct sk_buff {
+	struct rb_node rbnode;
+	__u64 skb_mstamp_ns;
 	struct sock *sk;
 	unsigned int len;
 	__u16 transport_header;

@@ -139,10 +139,13 @@ pub struct Event {
     pub comm: String,
     /// From the last segment that arrived during the hold to the release, µs (0 if none did).
     pub release_gap_us: u32,
+    /// From the sending of the newest segment in flight when the hold began (the one whose
+    /// ACK the write waited for) to the release, ns (0 if unknown).
+    pub wait_ns: u64,
 }
 
 /// Size of `struct event` in holds.bpf.c.
-pub const EVENT_SIZE: usize = 112;
+pub const EVENT_SIZE: usize = 120;
 
 impl Event {
     /// Parses a `struct event` (native byte order); `None` if `b` is too short.
@@ -181,6 +184,7 @@ impl Event {
             loss_recovery: b[59] != 0,
             comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
             release_gap_us: u32_at(108),
+            wait_ns: u64_at(112),
         })
     }
 
@@ -191,10 +195,13 @@ impl Event {
         } else {
             self.srtt_us
         };
+        // How late the ACK came counts from when the segment it acknowledges left, as the
+        // doctor counts it: that can be before the held write (a busy writer writes its second
+        // part late), never after.
         HeldWrite {
             held: self.held,
             mss: self.mss,
-            hold_us: self.hold_ns / 1000,
+            hold_us: self.hold_ns.max(self.wait_ns) / 1000,
             rtt_us: u64::from(rtt_us),
             release_gap_us: u64::from(self.release_gap_us),
             zero_window: self.zero_window,
@@ -480,5 +487,12 @@ mod tests {
             assert!(e.stall(5).is_none(), "{e:?}");
         }
         assert!(Event::parse(&raw()[..EVENT_SIZE - 1]).is_none());
+        // The ACK's lateness counts from when the segment it acknowledges was sent, when that
+        // was before the held write; a short hold behind a late ACK is a stall.
+        let mut b = raw();
+        b[8..16].copy_from_slice(&25_000_000u64.to_ne_bytes());
+        b[112..120].copy_from_slice(&50_000_000u64.to_ne_bytes());
+        let e = Event::parse(&b).unwrap();
+        assert_eq!(e.stall(5).unwrap().lost_us, 50_000 - 20);
     }
 }
