@@ -53,9 +53,9 @@ pub enum Unavailable {
     /// The kernel refused the object or a program (verifier, missing map type, ...).
     #[error("the kernel refused the BPF programs: {0}")]
     Load(String),
-    /// A program could not attach to its tracepoint (a kernel without it, or without BTF
-    /// tracepoints: before 5.5).
-    #[error("cannot attach a BTF tracepoint program to {tracepoint} (needs Linux 5.5 or later with that tracepoint): {error}")]
+    /// A program could not load for, or attach to, its tracepoint (a kernel without it:
+    /// sock:sock_send_length came in Linux 6.2), or the verifier refused it there.
+    #[error("cannot attach a BTF tracepoint program to {tracepoint} (needs Linux 6.2 or later, with BTF tracepoints): {error}")]
     Attach {
         /// The tracepoint.
         tracepoint: &'static str,
@@ -290,14 +290,15 @@ impl EbpfWatcher {
                 .ok_or_else(|| Unavailable::Load(format!("the object has no program {prog}")))?
                 .try_into()
                 .map_err(load_error)?;
-            p.load(tracepoint, &btf).map_err(load_error)?;
-            p.attach().map_err(|e| match load_error(&e) {
+            let on_tracepoint = |e: aya::programs::ProgramError| match load_error(&e) {
                 Unavailable::NoPermission(m) => Unavailable::NoPermission(m),
                 _ => Unavailable::Attach {
                     tracepoint,
                     error: format!("{e}: {e:?}"),
                 },
-            })?;
+            };
+            p.load(tracepoint, &btf).map_err(on_tracepoint)?;
+            p.attach().map_err(on_tracepoint)?;
         }
         let ring = bpf
             .take_map("events")
