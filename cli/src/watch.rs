@@ -279,7 +279,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
                 )
             });
             format!(
-                "eBPF in {elapsed:.1} s: {} held writes followed, {} released by an ACK, {} sent without one, {} long holds reported ({} lost); watcher CPU {cpu:.1}% of one core{kernel}",
+                "eBPF in {elapsed:.1} s, on the whole host: {} held writes followed, {} released by an ACK, {} sent without one, {} long holds reported ({} lost); watcher CPU {cpu:.1}% of one core{kernel}",
                 c.holds, c.released, c.sent_without_ack, c.reported, c.lost
             )
         }
