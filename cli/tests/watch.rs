@@ -87,12 +87,27 @@ fn watch_by(backend: &str, port: Option<u16>, secs: f64) -> Child {
 /// Waits until the watch has started its backend (its first line on stderr names it, after
 /// loading the BPF programs, which takes a while in a debug build); returns that line.
 fn wait_ready(w: &mut Child) -> String {
+    wait_for(w, "")
+}
+
+/// Reads `w`'s stderr up to a line containing `needle` (or its end); returns what it read.
+/// The rest is drained by a thread.
+fn wait_for(w: &mut Child, needle: &str) -> String {
     use std::io::BufRead;
     let mut err = std::io::BufReader::new(w.stderr.take().unwrap());
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push_str(&line);
+        if line.contains(needle) {
+            break;
+        }
+    }
     std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
-    line
+    seen
 }
 
 /// The watch's JSON lines.
@@ -435,6 +450,126 @@ fn ebpf_backend_flags_the_server_but_not_its_nodelay_twin_nor_a_bulk_transfer() 
         .sum();
     assert_eq!(bulk_stalls, 0, "the bulk transfer is not: {summary}");
     drop((s1, s2));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
+    // The server runs in a network namespace of its own (as in a container) behind an
+    // emulated 20 ms path; the watcher runs outside it and still sees every stall.
+    if !have_tool("wrk") || !have_tool("tcpdump") || !ebpf_or_skip() {
+        return;
+    }
+    let spec = nagless_netpath::PathSpec {
+        rtt: Duration::from_millis(20),
+        ..nagless_netpath::PathSpec::default()
+    };
+    let p = match nagless_netpath::EmulatedPath::new(&spec) {
+        Ok(p) => p,
+        Err(e) => {
+            skip(&format!("cannot make an emulated path: {e}"));
+            return;
+        }
+    };
+    let (cns, sns) = p.namespaces();
+    let server = p.server_addr();
+    let port = 8000;
+    let dir = www("ebpf-path");
+    // Under a 1448-byte MSS a 2000-byte body is a full segment and a tail, which the client
+    // ACKs at once (two segments); a body under one MSS stalls.
+    std::fs::write(dir.join("s.txt"), [b'x'; 500]).unwrap();
+    let in_ns = |ns: &str| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]);
+        c
+    };
+    let srv = in_ns(sns)
+        .args([
+            "python3",
+            "-m",
+            "http.server",
+            "--protocol",
+            "HTTP/1.1",
+            "--bind",
+        ])
+        .arg(server.to_string())
+        .arg(port.to_string())
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let srv = Started(srv);
+    let t = Instant::now();
+    while p
+        .run_in_client(|| TcpStream::connect((server, port)))
+        .unwrap()
+        .is_err()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "http.server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // tcpdump at the server's end (`ip netns exec` execs it: its PID is tcpdump's).
+    let cap = dir.join("path.pcap");
+    let mut dump = in_ns(sns)
+        .args([
+            "tcpdump",
+            "-i",
+            "any",
+            "-s",
+            "128",
+            "-U",
+            "--immediate-mode",
+            "-w",
+        ])
+        .arg(&cap)
+        .arg(format!("tcp port {port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let listening = wait_for(&mut dump, "listening on");
+    assert!(listening.contains("listening on"), "tcpdump: {listening}");
+    let dump = Started(dump);
+    let mut w = watch_by("ebpf", Some(port), 7.0);
+    wait_ready(&mut w);
+    let o = in_ns(cns)
+        .args(["wrk", "-t1", "-c2", "-d4s"])
+        .arg(format!("http://{server}:{port}/s.txt"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let (lines, _) = json_lines(w);
+    let _ = Command::new("kill")
+        .args(["-INT", &dump.0.id().to_string()])
+        .status();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(dump);
+    let summary = lines.last().unwrap();
+    // By the server's pid: whether a row "serves" is judged from the listeners of the
+    // watcher's own namespace, so across namespaces the row names the client's port.
+    let watched = stalls_of(&summary["rows"], srv.0.id());
+    let o = Command::new(NAGLESS)
+        .args(["doctor", "--json"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let found = doc["stalls_total"].as_u64().unwrap();
+    eprintln!(
+        "20 ms path: eBPF watch counted {watched} stalls, the doctor {found} at the server's end"
+    );
+    assert!(found >= 20, "the server stalled only {found} times");
+    let diff = watched.abs_diff(found) as f64;
+    assert!(
+        diff <= 0.1 * found as f64,
+        "eBPF watch {watched} vs doctor {found}: {summary}"
+    );
+    drop(srv);
+    drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }
 
