@@ -5,12 +5,23 @@ use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use nagless_watch::{Filter, Row, Watcher};
+use nagless_watch::backend::{Backend, Choice};
+use nagless_watch::{Filter, Row};
 
 use crate::parse_duration;
 
 pub const WATCH_HELP: &str = "\
-HOW IT WORKS
+BACKENDS
+  --backend auto (the default) uses eBPF where it loads (root or CAP_BPF+CAP_PERFMON, a
+  kernel with BTF and BPF trampolines), else sampling, and says which it took and why.
+  eBPF: programs on kernel tracepoints (sock:sock_send_length after each send; tcp:tcp_probe
+  and net:net_dev_queue on the ACK path) note each write TCP holds behind unacknowledged data
+  (time, bytes, pid, tid, uid, cgroup) and report it when an ACK releases it; the same rule as
+  below judges it. Its cost follows sends and held writes, not sockets; it misses no hold,
+  sees every network namespace, and its CONNS column counts the connections that stalled.
+  Its summary gives the kernel programs' own run time. Sampling: as below.
+
+HOW IT WORKS (sampling)
   Every INTERVAL it reads every TCP socket's tcp_info through netlink sock_diag (what `ss -ti`
   shows) and follows each socket's held writes: bytes written but not sent (notsent) while
   earlier data is unacknowledged and the congestion window has room. When the peer's ACK
@@ -42,9 +53,13 @@ EXIT STATUS
 
 #[derive(clap::Args)]
 pub struct WatchArgs {
-    /// How often to sample every socket.
+    /// How often to sample every socket (sampling), or to drain the kernel's reports (eBPF, at
+    /// least 10 ms).
     #[arg(long, default_value = "2ms", value_parser = parse_duration)]
     interval: Duration,
+    /// Where stalls come from: auto (eBPF where it loads, else sampling), ebpf, sampling.
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
     /// How long to watch (0: until Ctrl-C).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     duration: Duration,
@@ -60,6 +75,13 @@ pub struct WatchArgs {
     /// JSON lines instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BackendArg {
+    Auto,
+    Ebpf,
+    Sampling,
 }
 
 /// CPU time this process used so far (user + system), from /proc/self/stat.
@@ -137,12 +159,24 @@ pub fn command(args: WatchArgs) -> ExitCode {
         port: args.port,
         pid: args.pid,
     };
-    let mut w = match Watcher::new(filter) {
-        Ok(w) => w,
+    let choice = match args.backend {
+        BackendArg::Auto => Choice::Auto,
+        BackendArg::Ebpf => Choice::Ebpf,
+        BackendArg::Sampling => Choice::Sampling,
+    };
+    let mut w = match Backend::open(choice, filter) {
+        Ok((w, why)) => {
+            eprintln!("nagless watch: {why}");
+            w
+        }
         Err(e) => {
-            eprintln!("nagless watch: cannot open netlink sock_diag: {e}");
+            eprintln!("nagless watch: {e}");
             return ExitCode::from(2);
         }
+    };
+    let interval = match w {
+        Backend::Ebpf(_) => args.interval.max(Duration::from_millis(10)),
+        Backend::Sampling(_) => args.interval,
     };
     nagless_netpath::on_interrupt();
     if nagless_watch::procs::euid() != Some(0) && w.denied_processes() > 0 {
@@ -188,12 +222,15 @@ pub fn command(args: WatchArgs) -> ExitCode {
                 writeln!(stdout, "{line}")
             } else if live {
                 let mut out = String::from("\x1b[H\x1b[J");
+                let what = match &w {
+                    Backend::Ebpf(e) => format!("{} kernel reports (eBPF)", e.events()),
+                    Backend::Sampling(_) => format!(
+                        "{sockets_max} sockets, sampled every {interval:?} ({samples} samples)"
+                    ),
+                };
                 out += &format!(
-                    "nagless watch: {:.0} s, {} sockets, sampled every {:?} ({} samples){}\n\n",
+                    "nagless watch: {:.0} s, {what}{}\n\n",
                     now.duration_since(start).as_secs_f64(),
-                    sockets_max,
-                    args.interval,
-                    samples,
                     args.port.map(|p| format!(", port {p}")).unwrap_or_default()
                 );
                 table(&rows, secs, &mut out);
@@ -211,7 +248,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         {
             break;
         }
-        next += args.interval;
+        next += interval;
         let now = Instant::now();
         if next > now {
             std::thread::sleep(next - now);
@@ -231,13 +268,38 @@ pub fn command(args: WatchArgs) -> ExitCode {
     };
     let totals = w.totals();
     let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
-    let cost = format!(
-        "{samples} samples of up to {sockets_max} sockets in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
-        busy.as_secs_f64() * 1000.0 / samples.max(1) as f64
-    );
+    let cost = match &w {
+        Backend::Ebpf(e) => {
+            let c = e.counters();
+            let kernel = e.kernel_cost().map_or(String::new(), |(t, runs)| {
+                format!(
+                    "; in the kernel {runs} program runs, {:.1} ms ({:.3}% of one core)",
+                    t.as_secs_f64() * 1000.0,
+                    t.as_secs_f64() / elapsed * 100.0
+                )
+            });
+            format!(
+                "eBPF in {elapsed:.1} s, on the whole host: {} held writes followed, {} released by an ACK, {} sent without one, {} long holds reported ({} lost); watcher CPU {cpu:.1}% of one core{kernel}",
+                c.holds, c.released, c.sent_without_ack, c.reported, c.lost
+            )
+        }
+        Backend::Sampling(_) => format!(
+            "{samples} samples of up to {sockets_max} sockets in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
+            busy.as_secs_f64() * 1000.0 / samples.max(1) as f64
+        ),
+    };
     let res = if args.json {
         let line = serde_json::json!({
             "type": "summary",
+            "backend": w.name(),
+            "kernel": match &w {
+                Backend::Ebpf(e) => serde_json::json!({
+                    "counters": e.counters(),
+                    "program_runs": e.kernel_cost().map(|c| c.1),
+                    "program_ms": e.kernel_cost().map(|c| c.0.as_secs_f64() * 1000.0),
+                }),
+                Backend::Sampling(_) => serde_json::Value::Null,
+            },
             "duration_s": elapsed,
             "samples": samples,
             "sockets_max": sockets_max,

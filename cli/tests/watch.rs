@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{have_tool, http_server_args, root_or_skip, start_tcpdump, Started};
+use common::{have_tool, http_server_args, root_or_skip, skip, start_tcpdump, Started};
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
 
@@ -29,12 +29,18 @@ fn free_port() -> u16 {
 
 /// `python3 -m http.server` serving `dir` on `port`, optionally under `nagless run`.
 fn http_server(dir: &Path, port: u16, shimmed: bool) -> Started {
-    let mut cmd = if shimmed {
-        let mut c = Command::new(NAGLESS);
-        c.args(["run", "--", "python3"]);
-        c
-    } else {
-        Command::new("python3")
+    http_server_under(dir, port, shimmed.then_some(&[][..]))
+}
+
+/// `python3 -m http.server` serving `dir` on `port`, under `nagless run RUN_ARGS` if given.
+fn http_server_under(dir: &Path, port: u16, run_args: Option<&[&str]>) -> Started {
+    let mut cmd = match run_args {
+        Some(a) => {
+            let mut c = Command::new(NAGLESS);
+            c.arg("run").args(a).args(["--", "python3"]);
+            c
+        }
+        None => Command::new("python3"),
     };
     let child = http_server_args(&mut cmd, port)
         .current_dir(dir)
@@ -53,17 +59,55 @@ fn http_server(dir: &Path, port: u16, shimmed: bool) -> Started {
     Started(child)
 }
 
-/// Starts `nagless watch --json` on `port` for `secs`.
+/// Starts `nagless watch --json --backend sampling` on `port` for `secs`.
 fn watch(port: u16, secs: f64) -> Child {
+    watch_by("sampling", Some(port), secs)
+}
+
+/// Starts `nagless watch --json --backend BACKEND` (on `port` if given) for `secs`.
+fn watch_by(backend: &str, port: Option<u16>, secs: f64) -> Child {
     Command::new(NAGLESS)
-        .args(["watch", "--json", "--refresh", "250ms", "--port"])
-        .arg(port.to_string())
+        .args([
+            "watch",
+            "--json",
+            "--refresh",
+            "250ms",
+            "--backend",
+            backend,
+        ])
+        .args(port.map(|p| format!("--port={p}")))
         .arg("--duration")
         .arg(format!("{}ms", (secs * 1000.0) as u64))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
+}
+
+/// Waits until the watch has started its backend (its first line on stderr names it, after
+/// loading the BPF programs, which takes a while in a debug build); returns that line.
+fn wait_ready(w: &mut Child) -> String {
+    wait_for(w, "")
+}
+
+/// Reads `w`'s stderr up to a line containing `needle` (or its end); returns what it read.
+/// The rest is drained by a thread.
+fn wait_for(w: &mut Child, needle: &str) -> String {
+    use std::io::BufRead;
+    let mut err = std::io::BufReader::new(w.stderr.take().unwrap());
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push_str(&line);
+        if line.contains(needle) {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    seen
 }
 
 /// The watch's JSON lines.
@@ -250,6 +294,320 @@ fn the_same_server_under_nagless_run_and_a_bulk_transfer_are_not_flagged() {
         .map(|r| r["connections"].as_u64().unwrap())
         .sum();
     assert!(conns >= 2, "both ends of the transfer were seen: {summary}");
+}
+
+/// Whether the eBPF backend loads here (root, BTF, BTF tracepoints); if not, skipped with
+/// the watcher's own reason outside CI, a failure under CI (which runs as root).
+fn ebpf_or_skip() -> bool {
+    if !root_or_skip("loading BPF programs") {
+        return false;
+    }
+    let o = Command::new(NAGLESS)
+        .args(["watch", "--backend", "ebpf", "--duration", "100ms"])
+        .output()
+        .unwrap();
+    let loads = o.status.code() != Some(2);
+    if !loads {
+        skip(&format!(
+            "the eBPF backend cannot load here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
+    loads
+}
+
+/// Rows of `port` served (the server's side), their stalls summed.
+fn served_stalls(rows: &serde_json::Value, port: u16) -> u64 {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["port"] == port && r["serves"] == true)
+        .map(|r| r["stalls"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn ebpf_backend_counts_the_stalling_server_like_the_doctor_counts() {
+    if !have_tool("wrk") || !have_tool("tcpdump") || !ebpf_or_skip() {
+        return;
+    }
+    let dir = www("ebpf-stalls");
+    let port = free_port();
+    let server = http_server(&dir, port, false);
+    let pid = server.0.id();
+    let cap = dir.join("cap.pcap");
+    let dump = tcpdump(port, &cap);
+    let mut w = watch_by("ebpf", Some(port), 5.0);
+    let t0 = Instant::now();
+    let ready = wait_ready(&mut w);
+    assert!(ready.contains("backend ebpf"), "{ready}");
+    let started_at = t0.elapsed().as_secs_f64();
+    wrk(port, "/f.txt", 3);
+    let (lines, code) = json_lines(w);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = Command::new("kill")
+        .args(["-INT", &dump.0.id().to_string()])
+        .status();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(dump);
+    assert_eq!(code, Some(1), "stalls seen: exit 1");
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["backend"], "ebpf", "{summary}");
+    let watched = stalls_of(&summary["rows"], pid);
+    let first = lines
+        .iter()
+        .find(|l| l["type"] == "window" && stalls_of(&l["rows"], pid) > 0)
+        .expect("a window with the server's stalls");
+    let t_first = first["t_s"].as_f64().unwrap();
+    assert!(
+        t_first <= started_at + 2.0 + 0.3,
+        "first flagged at {t_first} s, load from {started_at} s"
+    );
+    let row = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pid"] == pid)
+        .unwrap();
+    assert!(
+        row["cmd"].as_str().unwrap().contains("http.server"),
+        "{row}"
+    );
+    assert!(row["serves"].as_bool().unwrap(), "{row}");
+    assert_eq!(row["ack_timer"], "linux40ms", "{row}");
+    let o = Command::new(NAGLESS)
+        .args(["doctor", "--json"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let found = doc["stalls_total"].as_u64().unwrap();
+    eprintln!("eBPF watch counted {watched} stalls, the doctor {found} in the capture");
+    assert!(found >= 20, "the server stalled only {found} times");
+    // Events, not samples: within 10 % of the doctor's count (the capture and the watch start
+    // and stop at slightly different moments).
+    let diff = watched.abs_diff(found) as f64;
+    assert!(
+        diff <= 0.1 * found as f64,
+        "eBPF watch {watched} vs doctor {found}: {summary}"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn ebpf_backend_flags_the_server_but_not_its_nodelay_twin_nor_a_bulk_transfer() {
+    if !have_tool("wrk") || !ebpf_or_skip() {
+        return;
+    }
+    let dir = www("ebpf-nodelay");
+    let (stalling, nodelay) = (free_port(), free_port());
+    let s1 = http_server(&dir, stalling, false);
+    let s2 = http_server_under(&dir, nodelay, Some(&["--mode", "nodelay"]));
+    let mut w = watch_by("ebpf", None, 4.0);
+    wait_ready(&mut w);
+    let a = std::thread::spawn(move || wrk(stalling, "/f.txt", 2));
+    wrk(nodelay, "/f.txt", 2);
+    a.join().unwrap();
+    // Bulk: 64 MB in one write, read as fast as it comes.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bulk = l.local_addr().unwrap().port();
+    let sink = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break n,
+                Ok(k) => n += k,
+            }
+        }
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", bulk)).unwrap();
+    c.write_all(&vec![7u8; 64 << 20]).unwrap();
+    drop(c);
+    assert_eq!(sink.join().unwrap(), 64 << 20);
+    let (lines, _) = json_lines(w);
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["backend"], "ebpf", "{summary}");
+    let rows = &summary["rows"];
+    assert!(
+        served_stalls(rows, stalling) >= 10,
+        "the stalling server is flagged: {summary}"
+    );
+    assert_eq!(
+        served_stalls(rows, nodelay),
+        0,
+        "the NODELAY server is not: {summary}"
+    );
+    let bulk_stalls: u64 = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["port"] == bulk)
+        .map(|r| r["stalls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(bulk_stalls, 0, "the bulk transfer is not: {summary}");
+    drop((s1, s2));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
+    // The server runs in a network namespace of its own (as in a container) behind an
+    // emulated 20 ms path; the watcher runs outside it and still sees every stall.
+    if !have_tool("wrk") || !have_tool("tcpdump") || !ebpf_or_skip() {
+        return;
+    }
+    let spec = nagless_netpath::PathSpec {
+        rtt: Duration::from_millis(20),
+        ..nagless_netpath::PathSpec::default()
+    };
+    let p = match nagless_netpath::EmulatedPath::new(&spec) {
+        Ok(p) => p,
+        Err(e) => {
+            skip(&format!("cannot make an emulated path: {e}"));
+            return;
+        }
+    };
+    let (cns, sns) = p.namespaces();
+    let server = p.server_addr();
+    let port = 8000;
+    let dir = www("ebpf-path");
+    // Under a 1448-byte MSS a 2000-byte body is a full segment and a tail, which the client
+    // ACKs at once (two segments); a body under one MSS stalls.
+    std::fs::write(dir.join("s.txt"), [b'x'; 500]).unwrap();
+    let in_ns = |ns: &str| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]);
+        c
+    };
+    let srv = in_ns(sns)
+        .args([
+            "python3",
+            "-m",
+            "http.server",
+            "--protocol",
+            "HTTP/1.1",
+            "--bind",
+        ])
+        .arg(server.to_string())
+        .arg(port.to_string())
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let srv = Started(srv);
+    let t = Instant::now();
+    while p
+        .run_in_client(|| TcpStream::connect((server, port)))
+        .unwrap()
+        .is_err()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "http.server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // tcpdump at the server's end (`ip netns exec` execs it: its PID is tcpdump's).
+    let cap = dir.join("path.pcap");
+    let mut dump = in_ns(sns)
+        .args([
+            "tcpdump",
+            "-i",
+            "any",
+            "-s",
+            "128",
+            "-U",
+            "--immediate-mode",
+            "-w",
+        ])
+        .arg(&cap)
+        .arg(format!("tcp port {port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let listening = wait_for(&mut dump, "listening on");
+    assert!(listening.contains("listening on"), "tcpdump: {listening}");
+    let dump = Started(dump);
+    let mut w = watch_by("ebpf", Some(port), 7.0);
+    wait_ready(&mut w);
+    let o = in_ns(cns)
+        .args(["wrk", "-t1", "-c2", "-d4s"])
+        .arg(format!("http://{server}:{port}/s.txt"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let (lines, _) = json_lines(w);
+    let _ = Command::new("kill")
+        .args(["-INT", &dump.0.id().to_string()])
+        .status();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(dump);
+    let summary = lines.last().unwrap();
+    // By the server's pid: whether a row "serves" is judged from the listeners of the
+    // watcher's own namespace, so across namespaces the row names the client's port.
+    let watched = stalls_of(&summary["rows"], srv.0.id());
+    let o = Command::new(NAGLESS)
+        .args(["doctor", "--json"])
+        .arg(&cap)
+        .output()
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let found = doc["stalls_total"].as_u64().unwrap();
+    eprintln!(
+        "20 ms path: eBPF watch counted {watched} stalls, the doctor {found} at the server's end"
+    );
+    assert!(found >= 20, "the server stalled only {found} times");
+    let diff = watched.abs_diff(found) as f64;
+    assert!(
+        diff <= 0.1 * found as f64,
+        "eBPF watch {watched} vs doctor {found}: {summary}"
+    );
+    drop(srv);
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_backend_that_cannot_start_says_why() {
+    // Asked for by name, eBPF that cannot load is an error naming what is missing; `auto`
+    // falls back to sampling and says why.
+    if !root_or_skip("running the watcher as another user") || !have_tool("setpriv") {
+        return;
+    }
+    let as_nobody = |backend: &str| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                NAGLESS,
+            ])
+            .args(["watch", "--duration", "200ms", "--backend", backend])
+            .output()
+            .unwrap()
+    };
+    let o = as_nobody("ebpf");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("CAP_BPF"), "{err}");
+    let o = as_nobody("auto");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("backend sampling, because eBPF is unavailable") && err.contains("CAP_BPF"),
+        "{err}"
+    );
+    assert!(o.status.code().is_some_and(|c| c < 2), "{o:?}");
+    let o = Command::new(NAGLESS)
+        .args(["watch", "--backend", "kernel"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
 }
 
 #[test]

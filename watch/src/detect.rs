@@ -102,22 +102,58 @@ impl HoldTracker {
         if !acked || !sent {
             return None;
         }
-        let ack_delay_us = at_us.saturating_sub(h.first_us).saturating_sub(h.rtt_us);
-        let e = HoldEvidence {
-            held_len: h.held,
-            options: 0, // tcpi_snd_mss already counts the options out
+        HeldWrite {
+            held: h.held,
             mss: h.mss,
-            ack_delay_us,
+            hold_us: at_us.saturating_sub(h.first_us),
+            rtt_us: h.rtt_us,
             release_gap_us: 0, // the kernel sends a held segment as the ACK arrives
-            sender_side_rtt_us: 0,
             zero_window: h.zero_window,
             loss_recovery: h.loss_recovery || info.ca_state != 0,
+        }
+        .judge(at_us)
+    }
+}
+
+/// A write TCP held until an ACK released it, as either backend saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeldWrite {
+    /// Most bytes held at once.
+    pub held: u32,
+    /// The sender's MSS (`tcpi_snd_mss`, `mss_cache`: options already counted out).
+    pub mss: u32,
+    /// From the write to its release, µs.
+    pub hold_us: u64,
+    /// The path's round trip, µs.
+    pub rtt_us: u64,
+    /// From the ACK's arrival to the release, µs (0 where it cannot be seen).
+    pub release_gap_us: u64,
+    /// The peer advertised a zero window meanwhile.
+    pub zero_window: bool,
+    /// The socket was in loss recovery meanwhile.
+    pub loss_recovery: bool,
+}
+
+impl HeldWrite {
+    /// The verdict: the hold less the round trip is how late the releasing ACK came;
+    /// [`rule::judge`] says whether it was a stall. `at_us` is when it ended.
+    pub fn judge(&self, at_us: u64) -> Option<Stall> {
+        let ack_delay_us = self.hold_us.saturating_sub(self.rtt_us);
+        let e = HoldEvidence {
+            held_len: self.held,
+            options: 0, // the MSS already counts the options out
+            mss: self.mss,
+            ack_delay_us,
+            release_gap_us: self.release_gap_us,
+            sender_side_rtt_us: 0, // seen at the sender
+            zero_window: self.zero_window,
+            loss_recovery: self.loss_recovery,
         };
         rule::judge(&e).ok().map(|()| Stall {
-            held: h.held,
+            held: self.held,
             lost_us: ack_delay_us,
             at_us,
-            timer: AckTimer::on_path(ack_delay_us, h.rtt_us),
+            timer: AckTimer::on_path(ack_delay_us, self.rtt_us),
         })
     }
 }

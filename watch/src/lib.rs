@@ -4,12 +4,16 @@
 //! host: no capture, no restart. Every interval it reads every TCP socket's `tcp_info`
 //! through netlink `sock_diag` ([`diag`]), follows each socket's held writes ([`detect`],
 //! judged by [`nagless_stall_rule`], the rule `nagless doctor` uses), and adds the stalls up per
-//! process and port, attributing sockets to processes through /proc ([`procs`]).
+//! process and port, attributing sockets to processes through /proc ([`procs`]). Where BPF
+//! loads, [`ebpf`] gets the same stalls as events from the kernel instead, at a cost that
+//! follows held writes rather than sockets; [`backend`] picks one.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod backend;
 pub mod detect;
 pub mod diag;
+pub mod ebpf;
 pub mod procs;
 
 use std::collections::{HashMap, HashSet};

@@ -71,6 +71,14 @@ impl ProcMap {
     }
 }
 
+/// The command line of process `pid` (as [`Process::cmd`]), `None` if it is gone.
+pub fn cmdline_of(pid: u32) -> Option<String> {
+    std::path::Path::new(&format!("/proc/{pid}"))
+        .exists()
+        .then(|| cmdline(pid))
+        .filter(|c| !c.is_empty())
+}
+
 fn cmdline(pid: u32) -> String {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let mut s: String = String::from_utf8_lossy(&raw)

@@ -1,0 +1,317 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+/*
+ * nagless watch's kernel half: follows the writes TCP holds back, and reports each one an ACK
+ * released late enough to be a Nagle/delayed-ACK stall. Userspace (watch/src/ebpf.rs) judges
+ * each report with nagless_stall_rule::judge, the rule `nagless doctor` applies.
+ *
+ * Only BTF tracepoints (tp_btf): they need BPF trampolines no more than tracepoints do, and
+ * load where fentry/fexit are refused (kernel lockdown refuses those).
+ *
+ * - sock:sock_send_length (a send on a socket returned): bytes written but not sent
+ *   (write_seq past snd_nxt) while earlier data is unacknowledged (packets_out > 0) and the
+ *   congestion window has room (packets_out < snd_cwnd): TCP holds them (Nagle, or cork,
+ *   which the release tells apart). The hold (time, bytes, the writer's pid, tid, uid, cgroup
+ *   and name) is kept per socket.
+ * - tcp:tcp_probe (a segment arrives on an established socket): for a socket holding a write,
+ *   the time, so the release can be tied to the segment whose ACK let the bytes go.
+ * - net:net_dev_queue (a packet goes to a device): a data segment of a socket holding a write.
+ *   If no ACK moved snd_una since the hold began, the bytes left without one (TCP_NODELAY set,
+ *   uncork, a timer): the hold is dropped. Otherwise an ACK released them: if the write waited,
+ *   or the ACK came after the newest segment then in flight was sent, min_hold_ns or longer
+ *   (the stall rule's shortest delayed ACK), it goes to userspace through the ring buffer with
+ *   both times and how long after the last arriving segment the bytes left.
+ * - tcp:tcp_destroy_sock: the socket's hold, if any, is dropped.
+ *
+ * Nothing runs per socket: per send (a few loads), per arriving segment and per packet sent
+ * (one hash lookup, which misses unless the socket holds a write).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* Set by the loader to nagless_stall_rule::DELAYED_ACK_MIN_US (in ns). */
+const volatile __u64 min_hold_ns = 30000000;
+
+#define TCP_ESTABLISHED 1
+#define TCP_CLOSE_WAIT 8
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define SOCK_STREAM 1
+
+enum counter {
+	HOLDS,       /* holds begun */
+	RELEASED,    /* released by an ACK */
+	SENT_NO_ACK, /* left without an ACK releasing them */
+	REPORTED,    /* released late enough to be sent up */
+	LOST,        /* ring buffer full: reports lost */
+	N_COUNTERS,
+};
+
+struct hold {
+	__u64 start_ns;
+	__u64 sent_ns; /* when the last segment before the hold was sent (0: unknown) */
+	__u64 seg_ns; /* when the last segment arrived during the hold (0: none yet) */
+	__u64 cgroup;
+	__u64 cookie;
+	__u32 end_seq; /* write_seq after the last held write */
+	__u32 una;     /* snd_una when the hold began */
+	__u32 held;    /* most bytes held at once */
+	__u32 mss;
+	__u32 pid, tid, uid;
+	__u8 zero_window, loss;
+	__u8 _pad[2];
+	char comm[16];
+};
+
+/* What userspace reads; watch/src/ebpf.rs parses it by these offsets. */
+struct event {
+	__u64 cookie;      /* 0: the socket's cookie */
+	__u64 hold_ns;     /* 8: from the held write to its release */
+	__u64 cgroup;      /* 16 */
+	__u32 pid;         /* 24 */
+	__u32 tid;         /* 28 */
+	__u32 uid;         /* 32 */
+	__u32 held;        /* 36 */
+	__u32 mss;         /* 40 */
+	__u32 min_rtt_us;  /* 44 */
+	__u32 srtt_us;     /* 48: smoothed RTT, µs */
+	__u16 family;      /* 52 */
+	__u16 sport;       /* 54: host order */
+	__u16 dport;       /* 56: host order */
+	__u8 zero_window;  /* 58 */
+	__u8 loss;         /* 59 */
+	__u8 saddr[16];    /* 60: IPv4 in the first 4 bytes */
+	__u8 daddr[16];    /* 76 */
+	char comm[16];     /* 92 */
+	__u32 gap_us;      /* 108: from the last arriving segment to the release (~0 if none) */
+	__u64 wait_ns;     /* 112: from the last segment sent before the hold to the release */
+};
+_Static_assert(sizeof(struct event) == 120, "event layout");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct hold);
+} holds SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, N_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 c)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &c);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline bool before(__u32 a, __u32 b)
+{
+	return (__s32)(a - b) < 0;
+}
+
+/* Through a trusted pointer (direct loads). */
+static __always_inline __u8 in_loss_recovery(struct tcp_sock *tp)
+{
+	struct inet_connection_sock *icsk = &tp->inet_conn;
+	return BPF_CORE_READ_BITFIELD(icsk, icsk_ca_state) != 0;
+}
+
+/* Through any pointer (probe reads). */
+static __always_inline __u8 in_loss_recovery_probed(struct tcp_sock *tp)
+{
+	struct inet_connection_sock *icsk = &tp->inet_conn;
+	return BPF_CORE_READ_BITFIELD_PROBED(icsk, icsk_ca_state) != 0;
+}
+
+/*
+ * When the newest segment in flight was sent (the one whose ACK the held write waits for):
+ * the last skb of the retransmit queue, an rbtree ordered by sequence (its rightmost node),
+ * stamped with the same clock as bpf_ktime_get_ns. 0 if not found within 24 levels.
+ */
+static __always_inline __u64 last_sent_ns(struct sock *sk)
+{
+	struct rb_node *n = BPF_CORE_READ(sk, tcp_rtx_queue.rb_node);
+	if (!n)
+		return 0;
+	for (int i = 0; i < 24; i++) {
+		struct rb_node *r = BPF_CORE_READ(n, rb_right);
+		if (!r) {
+			struct sk_buff *skb =
+				(void *)n - bpf_core_field_offset(struct sk_buff, rbnode);
+			return BPF_CORE_READ(skb, skb_mstamp_ns);
+		}
+		n = r;
+	}
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
+{
+	/* Direct loads through the tracepoint's typed pointers (no helper calls) keep the
+	 * common case, a send that leaves nothing held, cheap. */
+	if (!sk || ret <= 0)
+		return 0;
+	if (sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
+		return 0;
+	unsigned short family = sk->__sk_common.skc_family;
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	__u32 write_seq = tp->write_seq;
+	__u32 snd_nxt = tp->snd_nxt;
+	if (!before(snd_nxt, write_seq))
+		return 0; /* all sent */
+	__u32 packets_out = tp->packets_out;
+	if (packets_out == 0 || packets_out >= tp->snd_cwnd)
+		return 0; /* nothing in flight (cork, not Nagle), or the window is full */
+	unsigned char state = sk->__sk_common.skc_state;
+	if (state != TCP_ESTABLISHED && state != TCP_CLOSE_WAIT)
+		return 0;
+	__u64 key = (__u64)sk;
+	__u32 notsent = write_seq - snd_nxt;
+	__u8 zw = tp->snd_wnd == 0;
+	__u8 loss = in_loss_recovery(tp);
+	struct hold *h = bpf_map_lookup_elem(&holds, &key);
+	if (h && before(snd_nxt, h->end_seq)) {
+		/* Still holding: this write joins the hold. */
+		h->end_seq = write_seq;
+		if (notsent > h->held)
+			h->held = notsent;
+		h->zero_window |= zw;
+		h->loss |= loss;
+		return 0;
+	}
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct hold n = {
+		.start_ns = bpf_ktime_get_ns(),
+		.sent_ns = last_sent_ns(sk),
+		.cgroup = bpf_get_current_cgroup_id(),
+		.cookie = bpf_get_socket_cookie(sk),
+		.end_seq = write_seq,
+		.una = tp->snd_una,
+		.held = notsent,
+		.mss = tp->mss_cache,
+		.pid = pid_tgid >> 32,
+		.tid = (__u32)pid_tgid,
+		.uid = (__u32)bpf_get_current_uid_gid(),
+		.zero_window = zw,
+		.loss = loss,
+	};
+	bpf_get_current_comm(n.comm, sizeof(n.comm));
+	bpf_map_update_elem(&holds, &key, &n, BPF_ANY);
+	count(HOLDS);
+	return 0;
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(segment_in, struct sock *sk, struct sk_buff *skb)
+{
+	__u64 key = (__u64)sk;
+	struct hold *h = bpf_map_lookup_elem(&holds, &key);
+	if (h)
+		h->seg_ns = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/tcp_destroy_sock")
+int BPF_PROG(destroyed, struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	bpf_map_delete_elem(&holds, &key);
+	return 0;
+}
+
+static __always_inline void report(struct sock *sk, struct tcp_sock *tp, struct hold *h,
+				   __u64 now, __u64 hold_ns)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(LOST);
+		return;
+	}
+	e->cookie = h->cookie;
+	e->hold_ns = hold_ns;
+	e->cgroup = h->cgroup;
+	e->pid = h->pid;
+	e->tid = h->tid;
+	e->uid = h->uid;
+	e->held = h->held;
+	e->mss = h->mss;
+	e->min_rtt_us = BPF_CORE_READ(tp, rtt_min.s[0].v);
+	e->srtt_us = BPF_CORE_READ(tp, srtt_us) >> 3;
+	e->family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	e->dport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	e->zero_window = h->zero_window || BPF_CORE_READ(tp, snd_wnd) == 0;
+	e->loss = h->loss || in_loss_recovery_probed(tp);
+	__builtin_memset(e->saddr, 0, sizeof(e->saddr));
+	__builtin_memset(e->daddr, 0, sizeof(e->daddr));
+	if (e->family == AF_INET) {
+		__be32 s = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__be32 d = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(e->saddr, &s, 4);
+		__builtin_memcpy(e->daddr, &d, 4);
+	} else {
+		BPF_CORE_READ_INTO(&e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(&e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+	__builtin_memcpy(e->comm, h->comm, sizeof(e->comm));
+	__u64 gap = h->seg_ns && now > h->seg_ns ? (now - h->seg_ns) / 1000 : 0;
+	e->gap_us = gap > 0xffffffff ? 0xffffffff : (__u32)gap;
+	e->wait_ns = h->sent_ns && now > h->sent_ns ? now - h->sent_ns : 0;
+	bpf_ringbuf_submit(e, 0);
+	count(REPORTED);
+}
+
+SEC("tp_btf/net_dev_queue")
+int BPF_PROG(packet_out, struct sk_buff *skb)
+{
+	struct sock *sk = skb->sk;
+	if (!sk)
+		return 0;
+	__u64 key = (__u64)sk;
+	struct hold *h = bpf_map_lookup_elem(&holds, &key);
+	if (!h)
+		return 0;
+	/* Only data segments: the TCP payload is what follows the header. */
+	unsigned char *head = skb->head;
+	unsigned char *data = skb->data;
+	__u16 th_off = skb->transport_header;
+	__u8 doff = 0;
+	bpf_probe_read_kernel(&doff, 1, head + th_off + 12);
+	__s64 payload = (__s64)skb->len - (th_off - (data - head)) - (doff >> 4) * 4;
+	if (payload <= 0)
+		return 0;
+	/* skb->sk is only RCU-protected: probe reads from here on (a socket holding a write). */
+	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	if (!before(h->una, BPF_CORE_READ(tp, snd_una))) {
+		bpf_map_delete_elem(&holds, &key);
+		count(SENT_NO_ACK);
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	__u64 hold_ns = now - h->start_ns;
+	__u64 wait_ns = h->sent_ns && now > h->sent_ns ? now - h->sent_ns : 0;
+	count(RELEASED);
+	if (hold_ns >= min_hold_ns || wait_ns >= min_hold_ns)
+		report(sk, tp, h, now, hold_ns);
+	bpf_map_delete_elem(&holds, &key);
+	return 0;
+}

@@ -1,0 +1,499 @@
+//! The event-driven backend: BPF programs in the kernel follow the writes TCP holds back and
+//! report each one an ACK released late (watch/bpf/holds.bpf.c says how); this module loads
+//! them (with aya: no clang or libbpf needed at run time, the object is built by
+//! `scripts/build-bpf` and committed), drains their ring buffer and judges every report with
+//! [`nagless_stall_rule::judge`], the rule `nagless doctor` applies to captures.
+//!
+//! Its cost follows held writes, not sockets: nothing is read per socket, the kernel programs
+//! run per write and per received segment (a hash lookup that misses unless the socket holds
+//! a write), and userspace only sees holds long enough to be stalls.
+//!
+//! What it sees: writes on this host held behind unacknowledged data and released by an ACK
+//! (on sockets in every network namespace: the hooks are in TCP itself). The writer's pid,
+//! tid, uid and cgroup are those of the task that made the held write. The connections column
+//! counts connections that reported a long hold, not every connection.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, ProgramInfo};
+use aya::{Btf, Ebpf, EbpfLoader};
+use nagless_stall_rule::DELAYED_ACK_MIN_US;
+use netlink_packet_sock_diag::inet::StateFlags;
+
+use crate::detect::{HeldWrite, Stall};
+use crate::diag::{Diag, SocketRow};
+use crate::{add_to, rows, Filter, GroupKey, Groups, Row, SampleStats, Tally};
+
+/// The compiled BPF object (built from watch/bpf/holds.bpf.c by `scripts/build-bpf`).
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/holds.bpf.o");
+
+/// The programs and the tracepoints they attach to (as BTF tracepoints).
+const PROGRAMS: [(&str, &str); 4] = [
+    ("send_done", "sock_send_length"),
+    ("segment_in", "tcp_probe"),
+    ("destroyed", "tcp_destroy_sock"),
+    ("packet_out", "net_dev_queue"),
+];
+
+/// Why the eBPF backend could not start: which capability or kernel feature is missing.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    /// No kernel BTF, which CO-RE relocation and BTF tracepoints need.
+    #[error("the kernel has no BTF (/sys/kernel/btf/vmlinux: {0}; needs CONFIG_DEBUG_INFO_BTF=y)")]
+    NoBtf(io::Error),
+    /// Not allowed to load BPF programs.
+    #[error("loading BPF tracing programs needs root, or CAP_BPF and CAP_PERFMON ({0})")]
+    NoPermission(String),
+    /// The kernel refused the object or a program (verifier, missing map type, ...).
+    #[error("the kernel refused the BPF programs: {0}")]
+    Load(String),
+    /// A program could not load for, or attach to, its tracepoint (a kernel without it:
+    /// sock:sock_send_length came in Linux 6.2), or the verifier refused it there.
+    #[error("cannot attach a BTF tracepoint program to {tracepoint} (needs Linux 6.2 or later, with BTF tracepoints): {error}")]
+    Attach {
+        /// The tracepoint.
+        tracepoint: &'static str,
+        /// What the kernel said.
+        error: String,
+    },
+}
+
+/// Effective capabilities of this process (CapEff of /proc/self/status).
+fn effective_caps() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+/// Whether this process may load tracing programs: CAP_SYS_ADMIN (21), or CAP_BPF (39) and
+/// CAP_PERFMON (38).
+fn may_load_bpf() -> bool {
+    effective_caps()
+        .is_none_or(|c| c & (1 << 21) != 0 || (c & (1 << 39) != 0 && c & (1 << 38) != 0))
+}
+
+fn load_error(e: impl fmt::Display + fmt::Debug) -> Unavailable {
+    let text = format!("{e}: {e:?}");
+    if text.contains("EPERM") || text.contains("Operation not permitted") {
+        Unavailable::NoPermission(text)
+    } else {
+        Unavailable::Load(text)
+    }
+}
+
+/// The kernel programs' counters (summed over CPUs), in the order of holds.bpf.c's `enum
+/// counter`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counters {
+    /// Writes held behind unacknowledged data (holds begun).
+    pub holds: u64,
+    /// Holds released by an ACK.
+    pub released: u64,
+    /// Holds whose bytes left without an ACK releasing them (NODELAY set, uncork, a timer).
+    pub sent_without_ack: u64,
+    /// Holds long enough to be stalls, sent to userspace.
+    pub reported: u64,
+    /// Reports lost to a full ring buffer.
+    pub lost: u64,
+}
+
+/// One report from the kernel: a write held until an ACK released it, at least
+/// [`DELAYED_ACK_MIN_US`] later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// The socket's cookie (unique while the system runs).
+    pub cookie: u64,
+    /// From the held write to the ACK that released it, ns.
+    pub hold_ns: u64,
+    /// The writer's cgroup id.
+    pub cgroup: u64,
+    /// The writer's process and thread ids, uid.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// User id.
+    pub uid: u32,
+    /// Most bytes held at once.
+    pub held: u32,
+    /// The sender's MSS.
+    pub mss: u32,
+    /// The path's round trip (the windowed minimum), µs.
+    pub min_rtt_us: u32,
+    /// The smoothed round trip, µs.
+    pub srtt_us: u32,
+    /// Local address and port.
+    pub local: (IpAddr, u16),
+    /// Remote address and port.
+    pub remote: (IpAddr, u16),
+    /// The peer advertised a zero window during the hold.
+    pub zero_window: bool,
+    /// The socket was in loss recovery during the hold.
+    pub loss_recovery: bool,
+    /// The writing task's name.
+    pub comm: String,
+    /// From the last segment that arrived during the hold to the release, µs (0 if none did).
+    pub release_gap_us: u32,
+    /// From the sending of the newest segment in flight when the hold began (the one whose
+    /// ACK the write waited for) to the release, ns (0 if unknown).
+    pub wait_ns: u64,
+}
+
+/// Size of `struct event` in holds.bpf.c.
+pub const EVENT_SIZE: usize = 120;
+
+impl Event {
+    /// Parses a `struct event` (native byte order); `None` if `b` is too short.
+    pub fn parse(b: &[u8]) -> Option<Event> {
+        if b.len() < EVENT_SIZE {
+            return None;
+        }
+        let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().unwrap_or_default());
+        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap_or_default());
+        let u16_at = |o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap_or_default());
+        let addr = |o: usize| -> IpAddr {
+            if u16_at(52) == 2 {
+                IpAddr::V4(Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]))
+            } else {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&b[o..o + 16]);
+                IpAddr::V6(Ipv6Addr::from(a))
+            }
+        };
+        let comm = &b[92..108];
+        let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+        Some(Event {
+            cookie: u64_at(0),
+            hold_ns: u64_at(8),
+            cgroup: u64_at(16),
+            pid: u32_at(24),
+            tid: u32_at(28),
+            uid: u32_at(32),
+            held: u32_at(36),
+            mss: u32_at(40),
+            min_rtt_us: u32_at(44),
+            srtt_us: u32_at(48),
+            local: (addr(60), u16_at(54)),
+            remote: (addr(76), u16_at(56)),
+            zero_window: b[58] != 0,
+            loss_recovery: b[59] != 0,
+            comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
+            release_gap_us: u32_at(108),
+            wait_ns: u64_at(112),
+        })
+    }
+
+    /// The stall this hold was, judged by the stall rule; `None` if it was not one.
+    pub fn stall(&self, at_us: u64) -> Option<Stall> {
+        let rtt_us = if self.min_rtt_us > 0 && self.min_rtt_us != u32::MAX {
+            self.min_rtt_us
+        } else {
+            self.srtt_us
+        };
+        // How late the ACK came counts from when the segment it acknowledges left, as the
+        // doctor counts it: that can be before the held write (a busy writer writes its second
+        // part late), never after.
+        HeldWrite {
+            held: self.held,
+            mss: self.mss,
+            hold_us: self.hold_ns.max(self.wait_ns) / 1000,
+            rtt_us: u64::from(rtt_us),
+            release_gap_us: u64::from(self.release_gap_us),
+            zero_window: self.zero_window,
+            loss_recovery: self.loss_recovery,
+        }
+        .judge(at_us)
+    }
+}
+
+/// Stall tallies of a group and the connections they came from.
+#[derive(Default)]
+struct Group {
+    cmd: Option<String>,
+    tally: Tally,
+    conns: HashSet<u64>,
+}
+
+fn add_group(
+    groups: &mut HashMap<GroupKey, Group>,
+    key: &GroupKey,
+    cmd: &Option<String>,
+    cookie: u64,
+    s: &Stall,
+) {
+    let g = groups.entry(key.clone()).or_default();
+    if g.cmd.is_none() {
+        g.cmd.clone_from(cmd);
+    }
+    g.tally.add(s);
+    g.conns.insert(cookie);
+}
+
+fn group_rows(groups: &HashMap<GroupKey, Group>) -> Vec<Row> {
+    let mut g = Groups::new();
+    for (k, v) in groups {
+        let t = Tally {
+            conns: v.conns.len() as u64,
+            ..v.tally
+        };
+        add_to(&mut g, k, &v.cmd, &t);
+    }
+    rows(g)
+}
+
+/// The eBPF watcher: call [`sample`](Self::sample) now and then (every 10 ms or so) to drain
+/// the kernel's reports.
+pub struct EbpfWatcher {
+    // The programs stay attached while this lives.
+    bpf: Ebpf,
+    ring: RingBuf<MapData>,
+    filter: Filter,
+    start: Instant,
+    diag: Option<Diag>,
+    listening: HashSet<u16>,
+    listening_at: Option<Instant>,
+    cmds: HashMap<u32, Option<String>>,
+    window: HashMap<GroupKey, Group>,
+    total: HashMap<GroupKey, Group>,
+    /// Keeps the kernel's BPF run-time statistics on while the watch runs.
+    _stats: Option<std::os::fd::OwnedFd>,
+    events: u64,
+}
+
+impl EbpfWatcher {
+    /// Loads the programs and attaches them; the error names what is missing.
+    pub fn new(filter: Filter) -> Result<EbpfWatcher, Unavailable> {
+        let btf_path = Path::new("/sys/kernel/btf/vmlinux");
+        if let Err(e) = std::fs::metadata(btf_path) {
+            return Err(Unavailable::NoBtf(e));
+        }
+        if !may_load_bpf() {
+            return Err(Unavailable::NoPermission(
+                "this process has neither CAP_SYS_ADMIN nor CAP_BPF with CAP_PERFMON".into(),
+            ));
+        }
+        let btf = Btf::from_sys_fs().map_err(|e| Unavailable::NoBtf(io::Error::other(e)))?;
+        let min_hold_ns: u64 = DELAYED_ACK_MIN_US * 1000;
+        let mut bpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .set_global("min_hold_ns", &min_hold_ns, true)
+            .load(OBJECT)
+            .map_err(load_error)?;
+        for (prog, tracepoint) in PROGRAMS {
+            let p: &mut BtfTracePoint = bpf
+                .program_mut(prog)
+                .ok_or_else(|| Unavailable::Load(format!("the object has no program {prog}")))?
+                .try_into()
+                .map_err(load_error)?;
+            let on_tracepoint = |e: aya::programs::ProgramError| match load_error(&e) {
+                Unavailable::NoPermission(m) => Unavailable::NoPermission(m),
+                _ => Unavailable::Attach {
+                    tracepoint,
+                    error: format!("{e}: {e:?}"),
+                },
+            };
+            p.load(tracepoint, &btf).map_err(on_tracepoint)?;
+            p.attach().map_err(on_tracepoint)?;
+        }
+        let ring = bpf
+            .take_map("events")
+            .ok_or_else(|| Unavailable::Load("the object has no map events".into()))?;
+        let ring = RingBuf::try_from(ring).map_err(load_error)?;
+        Ok(EbpfWatcher {
+            bpf,
+            ring,
+            filter,
+            start: Instant::now(),
+            diag: Diag::open().ok(),
+            listening: HashSet::new(),
+            listening_at: None,
+            cmds: HashMap::new(),
+            window: HashMap::new(),
+            total: HashMap::new(),
+            _stats: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
+            events: 0,
+        })
+    }
+
+    /// Ports something listens on, from a sock_diag dump of listeners only, refreshed at most
+    /// once a second when an unknown port shows up.
+    fn serves(&mut self, port: u16) -> bool {
+        if self.listening.contains(&port) {
+            return true;
+        }
+        if self
+            .listening_at
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+        {
+            self.listening_at = Some(Instant::now());
+            if let Some(d) = &mut self.diag {
+                let mut rows: Vec<SocketRow> = Vec::new();
+                if d.dump(StateFlags::LISTEN, &mut rows).is_ok() {
+                    self.listening = rows.iter().map(|r| r.local.port()).collect();
+                }
+            }
+        }
+        self.listening.contains(&port)
+    }
+
+    fn cmd(&mut self, pid: u32, comm: &str) -> Option<String> {
+        let c = self
+            .cmds
+            .entry(pid)
+            .or_insert_with(|| crate::procs::cmdline_of(pid))
+            .clone();
+        c.or_else(|| (!comm.is_empty()).then(|| format!("[{comm}]")))
+    }
+
+    /// Takes one report into the tallies; returns the stall if it was one.
+    fn take(&mut self, e: &Event) -> Option<Stall> {
+        let (lport, rport) = (e.local.1, e.remote.1);
+        if self.filter.port.is_some_and(|p| p != lport && p != rport)
+            || self.filter.pid.is_some_and(|p| p != e.pid)
+        {
+            return None;
+        }
+        let at_us = self.start.elapsed().as_micros() as u64;
+        let stall = e.stall(at_us)?;
+        let serves = self.serves(lport);
+        let key = GroupKey {
+            pid: Some(e.pid),
+            uid: e.uid,
+            port: if serves { lport } else { rport },
+            serves,
+        };
+        let cmd = self.cmd(e.pid, &e.comm);
+        add_group(&mut self.window, &key, &cmd, e.cookie, &stall);
+        add_group(&mut self.total, &key, &cmd, e.cookie, &stall);
+        Some(stall)
+    }
+
+    /// Drains the kernel's reports and judges them.
+    pub fn sample(&mut self) -> io::Result<SampleStats> {
+        let mut stats = SampleStats::default();
+        let mut got = Vec::new();
+        while let Some(item) = self.ring.next() {
+            got.extend(Event::parse(&item));
+        }
+        for e in &got {
+            self.events += 1;
+            stats.watched += 1;
+            if self.take(e).is_some() {
+                stats.stalls += 1;
+            }
+        }
+        Ok(stats)
+    }
+
+    /// The rows of the window since the last call (stalling groups first); starts a new one.
+    pub fn take_window(&mut self) -> Vec<Row> {
+        group_rows(&std::mem::take(&mut self.window))
+    }
+
+    /// The rows of the whole watch, stalling groups first.
+    pub fn totals(&self) -> Vec<Row> {
+        group_rows(&self.total)
+    }
+
+    /// The kernel programs' counters so far.
+    pub fn counters(&self) -> Counters {
+        let mut c = [0u64; 5];
+        if let Some(m) = self.bpf.map("counters") {
+            if let Ok(a) = PerCpuArray::<_, u64>::try_from(m) {
+                for (i, v) in c.iter_mut().enumerate() {
+                    if let Ok(per_cpu) = a.get(&(i as u32), 0) {
+                        *v = per_cpu.iter().sum();
+                    }
+                }
+            }
+        }
+        Counters {
+            holds: c[0],
+            released: c[1],
+            sent_without_ack: c[2],
+            reported: c[3],
+            lost: c[4],
+        }
+    }
+
+    /// Time the kernel spent in the programs so far, and how many times they ran (needs the
+    /// kernel's BPF run-time statistics, turned on while this watcher lives; `None` if not).
+    pub fn kernel_cost(&self) -> Option<(Duration, u64)> {
+        self._stats.as_ref()?;
+        let mut time = Duration::ZERO;
+        let mut runs = 0;
+        for (name, _) in PROGRAMS {
+            let info: ProgramInfo = self.bpf.program(name)?.info().ok()?;
+            time += info.run_time();
+            runs += info.run_count();
+        }
+        Some((time, runs))
+    }
+
+    /// Reports received.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> Vec<u8> {
+        let mut b = vec![0u8; EVENT_SIZE];
+        b[0..8].copy_from_slice(&7u64.to_ne_bytes());
+        b[8..16].copy_from_slice(&44_000_000u64.to_ne_bytes());
+        b[24..28].copy_from_slice(&1234u32.to_ne_bytes());
+        b[36..40].copy_from_slice(&100u32.to_ne_bytes());
+        b[40..44].copy_from_slice(&65483u32.to_ne_bytes());
+        b[44..48].copy_from_slice(&20u32.to_ne_bytes());
+        b[52..54].copy_from_slice(&2u16.to_ne_bytes());
+        b[54..56].copy_from_slice(&8000u16.to_ne_bytes());
+        b[56..58].copy_from_slice(&40000u16.to_ne_bytes());
+        b[60..64].copy_from_slice(&[127, 0, 0, 1]);
+        b[76..80].copy_from_slice(&[127, 0, 0, 2]);
+        b[92..98].copy_from_slice(b"python");
+        b
+    }
+
+    #[test]
+    fn an_event_parses_and_is_judged_by_the_stall_rule() {
+        let e = Event::parse(&raw()).unwrap();
+        assert_eq!(e.cookie, 7);
+        assert_eq!(e.pid, 1234);
+        assert_eq!(e.local, (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 8000));
+        assert_eq!(e.remote, (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 40000));
+        assert_eq!(e.comm, "python");
+        let s = e.stall(5).unwrap();
+        assert_eq!(s.lost_us, 44_000 - 20);
+        assert_eq!(s.held, 100);
+        // A full segment, loss recovery, a zero window: not stalls.
+        for (held, loss, zw) in [
+            (65483, false, false),
+            (100, true, false),
+            (100, false, true),
+        ] {
+            let e = Event {
+                held,
+                loss_recovery: loss,
+                zero_window: zw,
+                ..e.clone()
+            };
+            assert!(e.stall(5).is_none(), "{e:?}");
+        }
+        assert!(Event::parse(&raw()[..EVENT_SIZE - 1]).is_none());
+        // The ACK's lateness counts from when the segment it acknowledges was sent, when that
+        // was before the held write; a short hold behind a late ACK is a stall.
+        let mut b = raw();
+        b[8..16].copy_from_slice(&25_000_000u64.to_ne_bytes());
+        b[112..120].copy_from_slice(&50_000_000u64.to_ne_bytes());
+        let e = Event::parse(&b).unwrap();
+        assert_eq!(e.stall(5).unwrap().lost_us, 50_000 - 20);
+    }
+}
