@@ -2,7 +2,8 @@
 //! cannot stall, and its write-only use as a [`Sender`] in event loops.
 //!
 //! Wrapping a socket sets `TCP_NODELAY` (the kernel never holds a byte), and the
-//! [`Coalescer`] decides when bytes leave: each flush is one `sendmsg` with all pending slices.
+//! [`Coalescer`] decides when bytes leave: each flush is one gathered send (`sendmsg`;
+//! `WSASend` on Windows) with all pending slices.
 //!
 //! **How linger is honoured here.** There is no thread: the deadline is checked on every
 //! call (write, read, flush), and an event loop that waits elsewhere sleeps no later than
