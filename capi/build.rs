@@ -1,6 +1,7 @@
 //! Generates `nagless.h` from the Rust signatures with cbindgen (into `OUT_DIR`; the test
 //! `header_is_current` compares it with the checked-in `include/nagless.h`, so the header
-//! can never drift from the code), and gives the shared library its SONAME.
+//! can never drift from the code), and gives the shared library its SONAME (ELF) or install
+//! name (macOS).
 
 fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it");
@@ -9,8 +10,10 @@ fn main() {
     println!("cargo:rerun-if-changed=cbindgen.toml");
     let config =
         cbindgen::Config::from_file(format!("{dir}/cbindgen.toml")).expect("cbindgen.toml");
+    // The one source file, parsed alone: no `cargo metadata` (which a packaged crate, an
+    // offline build or a dependency not yet published would make fail).
     cbindgen::Builder::new()
-        .with_crate(&dir)
+        .with_src(format!("{dir}/src/lib.rs"))
         .with_config(config)
         .generate()
         .expect("generate nagless.h")
@@ -23,6 +26,15 @@ fn main() {
     } else {
         format!("libnagless.so.{major}")
     };
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
+    // The header above is the same whatever the target (cbindgen reads every `cfg` branch
+    // and the differences are the C preprocessor's); the library's name inside it is not.
+    match std::env::var("CARGO_CFG_TARGET_OS").as_deref() {
+        Ok("macos" | "ios") => println!(
+            "cargo:rustc-cdylib-link-arg=-Wl,-install_name,@rpath/{}",
+            soname.replace(".so.", ".") + ".dylib"
+        ),
+        Ok("windows") => {}
+        _ => println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}"),
+    }
     println!("cargo:rustc-env=NAGLESS_SONAME={soname}");
 }

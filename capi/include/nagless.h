@@ -7,8 +7,26 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#if defined(_WIN32)
+/* A Winsock SOCKET. Errors are in WSAGetLastError(), with Winsock's codes. */
+typedef uintptr_t nagless_socket_t;
+#if defined(_MSC_VER)
+#include <BaseTsd.h>
+typedef SSIZE_T ssize_t;
+#else
+#include <sys/types.h>
+#endif
+/* Windows has no struct iovec: the one of nagless_writev, with the Unix layout. */
+struct iovec {
+  void *iov_base;
+  size_t iov_len;
+};
+#else
 #include <sys/types.h>
 #include <sys/uio.h>
+/* A socket descriptor. Errors are in errno. */
+typedef int nagless_socket_t;
+#endif
 
 /*
  Let the policy decide.
@@ -113,10 +131,11 @@ void nagless_policy_default(struct nagless_policy *policy);
 /*
  Wraps the connected socket `fd` (which the caller keeps open, and closes, itself) with
  `policy` (NULL: the defaults); sets `TCP_NODELAY` on TCP sockets. Returns NULL with errno:
- `EBADF` (not an open descriptor), `EINVAL` (a policy field out of range), or the error of
- `setsockopt`. Thread-safe.
+ `EBADF` (not an open descriptor; `WSAENOTSOCK` on Windows, for anything but an open
+ socket), `EINVAL` (a policy field out of range), or the error of `setsockopt`.
+ Thread-safe.
  */
-struct nagless *nagless_new(int fd, const struct nagless_policy *policy);
+struct nagless *nagless_new(nagless_socket_t fd, const struct nagless_policy *policy);
 
 /*
  Frees the handle: first hands the socket what it takes without waiting for space (on a

@@ -5,20 +5,63 @@
 //! owns, in C's conventions. The reference for C programmers is `capi/README.md`; the header
 //! is generated from this file by cbindgen.
 //!
-//! Conventions of every function: failure is `-1` (or `NULL`) with `errno` set; a `NULL`
-//! handle gives `EINVAL`; no Rust panic crosses the boundary (one would give `EIO`). A handle
+//! Conventions of every function: failure is `-1` (or `NULL`) with `errno` set (on Windows:
+//! the thread's last error, `WSAGetLastError()`, with Winsock's codes); a `NULL` handle gives
+//! `EINVAL` (`WSAEINVAL`); no Rust panic crosses the boundary (one would give `EIO`;
+//! `ERROR_INTERNAL_ERROR` on Windows). `nagless.h` is the same file on every OS: the socket
+//! is a `nagless_socket_t`, an `int` descriptor on Unix and a `SOCKET` on Windows. A handle
 //! must not be used by two threads at once (wrap it in your own lock if you share it); distinct
 //! handles are independent. None of these functions is async-signal-safe.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![allow(clippy::missing_safety_doc)] // each function's contract is in its C documentation
 
 use std::io::{self, IoSlice, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use libc::{c_int, c_void, iovec, size_t, ssize_t};
+use libc::{c_int, c_void, size_t, ssize_t};
+use nagless::sys::{self, AsOsSocket, Sock};
 use nagless::{FlushPolicy, NaglessStream, Urgency};
+
+pub use os::{iovec, NaglessSocket};
+use os::{EAGAIN, EBADF, EINVAL, EIO, ETIMEDOUT};
+
+/// What differs per OS: the socket's C type, `struct iovec`, and the error codes.
+#[cfg(unix)]
+mod os {
+    /// The caller's socket (`nagless_socket_t` in C): a descriptor, `int`, on Unix.
+    pub type NaglessSocket = libc::c_int;
+    pub use libc::iovec;
+    pub(crate) use libc::{EAGAIN, EBADF, EINVAL, EIO, ETIMEDOUT};
+}
+
+/// What differs per OS: the socket's C type, `struct iovec`, and the error codes.
+#[cfg(windows)]
+mod os {
+    use windows_sys::Win32::Foundation::ERROR_INTERNAL_ERROR;
+    use windows_sys::Win32::Networking::WinSock as ws;
+
+    /// The caller's socket (`nagless_socket_t` in C): a `SOCKET`, `uintptr_t`, on Windows.
+    pub type NaglessSocket = usize;
+
+    /// One buffer of `nagless_writev`: the header declares `struct iovec` on Windows, which
+    /// has none, with the layout it has on Unix.
+    #[repr(C)]
+    #[allow(non_camel_case_types)]
+    #[derive(Debug, Clone, Copy)]
+    pub struct iovec {
+        /// Start of the buffer.
+        pub iov_base: *mut libc::c_void,
+        /// Its length in bytes.
+        pub iov_len: libc::size_t,
+    }
+
+    pub(crate) const EAGAIN: i32 = ws::WSAEWOULDBLOCK;
+    pub(crate) const EBADF: i32 = ws::WSAENOTSOCK;
+    pub(crate) const EINVAL: i32 = ws::WSAEINVAL;
+    pub(crate) const EIO: i32 = ERROR_INTERNAL_ERROR as i32;
+    pub(crate) const ETIMEDOUT: i32 = ws::WSAETIMEDOUT;
+}
 
 /// Let the policy decide.
 pub const NAGLESS_NORMAL: c_int = 0;
@@ -70,26 +113,20 @@ pub struct NaglessStats {
     pub pending: u64,
 }
 
-/// A socket descriptor the caller owns: borrowed for every call, never closed here.
-struct CallerFd(RawFd);
+/// A socket the caller owns: borrowed for every call, never closed here.
+struct CallerFd(sys::RawSock);
 
-impl AsFd for CallerFd {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        // SAFETY: the caller keeps the descriptor open for the handle's life (nagless_new's
+impl AsOsSocket for CallerFd {
+    fn as_os_socket(&self) -> Sock<'_> {
+        // SAFETY: the caller keeps the socket open for the handle's life (nagless_new's
         // contract); it is only used for the duration of each call.
-        unsafe { BorrowedFd::borrow_raw(self.0) }
+        unsafe { Sock::borrow_raw(self.0) }
     }
 }
 
 impl Read for CallerFd {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is valid for `buf.len()` bytes of writes.
-        let n = unsafe { libc::read(self.0, buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        sys::read(self.as_os_socket(), buf)
     }
 }
 
@@ -98,25 +135,25 @@ pub struct Nagless {
     stream: NaglessStream<CallerFd>,
 }
 
+/// Sets `errno` (on Windows, the thread's last error, which `WSAGetLastError` reads).
 fn set_errno(e: c_int) {
-    // SAFETY: __errno_location returns this thread's errno slot, always valid.
-    unsafe { *libc::__errno_location() = e };
+    errno::set_errno(errno::Errno(e));
 }
 
 /// The errno for an error: the OS's own, or the closest one for the library's errors.
 fn errno_of(e: &io::Error) -> c_int {
     e.raw_os_error().unwrap_or(match e.kind() {
-        io::ErrorKind::WouldBlock => libc::EAGAIN,
-        io::ErrorKind::InvalidInput => libc::EINVAL,
-        io::ErrorKind::TimedOut => libc::ETIMEDOUT,
-        _ => libc::EIO,
+        io::ErrorKind::WouldBlock => EAGAIN,
+        io::ErrorKind::InvalidInput => EINVAL,
+        io::ErrorKind::TimedOut => ETIMEDOUT,
+        _ => EIO,
     })
 }
 
 /// Runs `f`; a panic becomes `failed` with `errno` = `EIO`.
 fn guard<T>(failed: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        set_errno(libc::EIO);
+        set_errno(EIO);
         failed
     })
 }
@@ -140,7 +177,7 @@ fn ret_size(r: io::Result<usize>) -> ssize_t {
 }
 
 fn einval<T>() -> io::Result<T> {
-    Err(io::Error::from_raw_os_error(libc::EINVAL))
+    Err(io::Error::from_raw_os_error(EINVAL))
 }
 
 /// The handle behind `h`, or `EINVAL`.
@@ -214,22 +251,29 @@ pub unsafe extern "C" fn nagless_policy_default(policy: *mut NaglessPolicy) {
 
 /// Wraps the connected socket `fd` (which the caller keeps open, and closes, itself) with
 /// `policy` (NULL: the defaults); sets `TCP_NODELAY` on TCP sockets. Returns NULL with errno:
-/// `EBADF` (not an open descriptor), `EINVAL` (a policy field out of range), or the error of
-/// `setsockopt`. Thread-safe.
+/// `EBADF` (not an open descriptor; `WSAENOTSOCK` on Windows, for anything but an open
+/// socket), `EINVAL` (a policy field out of range), or the error of `setsockopt`.
+/// Thread-safe.
 #[no_mangle]
-pub unsafe extern "C" fn nagless_new(fd: c_int, policy: *const NaglessPolicy) -> *mut Nagless {
+pub unsafe extern "C" fn nagless_new(
+    fd: NaglessSocket,
+    policy: *const NaglessPolicy,
+) -> *mut Nagless {
     guard(std::ptr::null_mut(), || {
         let made = (|| {
-            // SAFETY: F_GETFD only asks whether `fd` is an open descriptor.
-            if fd < 0 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
-                return Err(io::Error::from_raw_os_error(libc::EBADF));
+            #[cfg(unix)]
+            let open = fd >= 0 && sys::check_open(fd).is_ok();
+            #[cfg(windows)]
+            let open = sys::check_open(fd as sys::RawSock).is_ok();
+            if !open {
+                return Err(io::Error::from_raw_os_error(EBADF));
             }
             // SAFETY: `policy` is NULL or points to a readable nagless_policy.
             let policy = match unsafe { policy.as_ref() } {
                 None => FlushPolicy::default(),
                 Some(p) => policy_from_c(p)?,
             };
-            let stream = NaglessStream::with_policy(CallerFd(fd), policy)?;
+            let stream = NaglessStream::with_policy(CallerFd(fd as sys::RawSock), policy)?;
             Ok(Box::into_raw(Box::new(Nagless { stream })))
         })();
         made.unwrap_or_else(|e| {
@@ -413,7 +457,7 @@ pub unsafe extern "C" fn nagless_timeout_ms(h: *const Nagless) -> c_int {
     guard(-1, || {
         // SAFETY: `h` is NULL or a live handle.
         let Some(n) = (unsafe { h.as_ref() }) else {
-            set_errno(libc::EINVAL);
+            set_errno(EINVAL);
             return -1;
         };
         #[allow(clippy::disallowed_methods)] // the C layer reads the real clock
@@ -456,7 +500,7 @@ pub unsafe extern "C" fn nagless_wants_writable(h: *const Nagless) -> c_int {
     match unsafe { h.as_ref() } {
         Some(n) => c_int::from(n.stream.waiting_for_socket()),
         None => {
-            set_errno(libc::EINVAL);
+            set_errno(EINVAL);
             -1
         }
     }
@@ -476,7 +520,7 @@ pub unsafe extern "C" fn nagless_pending(h: *const Nagless) -> size_t {
 pub unsafe extern "C" fn nagless_get_stats(h: *const Nagless, out: *mut NaglessStats) -> c_int {
     // SAFETY: `h` is NULL or a live handle; `out` is NULL or writable.
     let (Some(n), Some(out)) = (unsafe { h.as_ref() }, unsafe { out.as_mut() }) else {
-        set_errno(libc::EINVAL);
+        set_errno(EINVAL);
         return -1;
     };
     let s = n.stream.stats();

@@ -1,6 +1,9 @@
 //! The C API from C: the four programs of `tests/c/`, compiled with `cc` against
 //! `include/nagless.h` and the `libnagless.so` this build made, run on 127.0.0.1.
 #![allow(clippy::disallowed_methods)]
+// cc, ldd, pkg-config and shared objects named .so: the Linux toolchain. (`tests/abi.rs`
+// calls the same functions on every OS.)
+#![cfg(target_os = "linux")]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -16,7 +16,8 @@
 //! and writes them to its transport; nagless below it queues those records and sends them
 //! together. A nagless stream wrapped *around* a TLS stream would write its queue to the
 //! socket descriptor directly (it sends with `sendmsg` on the fd), bypassing the encryption:
-//! `NaglessStream` needs `AsFd` for exactly that reason, which rustls's streams do not offer.
+//! `NaglessStream` needs the socket itself (`AsOsSocket`: `AsFd` on Unix, `AsSocket` on
+//! Windows) for exactly that reason, which rustls's streams do not offer.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

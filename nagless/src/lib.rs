@@ -14,7 +14,9 @@
 //!
 //! ## Layers
 //! - [`Coalescer`] (module `coalescer`): the sans-IO state machine, pure and deterministic.
-//! - `sys`: the thin syscall layer (`sendmsg`/`writev`, `MSG_MORE`, socket options, `TCP_INFO`).
+//! - [`sys`]: the thin syscall layer, one file per OS family (Linux; macOS and the BSDs;
+//!   Windows through Winsock): the gathered send, socket options, "input waiting", the
+//!   segment size. Its module docs have the table of what each OS uses.
 //! - [`NaglessStream`]: the std wrapper (`Read + Write`), and [`Sender`] for event loops.
 //! - `nagless::tokio_adapter::NaglessStream` (feature `tokio`): `AsyncRead + AsyncWrite`.
 //!
@@ -43,6 +45,7 @@ pub mod tokio_adapter;
 pub use crate::coalescer::{drive, Coalescer, Drive, Stats, Transmit, Transport};
 pub use crate::policy::{FlushPolicy, FlushReason, Urgency};
 pub use crate::stream::{IntoInnerError, NaglessStream, Sender};
+pub use crate::sys::AsOsSocket;
 pub use crate::tcp_info::TcpInfo;
 
 /// The README's Rust examples, compiled as doc tests so that they cannot drift from the API.

@@ -2,7 +2,8 @@
 //! cannot stall, and its write-only use as a [`Sender`] in event loops.
 //!
 //! Wrapping a socket sets `TCP_NODELAY` (the kernel never holds a byte), and the
-//! [`Coalescer`] decides when bytes leave: each flush is one `sendmsg` with all pending slices.
+//! [`Coalescer`] decides when bytes leave: each flush is one gathered send (`sendmsg`;
+//! `WSASend` on Windows) with all pending slices.
 //!
 //! **How linger is honoured here.** There is no thread: the deadline is checked on every
 //! call (write, read, flush), and an event loop that waits elsewhere sleeps no later than
@@ -11,12 +12,11 @@
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Instant;
 
 use crate::coalescer::{drive, Coalescer, Drive, Stats, Transport};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::sys;
+use crate::sys::{self, AsOsSocket, Sock};
 use crate::tcp_info::TcpInfo;
 
 /// The clock of the I/O layers (the core never reads one).
@@ -109,8 +109,8 @@ impl Clock {
     }
 }
 
-/// Sends through a socket descriptor with `sendmsg`.
-pub(crate) struct FdTransport<'a>(pub BorrowedFd<'a>);
+/// Sends through a socket with the OS's gathered send (`sendmsg`, `WSASend`).
+pub(crate) struct FdTransport<'a>(pub Sock<'a>);
 
 impl Transport for FdTransport<'_> {
     fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
@@ -118,12 +118,13 @@ impl Transport for FdTransport<'_> {
     }
 }
 
-/// Reads the socket's send MSS into the core, when the kernel tells it.
-pub(crate) fn refresh_segment(core: &mut Coalescer, fd: BorrowedFd<'_>) {
+/// Reads the socket's send MSS into the core, when the kernel tells it (Linux: `TCP_INFO`;
+/// macOS and the BSDs: `TCP_MAXSEG`; Windows: `SIO_TCP_INFO`, else `TCP_MAXSEG`).
+pub(crate) fn refresh_segment(core: &mut Coalescer, fd: Sock<'_>) {
     core.on_segment_check();
-    if let Ok(info) = TcpInfo::of(&fd) {
-        if info.snd_mss > 0 {
-            core.set_segment_size(info.snd_mss as usize);
+    if let Ok(mss) = sys::segment_size(fd) {
+        if mss > 0 {
+            core.set_segment_size(mss as usize);
         }
     }
 }
@@ -152,7 +153,7 @@ pub(crate) fn refresh_segment(core: &mut Coalescer, fd: BorrowedFd<'_>) {
 /// - **Drop** sends everything pending on a blocking socket (it blocks as `write` would);
 ///   on a non-blocking socket it sends what the socket takes at once and the rest is lost.
 ///   Errors at drop are lost. Use `close` where every byte matters.
-pub struct NaglessStream<S: AsFd> {
+pub struct NaglessStream<S: AsOsSocket> {
     /// `None` only after `into_parts` took it (then the stream is being consumed).
     inner: Option<S>,
     core: Coalescer,
@@ -219,7 +220,7 @@ impl NaglessStream<TcpStream> {
     }
 }
 
-impl<S: AsFd> NaglessStream<S> {
+impl<S: AsOsSocket> NaglessStream<S> {
     /// Wraps `inner` with the default [`FlushPolicy`]; sets `TCP_NODELAY`.
     pub fn new(inner: S) -> io::Result<Self> {
         Self::with_policy(inner, FlushPolicy::default())
@@ -227,9 +228,9 @@ impl<S: AsFd> NaglessStream<S> {
 
     /// Wraps `inner` with `policy`; sets `TCP_NODELAY` when `inner` is a TCP socket.
     pub fn with_policy(inner: S, policy: FlushPolicy) -> io::Result<Self> {
-        set_nodelay_if_tcp(inner.as_fd())?;
+        set_nodelay_if_tcp(inner.as_os_socket())?;
         let mut core = Coalescer::new(policy);
-        refresh_segment(&mut core, inner.as_fd());
+        refresh_segment(&mut core, inner.as_os_socket());
         Ok(Self {
             inner: Some(inner),
             core,
@@ -243,8 +244,8 @@ impl<S: AsFd> NaglessStream<S> {
         self.inner.as_ref().expect("stream used after into_parts")
     }
 
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.io().as_fd()
+    fn fd(&self) -> Sock<'_> {
+        self.io().as_os_socket()
     }
 
     /// The wrapped stream.
@@ -285,7 +286,7 @@ impl<S: AsFd> NaglessStream<S> {
         self.core.stats()
     }
 
-    /// A `TCP_INFO` snapshot of the socket (Linux).
+    /// A `TCP_INFO` snapshot of the socket (Linux; `ErrorKind::Unsupported` elsewhere).
     pub fn tcp_info(&self) -> io::Result<TcpInfo> {
         TcpInfo::of(&self.fd())
     }
@@ -312,7 +313,7 @@ impl<S: AsFd> NaglessStream<S> {
 
     /// Sends whatever is due now.
     fn pump(&mut self, now: Instant) -> io::Result<Drive> {
-        let fd = self.inner.as_ref().map(AsFd::as_fd);
+        let fd = self.inner.as_ref().map(AsOsSocket::as_os_socket);
         let Some(fd) = fd else { return Ok(Drive::Idle) };
         if self
             .core
@@ -500,22 +501,12 @@ impl<S: AsFd> NaglessStream<S> {
 }
 
 /// Sets `TCP_NODELAY` on TCP sockets; other descriptors (pipes, UNIX sockets) are fine as
-/// they are.
-pub(crate) fn set_nodelay_if_tcp(fd: BorrowedFd<'_>) -> io::Result<()> {
-    match sys::set_nodelay(fd, true) {
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::ENOTSOCK | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
-            ) =>
-        {
-            Ok(())
-        }
-        other => other,
-    }
+/// they are. (On macOS and the BSDs but FreeBSD, also `SO_NOSIGPIPE`: see [`sys::prepare`].)
+pub(crate) fn set_nodelay_if_tcp(fd: Sock<'_>) -> io::Result<()> {
+    sys::prepare(fd)
 }
 
-impl<S: AsFd> Write for NaglessStream<S> {
+impl<S: AsOsSocket> Write for NaglessStream<S> {
     #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_with(buf, Urgency::Normal)
@@ -586,9 +577,17 @@ pub(crate) fn queue_vectored(
     }
 }
 
+/// The socket's number, for `Debug`.
+fn raw_of(s: Sock<'_>) -> sys::RawSock {
+    #[cfg(unix)]
+    return std::os::fd::AsRawFd::as_raw_fd(&s);
+    #[cfg(windows)]
+    return std::os::windows::io::AsRawSocket::as_raw_socket(&s);
+}
+
 /// `S`'s `Read` must read the descriptor itself, as `TcpStream`, `UnixStream` and their
 /// references do: with output pending, the input check reads the descriptor directly.
-impl<S: AsFd + Read> Read for NaglessStream<S> {
+impl<S: AsOsSocket + Read> Read for NaglessStream<S> {
     /// Reads; if the read would wait, sends pending output first (before-read).
     ///
     /// With output pending, a socket is first read without waiting (`MSG_DONTWAIT`): input
@@ -612,7 +611,7 @@ impl<S: AsFd + Read> Read for NaglessStream<S> {
                 // Nothing buffered, or end of input (flush before reporting it).
                 Ok(_) => self.core.before_read(),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.core.before_read(),
-                Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK) => {
+                Err(e) if sys::is_not_socket(&e) => {
                     // Not a socket (a pipe): ask how much is buffered instead.
                     if sys::readable_bytes(self.fd()).is_none_or(|n| n == 0) {
                         self.core.before_read();
@@ -627,19 +626,35 @@ impl<S: AsFd + Read> Read for NaglessStream<S> {
     }
 }
 
-impl<S: AsFd> AsFd for NaglessStream<S> {
-    fn as_fd(&self) -> BorrowedFd<'_> {
+#[cfg(unix)]
+impl<S: AsOsSocket> std::os::fd::AsFd for NaglessStream<S> {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd()
     }
 }
 
-impl<S: AsFd> AsRawFd for NaglessStream<S> {
-    fn as_raw_fd(&self) -> RawFd {
-        self.fd().as_raw_fd()
+#[cfg(unix)]
+impl<S: AsOsSocket> std::os::fd::AsRawFd for NaglessStream<S> {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.fd())
     }
 }
 
-impl<S: AsFd> Drop for NaglessStream<S> {
+#[cfg(windows)]
+impl<S: AsOsSocket> std::os::windows::io::AsSocket for NaglessStream<S> {
+    fn as_socket(&self) -> std::os::windows::io::BorrowedSocket<'_> {
+        self.fd()
+    }
+}
+
+#[cfg(windows)]
+impl<S: AsOsSocket> std::os::windows::io::AsRawSocket for NaglessStream<S> {
+    fn as_raw_socket(&self) -> std::os::windows::io::RawSocket {
+        std::os::windows::io::AsRawSocket::as_raw_socket(&self.fd())
+    }
+}
+
+impl<S: AsOsSocket> Drop for NaglessStream<S> {
     fn drop(&mut self) {
         self.core.close();
         // Best effort (see the type's docs): an error here has nobody to go to.
@@ -647,11 +662,11 @@ impl<S: AsFd> Drop for NaglessStream<S> {
     }
 }
 
-impl<S: AsFd> std::fmt::Debug for NaglessStream<S> {
+impl<S: AsOsSocket> std::fmt::Debug for NaglessStream<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("NaglessStream");
         if let Some(io) = &self.inner {
-            d.field("fd", &io.as_fd().as_raw_fd());
+            d.field("fd", &raw_of(io.as_os_socket()));
         }
         d.field("pending", &self.core.pending())
             .field("policy", self.core.policy())

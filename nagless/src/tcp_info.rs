@@ -7,7 +7,8 @@
 //! super-packet counts as several segments).
 
 use std::io;
-use std::os::fd::AsFd;
+
+use crate::sys::AsOsSocket;
 
 /// The fields of `struct tcp_info` this project uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -105,10 +106,11 @@ impl TcpInfo {
         })
     }
 
-    /// Reads a snapshot from a TCP socket (Linux).
-    pub fn of(socket: &impl AsFd) -> io::Result<TcpInfo> {
+    /// Reads a snapshot from a TCP socket (Linux; `ErrorKind::Unsupported` on other OSes, whose
+    /// TCP statistics have other layouts).
+    pub fn of(socket: &impl AsOsSocket) -> io::Result<TcpInfo> {
         let mut buf = [0u8; 512];
-        let len = crate::sys::tcp_info_raw(socket.as_fd(), &mut buf)?;
+        let len = crate::sys::tcp_info_raw(socket.as_os_socket(), &mut buf)?;
         TcpInfo::parse(&buf[..len]).ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -27,7 +27,6 @@
 
 use std::future::Future;
 use std::io::{self, IoSlice};
-use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::task::{Context, Poll, Wake, Waker};
@@ -38,6 +37,7 @@ use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::coalescer::{drive, Coalescer, Drive, Stats, Transport};
 use crate::policy::{FlushPolicy, Urgency};
 use crate::stream::{now, queue_vectored, refresh_segment, set_nodelay_if_tcp};
+use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 
 /// Longest time the background task spends finishing the send of a stream dropped with bytes
@@ -229,7 +229,7 @@ impl NaglessStream<::tokio::net::TcpStream> {
     pub fn with_policy(stream: ::tokio::net::TcpStream, policy: FlushPolicy) -> io::Result<Self> {
         stream.set_nodelay(true)?;
         let mut core = Coalescer::new(policy);
-        refresh_segment(&mut core, stream.as_fd());
+        refresh_segment(&mut core, stream.as_os_socket());
         Self::from_parts(stream, core)
     }
 }
@@ -264,11 +264,11 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
     /// Wraps an async socket with `policy`; sets `TCP_NODELAY` if it is a TCP socket.
     pub fn from_socket(io: T, policy: FlushPolicy) -> io::Result<Self>
     where
-        T: AsFd,
+        T: AsOsSocket,
     {
-        set_nodelay_if_tcp(io.as_fd())?;
+        set_nodelay_if_tcp(io.as_os_socket())?;
         let mut core = Coalescer::new(policy);
-        refresh_segment(&mut core, io.as_fd());
+        refresh_segment(&mut core, io.as_os_socket());
         Self::from_parts(io, core)
     }
 
@@ -604,8 +604,8 @@ macro_rules! impl_async_write {
             }
         }
 
-        impl<T: AsyncWrite + Unpin + 'static + AsFd> $ty<T> {
-            /// A `TCP_INFO` snapshot of the socket (Linux).
+        impl<T: AsyncWrite + Unpin + 'static + AsOsSocket> $ty<T> {
+            /// A `TCP_INFO` snapshot of the socket (Linux; `ErrorKind::Unsupported` elsewhere).
             pub fn tcp_info(&self) -> io::Result<TcpInfo> {
                 TcpInfo::of(&lock(&self.shared).io)
             }
@@ -692,8 +692,8 @@ impl<T: AsyncWrite + Unpin + 'static> WriteHalf<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin + 'static + AsFd> ReadHalf<T> {
-    /// A `TCP_INFO` snapshot of the socket (Linux).
+impl<T: AsyncWrite + Unpin + 'static + AsOsSocket> ReadHalf<T> {
+    /// A `TCP_INFO` snapshot of the socket (Linux; `ErrorKind::Unsupported` elsewhere).
     pub fn tcp_info(&self) -> io::Result<TcpInfo> {
         TcpInfo::of(&lock(&self.shared).io)
     }

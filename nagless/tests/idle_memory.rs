@@ -4,6 +4,8 @@
 //! (10,000 connections take 20,000 descriptors: the test raises its open-file limit, which
 //! root may do; where it cannot, it uses as many connections as the limit allows and says so.)
 #![allow(clippy::disallowed_methods)]
+// The open-file limit is raised with getrlimit/setrlimit: Unix only.
+#![cfg(unix)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};

@@ -5,11 +5,14 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::thread;
 use std::time::Duration;
 
-use nagless::{FlushPolicy, NaglessStream, Urgency};
+#[cfg(unix)]
+use nagless::Urgency;
+use nagless::{FlushPolicy, NaglessStream};
 
 /// A connected pair on 127.0.0.1.
 fn tcp_pair() -> (TcpStream, TcpStream) {
@@ -126,6 +129,7 @@ fn one_huge_write_queues_at_most_the_high_water_mark() {
     check_pattern(&got);
 }
 
+#[cfg(unix)] // a UNIX socket pair
 #[test]
 fn a_send_error_does_not_hide_input_that_already_arrived() {
     // The peer answers (think: "413 Payload Too Large") and closes without reading: our
@@ -146,6 +150,7 @@ fn a_send_error_does_not_hide_input_that_already_arrived() {
     assert_eq!(e.kind(), io::ErrorKind::BrokenPipe, "{e:?}");
 }
 
+#[cfg(unix)] // a UNIX socket pair
 #[test]
 fn before_read_flushes_even_when_the_peer_already_sent_eof() {
     // recv without waiting sees EOF: the queued bytes must still leave before read says 0.
@@ -165,6 +170,7 @@ fn before_read_flushes_even_when_the_peer_already_sent_eof() {
     assert_eq!(got, b"last words");
 }
 
+#[cfg(unix)] // a UNIX socket pair
 #[test]
 fn reads_that_find_input_still_honour_the_linger_deadline() {
     // A program that mostly reads (input always waiting) must not hold its output past the

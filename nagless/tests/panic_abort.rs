@@ -2,7 +2,8 @@
 //! time driver and a `LocalSet` cannot turn them into errors: the program must then stop at
 //! the constructor, with tokio's message, not later inside a background task. Builds a small
 //! program (`tests/programs/panic_abort.rs`) with `panic = "abort"` and runs it.
-#![cfg(feature = "tokio")]
+// Builds and runs a program with cargo: on the host OS only, not under an emulator.
+#![cfg(all(feature = "tokio", unix))]
 
 use std::path::Path;
 use std::process::Command;

@@ -3,6 +3,8 @@
 //! process or task of this test on 127.0.0.1, stopped by the test. Segment counts come from
 //! the kernel (`TCP_INFO`), with margins for a descheduled thread.
 #![allow(clippy::disallowed_methods)]
+// Segments are counted with Linux's TCP_INFO.
+#![cfg(target_os = "linux")]
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -6,11 +6,19 @@
 use std::time::{Duration, Instant};
 
 use nagless::tokio_adapter::NaglessStream;
-use nagless::{FlushPolicy, TcpInfo};
+use nagless::FlushPolicy;
+#[cfg(target_os = "linux")]
+use nagless::TcpInfo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const ROUNDS: usize = 50;
+
+/// The longest round that counts as "no stall". A stall waits for the peer's delayed ACK: at
+/// least 40 ms (Linux's minimum; Windows and the BSDs wait 100-200 ms). Windows programs run
+/// by CI under Wine, whose socket calls pass through more layers and threads, get more room,
+/// still below the shortest stall.
+const NO_STALL: Duration = Duration::from_millis(if cfg!(windows) { 30 } else { 10 });
 
 async fn reply_server(rounds: usize) -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -49,6 +57,7 @@ async fn plain_tokio_stream_stalls() {
 async fn nagless_tokio_stream_never_stalls() {
     let (addr, server) = reply_server(ROUNDS).await;
     let tcp = TcpStream::connect(addr).await.unwrap();
+    #[cfg(target_os = "linux")]
     let before = TcpInfo::of(&tcp).unwrap().data_segs_out.unwrap();
     let mut c = NaglessStream::new(tcp).unwrap();
     let mut reply = [0u8; 100];
@@ -61,13 +70,21 @@ async fn nagless_tokio_stream_never_stalls() {
         worst = worst.max(t.elapsed());
     }
     server.await.unwrap();
+    #[cfg(target_os = "linux")]
     let segs = c.tcp_info().unwrap().data_segs_out.unwrap() - before;
-    assert!(worst < Duration::from_millis(10), "worst round {worst:?}");
+    assert!(worst < NO_STALL, "worst round {worst:?}");
     // One segment per request; a round where the task was descheduled for longer than the
     // linger bound between its two writes legitimately sends the first one alone.
     let lingered = c.stats().flushes_for(nagless::FlushReason::Linger) as usize;
     assert!(lingered <= 2, "{lingered} linger flushes");
+    #[cfg(target_os = "linux")]
     assert_eq!(segs as usize, ROUNDS + lingered);
+    // One gathered send per request, two where a linger release sent the first write alone.
+    let st = c.stats();
+    assert!(
+        (ROUNDS..=ROUNDS + lingered).contains(&(st.flushes as usize)),
+        "{st:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,7 +106,7 @@ async fn split_halves_keep_before_read() {
         worst = worst.max(t.elapsed());
     }
     server.await.unwrap();
-    assert!(worst < Duration::from_millis(10), "worst round {worst:?}");
+    assert!(worst < NO_STALL, "worst round {worst:?}");
     let st = wr.stats();
     assert_eq!(
         st.segment_checks, 1,

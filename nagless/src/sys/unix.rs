@@ -1,15 +1,12 @@
-//! The thin syscall layer: the only module of this crate with `unsafe` code.
-//!
-//! One helper turns `-1` + errno into `io::Error` (errno intact), one loop retries `EINTR`.
-//! Linux-only options (`TCP_CORK`, `TCP_QUICKACK`, `TCP_INFO`, `MSG_MORE`) return
-//! `ErrorKind::Unsupported` elsewhere, so the crate still compiles on other Unix systems.
-#![allow(unsafe_code)]
+//! What every Unix shares (Linux, macOS, the BSDs): descriptors, `sendmsg`/`writev`,
+//! `poll`, `FIONREAD`, `MSG_DONTWAIT`. One helper turns `-1` + errno into `io::Error` (errno
+//! intact), one loop retries `EINTR`. The OS-specific options live in `linux.rs` and `bsd.rs`.
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// Converts a C return value: negative means "see errno".
-fn cvt(ret: libc::c_long) -> io::Result<usize> {
+pub(super) fn cvt(ret: libc::c_long) -> io::Result<usize> {
     if ret < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -18,7 +15,7 @@ fn cvt(ret: libc::c_long) -> io::Result<usize> {
 }
 
 /// Runs `f` until it fails with something other than `EINTR`.
-fn retry_eintr(mut f: impl FnMut() -> libc::c_long) -> io::Result<usize> {
+pub(super) fn retry_eintr(mut f: impl FnMut() -> libc::c_long) -> io::Result<usize> {
     loop {
         match cvt(f()) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -27,20 +24,24 @@ fn retry_eintr(mut f: impl FnMut() -> libc::c_long) -> io::Result<usize> {
     }
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
+/// No `SIGPIPE` on a closed peer: `MSG_NOSIGNAL` on Linux and FreeBSD; macOS and the other
+/// BSDs use the socket option `SO_NOSIGPIPE` instead (set by [`prepare`]).
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "freebsd"))]
 const NOSIGNAL: libc::c_int = libc::MSG_NOSIGNAL;
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
 const NOSIGNAL: libc::c_int = 0;
 
+/// `MSG_MORE` exists on Linux only; elsewhere "more follows" is not passed to the kernel.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 const MORE: libc::c_int = libc::MSG_MORE;
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const MORE: libc::c_int = 0;
 
-/// One gathering send: `sendmsg` with `MSG_NOSIGNAL` (and `MSG_MORE` when `more`); a
-/// descriptor that is not a socket falls back to `writev`. Retries `EINTR`.
+/// One gathering send: `sendmsg` with `MSG_NOSIGNAL` (and, on Linux, `MSG_MORE` when `more`);
+/// a descriptor that is not a socket falls back to `writev`. At most 1024 slices (`IOV_MAX`)
+/// per call. Retries `EINTR`.
 pub fn send_vectored(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
-    let iovcnt = bufs.len().min(1024);
+    let iovcnt = bufs.len().min(super::MAX_SLICES);
     let flags = NOSIGNAL | if more { MORE } else { 0 };
     let res = retry_eintr(|| {
         // SAFETY: an all-zero msghdr is valid (no name, no control data).
@@ -67,7 +68,7 @@ pub fn send_vectored(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>], more: bool) -> io
     }
 }
 
-fn setsockopt_int(
+pub(super) fn setsockopt_int(
     fd: BorrowedFd<'_>,
     level: libc::c_int,
     name: libc::c_int,
@@ -86,7 +87,11 @@ fn setsockopt_int(
     cvt(ret as libc::c_long).map(drop)
 }
 
-fn getsockopt_int(fd: BorrowedFd<'_>, level: libc::c_int, name: libc::c_int) -> io::Result<i32> {
+pub(super) fn getsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<i32> {
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `value` and `len` are valid for writes and `len` holds value's size.
@@ -118,76 +123,55 @@ pub fn set_maxseg(fd: BorrowedFd<'_>, mss: u32) -> io::Result<()> {
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss as libc::c_int)
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
-mod linux {
-    use super::*;
+/// Reads `TCP_MAXSEG`: the connection's maximum segment size.
+#[allow(dead_code)] // Linux reads the send MSS from TCP_INFO instead
+pub(crate) fn maxseg(fd: BorrowedFd<'_>) -> io::Result<u32> {
+    getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG).map(|v| v.max(0) as u32)
+}
 
-    /// Sets or clears `TCP_CORK`: partial segments are held until uncorked.
-    pub fn set_cork(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-        setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on as libc::c_int)
+/// Readies a socket for the library: sets `TCP_NODELAY` on TCP sockets (other descriptors,
+/// such as pipes and UNIX sockets, are fine as they are) and, on macOS and the BSDs other than
+/// FreeBSD, `SO_NOSIGPIPE` (their `sendmsg` has no `MSG_NOSIGNAL`).
+pub fn prepare(fd: BorrowedFd<'_>) -> io::Result<()> {
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "freebsd")))]
+    match setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_NOSIGPIPE, 1) {
+        Err(e) if !not_tcp(&e) => return Err(e),
+        _ => {}
     }
-
-    /// Sets `TCP_QUICKACK`. The kernel clears it again after the next prompt reply: re-arm
-    /// it after every read to keep ACKs immediate.
-    pub fn set_quickack(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-        setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, on as libc::c_int)
-    }
-
-    /// Sets `TCP_NOTSENT_LOWAT`: caps unsent bytes the kernel accepts.
-    pub fn set_notsent_lowat(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
-        setsockopt_int(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            bytes.min(i32::MAX as u32) as libc::c_int,
-        )
-    }
-
-    pub fn tcp_info_raw(fd: BorrowedFd<'_>, buf: &mut [u8; 512]) -> io::Result<usize> {
-        let mut len = buf.len() as libc::socklen_t;
-        // SAFETY: `buf` is valid for `len` bytes of writes; the kernel writes at most `len`
-        // and stores the length it wrote back into `len`.
-        let ret = unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::IPPROTO_TCP,
-                libc::TCP_INFO,
-                buf.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        cvt(ret as libc::c_long).map(|_| (len as usize).min(buf.len()))
+    match set_nodelay(fd, true) {
+        Err(e) if not_tcp(&e) => Ok(()),
+        other => other,
     }
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-mod linux {
-    use super::*;
-
-    fn unsupported<T>() -> io::Result<T> {
-        Err(io::Error::new(
-            io::ErrorKind::Unsupported,
-            "Linux-only socket option",
-        ))
-    }
-    pub fn set_cork(_: BorrowedFd<'_>, _: bool) -> io::Result<()> {
-        unsupported()
-    }
-    pub fn set_quickack(_: BorrowedFd<'_>, _: bool) -> io::Result<()> {
-        unsupported()
-    }
-    pub fn set_notsent_lowat(_: BorrowedFd<'_>, _: u32) -> io::Result<()> {
-        unsupported()
-    }
-    pub fn tcp_info_raw(_: BorrowedFd<'_>, _: &mut [u8; 512]) -> io::Result<usize> {
-        unsupported()
-    }
+/// True for the errors of a descriptor that is not a TCP socket.
+fn not_tcp(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTSOCK | libc::EOPNOTSUPP | libc::ENOPROTOOPT)
+    )
 }
 
-pub use linux::{set_cork, set_notsent_lowat, set_quickack};
+/// True for the error of a socket call on a descriptor that is not a socket (`ENOTSOCK`).
+pub fn is_not_socket(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ENOTSOCK)
+}
 
-/// Reads the raw `struct tcp_info` into `buf`; returns the length the kernel filled.
-pub(crate) use linux::tcp_info_raw;
+/// `read(2)`: waits for input like the descriptor's own `read`. Retries `EINTR`.
+pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    retry_eintr(|| {
+        // SAFETY: `buf` is valid for `buf.len()` bytes of writes; fd is borrowed for the call.
+        unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) as libc::c_long }
+    })
+}
+
+/// Whether `fd` is an open descriptor (`EBADF` if not).
+pub fn check_open(fd: super::RawSock) -> io::Result<()> {
+    // SAFETY: F_GETFD only reads the flags of the descriptor number; a closed or invalid
+    // number gives EBADF, nothing else.
+    let ret = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    cvt(ret as libc::c_long).map(drop)
+}
 
 /// `shutdown(2)` on a socket descriptor.
 pub fn shutdown(fd: BorrowedFd<'_>, how: std::net::Shutdown) -> io::Result<()> {
@@ -237,51 +221,4 @@ pub fn wait_writable(fd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -
     // SAFETY: `p` is one valid pollfd for the duration of the call.
     let n = retry_eintr(|| unsafe { libc::poll(&mut p, 1, ms) as libc::c_long })?;
     Ok(n > 0)
-}
-
-/// A cheap cycle counter that never runs slower than one tick per nanosecond, for the stream's
-/// "has a deadline possibly passed?" test: x86-64's invariant TSC (~7 ns to read, against
-/// ~20 ns for the system clock), when CPUID says the TSC is invariant (it runs at a constant
-/// rate in every power state); `None` where no such counter is known. The CPUID answer is
-/// asked once per process; the caller keeps reading the counter with [`ticks_now`].
-pub fn fast_ticks() -> Option<u64> {
-    static INVARIANT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    if *INVARIANT.get_or_init(invariant_tsc) {
-        ticks_now()
-    } else {
-        None
-    }
-}
-
-/// Whether CPUID reports an invariant TSC (leaf 0x8000_0007, EDX bit 8).
-fn invariant_tsc() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::__cpuid;
-        // SAFETY: CPUID exists on every x86-64 processor and has no preconditions (the
-        // intrinsic is an `unsafe fn` before Rust 1.94, safe after). Leaf 0x8000_0000 gives
-        // the highest extended leaf; 0x8000_0007 is asked only when it is within that range.
-        #[allow(unused_unsafe)]
-        unsafe {
-            __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// The counter of [`fast_ticks`] read again, for a caller that already got `Some` from it.
-#[inline]
-pub fn ticks_now() -> Option<u64> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // SAFETY: RDTSC has no preconditions on x86-64; it only reads the time-stamp counter.
-        Some(unsafe { core::arch::x86_64::_rdtsc() })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        None
-    }
 }
