@@ -62,7 +62,7 @@ fn write_write_read_leaves_as_one_send_and_never_stalls() {
     });
     let h = unsafe { nagless_new(raw(&client), ptr::null()) };
     assert!(!h.is_null(), "nagless_new: {}", last_error());
-    let mut worst = Duration::ZERO;
+    let mut times = Vec::with_capacity(ROUNDS);
     let mut reply = [0u8; 100];
     for _ in 0..ROUNDS {
         let t = Instant::now();
@@ -80,16 +80,21 @@ fn write_write_read_leaves_as_one_send_and_never_stalls() {
             assert!(n > 0, "nagless_read: {n}, error {}", last_error());
             got += n as usize;
         }
-        worst = worst.max(t.elapsed());
+        times.push(t.elapsed());
     }
     let mut st = NaglessStats::default();
     assert_eq!(unsafe { nagless_get_stats(h, &mut st) }, 0);
     assert_eq!(unsafe { nagless_free(h) }, 0);
     let whole = echo.join().unwrap();
-    // A delayed ACK is at least 40 ms (Linux; 200 ms on Windows): no round comes near it
-    // (Windows, run under Wine in CI, gets more room for Wine's extra layers).
-    let no_stall = Duration::from_millis(if cfg!(windows) { 30 } else { 10 });
-    assert!(worst < no_stall, "worst round {worst:?}");
+    // A delayed ACK is at least 40 ms (Linux; 200 ms on Windows): a stall would hold most
+    // rounds that long, a busy machine (or Wine's extra layers) only a few.
+    let stall = Duration::from_millis(40);
+    times.sort();
+    let slow = times.iter().filter(|d| **d >= stall).count();
+    assert!(
+        times[ROUNDS / 2] < stall / 2 && slow <= 2,
+        "rounds: {times:?}"
+    );
     assert_eq!(st.bytes_sent, (ROUNDS * 200) as u64);
     // One send per request; a round descheduled past the 500 µs linger bound between its two
     // writes legitimately sends the first alone.

@@ -20,11 +20,8 @@ use nagless::{AsOsSocket, FlushPolicy, NaglessStream, Urgency};
 
 const ROUNDS: usize = 50;
 
-/// The longest round that counts as "no stall". A stall waits for the peer's delayed ACK: at
-/// least 40 ms (Linux's minimum; Windows and the BSDs wait 100-200 ms). Windows programs run
-/// by CI under Wine, whose socket calls pass through more layers and threads, get more room,
-/// still below the shortest stall.
-const NO_STALL: Duration = Duration::from_millis(if cfg!(windows) { 30 } else { 10 });
+#[path = "support/rounds.rs"]
+mod rounds;
 
 /// A server that answers every 200-byte request with one 100-byte write, `rounds` times.
 fn reply_server(rounds: usize) -> (std::net::SocketAddr, thread::JoinHandle<()>) {
@@ -90,8 +87,7 @@ fn nagless_stream_never_stalls_and_sends_one_segment_per_request() {
     #[cfg(target_os = "linux")]
     let segs = data_segs_out(client.get_ref()) - before;
     server.join().unwrap();
-    let worst = times.iter().max().unwrap();
-    assert!(*worst < NO_STALL, "worst round {worst:?}");
+    rounds::assert_no_stall(&times);
     let st = client.stats();
     // One segment per request; a round where the thread was descheduled for longer than the
     // linger bound between its two writes legitimately sends the first one alone.

@@ -1,0 +1,24 @@
+//! Judges write-write-read rounds for a Nagle/delayed-ACK stall, robustly on a busy machine.
+
+use std::time::Duration;
+
+/// The shortest stall: a write held by Nagle waits for the peer's delayed ACK, at least
+/// 40 ms (Linux's minimum; Windows and the BSDs wait 100-200 ms).
+pub const STALL: Duration = Duration::from_millis(40);
+
+/// Asserts that the rounds did not stall. Every round repeats the same exchange, so a stall
+/// the library failed to prevent holds most of them; a busy machine (or Wine's slower socket
+/// calls) delays a few. The median round must be well below a stall, and at most two rounds
+/// may take as long as one.
+pub fn assert_no_stall(times: &[Duration]) {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let median = sorted[sorted.len() / 2];
+    let slow = times.iter().filter(|d| **d >= STALL).count();
+    assert!(median < STALL / 2, "median round {median:?}: {times:?}");
+    assert!(
+        slow <= 2,
+        "{slow} of {} rounds took as long as a stall: {times:?}",
+        times.len()
+    );
+}
