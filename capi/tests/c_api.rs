@@ -9,6 +9,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+// `exclusive()`, held by each test while it runs: the C programs time real exchanges and
+// must not share the two CPUs with each other when `cargo test` runs them in parallel.
+use nagless_test_support::exclusive;
+
 /// A directory laid out as an installed library: `libnagless.so` and its SONAME
 /// (`libnagless.so.0.<minor>`) as links to the library this build made
 /// (`target/<profile>/deps/libnagless_capi.so`: a test build does not copy it up).
@@ -70,16 +74,6 @@ fn run(name: &str) -> HashMap<String, f64> {
         .filter_map(|w| w.split_once('='))
         .filter_map(|(k, v)| v.parse().ok().map(|v| (k.to_string(), v)))
         .collect()
-}
-
-/// Held by each test while it runs: the C programs time real exchanges and must not share
-/// the two CPUs with each other when `cargo test` runs them in parallel.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The command line: exit statuses, messages, and the JSON schema of `nagless lab`.
 
-mod common;
+use nagless_test_support as common;
 
 use std::process::{Command, Output};
 

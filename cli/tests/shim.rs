@@ -3,9 +3,15 @@
 //! every program started here is stopped here, by its PID.
 #![allow(clippy::disallowed_methods)] // tests measure real time
 
-mod common;
+use nagless_test_support as common;
 
-use common::{have_tool, http_server_args, start_tcpdump, tool_path, Started};
+// `exclusive()`, held by each test while it runs: these tests time real programs and count
+// their segments, and must not share the two CPUs with each other when `cargo test` runs
+// them in parallel (`./scripts/test` runs one at a time anyway).
+use common::{
+    exclusive, free_port, have_tool, http_server_args, start_tcpdump, tool_path, wait_for_port,
+    Started,
+};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -112,17 +118,6 @@ fn run_wwr(rounds: u32, mode: Option<&str>) -> (HashMap<String, i64>, String) {
     assert!(status.success());
     let out = String::from_utf8_lossy(&stdout).into_owned();
     (fields(&out), String::from_utf8_lossy(&stderr).into_owned())
-}
-
-/// Held by each test while it runs: these tests time real programs and count their
-/// segments, and must not share the two CPUs with each other when `cargo test` runs them in
-/// parallel (`./scripts/test` runs one at a time anyway).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[test]
@@ -287,26 +282,6 @@ fn epoll_echo_server_under_the_shim_loses_and_reorders_nothing() {
         total += sent;
     }
     eprintln!("echoed {total} bytes over 100 connections in 10 s");
-}
-
-/// A free port on 127.0.0.1 (bound, read and released; the server binds it right after).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_for_port(port: u16) {
-    let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "server never listened"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// `python3 -m http.server --protocol HTTP/1.1` (headers and body as two writes) under wrk:

@@ -6,8 +6,6 @@
 //! outside CI, a failure under CI.
 #![allow(clippy::disallowed_methods)] // tests measure real time
 
-mod common;
-
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -15,17 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{have_tool, http_server_args, root_or_skip, skip, start_tcpdump, Started};
+use nagless_test_support::{
+    free_port, have_tool, http_server_args, root_or_skip, skip, start_tcpdump, Started,
+};
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `python3 -m http.server` serving `dir` on `port`, optionally under `nagless run`.
 fn http_server(dir: &Path, port: u16, shimmed: bool) -> Started {

@@ -3,9 +3,7 @@
 //! found where the kernel made them and nowhere else.
 #![allow(clippy::disallowed_methods)] // tests measure real time
 
-mod common;
-
-use common::{have_tool, Tcpdump};
+use nagless_test_support::{have_tool, Tcpdump};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};

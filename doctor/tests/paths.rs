@@ -9,22 +9,22 @@
 //! with a note outside CI, a failure under CI.
 #![allow(clippy::disallowed_methods)] // tests measure real time
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{have_tool, Tcpdump};
 use nagless_doctor::{Diagnosis, FlowReport};
 use nagless_netpath::{EmulatedPath, PathError, PathSpec};
+use nagless_test_support::{have_tool, skip, Tcpdump};
 
 fn path(spec: PathSpec) -> Option<EmulatedPath> {
     match EmulatedPath::new(&spec) {
         Ok(p) => Some(p),
-        Err(PathError::NotPermitted(e)) if std::env::var_os("CI").is_none() => {
-            eprintln!("skipped: an emulated path needs root or CAP_NET_ADMIN ({e})");
+        Err(PathError::NotPermitted(e)) => {
+            skip(&format!(
+                "an emulated path needs root or CAP_NET_ADMIN ({e})"
+            ));
             None
         }
         Err(e) => panic!("emulated path: {e}"),

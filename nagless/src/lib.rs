@@ -52,3 +52,8 @@ pub use crate::tcp_info::TcpInfo;
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The Rust examples of `docs/library.md`, compiled as doc tests too.
+#[doc = include_str!("../../docs/library.md")]
+#[cfg(doctest)]
+pub struct LibraryDocDoctests;

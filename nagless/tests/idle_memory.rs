@@ -12,6 +12,10 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicIsize, Ordering::Relaxed};
 
+// `exclusive()`: the two tests take turns: each needs most of the open-file limit, and the
+// heap counter is shared.
+use nagless_test_support::exclusive;
+
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -40,9 +44,6 @@ static ALLOC: Counting = Counting;
 
 const WANTED: usize = 10_000;
 
-/// The two tests take turns: each needs most of the open-file limit, and the heap counter is
-/// shared.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const LIMIT: isize = 1024;
 
 /// How many idle connections this process can hold (two descriptors each): [`WANTED`] after
@@ -95,7 +96,7 @@ fn pairs(n: usize) -> Vec<(TcpStream, TcpStream)> {
 
 #[test]
 fn an_idle_std_stream_holds_at_most_1_kib() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = exclusive();
     let n = connections();
     let socks = pairs(n);
     let before = LIVE.load(Relaxed);
@@ -126,7 +127,7 @@ fn an_idle_tokio_stream_holds_at_most_1_kib_more_than_a_plain_one() {
         .enable_all()
         .build()
         .unwrap();
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = exclusive();
     let n = connections();
     rt.block_on(async {
         use tokio::io::AsyncWriteExt;

@@ -9,23 +9,16 @@ use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use nagless_netpath::{EmulatedPath, PathError, PathSpec};
-
-/// Held by each test while it measures: the tests time real packets and must not share the
-/// two CPUs with each other when `cargo test` runs them in parallel.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn exclusive() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+// `exclusive()`: the tests time real packets and must not share the two CPUs with each
+// other when `cargo test` runs them in parallel.
+use nagless_test_support::{exclusive, skip};
 
 /// A path, or `None` (with a note) when this user may not make one outside CI.
 fn path(spec: PathSpec) -> Option<EmulatedPath> {
     match EmulatedPath::new(&spec) {
         Ok(p) => Some(p),
-        Err(PathError::NotPermitted(e)) if std::env::var_os("CI").is_none() => {
-            eprintln!("skipped: {e}");
+        Err(PathError::NotPermitted(e)) => {
+            skip(&e.to_string());
             None
         }
         Err(e) => panic!("{e}"),

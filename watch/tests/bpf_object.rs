@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+// `skip()`: a tool the rebuild needs is missing: a note, or under CI a failure.
+use nagless_test_support::skip;
+
 fn bpf_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("bpf")
 }
@@ -15,12 +18,6 @@ fn stamp(key: &str) -> String {
     text.lines()
         .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
         .unwrap_or_else(|| panic!("no {key} in holds.bpf.o.stamp: {text}"))
-}
-
-/// A tool the rebuild needs is missing: a note, or under CI a failure.
-fn skip(why: &str) {
-    assert!(std::env::var_os("CI").is_none(), "under CI: {why}");
-    eprintln!("skipped: {why}");
 }
 
 #[test]

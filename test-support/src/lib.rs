@@ -1,0 +1,222 @@
+//! What the workspace's integration tests share: finding the system tools they drive,
+//! skipping (or, under CI, failing) when a tool or root is missing, child processes stopped
+//! by their PID, tcpdump started and stopped, free loopback ports, and a lock that runs a
+//! test binary's timing-sensitive tests one at a time.
+//!
+//! **Skip or fail.** `./scripts/test` (and so CI) installs every tool the tests drive and
+//! runs them as root. A plain `cargo test` on a machine without a tool, or without root,
+//! skips the test that needs it with a note on stderr; with `CI` set in the environment
+//! the same test fails instead, so a missing tool is never a silent skip there.
+//!
+//! Dev-only (`publish = false`): used as a `[dev-dependencies]` entry by the crates whose
+//! tests need it.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::Receiver;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// A test cannot run here, for `why`: a note outside CI; under `CI` a failure, never a
+/// silent skip.
+pub fn skip(why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "under CI: {why}");
+    eprintln!("skipped: {why}");
+}
+
+/// Where the system tool `name` is: on PATH, or in /usr/sbin (nginx) for users without it.
+pub fn tool_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Whether the system tool `name` is installed. `./scripts/test` (and so CI) installs it; a
+/// plain `cargo test` on a machine without it skips the test with a note, except under CI
+/// (`CI` set), where a missing tool is a failure, never a silent skip.
+pub fn have_tool(name: &str) -> bool {
+    let found = tool_path(name).is_some();
+    if !found {
+        skip(&format!(
+            "{name} is not installed (Debian package {name}; ./scripts/test installs it)"
+        ));
+    }
+    found
+}
+
+/// Whether this process runs as root (effective user ID 0).
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Whether this process runs as root (capturing with tcpdump, making network namespaces).
+/// Outside CI a test that needs it skips with a note naming `what`; under `CI` it must run.
+pub fn root_or_skip(what: &str) -> bool {
+    let root = is_root();
+    if !root {
+        skip(&format!("needs root ({what}); CI runs the tests as root"));
+    }
+    root
+}
+
+/// Held by a test while it runs, through [`exclusive`].
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Takes this test binary's one-at-a-time lock: tests that time real exchanges, count
+/// segments or need most of a shared limit hold it so that `cargo test`, which runs a
+/// binary's tests in parallel, does not make them share the two CPUs (or the limit). A test
+/// that panicked while holding it does not poison it for the rest.
+pub fn exclusive() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A free port on 127.0.0.1 (bound, read and released; the server binds it right after).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind 127.0.0.1:0")
+        .local_addr()
+        .expect("local address of a bound listener")
+        .port()
+}
+
+/// Waits until something accepts connections on 127.0.0.1:`port`; panics after 10 s.
+pub fn wait_for_port(port: u16) {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "server never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A child process this test started, stopped (by its PID) when dropped.
+pub struct Started(pub Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends SIGINT to the child by its PID (tcpdump then writes out its last packets and prints
+/// its counts) and waits for it to exit.
+pub fn interrupt(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// Starts tcpdump with `args` and waits until it captures ("listening on"). The rest of its
+/// stderr is read by a thread and comes through the receiver once tcpdump exits (its closing
+/// counts). `Err` with what it printed if it never captured (it is stopped then).
+pub fn start_tcpdump<S: AsRef<OsStr>>(args: &[S]) -> Result<(Started, Receiver<String>), String> {
+    let tcpdump = tool_path("tcpdump").ok_or("tcpdump is not installed")?;
+    start_capture(Command::new(tcpdump).args(args))
+}
+
+/// Starts `cmd` (tcpdump, or a command that execs it, such as `ip netns exec NS tcpdump`,
+/// so that the PID is tcpdump's) and waits until it captures, as [`start_tcpdump`] does.
+pub fn start_capture(cmd: &mut Command) -> Result<(Started, Receiver<String>), String> {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut err = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let child = Started(child);
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            return Err(seen);
+        }
+        seen.push_str(&line);
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    let (tx, rest) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = err.read_to_string(&mut text);
+        let _ = tx.send(text);
+    });
+    Ok((child, rest))
+}
+
+/// A tcpdump started by this test writing a capture file, stopped by its PID.
+pub struct Tcpdump {
+    tcpdump: Started,
+    file: PathBuf,
+}
+
+impl Tcpdump {
+    /// Captures `tcp port PORT` here into a temporary file named after `name`.
+    pub fn start(name: &str, port: u16, extra: &[&str]) -> Tcpdump {
+        Tcpdump::start_in(None, name, &format!("tcp port {port}"), extra)
+    }
+
+    /// Starts tcpdump in network namespace `netns` (or here) with filter `filter` and the
+    /// arguments `extra`, headers only (128 bytes a packet), each packet written at once; it
+    /// captures when this returns. Panics if it cannot start.
+    pub fn start_in(netns: Option<&str>, name: &str, filter: &str, extra: &[&str]) -> Tcpdump {
+        let file =
+            std::env::temp_dir().join(format!("nagless-doctor-{}-{name}.pcap", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let tcpdump = tool_path("tcpdump")
+            .expect("tcpdump (Debian package tcpdump; scripts/test installs it)");
+        let mut cmd = match netns {
+            // `ip netns exec` execs tcpdump: the PID is tcpdump's.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(tcpdump);
+                c
+            }
+            None => Command::new(tcpdump),
+        };
+        cmd.args(extra)
+            .args(["-s", "128", "-U", "--immediate-mode", "-Z", "root", "-w"])
+            .arg(&file)
+            .arg(filter);
+        let (tcpdump, _rest) = start_capture(&mut cmd)
+            .unwrap_or_else(|said| panic!("tcpdump did not start (are we root?): {said}"));
+        Tcpdump { tcpdump, file }
+    }
+
+    /// Stops the capture and returns the file's bytes.
+    pub fn finish(mut self) -> Vec<u8> {
+        std::thread::sleep(Duration::from_millis(200));
+        interrupt(&mut self.tcpdump.0);
+        let bytes = std::fs::read(&self.file).expect("the capture file");
+        let _ = std::fs::remove_file(&self.file);
+        bytes
+    }
+}
+
+/// Adds the arguments that make `python3` serve its working directory over HTTP/1.1 on
+/// 127.0.0.1:`port` (`python3 -m http.server`: headers and body as two writes).
+pub fn http_server_args(cmd: &mut Command, port: u16) -> &mut Command {
+    cmd.args([
+        "-m",
+        "http.server",
+        "--protocol",
+        "HTTP/1.1",
+        "--bind",
+        "127.0.0.1",
+    ])
+    .arg(port.to_string())
+}
