@@ -164,7 +164,7 @@ macro_rules! forward {
 /// Makes the write `f` on `fd` between the policy's two steps (a send with `MSG_MORE`
 /// means the program packs its own bursts). `f` gets the flags the shim adds to the call:
 /// `MSG_MORE` when the policy holds the burst by that flag (see
-/// [`Shim::before_write`](crate::state::Shim::before_write)), else 0; `carries_more` says
+/// [`Shim::before_write`](nagless_shim_policy::Shim::before_write)), else 0; `carries_more` says
 /// whether `f` can add them (`sendfile` and `splice` cannot).
 fn writing<R: Copy + Default + PartialOrd>(
     fd: c_int,

@@ -1,6 +1,10 @@
-//! The shim's burst policy, in safe code with no libc: which descriptor is held, by whom, and
-//! when it is released. The libc layer (`interpose`) calls it from its hooks and hands it a
-//! [`Kernel`] for the few socket calls it makes, so the policy is unit-tested with a fake.
+//! # nagless-shim-policy
+//!
+//! The burst policy of nagless's LD_PRELOAD shim (`nagless-preload`), in safe code with no
+//! libc and no clock: which descriptor is held, by whom, and when it is released. The shim's
+//! libc layer calls it from its hooks and hands it a [`Kernel`] for the few socket calls it
+//! makes (and the time), so the policy is unit-tested with a fake kernel, as quinn-proto
+//! stands to quinn.
 //!
 //! **A burst follows the thread that wrote it.** The first write on an idle managed socket
 //! starts a burst with a new generation number (held by `TCP_CORK`, or by `MSG_MORE` on its
@@ -53,9 +57,6 @@
 //! response with one write, or cork it themselves: holding their bursts only adds two
 //! `setsockopt` calls per response, so their sockets are left to them too.
 #![forbid(unsafe_code)]
-// Unit tests build without the libc layer (its hooks would interpose the test runner itself),
-// so the calls only that layer makes look unused there.
-#![cfg_attr(test, allow(dead_code))]
 
 use std::sync::atomic::{
     AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
