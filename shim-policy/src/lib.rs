@@ -56,30 +56,53 @@
 //! **Programs that set `TCP_NODELAY` themselves** (nginx, redis, node) already send each
 //! response with one write, or cork it themselves: holding their bursts only adds two
 //! `setsockopt` calls per response, so their sockets are left to them too.
+//!
+//! # Events and effects
+//!
+//! What the libc layer reports, the [`Shim`] method it calls, and what changes. "Ends the
+//! burst" is always the one step `end_burst`: the burst bits are cleared in one atomic step
+//! (see the invariants in the `state` module's docs, held by `debug_assert!`s at each
+//! transition), `corked` is counted down, and the cork comes off (which sends the held
+//! tail), unless the program has its own `TCP_CORK` set.
+//!
+//! | event (hook) | call | effect |
+//! |---|---|---|
+//! | `socket`, `accept`, `connect` of an unseen descriptor | [`Shim::adopt`], [`Shim::adopt_accepted`] | a burst left on the number (closed behind libc's back) ends; generation bumped, learning forgotten; a TCP stream socket becomes the shim's (`TCP_NODELAY` set), or the program's if its listener was |
+//! | write on an idle socket of the shim's | [`Shim::before_write`] | a burst starts: held by `TCP_CORK` (one `setsockopt`), or by `MSG_MORE` on its writes if the socket has a learned shape; noted in the thread's list |
+//! | write on a held socket | [`Shim::before_write`] | joins the burst (noted); made with `MSG_MORE` if the burst is held so |
+//! | write that completes the learned shape | [`Shim::before_write`], then [`Shim::after_write`] | marks `LAST_SENDING` before the write, which goes out plainly and sends the burst; then the burst ends with no `setsockopt` (one if a corked start joined it, or the write failed) |
+//! | `MSG_MORE` write returns | [`Shim::after_write`] | pushes its own bytes if its burst ended meanwhile or its last write is on its way |
+//! | a wait that would block (poll, select, epoll families, sleeps, signal waits, `waitpid`) | [`Shim::release_thread`] | ends the bursts this thread noted (stale notes ignored); learns their shape |
+//! | a wait that would not block (zero timeout, events ready) | none | nothing: the bursts go on |
+//! | `read`, `recv*`, `shutdown` | [`Shim::reader_waits`] | ends the socket's burst, whoever wrote it; learns its shape |
+//! | `close` (and `close_range`, `syscall(SYS_close)`) | [`Shim::release`], [`Shim::forget`] | ends the burst; the descriptor becomes nobody's; generation bumped |
+//! | `dup`, `dup2`, `dup3` | [`Shim::duplicate`] | the target number is forgotten (as `close`), then shares the source's owner and program cork; the burst stays on the source |
+//! | `fork`, `exec*` | [`Shim::release_all`], [`Shim::release_thread`]; the child: [`Shim::after_fork_child`] | every burst ends first; a child starts its own flusher at its first burst |
+//! | `exit`, `_exit` | [`Shim::release_all`] | every burst ends |
+//! | the flusher's tick | [`Shim::flusher_tick`] | ends bursts older than the linger bound ([`SHAPE_PATIENCE`] bounds for a patient socket short of its shape); sleeps to the next deadline, or parks |
+//! | a thread notes more than [`THREAD_BURSTS`] bursts | (inside [`Shim::before_write`]) | its oldest burst ends, and teaches as a wait |
+//! | program's `setsockopt(TCP_CORK)` | [`Shim::program_cork_begins`], [`Shim::program_cork_done`], then [`Shim::program_holds`] if on | marked `PROGRAM_CORKED` before the call (the shim never clears it), unmarked when the program clears it; on: the socket becomes the program's and the shim's burst ends |
+//! | program's `setsockopt(TCP_NODELAY)` | [`Shim::program_nodelay`] | off where it saw off: the shim's `TCP_NODELAY` is set again, nothing else; any other choice: the socket becomes the program's, its burst ends |
+//! | program's send with `MSG_MORE` | [`Shim::program_holds`] | the socket becomes the program's, its burst ends |
+//! | program's `getsockopt(TCP_NODELAY / TCP_CORK)` | [`Shim::program_view`] | the program's own value, or the kernel's default; never the shim's |
+//!
+//! # Concurrency
+//!
+//! Every call above may come from any thread at any time; the per-descriptor state is one
+//! atomic byte changed only by compare-and-swap or read-modify-write transitions, and the
+//! kernel's socket lock orders the socket calls.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{
-    AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::*,
-};
+mod state;
+mod sync;
+
+use std::sync::atomic::AtomicU64 as StatCounter;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const MANAGED: u8 = 1;
-const CORKED: u8 = 2;
-const SELF_MANAGED: u8 = 4;
-/// The burst in progress (`CORKED`) is held by `MSG_MORE` on each of its writes, not by
-/// `TCP_CORK`: a burst of a learned shape, whose last write sends it.
-const BY_MORE: u8 = 8;
-/// The write that completes a `BY_MORE` burst is being made: a `MSG_MORE` write that reaches
-/// the kernel after it is not sent by it, and must push itself.
-const LAST_SENDING: u8 = 16;
-/// `TCP_CORK` was set on the socket during the burst in progress (a second thread started a
-/// corked burst just as a `BY_MORE` one began): whoever ends the burst must clear it.
-const CORK_ON: u8 = 32;
-/// The program has `TCP_CORK` set on this socket (or is setting it): the shim never clears it.
-const PROGRAM_CORKED: u8 = 64;
-/// Every bit that describes the burst in progress.
-const BURST: u8 = CORKED | BY_MORE | LAST_SENDING | CORK_ON;
+use state::{Flags, HoldBy, Start, State};
+use sync::Ordering::*;
+use sync::{fence, AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 
 /// How long the flusher keeps ticking with nothing held before it parks, at most.
 pub const FLUSHER_IDLE: Duration = Duration::from_millis(20);
@@ -227,32 +250,32 @@ impl Config {
 #[derive(Default)]
 pub struct Stats {
     /// TCP sockets the shim managed.
-    pub sockets: AtomicU64,
+    pub sockets: StatCounter,
     /// Bursts (cork .. uncork cycles).
-    pub bursts: AtomicU64,
+    pub bursts: StatCounter,
     /// Writes on managed sockets the shim holds bursts of.
-    pub writes: AtomicU64,
+    pub writes: StatCounter,
     /// Writes that joined a burst already held (coalesced with what came before).
-    pub joined: AtomicU64,
+    pub joined: StatCounter,
     /// Bursts released by the flusher's linger bound.
-    pub linger_releases: AtomicU64,
+    pub linger_releases: StatCounter,
     /// Writes that completed a burst's learned shape and left at once.
-    pub shaped: AtomicU64,
+    pub shaped: StatCounter,
     /// Sockets left to the program's own TCP_CORK / MSG_MORE / Nagle choice.
-    pub self_managed: AtomicU64,
+    pub self_managed: StatCounter,
     /// Data segments sent by managed sockets, summed at close (TCP_INFO).
-    pub data_segs: AtomicU64,
+    pub data_segs: StatCounter,
     /// Payload bytes sent by managed sockets, summed at close (TCP_INFO).
-    pub bytes: AtomicU64,
+    pub bytes: StatCounter,
     /// `setsockopt(TCP_CORK)` calls the shim made (to hold a burst, or to send one); the one
     /// `TCP_NODELAY` per adopted socket is not counted.
-    pub cork_calls: AtomicU64,
+    pub cork_calls: StatCounter,
     /// `TCP_NODELAY` set off by a program that already saw it off (its default, copied from
     /// its listener): the shim kept its own and went on holding the socket.
-    pub kept_defaults: AtomicU64,
+    pub kept_defaults: StatCounter,
     /// Waits of the poll, select or epoll families that would not have blocked (events were
     /// ready, or the timeout was zero): the bursts of the thread went on.
-    pub ready_waits: AtomicU64,
+    pub ready_waits: StatCounter,
 }
 
 /// The bursts one thread has written to and not yet seen released: `(fd, generation)`.
@@ -292,7 +315,8 @@ impl Default for ThreadBursts {
 /// Per-descriptor state.
 #[derive(Default)]
 struct Slot {
-    flags: AtomicU8,
+    /// Owner and burst bits, changed only by [`State`]'s transitions.
+    flags: State,
     /// Generation of the burst in progress (or of the last one).
     generation: AtomicU32,
     corked_at_us: AtomicU64,
@@ -384,8 +408,9 @@ impl WriteStep {
 }
 
 /// Descriptors per table chunk; a chunk is allocated when the first socket in its range is
-/// adopted, so an idle process with a high descriptor limit holds no table at all.
-pub const CHUNK: usize = 4096;
+/// adopted, so an idle process with a high descriptor limit holds no table at all. (Eight in
+/// the loom models, whose checker tracks every atomic.)
+pub const CHUNK: usize = if cfg!(loom) { 8 } else { 4096 };
 
 /// The shim's state: one slot per descriptor, counters, and the flusher's bookkeeping.
 pub struct Shim {
@@ -435,7 +460,7 @@ impl Shim {
         if !on
             && self
                 .slot(fd)
-                .is_some_and(|s| s.flags.load(Acquire) & PROGRAM_CORKED != 0)
+                .is_some_and(|s| s.flags.get().program_corked())
         {
             return false;
         }
@@ -446,8 +471,7 @@ impl Shim {
     /// The program is about to set `TCP_CORK` on `fd` (either way): from now on the shim
     /// never clears it. Returns what to hand to [`Shim::program_cork_done`].
     pub fn program_cork_begins(&self, fd: i32) -> bool {
-        self.slot(fd)
-            .is_some_and(|s| s.flags.fetch_or(PROGRAM_CORKED, AcqRel) & PROGRAM_CORKED != 0)
+        self.slot(fd).is_some_and(|s| s.flags.program_corks())
     }
 
     /// The program's `TCP_CORK` call returned: `on` is the value it set, `None` if the call
@@ -455,7 +479,7 @@ impl Shim {
     pub fn program_cork_done(&self, fd: i32, was: bool, on: Option<bool>) {
         let Some(slot) = self.slot(fd) else { return };
         if !on.unwrap_or(was) {
-            slot.flags.fetch_and(!PROGRAM_CORKED, AcqRel);
+            slot.flags.program_uncorked();
         }
     }
 
@@ -465,14 +489,14 @@ impl Shim {
     /// The shim's own `TCP_NODELAY` and `TCP_CORK` stay invisible.
     pub fn program_view(&self, fd: i32, nodelay: bool) -> Option<bool> {
         let slot = self.slot(fd)?;
-        let flags = slot.flags.load(Acquire);
-        if flags & MANAGED == 0 {
+        let flags = slot.flags.get();
+        if !flags.is_managed() {
             return None;
         }
         Some(if nodelay {
             slot.program_nodelay.load(Relaxed)
         } else {
-            flags & PROGRAM_CORKED != 0
+            flags.program_corked()
         })
     }
 
@@ -483,12 +507,12 @@ impl Shim {
     /// program's own: it packetizes its output there, and the shim leaves the socket to it.
     pub fn program_nodelay(&self, k: &impl Kernel, fd: i32, on: bool) {
         let Some(slot) = self.slot(fd) else { return };
-        let flags = slot.flags.load(Acquire);
-        if flags & MANAGED == 0 {
+        let flags = slot.flags.get();
+        if !flags.is_managed() {
             return;
         }
         let seen = slot.program_nodelay.swap(on, Relaxed);
-        if flags & SELF_MANAGED == 0 && !seen && !on {
+        if flags.is_shims() && !seen && !on {
             // Setting it pushes whatever Nagle held in between (nothing is left waiting).
             k.set_nodelay(fd);
             self.stats.kept_defaults.fetch_add(1, Relaxed);
@@ -528,15 +552,13 @@ impl Shim {
 
     /// Whether `fd` is a socket we manage.
     pub fn is_managed(&self, fd: i32) -> bool {
-        self.slot(fd)
-            .is_some_and(|s| s.flags.load(Relaxed) & MANAGED != 0)
+        self.slot(fd).is_some_and(|s| s.flags.peek().is_managed())
     }
 
     /// Whether the shim currently holds a burst on `fd`.
     #[cfg(test)]
     pub fn is_corked(&self, fd: i32) -> bool {
-        self.slot(fd)
-            .is_some_and(|s| s.flags.load(Relaxed) & CORKED != 0)
+        self.slot(fd).is_some_and(|s| s.flags.peek().is_held())
     }
 
     /// Bursts in progress.
@@ -558,14 +580,14 @@ impl Shim {
     /// memcached does, chose for its connections too.
     pub fn adopt_accepted(&self, k: &impl Kernel, listener: i32, fd: i32) {
         let from = self.slot(listener).filter(|_| listener != fd);
-        let flags = from.map_or(0, |l| l.flags.load(Acquire));
-        self.adopt_as(k, fd, flags & SELF_MANAGED != 0);
+        let flags = from.map_or(Flags::default(), |l| l.flags.get());
+        self.adopt_as(k, fd, flags.owner() == state::Owner::Program);
         // The connection inherits the listener's options, so what the program sees of them.
         if let (Some(from), Some(to)) = (from, self.slot(fd)) {
-            if to.flags.load(Acquire) & MANAGED != 0 {
+            if to.flags.get().is_managed() {
                 let nodelay = from.program_nodelay.load(Relaxed);
                 to.program_nodelay.store(nodelay, Relaxed);
-                to.flags.fetch_or(flags & PROGRAM_CORKED, AcqRel);
+                to.flags.inherit_program_cork(flags);
             }
         }
     }
@@ -577,24 +599,20 @@ impl Shim {
             self.slot(fd)
         };
         let Some(slot) = slot else { return };
-        let old = slot.flags.swap(0, AcqRel);
-        if old & CORKED != 0 {
-            self.corked.fetch_sub(1, AcqRel);
-            // A burst of the number's earlier socket, or one a racing write just began.
-            self.set_cork(k, fd, false);
-        }
+        // A burst of the number's earlier socket, or one a racing write just began.
+        let old = slot.flags.reset();
+        self.end_burst(k, fd, old, false);
         slot.renew();
         if !k.is_tcp_stream(fd) {
             return;
         }
         self.high.fetch_max(fd as usize + 1, Relaxed);
         self.stats.sockets.fetch_add(1, Relaxed);
+        slot.flags.manage(program_chose);
         if program_chose {
-            slot.flags.store(MANAGED | SELF_MANAGED, Release);
             self.stats.self_managed.fetch_add(1, Relaxed);
             return;
         }
-        slot.flags.store(MANAGED, Release);
         // Setting NODELAY makes every release immediate; errors leave the socket as it was.
         k.set_nodelay(fd);
     }
@@ -605,12 +623,11 @@ impl Shim {
     /// [`Shim::program_cork_begins`]).
     pub fn program_holds(&self, k: &impl Kernel, fd: i32) {
         let Some(slot) = self.slot(fd) else { return };
-        let flags = slot.flags.load(Acquire);
-        if flags & MANAGED == 0 || flags & SELF_MANAGED != 0 {
+        if !slot.flags.get().is_shims() {
             return;
         }
         // Marked first: no burst of the shim's starts on it from here on.
-        let marked = slot.flags.fetch_or(SELF_MANAGED, AcqRel) & SELF_MANAGED == 0;
+        let marked = slot.flags.give_to_program();
         self.release(k, fd);
         if marked {
             self.stats.self_managed.fetch_add(1, Relaxed);
@@ -641,8 +658,8 @@ impl Shim {
         let Some(slot) = self.slot(fd) else {
             return none;
         };
-        let flags = slot.flags.load(Acquire);
-        if flags & MANAGED == 0 || flags & SELF_MANAGED != 0 {
+        let flags = slot.flags.get();
+        if !flags.is_shims() {
             return none;
         }
         self.stats.writes.fetch_add(1, Relaxed);
@@ -657,21 +674,8 @@ impl Shim {
                 slot.patient.store(true, Relaxed);
             }
         }
-        if flags & CORKED != 0 {
-            self.stats.joined.fetch_add(1, Relaxed);
-            let generation = slot.generation.load(Acquire);
-            self.note(k, mine, fd, generation);
-            if flags & BY_MORE != 0 && completes {
-                // Before the write: a MSG_MORE write of another thread that reaches the kernel
-                // after this one sees it and pushes itself (see `after_write`).
-                slot.flags.fetch_or(LAST_SENDING, AcqRel);
-            }
-            return WriteStep {
-                release_after: completes,
-                more: flags & BY_MORE != 0 && !completes && carries_more,
-                generation,
-                ..none
-            };
+        if flags.is_held() {
+            return self.join_burst(k, fd, slot, mine, flags, completes, carries_more);
         }
         if completes {
             // A burst of the learned shape's length whose earlier writes already left (a
@@ -679,67 +683,92 @@ impl Shim {
             self.note(k, mine, fd, slot.generation.load(Acquire));
             return none;
         }
-        let by_more = learned && nth < shape && carries_more;
-        // Cork first (a corked burst), then publish: the flusher never uncorks a socket
-        // before it is corked. Published by CAS, only on a slot that is managed and not the
-        // program's, so that nothing is ever undone on flags another party owns.
-        if !by_more && !self.set_cork(k, fd, true) {
-            return none;
-        }
-        let held = if by_more {
-            CORKED | BY_MORE
+        let by = if learned && nth < shape && carries_more {
+            HoldBy::More
         } else {
-            CORKED | CORK_ON
+            HoldBy::Cork
         };
-        let mut cur = slot.flags.load(Acquire);
-        loop {
-            if cur & (MANAGED | SELF_MANAGED) != MANAGED {
+        self.start_burst(k, fd, slot, mine, by)
+    }
+
+    /// A write joins the burst in progress on `fd` (`flags`, as `before_write` read them).
+    #[allow(clippy::too_many_arguments)]
+    fn join_burst(
+        &self,
+        k: &impl Kernel,
+        fd: i32,
+        slot: &Slot,
+        mine: &mut ThreadBursts,
+        flags: Flags,
+        completes: bool,
+        carries_more: bool,
+    ) -> WriteStep {
+        self.stats.joined.fetch_add(1, Relaxed);
+        let generation = slot.generation.load(Acquire);
+        self.note(k, mine, fd, generation);
+        if flags.by_more() && completes {
+            // Before the write: a MSG_MORE write of another thread that reaches the kernel
+            // after this one sees the mark and pushes itself (see `after_write`).
+            slot.flags.mark_last_sending();
+        }
+        WriteStep {
+            release_after: completes,
+            more: flags.by_more() && !completes && carries_more,
+            generation,
+            ..WriteStep::default()
+        }
+    }
+
+    /// The write starts a burst on `fd`, held `by` `TCP_CORK` or `MSG_MORE`.
+    ///
+    /// The order is the protocol: cork first (a corked burst: the flusher never uncorks a
+    /// socket before it is corked); count it in `corked` (so that no end counts it down
+    /// before it is counted); publish it by CAS, only on a slot that is the shim's, so that
+    /// nothing is ever undone on flags another party owns; then bump the generation. A start
+    /// that does not publish gives back its count and undoes its cork.
+    fn start_burst(
+        &self,
+        k: &impl Kernel,
+        fd: i32,
+        slot: &Slot,
+        mine: &mut ThreadBursts,
+        by: HoldBy,
+    ) -> WriteStep {
+        if by == HoldBy::Cork && !self.set_cork(k, fd, true) {
+            return WriteStep::default();
+        }
+        let first = self.corked.fetch_add(1, AcqRel) == 0;
+        // Before publishing: the flusher must not see the previous burst's start time.
+        let stamp = || slot.corked_at_us.store(k.now_us(), Relaxed);
+        match slot.flags.start(by, stamp) {
+            Start::Started => {}
+            Start::Joined => {
+                // Another thread started a burst this very moment. A MSG_MORE write goes out
+                // plainly (a segment early at worst); a corked one joined it, marking CORK_ON
+                // so that its end takes the cork off. Noted either way, so that this
+                // thread's wait ends that burst too.
+                self.count_down();
+                self.note(k, mine, fd, slot.generation.load(Acquire));
+                return WriteStep::default();
+            }
+            Start::Lost => {
                 // Forgotten, renewed or given to the program meanwhile: take our cork off
                 // (unless the program holds its own: `set_cork` leaves that).
-                if !by_more {
+                self.count_down();
+                if by == HoldBy::Cork {
                     self.set_cork(k, fd, false);
                 }
-                return none;
-            }
-            if cur & CORKED != 0 {
-                // Another thread started a burst this very moment. A MSG_MORE write goes out
-                // plainly (a segment early at worst); a corked one joins it, marking
-                // CORK_ON so that its end takes the cork off. Noted either way, so that this
-                // thread's wait ends that burst too.
-                if !by_more {
-                    if let Err(now) =
-                        slot.flags
-                            .compare_exchange_weak(cur, cur | CORK_ON, AcqRel, Acquire)
-                    {
-                        cur = now;
-                        continue;
-                    }
-                }
-                self.note(k, mine, fd, slot.generation.load(Acquire));
-                return none;
-            }
-            // Before publishing: the flusher must not see the previous burst's start time.
-            slot.corked_at_us.store(k.now_us(), Relaxed);
-            // A LAST_SENDING or CORK_ON left by a write that raced the previous burst's end
-            // says nothing of this one.
-            let start = (cur & !BURST) | held;
-            match slot
-                .flags
-                .compare_exchange_weak(cur, start, AcqRel, Acquire)
-            {
-                Ok(_) => break,
-                Err(now) => cur = now,
+                return WriteStep::default();
             }
         }
         let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
         self.stats.bursts.fetch_add(1, Relaxed);
         self.note(k, mine, fd, generation);
-        let first = self.corked.fetch_add(1, AcqRel) == 0;
         WriteStep {
             wake_flusher: self.flusher_missing.load(Acquire)
                 || (first && self.flusher_parked.load(Acquire)),
             release_after: false,
-            more: by_more,
+            more: by == HoldBy::More,
             generation,
         }
     }
@@ -755,17 +784,17 @@ impl Shim {
             // Pairs with the RMWs (and fences) of `release`, `release_sent` and the
             // LAST_SENDING mark: either they come after this load, and so after the bytes
             // were queued, or this load sees them.
-            std::sync::atomic::fence(SeqCst);
+            fence(SeqCst);
             let flags = self
                 .live_generation(fd, step.generation)
-                .map_or(0, |s| s.flags.load(Relaxed));
-            if flags & CORKED == 0 || flags & LAST_SENDING != 0 {
+                .map_or(Flags::default(), |s| s.flags.peek());
+            if !flags.is_held() || flags.last_sending() {
                 self.set_cork(k, fd, false);
             }
         }
         if step.release_after {
             if let Some(slot) = self.live_generation(fd, step.generation) {
-                if slot.flags.load(Acquire) & BY_MORE != 0 {
+                if slot.flags.get().by_more() {
                     self.release_sent(k, fd, slot, failed);
                 } else {
                     self.release(k, fd);
@@ -781,27 +810,38 @@ impl Shim {
     /// and here, its burst may have been ended by a reader and a newer one started (whose
     /// start clears the mark, and whose bytes this write did not send).
     fn release_sent(&self, k: &impl Kernel, fd: i32, slot: &Slot, failed: bool) {
-        let mut cur = slot.flags.load(Acquire);
-        let old = loop {
-            if cur & CORKED == 0 || cur & LAST_SENDING == 0 {
-                break 0;
-            }
-            match slot
-                .flags
-                .compare_exchange_weak(cur, cur & !BURST, AcqRel, Acquire)
-            {
-                Ok(old) => break old,
-                Err(now) => cur = now,
-            }
-        };
-        if old & CORKED != 0 {
-            self.corked.fetch_sub(1, AcqRel);
+        let old = slot.flags.end_sent();
+        // A write that queued nothing pushed nothing: what was held before it goes now.
+        self.end_burst(k, fd, old, !failed);
+    }
+
+    /// Ends the burst `ended` names (the value a transition just cleared its bits from,
+    /// [`State::end`], [`State::end_sent`] or [`State::reset`]); nothing if it names none.
+    /// The one place a burst ends: it is counted down, then the cork comes off, which sends
+    /// the held tail at once with `TCP_NODELAY` on, whether `TCP_CORK` or `MSG_MORE` held it
+    /// (the kernel pushes pending data on every clear). `sent`: the burst's last write went
+    /// out plainly and sent it, so the cork comes off only if a corked start put it on.
+    /// Never clears the program's own `TCP_CORK` (see [`Shim::set_cork`]).
+    fn end_burst(&self, k: &impl Kernel, fd: i32, ended: Flags, sent: bool) -> bool {
+        if !ended.is_held() {
+            return false;
         }
-        // A write that queued nothing pushed nothing: what was held before it goes now,
-        // whoever ends the burst.
-        if failed || old & CORK_ON != 0 {
+        self.count_down();
+        // Pairs with the fence in `after_write` (a write with MSG_MORE made meanwhile).
+        fence(SeqCst);
+        if !sent || ended.cork_on() {
             self.set_cork(k, fd, false);
         }
+        true
+    }
+
+    /// One burst fewer in `corked` (invariant 5 of [`state`]: never below zero).
+    fn count_down(&self) {
+        let before = self.corked.fetch_sub(1, AcqRel);
+        debug_assert!(
+            before > 0,
+            "corked underflows: a burst ended before it was counted"
+        );
     }
 
     fn note(&self, k: &impl Kernel, mine: &mut ThreadBursts, fd: i32, generation: u32) {
@@ -854,19 +894,12 @@ impl Shim {
         let Some(slot) = self.slot(fd) else {
             return false;
         };
-        if slot.flags.load(Relaxed) & CORKED == 0 {
+        // Most calls find no burst: a plain load, no locked RMW.
+        if !slot.flags.peek().is_held() {
             return false;
         }
-        if slot.flags.fetch_and(!BURST, AcqRel) & CORKED == 0 {
-            return false;
-        }
-        self.corked.fetch_sub(1, AcqRel);
-        // Pairs with the fence in `after_write` (a write with MSG_MORE made meanwhile).
-        std::sync::atomic::fence(SeqCst);
-        // With NODELAY on, clearing TCP_CORK sends the held tail at once, whether TCP_CORK
-        // or MSG_MORE held it (the kernel pushes pending data on every clear).
-        self.set_cork(k, fd, false);
-        true
+        let old = slot.flags.end();
+        self.end_burst(k, fd, old, false)
     }
 
     /// Ends every burst of the process (fork, exec, exit): O(descriptors), for rare events.
@@ -885,15 +918,13 @@ impl Shim {
         let Some(slot) = self.slot(fd) else {
             return false;
         };
-        if slot.flags.load(Relaxed) & MANAGED == 0 {
+        if !slot.flags.peek().is_managed() {
             return false;
         }
-        self.release(k, fd);
-        // A burst started since that release (another thread) ends here too, counted.
-        if slot.flags.swap(0, AcqRel) & CORKED != 0 {
-            self.corked.fetch_sub(1, AcqRel);
-            self.set_cork(k, fd, false);
-        }
+        // Its burst ends, and no burst starts on it from here on (a start in progress finds
+        // it nobody's, and undoes itself).
+        let old = slot.flags.reset();
+        self.end_burst(k, fd, old, false);
         slot.renew();
         true
     }
@@ -908,11 +939,10 @@ impl Shim {
         let Some(to) = self.slot_or_make(new) else {
             return;
         };
-        let flags = from.flags.load(Acquire);
-        if flags & MANAGED != 0 {
+        let flags = from.flags.get();
+        if flags.is_managed() {
             // The duplicate shares the socket; the burst stays tracked on `old`.
-            to.flags
-                .store(flags & (MANAGED | SELF_MANAGED | PROGRAM_CORKED), Release);
+            to.flags.duplicate_of(flags);
             let nodelay = from.program_nodelay.load(Relaxed);
             to.program_nodelay.store(nodelay, Relaxed);
             self.high.fetch_max(new as usize + 1, Relaxed);
@@ -978,7 +1008,7 @@ impl Shim {
         // bursts end long before, released by their writer), at least `MIN_NAP`.
         let mut next_us = limit;
         for (fd, slot) in self.live_slots() {
-            if slot.flags.load(Relaxed) & CORKED == 0 {
+            if !slot.flags.peek().is_held() {
                 continue;
             }
             let age = now.saturating_sub(slot.corked_at_us.load(Relaxed));
@@ -1012,12 +1042,12 @@ impl Shim {
     /// Descriptors that are managed now (for the exit report).
     pub fn managed_fds(&self) -> impl Iterator<Item = i32> + '_ {
         self.live_slots()
-            .filter(|(_, s)| s.flags.load(Relaxed) & MANAGED != 0)
+            .filter(|(_, s)| s.flags.peek().is_managed())
             .map(|(fd, _)| fd)
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::cell::{Cell, RefCell};
@@ -1100,7 +1130,7 @@ mod tests {
         s.after_write(k, fd, step, false);
         let programs = s
             .slot(fd)
-            .is_some_and(|sl| sl.flags.load(Relaxed) & SELF_MANAGED != 0);
+            .is_some_and(|sl| sl.flags.peek().owner() == state::Owner::Program);
         assert!(
             s.is_corked(fd) || programs || k.unsent(fd) == 0,
             "fd {fd}: bytes left unsent by a burst that is not held"
@@ -1681,14 +1711,14 @@ mod tests {
         write(&s, &k, 3, &mut a);
         // A's last write goes out plainly; a reader then ends A's burst, and X starts a new
         // MSG_MORE burst, caught between its publish and its generation bump (what
-        // `before_write` does in that order), its first write queued behind the flag.
+        // `start_burst` does in that order, after counting it), its first write queued
+        // behind the flag.
         let last = s.before_write(&k, 3, &mut a, true);
         k.send(3, false);
         s.reader_waits(&k, 3);
         let slot = s.slot(3).unwrap();
-        let cur = slot.flags.load(Acquire);
-        slot.flags.store((cur & !BURST) | CORKED | BY_MORE, Release);
         s.corked.fetch_add(1, AcqRel);
+        assert_eq!(slot.flags.start(HoldBy::More, || {}), Start::Started);
         k.send(3, true);
         // A's step still names the live generation: it must not end X's burst silently.
         s.after_write(&k, 3, last, false);
