@@ -95,12 +95,11 @@
 //! nagless-shim-policy --release --lib loom`): a `MSG_MORE` write racing the burst's last
 //! write, a reader ending a burst while another thread starts one, a corked start racing a
 //! `MSG_MORE` start, adoption or close during a burst, and the program corking the socket
-//! during a corked start.
+//! during a corked start or while a reader ends a burst.
 //!
-//! One race is known and left open (an ignored loom model shows it): a thread ending a
-//! burst checks that the program has not set `TCP_CORK` and then clears it; the program can
-//! set its cork between the two, and loses it (its next writes leave unheld: segments
-//! early, never late).
+//! One wait exists, outside the shim's own paths: the program's `setsockopt(TCP_CORK)` waits
+//! for an uncork of the shim's already on its way to the kernel, so that it cannot clear the
+//! cork the program is setting ([`Shim::program_cork_begins`]; bounded, [`CORK_WAIT_TURNS`]).
 #![forbid(unsafe_code)]
 
 #[cfg(all(test, loom))]
@@ -155,6 +154,10 @@ pub const LEARN_AFTER: u8 = 3;
 /// the first part alone at the plain bound costs a segment and gains nothing, the response
 /// being complete only with its last write.
 pub const SHAPE_PATIENCE: u64 = 5;
+
+/// Most turns (each a `sched_yield`) the program's `setsockopt(TCP_CORK)` waits for an uncork
+/// of the shim's that is on its way to the kernel (see [`Shim::program_cork_begins`]).
+pub const CORK_WAIT_TURNS: u32 = if cfg!(loom) { u32::MAX } else { 10_000 };
 
 /// The socket calls the policy needs, provided by the libc layer (or a fake in tests).
 pub trait Kernel {
@@ -349,6 +352,8 @@ struct Slot {
     /// kernel's default (off) when it set none, never the shim's own `TCP_NODELAY`. An accepted
     /// socket inherits its listener's, as the kernel's option does.
     program_nodelay: AtomicBool,
+    /// Uncorks of the shim's on their way to the kernel (see [`Shim::set_cork`]).
+    uncorking: AtomicU16,
 }
 
 impl Slot {
@@ -468,22 +473,49 @@ impl Shim {
     /// `TCP_CORK` on or off (off sends what is held), counted.
     /// Never clears a `TCP_CORK` the program set itself (it holds its bytes to its own
     /// uncork, which sends ours too).
+    ///
+    /// An uncork is announced in the slot's `uncorking` before it looks for the program's
+    /// mark, and withdrawn after the kernel call: with the fences here and in
+    /// [`Shim::program_cork_begins`], either this look sees the mark, or the program's call
+    /// waits for this uncork to be done (it cannot land after the program's cork).
     fn set_cork(&self, k: &impl Kernel, fd: i32, on: bool) -> bool {
-        if !on
-            && self
-                .slot(fd)
-                .is_some_and(|s| s.flags.get().program_corked())
-        {
-            return false;
+        let slot = self.slot(fd).filter(|_| !on);
+        if let Some(slot) = slot {
+            slot.uncorking.fetch_add(1, Relaxed);
+            fence(SeqCst);
+            if slot.flags.peek().program_corked() {
+                slot.uncorking.fetch_sub(1, Release);
+                return false;
+            }
         }
         self.stats.cork_calls.fetch_add(1, Relaxed);
-        k.set_cork(fd, on)
+        let done = k.set_cork(fd, on);
+        if let Some(slot) = slot {
+            slot.uncorking.fetch_sub(1, Release);
+        }
+        done
     }
 
     /// The program is about to set `TCP_CORK` on `fd` (either way): from now on the shim
     /// never clears it. Returns what to hand to [`Shim::program_cork_done`].
+    ///
+    /// An uncork of the shim's that looked before the mark was set may still be on its way
+    /// to the kernel: this waits for it (one `setsockopt` of another thread), so that it
+    /// cannot clear the cork the program is setting. The wait is bounded
+    /// ([`CORK_WAIT_TURNS`] turns): a signal handler that sets `TCP_CORK` while its own
+    /// thread is inside such an uncork must not hang (that one case stays open).
     pub fn program_cork_begins(&self, fd: i32) -> bool {
-        self.slot(fd).is_some_and(|s| s.flags.program_corks())
+        let Some(slot) = self.slot(fd) else {
+            return false;
+        };
+        let was = slot.flags.program_corks();
+        fence(SeqCst);
+        let mut turns = 0;
+        while slot.uncorking.load(Acquire) != 0 && turns < CORK_WAIT_TURNS {
+            sync::spin();
+            turns += 1;
+        }
+        was
     }
 
     /// The program's `TCP_CORK` call returned: `on` is the value it set, `None` if the call

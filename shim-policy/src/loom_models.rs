@@ -14,7 +14,9 @@
 //! counted in `corked` after it publishes its burst instead of before (the underflow
 //! assertion; the program-cork model fails the same way); (c) with a corked start joining a
 //! `MSG_MORE` burst without marking `CORK_ON`; (d) with an adoption that does not end the
-//! burst left on the number (`corked` leaks).
+//! burst left on the number (`corked` leaks). The model of a reader ending a burst while the
+//! program corks fails without the program's wait for an uncork in flight, and without the
+//! `SeqCst` fence in `Shim::set_cork` (a weakened ordering).
 //!
 //! What every model asserts, after its threads are done:
 //! - no byte is left held by a burst that is no longer counted as held: a socket whose slot
@@ -289,13 +291,11 @@ fn loom_program_corking_during_a_corked_start() {
     });
 }
 
-/// A known race, not fixed: a reader ends a burst while the program corks the socket. The
-/// shim's uncork checks `PROGRAM_CORKED` and then makes its `setsockopt`; the program's mark
-/// and its own `setsockopt(TCP_CORK, 1)` can both fall between the two, and the shim's
-/// uncork then clears the program's cork (its later writes leave unheld: segments early,
-/// never late). Closing it needs the two `setsockopt` calls to exclude each other.
+/// A reader ends a burst while the program corks the socket: the shim's uncork looks for
+/// `PROGRAM_CORKED` and then makes its `setsockopt`; the program's mark and its own
+/// `setsockopt(TCP_CORK, 1)` must not both fall between the two (the program's call waits
+/// for an uncork announced before its mark). Fails without that wait.
 #[test]
-#[ignore = "known race: a reader's uncork can clear a TCP_CORK the program sets meanwhile"]
 fn loom_reader_ending_a_burst_while_the_program_corks() {
     model(|| {
         let (s, k) = setup(0);

@@ -10,3 +10,11 @@ pub(crate) use std::sync::atomic::Ordering;
 pub(crate) use std::sync::atomic::{
     fence, AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
 };
+
+/// One turn of a short wait for another thread's step.
+pub(crate) fn spin() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}
