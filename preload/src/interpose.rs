@@ -14,98 +14,32 @@ fn enosys<T: From<i8>>() -> T {
     T::from(-1)
 }
 
-// ---- creation ---------------------------------------------------------------------------
+// ---- the hook macro ---------------------------------------------------------------------
 
-fn adopt_result(fd: c_int) -> c_int {
-    sys::adopt(fd);
-    fd
-}
-
-/// `socket(2)`: TCP stream sockets are adopted whatever flags they were made with.
-#[no_mangle]
-pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {
-    let Some(real) = next!("socket", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int) else {
-        return enosys();
-    };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let fd = unsafe { real(domain, ty, protocol) };
-    let tcp = matches!(domain, libc::AF_INET | libc::AF_INET6)
-        && ty & 0xf == libc::SOCK_STREAM
-        && matches!(protocol, 0 | libc::IPPROTO_TCP);
-    if tcp {
-        adopt_result(fd)
-    } else {
-        // A number whose earlier TCP socket closed unseen (inside libc, by a raw syscall)
-        // must not keep that socket's slot: a UDP socket sent MSG_MORE merges datagrams.
-        sys::forget(fd);
-        fd
-    }
-}
-
-/// `accept(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
-    let Some(real) = next!(
-        "accept",
-        unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int
-    ) else {
-        return enosys();
-    };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let new = unsafe { real(fd, addr, len) };
-    sys::adopt_accepted(fd, new);
-    new
-}
-
-/// `accept4(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn accept4(
-    fd: c_int,
-    addr: *mut sockaddr,
-    len: *mut socklen_t,
-    flags: c_int,
-) -> c_int {
-    let Some(real) = next!(
-        "accept4",
-        unsafe extern "C" fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int
-    ) else {
-        return enosys();
-    };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let new = unsafe { real(fd, addr, len, flags) };
-    sys::adopt_accepted(fd, new);
-    new
-}
-
-/// `connect(2)`: adopts sockets the shim did not see created (inherited, raw syscalls).
-#[no_mangle]
-pub unsafe extern "C" fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {
-    let Some(real) = next!(
-        "connect",
-        unsafe extern "C" fn(c_int, *const sockaddr, socklen_t) -> c_int
-    ) else {
-        return enosys();
-    };
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let r = unsafe { real(fd, addr, len) };
-    if (r == 0 || sys::errno() == libc::EINPROGRESS)
-        && sys::shim().is_some_and(|s| !s.is_managed(fd))
-    {
-        sys::adopt(fd);
-    }
-    r
-}
-
-// ---- hooks of one shape --------------------------------------------------------------
-
-/// Defines a hook that runs `$before` and then calls the real `$name` with the same
-/// arguments; the C signature is spelled out at each use. The form `=> writing(fd, flags)`
-/// makes the call a write of `fd` (see [`writing`]).
+/// Defines a hook: it finds the real `$name` (a missing one reads as `ENOSYS`), tells the
+/// policy what the program does, and makes the call with the caller's arguments unchanged;
+/// the C signature is spelled out at each use. The forms:
+/// - `fn f(..) -> R { before }`: runs `before`, then the call;
+/// - `fn f(..) -> R { before } => after(|r| after)`: then runs `after` with the call's
+///   result `r`, and returns `r`;
+/// - `fn f(..) -> R { before } => writing(fd, flags)`: the call is a write of `fd` (see
+///   [`writing`]);
+/// - `fn f(..) -> R => waits(kind, never, [sets(r, w, e),] probe(args))`: the call is a wait
+///   (see [`sys::waiting`]), probed with `args`.
 macro_rules! forward {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $before:expr }) => {
         forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
             $before;
             call()
+        });
+    };
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $($before:expr)? }
+        => after(|$r:ident| $after:expr)) => {
+        forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
+            $($before;)?
+            let $r = call();
+            $after;
+            $r
         });
     };
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $($before:expr)? }
@@ -159,12 +93,129 @@ macro_rules! forward {
     };
 }
 
-// ---- writes: a burst starts ---------------------------------------------------------------
+// ---- sockets come and go: adopted, duplicated, forgotten --------------------------------
+
+/// Whether `socket(domain, ty, protocol)` makes a TCP stream socket (any flags in `ty`).
+fn is_tcp(domain: c_int, ty: c_int, protocol: c_int) -> bool {
+    matches!(domain, libc::AF_INET | libc::AF_INET6)
+        && ty & 0xf == libc::SOCK_STREAM
+        && matches!(protocol, 0 | libc::IPPROTO_TCP)
+}
+
+forward!(
+    /// `socket(2)`: TCP stream sockets are adopted whatever flags they were made with. Any
+    /// other socket's number is forgotten: a number whose earlier TCP socket closed unseen
+    /// (inside libc, by a raw syscall) must not keep that socket's slot (a UDP socket sent
+    /// `MSG_MORE` merges datagrams).
+    fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {}
+    => after(|fd| if is_tcp(domain, ty, protocol) { sys::adopt(fd) } else { sys::forget(fd) })
+);
+
+forward!(
+    /// `accept(2)`.
+    fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {}
+    => after(|new| sys::adopt_accepted(fd, new))
+);
+forward!(
+    /// `accept4(2)`.
+    fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {}
+    => after(|new| sys::adopt_accepted(fd, new))
+);
+
+forward!(
+    /// `connect(2)`: adopts sockets the shim did not see created (inherited, raw syscalls).
+    fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {}
+    => after(|r| if (r == 0 || sys::errno() == libc::EINPROGRESS)
+        && sys::shim().is_some_and(|s| !s.is_managed(fd))
+    {
+        sys::adopt(fd)
+    })
+);
+
+forward!(
+    /// `close(2)`: the burst ends, the counters are taken, the slot is freed.
+    fn close(fd: c_int) -> c_int {
+        sys::on_close(fd)
+    }
+);
+
+forward!(
+    /// `close_range(2)`: every descriptor in the range is closed, ours included.
+    fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+        close_managed_in_range(first, last, flags)
+    }
+);
+
+/// The managed descriptors in `first..=last` are about to be closed (unless only marked
+/// close-on-exec).
+fn close_managed_in_range(first: c_uint, last: c_uint, flags: c_int) {
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        if let Some(s) = sys::shim() {
+            let end = last.min(1 << 20);
+            for fd in first..=end {
+                if s.is_managed(fd as c_int) {
+                    sys::on_close(fd as c_int);
+                }
+            }
+        }
+    }
+}
+
+/// `syscall(2)`, libc's generic entry: libuv (and so node) closes descriptors with
+/// `syscall(SYS_close, fd)`, which the `close` hook never sees. Only `close` and
+/// `close_range` are looked at; every call is forwarded unchanged. Declared with the six
+/// argument registers: on x86-64 and AArch64 Linux a variadic call passes integer arguments
+/// exactly as a fixed one does (on 32-bit x86 every argument is on the stack either way),
+/// and glibc's `syscall` reads no more (stable Rust cannot define a C-variadic function).
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+#[no_mangle]
+pub unsafe extern "C" fn syscall(
+    number: c_long,
+    a1: c_long,
+    a2: c_long,
+    a3: c_long,
+    a4: c_long,
+    a5: c_long,
+    a6: c_long,
+) -> c_long {
+    type Syscall =
+        unsafe extern "C" fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long;
+    let Some(real) = next!("syscall", Syscall) else {
+        return enosys();
+    };
+    if number == libc::SYS_close {
+        sys::on_close(a1 as c_int);
+    } else if number == libc::SYS_close_range {
+        close_managed_in_range(a1 as c_uint, a2 as c_uint, a3 as c_int);
+    }
+    // SAFETY: forwarding the caller's arguments unchanged.
+    unsafe { real(number, a1, a2, a3, a4, a5, a6) }
+}
+
+forward!(
+    /// `dup(2)`.
+    fn dup(fd: c_int) -> c_int {}
+    => after(|new| sys::on_dup(fd, new))
+);
+forward!(
+    /// `dup2(2)`: `new` is closed by the call, so its burst ends first.
+    fn dup2(old: c_int, new: c_int) -> c_int {
+        sys::on_read(new)
+    } => after(|r| sys::on_dup(old, r))
+);
+forward!(
+    /// `dup3(2)`: as `dup2`.
+    fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+        sys::on_read(new)
+    } => after(|r| sys::on_dup(old, r))
+);
+
+// ---- writes: a burst starts or grows ----------------------------------------------------
 
 /// Makes the write `f` on `fd` between the policy's two steps (a send with `MSG_MORE`
 /// means the program packs its own bursts). `f` gets the flags the shim adds to the call:
 /// `MSG_MORE` when the policy holds the burst by that flag (see
-/// [`Shim::before_write`](crate::state::Shim::before_write)), else 0; `carries_more` says
+/// [`Shim::before_write`](nagless_shim_policy::Shim::before_write)), else 0; `carries_more` says
 /// whether `f` can add them (`sendfile` and `splice` cannot).
 fn writing<R: Copy + Default + PartialOrd>(
     fd: c_int,
@@ -322,93 +373,128 @@ sendmsg_hook!(
     __sendmsg64
 );
 
-// ---- reads and waits: the burst ends ----------------------------------------------------
+// Writes of file bodies: part of the burst (nginx sends headers with writev, then the body).
+forward!(
+    /// `sendfile(2)`.
+    fn sendfile(out: c_int, inp: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t {
+    } => writing(out, 0)
+);
+forward!(
+    /// `sendfile64`.
+    fn sendfile64(out: c_int, inp: c_int, off: *mut libc::off64_t, n: size_t) -> ssize_t {
+    } => writing(out, 0)
+);
+forward!(
+    /// `splice(2)`: out of a socket it is a read (that socket's burst ends), into one a write
+    /// (part of the burst; `SPLICE_F_MORE` is the program's own `MSG_MORE`).
+    fn splice(
+        fd_in: c_int,
+        off_in: *mut libc::loff_t,
+        fd_out: c_int,
+        off_out: *mut libc::loff_t,
+        len: size_t,
+        flags: c_uint,
+    ) -> ssize_t {
+        sys::on_read(fd_in)
+    } => writing(
+        fd_out,
+        if flags & libc::SPLICE_F_MORE != 0 { libc::MSG_MORE } else { 0 }
+    )
+);
+forward!(
+    /// `sendmmsg(2)`.
+    fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
+    } => writing(fd, flags)
+);
 
-/// `read(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    let Some(real) = next!(
-        "read",
-        unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t
-    ) else {
-        return enosys();
-    };
-    sys::on_read(fd);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, buf, n) }
-}
+// ---- reads: the socket's burst ends -----------------------------------------------------
 
-/// `readv(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
-    let Some(real) = next!(
-        "readv",
-        unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> ssize_t
-    ) else {
-        return enosys();
-    };
-    sys::on_read(fd);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, iov, cnt) }
-}
+forward!(
+    /// `read(2)`.
+    fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
+forward!(
+    /// `readv(2)`.
+    fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
+forward!(
+    /// `recv(2)`.
+    fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
+forward!(
+    /// `recvfrom(2)`.
+    fn recvfrom(
+        fd: c_int,
+        buf: *mut c_void,
+        n: size_t,
+        flags: c_int,
+        addr: *mut sockaddr,
+        len: *mut socklen_t,
+    ) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
+forward!(
+    /// `recvmsg(2)`.
+    fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
 
-/// `recv(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
-    let Some(real) = next!(
-        "recv",
-        unsafe extern "C" fn(c_int, *mut c_void, size_t, c_int) -> ssize_t
-    ) else {
-        return enosys();
-    };
-    sys::on_read(fd);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, buf, n, flags) }
-}
+// Fortified reads (_FORTIFY_SOURCE builds call these instead of read/recv/recvfrom/poll).
+forward!(
+    /// `__read_chk`.
+    fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
+forward!(
+    /// `__recv_chk`.
+    fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
+forward!(
+    /// `__recvfrom_chk`.
+    fn __recvfrom_chk(
+        fd: c_int,
+        buf: *mut c_void,
+        n: size_t,
+        buflen: size_t,
+        flags: c_int,
+        addr: *mut sockaddr,
+        len: *mut socklen_t,
+    ) -> ssize_t {
+        sys::on_read(fd)
+    }
+);
+forward!(
+    /// `recvmmsg(2)`.
+    fn recvmmsg(
+        fd: c_int,
+        msgs: *mut libc::mmsghdr,
+        n: c_uint,
+        flags: c_int,
+        timeout: *mut libc::timespec,
+    ) -> c_int {
+        sys::on_read(fd)
+    }
+);
 
-/// `recvfrom(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn recvfrom(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    flags: c_int,
-    addr: *mut sockaddr,
-    len: *mut socklen_t,
-) -> ssize_t {
-    let Some(real) = next!(
-        "recvfrom",
-        unsafe extern "C" fn(
-            c_int,
-            *mut c_void,
-            size_t,
-            c_int,
-            *mut sockaddr,
-            *mut socklen_t,
-        ) -> ssize_t
-    ) else {
-        return enosys();
-    };
-    sys::on_read(fd);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, buf, n, flags, addr, len) }
-}
+forward!(
+    /// `shutdown(2)`: the socket's burst ends, as at a read.
+    fn shutdown(fd: c_int, how: c_int) -> c_int {
+        sys::on_read(fd)
+    }
+);
 
-/// `recvmsg(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-    let Some(real) = next!(
-        "recvmsg",
-        unsafe extern "C" fn(c_int, *mut libc::msghdr, c_int) -> ssize_t
-    ) else {
-        return enosys();
-    };
-    sys::on_read(fd);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, msg, flags) }
-}
-
-// ---- waits of the poll, select and epoll families --------------------------------------
+// ---- waits of the poll, select and epoll families ---------------------------------------
 //
 // Each is made through `sys::waiting`: a wait that would not put the thread to sleep (a zero
 // timeout, or events already ready, which the probe, the same call with a zero timeout, finds)
@@ -516,68 +602,118 @@ forward!(
         probe(epfd, events, max, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 
-// ---- descriptor lifetime ------------------------------------------------------------------
+// ---- other waits: the thread's bursts end -----------------------------------------------
 
-/// `close(2)`: the burst ends, the counters are taken, the slot is freed.
+// The thread turns to wait on something other than a socket: its bursts end. Condition
+// variables and semaphores are not among these waits: they are also how interpreters pass
+// their global lock between threads (CPython's GIL, Ruby's GVL), which happens between the
+// writes of one response. Releasing there split python http.server's responses (1.50 data
+// segments per response under wrk -c10, against 1.17 without); the linger bound covers a
+// thread pool's hand-back instead.
+forward!(
+    /// `nanosleep(2)`.
+    fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `clock_nanosleep(2)`.
+    fn clock_nanosleep(
+        clock: libc::clockid_t,
+        flags: c_int,
+        req: *const libc::timespec,
+        rem: *mut libc::timespec,
+    ) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `usleep(3)`.
+    fn usleep(us: libc::useconds_t) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `sigwait(3)`.
+    fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `sigwaitinfo(2)`.
+    fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc::siginfo_t) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `sigtimedwait(2)`.
+    fn sigtimedwait(
+        set: *const libc::sigset_t,
+        info: *mut libc::siginfo_t,
+        t: *const libc::timespec,
+    ) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `sigsuspend(2)`: nginx's master waits here.
+    fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `pause(2)`.
+    fn pause() -> c_int {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `waitpid(2)`.
+    fn waitpid(pid: libc::pid_t, status: *mut c_int, options: c_int) -> libc::pid_t {
+        sys::on_wait_unless_nohang(options)
+    }
+);
+forward!(
+    /// `wait(2)`.
+    fn wait(status: *mut c_int) -> libc::pid_t {
+        sys::on_wait(Wait::Other)
+    }
+);
+forward!(
+    /// `wait4(2)`.
+    fn wait4(
+        pid: libc::pid_t,
+        status: *mut c_int,
+        options: c_int,
+        usage: *mut libc::rusage,
+    ) -> libc::pid_t {
+        sys::on_wait_unless_nohang(options)
+    }
+);
+forward!(
+    /// `waitid(2)`.
+    fn waitid(
+        idtype: libc::idtype_t,
+        id: libc::id_t,
+        info: *mut libc::siginfo_t,
+        options: c_int,
+    ) -> c_int {
+        sys::on_wait_unless_nohang(options)
+    }
+);
+
+/// `sleep(3)` (returns unsigned, so it cannot share the macro's `-1` on a missing symbol).
 #[no_mangle]
-pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    let Some(real) = next!("close", unsafe extern "C" fn(c_int) -> c_int) else {
-        return enosys();
+pub unsafe extern "C" fn sleep(seconds: c_uint) -> c_uint {
+    sys::on_wait(Wait::Other);
+    let Some(real) = next!("sleep", unsafe extern "C" fn(c_uint) -> c_uint) else {
+        return seconds;
     };
-    sys::on_close(fd);
     // SAFETY: forwarding the caller's argument unchanged.
-    unsafe { real(fd) }
+    unsafe { real(seconds) }
 }
 
-/// `shutdown(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn shutdown(fd: c_int, how: c_int) -> c_int {
-    let Some(real) = next!("shutdown", unsafe extern "C" fn(c_int, c_int) -> c_int) else {
-        return enosys();
-    };
-    sys::on_read(fd);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(fd, how) }
-}
-
-/// `dup(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    let Some(real) = next!("dup", unsafe extern "C" fn(c_int) -> c_int) else {
-        return enosys();
-    };
-    // SAFETY: forwarding the caller's argument unchanged.
-    let new = unsafe { real(fd) };
-    sys::on_dup(fd, new);
-    new
-}
-
-/// `dup2(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    let Some(real) = next!("dup2", unsafe extern "C" fn(c_int, c_int) -> c_int) else {
-        return enosys();
-    };
-    // `new` is closed by dup2: end its burst first.
-    sys::on_read(new);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let r = unsafe { real(old, new) };
-    sys::on_dup(old, r);
-    r
-}
-
-/// `dup3(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    let Some(real) = next!("dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int) else {
-        return enosys();
-    };
-    sys::on_read(new);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    let r = unsafe { real(old, new, flags) };
-    sys::on_dup(old, r);
-    r
-}
+// ---- the process ends or changes: every burst ends --------------------------------------
 
 /// Defines an `_exit`-like hook: the process ends without its atexit handlers (a forked
 /// child's usual way out), so its bursts are released first. Its sockets may live on in
@@ -609,65 +745,38 @@ exit_hook!(
     _Exit
 );
 
-/// `fork(2)`: bursts end before, so neither process inherits a half-sent one.
-#[no_mangle]
-pub unsafe extern "C" fn fork() -> libc::pid_t {
-    let Some(real) = next!("fork", unsafe extern "C" fn() -> libc::pid_t) else {
-        return enosys();
-    };
-    sys::release_everything();
-    // SAFETY: plain call of the real fork (the child's flusher restarts from the pthread_atfork
-    // handler's mark, also for daemon() and other internal forks).
-    unsafe { real() }
-}
+forward!(
+    /// `fork(2)`: bursts end before, so neither process inherits a half-sent one (the
+    /// child's flusher restarts from the pthread_atfork handler's mark, also for daemon()
+    /// and other internal forks).
+    fn fork() -> libc::pid_t {
+        sys::release_everything()
+    }
+);
+forward!(
+    /// `execve(2)`: bursts end before the program is replaced.
+    fn execve(
+        path: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> c_int {
+        sys::release_everything()
+    }
+);
+forward!(
+    /// `execv(3)`.
+    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+        sys::release_everything()
+    }
+);
+forward!(
+    /// `execvp(3)`.
+    fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+        sys::release_everything()
+    }
+);
 
-/// `execve(2)`: bursts end before the program is replaced.
-#[no_mangle]
-pub unsafe extern "C" fn execve(
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    let Some(real) = next!(
-        "execve",
-        unsafe extern "C" fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::release_everything();
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(path, argv, envp) }
-}
-
-/// `execv(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    let Some(real) = next!(
-        "execv",
-        unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::release_everything();
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(path, argv) }
-}
-
-/// `execvp(3)`.
-#[no_mangle]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    let Some(real) = next!(
-        "execvp",
-        unsafe extern "C" fn(*const c_char, *const *const c_char) -> c_int
-    ) else {
-        return enosys();
-    };
-    sys::release_everything();
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(file, argv) }
-}
-
-// ---- hooks of one shape: tell the policy, then forward ----------------------------------
+// ---- the program's own socket options ---------------------------------------------------
 
 /// Defines a `setsockopt` hook (`setsockopt`, and `__setsockopt64` in 32-bit programs built
 /// with 64-bit time): the real call, watched by [`program_setsockopt`].
@@ -807,250 +916,7 @@ unsafe fn program_getsockopt(
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), n) };
 }
 
-// Fortified reads (_FORTIFY_SOURCE builds call these instead of read/recv/recvfrom/poll).
-forward!(
-    /// `__read_chk`.
-    fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
-        sys::on_read(fd)
-    }
-);
-forward!(
-    /// `__recv_chk`.
-    fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
-        sys::on_read(fd)
-    }
-);
-forward!(
-    /// `__recvfrom_chk`.
-    fn __recvfrom_chk(
-        fd: c_int,
-        buf: *mut c_void,
-        n: size_t,
-        buflen: size_t,
-        flags: c_int,
-        addr: *mut sockaddr,
-        len: *mut socklen_t,
-    ) -> ssize_t {
-        sys::on_read(fd)
-    }
-);
-forward!(
-    /// `recvmmsg(2)`.
-    fn recvmmsg(
-        fd: c_int,
-        msgs: *mut libc::mmsghdr,
-        n: c_uint,
-        flags: c_int,
-        timeout: *mut libc::timespec,
-    ) -> c_int {
-        sys::on_read(fd)
-    }
-);
-
-// Writes of file bodies: part of the burst (nginx sends headers with writev, then the body).
-forward!(
-    /// `sendfile(2)`.
-    fn sendfile(out: c_int, inp: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t {
-    } => writing(out, 0)
-);
-forward!(
-    /// `sendfile64`.
-    fn sendfile64(out: c_int, inp: c_int, off: *mut libc::off64_t, n: size_t) -> ssize_t {
-    } => writing(out, 0)
-);
-forward!(
-    /// `splice(2)`: out of a socket it is a read (that socket's burst ends), into one a write
-    /// (part of the burst; `SPLICE_F_MORE` is the program's own `MSG_MORE`).
-    fn splice(
-        fd_in: c_int,
-        off_in: *mut libc::loff_t,
-        fd_out: c_int,
-        off_out: *mut libc::loff_t,
-        len: size_t,
-        flags: c_uint,
-    ) -> ssize_t {
-        sys::on_read(fd_in)
-    } => writing(
-        fd_out,
-        if flags & libc::SPLICE_F_MORE != 0 { libc::MSG_MORE } else { 0 }
-    )
-);
-forward!(
-    /// `sendmmsg(2)`.
-    fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
-    } => writing(fd, flags)
-);
-
-// The thread turns to wait on something other than a socket: its bursts end. Condition
-// variables and semaphores are not among these waits: they are also how interpreters pass
-// their global lock between threads (CPython's GIL, Ruby's GVL), which happens between the
-// writes of one response. Releasing there split python http.server's responses (1.50 data
-// segments per response under wrk -c10, against 1.17 without); the linger bound covers a
-// thread pool's hand-back instead.
-forward!(
-    /// `nanosleep(2)`.
-    fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `clock_nanosleep(2)`.
-    fn clock_nanosleep(
-        clock: libc::clockid_t,
-        flags: c_int,
-        req: *const libc::timespec,
-        rem: *mut libc::timespec,
-    ) -> c_int {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `usleep(3)`.
-    fn usleep(us: libc::useconds_t) -> c_int {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `sigwait(3)`.
-    fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `sigwaitinfo(2)`.
-    fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc::siginfo_t) -> c_int {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `sigtimedwait(2)`.
-    fn sigtimedwait(
-        set: *const libc::sigset_t,
-        info: *mut libc::siginfo_t,
-        t: *const libc::timespec,
-    ) -> c_int {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `sigsuspend(2)`: nginx's master waits here.
-    fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `pause(2)`.
-    fn pause() -> c_int {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `waitpid(2)`.
-    fn waitpid(pid: libc::pid_t, status: *mut c_int, options: c_int) -> libc::pid_t {
-        sys::on_wait_unless_nohang(options)
-    }
-);
-forward!(
-    /// `wait(2)`.
-    fn wait(status: *mut c_int) -> libc::pid_t {
-        sys::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `wait4(2)`.
-    fn wait4(
-        pid: libc::pid_t,
-        status: *mut c_int,
-        options: c_int,
-        usage: *mut libc::rusage,
-    ) -> libc::pid_t {
-        sys::on_wait_unless_nohang(options)
-    }
-);
-forward!(
-    /// `waitid(2)`.
-    fn waitid(
-        idtype: libc::idtype_t,
-        id: libc::id_t,
-        info: *mut libc::siginfo_t,
-        options: c_int,
-    ) -> c_int {
-        sys::on_wait_unless_nohang(options)
-    }
-);
-
-/// `sleep(3)` (returns unsigned, so it cannot share the macro's `-1` on a missing symbol).
-#[no_mangle]
-pub unsafe extern "C" fn sleep(seconds: c_uint) -> c_uint {
-    sys::on_wait(Wait::Other);
-    let Some(real) = next!("sleep", unsafe extern "C" fn(c_uint) -> c_uint) else {
-        return seconds;
-    };
-    // SAFETY: forwarding the caller's argument unchanged.
-    unsafe { real(seconds) }
-}
-
-/// `close_range(2)`: every descriptor in the range is closed, ours included.
-#[no_mangle]
-pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let Some(real) = next!(
-        "close_range",
-        unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int
-    ) else {
-        return enosys();
-    };
-    before_close_range(first, last, flags);
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(first, last, flags) }
-}
-
-/// The managed descriptors in `first..=last` are about to be closed (unless only marked
-/// close-on-exec).
-fn before_close_range(first: c_uint, last: c_uint, flags: c_int) {
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        if let Some(s) = sys::shim() {
-            let end = last.min(1 << 20);
-            for fd in first..=end {
-                if s.is_managed(fd as c_int) {
-                    sys::on_close(fd as c_int);
-                }
-            }
-        }
-    }
-}
-
-/// `syscall(2)`, libc's generic entry: libuv (and so node) closes descriptors with
-/// `syscall(SYS_close, fd)`, which the `close` hook never sees. Only `close` and
-/// `close_range` are looked at; every call is forwarded unchanged. Declared with the six
-/// argument registers: on x86-64 and AArch64 Linux a variadic call passes integer arguments
-/// exactly as a fixed one does (on 32-bit x86 every argument is on the stack either way),
-/// and glibc's `syscall` reads no more (stable Rust cannot define a C-variadic function).
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
-#[no_mangle]
-pub unsafe extern "C" fn syscall(
-    number: c_long,
-    a1: c_long,
-    a2: c_long,
-    a3: c_long,
-    a4: c_long,
-    a5: c_long,
-    a6: c_long,
-) -> c_long {
-    type Syscall =
-        unsafe extern "C" fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long;
-    let Some(real) = next!("syscall", Syscall) else {
-        return enosys();
-    };
-    if number == libc::SYS_close {
-        sys::on_close(a1 as c_int);
-    } else if number == libc::SYS_close_range {
-        before_close_range(a1 as c_uint, a2 as c_uint, a3 as c_int);
-    }
-    // SAFETY: forwarding the caller's arguments unchanged.
-    unsafe { real(number, a1, a2, a3, a4, a5, a6) }
-}
-
-// ---- 32-bit programs built with 64-bit time ----------------------------------------------
+// ---- 32-bit programs built with 64-bit time ---------------------------------------------
 
 // A 32-bit program built with `_TIME_BITS=64` (the only way past 2038 on i386 and armhf, and
 // the default of newer distributions there) calls these glibc names instead of the waits

@@ -47,8 +47,13 @@
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+//!
+//! The policy (when a burst starts and ends, what is learned) is the crate
+//! `nagless-shim-policy`, safe code tested with a fake kernel; this crate only forwards the
+//! program's calls to it (`interpose`, the hooks) and gives it the real kernel (`sys`).
+
+// The hooks would interpose the test runner itself: unit tests build without them.
 #[cfg(not(test))]
 mod interpose;
-mod state;
 #[cfg(not(test))]
 mod sys;

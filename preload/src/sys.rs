@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use libc::{c_int, c_void, size_t, socklen_t, ssize_t};
 
-use crate::state::{Config, FlusherStep, Kernel, Shim, ThreadBursts, WriteStep};
+use nagless_shim_policy::{Config, FlusherStep, Kernel, Mode, Shim, ThreadBursts, WriteStep};
 
 /// Resolves the next definition of a libc symbol once and caches it.
 macro_rules! next {
@@ -112,7 +112,8 @@ impl Kernel for Libc {
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    #[allow(clippy::disallowed_methods)] // the libc layer owns the clock
+    // The libc layer owns the clock: the policy crate bans it (its clippy.toml) and takes
+    // the time from `Kernel::now_us`.
     *EPOCH.get_or_init(Instant::now)
 }
 
@@ -257,8 +258,8 @@ pub fn on_read(fd: c_int) {
 pub fn on_wait(kind: Wait) {
     let Some(s) = shim() else { return };
     quietly(|| match (s.config.mode, kind) {
-        (crate::state::Mode::Nagless, _) => with_mine(|m| s.release_thread(&Libc, m)),
-        (crate::state::Mode::Cork, Wait::Poll) => s.release_all(&Libc),
+        (Mode::Nagless, _) => with_mine(|m| s.release_thread(&Libc, m)),
+        (Mode::Cork, Wait::Poll) => s.release_all(&Libc),
         _ => {}
     });
 }
@@ -284,7 +285,7 @@ pub fn waiting<R: Copy + Default + PartialEq>(
     probe: impl FnOnce() -> R,
     call: impl FnOnce() -> R,
 ) -> R {
-    if let Some(s) = shim().filter(|s| s.config.mode == crate::state::Mode::Nagless) {
+    if let Some(s) = shim().filter(|s| s.config.mode == Mode::Nagless) {
         if never_blocks {
             return call();
         }
@@ -485,7 +486,7 @@ fn start_flusher(s: &'static Shim) {
 }
 
 fn flusher_loop(s: &'static Shim) {
-    let mut idle = crate::state::FlusherState::default();
+    let mut idle = nagless_shim_policy::FlusherState::default();
     loop {
         match s.flusher_tick(&Libc, &mut idle) {
             FlusherStep::Sleep(d) => std::thread::sleep(d),

@@ -1,0 +1,125 @@
+//! Settings read from the environment, and the counters the shim reports.
+use std::sync::atomic::AtomicU64 as StatCounter;
+use std::time::Duration;
+
+/// How the shim treats managed sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Set TCP_NODELAY only (what NODELAY-forcing preloads do).
+    Nodelay,
+    /// Cork each burst, release only when the program reads this socket or polls
+    /// (libautocork's rule; the kernel's ~200 ms cork limit bounds the rest).
+    Cork,
+    /// Cork each burst; release when a writing thread waits, and within the linger bound.
+    Nagless,
+}
+
+impl Mode {
+    /// Parses `NAGLESS_MODE`.
+    pub fn parse(s: &str) -> Option<Mode> {
+        match s {
+            "nagless" => Some(Mode::Nagless),
+            "cork" => Some(Mode::Cork),
+            "nodelay" => Some(Mode::Nodelay),
+            _ => None,
+        }
+    }
+
+    /// The name `parse` reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Nodelay => "nodelay",
+            Mode::Cork => "cork",
+            Mode::Nagless => "nagless",
+        }
+    }
+}
+
+/// Settings read from the environment at start-up.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The mode.
+    pub mode: Mode,
+    /// Longest time a burst stays corked without the program waiting.
+    pub linger: Duration,
+    /// Print statistics at exit.
+    pub stats: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mode: Mode::Nagless,
+            linger: DEFAULT_LINGER,
+            stats: false,
+        }
+    }
+}
+
+/// Linger bound when `NAGLESS_LINGER_US` is not set.
+pub const DEFAULT_LINGER: Duration = Duration::from_micros(1000);
+
+/// The accepted range of `NAGLESS_LINGER_US`, µs.
+pub const LINGER_RANGE_US: std::ops::RangeInclusive<u64> = 50..=100_000;
+
+impl Config {
+    /// Reads `NAGLESS_MODE`, `NAGLESS_LINGER_US` and `NAGLESS_STATS` through `var`. A value
+    /// that does not parse keeps the default and is named in the returned complaints (the
+    /// shim cannot refuse to run; `nagless run` checks the same values and exits 2).
+    pub fn from_env(var: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
+        let mut c = Config::default();
+        let mut bad = Vec::new();
+        if let Some(m) = var("NAGLESS_MODE") {
+            match Mode::parse(&m) {
+                Some(mode) => c.mode = mode,
+                None => bad.push(format!(
+                    "NAGLESS_MODE={m:?} is not nagless, cork or nodelay"
+                )),
+            }
+        }
+        if let Some(v) = var("NAGLESS_LINGER_US") {
+            match v.parse::<u64>() {
+                Ok(us) if LINGER_RANGE_US.contains(&us) => c.linger = Duration::from_micros(us),
+                _ => bad.push(format!(
+                    "NAGLESS_LINGER_US={v:?} is not a number of µs in {}..={}",
+                    LINGER_RANGE_US.start(),
+                    LINGER_RANGE_US.end()
+                )),
+            }
+        }
+        c.stats = var("NAGLESS_STATS").is_some_and(|v| !v.is_empty() && v != "0");
+        (c, bad)
+    }
+}
+
+/// Counters reported by `--stats`.
+#[derive(Default)]
+pub struct Stats {
+    /// TCP sockets the shim managed.
+    pub sockets: StatCounter,
+    /// Bursts (cork .. uncork cycles).
+    pub bursts: StatCounter,
+    /// Writes on managed sockets the shim holds bursts of.
+    pub writes: StatCounter,
+    /// Writes that joined a burst already held (coalesced with what came before).
+    pub joined: StatCounter,
+    /// Bursts released by the flusher's linger bound.
+    pub linger_releases: StatCounter,
+    /// Writes that completed a burst's learned shape and left at once.
+    pub shaped: StatCounter,
+    /// Sockets left to the program's own TCP_CORK / MSG_MORE / Nagle choice.
+    pub self_managed: StatCounter,
+    /// Data segments sent by managed sockets, summed at close (TCP_INFO).
+    pub data_segs: StatCounter,
+    /// Payload bytes sent by managed sockets, summed at close (TCP_INFO).
+    pub bytes: StatCounter,
+    /// `setsockopt(TCP_CORK)` calls the shim made (to hold a burst, or to send one); the one
+    /// `TCP_NODELAY` per adopted socket is not counted.
+    pub cork_calls: StatCounter,
+    /// `TCP_NODELAY` set off by a program that already saw it off (its default, copied from
+    /// its listener): the shim kept its own and went on holding the socket.
+    pub kept_defaults: StatCounter,
+    /// Waits of the poll, select or epoll families that would not have blocked (events were
+    /// ready, or the timeout was zero): the bursts of the thread went on.
+    pub ready_waits: StatCounter,
+}

@@ -1,0 +1,321 @@
+//! Loom models of the lock-free protocol: each race a review found, run under every
+//! interleaving (up to the preemption bound) of the policy's atomics and a fake kernel whose
+//! socket lock is a loom mutex, as the real kernel's socket lock orders socket calls.
+//!
+//! Run with `RUSTFLAGS="--cfg loom -C debug-assertions" cargo test -p nagless-shim-policy
+//! --release --lib loom` (debug assertions on: the invariants of [`crate::state`] and the
+//! `corked` count are `debug_assert!`s), as `scripts/test` does with its own target
+//! directory. `LOOM_MAX_PREEMPTIONS` bounds the search (2 unless set; `scripts/test` uses 3;
+//! at 6 the five models take about 5 s). `--nocapture` prints how many interleavings each
+//! model ran.
+//!
+//! Each model fails on an older form of the protocol (checked by hand): (a) with
+//! `LAST_SENDING` marked after the last write instead of before it; (b) with a start
+//! counted in `corked` after it publishes its burst instead of before (the underflow
+//! assertion; the program-cork model fails the same way); (c) with a corked start joining a
+//! `MSG_MORE` burst without marking `CORK_ON`; (d) with an adoption that does not end the
+//! burst left on the number (`corked` leaks). The model of a reader ending a burst while the
+//! program corks fails without the program's wait for an uncork in flight, and without the
+//! `SeqCst` fence in `Shim::set_cork` (a weakened ordering).
+//!
+//! What every model asserts, after its threads are done:
+//! - no byte is left held by a burst that is no longer counted as held: a socket whose slot
+//!   says "no burst" has nothing queued unsent and no `TCP_CORK` of the shim's on;
+//! - `corked` equals the number of bursts held (never leaks), and never went below zero
+//!   (the `debug_assert!` in `count_down`);
+//! - the program's `TCP_CORK` is never cleared by the shim (the fake kernel panics);
+//! - the burst left, if any, ends at the next read with everything sent and nothing counted.
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+use crate::{Config, Kernel, Shim, ThreadBursts, WriteStep, LEARN_AFTER};
+
+/// The socket all models write to.
+const FD: i32 = 3;
+
+/// One socket's kernel side.
+#[derive(Default)]
+struct Sock {
+    /// `TCP_CORK` is on.
+    cork: bool,
+    /// The program set that `TCP_CORK` itself.
+    programs_cork: bool,
+    /// Writes queued and not yet sent (held by `TCP_CORK` or `MSG_MORE`).
+    unsent: u32,
+}
+
+/// A fake kernel for one socket; its lock stands for the socket lock.
+#[derive(Default)]
+struct Kern(Mutex<Sock>);
+
+impl Kern {
+    /// The kernel's side of one write: queued, then sent unless `TCP_CORK` or `MSG_MORE`
+    /// holds it (a plain write pushes what `MSG_MORE` held before it).
+    fn send(&self, more: bool) {
+        let mut s = self.0.lock().unwrap();
+        if more || s.cork {
+            s.unsent += 1;
+        } else {
+            s.unsent = 0;
+        }
+    }
+
+    /// The program's own `setsockopt(TCP_CORK, on)`.
+    fn program_cork(&self, on: bool) {
+        let mut s = self.0.lock().unwrap();
+        s.cork = on;
+        s.programs_cork = on;
+        if !on {
+            s.unsent = 0;
+        }
+    }
+
+    fn sock<R>(&self, f: impl FnOnce(&Sock) -> R) -> R {
+        f(&self.0.lock().unwrap())
+    }
+}
+
+impl Kernel for Kern {
+    fn is_tcp_stream(&self, fd: i32) -> bool {
+        fd == FD
+    }
+    fn set_nodelay(&self, _: i32) -> bool {
+        true
+    }
+    fn set_cork(&self, _: i32, on: bool) -> bool {
+        let mut s = self.0.lock().unwrap();
+        assert!(
+            on || !s.programs_cork,
+            "the shim cleared the program's TCP_CORK"
+        );
+        s.cork = on;
+        if !on {
+            // Clearing TCP_CORK pushes whatever is queued, held by MSG_MORE too.
+            s.unsent = 0;
+        }
+        true
+    }
+    fn now_us(&self) -> u64 {
+        0
+    }
+}
+
+/// A shim with `FD` adopted and, if `shape` > 0, that many writes per burst learned.
+fn setup(shape: usize) -> (Arc<Shim>, Arc<Kern>) {
+    let s = Shim::new(Config::default(), crate::CHUNK);
+    let k = Kern::default();
+    s.adopt(&k, FD);
+    let mut t = ThreadBursts::new();
+    if shape > 0 {
+        for _ in 0..LEARN_AFTER {
+            for _ in 0..shape {
+                write(&s, &k, &mut t, true);
+            }
+            s.release_thread(&k, &mut t);
+        }
+        assert_eq!(s.held(), 0);
+    }
+    (Arc::new(s), Arc::new(k))
+}
+
+/// One write of the program with the policy's steps around it (`carries_more`: a write or
+/// send, not a sendfile); whether it was sent with `MSG_MORE`.
+fn write(s: &Shim, k: &Kern, t: &mut ThreadBursts, carries_more: bool) -> bool {
+    let step: WriteStep = s.before_write(k, FD, t, carries_more);
+    k.send(step.more);
+    s.after_write(k, FD, step, false);
+    step.more
+}
+
+/// The safety properties, once the model's threads are done (see the module docs).
+fn check(s: &Shim, k: &Kern) {
+    let held = s.is_corked(FD);
+    assert_eq!(s.held(), u32::from(held), "corked leaked");
+    k.sock(|sock| {
+        if !held && !sock.programs_cork {
+            assert_eq!(
+                sock.unsent, 0,
+                "bytes left held by a burst no longer counted"
+            );
+            assert!(!sock.cork, "the shim's TCP_CORK left on after its burst");
+        }
+    });
+    s.reader_waits(k, FD);
+    assert_eq!(s.held(), 0);
+    k.sock(|sock| assert!(sock.programs_cork || (sock.unsent == 0 && !sock.cork)));
+}
+
+/// Runs `f` under every interleaving loom explores; prints how many (`--nocapture`).
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(2);
+    }
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    b.check(move || {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        f();
+    });
+    let name = std::thread::current().name().unwrap_or("?").to_string();
+    eprintln!(
+        "{name}: {} interleavings",
+        runs.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// (a) A `MSG_MORE` write racing the burst's last write: if the last write reaches the
+/// kernel first, it does not send the other, which must push itself (`LAST_SENDING`).
+#[test]
+fn loom_msg_more_write_racing_the_last_write() {
+    model(|| {
+        let (s, k) = setup(3);
+        let mut main = ThreadBursts::new();
+        assert!(write(&s, &k, &mut main, true), "held by MSG_MORE");
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                let (s, k) = (s.clone(), k.clone());
+                thread::spawn(move || {
+                    let mut t = ThreadBursts::new();
+                    write(&s, &k, &mut t, true);
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        check(&s, &k);
+    });
+}
+
+/// (b) A reader ends a burst while another thread starts one (and the reader reads again,
+/// ending the new one), or ends the burst a write is starting: a start must be counted
+/// before anyone can count it down.
+#[test]
+fn loom_reader_ending_a_burst_while_another_starts_one() {
+    for (shape, earlier_burst) in [(0, true), (2, true), (0, false), (2, false)] {
+        model(move || {
+            let (s, k) = setup(shape);
+            let mut main = ThreadBursts::new();
+            if earlier_burst {
+                write(&s, &k, &mut main, true);
+            }
+            let reader = {
+                let (s, k) = (s.clone(), k.clone());
+                thread::spawn(move || {
+                    s.reader_waits(&*k, FD);
+                    s.reader_waits(&*k, FD);
+                })
+            };
+            let mut t = ThreadBursts::new();
+            write(&s, &k, &mut t, true);
+            reader.join().unwrap();
+            check(&s, &k);
+        });
+    }
+}
+
+/// (c) A corked start (a file body: no `MSG_MORE`) racing a `MSG_MORE` start: whichever
+/// publishes first, the burst's end clears the cork (`CORK_ON`), here when the last write
+/// of the learned shape sends it.
+#[test]
+fn loom_corked_start_racing_a_msg_more_start() {
+    model(|| {
+        let (s, k) = setup(3);
+        let file = {
+            let (s, k) = (s.clone(), k.clone());
+            thread::spawn(move || {
+                let mut t = ThreadBursts::new();
+                write(&s, &k, &mut t, false);
+            })
+        };
+        let mut a = ThreadBursts::new();
+        write(&s, &k, &mut a, true);
+        file.join().unwrap();
+        write(&s, &k, &mut a, true);
+        check(&s, &k);
+    });
+}
+
+/// (d) The descriptor is closed (or closed unseen and its number adopted again) while a
+/// write starts or joins a burst on it: no burst stays counted on a forgotten slot, no
+/// count is given back twice.
+#[test]
+fn loom_adopt_or_forget_during_a_burst() {
+    for close in [true, false] {
+        model(move || {
+            let (s, k) = setup(0);
+            let mut main = ThreadBursts::new();
+            write(&s, &k, &mut main, true);
+            let closer = {
+                let (s, k) = (s.clone(), k.clone());
+                thread::spawn(move || {
+                    if close {
+                        s.forget(&*k, FD);
+                    }
+                    s.adopt(&*k, FD);
+                })
+            };
+            let mut t = ThreadBursts::new();
+            write(&s, &k, &mut t, true);
+            closer.join().unwrap();
+            s.release_thread(&*k, &mut main);
+            check(&s, &k);
+        });
+    }
+}
+
+/// The program corks the socket while a corked start of the shim's is under way: the
+/// start, losing the socket to the program, undoes its own cork, never the program's.
+#[test]
+fn loom_program_corking_during_a_corked_start() {
+    model(|| {
+        let (s, k) = setup(0);
+        let program = {
+            let (s, k) = (s.clone(), k.clone());
+            thread::spawn(move || {
+                let was = s.program_cork_begins(FD);
+                k.program_cork(true);
+                s.program_cork_done(FD, was, Some(true));
+                s.program_holds(&*k, FD);
+            })
+        };
+        let mut t = ThreadBursts::new();
+        write(&s, &k, &mut t, true);
+        program.join().unwrap();
+        assert!(
+            k.sock(|sock| sock.cork),
+            "the program's TCP_CORK was cleared"
+        );
+        check(&s, &k);
+    });
+}
+
+/// A reader ends a burst while the program corks the socket: the shim's uncork looks for
+/// `PROGRAM_CORKED` and then makes its `setsockopt`; the program's mark and its own
+/// `setsockopt(TCP_CORK, 1)` must not both fall between the two (the program's call waits
+/// for an uncork announced before its mark). Fails without that wait.
+#[test]
+fn loom_reader_ending_a_burst_while_the_program_corks() {
+    model(|| {
+        let (s, k) = setup(0);
+        let mut main = ThreadBursts::new();
+        write(&s, &k, &mut main, true);
+        let program = {
+            let (s, k) = (s.clone(), k.clone());
+            thread::spawn(move || {
+                let was = s.program_cork_begins(FD);
+                k.program_cork(true);
+                s.program_cork_done(FD, was, Some(true));
+                s.program_holds(&*k, FD);
+            })
+        };
+        s.reader_waits(&*k, FD);
+        program.join().unwrap();
+        assert!(
+            k.sock(|sock| sock.cork),
+            "the program's TCP_CORK was cleared"
+        );
+        check(&s, &k);
+    });
+}
