@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use nagless_doctor::{Diagnosis, FlowReport};
 use nagless_netpath::{EmulatedPath, PathError, PathSpec};
-use nagless_test_support::{have_tool, skip, Tcpdump};
+use nagless_test_support::{exclusive, have_tool, skip, Tcpdump};
 
 fn path(spec: PathSpec) -> Option<EmulatedPath> {
     match EmulatedPath::new(&spec) {
@@ -371,6 +371,9 @@ fn score(end: &str, d: &Diagnosis, expects: &[Expect]) -> (usize, usize, usize) 
 
 /// Runs `scenarios` on a path with tcpdump at both ends, then scores both captures.
 fn both_ends(spec: PathSpec, scenarios: impl FnOnce(&EmulatedPath) -> Vec<Expect>) {
+    // One path at a time: `cargo test` runs a binary's tests in parallel, and two paths'
+    // forwarders and clock-labelled rounds sharing two CPUs blur each other's stalls.
+    let _one = exclusive();
     if !have_tool("tcpdump") {
         return;
     }
