@@ -5,6 +5,7 @@ use std::io::{IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use nagless_watch::metrics::{Exporter, Metrics};
 use nagless_watch::{Filter, Row, Watcher};
 
 use crate::parse_duration;
@@ -32,22 +33,31 @@ PERMISSIONS
   attributed (other users' /proc/PID/fd are unreadable); theirs show as `uid N`. Run as root
   (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) to name every process.
 
+PROMETHEUS
+  With --serve ADDR (e.g. 0.0.0.0:9911) it runs until stopped (SIGINT or SIGTERM, then a
+  clean exit 0) and serves GET /metrics: nagless_stalls_total, nagless_stall_seconds_total
+  and the histogram nagless_stall_duration_seconds, labelled by process (command name), port
+  (served local port, or remote port), role (serves|connects) and container;
+  nagless_connections; the watcher's own nagless_watch_cpu_seconds_total. deploy/ holds a
+  systemd unit, a Kubernetes DaemonSet and alerting rules.
+
 OUTPUT
   A table refreshed in place in a terminal (process, port, connections, stalls/s, time lost
   per second, worst stall, what to do); JSON lines with --json (one per refresh, then a
   summary); a summary of the whole watch at the end, and the watcher's own CPU use.
 
 EXIT STATUS
-  0 no stall seen, 1 stalls seen, 2 bad arguments or no access to sock_diag.";
+  0 no stall seen (or stopped after --serve), 1 stalls seen, 2 bad arguments, no access to
+  sock_diag, or the --serve address unusable.";
 
 #[derive(clap::Args)]
 pub struct WatchArgs {
     /// How often to sample every socket.
     #[arg(long, default_value = "2ms", value_parser = parse_duration)]
     interval: Duration,
-    /// How long to watch (0: until Ctrl-C).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    duration: Duration,
+    /// How long to watch (0: until Ctrl-C) [default: 10s, or 0 with --serve].
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
     /// How often to refresh the table (or print a JSON line).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     refresh: Duration,
@@ -60,6 +70,9 @@ pub struct WatchArgs {
     /// JSON lines instead of the table.
     #[arg(long)]
     json: bool,
+    /// Serve Prometheus metrics on this address (GET /metrics) and run until stopped.
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<std::net::SocketAddr>,
 }
 
 /// CPU time this process used so far (user + system), from /proc/self/stat.
@@ -137,6 +150,11 @@ pub fn command(args: WatchArgs) -> ExitCode {
         port: args.port,
         pid: args.pid,
     };
+    let duration = args.duration.unwrap_or(if args.serve.is_some() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(10)
+    });
     let mut w = match Watcher::new(filter) {
         Ok(w) => w,
         Err(e) => {
@@ -144,6 +162,22 @@ pub fn command(args: WatchArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let mut metrics = None;
+    if let Some(addr) = args.serve {
+        let m = Metrics::new();
+        match Exporter::start(addr, &m) {
+            Ok(e) => eprintln!(
+                "nagless watch: serving Prometheus metrics on http://{}/metrics",
+                e.addr()
+            ),
+            Err(e) => {
+                eprintln!("nagless watch: --serve: {e}");
+                return ExitCode::from(2);
+            }
+        }
+        w.keep_stalls();
+        metrics = Some(m);
+    }
     nagless_netpath::on_interrupt();
     if nagless_watch::procs::euid() != Some(0) && w.denied_processes() > 0 {
         eprintln!(
@@ -161,10 +195,19 @@ pub fn command(args: WatchArgs) -> ExitCode {
     let mut window_start = start;
     let mut stdout = std::io::stdout().lock();
     let mut error = None;
+    let mut last_sockets;
     loop {
         let t = Instant::now();
         match w.sample() {
-            Ok(s) => sockets_max = sockets_max.max(s.sockets),
+            Ok(s) => {
+                sockets_max = sockets_max.max(s.sockets);
+                last_sockets = s.sockets;
+                if let Some(m) = &metrics {
+                    for e in w.take_stalls() {
+                        m.stall(&e);
+                    }
+                }
+            }
             Err(e) => {
                 error = Some(e);
                 break;
@@ -178,6 +221,10 @@ pub fn command(args: WatchArgs) -> ExitCode {
             window_start = now;
             next_refresh += args.refresh;
             let rows = w.take_window();
+            if let Some(m) = &mut metrics {
+                m.window(&rows);
+                m.watcher(cpu_time().unwrap_or_default(), last_sockets);
+            }
             let res = if args.json {
                 let line = serde_json::json!({
                     "type": "window",
@@ -206,9 +253,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
             }
             let _ = stdout.flush();
         }
-        if nagless_netpath::interrupted()
-            || (!args.duration.is_zero() && start.elapsed() >= args.duration)
-        {
+        if nagless_netpath::interrupted() || (!duration.is_zero() && start.elapsed() >= duration) {
             break;
         }
         next += args.interval;
@@ -279,7 +324,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         write!(stdout, "{out}")
     };
     let _ = res.and_then(|_| stdout.flush());
-    if stalled.is_empty() {
+    if stalled.is_empty() || args.serve.is_some() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

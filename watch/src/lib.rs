@@ -10,6 +10,7 @@
 
 pub mod detect;
 pub mod diag;
+pub mod metrics;
 pub mod procs;
 
 use std::collections::{HashMap, HashSet};
@@ -55,6 +56,8 @@ pub struct Row {
     pub uid: u32,
     /// Command line, if known.
     pub cmd: Option<String>,
+    /// Command name (`/proc/PID/comm`), if known.
+    pub comm: Option<String>,
     /// Port (local if `serves`, else remote).
     pub port: u16,
     /// The process listens on `port`.
@@ -103,12 +106,13 @@ impl Tally {
         }
     }
 
-    fn row(&self, k: &GroupKey, cmd: Option<String>) -> Row {
+    fn row(&self, k: &GroupKey, who: Who) -> Row {
         let ack_timer = AckTimer::most_seen(self.timers);
         Row {
             pid: k.pid,
             uid: k.uid,
-            cmd,
+            cmd: who.cmd,
+            comm: who.comm,
             port: k.port,
             serves: k.serves,
             connections: self.conns as usize,
@@ -127,17 +131,24 @@ impl Tally {
     }
 }
 
+/// What names a socket's owner in a row: its command line and command name.
+#[derive(Debug, Clone, Default)]
+struct Who {
+    cmd: Option<String>,
+    comm: Option<String>,
+}
+
 /// Tallies by group: sockets are counted under the group they belong to when the rows are
 /// made, so a socket attributed to its process late still counts for that process.
-type Groups = HashMap<GroupKey, (Option<String>, Tally)>;
+type Groups = HashMap<GroupKey, (Who, Tally)>;
 
-fn add_to(groups: &mut Groups, key: &GroupKey, cmd: &Option<String>, t: &Tally) {
+fn add_to(groups: &mut Groups, key: &GroupKey, who: &Who, t: &Tally) {
     let g = match groups.get_mut(key) {
         Some(g) => g,
         None => groups.entry(key.clone()).or_default(),
     };
-    if g.0.is_none() {
-        g.0.clone_from(cmd);
+    if g.0.cmd.is_none() {
+        g.0.clone_from(who);
     }
     g.1.merge(t);
 }
@@ -145,7 +156,7 @@ fn add_to(groups: &mut Groups, key: &GroupKey, cmd: &Option<String>, t: &Tally) 
 fn rows(groups: Groups) -> Vec<Row> {
     let mut v: Vec<Row> = groups
         .into_iter()
-        .map(|(k, (cmd, t))| t.row(&k, cmd))
+        .map(|(k, (who, t))| t.row(&k, who))
         .collect();
     v.sort_by(|a, b| {
         b.lost_ms
@@ -167,11 +178,23 @@ pub struct SampleStats {
     pub stalls: usize,
 }
 
+/// One stall as it ended, for exporters that need each one (a histogram of durations): see
+/// [`Watcher::keep_stalls`].
+#[derive(Debug, Clone)]
+pub struct StallEvent {
+    /// The group of the socket that stalled.
+    pub key: GroupKey,
+    /// Its owner's command name (`/proc/PID/comm`), if known.
+    pub comm: Option<String>,
+    /// The stall.
+    pub stall: detect::Stall,
+}
+
 /// What the watcher keeps per socket.
 struct Tracked {
     tracker: HoldTracker,
     key: GroupKey,
-    cmd: Option<String>,
+    who: Who,
     last_us: u64,
     /// This window's stalls (`conns` 1 once seen in it) and the whole watch's.
     window: Tally,
@@ -194,6 +217,8 @@ pub struct Watcher {
     /// Tallies of sockets gone, by their group: this window's and the whole watch's.
     gone_window: Groups,
     gone_total: Groups,
+    /// Stalls since the last [`Watcher::take_stalls`], when kept.
+    events: Option<Vec<StallEvent>>,
 }
 
 impl Watcher {
@@ -212,7 +237,19 @@ impl Watcher {
             last_gc_us: 0,
             gone_window: Groups::new(),
             gone_total: Groups::new(),
+            events: None,
         })
+    }
+
+    /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls) (which must then be
+    /// called often: they pile up until it is).
+    pub fn keep_stalls(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// The stalls that ended since the last call (none unless [`keep_stalls`](Self::keep_stalls)).
+    pub fn take_stalls(&mut self) -> Vec<StallEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The rows of the window since the last call (stalling groups first); starts a new one.
@@ -220,7 +257,7 @@ impl Watcher {
         let mut g = std::mem::take(&mut self.gone_window);
         for t in self.sockets.values_mut() {
             if t.window.conns > 0 {
-                add_to(&mut g, &t.key, &t.cmd, &t.window);
+                add_to(&mut g, &t.key, &t.who, &t.window);
             }
             t.window = Tally::default();
         }
@@ -231,7 +268,7 @@ impl Watcher {
     pub fn totals(&self) -> Vec<Row> {
         let mut g = self.gone_total.clone();
         for t in self.sockets.values() {
-            add_to(&mut g, &t.key, &t.cmd, &t.total);
+            add_to(&mut g, &t.key, &t.who, &t.total);
         }
         rows(g)
     }
@@ -309,7 +346,7 @@ impl Watcher {
                 let t = self.sockets.entry(r.cookie).or_insert_with(|| Tracked {
                     tracker: HoldTracker::default(),
                     key: key.clone(),
-                    cmd: None,
+                    who: Who::default(),
                     last_us: at_us,
                     window: Tally::default(),
                     total: Tally {
@@ -319,7 +356,10 @@ impl Watcher {
                     rescans: 0,
                 });
                 t.key = key;
-                t.cmd = owner.map(|o| o.cmd);
+                t.who = owner.map_or_else(Who::default, |o| Who {
+                    cmd: Some(o.cmd),
+                    comm: Some(o.comm),
+                });
             }
             if rescanned && r.inode != 0 && !self.procs.knows(r.inode) {
                 if let Some(t) = self.sockets.get_mut(&r.cookie) {
@@ -339,6 +379,13 @@ impl Watcher {
                 stats.stalls += 1;
                 t.window.add(&stall);
                 t.total.add(&stall);
+                if let Some(ev) = &mut self.events {
+                    ev.push(StallEvent {
+                        key: t.key.clone(),
+                        comm: t.who.comm.clone(),
+                        stall,
+                    });
+                }
             }
         }
         // Once a second: sockets gone for a second leave their tallies to their group.
@@ -349,9 +396,9 @@ impl Watcher {
                 let live = at_us.saturating_sub(t.last_us) <= 1_000_000;
                 if !live {
                     if t.window.conns > 0 {
-                        add_to(gw, &t.key, &t.cmd, &t.window);
+                        add_to(gw, &t.key, &t.who, &t.window);
                     }
-                    add_to(gt, &t.key, &t.cmd, &t.total);
+                    add_to(gt, &t.key, &t.who, &t.total);
                 }
                 live
             });

@@ -13,13 +13,15 @@ pub struct Process {
     pub pid: u32,
     /// Its command line (arguments joined by spaces, at most 80 characters).
     pub cmd: String,
+    /// Its command name (`/proc/PID/comm`, at most 15 bytes; empty if unreadable).
+    pub comm: String,
 }
 
 /// Socket inode to owning process, rebuilt by scanning /proc.
 #[derive(Debug, Default)]
 pub struct ProcMap {
     owners: HashMap<u32, u32>,
-    cmds: HashMap<u32, String>,
+    cmds: HashMap<u32, (String, String)>,
     /// Processes whose fds could not be read in the last scan.
     pub denied: usize,
 }
@@ -66,9 +68,19 @@ impl ProcMap {
     /// The process owning socket `inode`, if known.
     pub fn owner(&mut self, inode: u32) -> Option<Process> {
         let pid = *self.owners.get(&inode)?;
-        let cmd = self.cmds.entry(pid).or_insert_with(|| cmdline(pid)).clone();
-        Some(Process { pid, cmd })
+        let (cmd, comm) = self
+            .cmds
+            .entry(pid)
+            .or_insert_with(|| (cmdline(pid), comm(pid)))
+            .clone();
+        Some(Process { pid, cmd, comm })
     }
+}
+
+fn comm(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_owned())
+        .unwrap_or_default()
 }
 
 fn cmdline(pid: u32) -> String {

@@ -1,0 +1,334 @@
+//! `nagless watch` for a fleet: a real Prometheus (Debian's `prometheus`, which
+//! `./scripts/test` installs) scrapes `nagless watch --serve` on loopback every second while
+//! Python's `http.server` stalls under wrk, and the same server under TCP_NODELAY does not;
+//! PromQL over Prometheus's HTTP API must give the first a stall rate and the second 0.
+//! The shipped deploy/ files are checked too: the alerting rules with `promtool check rules`,
+//! the manifests by a YAML parse.
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{have_tool, http_server_args, Started};
+
+const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// A plain HTTP/1.1 GET on loopback: (status code, body), or `None` if nobody answers.
+fn http_get(port: u16, target: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n")?.1.to_owned();
+    Some((code, body))
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// An instant PromQL query: label set -> value, for each series of the vector.
+fn promql(port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
+    let (code, body) = http_get(port, &format!("/api/v1/query?query={}", percent_encode(q)))
+        .expect("Prometheus answers");
+    assert_eq!(code, 200, "{q}: {body}");
+    // A chunked body: the JSON is the part between the first '{' and the last '}'.
+    let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    assert_eq!(v["status"], "success", "{q}: {v}");
+    v["data"]["result"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let val = r["value"][1].as_str().unwrap().parse().unwrap();
+            (r["metric"].clone(), val)
+        })
+        .collect()
+}
+
+fn serving(port: u16) {
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nothing listens on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `python3 -m http.server` on `port`, under `nagless run --mode nodelay` if `nodelay`.
+fn http_server(dir: &Path, port: u16, nodelay: bool) -> Started {
+    let mut cmd = if nodelay {
+        let mut c = Command::new(NAGLESS);
+        c.args(["run", "--mode", "nodelay", "--", "python3"]);
+        c
+    } else {
+        Command::new("python3")
+    };
+    let child = http_server_args(&mut cmd, port)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let s = Started(child);
+    serving(port);
+    s
+}
+
+fn wrk(port: u16, secs: u32) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let o = Command::new("wrk")
+            .args(["-t1", "-c2", &format!("-d{secs}s")])
+            .arg(format!("http://127.0.0.1:{port}/f.txt"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+    })
+}
+
+fn sigterm(child: &std::process::Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+}
+
+#[test]
+fn prometheus_scrapes_a_stall_rate_for_the_stalling_server_and_0_under_nodelay() {
+    if !have_tool("prometheus") || !have_tool("wrk") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("nagless-fleet-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    std::fs::write(dir.join("www/f.txt"), vec![b'x'; 2000]).unwrap();
+    let (metrics_port, prom_port) = (free_port(), free_port());
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: nagless\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    let prometheus = Started(
+        Command::new(common::tool_path("prometheus").unwrap())
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus"),
+    );
+    let watch = Started(
+        Command::new(NAGLESS)
+            .args(["watch", "--refresh", "250ms", "--serve"])
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    serving(metrics_port);
+    let start = Instant::now();
+    while http_get(prom_port, "/-/ready").is_none_or(|(c, _)| c != 200) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "Prometheus not ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (stalling, nodelay) = (free_port(), free_port());
+    let s1 = http_server(&dir.join("www"), stalling, false);
+    let s2 = http_server(&dir.join("www"), nodelay, true);
+    let loads = [wrk(stalling, 5), wrk(nodelay, 5)];
+    for l in loads {
+        l.join().unwrap();
+    }
+    // Two more scrapes after the load.
+    std::thread::sleep(Duration::from_millis(2500));
+    let rate = promql(
+        prom_port,
+        r#"sum by (port, process) (rate(nagless_stalls_total{role="serves"}[1m]))"#,
+    );
+    let of = |port: u16| {
+        rate.iter()
+            .find(|(m, _)| m["port"].as_str() == Some(port.to_string().as_str()))
+            .map(|(m, v)| (m["process"].clone(), *v))
+    };
+    eprintln!("stall rates by port: {rate:?}");
+    let (process, r) = of(stalling).unwrap_or_else(|| panic!("no series for {stalling}: {rate:?}"));
+    assert!(r > 0.0, "stalling server: rate {r}");
+    assert_eq!(process, "python3");
+    let (_, r0) = of(nodelay).unwrap_or_else(|| panic!("no series for {nodelay}: {rate:?}"));
+    assert_eq!(r0, 0.0, "the server under NODELAY");
+    // Stalls last a delayed-ACK timer (40 ms on loopback): the histogram's median says so.
+    let q = format!(
+        "histogram_quantile(0.5, sum by (le) (rate(nagless_stall_duration_seconds_bucket{{port=\"{stalling}\"}}[1m])))"
+    );
+    let median = promql(prom_port, &q)[0].1;
+    assert!((0.025..=0.3).contains(&median), "median stall {median} s");
+    let lost = promql(
+        prom_port,
+        &format!("sum(increase(nagless_stall_seconds_total{{port=\"{stalling}\"}}[1m]))"),
+    )[0]
+    .1;
+    assert!(lost > 0.0, "time lost {lost}");
+    let cpu = promql(prom_port, "nagless_watch_cpu_seconds_total");
+    assert!(cpu.first().is_some_and(|(_, v)| *v > 0.0), "{cpu:?}");
+    // SIGTERM: a clean exit 0.
+    let mut watch = watch;
+    let w = &mut watch.0;
+    sigterm(w);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = w.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "watch did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.code(), Some(0));
+    drop((s1, s2, prometheus));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn serve_on_an_address_in_use_says_so_and_exits_2() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let o = Command::new(NAGLESS)
+        .args(["watch", "--serve", &addr.to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&addr.to_string()) && err.contains("in use"),
+        "{err}"
+    );
+    let o = Command::new(NAGLESS)
+        .args(["watch", "--serve", "localhost"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[test]
+fn the_alerting_rules_pass_promtool_check_and_its_unit_tests() {
+    if !have_tool("promtool") {
+        return;
+    }
+    // Valid rules, and alerts that fire on a stalling service and a silent watcher only.
+    for (cmd, file) in [
+        ("check", "nagless-alerts.yml"),
+        ("test", "nagless-alerts.test.yml"),
+    ] {
+        let o = Command::new(common::tool_path("promtool").unwrap())
+            .args([cmd, "rules"])
+            .arg(deploy().join("prometheus").join(file))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "promtool {cmd} rules {file}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_daemonset_asks_for_exactly_the_privileges_it_needs() {
+    use yaml_rust2::YamlLoader;
+    let text = std::fs::read_to_string(deploy().join("kubernetes/nagless-watch.yaml")).unwrap();
+    let docs = YamlLoader::load_from_str(&text).expect("valid YAML");
+    let ds = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("DaemonSet"))
+        .expect("a DaemonSet");
+    let spec = &ds["spec"]["template"]["spec"];
+    assert_eq!(spec["hostPID"].as_bool(), Some(true), "sees every process");
+    assert!(
+        spec["hostNetwork"].as_bool() != Some(true),
+        "enters each pod's namespace itself: no hostNetwork"
+    );
+    let c = &spec["containers"][0];
+    let sc = &c["securityContext"];
+    assert_ne!(sc["privileged"].as_bool(), Some(true), "never privileged");
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
+    let drop: Vec<_> = sc["capabilities"]["drop"].as_vec().unwrap().to_vec();
+    assert_eq!(drop.len(), 1);
+    assert_eq!(drop[0].as_str(), Some("ALL"));
+    let mut add: Vec<&str> = sc["capabilities"]["add"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    add.sort();
+    assert_eq!(
+        add,
+        [
+            "BPF",
+            "DAC_READ_SEARCH",
+            "PERFMON",
+            "SYS_ADMIN",
+            "SYS_PTRACE"
+        ]
+    );
+    let args: Vec<&str> = c["args"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(args.contains(&"--serve"), "{args:?}");
+    // The systemd unit runs the same command.
+    let unit = std::fs::read_to_string(deploy().join("systemd/nagless-watch.service")).unwrap();
+    assert!(
+        unit.lines()
+            .any(|l| l.starts_with("ExecStart=") && l.contains("watch --serve")),
+        "{unit}"
+    );
+}
