@@ -1,7 +1,7 @@
 //! `nagless watch`: find processes stalling on Nagle and delayed ACK, live, from the kernel's
 //! per-socket TCP state (no capture, no restart).
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::{self, IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -26,7 +26,14 @@ WHAT SAMPLING CAN AND CANNOT SEE
   hold shorter than INTERVAL can be missed, and each stall's length is known to within one
   INTERVAL (the default 2 ms is fine for 40 ms and 200 ms delayed-ACK timers). A remote
   sender waiting for this host's delayed ACKs does not show here (capture at either end and
-  use `nagless doctor`). Sockets in other network namespaces (containers) are not listed.
+  use `nagless doctor`).
+
+CONTAINERS
+  Every network namespace named by /proc/PID/ns/net (each container, each Kubernetes pod) is
+  entered once to list its sockets; new ones are found every 2 s, gone ones dropped. Rows
+  name the namespace and, when the owner's cgroup names one, the container (Docker,
+  containerd, CRI-O, Podman ids). Entering takes root (CAP_SYS_ADMIN, CAP_SYS_PTRACE);
+  without it only the watcher's own namespace is listed, and it says so.
 
 PERMISSIONS
   Without root, every socket is still sampled, but only your own processes' sockets can be
@@ -84,11 +91,16 @@ fn cpu_time() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
 }
 
-fn who(r: &Row) -> String {
-    match (r.pid, &r.cmd) {
+fn who(r: &Row, own_netns: u64) -> String {
+    let w = match (r.pid, &r.cmd) {
         (Some(pid), Some(cmd)) => format!("{pid} {cmd}"),
         (Some(pid), None) => pid.to_string(),
         _ => format!("uid {} (pid not readable)", r.uid),
+    };
+    match &r.container {
+        Some(c) => format!("[{}] {w}", &c[..c.len().min(12)]),
+        None if r.netns != own_netns => format!("[netns {}] {w}", r.netns),
+        None => w,
     }
 }
 
@@ -100,7 +112,7 @@ fn port(r: &Row) -> String {
     }
 }
 
-fn table(rows: &[Row], secs: f64, out: &mut String) {
+fn table(rows: &[Row], secs: f64, own_netns: u64, out: &mut String) {
     use std::fmt::Write as _;
     let _ = writeln!(
         out,
@@ -108,7 +120,7 @@ fn table(rows: &[Row], secs: f64, out: &mut String) {
         "process", "port", "conns", "stalls/s", "lost ms/s", "worst ms"
     );
     for r in rows {
-        let mut w = who(r);
+        let mut w = who(r, own_netns);
         if w.chars().count() > 44 {
             w = w.chars().take(41).collect::<String>() + "...";
         }
@@ -181,10 +193,18 @@ pub fn command(args: WatchArgs) -> ExitCode {
     nagless_netpath::on_interrupt();
     if nagless_watch::procs::euid() != Some(0) && w.denied_processes() > 0 {
         eprintln!(
-            "nagless watch: not root: {} processes' sockets cannot be attributed (shown as `uid N`); run as root, or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, to name them",
+            "nagless watch: not root: {} processes' sockets cannot be attributed (shown as `uid N`), and other network namespaces (containers) cannot be entered; run as root, or with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_SYS_ADMIN, to see them",
             w.denied_processes()
         );
     }
+    let (_, not_entered, why) = w.namespaces();
+    if not_entered > 0 {
+        eprintln!(
+            "nagless watch: {not_entered} network namespaces (containers) not entered ({}): their sockets are not watched; run as root, or with CAP_SYS_ADMIN and CAP_SYS_PTRACE",
+            why.map_or_else(|| "unknown".to_owned(), |k| io::Error::from(k).to_string())
+        );
+    }
+    let own_netns = nagless_watch::netns::netns_of("self").unwrap_or(0);
     let live = !args.json && std::io::stdout().is_terminal();
     let start = Instant::now();
     let cpu0 = cpu_time();
@@ -243,7 +263,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
                     samples,
                     args.port.map(|p| format!(", port {p}")).unwrap_or_default()
                 );
-                table(&rows, secs, &mut out);
+                table(&rows, secs, own_netns, &mut out);
                 write!(stdout, "{out}")
             } else {
                 Ok(())
@@ -274,10 +294,11 @@ pub fn command(args: WatchArgs) -> ExitCode {
         (Some(a), Some(b)) => (b - a).as_secs_f64() / elapsed * 100.0,
         _ => f64::NAN,
     };
+    let (listed, not_entered, _) = w.namespaces();
     let totals = w.totals();
     let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
     let cost = format!(
-        "{samples} samples of up to {sockets_max} sockets in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
+        "{samples} samples of up to {sockets_max} sockets in {listed} network namespace(s) in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
         busy.as_secs_f64() * 1000.0 / samples.max(1) as f64
     );
     let res = if args.json {
@@ -286,6 +307,8 @@ pub fn command(args: WatchArgs) -> ExitCode {
             "duration_s": elapsed,
             "samples": samples,
             "sockets_max": sockets_max,
+            "namespaces": listed,
+            "namespaces_not_entered": not_entered,
             "sample_ms_mean": busy.as_secs_f64() * 1000.0 / samples.max(1) as f64,
             "late_samples": overruns,
             "cpu_percent": cpu,
@@ -306,12 +329,12 @@ pub fn command(args: WatchArgs) -> ExitCode {
             };
             out += "\n";
         } else {
-            table(&stalled, elapsed, &mut out);
+            table(&stalled, elapsed, own_netns, &mut out);
             out += "\n";
             for r in &stalled {
                 out += &format!(
                     "{} {}: {} stall(s), {:.1} ms lost; peer ACKs with {}.\n  fix: {}\n",
-                    who(r),
+                    who(r, own_netns),
                     port(r),
                     r.stalls,
                     r.lost_ms,

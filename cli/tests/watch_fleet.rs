@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{have_tool, http_server_args, Started};
+use common::{have_tool, http_server_args, root_or_skip, Started};
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
 
@@ -331,4 +331,119 @@ fn the_daemonset_asks_for_exactly_the_privileges_it_needs() {
             .any(|l| l.starts_with("ExecStart=") && l.contains("watch --serve")),
         "{unit}"
     );
+}
+
+/// A network namespace made by the test, removed when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("nagless-watch-{}", std::process::id());
+        let _ = Command::new("ip")
+            .args(["netns", "del", &name])
+            .stderr(Stdio::null())
+            .status();
+        let ok = Command::new("ip").args(["netns", "add", &name]).status();
+        assert!(ok.unwrap().success(), "ip netns add {name}");
+        let ns = Netns(name);
+        let ok = ns
+            .exec(&["ip", "link", "set", "lo", "up"])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        ns
+    }
+
+    fn exec(&self, argv: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0]).args(argv);
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn a_server_in_another_network_namespace_is_watched_named_and_outlives_its_namespace() {
+    if !root_or_skip("ip netns add") || !have_tool("wrk") || !have_tool("ip") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("nagless-netns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("f.txt"), vec![b'x'; 2000]).unwrap();
+    let ns = Netns::new();
+    // A port free on the host too, so that only the namespace's server can be on it.
+    let port = free_port();
+    let server = Started(
+        http_server_args(&mut ns.exec(&["python3"]), port)
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    loop {
+        let up = ns
+            .exec(&["python3", "-c"])
+            .arg(format!(
+                "import socket; socket.create_connection(('127.0.0.1', {port}), 1)"
+            ))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        if up.success() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "server in netns");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let watch = Command::new(NAGLESS)
+        .args(["watch", "--json", "--duration", "4s", "--port"])
+        .arg(port.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let o = ns
+        .exec(&["wrk", "-t1", "-c2", "-d2s"])
+        .arg(format!("http://127.0.0.1:{port}/f.txt"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    // The server exits and its namespace goes while the watch goes on: the row stays, with
+    // the stalls it had, and the watch ends cleanly.
+    drop(server);
+    drop(ns);
+    let o = watch.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(o.status.code(), Some(1), "stalls seen: {o:?}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let summary: serde_json::Value =
+        serde_json::from_str(out.lines().last().expect("a summary")).unwrap();
+    let own = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let own: u64 = own.to_string_lossy()[5..]
+        .trim_end_matches(']')
+        .parse()
+        .unwrap();
+    let row = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["serves"] == true && r["port"] == port)
+        .unwrap_or_else(|| panic!("no row for the server in the namespace: {summary}"));
+    let netns = row["netns"].as_u64().unwrap();
+    assert!(netns != own && netns != 0, "{row}");
+    assert!(
+        row["cmd"].as_str().unwrap().contains("http.server"),
+        "{row}"
+    );
+    assert!(row["cgroup"].as_str().unwrap().starts_with('/'), "{row}");
+    assert!(row["stalls"].as_u64().unwrap() > 0, "{row}");
+    assert!(summary["namespaces"].as_u64().unwrap() >= 2, "{summary}");
 }

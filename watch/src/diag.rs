@@ -43,6 +43,8 @@ pub struct SocketRow {
     pub cookie: u64,
     /// Its TCP_INFO, if the kernel sent one.
     pub info: Option<TcpInfo>,
+    /// Its network namespace (the inode of `/proc/PID/ns/net`; 0 until [`crate::netns`] sets it).
+    pub netns: u64,
 }
 
 /// A netlink socket for dumps.
@@ -134,6 +136,7 @@ impl Diag {
                                 uid: h.uid,
                                 cookie: u64::from_ne_bytes(id.cookie),
                                 info,
+                                netns: 0,
                             });
                         }
                         NetlinkPayload::Done(d) => {

@@ -4,13 +4,16 @@
 //! host: no capture, no restart. Every interval it reads every TCP socket's `tcp_info`
 //! through netlink `sock_diag` ([`diag`]), follows each socket's held writes ([`detect`],
 //! judged by [`nagless_stall_rule`], the rule `nagless doctor` uses), and adds the stalls up per
-//! process and port, attributing sockets to processes through /proc ([`procs`]).
+//! process and port, attributing sockets to processes through /proc ([`procs`]). It lists
+//! every network namespace it can enter ([`netns`]: containers, pods) and names the container
+//! of each row; [`metrics`] exposes the board to Prometheus.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod detect;
 pub mod diag;
 pub mod metrics;
+pub mod netns;
 pub mod procs;
 
 use std::collections::{HashMap, HashSet};
@@ -21,7 +24,8 @@ use nagless_stall_rule::{AckTimer, SENDER_FIX};
 use netlink_packet_sock_diag::inet::StateFlags;
 
 use crate::detect::HoldTracker;
-use crate::diag::{state, Diag, SocketRow};
+use crate::diag::{state, SocketRow};
+use crate::netns::Namespaces;
 use crate::procs::ProcMap;
 
 /// Which sockets to watch.
@@ -45,6 +49,8 @@ pub struct GroupKey {
     pub port: u16,
     /// The port is the local one (the process serves it).
     pub serves: bool,
+    /// The network namespace of its sockets (inode of `/proc/PID/ns/net`).
+    pub netns: u64,
 }
 
 /// Counters of one group.
@@ -62,6 +68,12 @@ pub struct Row {
     pub port: u16,
     /// The process listens on `port`.
     pub serves: bool,
+    /// The network namespace (inode of `/proc/PID/ns/net`).
+    pub netns: u64,
+    /// The owner's cgroup path, if known.
+    pub cgroup: Option<String>,
+    /// The owner's container id (64 hex digits), if its cgroup names one.
+    pub container: Option<String>,
     /// Connections seen.
     pub connections: usize,
     /// Stalls.
@@ -115,6 +127,9 @@ impl Tally {
             comm: who.comm,
             port: k.port,
             serves: k.serves,
+            netns: k.netns,
+            cgroup: who.cgroup,
+            container: who.container,
             connections: self.conns as usize,
             stalls: self.stalls,
             lost_ms: self.lost_us as f64 / 1000.0,
@@ -136,6 +151,8 @@ impl Tally {
 struct Who {
     cmd: Option<String>,
     comm: Option<String>,
+    cgroup: Option<String>,
+    container: Option<String>,
 }
 
 /// Tallies by group: sockets are counted under the group they belong to when the rows are
@@ -186,6 +203,8 @@ pub struct StallEvent {
     pub key: GroupKey,
     /// Its owner's command name (`/proc/PID/comm`), if known.
     pub comm: Option<String>,
+    /// Its owner's container id, if any.
+    pub container: Option<String>,
     /// The stall.
     pub stall: detect::Stall,
 }
@@ -205,12 +224,13 @@ struct Tracked {
 
 /// The watcher: call [`sample`](Self::sample) every interval.
 pub struct Watcher {
-    diag: Diag,
+    nets: Namespaces,
+    last_nets: Instant,
     procs: ProcMap,
     filter: Filter,
     start: Instant,
-    /// Per socket, by cookie.
-    sockets: HashMap<u64, Tracked>,
+    /// Per socket, by namespace and cookie.
+    sockets: HashMap<(u64, u64), Tracked>,
     rows: Vec<SocketRow>,
     last_rescan: Option<Instant>,
     last_gc_us: u64,
@@ -222,12 +242,15 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Opens the netlink socket and scans /proc once.
+    /// Opens a netlink socket in every network namespace it can enter and scans /proc once.
     pub fn new(filter: Filter) -> io::Result<Watcher> {
         let mut procs = ProcMap::default();
         procs.rescan();
+        let mut nets = Namespaces::new(true)?;
+        nets.refresh();
         Ok(Watcher {
-            diag: Diag::open()?,
+            nets,
+            last_nets: Instant::now(),
             procs,
             filter,
             start: Instant::now(),
@@ -278,17 +301,28 @@ impl Watcher {
         self.procs.denied
     }
 
+    /// The network namespaces: how many are listed, how many could not be entered and why.
+    pub fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
+        let (n, why) = self.nets.not_entered();
+        (self.nets.listed(), n, why)
+    }
+
     /// Takes one sample of every TCP socket and updates the board.
     pub fn sample(&mut self) -> io::Result<SampleStats> {
         self.rows.clear();
         let states = StateFlags::ESTABLISHED | StateFlags::CLOSE_WAIT | StateFlags::LISTEN;
-        self.diag.dump(states, &mut self.rows)?;
+        // New namespaces (containers started) every two seconds; gone ones are dropped.
+        if self.last_nets.elapsed().as_secs() >= 2 {
+            self.nets.refresh();
+            self.last_nets = Instant::now();
+        }
+        self.nets.dump(states, &mut self.rows)?;
         let at_us = self.start.elapsed().as_micros() as u64;
-        let listening: HashSet<u16> = self
+        let listening: HashSet<(u64, u16)> = self
             .rows
             .iter()
             .filter(|r| r.state == state::LISTEN)
-            .map(|r| r.local.port())
+            .map(|r| (r.netns, r.local.port()))
             .collect();
         let mut stats = SampleStats {
             sockets: self.rows.len(),
@@ -307,7 +341,10 @@ impl Watcher {
             port_ok(r)
                 && r.inode != 0
                 && !self.procs.knows(r.inode)
-                && self.sockets.get(&r.cookie).is_none_or(|t| t.rescans < 3)
+                && self
+                    .sockets
+                    .get(&(r.netns, r.cookie))
+                    .is_none_or(|t| t.rescans < 3)
         });
         let mut rescanned = false;
         if wanting
@@ -326,13 +363,14 @@ impl Watcher {
             let Some(info) = &r.info else { continue };
             // New, or not attributed yet while /proc now names its owner (sockets waiting in
             // an accept queue have no inode yet; a scan may also miss a socket made during it).
-            let resolve = match self.sockets.get(&r.cookie) {
+            let id = (r.netns, r.cookie);
+            let resolve = match self.sockets.get(&id) {
                 None => true,
                 Some(t) => t.key.pid.is_none() && r.inode != 0 && self.procs.knows(r.inode),
             };
             if resolve {
                 let owner = self.procs.owner(r.inode);
-                let serves = listening.contains(&r.local.port());
+                let serves = listening.contains(&(r.netns, r.local.port()));
                 let key = GroupKey {
                     pid: owner.as_ref().map(|o| o.pid),
                     uid: r.uid,
@@ -342,8 +380,9 @@ impl Watcher {
                         r.remote.port()
                     },
                     serves,
+                    netns: r.netns,
                 };
-                let t = self.sockets.entry(r.cookie).or_insert_with(|| Tracked {
+                let t = self.sockets.entry(id).or_insert_with(|| Tracked {
                     tracker: HoldTracker::default(),
                     key: key.clone(),
                     who: Who::default(),
@@ -359,14 +398,16 @@ impl Watcher {
                 t.who = owner.map_or_else(Who::default, |o| Who {
                     cmd: Some(o.cmd),
                     comm: Some(o.comm),
+                    cgroup: Some(o.cgroup),
+                    container: o.container,
                 });
             }
             if rescanned && r.inode != 0 && !self.procs.knows(r.inode) {
-                if let Some(t) = self.sockets.get_mut(&r.cookie) {
+                if let Some(t) = self.sockets.get_mut(&id) {
                     t.rescans = t.rescans.saturating_add(1);
                 }
             }
-            let Some(t) = self.sockets.get_mut(&r.cookie) else {
+            let Some(t) = self.sockets.get_mut(&id) else {
                 continue;
             };
             if self.filter.pid.is_some_and(|p| t.key.pid != Some(p)) {
@@ -383,6 +424,7 @@ impl Watcher {
                     ev.push(StallEvent {
                         key: t.key.clone(),
                         comm: t.who.comm.clone(),
+                        container: t.who.container.clone(),
                         stall,
                     });
                 }

@@ -39,7 +39,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::{GroupKey, Row, StallEvent};
+use crate::{Row, StallEvent};
 
 /// The labels of a group's series.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -50,34 +50,36 @@ pub struct Labels {
     pub port: u16,
     /// `serves` or `connects`.
     pub role: &'static str,
-    /// Container id or name, empty on the host.
+    /// Container id (its first 12 hex digits), empty on the host.
     pub container: String,
 }
 
 impl Labels {
-    fn new(key: &GroupKey, comm: Option<&str>, container: Option<&str>) -> Labels {
+    fn new(port: u16, serves: bool, comm: Option<&str>, container: Option<&str>) -> Labels {
         Labels {
             process: comm.unwrap_or_default().to_owned(),
-            port: key.port,
-            role: if key.serves { "serves" } else { "connects" },
-            container: container.unwrap_or_default().to_owned(),
+            port,
+            role: if serves { "serves" } else { "connects" },
+            // The short id, as `docker ps` and `crictl ps` show it.
+            container: container
+                .map(|c| c.chars().take(12).collect())
+                .unwrap_or_default(),
         }
     }
 
     /// The labels of a row of the table.
     pub fn of_row(r: &Row) -> Labels {
-        let key = GroupKey {
-            pid: r.pid,
-            uid: r.uid,
-            port: r.port,
-            serves: r.serves,
-        };
-        Labels::new(&key, r.comm.as_deref(), None)
+        Labels::new(r.port, r.serves, r.comm.as_deref(), r.container.as_deref())
     }
 
     /// The labels of the group a stall belongs to.
     pub fn of_stall(e: &StallEvent) -> Labels {
-        Labels::new(&e.key, e.comm.as_deref(), None)
+        Labels::new(
+            e.key.port,
+            e.key.serves,
+            e.comm.as_deref(),
+            e.container.as_deref(),
+        )
     }
 }
 
@@ -303,6 +305,7 @@ fn respond(mut s: TcpStream, registry: &Registry) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::detect::Stall;
+    use crate::GroupKey;
 
     fn event(port: u16, lost_us: u64) -> StallEvent {
         StallEvent {
@@ -311,8 +314,10 @@ mod tests {
                 uid: 0,
                 port,
                 serves: true,
+                netns: 1,
             },
             comm: Some("python3".into()),
+            container: None,
             stall: Stall {
                 held: 100,
                 lost_us,
@@ -334,6 +339,9 @@ mod tests {
         }]);
         m.stall(&event(8000, 40_000));
         m.stall(&event(8000, 200_000));
+        let mut in_container = event(8080, 50_000);
+        in_container.container = Some("0123456789abcdef".repeat(4));
+        m.stall(&in_container);
         let text = m.encode();
         let l = r#"{process="python3",port="8000",role="serves",container=""}"#;
         for want in [
@@ -344,6 +352,7 @@ mod tests {
             r#"nagless_stalls_total{process="curl",port="9",role="connects",container=""} 0"#.into(),
             r#"nagless_connections{process="curl",port="9",role="connects",container=""} 3"#.into(),
             "# TYPE nagless_watch_cpu_seconds counter".into(),
+            r#"nagless_stalls_total{process="python3",port="8080",role="serves",container="0123456789ab"} 1"#.into(),
             "# EOF".into(),
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");

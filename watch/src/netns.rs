@@ -1,0 +1,170 @@
+//! Every network namespace of the host: containers and Kubernetes pods each have their own,
+//! and a `sock_diag` dump lists only the sockets of the namespace its netlink socket was
+//! opened in.
+//!
+//! [`Namespaces::refresh`] finds the distinct namespaces named by `/proc/PID/ns/net` and, for
+//! each new one, opens a netlink socket inside it: a short-lived helper thread enters the
+//! namespace (`setns(2)`, which moves only the calling thread), opens the socket and returns
+//! it; a socket keeps the namespace it was opened in for life. A namespace whose processes are
+//! all gone is dropped at the next refresh (its sockets leave the board like any closed
+//! socket). Entering another namespace takes CAP_SYS_ADMIN (and CAP_SYS_PTRACE to open other
+//! users' `/proc/PID/ns/net`); without them only the watcher's own namespace is listed and
+//! [`Namespaces::not_entered`] counts the others.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::AsFd as _;
+
+use netlink_packet_sock_diag::inet::StateFlags;
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+
+use crate::diag::{Diag, SocketRow};
+
+/// The inode of a `/proc/PID/ns/net` link (`net:[4026531840]`): the namespace's identity.
+pub fn netns_of(pid: &str) -> Option<u64> {
+    let l = fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
+    l.to_str()?
+        .strip_prefix("net:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// One namespace being listed.
+struct Net {
+    diag: Diag,
+    /// A process found in it at the last refresh.
+    pid: u32,
+}
+
+/// The netlink sockets, one per network namespace.
+pub struct Namespaces {
+    own: u64,
+    own_diag: Diag,
+    others: HashMap<u64, Net>,
+    /// Whether to enter other namespaces at all.
+    all: bool,
+    not_entered: HashMap<u64, io::ErrorKind>,
+}
+
+/// Opens a netlink socket inside the namespace of `/proc/PID/ns/net`.
+fn open_in(pid: u32) -> io::Result<Diag> {
+    let ns = File::open(format!("/proc/{pid}/ns/net"))?;
+    std::thread::Builder::new()
+        .name("netns".into())
+        .spawn(move || {
+            move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))?;
+            Diag::open()
+        })?
+        .join()
+        .map_err(|_| io::Error::other("the namespace helper thread panicked"))?
+}
+
+impl Namespaces {
+    /// The watcher's own namespace; others too after [`refresh`](Self::refresh) if `all`.
+    pub fn new(all: bool) -> io::Result<Namespaces> {
+        Ok(Namespaces {
+            own: netns_of("self").unwrap_or(0),
+            own_diag: Diag::open()?,
+            others: HashMap::new(),
+            all,
+            not_entered: HashMap::new(),
+        })
+    }
+
+    /// The watcher's own namespace.
+    pub fn own(&self) -> u64 {
+        self.own
+    }
+
+    /// Namespaces listed (the own one included).
+    pub fn listed(&self) -> usize {
+        1 + self.others.len()
+    }
+
+    /// Namespaces seen but not entered at the last refresh, and why (the first reason).
+    pub fn not_entered(&self) -> (usize, Option<io::ErrorKind>) {
+        (
+            self.not_entered.len(),
+            self.not_entered.values().next().copied(),
+        )
+    }
+
+    /// Finds the namespaces of the processes now in /proc: enters new ones, drops gone ones.
+    pub fn refresh(&mut self) {
+        if !self.all {
+            return;
+        }
+        let mut found: HashMap<u64, u32> = HashMap::new();
+        if let Ok(procs) = fs::read_dir("/proc") {
+            for p in procs.flatten() {
+                let name = p.file_name();
+                let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                if let Some(ns) = netns_of(&pid.to_string()) {
+                    if ns != self.own {
+                        found.entry(ns).or_insert(pid);
+                    }
+                }
+            }
+        }
+        self.others.retain(|ns, _| found.contains_key(ns));
+        self.not_entered.retain(|ns, _| found.contains_key(ns));
+        for (ns, pid) in found {
+            if let Some(n) = self.others.get_mut(&ns) {
+                n.pid = pid;
+                continue;
+            }
+            if self.not_entered.contains_key(&ns) {
+                continue; // no retry: the privilege it lacked will not come
+            }
+            match open_in(pid) {
+                Ok(diag) => {
+                    self.others.insert(ns, Net { diag, pid });
+                }
+                // The process left meanwhile: the namespace may be found again next time.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    self.not_entered.insert(ns, e.kind());
+                }
+            }
+        }
+    }
+
+    /// Every TCP socket in `states` of every namespace listed, appended to `out` with its
+    /// namespace. A failure in the own namespace is an error; in another, that namespace is
+    /// dropped (it may be found again at the next refresh).
+    pub fn dump(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+        let from = out.len();
+        self.own_diag.dump(states.clone(), out)?;
+        for r in &mut out[from..] {
+            r.netns = self.own;
+        }
+        let mut failed = Vec::new();
+        for (ns, n) in &mut self.others {
+            let from = out.len();
+            match n.diag.dump(states.clone(), out) {
+                Ok(()) => {
+                    for r in &mut out[from..] {
+                        r.netns = *ns;
+                    }
+                }
+                Err(_) => {
+                    out.truncate(from);
+                    failed.push(*ns);
+                }
+            }
+        }
+        for ns in failed {
+            self.others.remove(&ns);
+        }
+        Ok(())
+    }
+
+    /// A process that was in namespace `ns` at the last refresh.
+    pub fn pid_in(&self, ns: u64) -> Option<u32> {
+        self.others.get(&ns).map(|n| n.pid)
+    }
+}
