@@ -22,9 +22,16 @@ HOW IT WORKS
   recovery: the rule `nagless doctor` applies to captures (doctor/src/rule.rs).
 
 WHAT SAMPLING CAN AND CANNOT SEE
+  Every SCAN_INTERVAL (100 ms) it asks the kernel for every ESTABLISHED and CLOSE_WAIT socket
+  (listening ones only when a new connection appears); between those listings it looks up,
+  each by its exact identity, only the sockets that had data in flight (unacknowledged or
+  unsent bytes) in the last 2 s, every INTERVAL (2 ms); with none, it sleeps until the next
+  listing. So an idle host costs little, and the cost follows the busy sockets.
   It sees the sending side: a stall shows on the socket whose write waits, on this host. A
   hold shorter than INTERVAL can be missed, and each stall's length is known to within one
-  INTERVAL (the default 2 ms is fine for 40 ms and 200 ms delayed-ACK timers). A remote
+  INTERVAL (the default 2 ms is fine for 40 ms and 200 ms delayed-ACK timers). On a
+  connection idle for 2 s or more, the first stall after the pause is seen only from the
+  listing that finds it busy (up to SCAN_INTERVAL late): shortened, or missed. A remote
   sender waiting for this host's delayed ACKs does not show here (capture at either end and
   use `nagless doctor`).
 
@@ -59,9 +66,12 @@ EXIT STATUS
 
 #[derive(clap::Args)]
 pub struct WatchArgs {
-    /// How often to sample every socket.
+    /// How often to sample the busy sockets (those with data in flight lately).
     #[arg(long, default_value = "2ms", value_parser = parse_duration)]
     interval: Duration,
+    /// How often to list every established socket (finding new and newly busy ones).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    scan_interval: Duration,
     /// How long to watch (0: until Ctrl-C) [default: 10s, or 0 with --serve].
     #[arg(long, value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -158,6 +168,10 @@ pub fn command(args: WatchArgs) -> ExitCode {
         eprintln!("nagless watch: --interval must be > 0 and no longer than --refresh");
         return ExitCode::from(2);
     }
+    if args.scan_interval < args.interval || args.scan_interval > Duration::from_secs(10) {
+        eprintln!("nagless watch: --scan-interval must be between --interval and 10s");
+        return ExitCode::from(2);
+    }
     let filter = Filter {
         port: args.port,
         pid: args.pid,
@@ -168,7 +182,10 @@ pub fn command(args: WatchArgs) -> ExitCode {
         Duration::from_secs(10)
     });
     let mut w = match Watcher::new(filter) {
-        Ok(w) => w,
+        Ok(mut w) => {
+            w.set_scan_interval(args.scan_interval);
+            w
+        }
         Err(e) => {
             eprintln!("nagless watch: cannot open netlink sock_diag: {e}");
             return ExitCode::from(2);
@@ -215,13 +232,18 @@ pub fn command(args: WatchArgs) -> ExitCode {
     let mut window_start = start;
     let mut stdout = std::io::stdout().lock();
     let mut error = None;
-    let mut last_sockets;
+    let (mut last_sockets, mut full_samples) = (0, 0u64);
+    let mut idle;
     loop {
         let t = Instant::now();
         match w.sample() {
             Ok(s) => {
-                sockets_max = sockets_max.max(s.sockets);
-                last_sockets = s.sockets;
+                if s.full {
+                    sockets_max = sockets_max.max(s.sockets);
+                    last_sockets = s.sockets;
+                    full_samples += 1;
+                }
+                idle = s.busy == 0;
                 if let Some(m) = &metrics {
                     for e in w.take_stalls() {
                         m.stall(&e);
@@ -276,7 +298,12 @@ pub fn command(args: WatchArgs) -> ExitCode {
         if nagless_netpath::interrupted() || (!duration.is_zero() && start.elapsed() >= duration) {
             break;
         }
-        next += args.interval;
+        // Nothing busy: nothing to look at until the next listing.
+        next += if idle {
+            args.scan_interval
+        } else {
+            args.interval
+        };
         let now = Instant::now();
         if next > now {
             std::thread::sleep(next - now);
@@ -298,7 +325,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
     let totals = w.totals();
     let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
     let cost = format!(
-        "{samples} samples of up to {sockets_max} sockets in {listed} network namespace(s) in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
+        "{samples} samples of up to {sockets_max} sockets ({full_samples} full listings, the rest lookups of busy sockets) in {listed} network namespace(s) in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
         busy.as_secs_f64() * 1000.0 / samples.max(1) as f64
     );
     let res = if args.json {
@@ -306,6 +333,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
             "type": "summary",
             "duration_s": elapsed,
             "samples": samples,
+            "full_listings": full_samples,
             "sockets_max": sockets_max,
             "namespaces": listed,
             "namespaces_not_entered": not_entered,

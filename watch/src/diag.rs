@@ -3,7 +3,7 @@
 //! family; the only module of the crate that talks to the kernel's socket interface.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use nagless::tcp_info::TcpInfo;
 use netlink_packet_core::{
@@ -11,7 +11,9 @@ use netlink_packet_core::{
 };
 use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP};
 use netlink_packet_sock_diag::inet::nlas::Nla;
-use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
+use netlink_packet_sock_diag::inet::{
+    ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags,
+};
 use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::protocols::NETLINK_SOCK_DIAG;
 use netlink_sys::{Socket, SocketAddr as NlAddr};
@@ -45,7 +47,54 @@ pub struct SocketRow {
     pub info: Option<TcpInfo>,
     /// Its network namespace (the inode of `/proc/PID/ns/net`; 0 until [`crate::netns`] sets it).
     pub netns: u64,
+    /// Its address family (`AF_INET` or `AF_INET6`: an IPv6 socket may have IPv4-mapped
+    /// addresses, shown as IPv4 in `local` and `remote`).
+    pub family: u8,
+    /// The interface it is bound to (0: none).
+    pub ifindex: u32,
 }
+
+impl SocketRow {
+    fn from_response(family: u8, r: &InetResponse) -> SocketRow {
+        let h = &r.header;
+        let id = &h.socket_id;
+        let info = r.nlas.iter().find_map(|nla| match nla {
+            Nla::TcpInfo(raw) => TcpInfo::parse(raw),
+            _ => None,
+        });
+        SocketRow {
+            local: SocketAddr::new(id.source_address.to_canonical(), id.source_port),
+            remote: SocketAddr::new(id.destination_address.to_canonical(), id.destination_port),
+            state: h.state,
+            inode: h.inode,
+            uid: h.uid,
+            cookie: u64::from_ne_bytes(id.cookie),
+            info,
+            netns: 0,
+            family,
+            ifindex: id.interface_id,
+        }
+    }
+
+    /// Its identity for an exact lookup.
+    fn socket_id(&self) -> SocketId {
+        let ip = |a: IpAddr| match (self.family, a) {
+            (AF_INET6, IpAddr::V4(v4)) => IpAddr::V6(v4.to_ipv6_mapped()),
+            _ => a,
+        };
+        SocketId {
+            source_port: self.local.port(),
+            destination_port: self.remote.port(),
+            source_address: ip(self.local.ip()),
+            destination_address: ip(self.remote.ip()),
+            interface_id: self.ifindex,
+            cookie: self.cookie.to_ne_bytes(),
+        }
+    }
+}
+
+/// Exact lookups sent in one datagram: their replies must fit the socket's receive buffer.
+const LOOKUP_BATCH: usize = 64;
 
 /// A netlink socket for dumps.
 pub struct Diag {
@@ -72,6 +121,73 @@ impl Diag {
     pub fn dump(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
         for family in [AF_INET, AF_INET6] {
             self.dump_family(family, states.clone(), out)?;
+        }
+        Ok(())
+    }
+
+    /// The sockets `socks` again, each looked up by its exact identity (addresses, ports,
+    /// interface and cookie): the kernel finds each in its hash at once instead of walking the
+    /// whole table as a dump does. Sockets gone (or reused) are left out; the rest are appended
+    /// to `out`.
+    pub fn lookup(&mut self, socks: &[&SocketRow], out: &mut Vec<SocketRow>) -> io::Result<()> {
+        for batch in socks.chunks(LOOKUP_BATCH) {
+            self.lookup_batch(batch, out)?;
+        }
+        Ok(())
+    }
+
+    fn lookup_batch(&mut self, socks: &[&SocketRow], out: &mut Vec<SocketRow>) -> io::Result<()> {
+        let first = self.seq.wrapping_add(1);
+        let mut tx = Vec::new();
+        let mut family_of = Vec::with_capacity(socks.len());
+        for s in socks {
+            self.seq = self.seq.wrapping_add(1);
+            let mut hdr = NetlinkHeader::default();
+            hdr.flags = NLM_F_REQUEST;
+            hdr.sequence_number = self.seq;
+            let req = SockDiagMessage::InetRequest(InetRequest {
+                family: s.family,
+                protocol: IPPROTO_TCP,
+                extensions: ExtensionFlags::INFO,
+                states: StateFlags::all(),
+                socket_id: s.socket_id(),
+            });
+            let mut msg = NetlinkMessage::new(hdr, req.into());
+            msg.finalize();
+            let at = tx.len();
+            tx.resize(at + msg.buffer_len(), 0);
+            msg.serialize(&mut tx[at..]);
+            family_of.push(s.family);
+        }
+        self.sock.send(&tx, 0)?;
+        // One reply per request: the socket, or an error (ENOENT: gone; ESTALE: reused).
+        let mut pending = socks.len();
+        while pending > 0 {
+            let n = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
+            if n > self.buf.len() {
+                return Err(io::Error::other("netlink datagram larger than the buffer"));
+            }
+            let mut off = 0;
+            while off + 16 <= n {
+                let m = NetlinkMessage::<SockDiagMessage>::deserialize(&self.buf[off..n])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                let len = m.header.length as usize;
+                let k = m.header.sequence_number.wrapping_sub(first) as usize;
+                if k < socks.len() {
+                    match m.payload {
+                        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
+                            out.push(SocketRow::from_response(family_of[k], &r));
+                            pending -= 1;
+                        }
+                        NetlinkPayload::Error(_) => pending -= 1,
+                        _ => {}
+                    }
+                }
+                if len == 0 {
+                    break;
+                }
+                off += (len + 3) & !3;
+            }
         }
         Ok(())
     }
@@ -116,28 +232,7 @@ impl Diag {
                 if m.header.sequence_number == seq {
                     match m.payload {
                         NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
-                            let h = &r.header;
-                            let id = &h.socket_id;
-                            let info = r.nlas.iter().find_map(|nla| match nla {
-                                Nla::TcpInfo(raw) => TcpInfo::parse(raw),
-                                _ => None,
-                            });
-                            out.push(SocketRow {
-                                local: SocketAddr::new(
-                                    id.source_address.to_canonical(),
-                                    id.source_port,
-                                ),
-                                remote: SocketAddr::new(
-                                    id.destination_address.to_canonical(),
-                                    id.destination_port,
-                                ),
-                                state: h.state,
-                                inode: h.inode,
-                                uid: h.uid,
-                                cookie: u64::from_ne_bytes(id.cookie),
-                                info,
-                                netns: 0,
-                            });
+                            out.push(SocketRow::from_response(family, &r));
                         }
                         NetlinkPayload::Done(d) => {
                             return if d.code < 0 {

@@ -1,8 +1,10 @@
 //! # nagless-watch
 //!
 //! Finds processes whose TCP connections stall on Nagle and delayed ACK, live, on a running
-//! host: no capture, no restart. Every interval it reads every TCP socket's `tcp_info`
-//! through netlink `sock_diag` ([`diag`]), follows each socket's held writes ([`detect`],
+//! host: no capture, no restart. It reads TCP sockets' `tcp_info` through netlink `sock_diag`
+//! ([`diag`]): a thread lists every established socket every scan interval (100 ms), and the
+//! sockets with data in flight lately are looked up one by one every interval (2 ms), so the
+//! cost follows the busy sockets. It follows each socket's held writes ([`detect`],
 //! judged by [`nagless_stall_rule`], the rule `nagless doctor` uses), and adds the stalls up per
 //! process and port, attributing sockets to processes through /proc ([`procs`]). It lists
 //! every network namespace it can enter ([`netns`]: containers, pods) and names the container
@@ -12,6 +14,7 @@
 
 pub mod detect;
 pub mod diag;
+mod lister;
 pub mod metrics;
 pub mod netns;
 pub mod procs;
@@ -21,11 +24,10 @@ use std::io;
 use std::time::Instant;
 
 use nagless_stall_rule::{AckTimer, SENDER_FIX};
-use netlink_packet_sock_diag::inet::StateFlags;
 
 use crate::detect::HoldTracker;
 use crate::diag::{state, SocketRow};
-use crate::netns::Namespaces;
+use crate::netns::{Lookups, Namespaces};
 use crate::procs::ProcMap;
 
 /// Which sockets to watch.
@@ -193,6 +195,10 @@ pub struct SampleStats {
     pub watched: usize,
     /// Stalls that ended in this sample.
     pub stalls: usize,
+    /// It was a full listing of every established socket (else: lookups of the busy ones).
+    pub full: bool,
+    /// Sockets busy now (data in flight in the last two seconds): looked up every interval.
+    pub busy: usize,
 }
 
 /// One stall as it ended, for exporters that need each one (a histogram of durations): see
@@ -220,12 +226,26 @@ struct Tracked {
     total: Tally,
     /// /proc scans made while it was unattributed.
     rescans: u8,
+    /// When it was last observed (µs).
+    observed_us: u64,
+    /// Its identity, for exact lookups.
+    id: SocketRow,
+    /// It had data in flight lately: looked up every interval until then (µs).
+    busy_until_us: u64,
 }
+
+/// How long a socket stays busy after it last had data in flight.
+const BUSY_US: u64 = 2_000_000;
 
 /// The watcher: call [`sample`](Self::sample) every interval.
 pub struct Watcher {
-    nets: Namespaces,
-    last_nets: Instant,
+    /// The namespaces, until the listing thread takes them.
+    nets: Option<Namespaces>,
+    listings: Option<std::sync::mpsc::Receiver<io::Result<lister::Listing>>>,
+    lookups: Lookups,
+    ns_info: (usize, usize, Option<io::ErrorKind>),
+    scan_interval: std::time::Duration,
+    listening: HashSet<(u64, u16)>,
     procs: ProcMap,
     filter: Filter,
     start: Instant,
@@ -248,9 +268,18 @@ impl Watcher {
         procs.rescan();
         let mut nets = Namespaces::new(true)?;
         nets.refresh();
+        let mut lookups = Lookups::new(nets.own())?;
+        for (ns, d) in nets.take_lookups() {
+            lookups.add(ns, d);
+        }
+        let (n, why) = nets.not_entered();
         Ok(Watcher {
-            nets,
-            last_nets: Instant::now(),
+            ns_info: (nets.present().len(), n, why),
+            nets: Some(nets),
+            listings: None,
+            lookups,
+            scan_interval: std::time::Duration::from_millis(100),
+            listening: HashSet::new(),
             procs,
             filter,
             start: Instant::now(),
@@ -262,6 +291,12 @@ impl Watcher {
             gone_total: Groups::new(),
             events: None,
         })
+    }
+
+    /// How often to list every established socket (default 100 ms); between listings,
+    /// [`sample`](Self::sample) looks up only the sockets busy lately.
+    pub fn set_scan_interval(&mut self, every: std::time::Duration) {
+        self.scan_interval = every;
     }
 
     /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls) (which must then be
@@ -303,31 +338,67 @@ impl Watcher {
 
     /// The network namespaces: how many are listed, how many could not be entered and why.
     pub fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
-        let (n, why) = self.nets.not_entered();
-        (self.nets.listed(), n, why)
+        self.ns_info
     }
 
-    /// Takes one sample of every TCP socket and updates the board.
+    /// Takes one sample and updates the board: exact lookups of the sockets that had data in
+    /// flight in the last two seconds (none at all when none had), and the listing of every
+    /// established socket that a thread of its own takes every [scan
+    /// interval](Self::set_scan_interval), when one is ready (the first sample waits for it).
     pub fn sample(&mut self) -> io::Result<SampleStats> {
-        self.rows.clear();
-        let states = StateFlags::ESTABLISHED | StateFlags::CLOSE_WAIT | StateFlags::LISTEN;
-        // New namespaces (containers started) every two seconds; gone ones are dropped.
-        if self.last_nets.elapsed().as_secs() >= 2 {
-            self.nets.refresh();
-            self.last_nets = Instant::now();
-        }
-        self.nets.dump(states, &mut self.rows)?;
-        let at_us = self.start.elapsed().as_micros() as u64;
-        let listening: HashSet<(u64, u16)> = self
-            .rows
-            .iter()
-            .filter(|r| r.state == state::LISTEN)
-            .map(|r| (r.netns, r.local.port()))
-            .collect();
-        let mut stats = SampleStats {
-            sockets: self.rows.len(),
-            ..SampleStats::default()
+        let mut stats = SampleStats::default();
+        let listing = match (&self.listings, self.nets.take()) {
+            (None, Some(nets)) => {
+                let rx = lister::spawn(nets, self.scan_interval)?;
+                let first = rx.recv();
+                self.listings = Some(rx);
+                Some(first.map_err(|_| io::Error::other("the listing thread stopped"))?)
+            }
+            (Some(rx), _) => match rx.try_recv() {
+                Ok(l) => Some(l),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                Err(_) => return Err(io::Error::other("the listing thread stopped")),
+            },
+            (None, None) => None,
         };
+        if let Some(l) = listing {
+            let l = l?;
+            if let Some(set) = l.listening {
+                self.listening = set;
+            }
+            for (ns, d) in l.lookups {
+                self.lookups.add(ns, d);
+            }
+            self.lookups.retain(|ns| l.present.contains(&ns));
+            self.ns_info = (l.present.len(), l.not_entered.0, l.not_entered.1);
+            self.rows = l.rows;
+            let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
+            self.process(true, at_us, &mut stats);
+            stats.sockets = self.rows.len();
+            stats.full = true;
+        }
+        let now_us = self.start.elapsed().as_micros() as u64;
+        let busy: Vec<&SocketRow> = self
+            .sockets
+            .values()
+            .filter(|t| t.busy_until_us >= now_us)
+            .map(|t| &t.id)
+            .collect();
+        if !busy.is_empty() {
+            let mut rows = std::mem::take(&mut self.rows);
+            rows.clear();
+            self.lookups.lookup(&busy, &mut rows)?;
+            self.rows = rows;
+            let at_us = self.start.elapsed().as_micros() as u64;
+            self.process(false, at_us, &mut stats);
+        }
+        Ok(stats)
+    }
+
+    /// Observes `self.rows`, taken at `at_us`: a listing of every socket if `full`, else
+    /// lookups of the busy ones.
+    fn process(&mut self, full: bool, at_us: u64, stats: &mut SampleStats) {
+        let listening = &self.listening;
         let port_ok = |r: &SocketRow| {
             r.state != state::LISTEN
                 && self
@@ -337,15 +408,16 @@ impl Watcher {
         };
         // Sockets not yet attributed get a fresh /proc scan (at most five a second, and a few
         // per socket: some can never be attributed, such as other users' without root).
-        let wanting = self.rows.iter().any(|r| {
-            port_ok(r)
-                && r.inode != 0
-                && !self.procs.knows(r.inode)
-                && self
-                    .sockets
-                    .get(&(r.netns, r.cookie))
-                    .is_none_or(|t| t.rescans < 3)
-        });
+        let wanting = full
+            && self.rows.iter().any(|r| {
+                port_ok(r)
+                    && r.inode != 0
+                    && !self.procs.knows(r.inode)
+                    && self
+                        .sockets
+                        .get(&(r.netns, r.cookie))
+                        .is_none_or(|t| t.rescans < 3)
+            });
         let mut rescanned = false;
         if wanting
             && self
@@ -386,6 +458,12 @@ impl Watcher {
                     tracker: HoldTracker::default(),
                     key: key.clone(),
                     who: Who::default(),
+                    id: SocketRow {
+                        info: None,
+                        ..r.clone()
+                    },
+                    busy_until_us: 0,
+                    observed_us: 0,
                     last_us: at_us,
                     window: Tally::default(),
                     total: Tally {
@@ -413,10 +491,26 @@ impl Watcher {
             if self.filter.pid.is_some_and(|p| t.key.pid != Some(p)) {
                 continue;
             }
-            stats.watched += 1;
-            t.last_us = at_us;
+            if full {
+                stats.watched += 1;
+            }
+            t.last_us = t.last_us.max(at_us);
             t.window.conns = 1;
-            if let Some(stall) = t.tracker.observe(at_us, info) {
+            // A listing is older than the lookups made while it was taken: the busy sockets'
+            // lookups are fresher.
+            if at_us <= t.observed_us || (full && t.busy_until_us >= at_us) {
+                continue;
+            }
+            t.observed_us = at_us;
+            let stall = t.tracker.observe(at_us, info);
+            if info.unacked > 0 || info.notsent_bytes.is_some_and(|n| n > 0) || t.tracker.holding()
+            {
+                t.busy_until_us = at_us + BUSY_US;
+            }
+            if t.busy_until_us >= at_us {
+                stats.busy += 1;
+            }
+            if let Some(stall) = stall {
                 stats.stalls += 1;
                 t.window.add(&stall);
                 t.total.add(&stall);
@@ -430,12 +524,14 @@ impl Watcher {
                 }
             }
         }
-        // Once a second: sockets gone for a second leave their tallies to their group.
-        if self.last_gc_us + 1_000_000 <= at_us {
+        // Once a second: sockets unseen for a second (or three listings) leave their tallies
+        // to their group.
+        let gone_us = (3 * self.scan_interval.as_micros() as u64).max(1_000_000);
+        if full && self.last_gc_us + 1_000_000 <= at_us {
             self.last_gc_us = at_us;
             let (gw, gt) = (&mut self.gone_window, &mut self.gone_total);
             self.sockets.retain(|_, t| {
-                let live = at_us.saturating_sub(t.last_us) <= 1_000_000;
+                let live = at_us.saturating_sub(t.last_us) <= gone_us;
                 if !live {
                     if t.window.conns > 0 {
                         add_to(gw, &t.key, &t.who, &t.window);
@@ -445,6 +541,5 @@ impl Watcher {
                 live
             });
         }
-        Ok(stats)
     }
 }
