@@ -172,6 +172,12 @@ pub fn command(args: WatchArgs) -> ExitCode {
         eprintln!("nagless watch: --scan-interval must be between --interval and 10s");
         return ExitCode::from(2);
     }
+    if let Some(pid) = args.pid {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("nagless watch: --pid {pid}: no such process");
+            return ExitCode::from(2);
+        }
+    }
     let filter = Filter {
         port: args.port,
         pid: args.pid,
@@ -336,6 +342,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
             "full_listings": full_samples,
             "sockets_max": sockets_max,
             "namespaces": listed,
+            "matched": !totals.is_empty(),
             "namespaces_not_entered": not_entered,
             "sample_ms_mean": busy.as_secs_f64() * 1000.0 / samples.max(1) as f64,
             "late_samples": overruns,
@@ -349,7 +356,17 @@ pub fn command(args: WatchArgs) -> ExitCode {
             out += "\x1b[H\x1b[J";
         }
         out += &format!("nagless watch: summary of {elapsed:.1} s\n\n");
-        if stalled.is_empty() {
+        if totals.is_empty() && (args.port.is_some() || args.pid.is_some()) {
+            out += &format!(
+                "nothing matched: no connection{}{} was seen\n",
+                args.port
+                    .map(|p| format!(" with port {p}"))
+                    .unwrap_or_default(),
+                args.pid
+                    .map(|p| format!(" of process {p}"))
+                    .unwrap_or_default()
+            );
+        } else if stalled.is_empty() {
             out += "no Nagle/delayed-ACK stall seen";
             out += &match args.port {
                 Some(p) => format!(" on port {p}"),

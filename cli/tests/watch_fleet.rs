@@ -447,3 +447,71 @@ fn a_server_in_another_network_namespace_is_watched_named_and_outlives_its_names
     assert!(row["stalls"].as_u64().unwrap() > 0, "{row}");
     assert!(summary["namespaces"].as_u64().unwrap() >= 2, "{summary}");
 }
+
+#[test]
+fn a_filter_that_matches_nothing_says_so_and_bad_filters_exit_2() {
+    let port = free_port(); // nothing listens or connects there
+    let o = Command::new(NAGLESS)
+        .args(["watch", "--duration", "300ms", "--port"])
+        .arg(port.to_string())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(
+        out.contains(&format!(
+            "nothing matched: no connection with port {port} was seen"
+        )),
+        "{out}"
+    );
+    let o = Command::new(NAGLESS)
+        .args(["watch", "--json", "--duration", "300ms", "--port"])
+        .arg(port.to_string())
+        .output()
+        .unwrap();
+    let last = String::from_utf8_lossy(&o.stdout);
+    let summary: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["matched"], false, "{summary}");
+    // No such process; a scan interval shorter than the interval; not a duration.
+    for args in [
+        &["--pid", "4000000000"][..],
+        &["--interval", "5ms", "--scan-interval", "2ms"],
+        &["--scan-interval", "soon"],
+        &["--serve", "127.0.0.1:99999"],
+    ] {
+        let o = Command::new(NAGLESS)
+            .arg("watch")
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {o:?}");
+        assert!(!o.stderr.is_empty(), "{args:?}: says why");
+    }
+}
+
+#[test]
+fn without_the_right_to_listen_serve_says_so_and_exits_2() {
+    if !root_or_skip("setpriv to nobody") || !have_tool("setpriv") {
+        return;
+    }
+    let start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|s| s.trim().parse::<u16>().ok())
+        .unwrap_or(1024);
+    if start <= 1 {
+        eprintln!("skipped: every port is unprivileged here (ip_unprivileged_port_start {start})");
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(NAGLESS)
+        .args(["watch", "--serve", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("127.0.0.1:1") && err.contains("ermission denied"),
+        "{err}"
+    );
+}
