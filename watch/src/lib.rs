@@ -252,7 +252,8 @@ pub struct Watcher {
     /// Per socket, by namespace and cookie.
     sockets: HashMap<(u64, u64), Tracked>,
     rows: Vec<SocketRow>,
-    last_rescan: Option<Instant>,
+    /// When the last /proc scan began, and how long it took.
+    last_rescan: Option<(Instant, std::time::Duration)>,
     last_gc_us: u64,
     /// Tallies of sockets gone, by their group: this window's and the whole watch's.
     gone_window: Groups,
@@ -407,7 +408,9 @@ impl Watcher {
                     .is_none_or(|p| p == r.local.port() || p == r.remote.port())
         };
         // Sockets not yet attributed get a fresh /proc scan (at most five a second, and a few
-        // per socket: some can never be attributed, such as other users' without root).
+        // per socket: some can never be attributed, such as other users' without root). A scan
+        // holds up the lookups of busy sockets: it waits at least 10 times as long as the last
+        // one took (a host with tens of thousands of sockets has as many fds to read).
         let wanting = full
             && self.rows.iter().any(|r| {
                 port_ok(r)
@@ -420,12 +423,13 @@ impl Watcher {
             });
         let mut rescanned = false;
         if wanting
-            && self
-                .last_rescan
-                .is_none_or(|t| t.elapsed().as_millis() >= 200)
+            && self.last_rescan.is_none_or(|(t, took)| {
+                t.elapsed() >= (10 * took).max(std::time::Duration::from_millis(200))
+            })
         {
+            let t = Instant::now();
             self.procs.rescan();
-            self.last_rescan = Some(Instant::now());
+            self.last_rescan = Some((t, t.elapsed()));
             rescanned = true;
         }
         for r in &self.rows {
