@@ -28,7 +28,7 @@ use nagless_stall_rule::{AckTimer, SENDER_FIX};
 use crate::detect::HoldTracker;
 use crate::diag::{state, SocketRow};
 use crate::netns::{Lookups, Namespaces};
-use crate::procs::ProcMap;
+use crate::procs::{ProcMap, Process};
 
 /// Which sockets to watch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -224,8 +224,6 @@ struct Tracked {
     /// This window's stalls (`conns` 1 once seen in it) and the whole watch's.
     window: Tally,
     total: Tally,
-    /// /proc scans made while it was unattributed.
-    rescans: u8,
     /// When it was last observed (µs).
     observed_us: u64,
     /// Its identity, for exact lookups.
@@ -246,14 +244,16 @@ pub struct Watcher {
     ns_info: (usize, usize, Option<io::ErrorKind>),
     scan_interval: std::time::Duration,
     listening: HashSet<(u64, u16)>,
-    procs: ProcMap,
+    /// The /proc scanner, until the listing thread takes it.
+    procs: Option<ProcMap>,
+    /// Owners of socket inodes, as the listing thread found them.
+    owners: HashMap<u32, Process>,
+    denied: usize,
     filter: Filter,
     start: Instant,
     /// Per socket, by namespace and cookie.
     sockets: HashMap<(u64, u64), Tracked>,
     rows: Vec<SocketRow>,
-    /// When the last /proc scan began, and how long it took.
-    last_rescan: Option<(Instant, std::time::Duration)>,
     last_gc_us: u64,
     /// Tallies of sockets gone, by their group: this window's and the whole watch's.
     gone_window: Groups,
@@ -281,12 +281,13 @@ impl Watcher {
             lookups,
             scan_interval: std::time::Duration::from_millis(100),
             listening: HashSet::new(),
-            procs,
+            denied: procs.denied,
+            procs: Some(procs),
+            owners: HashMap::new(),
             filter,
             start: Instant::now(),
             sockets: HashMap::new(),
             rows: Vec::new(),
-            last_rescan: None,
             last_gc_us: 0,
             gone_window: Groups::new(),
             gone_total: Groups::new(),
@@ -334,7 +335,7 @@ impl Watcher {
 
     /// Processes whose sockets could not be attributed (not root).
     pub fn denied_processes(&self) -> usize {
-        self.procs.denied
+        self.denied
     }
 
     /// The network namespaces: how many are listed, how many could not be entered and why.
@@ -348,19 +349,19 @@ impl Watcher {
     /// interval](Self::set_scan_interval), when one is ready (the first sample waits for it).
     pub fn sample(&mut self) -> io::Result<SampleStats> {
         let mut stats = SampleStats::default();
-        let listing = match (&self.listings, self.nets.take()) {
-            (None, Some(nets)) => {
-                let rx = lister::spawn(nets, self.scan_interval)?;
+        let listing = match (&self.listings, self.nets.take(), self.procs.take()) {
+            (None, Some(nets), Some(procs)) => {
+                let rx = lister::spawn(nets, procs, self.scan_interval)?;
                 let first = rx.recv();
                 self.listings = Some(rx);
                 Some(first.map_err(|_| io::Error::other("the listing thread stopped"))?)
             }
-            (Some(rx), _) => match rx.try_recv() {
+            (Some(rx), _, _) => match rx.try_recv() {
                 Ok(l) => Some(l),
                 Err(std::sync::mpsc::TryRecvError::Empty) => None,
                 Err(_) => return Err(io::Error::other("the listing thread stopped")),
             },
-            (None, None) => None,
+            _ => None,
         };
         if let Some(l) = listing {
             let l = l?;
@@ -372,6 +373,10 @@ impl Watcher {
             }
             self.lookups.retain(|ns| l.present.contains(&ns));
             self.ns_info = (l.present.len(), l.not_entered.0, l.not_entered.1);
+            self.denied = l.denied;
+            self.owners.extend(l.owners);
+            let live: HashSet<u32> = l.rows.iter().map(|r| r.inode).collect();
+            self.owners.retain(|i, _| live.contains(i));
             self.rows = l.rows;
             let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
             self.process(true, at_us, &mut stats);
@@ -407,31 +412,6 @@ impl Watcher {
                     .port
                     .is_none_or(|p| p == r.local.port() || p == r.remote.port())
         };
-        // Sockets not yet attributed get a fresh /proc scan (at most five a second, and a few
-        // per socket: some can never be attributed, such as other users' without root). A scan
-        // holds up the lookups of busy sockets: it waits at least 10 times as long as the last
-        // one took (a host with tens of thousands of sockets has as many fds to read).
-        let wanting = full
-            && self.rows.iter().any(|r| {
-                port_ok(r)
-                    && r.inode != 0
-                    && !self.procs.knows(r.inode)
-                    && self
-                        .sockets
-                        .get(&(r.netns, r.cookie))
-                        .is_none_or(|t| t.rescans < 3)
-            });
-        let mut rescanned = false;
-        if wanting
-            && self.last_rescan.is_none_or(|(t, took)| {
-                t.elapsed() >= (10 * took).max(std::time::Duration::from_millis(200))
-            })
-        {
-            let t = Instant::now();
-            self.procs.rescan();
-            self.last_rescan = Some((t, t.elapsed()));
-            rescanned = true;
-        }
         for r in &self.rows {
             if !port_ok(r) {
                 continue;
@@ -442,10 +422,12 @@ impl Watcher {
             let id = (r.netns, r.cookie);
             let resolve = match self.sockets.get(&id) {
                 None => true,
-                Some(t) => t.key.pid.is_none() && r.inode != 0 && self.procs.knows(r.inode),
+                Some(t) => {
+                    t.key.pid.is_none() && r.inode != 0 && self.owners.contains_key(&r.inode)
+                }
             };
             if resolve {
-                let owner = self.procs.owner(r.inode);
+                let owner = self.owners.get(&r.inode).cloned();
                 let serves = listening.contains(&(r.netns, r.local.port()));
                 let key = GroupKey {
                     pid: owner.as_ref().map(|o| o.pid),
@@ -474,7 +456,6 @@ impl Watcher {
                         conns: 1,
                         ..Tally::default()
                     },
-                    rescans: 0,
                 });
                 t.key = key;
                 t.who = owner.map_or_else(Who::default, |o| Who {
@@ -483,11 +464,6 @@ impl Watcher {
                     cgroup: Some(o.cgroup),
                     container: o.container,
                 });
-            }
-            if rescanned && r.inode != 0 && !self.procs.knows(r.inode) {
-                if let Some(t) = self.sockets.get_mut(&id) {
-                    t.rescans = t.rescans.saturating_add(1);
-                }
             }
             let Some(t) = self.sockets.get_mut(&id) else {
                 continue;
