@@ -12,8 +12,8 @@ use crate::parse_duration;
 
 pub const WATCH_HELP: &str = "\
 HOW IT WORKS
-  Every INTERVAL it reads every TCP socket's tcp_info through netlink sock_diag (what `ss -ti`
-  shows) and follows each socket's held writes: bytes written but not sent (notsent) while
+  It reads TCP sockets' tcp_info through netlink sock_diag (what `ss -ti` shows; how often:
+  below) and follows each socket's held writes: bytes written but not sent (notsent) while
   earlier data is unacknowledged and the congestion window has room. When the peer's ACK
   releases them (the ACK arrives and the bytes leave), the hold's length less the path's
   round trip (min_rtt; the smoothed RTT counts the delayed ACKs themselves) is how late that
