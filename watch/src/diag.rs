@@ -256,3 +256,81 @@ impl Diag {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+
+    /// The row of the socket from `local` to `remote`, from a dump.
+    fn find(d: &mut Diag, local: SocketAddr, remote: SocketAddr) -> SocketRow {
+        let mut rows = Vec::new();
+        d.dump(StateFlags::ESTABLISHED, &mut rows).unwrap();
+        rows.into_iter()
+            .find(|r| r.local == local && r.remote == remote)
+            .unwrap_or_else(|| panic!("no socket {local} -> {remote} in the dump"))
+    }
+
+    #[test]
+    fn exact_lookups_find_v4_v6_and_v4_mapped_sockets_and_leave_out_closed_ones() {
+        let mut d = Diag::open().unwrap();
+        // A dual-stack listener: a connection from 127.0.0.1 is accepted on an IPv6 socket
+        // with IPv4-mapped addresses.
+        let mut cases = Vec::new();
+        for (bind, connect) in [
+            ("127.0.0.1:0", "127.0.0.1"),
+            ("[::1]:0", "::1"),
+            ("[::]:0", "127.0.0.1"),
+        ] {
+            let Ok(l) = TcpListener::bind(bind) else {
+                eprintln!("skipped {bind}: cannot bind here");
+                continue;
+            };
+            let port = l.local_addr().unwrap().port();
+            let c = TcpStream::connect((connect, port)).unwrap();
+            let (s, _) = l.accept().unwrap();
+            cases.push((c, s));
+        }
+        let mut rows = Vec::new();
+        for (c, s) in &cases {
+            let (cl, sl) = (c.local_addr().unwrap(), s.local_addr().unwrap());
+            let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+            rows.push(find(&mut d, canon(cl), canon(c.peer_addr().unwrap())));
+            rows.push(find(&mut d, canon(sl), canon(s.peer_addr().unwrap())));
+        }
+        let mapped = rows
+            .iter()
+            .filter(|r| r.family == AF_INET6 && r.local.is_ipv4());
+        assert!(
+            mapped.count() > 0 || cases.len() < 3,
+            "a v4-mapped socket among {rows:?}"
+        );
+        let refs: Vec<&SocketRow> = rows.iter().collect();
+        let mut again = Vec::new();
+        d.lookup(&refs, &mut again).unwrap();
+        let mut want: Vec<u64> = rows.iter().map(|r| r.cookie).collect();
+        let mut got: Vec<u64> = again.iter().map(|r| r.cookie).collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(got, want);
+        assert!(again.iter().all(|r| r.info.is_some()));
+        // Closed: left out, and the rest still found.
+        let (c, s) = cases.pop().unwrap();
+        let gone = [c.local_addr().unwrap(), s.local_addr().unwrap()];
+        drop((c, s));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        again.clear();
+        d.lookup(&refs, &mut again).unwrap();
+        let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
+        let left: Vec<&SocketRow> = again
+            .iter()
+            .filter(|r| r.state == crate::diag::state::ESTABLISHED)
+            .collect();
+        assert!(
+            left.iter()
+                .all(|r| !gone.iter().any(|g| canon(*g) == r.local)),
+            "a closed socket still ESTABLISHED: {left:?}"
+        );
+        assert_eq!(left.len(), rows.len() - 2, "{again:?}");
+    }
+}
