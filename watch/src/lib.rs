@@ -416,7 +416,6 @@ impl Watcher {
             if !port_ok(r) {
                 continue;
             }
-            let Some(info) = &r.info else { continue };
             // New, or not attributed yet while /proc now names its owner (sockets waiting in
             // an accept queue have no inode yet; a scan may also miss a socket made during it).
             let id = (r.netns, r.cookie);
@@ -476,9 +475,15 @@ impl Watcher {
             }
             t.last_us = t.last_us.max(at_us);
             t.window.conns = 1;
-            // A listing is older than the lookups made while it was taken: the busy sockets'
-            // lookups are fresher.
-            if at_us <= t.observed_us || (full && t.busy_until_us >= at_us) {
+            // A listing carries no tcp_info: a socket with data in flight in it becomes busy,
+            // and is looked up at once (in this same sample) and then every interval.
+            let Some(info) = &r.info else {
+                if r.send_queue > 0 {
+                    t.busy_until_us = t.busy_until_us.max(at_us + BUSY_US);
+                }
+                continue;
+            };
+            if at_us <= t.observed_us {
                 continue;
             }
             t.observed_us = at_us;

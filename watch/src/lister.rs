@@ -22,7 +22,8 @@ use crate::procs::{ProcMap, Process};
 pub(crate) struct Listing {
     /// When the dump was taken.
     pub at: Instant,
-    /// Every ESTABLISHED and CLOSE_WAIT socket.
+    /// Every ESTABLISHED and CLOSE_WAIT socket, without `tcp_info` (`send_queue` says which
+    /// have data in flight: the watcher looks those up at once).
     pub rows: Vec<SocketRow>,
     /// The listening (namespace, port)s, when listed again (a connection not seen before
     /// appeared).
@@ -114,7 +115,7 @@ pub(crate) fn spawn(
                 }
                 let mut rows = Vec::new();
                 let states = StateFlags::ESTABLISHED | StateFlags::CLOSE_WAIT;
-                if let Err(e) = nets.dump(states, &mut rows) {
+                if let Err(e) = nets.list(states, &mut rows) {
                     let _ = tx.send(Err(e));
                     return;
                 }
@@ -123,7 +124,7 @@ pub(crate) fn spawn(
                 known = now;
                 let listening = if new {
                     let mut l = Vec::new();
-                    if let Err(e) = nets.dump(StateFlags::LISTEN, &mut l) {
+                    if let Err(e) = nets.list(StateFlags::LISTEN, &mut l) {
                         let _ = tx.send(Err(e));
                         return;
                     }

@@ -134,19 +134,20 @@ impl Namespaces {
         }
     }
 
-    /// Every TCP socket in `states` of every namespace listed, appended to `out` with its
-    /// namespace. A failure in the own namespace is an error; in another, that namespace is
-    /// dropped (it may be found again at the next refresh).
-    pub fn dump(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+    /// Every TCP socket in `states` of every namespace listed, without `tcp_info` (see
+    /// [`Diag::list`]), appended to `out` with its namespace. A failure in the own namespace
+    /// is an error; in another, that namespace is dropped (it may be found again at the next
+    /// refresh).
+    pub fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
         let from = out.len();
-        self.own_diag.dump(states.clone(), out)?;
+        self.own_diag.list(states.clone(), out)?;
         for r in &mut out[from..] {
             r.netns = self.own;
         }
         let mut failed = Vec::new();
         for (ns, n) in &mut self.others {
             let from = out.len();
-            match n.diag.dump(states.clone(), out) {
+            match n.diag.list(states.clone(), out) {
                 Ok(()) => {
                     for r in &mut out[from..] {
                         r.netns = *ns;
