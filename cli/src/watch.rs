@@ -1,11 +1,12 @@
 //! `nagless watch`: find processes stalling on Nagle and delayed ACK, live, from the kernel's
 //! per-socket TCP state (no capture, no restart).
 
-use std::io::{IsTerminal as _, Write as _};
+use std::io::{self, IsTerminal as _, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nagless_watch::backend::{Backend, Choice};
+use nagless_watch::metrics::{Exporter, Metrics};
 use nagless_watch::{Filter, Row};
 
 use crate::parse_duration;
@@ -22,8 +23,8 @@ BACKENDS
   Its summary gives the kernel programs' own run time. Sampling: as below.
 
 HOW IT WORKS (sampling)
-  Every INTERVAL it reads every TCP socket's tcp_info through netlink sock_diag (what `ss -ti`
-  shows) and follows each socket's held writes: bytes written but not sent (notsent) while
+  It reads TCP sockets' tcp_info through netlink sock_diag (what `ss -ti` shows; how often:
+  below) and follows each socket's held writes: bytes written but not sent (notsent) while
   earlier data is unacknowledged and the congestion window has room. When the peer's ACK
   releases them (the ACK arrives and the bytes leave), the hold's length less the path's
   round trip (min_rtt; the smoothed RTT counts the delayed ACKs themselves) is how late that
@@ -32,16 +33,41 @@ HOW IT WORKS (sampling)
   recovery: the rule `nagless doctor` applies to captures (doctor/src/rule.rs).
 
 WHAT SAMPLING CAN AND CANNOT SEE
+  Every SCAN_INTERVAL (100 ms) it asks the kernel for every ESTABLISHED and CLOSE_WAIT socket
+  (listening ones only when a new connection appears); between those listings it looks up,
+  each by its exact identity, only the sockets that had data in flight (unacknowledged or
+  unsent bytes) in the last 2 s, every INTERVAL (2 ms); with none, it sleeps until the next
+  listing. So an idle host costs little, and the cost follows the busy sockets.
   It sees the sending side: a stall shows on the socket whose write waits, on this host. A
   hold shorter than INTERVAL can be missed, and each stall's length is known to within one
-  INTERVAL (the default 2 ms is fine for 40 ms and 200 ms delayed-ACK timers). A remote
+  INTERVAL (the default 2 ms is fine for 40 ms and 200 ms delayed-ACK timers). On a
+  connection idle for 2 s or more, the first stall after the pause is seen only from the
+  listing that finds it busy (up to SCAN_INTERVAL late): shortened, or missed. A remote
   sender waiting for this host's delayed ACKs does not show here (capture at either end and
-  use `nagless doctor`). Sockets in other network namespaces (containers) are not listed.
+  use `nagless doctor`).
+
+CONTAINERS
+  Every network namespace named by /proc/PID/ns/net (each container, each Kubernetes pod) is
+  entered once to list its sockets; new ones are found every 2 s, gone ones dropped. Rows
+  name the namespace and, when the owner's cgroup names one, the container (Docker,
+  containerd, CRI-O, Podman ids). Entering takes root (CAP_SYS_ADMIN, CAP_SYS_PTRACE);
+  without it only the watcher's own namespace is listed, and it says so. The eBPF backend
+  sees the stalls of every namespace in the kernel; it enters them only to list their
+  listening ports (whether a row serves its port), and names the namespace and container of
+  the writing process from /proc/PID.
 
 PERMISSIONS
   Without root, every socket is still sampled, but only your own processes' sockets can be
   attributed (other users' /proc/PID/fd are unreadable); theirs show as `uid N`. Run as root
   (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) to name every process.
+
+PROMETHEUS
+  With --serve ADDR (e.g. 0.0.0.0:9911) it runs until stopped (SIGINT or SIGTERM, then a
+  clean exit 0) and serves GET /metrics: nagless_stalls_total, nagless_stall_seconds_total
+  and the histogram nagless_stall_duration_seconds, labelled by process (command name), port
+  (served local port, or remote port), role (serves|connects) and container;
+  nagless_connections; the watcher's own nagless_watch_cpu_seconds_total. deploy/ holds a
+  systemd unit, a Kubernetes DaemonSet and alerting rules.
 
 OUTPUT
   A table refreshed in place in a terminal (process, port, connections, stalls/s, time lost
@@ -49,20 +75,24 @@ OUTPUT
   summary); a summary of the whole watch at the end, and the watcher's own CPU use.
 
 EXIT STATUS
-  0 no stall seen, 1 stalls seen, 2 bad arguments or no access to sock_diag.";
+  0 no stall seen (or stopped after --serve), 1 stalls seen, 2 bad arguments, no access to
+  sock_diag, or the --serve address unusable.";
 
 #[derive(clap::Args)]
 pub struct WatchArgs {
-    /// How often to sample every socket (sampling), or to drain the kernel's reports (eBPF, at
-    /// least 10 ms).
+    /// How often to sample the busy sockets (those with data in flight lately; sampling), or
+    /// to drain the kernel's reports (eBPF, at least 10 ms).
     #[arg(long, default_value = "2ms", value_parser = parse_duration)]
     interval: Duration,
+    /// How often to list every established socket (finding new and newly busy ones; sampling).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    scan_interval: Duration,
     /// Where stalls come from: auto (eBPF where it loads, else sampling), ebpf, sampling.
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
-    /// How long to watch (0: until Ctrl-C).
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    duration: Duration,
+    /// How long to watch (0: until Ctrl-C) [default: 10s, or 0 with --serve].
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
     /// How often to refresh the table (or print a JSON line).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     refresh: Duration,
@@ -75,6 +105,9 @@ pub struct WatchArgs {
     /// JSON lines instead of the table.
     #[arg(long)]
     json: bool,
+    /// Serve Prometheus metrics on this address (GET /metrics) and run until stopped.
+    #[arg(long, value_name = "ADDR")]
+    serve: Option<std::net::SocketAddr>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -93,11 +126,17 @@ fn cpu_time() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
 }
 
-fn who(r: &Row) -> String {
-    match (r.pid, &r.cmd) {
+fn who(r: &Row, own_netns: u64) -> String {
+    let w = match (r.pid, &r.cmd) {
         (Some(pid), Some(cmd)) => format!("{pid} {cmd}"),
         (Some(pid), None) => pid.to_string(),
         _ => format!("uid {} (pid not readable)", r.uid),
+    };
+    match &r.container {
+        Some(c) => format!("[{}] {w}", &c[..c.len().min(12)]),
+        // (0: unknown, an eBPF row whose process is gone.)
+        None if r.netns != own_netns && r.netns != 0 => format!("[netns {}] {w}", r.netns),
+        None => w,
     }
 }
 
@@ -109,7 +148,7 @@ fn port(r: &Row) -> String {
     }
 }
 
-fn table(rows: &[Row], secs: f64, out: &mut String) {
+fn table(rows: &[Row], secs: f64, own_netns: u64, out: &mut String) {
     use std::fmt::Write as _;
     let _ = writeln!(
         out,
@@ -117,7 +156,7 @@ fn table(rows: &[Row], secs: f64, out: &mut String) {
         "process", "port", "conns", "stalls/s", "lost ms/s", "worst ms"
     );
     for r in rows {
-        let mut w = who(r);
+        let mut w = who(r, own_netns);
         if w.chars().count() > 44 {
             w = w.chars().take(41).collect::<String>() + "...";
         }
@@ -155,18 +194,34 @@ pub fn command(args: WatchArgs) -> ExitCode {
         eprintln!("nagless watch: --interval must be > 0 and no longer than --refresh");
         return ExitCode::from(2);
     }
+    if args.scan_interval < args.interval || args.scan_interval > Duration::from_secs(10) {
+        eprintln!("nagless watch: --scan-interval must be between --interval and 10s");
+        return ExitCode::from(2);
+    }
+    if let Some(pid) = args.pid {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("nagless watch: --pid {pid}: no such process");
+            return ExitCode::from(2);
+        }
+    }
     let filter = Filter {
         port: args.port,
         pid: args.pid,
     };
+    let duration = args.duration.unwrap_or(if args.serve.is_some() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(10)
+    });
     let choice = match args.backend {
         BackendArg::Auto => Choice::Auto,
         BackendArg::Ebpf => Choice::Ebpf,
         BackendArg::Sampling => Choice::Sampling,
     };
     let mut w = match Backend::open(choice, filter) {
-        Ok((w, why)) => {
+        Ok((mut w, why)) => {
             eprintln!("nagless watch: {why}");
+            w.set_scan_interval(args.scan_interval);
             w
         }
         Err(e) => {
@@ -178,13 +233,41 @@ pub fn command(args: WatchArgs) -> ExitCode {
         Backend::Ebpf(_) => args.interval.max(Duration::from_millis(10)),
         Backend::Sampling(_) => args.interval,
     };
+    let mut metrics = None;
+    if let Some(addr) = args.serve {
+        let m = Metrics::new();
+        match Exporter::start(addr, &m) {
+            Ok(e) => eprintln!(
+                "nagless watch: serving Prometheus metrics on http://{}/metrics",
+                e.addr()
+            ),
+            Err(e) => {
+                eprintln!("nagless watch: --serve: {e}");
+                return ExitCode::from(2);
+            }
+        }
+        w.keep_stalls();
+        metrics = Some(m);
+    }
     nagless_netpath::on_interrupt();
     if nagless_watch::procs::euid() != Some(0) && w.denied_processes() > 0 {
         eprintln!(
-            "nagless watch: not root: {} processes' sockets cannot be attributed (shown as `uid N`); run as root, or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH, to name them",
+            "nagless watch: not root: {} processes' sockets cannot be attributed (shown as `uid N`), and other network namespaces (containers) cannot be entered; run as root, or with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_SYS_ADMIN, to see them",
             w.denied_processes()
         );
     }
+    let (_, not_entered, why) = w.namespaces();
+    if not_entered > 0 {
+        eprintln!(
+            "nagless watch: {not_entered} network namespaces (containers) not entered ({}): {}; run as root, or with CAP_SYS_ADMIN and CAP_SYS_PTRACE",
+            why.map_or_else(|| "unknown".to_owned(), |k| io::Error::from(k).to_string()),
+            match w {
+                Backend::Ebpf(_) => "their stalls are seen, but not which ports they serve",
+                Backend::Sampling(_) => "their sockets are not watched",
+            }
+        );
+    }
+    let own_netns = nagless_watch::netns::netns_of("self").unwrap_or(0);
     let live = !args.json && std::io::stdout().is_terminal();
     let start = Instant::now();
     let cpu0 = cpu_time();
@@ -195,10 +278,24 @@ pub fn command(args: WatchArgs) -> ExitCode {
     let mut window_start = start;
     let mut stdout = std::io::stdout().lock();
     let mut error = None;
+    let (mut last_sockets, mut full_samples) = (0, 0u64);
+    let mut idle;
     loop {
         let t = Instant::now();
         match w.sample() {
-            Ok(s) => sockets_max = sockets_max.max(s.sockets),
+            Ok(s) => {
+                if s.full {
+                    sockets_max = sockets_max.max(s.sockets);
+                    last_sockets = s.sockets;
+                    full_samples += 1;
+                }
+                idle = s.busy == 0 && matches!(w, Backend::Sampling(_));
+                if let Some(m) = &metrics {
+                    for e in w.take_stalls() {
+                        m.stall(&e);
+                    }
+                }
+            }
             Err(e) => {
                 error = Some(e);
                 break;
@@ -212,6 +309,10 @@ pub fn command(args: WatchArgs) -> ExitCode {
             window_start = now;
             next_refresh += args.refresh;
             let rows = w.take_window();
+            if let Some(m) = &mut metrics {
+                m.window(&rows);
+                m.watcher(cpu_time().unwrap_or_default(), last_sockets);
+            }
             let res = if args.json {
                 let line = serde_json::json!({
                     "type": "window",
@@ -233,7 +334,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
                     now.duration_since(start).as_secs_f64(),
                     args.port.map(|p| format!(", port {p}")).unwrap_or_default()
                 );
-                table(&rows, secs, &mut out);
+                table(&rows, secs, own_netns, &mut out);
                 write!(stdout, "{out}")
             } else {
                 Ok(())
@@ -243,12 +344,12 @@ pub fn command(args: WatchArgs) -> ExitCode {
             }
             let _ = stdout.flush();
         }
-        if nagless_netpath::interrupted()
-            || (!args.duration.is_zero() && start.elapsed() >= args.duration)
-        {
+        if nagless_netpath::interrupted() || (!duration.is_zero() && start.elapsed() >= duration) {
             break;
         }
-        next += interval;
+        // Nothing busy: nothing to look at until the next listing (sampling; eBPF drains
+        // its reports every interval).
+        next += if idle { args.scan_interval } else { interval };
         let now = Instant::now();
         if next > now {
             std::thread::sleep(next - now);
@@ -266,6 +367,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         (Some(a), Some(b)) => (b - a).as_secs_f64() / elapsed * 100.0,
         _ => f64::NAN,
     };
+    let (listed, not_entered, _) = w.namespaces();
     let totals = w.totals();
     let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
     let cost = match &w {
@@ -284,7 +386,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
             )
         }
         Backend::Sampling(_) => format!(
-            "{samples} samples of up to {sockets_max} sockets in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
+            "{samples} samples of up to {sockets_max} sockets ({full_samples} full listings, the rest lookups of busy sockets) in {listed} network namespace(s) in {elapsed:.1} s: {:.2} ms per sample, {overruns} late; watcher CPU {cpu:.1}% of one core",
             busy.as_secs_f64() * 1000.0 / samples.max(1) as f64
         ),
     };
@@ -302,7 +404,11 @@ pub fn command(args: WatchArgs) -> ExitCode {
             },
             "duration_s": elapsed,
             "samples": samples,
+            "full_listings": full_samples,
             "sockets_max": sockets_max,
+            "namespaces": listed,
+            "matched": !totals.is_empty(),
+            "namespaces_not_entered": not_entered,
             "sample_ms_mean": busy.as_secs_f64() * 1000.0 / samples.max(1) as f64,
             "late_samples": overruns,
             "cpu_percent": cpu,
@@ -315,7 +421,17 @@ pub fn command(args: WatchArgs) -> ExitCode {
             out += "\x1b[H\x1b[J";
         }
         out += &format!("nagless watch: summary of {elapsed:.1} s\n\n");
-        if stalled.is_empty() {
+        if totals.is_empty() && (args.port.is_some() || args.pid.is_some()) {
+            out += &format!(
+                "nothing matched: no connection{}{} was seen\n",
+                args.port
+                    .map(|p| format!(" with port {p}"))
+                    .unwrap_or_default(),
+                args.pid
+                    .map(|p| format!(" of process {p}"))
+                    .unwrap_or_default()
+            );
+        } else if stalled.is_empty() {
             out += "no Nagle/delayed-ACK stall seen";
             out += &match args.port {
                 Some(p) => format!(" on port {p}"),
@@ -323,12 +439,12 @@ pub fn command(args: WatchArgs) -> ExitCode {
             };
             out += "\n";
         } else {
-            table(&stalled, elapsed, &mut out);
+            table(&stalled, elapsed, own_netns, &mut out);
             out += "\n";
             for r in &stalled {
                 out += &format!(
                     "{} {}: {} stall(s), {:.1} ms lost; peer ACKs with {}.\n  fix: {}\n",
-                    who(r),
+                    who(r, own_netns),
                     port(r),
                     r.stalls,
                     r.lost_ms,
@@ -341,7 +457,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         write!(stdout, "{out}")
     };
     let _ = res.and_then(|_| stdout.flush());
-    if stalled.is_empty() {
+    if stalled.is_empty() || args.serve.is_some() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

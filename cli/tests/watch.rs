@@ -14,7 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nagless_test_support::{
-    free_port, have_tool, http_server_args, root_or_skip, skip, start_tcpdump, Started,
+    free_port, have_tool, http_server_args, root_or_skip, skip, start_tcpdump, watch_ebpf_or_skip,
+    Started,
 };
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
@@ -288,24 +289,8 @@ fn the_same_server_under_nagless_run_and_a_bulk_transfer_are_not_flagged() {
     assert!(conns >= 2, "both ends of the transfer were seen: {summary}");
 }
 
-/// Whether the eBPF backend loads here (root, BTF, BTF tracepoints); if not, skipped with
-/// the watcher's own reason outside CI, a failure under CI (which runs as root).
 fn ebpf_or_skip() -> bool {
-    if !root_or_skip("loading BPF programs") {
-        return false;
-    }
-    let o = Command::new(NAGLESS)
-        .args(["watch", "--backend", "ebpf", "--duration", "100ms"])
-        .output()
-        .unwrap();
-    let loads = o.status.code() != Some(2);
-    if !loads {
-        skip(&format!(
-            "the eBPF backend cannot load here: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ));
-    }
-    loads
+    watch_ebpf_or_skip(NAGLESS)
 }
 
 /// Rows of `port` served (the server's side), their stalls summed.
@@ -541,9 +526,21 @@ fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
     std::thread::sleep(Duration::from_millis(300));
     drop(dump);
     let summary = lines.last().unwrap();
-    // By the server's pid: whether a row "serves" is judged from the listeners of the
-    // watcher's own namespace, so across namespaces the row names the client's port.
+    // By the server's pid; its row serves its port, judged from the listeners of the
+    // server's own namespace, which it names.
     let watched = stalls_of(&summary["rows"], srv.0.id());
+    let own = nagless_watch::netns::netns_of("self").unwrap();
+    assert!(
+        summary["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["pid"] == srv.0.id()
+                && r["serves"] == true
+                && r["port"] == port
+                && r["netns"].as_u64().is_some_and(|n| n != own && n != 0)),
+        "the server's row serves :{port} in its own namespace: {summary}"
+    );
     let o = Command::new(NAGLESS)
         .args(["doctor", "--json"])
         .arg(&cap)

@@ -69,6 +69,27 @@ pub fn root_or_skip(what: &str) -> bool {
     root
 }
 
+/// Whether `nagless watch --backend ebpf` loads here (root, kernel BTF, BTF tracepoints),
+/// asked of the `nagless` binary at `nagless`; if not, skipped with the watcher's own reason
+/// outside CI, a failure under CI (which runs as root).
+pub fn watch_ebpf_or_skip(nagless: &str) -> bool {
+    if !root_or_skip("loading BPF programs") {
+        return false;
+    }
+    let o = Command::new(nagless)
+        .args(["watch", "--backend", "ebpf", "--duration", "100ms"])
+        .output()
+        .expect("run nagless watch");
+    let loads = o.status.code() != Some(2);
+    if !loads {
+        skip(&format!(
+            "the eBPF backend cannot load here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
+    }
+    loads
+}
+
 /// Held by a test while it runs, through [`exclusive`].
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 

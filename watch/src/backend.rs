@@ -4,7 +4,7 @@
 use std::io;
 
 use crate::ebpf::{EbpfWatcher, Unavailable};
-use crate::{Filter, Row, SampleStats, Watcher};
+use crate::{Filter, Row, SampleStats, StallEvent, Watcher};
 
 /// The backend asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,6 +94,39 @@ impl Backend {
         match self {
             Backend::Ebpf(w) => w.totals(),
             Backend::Sampling(w) => w.totals(),
+        }
+    }
+
+    /// How often the sampler lists every established socket (no effect on eBPF, which is told
+    /// of every hold).
+    pub fn set_scan_interval(&mut self, every: std::time::Duration) {
+        if let Backend::Sampling(w) = self {
+            w.set_scan_interval(every);
+        }
+    }
+
+    /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls).
+    pub fn keep_stalls(&mut self) {
+        match self {
+            Backend::Ebpf(w) => w.keep_stalls(),
+            Backend::Sampling(w) => w.keep_stalls(),
+        }
+    }
+
+    /// The stalls that ended since the last call (none unless [`keep_stalls`](Self::keep_stalls)).
+    pub fn take_stalls(&mut self) -> Vec<StallEvent> {
+        match self {
+            Backend::Ebpf(w) => w.take_stalls(),
+            Backend::Sampling(w) => w.take_stalls(),
+        }
+    }
+
+    /// The network namespaces: how many are listed, how many could not be entered and why
+    /// (eBPF sees the stalls of every namespace; it lists them only for their listeners).
+    pub fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
+        match self {
+            Backend::Ebpf(w) => w.namespaces(),
+            Backend::Sampling(w) => w.namespaces(),
         }
     }
 

@@ -72,6 +72,11 @@ fn holding(at_us: u64, i: &TcpInfo) -> Option<Hold> {
 }
 
 impl HoldTracker {
+    /// Whether a hold is being followed.
+    pub fn holding(&self) -> bool {
+        self.hold.is_some()
+    }
+
     /// One sample of the socket taken at `at_us`; returns a stall if one just ended.
     pub fn observe(&mut self, at_us: u64, info: &TcpInfo) -> Option<Stall> {
         let now = holding(at_us, info);

@@ -10,8 +10,10 @@
 //!
 //! What it sees: writes on this host held behind unacknowledged data and released by an ACK
 //! (on sockets in every network namespace: the hooks are in TCP itself). The writer's pid,
-//! tid, uid and cgroup are those of the task that made the held write. The connections column
-//! counts connections that reported a long hold, not every connection.
+//! tid, uid and cgroup are those of the task that made the held write; its network namespace,
+//! cgroup path and container come from /proc/PID ([`procs`](crate::procs)), and whether it
+//! serves the port from the listeners of that namespace ([`netns`](crate::netns)). The
+//! connections column counts connections that reported a long hold, not every connection.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -27,8 +29,9 @@ use nagless_stall_rule::DELAYED_ACK_MIN_US;
 use netlink_packet_sock_diag::inet::StateFlags;
 
 use crate::detect::{HeldWrite, Stall};
-use crate::diag::{Diag, SocketRow};
-use crate::{add_to, rows, Filter, GroupKey, Groups, Row, SampleStats, Tally};
+use crate::diag::SocketRow;
+use crate::netns::{netns_of, Namespaces};
+use crate::{add_to, rows, Filter, GroupKey, Groups, Row, SampleStats, StallEvent, Tally, Who};
 
 /// The compiled BPF object (built from watch/bpf/holds.bpf.c by `scripts/build-bpf`).
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/holds.bpf.o");
@@ -214,7 +217,7 @@ impl Event {
 /// Stall tallies of a group and the connections they came from.
 #[derive(Default)]
 struct Group {
-    cmd: Option<String>,
+    who: Who,
     tally: Tally,
     conns: HashSet<u64>,
 }
@@ -222,13 +225,13 @@ struct Group {
 fn add_group(
     groups: &mut HashMap<GroupKey, Group>,
     key: &GroupKey,
-    cmd: &Option<String>,
+    who: &Who,
     cookie: u64,
     s: &Stall,
 ) {
     let g = groups.entry(key.clone()).or_default();
-    if g.cmd.is_none() {
-        g.cmd.clone_from(cmd);
+    if g.who.cmd.is_none() {
+        g.who.clone_from(who);
     }
     g.tally.add(s);
     g.conns.insert(cookie);
@@ -241,7 +244,7 @@ fn group_rows(groups: &HashMap<GroupKey, Group>) -> Vec<Row> {
             conns: v.conns.len() as u64,
             ..v.tally
         };
-        add_to(&mut g, k, &v.cmd, &t);
+        add_to(&mut g, k, &v.who, &t);
     }
     rows(g)
 }
@@ -254,12 +257,16 @@ pub struct EbpfWatcher {
     ring: RingBuf<MapData>,
     filter: Filter,
     start: Instant,
-    diag: Option<Diag>,
-    listening: HashSet<u16>,
+    /// Every network namespace's listeners, by (namespace, port).
+    nets: Option<Namespaces>,
+    listening: HashSet<(u64, u16)>,
     listening_at: Option<Instant>,
-    cmds: HashMap<u32, Option<String>>,
+    /// Per writer pid: its network namespace (0 if unknown) and who it is.
+    owners: HashMap<u32, (u64, Who)>,
     window: HashMap<GroupKey, Group>,
     total: HashMap<GroupKey, Group>,
+    /// Stalls since the last [`take_stalls`](Self::take_stalls), when kept.
+    stalls: Option<Vec<StallEvent>>,
     /// Keeps the kernel's BPF run-time statistics on while the watch runs.
     _stats: Option<std::os::fd::OwnedFd>,
     events: u64,
@@ -309,21 +316,23 @@ impl EbpfWatcher {
             ring,
             filter,
             start: Instant::now(),
-            diag: Diag::open().ok(),
+            nets: Namespaces::new(true).ok(),
             listening: HashSet::new(),
             listening_at: None,
-            cmds: HashMap::new(),
+            owners: HashMap::new(),
             window: HashMap::new(),
             total: HashMap::new(),
+            stalls: None,
             _stats: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
             events: 0,
         })
     }
 
-    /// Ports something listens on, from a sock_diag dump of listeners only, refreshed at most
+    /// Whether something listens on `port` in namespace `netns`, from sock_diag dumps of
+    /// listeners only in every namespace, refreshed (with the namespaces themselves) at most
     /// once a second when an unknown port shows up.
-    fn serves(&mut self, port: u16) -> bool {
-        if self.listening.contains(&port) {
+    fn serves(&mut self, netns: u64, port: u16) -> bool {
+        if self.listening.contains(&(netns, port)) {
             return true;
         }
         if self
@@ -331,23 +340,73 @@ impl EbpfWatcher {
             .is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
         {
             self.listening_at = Some(Instant::now());
-            if let Some(d) = &mut self.diag {
+            if let Some(n) = &mut self.nets {
+                n.refresh();
+                // Lookups are the sampler's; this backend only dumps listeners.
+                drop(n.take_lookups());
                 let mut rows: Vec<SocketRow> = Vec::new();
-                if d.dump(StateFlags::LISTEN, &mut rows).is_ok() {
-                    self.listening = rows.iter().map(|r| r.local.port()).collect();
+                if n.list(StateFlags::LISTEN, &mut rows).is_ok() {
+                    self.listening = rows.iter().map(|r| (r.netns, r.local.port())).collect();
                 }
             }
         }
-        self.listening.contains(&port)
+        self.listening.contains(&(netns, port))
     }
 
-    fn cmd(&mut self, pid: u32, comm: &str) -> Option<String> {
-        let c = self
-            .cmds
+    /// The writer's network namespace (0 if unknown) and who it is, from /proc/PID while it
+    /// lives; else the task name the kernel gave.
+    fn owner(&mut self, pid: u32, comm: &str) -> (u64, Who) {
+        if self.owners.len() >= 4096 {
+            self.owners.clear(); // pids are reused: a cache, not a record
+        }
+        self.owners
             .entry(pid)
-            .or_insert_with(|| crate::procs::cmdline_of(pid))
-            .clone();
-        c.or_else(|| (!comm.is_empty()).then(|| format!("[{comm}]")))
+            .or_insert_with(|| {
+                let task = (!comm.is_empty()).then(|| comm.to_owned());
+                match crate::procs::process_of(pid) {
+                    Some(p) => (
+                        netns_of(&pid.to_string()).unwrap_or(0),
+                        Who {
+                            cmd: Some(p.cmd)
+                                .filter(|c| !c.is_empty())
+                                .or_else(|| task.as_ref().map(|c| format!("[{c}]"))),
+                            comm: Some(p.comm).filter(|c| !c.is_empty()).or(task),
+                            cgroup: Some(p.cgroup).filter(|c| !c.is_empty()),
+                            container: p.container,
+                        },
+                    ),
+                    None => (
+                        0,
+                        Who {
+                            cmd: task.as_ref().map(|c| format!("[{c}]")),
+                            comm: task,
+                            ..Who::default()
+                        },
+                    ),
+                }
+            })
+            .clone()
+    }
+
+    /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls) (which must then be
+    /// called often: they pile up until it is).
+    pub fn keep_stalls(&mut self) {
+        self.stalls.get_or_insert_with(Vec::new);
+    }
+
+    /// The stalls that ended since the last call (none unless [`keep_stalls`](Self::keep_stalls)).
+    pub fn take_stalls(&mut self) -> Vec<StallEvent> {
+        self.stalls.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The network namespaces whose listeners are known: how many, how many could not be
+    /// entered and why (their stalls are still seen; only whether a row serves its port is
+    /// not known there).
+    pub fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
+        self.nets.as_ref().map_or((0, 0, None), |n| {
+            let (not, why) = n.not_entered();
+            (n.present().len(), not, why)
+        })
     }
 
     /// Takes one report into the tallies; returns the stall if it was one.
@@ -360,16 +419,25 @@ impl EbpfWatcher {
         }
         let at_us = self.start.elapsed().as_micros() as u64;
         let stall = e.stall(at_us)?;
-        let serves = self.serves(lport);
+        let (netns, who) = self.owner(e.pid, &e.comm);
+        let serves = self.serves(netns, lport);
         let key = GroupKey {
             pid: Some(e.pid),
             uid: e.uid,
             port: if serves { lport } else { rport },
             serves,
+            netns,
         };
-        let cmd = self.cmd(e.pid, &e.comm);
-        add_group(&mut self.window, &key, &cmd, e.cookie, &stall);
-        add_group(&mut self.total, &key, &cmd, e.cookie, &stall);
+        add_group(&mut self.window, &key, &who, e.cookie, &stall);
+        add_group(&mut self.total, &key, &who, e.cookie, &stall);
+        if let Some(v) = &mut self.stalls {
+            v.push(StallEvent {
+                key,
+                comm: who.comm,
+                container: who.container,
+                stall,
+            });
+        }
         Some(stall)
     }
 

@@ -1,12 +1,16 @@
 //! # nagless-watch
 //!
 //! Finds processes whose TCP connections stall on Nagle and delayed ACK, live, on a running
-//! host: no capture, no restart. Every interval it reads every TCP socket's `tcp_info`
-//! through netlink `sock_diag` ([`diag`]), follows each socket's held writes ([`detect`],
+//! host: no capture, no restart. It reads TCP sockets' `tcp_info` through netlink `sock_diag`
+//! ([`diag`]): a thread lists every established socket every scan interval (100 ms), and the
+//! sockets with data in flight lately are looked up one by one every interval (2 ms), so the
+//! cost follows the busy sockets. It follows each socket's held writes ([`detect`],
 //! judged by [`nagless_stall_rule`], the rule `nagless doctor` uses), and adds the stalls up per
-//! process and port, attributing sockets to processes through /proc ([`procs`]). Where BPF
-//! loads, [`ebpf`] gets the same stalls as events from the kernel instead, at a cost that
-//! follows held writes rather than sockets; [`backend`] picks one.
+//! process and port, attributing sockets to processes through /proc ([`procs`]). It lists
+//! every network namespace it can enter ([`netns`]: containers, pods) and names the container
+//! of each row; [`metrics`] exposes the board to Prometheus. Where BPF loads, [`ebpf`] gets
+//! the same stalls as events from the kernel instead, at a cost that follows held writes
+//! rather than sockets, in every namespace at once; [`backend`] picks one.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -14,6 +18,9 @@ pub mod backend;
 pub mod detect;
 pub mod diag;
 pub mod ebpf;
+mod lister;
+pub mod metrics;
+pub mod netns;
 pub mod procs;
 
 use std::collections::{HashMap, HashSet};
@@ -21,11 +28,11 @@ use std::io;
 use std::time::Instant;
 
 use nagless_stall_rule::{AckTimer, SENDER_FIX};
-use netlink_packet_sock_diag::inet::StateFlags;
 
 use crate::detect::HoldTracker;
-use crate::diag::{state, Diag, SocketRow};
-use crate::procs::ProcMap;
+use crate::diag::{state, SocketRow};
+use crate::netns::{Lookups, Namespaces};
+use crate::procs::{ProcMap, Process};
 
 /// Which sockets to watch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -48,6 +55,8 @@ pub struct GroupKey {
     pub port: u16,
     /// The port is the local one (the process serves it).
     pub serves: bool,
+    /// The network namespace of its sockets (inode of `/proc/PID/ns/net`).
+    pub netns: u64,
 }
 
 /// Counters of one group.
@@ -59,10 +68,18 @@ pub struct Row {
     pub uid: u32,
     /// Command line, if known.
     pub cmd: Option<String>,
+    /// Command name (`/proc/PID/comm`), if known.
+    pub comm: Option<String>,
     /// Port (local if `serves`, else remote).
     pub port: u16,
     /// The process listens on `port`.
     pub serves: bool,
+    /// The network namespace (inode of `/proc/PID/ns/net`).
+    pub netns: u64,
+    /// The owner's cgroup path, if known.
+    pub cgroup: Option<String>,
+    /// The owner's container id (64 hex digits), if its cgroup names one.
+    pub container: Option<String>,
     /// Connections seen.
     pub connections: usize,
     /// Stalls.
@@ -107,14 +124,18 @@ impl Tally {
         }
     }
 
-    fn row(&self, k: &GroupKey, cmd: Option<String>) -> Row {
+    fn row(&self, k: &GroupKey, who: Who) -> Row {
         let ack_timer = AckTimer::most_seen(self.timers);
         Row {
             pid: k.pid,
             uid: k.uid,
-            cmd,
+            cmd: who.cmd,
+            comm: who.comm,
             port: k.port,
             serves: k.serves,
+            netns: k.netns,
+            cgroup: who.cgroup,
+            container: who.container,
             connections: self.conns as usize,
             stalls: self.stalls,
             lost_ms: self.lost_us as f64 / 1000.0,
@@ -131,17 +152,26 @@ impl Tally {
     }
 }
 
+/// What names a socket's owner in a row: its command line and command name.
+#[derive(Debug, Clone, Default)]
+struct Who {
+    cmd: Option<String>,
+    comm: Option<String>,
+    cgroup: Option<String>,
+    container: Option<String>,
+}
+
 /// Tallies by group: sockets are counted under the group they belong to when the rows are
 /// made, so a socket attributed to its process late still counts for that process.
-type Groups = HashMap<GroupKey, (Option<String>, Tally)>;
+type Groups = HashMap<GroupKey, (Who, Tally)>;
 
-fn add_to(groups: &mut Groups, key: &GroupKey, cmd: &Option<String>, t: &Tally) {
+fn add_to(groups: &mut Groups, key: &GroupKey, who: &Who, t: &Tally) {
     let g = match groups.get_mut(key) {
         Some(g) => g,
         None => groups.entry(key.clone()).or_default(),
     };
-    if g.0.is_none() {
-        g.0.clone_from(cmd);
+    if g.0.cmd.is_none() {
+        g.0.clone_from(who);
     }
     g.1.merge(t);
 }
@@ -149,7 +179,7 @@ fn add_to(groups: &mut Groups, key: &GroupKey, cmd: &Option<String>, t: &Tally) 
 fn rows(groups: Groups) -> Vec<Row> {
     let mut v: Vec<Row> = groups
         .into_iter()
-        .map(|(k, (cmd, t))| t.row(&k, cmd))
+        .map(|(k, (who, t))| t.row(&k, who))
         .collect();
     v.sort_by(|a, b| {
         b.lost_ms
@@ -169,54 +199,121 @@ pub struct SampleStats {
     pub watched: usize,
     /// Stalls that ended in this sample.
     pub stalls: usize,
+    /// It was a full listing of every established socket (else: lookups of the busy ones).
+    pub full: bool,
+    /// Sockets busy now (data in flight in the last two seconds): looked up every interval.
+    pub busy: usize,
+}
+
+/// One stall as it ended, for exporters that need each one (a histogram of durations): see
+/// [`Watcher::keep_stalls`].
+#[derive(Debug, Clone)]
+pub struct StallEvent {
+    /// The group of the socket that stalled.
+    pub key: GroupKey,
+    /// Its owner's command name (`/proc/PID/comm`), if known.
+    pub comm: Option<String>,
+    /// Its owner's container id, if any.
+    pub container: Option<String>,
+    /// The stall.
+    pub stall: detect::Stall,
 }
 
 /// What the watcher keeps per socket.
 struct Tracked {
     tracker: HoldTracker,
     key: GroupKey,
-    cmd: Option<String>,
+    who: Who,
     last_us: u64,
     /// This window's stalls (`conns` 1 once seen in it) and the whole watch's.
     window: Tally,
     total: Tally,
-    /// /proc scans made while it was unattributed.
-    rescans: u8,
+    /// When it was last observed (µs).
+    observed_us: u64,
+    /// Its identity, for exact lookups.
+    id: SocketRow,
+    /// It had data in flight lately: looked up every interval until then (µs).
+    busy_until_us: u64,
 }
+
+/// How long a socket stays busy after it last had data in flight.
+const BUSY_US: u64 = 2_000_000;
 
 /// The watcher: call [`sample`](Self::sample) every interval.
 pub struct Watcher {
-    diag: Diag,
-    procs: ProcMap,
+    /// The namespaces, until the listing thread takes them.
+    nets: Option<Namespaces>,
+    listings: Option<std::sync::mpsc::Receiver<io::Result<lister::Listing>>>,
+    lookups: Lookups,
+    ns_info: (usize, usize, Option<io::ErrorKind>),
+    scan_interval: std::time::Duration,
+    listening: HashSet<(u64, u16)>,
+    /// The /proc scanner, until the listing thread takes it.
+    procs: Option<ProcMap>,
+    /// Owners of socket inodes, as the listing thread found them.
+    owners: HashMap<u32, Process>,
+    denied: usize,
     filter: Filter,
     start: Instant,
-    /// Per socket, by cookie.
-    sockets: HashMap<u64, Tracked>,
+    /// Per socket, by namespace and cookie.
+    sockets: HashMap<(u64, u64), Tracked>,
     rows: Vec<SocketRow>,
-    last_rescan: Option<Instant>,
     last_gc_us: u64,
     /// Tallies of sockets gone, by their group: this window's and the whole watch's.
     gone_window: Groups,
     gone_total: Groups,
+    /// Stalls since the last [`Watcher::take_stalls`], when kept.
+    events: Option<Vec<StallEvent>>,
 }
 
 impl Watcher {
-    /// Opens the netlink socket and scans /proc once.
+    /// Opens a netlink socket in every network namespace it can enter and scans /proc once.
     pub fn new(filter: Filter) -> io::Result<Watcher> {
         let mut procs = ProcMap::default();
         procs.rescan();
+        let mut nets = Namespaces::new(true)?;
+        nets.refresh();
+        let mut lookups = Lookups::new(nets.own())?;
+        for (ns, d) in nets.take_lookups() {
+            lookups.add(ns, d);
+        }
+        let (n, why) = nets.not_entered();
         Ok(Watcher {
-            diag: Diag::open()?,
-            procs,
+            ns_info: (nets.present().len(), n, why),
+            nets: Some(nets),
+            listings: None,
+            lookups,
+            scan_interval: std::time::Duration::from_millis(100),
+            listening: HashSet::new(),
+            denied: procs.denied,
+            procs: Some(procs),
+            owners: HashMap::new(),
             filter,
             start: Instant::now(),
             sockets: HashMap::new(),
             rows: Vec::new(),
-            last_rescan: None,
             last_gc_us: 0,
             gone_window: Groups::new(),
             gone_total: Groups::new(),
+            events: None,
         })
+    }
+
+    /// How often to list every established socket (default 100 ms); between listings,
+    /// [`sample`](Self::sample) looks up only the sockets busy lately.
+    pub fn set_scan_interval(&mut self, every: std::time::Duration) {
+        self.scan_interval = every;
+    }
+
+    /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls) (which must then be
+    /// called often: they pile up until it is).
+    pub fn keep_stalls(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// The stalls that ended since the last call (none unless [`keep_stalls`](Self::keep_stalls)).
+    pub fn take_stalls(&mut self) -> Vec<StallEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// The rows of the window since the last call (stalling groups first); starts a new one.
@@ -224,7 +321,7 @@ impl Watcher {
         let mut g = std::mem::take(&mut self.gone_window);
         for t in self.sockets.values_mut() {
             if t.window.conns > 0 {
-                add_to(&mut g, &t.key, &t.cmd, &t.window);
+                add_to(&mut g, &t.key, &t.who, &t.window);
             }
             t.window = Tally::default();
         }
@@ -235,32 +332,83 @@ impl Watcher {
     pub fn totals(&self) -> Vec<Row> {
         let mut g = self.gone_total.clone();
         for t in self.sockets.values() {
-            add_to(&mut g, &t.key, &t.cmd, &t.total);
+            add_to(&mut g, &t.key, &t.who, &t.total);
         }
         rows(g)
     }
 
     /// Processes whose sockets could not be attributed (not root).
     pub fn denied_processes(&self) -> usize {
-        self.procs.denied
+        self.denied
     }
 
-    /// Takes one sample of every TCP socket and updates the board.
+    /// The network namespaces: how many are listed, how many could not be entered and why.
+    pub fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
+        self.ns_info
+    }
+
+    /// Takes one sample and updates the board: exact lookups of the sockets that had data in
+    /// flight in the last two seconds (none at all when none had), and the listing of every
+    /// established socket that a thread of its own takes every [scan
+    /// interval](Self::set_scan_interval), when one is ready (the first sample waits for it).
     pub fn sample(&mut self) -> io::Result<SampleStats> {
-        self.rows.clear();
-        let states = StateFlags::ESTABLISHED | StateFlags::CLOSE_WAIT | StateFlags::LISTEN;
-        self.diag.dump(states, &mut self.rows)?;
-        let at_us = self.start.elapsed().as_micros() as u64;
-        let listening: HashSet<u16> = self
-            .rows
-            .iter()
-            .filter(|r| r.state == state::LISTEN)
-            .map(|r| r.local.port())
-            .collect();
-        let mut stats = SampleStats {
-            sockets: self.rows.len(),
-            ..SampleStats::default()
+        let mut stats = SampleStats::default();
+        let listing = match (&self.listings, self.nets.take(), self.procs.take()) {
+            (None, Some(nets), Some(procs)) => {
+                let rx = lister::spawn(nets, procs, self.scan_interval)?;
+                let first = rx.recv();
+                self.listings = Some(rx);
+                Some(first.map_err(|_| io::Error::other("the listing thread stopped"))?)
+            }
+            (Some(rx), _, _) => match rx.try_recv() {
+                Ok(l) => Some(l),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                Err(_) => return Err(io::Error::other("the listing thread stopped")),
+            },
+            _ => None,
         };
+        if let Some(l) = listing {
+            let l = l?;
+            if let Some(set) = l.listening {
+                self.listening = set;
+            }
+            for (ns, d) in l.lookups {
+                self.lookups.add(ns, d);
+            }
+            self.lookups.retain(|ns| l.present.contains(&ns));
+            self.ns_info = (l.present.len(), l.not_entered.0, l.not_entered.1);
+            self.denied = l.denied;
+            self.owners.extend(l.owners);
+            let live: HashSet<u32> = l.rows.iter().map(|r| r.inode).collect();
+            self.owners.retain(|i, _| live.contains(i));
+            self.rows = l.rows;
+            let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
+            self.process(true, at_us, &mut stats);
+            stats.sockets = self.rows.len();
+            stats.full = true;
+        }
+        let now_us = self.start.elapsed().as_micros() as u64;
+        let busy: Vec<&SocketRow> = self
+            .sockets
+            .values()
+            .filter(|t| t.busy_until_us >= now_us)
+            .map(|t| &t.id)
+            .collect();
+        if !busy.is_empty() {
+            let mut rows = std::mem::take(&mut self.rows);
+            rows.clear();
+            self.lookups.lookup(&busy, &mut rows)?;
+            self.rows = rows;
+            let at_us = self.start.elapsed().as_micros() as u64;
+            self.process(false, at_us, &mut stats);
+        }
+        Ok(stats)
+    }
+
+    /// Observes `self.rows`, taken at `at_us`: a listing of every socket if `full`, else
+    /// lookups of the busy ones.
+    fn process(&mut self, full: bool, at_us: u64, stats: &mut SampleStats) {
+        let listening = &self.listening;
         let port_ok = |r: &SocketRow| {
             r.state != state::LISTEN
                 && self
@@ -268,38 +416,22 @@ impl Watcher {
                     .port
                     .is_none_or(|p| p == r.local.port() || p == r.remote.port())
         };
-        // Sockets not yet attributed get a fresh /proc scan (at most five a second, and a few
-        // per socket: some can never be attributed, such as other users' without root).
-        let wanting = self.rows.iter().any(|r| {
-            port_ok(r)
-                && r.inode != 0
-                && !self.procs.knows(r.inode)
-                && self.sockets.get(&r.cookie).is_none_or(|t| t.rescans < 3)
-        });
-        let mut rescanned = false;
-        if wanting
-            && self
-                .last_rescan
-                .is_none_or(|t| t.elapsed().as_millis() >= 200)
-        {
-            self.procs.rescan();
-            self.last_rescan = Some(Instant::now());
-            rescanned = true;
-        }
         for r in &self.rows {
             if !port_ok(r) {
                 continue;
             }
-            let Some(info) = &r.info else { continue };
             // New, or not attributed yet while /proc now names its owner (sockets waiting in
             // an accept queue have no inode yet; a scan may also miss a socket made during it).
-            let resolve = match self.sockets.get(&r.cookie) {
+            let id = (r.netns, r.cookie);
+            let resolve = match self.sockets.get(&id) {
                 None => true,
-                Some(t) => t.key.pid.is_none() && r.inode != 0 && self.procs.knows(r.inode),
+                Some(t) => {
+                    t.key.pid.is_none() && r.inode != 0 && self.owners.contains_key(&r.inode)
+                }
             };
             if resolve {
-                let owner = self.procs.owner(r.inode);
-                let serves = listening.contains(&r.local.port());
+                let owner = self.owners.get(&r.inode).cloned();
+                let serves = listening.contains(&(r.netns, r.local.port()));
                 let key = GroupKey {
                     pid: owner.as_ref().map(|o| o.pid),
                     uid: r.uid,
@@ -309,57 +441,94 @@ impl Watcher {
                         r.remote.port()
                     },
                     serves,
+                    netns: r.netns,
                 };
-                let t = self.sockets.entry(r.cookie).or_insert_with(|| Tracked {
+                let t = self.sockets.entry(id).or_insert_with(|| Tracked {
                     tracker: HoldTracker::default(),
                     key: key.clone(),
-                    cmd: None,
+                    who: Who::default(),
+                    id: SocketRow {
+                        info: None,
+                        ..r.clone()
+                    },
+                    busy_until_us: 0,
+                    observed_us: 0,
                     last_us: at_us,
                     window: Tally::default(),
                     total: Tally {
                         conns: 1,
                         ..Tally::default()
                     },
-                    rescans: 0,
                 });
                 t.key = key;
-                t.cmd = owner.map(|o| o.cmd);
+                t.who = owner.map_or_else(Who::default, |o| Who {
+                    cmd: Some(o.cmd),
+                    comm: Some(o.comm),
+                    cgroup: Some(o.cgroup),
+                    container: o.container,
+                });
             }
-            if rescanned && r.inode != 0 && !self.procs.knows(r.inode) {
-                if let Some(t) = self.sockets.get_mut(&r.cookie) {
-                    t.rescans = t.rescans.saturating_add(1);
-                }
-            }
-            let Some(t) = self.sockets.get_mut(&r.cookie) else {
+            let Some(t) = self.sockets.get_mut(&id) else {
                 continue;
             };
             if self.filter.pid.is_some_and(|p| t.key.pid != Some(p)) {
                 continue;
             }
-            stats.watched += 1;
-            t.last_us = at_us;
+            if full {
+                stats.watched += 1;
+            }
+            t.last_us = t.last_us.max(at_us);
             t.window.conns = 1;
-            if let Some(stall) = t.tracker.observe(at_us, info) {
+            // A listing carries no tcp_info: a socket with data in flight in it becomes busy,
+            // and is looked up at once (in this same sample) and then every interval.
+            let Some(info) = &r.info else {
+                if r.send_queue > 0 {
+                    t.busy_until_us = t.busy_until_us.max(at_us + BUSY_US);
+                }
+                continue;
+            };
+            if at_us <= t.observed_us {
+                continue;
+            }
+            t.observed_us = at_us;
+            let stall = t.tracker.observe(at_us, info);
+            if info.unacked > 0 || info.notsent_bytes.is_some_and(|n| n > 0) || t.tracker.holding()
+            {
+                t.busy_until_us = at_us + BUSY_US;
+            }
+            if t.busy_until_us >= at_us {
+                stats.busy += 1;
+            }
+            if let Some(stall) = stall {
                 stats.stalls += 1;
                 t.window.add(&stall);
                 t.total.add(&stall);
+                if let Some(ev) = &mut self.events {
+                    ev.push(StallEvent {
+                        key: t.key.clone(),
+                        comm: t.who.comm.clone(),
+                        container: t.who.container.clone(),
+                        stall,
+                    });
+                }
             }
         }
-        // Once a second: sockets gone for a second leave their tallies to their group.
-        if self.last_gc_us + 1_000_000 <= at_us {
+        // Once a second: sockets unseen for a second (or three listings) leave their tallies
+        // to their group.
+        let gone_us = (3 * self.scan_interval.as_micros() as u64).max(1_000_000);
+        if full && self.last_gc_us + 1_000_000 <= at_us {
             self.last_gc_us = at_us;
             let (gw, gt) = (&mut self.gone_window, &mut self.gone_total);
             self.sockets.retain(|_, t| {
-                let live = at_us.saturating_sub(t.last_us) <= 1_000_000;
+                let live = at_us.saturating_sub(t.last_us) <= gone_us;
                 if !live {
                     if t.window.conns > 0 {
-                        add_to(gw, &t.key, &t.cmd, &t.window);
+                        add_to(gw, &t.key, &t.who, &t.window);
                     }
-                    add_to(gt, &t.key, &t.cmd, &t.total);
+                    add_to(gt, &t.key, &t.who, &t.total);
                 }
                 live
             });
         }
-        Ok(stats)
     }
 }

@@ -13,13 +13,19 @@ pub struct Process {
     pub pid: u32,
     /// Its command line (arguments joined by spaces, at most 80 characters).
     pub cmd: String,
+    /// Its command name (`/proc/PID/comm`, at most 15 bytes; empty if unreadable).
+    pub comm: String,
+    /// Its cgroup (the cgroup v2 path of `/proc/PID/cgroup`, else the first hierarchy's).
+    pub cgroup: String,
+    /// The id of its container, if its cgroup names one ([`container_id`]).
+    pub container: Option<String>,
 }
 
 /// Socket inode to owning process, rebuilt by scanning /proc.
 #[derive(Debug, Default)]
 pub struct ProcMap {
     owners: HashMap<u32, u32>,
-    cmds: HashMap<u32, String>,
+    cmds: HashMap<u32, Process>,
     /// Processes whose fds could not be read in the last scan.
     pub denied: usize,
 }
@@ -66,17 +72,62 @@ impl ProcMap {
     /// The process owning socket `inode`, if known.
     pub fn owner(&mut self, inode: u32) -> Option<Process> {
         let pid = *self.owners.get(&inode)?;
-        let cmd = self.cmds.entry(pid).or_insert_with(|| cmdline(pid)).clone();
-        Some(Process { pid, cmd })
+        Some(self.cmds.entry(pid).or_insert_with(|| process(pid)).clone())
     }
 }
 
-/// The command line of process `pid` (as [`Process::cmd`]), `None` if it is gone.
-pub fn cmdline_of(pid: u32) -> Option<String> {
+/// What /proc says of process `pid`, `None` if it is gone.
+pub fn process_of(pid: u32) -> Option<Process> {
     std::path::Path::new(&format!("/proc/{pid}"))
         .exists()
-        .then(|| cmdline(pid))
-        .filter(|c| !c.is_empty())
+        .then(|| process(pid))
+}
+
+/// What /proc says of a process.
+pub fn process(pid: u32) -> Process {
+    let (cgroup, container) = cgroup(pid);
+    Process {
+        pid,
+        cmd: cmdline(pid),
+        comm: comm(pid),
+        cgroup,
+        container,
+    }
+}
+
+/// The cgroup path of a process and its container's id (see [`container_id`]).
+fn cgroup(pid: u32) -> (String, Option<String>) {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    // Lines are `ID:CONTROLLERS:PATH`; cgroup v2's is `0::PATH`.
+    let paths: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.splitn(3, ':').nth(2))
+        .collect();
+    let path = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .or(paths.first().copied())
+        .unwrap_or_default();
+    let id = container_id(path).or_else(|| paths.iter().find_map(|p| container_id(p)));
+    (path.to_owned(), id)
+}
+
+/// The container id a cgroup path names: the last component holding a run of 64 hex digits
+/// as a word of its own, as Docker (`docker-ID.scope`, `/docker/ID`), containerd and
+/// Kubernetes (`cri-containerd-ID.scope`, `/kubepods/.../podUID/ID`), CRI-O (`crio-ID.scope`)
+/// and Podman (`libpod-ID.scope`, `.../libpod-ID.scope/container`) name them.
+pub fn container_id(cgroup: &str) -> Option<String> {
+    cgroup.rsplit('/').find_map(|c| {
+        c.split(['-', '.', '_', ':'])
+            .find(|w| w.len() == 64 && w.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_owned)
+    })
+}
+
+fn comm(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_owned())
+        .unwrap_or_default()
 }
 
 fn cmdline(pid: u32) -> String {
@@ -124,6 +175,33 @@ mod tests {
         let p = m.owner(inode).unwrap();
         assert_eq!(p.pid, std::process::id());
         assert!(!p.cmd.is_empty());
+        assert!(p.cgroup.starts_with('/'), "{p:?}");
         assert!(euid().is_some());
+    }
+
+    #[test]
+    fn container_ids_of_the_usual_runtimes() {
+        let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        for path in [
+            format!("/system.slice/docker-{id}.scope"),
+            format!("/docker/{id}"),
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1a2b_3c4d.slice/cri-containerd-{id}.scope"),
+            format!("/kubepods/besteffort/pod1a2b3c4d-0000-1111-2222-333344445555/{id}"),
+            format!("/kubepods.slice/kubepods-pod1a2b.slice/crio-{id}.scope"),
+            format!("/machine.slice/libpod-{id}.scope/container"),
+            format!("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{id}.scope"),
+        ] {
+            assert_eq!(container_id(&path).as_deref(), Some(id), "{path}");
+        }
+        for path in [
+            "/",
+            "/user.slice/user-1000.slice/session-2.scope",
+            "/system.slice/nginx.service",
+            // 63 and 65 hex digits: not an id.
+            "/docker/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde",
+            "/docker/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0",
+        ] {
+            assert_eq!(container_id(path), None, "{path}");
+        }
     }
 }

@@ -1,0 +1,155 @@
+//! The listing thread: every scan interval it lists every established socket of every
+//! network namespace (a dump: the kernel walks its whole socket hash, which takes long on a
+//! host with many sockets) and hands the listing to the watcher, whose own thread meanwhile
+//! keeps looking up the busy sockets every interval. It owns the [`Namespaces`]: it finds new
+//! namespaces and hands over the lookup socket opened in each. It also attributes sockets to
+//! processes: a walk of every process's fds in /proc, long on a host with many sockets, is
+//! made here when listed sockets are not attributed yet (at most five times a second, three
+//! times for a socket), and each socket's owner is handed over once.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::time::{Duration, Instant};
+
+use netlink_packet_sock_diag::inet::StateFlags;
+
+use crate::diag::{Diag, SocketRow};
+use crate::netns::Namespaces;
+use crate::procs::{ProcMap, Process};
+
+/// One listing.
+pub(crate) struct Listing {
+    /// When the dump was taken.
+    pub at: Instant,
+    /// Every ESTABLISHED and CLOSE_WAIT socket, without `tcp_info` (`send_queue` says which
+    /// have data in flight: the watcher looks those up at once).
+    pub rows: Vec<SocketRow>,
+    /// The listening (namespace, port)s, when listed again (a connection not seen before
+    /// appeared).
+    pub listening: Option<HashSet<(u64, u16)>>,
+    /// Lookup sockets of namespaces entered since the last listing.
+    pub lookups: Vec<(u64, Diag)>,
+    /// The namespaces listed now.
+    pub present: HashSet<u64>,
+    /// Namespaces that could not be entered, and why.
+    pub not_entered: (usize, Option<io::ErrorKind>),
+    /// Owners of socket inodes found since the last listing.
+    pub owners: Vec<(u32, Process)>,
+    /// Processes whose fds could not be read at the last /proc walk.
+    pub denied: usize,
+}
+
+/// Attribution of socket inodes, on the listing thread.
+struct Owners {
+    procs: ProcMap,
+    /// Inodes whose owner was handed over, or given up on; with the walks made for each.
+    done: HashSet<u32>,
+    tries: HashMap<u32, u8>,
+    last_walk: Option<Instant>,
+}
+
+impl Owners {
+    /// The owners of `rows`' sockets not handed over yet, walking /proc if some are unknown.
+    fn of(&mut self, rows: &[SocketRow]) -> Vec<(u32, Process)> {
+        let present: HashSet<u32> = rows.iter().map(|r| r.inode).collect();
+        self.done.retain(|i| present.contains(i));
+        self.tries.retain(|i, _| present.contains(i));
+        let unknown = |o: &Owners, i: u32| i != 0 && !o.done.contains(&i) && !o.procs.knows(i);
+        if rows.iter().any(|r| unknown(self, r.inode))
+            && self
+                .last_walk
+                .is_none_or(|t| t.elapsed() >= Duration::from_millis(200))
+        {
+            self.procs.rescan();
+            self.last_walk = Some(Instant::now());
+            for r in rows {
+                if unknown(self, r.inode) {
+                    let n = self.tries.entry(r.inode).or_default();
+                    *n += 1;
+                    // Some can never be attributed (other users' sockets without root).
+                    if *n >= 3 {
+                        self.done.insert(r.inode);
+                    }
+                }
+            }
+        }
+        let mut found = Vec::new();
+        for r in rows {
+            if r.inode != 0 && !self.done.contains(&r.inode) {
+                if let Some(p) = self.procs.owner(r.inode) {
+                    self.done.insert(r.inode);
+                    found.push((r.inode, p));
+                }
+            }
+        }
+        found
+    }
+}
+
+/// Starts the thread; it stops when the receiver is dropped, or after sending an error.
+pub(crate) fn spawn(
+    mut nets: Namespaces,
+    procs: ProcMap,
+    every: Duration,
+) -> io::Result<Receiver<io::Result<Listing>>> {
+    // One listing ahead at most: the thread waits while the watcher sleeps.
+    let (tx, rx) = sync_channel(1);
+    std::thread::Builder::new()
+        .name("nagless-lister".into())
+        .spawn(move || {
+            let mut last_refresh = Instant::now();
+            let mut known: HashSet<(u64, u64)> = HashSet::new();
+            let mut owners = Owners {
+                procs,
+                done: HashSet::new(),
+                tries: HashMap::new(),
+                last_walk: None,
+            };
+            loop {
+                let at = Instant::now();
+                // New namespaces (containers started) every two seconds; gone ones dropped.
+                if last_refresh.elapsed() >= Duration::from_secs(2) {
+                    nets.refresh();
+                    last_refresh = at;
+                }
+                let mut rows = Vec::new();
+                let states = StateFlags::ESTABLISHED | StateFlags::CLOSE_WAIT;
+                if let Err(e) = nets.list(states, &mut rows) {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+                let now: HashSet<(u64, u64)> = rows.iter().map(|r| (r.netns, r.cookie)).collect();
+                let new = now.iter().any(|k| !known.contains(k));
+                known = now;
+                let listening = if new {
+                    let mut l = Vec::new();
+                    if let Err(e) = nets.list(StateFlags::LISTEN, &mut l) {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                    Some(l.iter().map(|r| (r.netns, r.local.port())).collect())
+                } else {
+                    None
+                };
+                let found = owners.of(&rows);
+                let listing = Listing {
+                    owners: found,
+                    denied: owners.procs.denied,
+                    at,
+                    rows,
+                    listening,
+                    lookups: nets.take_lookups(),
+                    present: nets.present(),
+                    not_entered: nets.not_entered(),
+                };
+                if tx.send(Ok(listing)).is_err() {
+                    return; // the watcher is gone
+                }
+                if let Some(rest) = every.checked_sub(at.elapsed()) {
+                    std::thread::sleep(rest);
+                }
+            }
+        })?;
+    Ok(rx)
+}

@@ -1,0 +1,233 @@
+//! Every network namespace of the host: containers and Kubernetes pods each have their own,
+//! and a `sock_diag` dump lists only the sockets of the namespace its netlink socket was
+//! opened in.
+//!
+//! [`Namespaces::refresh`] finds the distinct namespaces named by `/proc/PID/ns/net` and, for
+//! each new one, opens a netlink socket inside it: a short-lived helper thread enters the
+//! namespace (`setns(2)`, which moves only the calling thread), opens two sockets and returns
+//! them (one for the listings, taken by a thread of their own, one for the watcher's exact
+//! lookups, [`Lookups`]); a socket keeps the namespace it was opened in for life. A namespace whose processes are
+//! all gone is dropped at the next refresh (its sockets leave the board like any closed
+//! socket). Entering another namespace takes CAP_SYS_ADMIN (and CAP_SYS_PTRACE to open other
+//! users' `/proc/PID/ns/net`); without them only the watcher's own namespace is listed and
+//! [`Namespaces::not_entered`] counts the others.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io;
+use std::os::fd::AsFd as _;
+
+use netlink_packet_sock_diag::inet::StateFlags;
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+
+use crate::diag::{Diag, SocketRow};
+
+/// The inode of a `/proc/PID/ns/net` link (`net:[4026531840]`): the namespace's identity.
+pub fn netns_of(pid: &str) -> Option<u64> {
+    let l = fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
+    l.to_str()?
+        .strip_prefix("net:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// One namespace being listed.
+struct Net {
+    diag: Diag,
+    /// A process found in it at the last refresh.
+    pid: u32,
+}
+
+/// The netlink sockets, one per network namespace, for dumps; and a second one in each, for
+/// exact lookups from another thread ([`take_lookups`](Self::take_lookups)).
+pub struct Namespaces {
+    own: u64,
+    own_diag: Diag,
+    others: HashMap<u64, Net>,
+    /// Lookup sockets of namespaces entered, not yet taken.
+    new_lookups: Vec<(u64, Diag)>,
+    /// Whether to enter other namespaces at all.
+    all: bool,
+    not_entered: HashMap<u64, io::ErrorKind>,
+}
+
+/// Opens two netlink sockets inside the namespace of `/proc/PID/ns/net`.
+fn open_in(pid: u32) -> io::Result<(Diag, Diag)> {
+    let ns = File::open(format!("/proc/{pid}/ns/net"))?;
+    std::thread::Builder::new()
+        .name("netns".into())
+        .spawn(move || {
+            move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))?;
+            Ok((Diag::open()?, Diag::open()?))
+        })?
+        .join()
+        .map_err(|_| io::Error::other("the namespace helper thread panicked"))?
+}
+
+impl Namespaces {
+    /// The watcher's own namespace; others too after [`refresh`](Self::refresh) if `all`.
+    pub fn new(all: bool) -> io::Result<Namespaces> {
+        Ok(Namespaces {
+            own: netns_of("self").unwrap_or(0),
+            own_diag: Diag::open()?,
+            others: HashMap::new(),
+            new_lookups: Vec::new(),
+            all,
+            not_entered: HashMap::new(),
+        })
+    }
+
+    /// The watcher's own namespace.
+    pub fn own(&self) -> u64 {
+        self.own
+    }
+
+    /// Namespaces seen but not entered at the last refresh, and why (the first reason).
+    pub fn not_entered(&self) -> (usize, Option<io::ErrorKind>) {
+        (
+            self.not_entered.len(),
+            self.not_entered.values().next().copied(),
+        )
+    }
+
+    /// Finds the namespaces of the processes now in /proc: enters new ones, drops gone ones.
+    pub fn refresh(&mut self) {
+        if !self.all {
+            return;
+        }
+        let mut found: HashMap<u64, u32> = HashMap::new();
+        if let Ok(procs) = fs::read_dir("/proc") {
+            for p in procs.flatten() {
+                let name = p.file_name();
+                let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                if let Some(ns) = netns_of(&pid.to_string()) {
+                    if ns != self.own {
+                        found.entry(ns).or_insert(pid);
+                    }
+                }
+            }
+        }
+        self.others.retain(|ns, _| found.contains_key(ns));
+        self.not_entered.retain(|ns, _| found.contains_key(ns));
+        for (ns, pid) in found {
+            if let Some(n) = self.others.get_mut(&ns) {
+                n.pid = pid;
+                continue;
+            }
+            if self.not_entered.contains_key(&ns) {
+                continue; // no retry: the privilege it lacked will not come
+            }
+            match open_in(pid) {
+                Ok((diag, lookup)) => {
+                    self.others.insert(ns, Net { diag, pid });
+                    self.new_lookups.push((ns, lookup));
+                }
+                // The process left meanwhile: the namespace may be found again next time.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    self.not_entered.insert(ns, e.kind());
+                }
+            }
+        }
+    }
+
+    /// Every TCP socket in `states` of every namespace listed, without `tcp_info` (see
+    /// [`Diag::list`]), appended to `out` with its namespace. A failure in the own namespace
+    /// is an error; in another, that namespace is dropped (it may be found again at the next
+    /// refresh).
+    pub fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+        let from = out.len();
+        self.own_diag.list(states.clone(), out)?;
+        for r in &mut out[from..] {
+            r.netns = self.own;
+        }
+        let mut failed = Vec::new();
+        for (ns, n) in &mut self.others {
+            let from = out.len();
+            match n.diag.list(states.clone(), out) {
+                Ok(()) => {
+                    for r in &mut out[from..] {
+                        r.netns = *ns;
+                    }
+                }
+                Err(_) => {
+                    out.truncate(from);
+                    failed.push(*ns);
+                }
+            }
+        }
+        for ns in failed {
+            self.others.remove(&ns);
+        }
+        Ok(())
+    }
+
+    /// The namespaces listed (the own one included).
+    pub fn present(&self) -> std::collections::HashSet<u64> {
+        self.others.keys().copied().chain([self.own]).collect()
+    }
+
+    /// The lookup sockets of the namespaces entered since the last call.
+    pub fn take_lookups(&mut self) -> Vec<(u64, Diag)> {
+        std::mem::take(&mut self.new_lookups)
+    }
+}
+
+/// Netlink sockets for exact lookups, one per namespace (see [`Namespaces::take_lookups`]).
+pub struct Lookups {
+    own: u64,
+    diags: HashMap<u64, Diag>,
+}
+
+impl Lookups {
+    /// One socket in the watcher's own namespace, `own`.
+    pub fn new(own: u64) -> io::Result<Lookups> {
+        Ok(Lookups {
+            own,
+            diags: HashMap::from([(own, Diag::open()?)]),
+        })
+    }
+
+    /// Adds the socket of a namespace.
+    pub fn add(&mut self, ns: u64, d: Diag) {
+        self.diags.insert(ns, d);
+    }
+
+    /// Keeps only the namespaces for which `keep` holds (and the own one).
+    pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+        let own = self.own;
+        self.diags.retain(|ns, _| *ns == own || keep(*ns));
+    }
+
+    /// The sockets `socks` again, each by an exact lookup in its own namespace (see
+    /// [`Diag::lookup`]); those gone, or whose namespace is gone, are left out. An error in
+    /// the own namespace is returned; in another, that namespace is dropped.
+    pub fn lookup(&mut self, socks: &[&SocketRow], out: &mut Vec<SocketRow>) -> io::Result<()> {
+        let mut by_ns: HashMap<u64, Vec<&SocketRow>> = HashMap::new();
+        for s in socks {
+            by_ns.entry(s.netns).or_default().push(s);
+        }
+        for (ns, socks) in by_ns {
+            let Some(d) = self.diags.get_mut(&ns) else {
+                continue;
+            };
+            let from = out.len();
+            match d.lookup(&socks, out) {
+                Ok(()) => {}
+                Err(e) if ns == self.own => return Err(e),
+                Err(_) => {
+                    out.truncate(from);
+                    self.diags.remove(&ns);
+                    continue;
+                }
+            }
+            for r in &mut out[from..] {
+                r.netns = ns;
+            }
+        }
+        Ok(())
+    }
+}
