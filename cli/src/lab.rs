@@ -1,4 +1,4 @@
-//! `nagless lab`: reproduce the source cases strategy by strategy, with reports.
+//! `nagless lab`: reproduce the published cases strategy by strategy, with reports.
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -103,7 +103,7 @@ pub struct LabArgs {
     /// Seed of the emulated link's loss (runs with the same seed lose the same packets).
     #[arg(long, default_value_t = 1, requires = "rtt")]
     seed: u64,
-    /// Run each source case's headline case and print the figures its text reports beside ours
+    /// Run each published case's headline case and print the figures its text reports beside ours
     /// (as root also on emulated paths like the texts describe: a LAN and a 30 ms path).
     #[arg(long, conflicts_with_all = ["scenario", "client", "server", "k", "mss"])]
     seeds: bool,

@@ -37,7 +37,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Reproduce each source case on loopback, strategy by strategy: latency against packets.
+    /// Reproduce each published case on loopback, strategy by strategy: latency against packets.
     #[command(after_long_help = LAB_HELP)]
     Lab(Box<LabArgs>),
     /// Run an unmodified program with its TCP sockets coalesced (LD_PRELOAD shim).

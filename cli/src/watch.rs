@@ -30,7 +30,7 @@ HOW IT WORKS (sampling)
   round trip (min_rtt; the smoothed RTT counts the delayed ACKs themselves) is how late that
   ACK came. It is a stall when the held bytes are less than the MSS and the ACK came 30 ms or
   more late (Linux's shortest delayed-ACK timer is 40 ms), with no zero window and no loss
-  recovery: the rule `nagless doctor` applies to captures (doctor/src/rule.rs).
+  recovery: the rule `nagless doctor` applies to captures (the nagless-stall-rule crate).
 
 WHAT SAMPLING CAN AND CANNOT SEE
   Every SCAN_INTERVAL (100 ms) it asks the kernel for every ESTABLISHED and CLOSE_WAIT socket
