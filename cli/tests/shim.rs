@@ -1326,8 +1326,9 @@ fn a_tail_held_by_msg_more_leaves_within_the_linger_bound_however_its_writer_end
             (0..100_000).contains(&us),
             "{ending}: the header arrived after {us} us"
         );
-        // The path under test was taken: the shape was learned, so the lone header went
-        // with MSG_MORE (the test process's own counters; a child's die with it).
+        // The shape was learned (the test process's own counters; a child's die with them),
+        // so the lone header is a burst the shim holds by MSG_MORE. The `exit` ending is the
+        // one only the `_exit` hook sends in time; the others check nothing regressed.
         let shaped: u64 = stats_lines(&stderr).iter().map(|s| s["sent"]).sum();
         assert!(shaped >= 1, "{ending}: no shape learned: {stderr}");
         eprintln!("{ending}: header arrived after {us} us");
@@ -1546,4 +1547,22 @@ fn a_relay_under_the_shim_sends_no_more_segments_than_natively_without_the_stall
     // Its writes went on through waits that found the next chunk ready.
     let ready: u64 = stats_lines(&ours.2).iter().map(|s| s["ready"]).sum();
     assert!(ready >= 1, "{}", ours.2);
+}
+
+#[test]
+fn a_select_on_sets_sized_by_nfds_is_probed_within_them() {
+    let _one = exclusive();
+    // A read set of 8 bytes ending where an unmapped page begins, a burst held and the
+    // descriptor ready: the probe that tells whether select would block must touch only the
+    // bytes select itself does (a copy of a whole fd_set faulted past the page).
+    let mut cmd = Command::new(c_program("shim_cases"));
+    cmd.arg("shortset");
+    with_shim(&mut cmd, "nagless");
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?} {stderr}", out.status);
+    let r = fields(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!((r["ready"], r["isset"]), (1, 1), "{r:?}");
+    let ready: u64 = stats_lines(&stderr).iter().map(|s| s["ready"]).sum();
+    assert!(ready >= 1, "the probe found the descriptor ready: {stderr}");
 }

@@ -14,8 +14,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nagless_test_support::{
-    free_port, have_tool, http_server_args, root_or_skip, skip, start_tcpdump, watch_ebpf_or_skip,
-    Started,
+    exclusive, free_port, have_tool, http_server_args, root_or_skip, skip, start_tcpdump,
+    watch_ebpf_or_skip, Started,
 };
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
@@ -151,6 +151,7 @@ fn tcpdump(port: u16, file: &Path) -> Started {
 
 #[test]
 fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
+    let _one = exclusive();
     if !have_tool("wrk") || !have_tool("tcpdump") || !root_or_skip("tcpdump") {
         return;
     }
@@ -221,6 +222,7 @@ fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
 
 #[test]
 fn the_same_server_under_nagless_run_and_a_bulk_transfer_are_not_flagged() {
+    let _one = exclusive();
     if !have_tool("wrk") {
         return;
     }
@@ -305,6 +307,7 @@ fn served_stalls(rows: &serde_json::Value, port: u16) -> u64 {
 
 #[test]
 fn ebpf_backend_counts_the_stalling_server_like_the_doctor_counts() {
+    let _one = exclusive();
     if !have_tool("wrk") || !have_tool("tcpdump") || !ebpf_or_skip() {
         return;
     }
@@ -375,6 +378,7 @@ fn ebpf_backend_counts_the_stalling_server_like_the_doctor_counts() {
 
 #[test]
 fn ebpf_backend_flags_the_server_but_not_its_nodelay_twin_nor_a_bulk_transfer() {
+    let _one = exclusive();
     if !have_tool("wrk") || !ebpf_or_skip() {
         return;
     }
@@ -432,6 +436,7 @@ fn ebpf_backend_flags_the_server_but_not_its_nodelay_twin_nor_a_bulk_transfer() 
 
 #[test]
 fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
+    let _one = exclusive();
     // The server runs in a network namespace of its own (as in a container) behind an
     // emulated 20 ms path; the watcher runs outside it and still sees every stall.
     if !have_tool("wrk") || !have_tool("tcpdump") || !ebpf_or_skip() {

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nagless_test_support::{
-    free_port, have_tool, http_server_args, root_or_skip, tool_path, wait_for_port,
+    exclusive, free_port, have_tool, http_server_args, root_or_skip, tool_path, wait_for_port,
     watch_ebpf_or_skip, Started,
 };
 
@@ -127,6 +127,7 @@ fn sigterm(child: &std::process::Child) {
 
 #[test]
 fn prometheus_scrapes_a_stall_rate_for_the_stalling_server_and_0_under_nodelay() {
+    let _one = exclusive();
     if !have_tool("prometheus") || !have_tool("wrk") {
         return;
     }
@@ -135,6 +136,7 @@ fn prometheus_scrapes_a_stall_rate_for_the_stalling_server_and_0_under_nodelay()
 
 #[test]
 fn prometheus_scrapes_the_ebpf_backends_stalls_too() {
+    let _one = exclusive();
     if !have_tool("prometheus") || !have_tool("wrk") || !watch_ebpf_or_skip(NAGLESS) {
         return;
     }
@@ -394,7 +396,10 @@ struct Netns(String);
 
 impl Netns {
     fn new() -> Netns {
-        let name = format!("nagless-watch-{}", std::process::id());
+        // One name per namespace: `cargo test` runs this binary's tests in parallel.
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("nagless-watch-{}-{n}", std::process::id());
         let _ = Command::new("ip")
             .args(["netns", "del", &name])
             .stderr(Stdio::null())
@@ -447,6 +452,7 @@ fn ebpf_names_the_namespace_container_and_role_of_a_server_in_another_namespace(
 /// while `nagless watch --backend BACKEND` watches from outside; the server and the namespace
 /// go before the watch ends.
 fn server_in_a_namespace(backend: &str) {
+    let _one = exclusive();
     let tmp = TempDir::new("netns");
     let dir = &tmp.0;
     std::fs::write(dir.join("f.txt"), vec![b'x'; 2000]).unwrap();

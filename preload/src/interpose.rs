@@ -24,7 +24,7 @@ fn enosys<T: From<i8>>() -> T {
 ///   result `r`, and returns `r`;
 /// - `fn f(..) -> R { before } => writing(fd, flags)`: the call is a write of `fd` (see
 ///   [`writing`]);
-/// - `fn f(..) -> R => waits(kind, never, [sets(r, w, e),] probe(args))`: the call is a wait
+/// - `fn f(..) -> R => waits(kind, never, [sets(n, r, w, e),] probe(args))`: the call is a wait
 ///   (see [`sys::waiting`]), probed with `args`.
 macro_rules! forward {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $before:expr }) => {
@@ -51,7 +51,7 @@ macro_rules! forward {
         });
     };
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
-        => waits($kind:expr, $never:expr, $(sets($r:ident, $w:ident, $e:ident),)?
+        => waits($kind:expr, $never:expr, $(sets($n:ident, $r:ident, $w:ident, $e:ident),)?
             probe($($probe:expr),*))) => {
         $(#[$doc])*
         #[no_mangle]
@@ -63,7 +63,7 @@ macro_rules! forward {
             sys::waiting(
                 $kind,
                 $never,
-                || forward!(@probe real; $(sets($r, $w, $e);)? ($($probe),*)),
+                || forward!(@probe real; $(sets($n, $r, $w, $e);)? ($($probe),*)),
                 // SAFETY: forwarding the caller's arguments unchanged.
                 || unsafe { real($($arg),*) },
             )
@@ -73,9 +73,9 @@ macro_rules! forward {
         // SAFETY: the caller's arguments, the timeout made zero (a static zero).
         unsafe { $real($($probe),*) }
     };
-    (@probe $real:ident; sets($r:ident, $w:ident, $e:ident); ($($probe:expr),*)) => {
+    (@probe $real:ident; sets($n:ident, $r:ident, $w:ident, $e:ident); ($($probe:expr),*)) => {
         // SAFETY: the caller's sets (valid for the call it asked for), probed on copies.
-        unsafe { sys::select_probe($r, $w, $e, |$r, $w, $e| $real($($probe),*)) }
+        unsafe { sys::select_probe($n, $r, $w, $e, |$r, $w, $e| $real($($probe),*)) }
     };
     (@hook $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;
         |$call:ident| $body:block) => {
@@ -551,7 +551,7 @@ forward!(
     ) -> c_int
     // SAFETY: `timeout` is null or the program's timeval, which glibc's select reads.
     => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>().cast_const()) },
-        sets(r, w, e), probe(n, r, w, e, &mut libc::timeval { tv_sec: 0, tv_usec: 0 }))
+        sets(n, r, w, e), probe(n, r, w, e, &mut libc::timeval { tv_sec: 0, tv_usec: 0 }))
 );
 forward!(
     /// `pselect(2)`.
@@ -565,7 +565,7 @@ forward!(
     ) -> c_int
     // SAFETY: `timeout` is null or the program's timespec, which pselect reads.
     => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
-        sets(r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
+        sets(n, r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `epoll_wait(2)`.
@@ -882,6 +882,11 @@ getsockopt_hook!(
     /// each connection copies its own choice, not the shim's).
     getsockopt
 );
+getsockopt_hook!(
+    /// `getsockopt` in a 32-bit program built with 64-bit time (glibc's other name for it).
+    #[cfg(target_pointer_width = "32")]
+    __getsockopt64
+);
 
 /// After the program's `getsockopt` returned `r`: a successful read of `TCP_NODELAY` or
 /// `TCP_CORK` on a socket the shim manages gets the program's own value, written in the
@@ -947,7 +952,7 @@ forward!(
     ) -> c_int
     // SAFETY: `timeout` is null or the program's 64-bit timeval, which __select64 reads.
     => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>().cast_const()) },
-        sets(r, w, e), probe(n, r, w, e, [0i64; 2].as_mut_ptr().cast()))
+        sets(n, r, w, e), probe(n, r, w, e, [0i64; 2].as_mut_ptr().cast()))
 );
 forward!(
     /// `pselect` with 64-bit time.
@@ -962,7 +967,7 @@ forward!(
     ) -> c_int
     // SAFETY: `timeout` is null or the program's 64-bit timespec, which __pselect64 reads.
     => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
-        sets(r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
+        sets(n, r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `epoll_pwait2` with 64-bit time.

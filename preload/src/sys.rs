@@ -326,36 +326,70 @@ pub unsafe fn is_zero_time<T: Default + PartialEq + Copy>(t: *const T) -> bool {
         }
 }
 
-/// The zero-timeout probe of a `select` (`f`, given the sets to use): made on copies of the
-/// caller's sets `r`, `w`, `e`, which it overwrites only when descriptors are ready (the
-/// result the call then returns); after 0 or an error they are as the caller gave them, for
-/// the call that follows.
+/// The zero-timeout probe of a `select` on descriptors below `n` (`f`, given the sets to
+/// use): made on copies of the caller's sets `r`, `w`, `e`, of the bytes the kernel reads
+/// and writes for `n` (a program may size its sets by `n`, smaller than an `fd_set`), written
+/// back only when descriptors are ready (the result the call then returns); after 0 or an
+/// error the caller's sets are untouched, for the call that follows. With `n` above
+/// `FD_SETSIZE` (sets larger than an `fd_set`) it makes no probe and says "nothing ready":
+/// the wait then ends the thread's bursts as any wait did.
 ///
 /// # Safety
-/// Each of `r`, `w`, `e` is null or valid for reads and writes of an `fd_set`.
+/// Each of `r`, `w`, `e` is null or valid for reads and writes of the bytes that hold the
+/// bits of descriptors `0..n`, as `select` itself requires.
 pub unsafe fn select_probe(
+    n: c_int,
     r: *mut libc::fd_set,
     w: *mut libc::fd_set,
     e: *mut libc::fd_set,
     f: impl FnOnce(*mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set) -> c_int,
 ) -> c_int {
-    // SAFETY: non-null sets are readable (the contract).
-    let copy = |p: *mut libc::fd_set| (!p.is_null()).then(|| unsafe { p.read_unaligned() });
+    let set_size = std::mem::size_of::<libc::fd_set>();
+    if n < 0 || n as usize > libc::FD_SETSIZE {
+        return 0;
+    }
+    // The kernel's FDS_BYTES(n): whole longs.
+    let long = std::mem::size_of::<libc::c_ulong>();
+    let bytes = (n as usize).div_ceil(8 * long) * long;
+    debug_assert!(bytes <= set_size);
+    let copy = |p: *mut libc::fd_set| {
+        (!p.is_null()).then(|| {
+            // SAFETY: an all-zero fd_set is valid.
+            let mut c: libc::fd_set = unsafe { std::mem::zeroed() };
+            // SAFETY: `p` holds `bytes` readable bytes (the contract); `c` has `set_size` >=
+            // `bytes`; they do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    p.cast::<u8>(),
+                    (&mut c as *mut libc::fd_set).cast::<u8>(),
+                    bytes,
+                )
+            };
+            c
+        })
+    };
     let mut sets = [copy(r), copy(w), copy(e)];
     let [rc, wc, ec] = sets.each_mut().map(|c| {
         c.as_mut()
             .map_or(std::ptr::null_mut(), |s| s as *mut libc::fd_set)
     });
-    let n = f(rc, wc, ec);
-    if n > 0 {
+    let ready = f(rc, wc, ec);
+    if ready > 0 {
         for (to, from) in [r, w, e].into_iter().zip(sets) {
             if let Some(from) = from {
-                // SAFETY: `to` is the non-null set `from` was copied from (writable).
-                unsafe { to.write_unaligned(from) };
+                // SAFETY: `to` is the non-null set `from` was copied from, writable for
+                // `bytes` bytes (the contract).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        (&from as *const libc::fd_set).cast::<u8>(),
+                        to.cast::<u8>(),
+                        bytes,
+                    )
+                };
             }
         }
     }
-    n
+    ready
 }
 
 /// What kind of wait a hook reports.

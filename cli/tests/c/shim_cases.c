@@ -34,6 +34,10 @@
  *                                that leaves by _exit (exit), or hands the socket to another
  *                                process over a unix socket and keeps running (handoff).
  *                                Prints us=, the time until the header reached the client.
+ *   shim_cases shortset          select on a read set sized by its nfds (8 bytes, as libevent
+ *                                and OpenSSH allocate theirs), the last bytes before an
+ *                                unmapped page, while the thread holds a burst and the
+ *                                descriptor is ready: prints what select said.
  *
  * Loopback only; every loop is bounded.
  */
@@ -45,6 +49,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/syscall.h>
 #include <signal.h>
@@ -507,6 +512,28 @@ static int tail(const char *ending) {
     return 0;
 }
 
+/* ---- shortset: an fd_set sized by its nfds ------------------------------------------- */
+
+static int shortset(void) {
+    int port = 0, l = listener(&port);
+    int c = l < 0 ? -1 : dial(port);
+    int s = c < 0 ? -1 : accept(l, NULL, NULL);
+    long page = sysconf(_SC_PAGESIZE);
+    if (s < 0 || s >= 64) return 1;
+    if (write(c, "x", 1) != 1) return 1;
+    struct pollfd p = {s, POLLIN, 0};
+    if (poll(&p, 1, 1000) != 1) return 1; /* s is readable from here on */
+    if (write(s, "y", 1) != 1) return 1;  /* a burst this thread holds */
+    unsigned char *m = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || mprotect(m + page, page, PROT_NONE)) return 1;
+    unsigned long *set = (unsigned long *)(m + page - sizeof(unsigned long));
+    *set = 1UL << s;
+    struct timeval t = {1, 0};
+    int n = select(s + 1, (fd_set *)set, NULL, NULL, &t);
+    printf("ready=%d isset=%d\n", n, (int)((*set >> s) & 1));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "threads")) return threads();
     if (argc >= 3 && !strcmp(argv[1], "fork")) return forking(atoi(argv[2]), 0);
@@ -520,6 +547,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "waits")) return waits();
     if (argc >= 2 && !strcmp(argv[1], "emptylast")) return emptylast();
     if (argc >= 3 && !strcmp(argv[1], "tail")) return tail(argv[2]);
-    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale|waits|emptylast|tail sleep|thread|exit|handoff\n");
+    if (argc >= 2 && !strcmp(argv[1], "shortset")) return shortset();
+    fprintf(stderr, "usage: shim_cases threads|fork PORT|daemon PORT|sigwait|selfcork|corklistener|splice|rawclose|stale|waits|emptylast|tail sleep|thread|exit|handoff|shortset\n");
     return 2;
 }
