@@ -50,6 +50,9 @@ pub struct DoctorArgs {
     /// Report this many flows in full, most stalled time first (0: all).
     #[arg(long, value_name = "N", default_value_t = 10)]
     top: usize,
+    /// Keep every stall of each flow in the report and the JSON, not only the worst 32.
+    #[arg(long)]
+    every_stall: bool,
     /// Write an SVG timeline of the worst (or chosen) flow to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<std::path::PathBuf>,
@@ -89,6 +92,7 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
         filters: args.filter.clone(),
         flow: args.flow,
         timeline: args.svg.is_some(),
+        every_stall: args.every_stall,
     };
     let d = nagless_doctor::diagnose_reader(src, opts, |n| bar.set_position(n))
         .map_err(|e| format!("{name}: {e}"))?;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use nagless_watch::backend::{Backend, Choice};
 use nagless_watch::metrics::{Exporter, Metrics};
-use nagless_watch::{Filter, Row};
+use nagless_watch::{Filter, Row, StallEvent};
 
 use crate::parse_duration;
 
@@ -72,7 +72,9 @@ PROMETHEUS
 OUTPUT
   A table refreshed in place in a terminal (process, port, connections, stalls/s, time lost
   per second, worst stall, what to do); JSON lines with --json (one per refresh, then a
-  summary); a summary of the whole watch at the end, and the watcher's own CPU use.
+  summary; with --stalls also one per stall, which `nagless doctor --json --every-stall`
+  on a capture can be matched with); a summary of the whole watch at the end, and the
+  watcher's own CPU use.
 
 EXIT STATUS
   0 no stall seen (or stopped after --serve), 1 stalls seen, 2 bad arguments, no access to
@@ -105,6 +107,10 @@ pub struct WatchArgs {
     /// JSON lines instead of the table.
     #[arg(long)]
     json: bool,
+    /// With --json, also a line for each stall as it ends (`"type": "stall"`): when (Unix
+    /// time), the process, the stalled socket's local and remote address, bytes held, ms lost.
+    #[arg(long, requires = "json")]
+    stalls: bool,
     /// Serve Prometheus metrics on this address (GET /metrics) and run until stopped.
     #[arg(long, value_name = "ADDR")]
     serve: Option<std::net::SocketAddr>,
@@ -177,6 +183,28 @@ fn table(rows: &[Row], secs: f64, own_netns: u64, out: &mut String) {
     }
 }
 
+/// One stall as a JSON line (`--stalls`).
+fn stall_line(e: &StallEvent) -> serde_json::Value {
+    let unix = e
+        .at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    serde_json::json!({
+        "type": "stall",
+        "time_unix_s": unix,
+        "pid": e.key.pid,
+        "comm": e.comm,
+        "container": e.container,
+        "port": e.key.port,
+        "serves": e.key.serves,
+        "local": e.local.to_string(),
+        "remote": e.remote.to_string(),
+        "held": e.stall.held,
+        "lost_ms": e.stall.lost_us as f64 / 1000.0,
+        "ack_timer": e.stall.timer,
+    })
+}
+
 fn json_rows(rows: &[Row], secs: f64) -> Vec<serde_json::Value> {
     rows.iter()
         .map(|r| {
@@ -246,8 +274,10 @@ pub fn command(args: WatchArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
         }
-        w.keep_stalls();
         metrics = Some(m);
+    }
+    if metrics.is_some() || args.stalls {
+        w.keep_stalls();
     }
     nagless_netpath::on_interrupt();
     if nagless_watch::procs::euid() != Some(0) && w.denied_processes() > 0 {
@@ -290,9 +320,12 @@ pub fn command(args: WatchArgs) -> ExitCode {
                     full_samples += 1;
                 }
                 idle = s.busy == 0 && matches!(w, Backend::Sampling(_));
-                if let Some(m) = &metrics {
-                    for e in w.take_stalls() {
+                for e in w.take_stalls() {
+                    if let Some(m) = &metrics {
                         m.stall(&e);
+                    }
+                    if args.stalls && writeln!(stdout, "{}", stall_line(&e)).is_err() {
+                        break;
                     }
                 }
             }

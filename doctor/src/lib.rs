@@ -33,6 +33,9 @@ pub struct Diagnosis {
     pub tcp_segments: u64,
     /// Bytes of capture read (after decompression).
     pub bytes: u64,
+    /// When the first frame was captured, in seconds since the Unix epoch (as the capture
+    /// stamped it); frame times in the report count from it.
+    pub start_unix_s: Option<f64>,
     /// Frames of link types the doctor cannot read, by link type.
     pub unsupported_linktypes: Vec<u32>,
     /// Why reading stopped before the end of the input (a truncated or damaged capture): the
@@ -103,6 +106,7 @@ pub fn diagnose_reader(
         frames,
         tcp_segments,
         bytes: reader.offset(),
+        start_unix_s: origin_ns.map(|ns| ns as f64 / 1e9),
         unsupported_linktypes: unsupported,
         damage,
         outcome: analyzer.finish(),

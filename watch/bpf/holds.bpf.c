@@ -89,8 +89,9 @@ struct event {
 	char comm[16];     /* 92 */
 	__u32 gap_us;      /* 108: from the last arriving segment to the release (~0 if none) */
 	__u64 wait_ns;     /* 112: from the last segment sent before the hold to the release */
+	__u64 released_ns; /* 120: the release (bpf_ktime_get_ns: CLOCK_MONOTONIC) */
 };
-_Static_assert(sizeof(struct event) == 120, "event layout");
+_Static_assert(sizeof(struct event) == 128, "event layout");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -276,6 +277,7 @@ static __always_inline void report(struct sock *sk, struct tcp_sock *tp, struct 
 	__u64 gap = h->seg_ns && now > h->seg_ns ? (now - h->seg_ns) / 1000 : 0;
 	e->gap_us = gap > 0xffffffff ? 0xffffffff : (__u32)gap;
 	e->wait_ns = h->sent_ns && now > h->sent_ns ? now - h->sent_ns : 0;
+	e->released_ns = now;
 	bpf_ringbuf_submit(e, 0);
 	count(REPORTED);
 }

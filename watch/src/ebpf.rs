@@ -145,10 +145,12 @@ pub struct Event {
     /// From the sending of the newest segment in flight when the hold began (the one whose
     /// ACK the write waited for) to the release, ns (0 if unknown).
     pub wait_ns: u64,
+    /// When an ACK released the write (`bpf_ktime_get_ns`: `CLOCK_MONOTONIC`), ns.
+    pub released_ns: u64,
 }
 
 /// Size of `struct event` in holds.bpf.c.
-pub const EVENT_SIZE: usize = 120;
+pub const EVENT_SIZE: usize = 128;
 
 impl Event {
     /// Parses a `struct event` (native byte order); `None` if `b` is too short.
@@ -188,6 +190,7 @@ impl Event {
             comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
             release_gap_us: u32_at(108),
             wait_ns: u64_at(112),
+            released_ns: u64_at(120),
         })
     }
 
@@ -212,6 +215,12 @@ impl Event {
         }
         .judge(at_us)
     }
+}
+
+/// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// Stall tallies of a group and the connections they came from.
@@ -256,7 +265,9 @@ pub struct EbpfWatcher {
     bpf: Ebpf,
     ring: RingBuf<MapData>,
     filter: Filter,
-    start: Instant,
+    /// The wall clock and `CLOCK_MONOTONIC` (the kernel's event times), ns, at the start.
+    start_wall: std::time::SystemTime,
+    start_mono_ns: u64,
     /// Every network namespace's listeners, by (namespace, port).
     nets: Option<Namespaces>,
     listening: HashSet<(u64, u16)>,
@@ -315,7 +326,8 @@ impl EbpfWatcher {
             bpf,
             ring,
             filter,
-            start: Instant::now(),
+            start_wall: std::time::SystemTime::now(),
+            start_mono_ns: monotonic_ns(),
             nets: Namespaces::new(true).ok(),
             listening: HashSet::new(),
             listening_at: None,
@@ -417,7 +429,8 @@ impl EbpfWatcher {
         {
             return None;
         }
-        let at_us = self.start.elapsed().as_micros() as u64;
+        // On the watch's clock: when the kernel saw the release.
+        let at_us = e.released_ns.saturating_sub(self.start_mono_ns) / 1000;
         let stall = e.stall(at_us)?;
         let (netns, who) = self.owner(e.pid, &e.comm);
         let serves = self.serves(netns, lport);
@@ -435,6 +448,9 @@ impl EbpfWatcher {
                 key,
                 comm: who.comm,
                 container: who.container,
+                local: e.local.into(),
+                remote: e.remote.into(),
+                at: self.start_wall + Duration::from_micros(at_us),
                 stall,
             });
         }
@@ -532,8 +548,11 @@ mod tests {
 
     #[test]
     fn an_event_parses_and_is_judged_by_the_stall_rule() {
-        let e = Event::parse(&raw()).unwrap();
+        let mut b = raw();
+        b[120..128].copy_from_slice(&9_000_000_000u64.to_ne_bytes());
+        let e = Event::parse(&b).unwrap();
         assert_eq!(e.cookie, 7);
+        assert_eq!(e.released_ns, 9_000_000_000);
         assert_eq!(e.pid, 1234);
         assert_eq!(e.local, (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 8000));
         assert_eq!(e.remote, (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 40000));

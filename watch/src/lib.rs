@@ -215,6 +215,12 @@ pub struct StallEvent {
     pub comm: Option<String>,
     /// Its owner's container id, if any.
     pub container: Option<String>,
+    /// The stalled socket's local address and port (the writer's end).
+    pub local: std::net::SocketAddr,
+    /// Its peer's address and port.
+    pub remote: std::net::SocketAddr,
+    /// When the hold ended (the wall clock; `stall.at_us` on the watch's clock).
+    pub at: std::time::SystemTime,
     /// The stall.
     pub stall: detect::Stall,
 }
@@ -255,6 +261,8 @@ pub struct Watcher {
     denied: usize,
     filter: Filter,
     start: Instant,
+    /// The wall clock at `start`.
+    start_wall: std::time::SystemTime,
     /// Per socket, by namespace and cookie.
     sockets: HashMap<(u64, u64), Tracked>,
     rows: Vec<SocketRow>,
@@ -290,6 +298,7 @@ impl Watcher {
             owners: HashMap::new(),
             filter,
             start: Instant::now(),
+            start_wall: std::time::SystemTime::now(),
             sockets: HashMap::new(),
             rows: Vec::new(),
             last_gc_us: 0,
@@ -508,6 +517,9 @@ impl Watcher {
                         key: t.key.clone(),
                         comm: t.who.comm.clone(),
                         container: t.who.container.clone(),
+                        local: t.id.local,
+                        remote: t.id.remote,
+                        at: self.start_wall + std::time::Duration::from_micros(stall.at_us),
                         stall,
                     });
                 }

@@ -89,6 +89,7 @@ impl Analyzer {
                     us,
                     frame,
                     self.opts.timeline,
+                    self.opts.every_stall,
                 );
                 self.live.entry(key).or_insert(f)
             }

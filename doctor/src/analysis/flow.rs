@@ -43,13 +43,15 @@ pub(super) struct Flow {
 
 impl Flow {
     /// A flow between `key.0` (the client) and `key.1` (the server) that starts at `frame`;
-    /// it keeps its segments for a timeline if `timeline`.
+    /// it keeps its segments for a timeline if `timeline`, and all its stalls (not only the
+    /// worst) if `every_stall`.
     pub(super) fn new(
         index: usize,
         key: (Endpoint, Endpoint),
         us: u64,
         frame: u64,
         timeline: bool,
+        every_stall: bool,
     ) -> Flow {
         let side = |a| Side {
             addr: table::addr(a),
@@ -61,7 +63,10 @@ impl Flow {
             seq: Default::default(),
             sides: [side(key.0), side(key.1)],
             collected: Collector::default(),
-            found: Findings::default(),
+            found: Findings {
+                every_stall,
+                ..Findings::default()
+            },
             packets: 0,
             exchanges: 0,
             last_sender: None,

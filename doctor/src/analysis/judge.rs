@@ -3,8 +3,8 @@
 //! write ([`Pattern`]), the receiver's delayed-ACK timer; and, once the flow ends, where the
 //! capture was taken ([`capture_point`]).
 //!
-//! At most [`KEPT`] stalls (the worst) and delayed ACKs (the first) are kept per flow; the
-//! counts cover everything.
+//! At most [`KEPT`] stalls (the worst, unless every stall is asked for) and delayed ACKs (the
+//! first) are kept per flow; the counts cover everything.
 
 use std::collections::HashMap;
 
@@ -29,8 +29,10 @@ pub(super) struct Lost {
 /// What one flow's judged candidates came to.
 #[derive(Default)]
 pub(super) struct Findings {
-    /// The worst stalls so far (cut to [`KEPT`] when twice that many).
+    /// The worst stalls so far (cut to [`KEPT`] when twice that many, unless `every_stall`).
     pub(super) stalls: Vec<Stall>,
+    /// Keep every stall.
+    pub(super) every_stall: bool,
     pub(super) stall_count: u64,
     /// Per sending side.
     pub(super) lost: [Lost; 2],
@@ -114,19 +116,21 @@ impl Findings {
             stalled_us: stalled,
             pattern,
         });
-        if self.stalls.len() >= 2 * KEPT {
+        if !self.every_stall && self.stalls.len() >= 2 * KEPT {
             self.keep_worst();
         }
     }
 
-    /// Keeps the [`KEPT`] worst stalls, worst first (then capture order).
+    /// Keeps the [`KEPT`] worst stalls (all if `every_stall`), worst first (then capture order).
     pub(super) fn keep_worst(&mut self) {
         self.stalls.sort_by(|a, b| {
             b.stalled_us
                 .cmp(&a.stalled_us)
                 .then(a.held.frame.cmp(&b.held.frame))
         });
-        self.stalls.truncate(KEPT);
+        if !self.every_stall {
+            self.stalls.truncate(KEPT);
+        }
     }
 
     /// The pattern seen most often in `d`'s stalls (ties: the later [`Pattern`]).

@@ -16,6 +16,8 @@ pub struct Options {
     pub flow: Option<usize>,
     /// Keep each reported flow's segments for a timeline.
     pub timeline: bool,
+    /// Keep every stall of each flow, not only the worst 32.
+    pub every_stall: bool,
 }
 
 impl Options {
