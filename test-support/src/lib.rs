@@ -11,6 +11,8 @@
 //! Dev-only (`publish = false`): used as a `[dev-dependencies]` entry by the crates whose
 //! tests need it.
 
+pub mod stall_match;
+
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
