@@ -185,10 +185,9 @@ fn table(rows: &[Row], secs: f64, own_netns: u64, out: &mut String) {
 
 /// One stall as a JSON line (`--stalls`).
 fn stall_line(e: &StallEvent) -> serde_json::Value {
-    let unix = e
-        .at
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64());
+    let unix =
+        e.at.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
     serde_json::json!({
         "type": "stall",
         "time_unix_s": unix,

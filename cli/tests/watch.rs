@@ -1,7 +1,8 @@
 //! `nagless watch` on real programs: Python's `http.server` (which sends each response as a
 //! header write then a body write) under wrk stalls on every request; watch flags it within
-//! 2 s and counts within 20 % of what `nagless doctor` counts in a capture taken at the same
-//! time. The same server under `nagless run`, and a bulk transfer, are not flagged. Needs
+//! 2 s and reports, stall by stall (same socket, within 20 ms), at least 80 % of the stalls
+//! `nagless doctor` finds in a capture taken at the same time (eBPF: 90 %), and hardly any
+//! it does not. The same server under `nagless run`, and a bulk transfer, are not flagged. Needs
 //! wrk and tcpdump (`./scripts/test` installs them) and root for tcpdump: skipped with a note
 //! outside CI, a failure under CI.
 #![allow(clippy::disallowed_methods)] // tests measure real time
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nagless_test_support::stall_match::{self, Matching};
 use nagless_test_support::{
     exclusive, free_port, have_tool, http_server_args, root_or_skip, skip, start_tcpdump,
     watch_ebpf_or_skip, Started,
@@ -63,6 +65,7 @@ fn watch_by(backend: &str, port: Option<u16>, secs: f64) -> Child {
         .args([
             "watch",
             "--json",
+            "--stalls",
             "--refresh",
             "250ms",
             "--backend",
@@ -111,6 +114,23 @@ fn json_lines(w: Child) -> (Vec<serde_json::Value>, Option<i32>) {
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
     (v, o.status.code())
+}
+
+/// The watch's stalls (`--stalls` lines) paired with those `nagless doctor --every-stall`
+/// finds in the capture `cap` (same socket, within 20 ms); prints what `what` watched.
+fn against_doctor(lines: &[serde_json::Value], cap: &Path, what: &str) -> Matching {
+    let o = Command::new(NAGLESS)
+        .args(["doctor", "--json", "--every-stall"])
+        .arg(cap)
+        .output()
+        .unwrap();
+    let doctor = stall_match::doctor_stalls(&String::from_utf8_lossy(&o.stdout))
+        .unwrap_or_else(|| panic!("nagless doctor --json: {o:?}"));
+    let watched: Vec<_> = lines.iter().filter_map(stall_match::watch_stall).collect();
+    let m = stall_match::pair(&watched, &doctor, stall_match::TOLERANCE_S);
+    eprintln!("{what} against the doctor, stall by stall: {m}");
+    assert!(m.doctor >= 20, "the server stalled only {} times", m.doctor);
+    m
 }
 
 fn stalls_of(rows: &serde_json::Value, pid: u32) -> u64 {
@@ -200,21 +220,13 @@ fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
     );
     assert!(row["serves"].as_bool().unwrap());
     assert!(row["advice"].as_str().unwrap().contains("nagless run"));
-    let o = Command::new(NAGLESS)
-        .args(["doctor", "--json"])
-        .arg(&cap)
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let found = doc["stalls_total"].as_u64().unwrap();
-    eprintln!(
-        "wrk for {wrk_secs:.1} s: watch counted {watched} stalls, the doctor {found} in the capture; first flagged {t_first:.2} s into the watch"
-    );
-    assert!(found >= 20, "the server stalled only {found} times");
-    let diff = watched.abs_diff(found) as f64;
+    let m = against_doctor(&lines, &cap, "sampling");
+    eprintln!("wrk for {wrk_secs:.1} s: first flagged {t_first:.2} s into the watch");
+    // Sampling sees a hold from its samples (2 ms apart, late on a busy machine): at least
+    // 80 % of the doctor's stalls, and almost nothing the doctor did not see.
     assert!(
-        diff <= 0.2 * found as f64,
-        "watch {watched} vs doctor {found}: {summary}"
+        m.recall() >= 0.8 && m.precision() >= 0.9,
+        "watch {m}; summary rows {watched}: {summary}"
     );
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
@@ -356,21 +368,12 @@ fn ebpf_backend_counts_the_stalling_server_like_the_doctor_counts() {
     );
     assert!(row["serves"].as_bool().unwrap(), "{row}");
     assert_eq!(row["ack_timer"], "linux40ms", "{row}");
-    let o = Command::new(NAGLESS)
-        .args(["doctor", "--json"])
-        .arg(&cap)
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let found = doc["stalls_total"].as_u64().unwrap();
-    eprintln!("eBPF watch counted {watched} stalls, the doctor {found} in the capture");
-    assert!(found >= 20, "the server stalled only {found} times");
-    // Events, not samples: within 10 % of the doctor's count (the capture and the watch start
-    // and stop at slightly different moments).
-    let diff = watched.abs_diff(found) as f64;
+    // Events, not samples: the same stalls as the doctor's, stall by stall (the capture and
+    // the watch start and stop at slightly different moments).
+    let m = against_doctor(&lines, &cap, "eBPF");
     assert!(
-        diff <= 0.1 * found as f64,
-        "eBPF watch {watched} vs doctor {found}: {summary}"
+        m.recall() >= 0.9 && m.precision() >= 0.9,
+        "eBPF watch {m}; summary rows {watched}: {summary}"
     );
     drop(server);
     let _ = std::fs::remove_dir_all(dir);
@@ -546,21 +549,14 @@ fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
                 && r["netns"].as_u64().is_some_and(|n| n != own && n != 0)),
         "the server's row serves :{port} in its own namespace: {summary}"
     );
-    let o = Command::new(NAGLESS)
-        .args(["doctor", "--json"])
-        .arg(&cap)
-        .output()
-        .unwrap();
-    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let found = doc["stalls_total"].as_u64().unwrap();
-    eprintln!(
-        "20 ms path: eBPF watch counted {watched} stalls, the doctor {found} at the server's end"
+    let m = against_doctor(
+        &lines,
+        &cap,
+        "20 ms path: eBPF, the doctor at the server's end",
     );
-    assert!(found >= 20, "the server stalled only {found} times");
-    let diff = watched.abs_diff(found) as f64;
     assert!(
-        diff <= 0.1 * found as f64,
-        "eBPF watch {watched} vs doctor {found}: {summary}"
+        m.recall() >= 0.9 && m.precision() >= 0.9,
+        "eBPF watch {m}; summary rows {watched}: {summary}"
     );
     drop(srv);
     drop(p);

@@ -85,15 +85,18 @@ pub fn watch_stalls(jsonl: &str) -> Vec<Stall> {
     jsonl
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["type"] == "stall")
-        .filter_map(|v| {
-            Some(Stall {
-                writer: addr(&v["local"])?,
-                peer: addr(&v["remote"])?,
-                at: v["time_unix_s"].as_f64()?,
-            })
-        })
+        .filter_map(|v| watch_stall(&v))
         .collect()
+}
+
+/// The stall on one line of `nagless watch --json --stalls` (`None` for its other lines).
+pub fn watch_stall(v: &serde_json::Value) -> Option<Stall> {
+    (v["type"] == "stall").then_some(())?;
+    Some(Stall {
+        writer: addr(&v["local"])?,
+        peer: addr(&v["remote"])?,
+        at: v["time_unix_s"].as_f64()?,
+    })
 }
 
 /// The stalls in `nagless doctor --json --every-stall` output; `None` if it is not that
@@ -182,11 +185,11 @@ mod tests {
             s(a, c, 10.010),
         ];
         let watch = [
-            s(a, b, 10.002),  // the first
-            s(a, b, 10.044),  // the second
-            s(a, c, 10.090),  // another socket's time: no pair
-            s(b, a, 10.011),  // the other direction: no pair
-            s(a, b, 10.2),    // none near
+            s(a, b, 10.002), // the first
+            s(a, b, 10.044), // the second
+            s(a, c, 10.090), // another socket's time: no pair
+            s(b, a, 10.011), // the other direction: no pair
+            s(a, b, 10.2),   // none near
         ];
         let m = pair(&watch, &doctor, TOLERANCE_S);
         assert_eq!(

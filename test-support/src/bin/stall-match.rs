@@ -30,7 +30,10 @@ fn main() -> ExitCode {
         }
     };
     let Some(doctor) = doctor_stalls(&d) else {
-        eprintln!("stall-match: {}: not `nagless doctor --json` output", args[1]);
+        eprintln!(
+            "stall-match: {}: not `nagless doctor --json` output",
+            args[1]
+        );
         return ExitCode::from(2);
     };
     println!("{}", pair(&watch_stalls(&w), &doctor, tolerance));
