@@ -120,7 +120,7 @@ fn json_lines(w: Child) -> (Vec<serde_json::Value>, Option<i32>) {
 /// finds in the capture `cap` (same socket, within 20 ms); prints what `what` watched.
 fn against_doctor(lines: &[serde_json::Value], cap: &Path, what: &str) -> Matching {
     let o = Command::new(NAGLESS)
-        .args(["doctor", "--json", "--every-stall"])
+        .args(["doctor", "--json", "--every-stall", "--top", "0"])
         .arg(cap)
         .output()
         .unwrap();

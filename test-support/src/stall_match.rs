@@ -1,5 +1,5 @@
 //! Stall by stall: `nagless watch --json --stalls` against `nagless doctor --json
-//! --every-stall` on a capture of the same run.
+//! --every-stall --top 0` on a capture of the same run.
 //!
 //! A stall is the writer's socket (its address, and its peer's) and the moment the held
 //! write left. Both tools name the same socket; the times come from different clocks read
@@ -99,8 +99,9 @@ pub fn watch_stall(v: &serde_json::Value) -> Option<Stall> {
     })
 }
 
-/// The stalls in `nagless doctor --json --every-stall` output; `None` if it is not that
-/// JSON. (Without `--every-stall` only each flow's worst 32 are there.)
+/// The stalls in `nagless doctor --json --every-stall --top 0` output; `None` if it is not that
+/// JSON. (Without `--every-stall` only each flow's worst 32 are there, without `--top 0` only
+/// the 10 most stalled flows.)
 pub fn doctor_stalls(json: &str) -> Option<Vec<Stall>> {
     let v: serde_json::Value = serde_json::from_str(json).ok()?;
     let origin = v["start_unix_s"].as_f64().unwrap_or(0.0);

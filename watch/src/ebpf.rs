@@ -223,6 +223,14 @@ fn monotonic_ns() -> u64 {
     (t.tv_sec as u64) * 1_000_000_000 + t.tv_nsec as u64
 }
 
+/// Who owns a socket whose writer is not known.
+static NOBODY: Who = Who {
+    cmd: None,
+    comm: None,
+    cgroup: None,
+    container: None,
+};
+
 /// Stall tallies of a group and the connections they came from.
 #[derive(Default)]
 struct Group {
@@ -365,9 +373,9 @@ impl EbpfWatcher {
         self.listening.contains(&(netns, port))
     }
 
-    /// The writer's network namespace (0 if unknown) and who it is, from /proc/PID while it
-    /// lives; else the task name the kernel gave.
-    fn owner(&mut self, pid: u32, comm: &str) -> (u64, Who) {
+    /// The writer's network namespace (0 if unknown); who it is goes to `owners`, read from
+    /// /proc/PID while it lives, else the task name the kernel gave.
+    fn owner(&mut self, pid: u32, comm: &str) -> u64 {
         if self.owners.len() >= 4096 {
             self.owners.clear(); // pids are reused: a cache, not a record
         }
@@ -397,7 +405,7 @@ impl EbpfWatcher {
                     ),
                 }
             })
-            .clone()
+            .0
     }
 
     /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls) (which must then be
@@ -432,8 +440,10 @@ impl EbpfWatcher {
         // On the watch's clock: when the kernel saw the release.
         let at_us = e.released_ns.saturating_sub(self.start_mono_ns) / 1000;
         let stall = e.stall(at_us)?;
-        let (netns, who) = self.owner(e.pid, &e.comm);
+        let netns = self.owner(e.pid, &e.comm);
         let serves = self.serves(netns, lport);
+        // (Borrowed, not cloned: this runs for every stall on the host.)
+        let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
         let key = GroupKey {
             pid: Some(e.pid),
             uid: e.uid,
@@ -441,13 +451,13 @@ impl EbpfWatcher {
             serves,
             netns,
         };
-        add_group(&mut self.window, &key, &who, e.cookie, &stall);
-        add_group(&mut self.total, &key, &who, e.cookie, &stall);
+        add_group(&mut self.window, &key, who, e.cookie, &stall);
+        add_group(&mut self.total, &key, who, e.cookie, &stall);
         if let Some(v) = &mut self.stalls {
             v.push(StallEvent {
                 key,
-                comm: who.comm,
-                container: who.container,
+                comm: who.comm.clone(),
+                container: who.container.clone(),
                 local: e.local.into(),
                 remote: e.remote.into(),
                 at: self.start_wall + Duration::from_micros(at_us),

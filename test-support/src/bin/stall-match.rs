@@ -1,5 +1,5 @@
 //! `stall-match WATCH.jsonl DOCTOR.json [TOLERANCE_MS]`: pairs the stalls of `nagless watch
-//! --json --stalls` with those of `nagless doctor --json --every-stall` (same socket, times
+//! --json --stalls` with those of `nagless doctor --json --every-stall --top 0` (same socket, times
 //! within the tolerance, default 20 ms) and prints precision and recall
 //! (`scripts/bench-watch` runs it). Exit 2 on unreadable input.
 
