@@ -318,6 +318,9 @@ mod tests {
             },
             comm: Some("python3".into()),
             container: None,
+            local: ([127, 0, 0, 1], port).into(),
+            remote: ([127, 0, 0, 1], 40000).into(),
+            at: std::time::UNIX_EPOCH,
             stall: Stall {
                 held: 100,
                 lost_us,
