@@ -1,6 +1,7 @@
 //! The kernel's view of every TCP socket, through netlink `sock_diag` (what `ss -ti` reads):
-//! addresses, state, owner, inode, and the raw `struct tcp_info`. One dump per address
-//! family; the only module of the crate that talks to the kernel's socket interface.
+//! addresses, state, owner, inode, and the raw `struct tcp_info`. One dump (one walk of the
+//! kernel's socket hash) for both address families; the only module of the crate that talks
+//! to the kernel's socket interface.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -9,7 +10,7 @@ use nagless::tcp_info::TcpInfo;
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };
-use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6, IPPROTO_TCP};
+use netlink_packet_sock_diag::constants::{AF_INET6, IPPROTO_TCP};
 use netlink_packet_sock_diag::inet::nlas::Nla;
 use netlink_packet_sock_diag::inet::{
     ExtensionFlags, InetRequest, InetResponse, SocketId, StateFlags,
@@ -97,6 +98,13 @@ impl SocketRow {
     }
 }
 
+/// `TCPDIAG_GETSOCK`: the compatibility dump request (linux/inet_diag.h).
+const TCPDIAG_GETSOCK: u16 = 18;
+/// `SOCK_DIAG_BY_FAMILY` (linux/sock_diag.h).
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+/// A `struct nlmsghdr` and a `struct inet_diag_req`.
+const COMPAT_REQUEST_LEN: usize = 16 + 60;
+
 /// Exact lookups sent in one datagram: their replies must fit the socket's receive buffer.
 const LOOKUP_BATCH: usize = 64;
 
@@ -121,7 +129,7 @@ impl Diag {
         })
     }
 
-    /// Every TCP socket in `states`, IPv4 then IPv6, with its `tcp_info`, appended to `out`.
+    /// Every TCP socket in `states`, IPv4 and IPv6, with its `tcp_info`, appended to `out`.
     pub fn dump(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
         self.dump_with(states, ExtensionFlags::INFO, out)
     }
@@ -132,16 +140,82 @@ impl Diag {
         self.dump_with(states, ExtensionFlags::empty(), out)
     }
 
+    /// One dump of both address families: the compatibility request (`TCPDIAG_GETSOCK`, a
+    /// `struct inet_diag_req`) asks for `AF_UNSPEC`, so the kernel walks its socket hash once,
+    /// where a `SOCK_DIAG_BY_FAMILY` request per family walks it twice. Its replies are
+    /// `inet_diag_msg`s, as those of the newer request are.
     fn dump_with(
         &mut self,
         states: StateFlags,
         ext: ExtensionFlags,
         out: &mut Vec<SocketRow>,
     ) -> io::Result<()> {
-        for family in [AF_INET, AF_INET6] {
-            self.dump_family(family, states.clone(), ext.clone(), out)?;
+        self.seq = self.seq.wrapping_add(1);
+        let seq = self.seq;
+        // struct nlmsghdr, then struct inet_diag_req: family, src_len, dst_len, ext, the
+        // 48-byte inet_diag_sockid (zero: any), states, dbs.
+        let mut tx = Vec::with_capacity(COMPAT_REQUEST_LEN);
+        tx.extend_from_slice(&(COMPAT_REQUEST_LEN as u32).to_ne_bytes());
+        tx.extend_from_slice(&TCPDIAG_GETSOCK.to_ne_bytes());
+        tx.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+        tx.extend_from_slice(&seq.to_ne_bytes());
+        tx.extend_from_slice(&0u32.to_ne_bytes());
+        tx.extend_from_slice(&[0, 0, 0, ext.bits()]);
+        tx.extend_from_slice(&[0; 48]);
+        tx.extend_from_slice(&states.bits().to_ne_bytes());
+        tx.extend_from_slice(&0u32.to_ne_bytes());
+        debug_assert_eq!(tx.len(), COMPAT_REQUEST_LEN);
+        self.sock.send(&tx, 0)?;
+        self.receive(|m| {
+            if m.header.sequence_number != seq {
+                return None;
+            }
+            match m.payload {
+                NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
+                    out.push(SocketRow::from_response(r.header.family, &r));
+                    None
+                }
+                NetlinkPayload::Done(d) if d.code < 0 => {
+                    Some(Err(io::Error::from_raw_os_error(-d.code)))
+                }
+                NetlinkPayload::Done(_) => Some(Ok(())),
+                NetlinkPayload::Error(e) => Some(Err(e.to_io())),
+                NetlinkPayload::Overrun(_) => Some(Err(io::Error::other("netlink overrun"))),
+                _ => None,
+            }
+        })
+    }
+
+    /// Reads replies, handing each message to `each` until it says the exchange is over
+    /// (`Some`: done, or failed).
+    fn receive(
+        &mut self,
+        mut each: impl FnMut(NetlinkMessage<SockDiagMessage>) -> Option<io::Result<()>>,
+    ) -> io::Result<()> {
+        loop {
+            let n = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
+            if n > self.buf.len() {
+                return Err(io::Error::other("netlink datagram larger than the buffer"));
+            }
+            let mut off = 0;
+            while off + 16 <= n {
+                // Replies to the compatibility dump carry its type; they are read as what
+                // they are, `SOCK_DIAG_BY_FAMILY` replies.
+                if self.buf[off + 4..off + 6] == TCPDIAG_GETSOCK.to_ne_bytes() {
+                    self.buf[off + 4..off + 6].copy_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+                }
+                let m = NetlinkMessage::<SockDiagMessage>::deserialize(&self.buf[off..n])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                let len = m.header.length as usize;
+                if let Some(done) = each(m) {
+                    return done;
+                }
+                if len == 0 {
+                    break;
+                }
+                off += (len + 3) & !3;
+            }
         }
-        Ok(())
     }
 
     /// The sockets `socks` again, each looked up by its exact identity (addresses, ports,
@@ -181,99 +255,20 @@ impl Diag {
         self.sock.send(&tx, 0)?;
         // One reply per request: the socket, or an error (ENOENT: gone; ESTALE: reused).
         let mut pending = socks.len();
-        while pending > 0 {
-            let n = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
-            if n > self.buf.len() {
-                return Err(io::Error::other("netlink datagram larger than the buffer"));
-            }
-            let mut off = 0;
-            while off + 16 <= n {
-                let m = NetlinkMessage::<SockDiagMessage>::deserialize(&self.buf[off..n])
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                let len = m.header.length as usize;
-                let k = m.header.sequence_number.wrapping_sub(first) as usize;
-                if k < socks.len() {
-                    match m.payload {
-                        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
-                            out.push(SocketRow::from_response(family_of[k], &r));
-                            pending -= 1;
-                        }
-                        NetlinkPayload::Error(_) => pending -= 1,
-                        _ => {}
+        self.receive(|m| {
+            let k = m.header.sequence_number.wrapping_sub(first) as usize;
+            if k < socks.len() {
+                match m.payload {
+                    NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
+                        out.push(SocketRow::from_response(family_of[k], &r));
+                        pending -= 1;
                     }
+                    NetlinkPayload::Error(_) => pending -= 1,
+                    _ => {}
                 }
-                if len == 0 {
-                    break;
-                }
-                off += (len + 3) & !3;
             }
-        }
-        Ok(())
-    }
-
-    fn dump_family(
-        &mut self,
-        family: u8,
-        states: StateFlags,
-        extensions: ExtensionFlags,
-        out: &mut Vec<SocketRow>,
-    ) -> io::Result<()> {
-        self.seq = self.seq.wrapping_add(1);
-        let seq = self.seq;
-        let mut hdr = NetlinkHeader::default();
-        hdr.flags = NLM_F_REQUEST | NLM_F_DUMP;
-        hdr.sequence_number = seq;
-        let req = SockDiagMessage::InetRequest(InetRequest {
-            family,
-            protocol: IPPROTO_TCP,
-            extensions,
-            states,
-            socket_id: if family == AF_INET {
-                SocketId::new_v4()
-            } else {
-                SocketId::new_v6()
-            },
-        });
-        let mut msg = NetlinkMessage::new(hdr, req.into());
-        msg.finalize();
-        let mut tx = vec![0u8; msg.buffer_len()];
-        msg.serialize(&mut tx);
-        self.sock.send(&tx, 0)?;
-        loop {
-            let n = self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
-            if n > self.buf.len() {
-                return Err(io::Error::other("netlink datagram larger than the buffer"));
-            }
-            let mut off = 0;
-            while off + 16 <= n {
-                let m = NetlinkMessage::<SockDiagMessage>::deserialize(&self.buf[off..n])
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                let len = m.header.length as usize;
-                if m.header.sequence_number == seq {
-                    match m.payload {
-                        NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) => {
-                            out.push(SocketRow::from_response(family, &r));
-                        }
-                        NetlinkPayload::Done(d) => {
-                            return if d.code < 0 {
-                                Err(io::Error::from_raw_os_error(-d.code))
-                            } else {
-                                Ok(())
-                            };
-                        }
-                        NetlinkPayload::Error(e) => return Err(e.to_io()),
-                        NetlinkPayload::Overrun(_) => {
-                            return Err(io::Error::other("netlink overrun"))
-                        }
-                        _ => {}
-                    }
-                }
-                if len == 0 {
-                    break;
-                }
-                off += (len + 3) & !3;
-            }
-        }
+            (pending == 0).then_some(Ok(()))
+        })
     }
 }
 
