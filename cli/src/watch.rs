@@ -83,7 +83,7 @@ EXIT STATUS
 #[derive(clap::Args)]
 pub struct WatchArgs {
     /// How often to sample the busy sockets (those with data in flight lately; sampling), or
-    /// to drain the kernel's reports (eBPF, at least 10 ms).
+    /// to drain the kernel's reports (eBPF, at least 50 ms: each carries the kernel's time).
     #[arg(long, default_value = "2ms", value_parser = parse_duration)]
     interval: Duration,
     /// How often to list every established socket (finding new and newly busy ones; sampling).
@@ -275,7 +275,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         }
     };
     let interval = match w {
-        Backend::Ebpf(_) => args.interval.max(Duration::from_millis(10)),
+        Backend::Ebpf(_) => args.interval.max(Duration::from_millis(50)),
         Backend::Sampling(_) => args.interval,
     };
     let mut metrics = None;

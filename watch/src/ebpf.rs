@@ -266,8 +266,8 @@ fn group_rows(groups: &HashMap<GroupKey, Group>) -> Vec<Row> {
     rows(g)
 }
 
-/// The eBPF watcher: call [`sample`](Self::sample) now and then (every 10 ms or so) to drain
-/// the kernel's reports.
+/// The eBPF watcher: call [`sample`](Self::sample) now and then (every 50 ms or so: the ring
+/// buffer holds about 1,900 reports) to drain the kernel's reports.
 pub struct EbpfWatcher {
     // The programs stay attached while this lives.
     bpf: Ebpf,
