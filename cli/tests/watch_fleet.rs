@@ -572,12 +572,14 @@ fn a_filter_that_matches_nothing_says_so_and_bad_filters_exit_2() {
     let last = String::from_utf8_lossy(&o.stdout);
     let summary: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
     assert_eq!(summary["matched"], false, "{summary}");
-    // No such process; a scan interval shorter than the interval; not a duration.
+    // No such process; a scan interval shorter than the interval; not a duration; stall
+    // lines without JSON.
     for args in [
         &["--pid", "4000000000"][..],
         &["--interval", "5ms", "--scan-interval", "2ms"],
         &["--scan-interval", "soon"],
         &["--serve", "127.0.0.1:99999"],
+        &["--stalls"],
     ] {
         let o = Command::new(NAGLESS)
             .arg("watch")

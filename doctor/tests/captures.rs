@@ -263,3 +263,51 @@ fn the_doctor_command_reads_files_stdin_and_compressed_input_and_exits_by_what_i
     assert_eq!(o.status.code(), Some(1));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn every_stall_keeps_them_all_and_the_capture_start_is_wall_clock_time() {
+    if !have_tool("tcpdump") {
+        return;
+    }
+    let (l, port) = listener();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let cap = Tcpdump::start("every", port, &["-i", "lo"]);
+    let srv = server(l, 200, 100, Duration::ZERO);
+    let slow = wwr(port, 45, false);
+    srv.join().unwrap();
+    let bytes = cap.finish();
+    assert!(slow > 32, "the kernel stalled only {slow} rounds");
+    let run = |every_stall| {
+        let opts = nagless_doctor::Options {
+            every_stall,
+            ..nagless_doctor::Options::default()
+        };
+        nagless_doctor::diagnose_reader(&bytes[..], opts, |_| {}).unwrap()
+    };
+    let (worst, all) = (run(false), run(true));
+    let count = all.flows[0].stall_count as usize;
+    assert!(count > 32, "{count} stalls");
+    assert_eq!(worst.flows[0].stalls.len(), 32, "the worst 32 by default");
+    assert_eq!(
+        all.flows[0].stalls.len(),
+        count,
+        "every one with every_stall"
+    );
+    // Worst first in both: the default's 32 are the first 32 of every stall.
+    let key = |d: &nagless_doctor::Diagnosis| -> Vec<(u64, u64)> {
+        d.flows[0]
+            .stalls
+            .iter()
+            .map(|s| (s.held.frame, s.stalled_us))
+            .collect()
+    };
+    assert_eq!(key(&all)[..32], key(&worst)[..]);
+    let start = all.start_unix_s.expect("a first frame");
+    assert!(
+        (before - 1.0..before + 60.0).contains(&start),
+        "capture start {start} vs the clock {before}"
+    );
+}
