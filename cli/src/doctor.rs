@@ -50,7 +50,7 @@ pub struct DoctorArgs {
     /// Report this many flows in full, most stalled time first (0: all).
     #[arg(long, value_name = "N", default_value_t = 10)]
     top: usize,
-    /// Keep every stall of each flow in the report and the JSON, not only the worst 32.
+    /// Keep every stall of each flow in the JSON, not only the worst 32.
     #[arg(long)]
     every_stall: bool,
     /// Write an SVG timeline of the worst (or chosen) flow to FILE.

@@ -339,13 +339,13 @@ pub fn command(args: WatchArgs) -> ExitCode {
                     full_samples += 1;
                 }
                 idle = s.busy == 0 && matches!(w, Backend::Sampling(_));
+                let mut write = args.stalls;
                 for e in w.take_stalls() {
                     if let Some(m) = &metrics {
                         m.stall(&e);
                     }
-                    if args.stalls && write_stall(&mut stdout, &e).is_err() {
-                        break;
-                    }
+                    // (stdout closed: the metrics still count; the refresh below stops.)
+                    write = write && write_stall(&mut stdout, &e).is_ok();
                 }
             }
             Err(e) => {

@@ -1,8 +1,8 @@
 //! `nagless watch` on real programs: Python's `http.server` (which sends each response as a
 //! header write then a body write) under wrk stalls on every request; watch flags it within
-//! 2 s and reports, stall by stall (same socket, within 20 ms), at least 80 % of the stalls
-//! `nagless doctor` finds in a capture taken at the same time (eBPF: 90 %), and hardly any
-//! it does not. The same server under `nagless run`, and a bulk transfer, are not flagged. Needs
+//! 2 s and reports, stall by stall (same socket, at about the same time), at least 80 % of
+//! the stalls `nagless doctor` finds in a capture taken at the same time (eBPF: 95 % on
+//! loopback, 90 % across a 20 ms path), and hardly any it does not. The same server under `nagless run`, and a bulk transfer, are not flagged. Needs
 //! wrk and tcpdump (`./scripts/test` installs them) and root for tcpdump: skipped with a note
 //! outside CI, a failure under CI.
 #![allow(clippy::disallowed_methods)] // tests measure real time
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nagless_test_support::stall_match::{self, Matching};
+use nagless_test_support::stall_match::{self, Matching, Window};
 use nagless_test_support::{
     exclusive, free_port, have_tool, http_server_args, root_or_skip, skip, start_tcpdump,
     watch_ebpf_or_skip, Started,
@@ -117,8 +117,9 @@ fn json_lines(w: Child) -> (Vec<serde_json::Value>, Option<i32>) {
 }
 
 /// The watch's stalls (`--stalls` lines) paired with those `nagless doctor --every-stall`
-/// finds in the capture `cap` (same socket, within 20 ms); prints what `what` watched.
-fn against_doctor(lines: &[serde_json::Value], cap: &Path, what: &str) -> Matching {
+/// finds in the capture `cap` (same socket, the watch's time within `window` of the
+/// doctor's); prints what `what` watched.
+fn against_doctor(lines: &[serde_json::Value], cap: &Path, window: Window, what: &str) -> Matching {
     let o = Command::new(NAGLESS)
         .args(["doctor", "--json", "--every-stall", "--top", "0"])
         .arg(cap)
@@ -127,7 +128,7 @@ fn against_doctor(lines: &[serde_json::Value], cap: &Path, what: &str) -> Matchi
     let doctor = stall_match::doctor_stalls(&String::from_utf8_lossy(&o.stdout))
         .unwrap_or_else(|| panic!("nagless doctor --json: {o:?}"));
     let watched: Vec<_> = lines.iter().filter_map(stall_match::watch_stall).collect();
-    let m = stall_match::pair(&watched, &doctor, stall_match::TOLERANCE_S);
+    let m = stall_match::pair(&watched, &doctor, window);
     eprintln!("{what} against the doctor, stall by stall: {m}");
     assert!(m.doctor >= 20, "the server stalled only {} times", m.doctor);
     m
@@ -220,7 +221,8 @@ fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
     );
     assert!(row["serves"].as_bool().unwrap());
     assert!(row["advice"].as_str().unwrap().contains("nagless run"));
-    let m = against_doctor(&lines, &cap, "sampling");
+    // (Sampling's time is the sample that saw the ACK: late, by more on a busy machine.)
+    let m = against_doctor(&lines, &cap, Window::LATE, "sampling");
     eprintln!("wrk for {wrk_secs:.1} s: first flagged {t_first:.2} s into the watch");
     // Sampling sees a hold from its samples (2 ms apart, late on a busy machine): at least
     // 80 % of the doctor's stalls, and almost nothing the doctor did not see.
@@ -370,9 +372,9 @@ fn ebpf_backend_counts_the_stalling_server_like_the_doctor_counts() {
     assert_eq!(row["ack_timer"], "linux40ms", "{row}");
     // Events, not samples: the same stalls as the doctor's, stall by stall (the capture and
     // the watch start and stop at slightly different moments).
-    let m = against_doctor(&lines, &cap, "eBPF");
+    let m = against_doctor(&lines, &cap, Window::EITHER_WAY, "eBPF");
     assert!(
-        m.recall() >= 0.9 && m.precision() >= 0.9,
+        m.recall() >= 0.95 && m.precision() >= 0.95,
         "eBPF watch {m}; summary rows {watched}: {summary}"
     );
     drop(server);
@@ -552,8 +554,11 @@ fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
     let m = against_doctor(
         &lines,
         &cap,
+        Window::EITHER_WAY,
         "20 ms path: eBPF, the doctor at the server's end",
     );
+    // (About 90 stalls: one or two the doctor does not call stalls are 2 %; the benchmark's
+    // 5,600 across this path are the finer measure.)
     assert!(
         m.recall() >= 0.9 && m.precision() >= 0.9,
         "eBPF watch {m}; summary rows {watched}: {summary}"

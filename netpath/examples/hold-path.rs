@@ -16,6 +16,8 @@ fn main() -> std::process::ExitCode {
         rtt: Duration::from_millis(ms),
         ..PathSpec::default()
     };
+    // (Before the namespaces exist: a signal during set-up still lets the path be removed.)
+    on_interrupt();
     let path = match EmulatedPath::new(&spec) {
         Ok(p) => p,
         Err(e) => {
@@ -23,7 +25,6 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(1);
         }
     };
-    on_interrupt();
     let (c, s) = path.namespaces();
     println!("ready {c} {s} {}", path.server_addr());
     while !interrupted() {

@@ -75,6 +75,30 @@ impl std::fmt::Display for Matching {
 /// The default tolerance: 20 ms (under the 30 ms between two stalls of one socket).
 pub const TOLERANCE_S: f64 = 0.020;
 
+/// How far a watcher's time may be from the doctor's: at most `early_s` before, `late_s` after.
+/// Narrower than the 30 ms between two stalls of one socket, so each pairs with at most one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Window {
+    /// Seconds before the doctor's time.
+    pub early_s: f64,
+    /// Seconds after.
+    pub late_s: f64,
+}
+
+impl Window {
+    /// Within `TOLERANCE_S` either way (the eBPF backend: the kernel's own time).
+    pub const EITHER_WAY: Window = Window {
+        early_s: TOLERANCE_S,
+        late_s: TOLERANCE_S,
+    };
+    /// Sampling: its time is the sample that saw the ACK, never before the release and late
+    /// by a descheduled sampler: 2 ms before to 28 ms after.
+    pub const LATE: Window = Window {
+        early_s: 0.002,
+        late_s: 0.028,
+    };
+}
+
 fn addr(v: &serde_json::Value) -> Option<SocketAddr> {
     let a: SocketAddr = v.as_str()?.parse().ok()?;
     Some(SocketAddr::new(a.ip().to_canonical(), a.port()))
@@ -127,8 +151,9 @@ pub fn doctor_stalls(json: &str) -> Option<Vec<Stall>> {
     Some(out)
 }
 
-/// Pairs the watcher's stalls with the doctor's: same socket, times within `tolerance_s`.
-pub fn pair(watch: &[Stall], doctor: &[Stall], tolerance_s: f64) -> Matching {
+/// Pairs the watcher's stalls with the doctor's: same socket, the watcher's time within
+/// `window` of the doctor's.
+pub fn pair(watch: &[Stall], doctor: &[Stall], window: Window) -> Matching {
     type Times = HashMap<(SocketAddr, SocketAddr), Vec<f64>>;
     let by_socket = |v: &[Stall]| {
         let mut m = Times::new();
@@ -146,12 +171,13 @@ pub fn pair(watch: &[Stall], doctor: &[Stall], tolerance_s: f64) -> Matching {
         let Some(dt) = d.get(sock) else { continue };
         let (mut i, mut j) = (0, 0);
         while i < wt.len() && j < dt.len() {
-            if (wt[i] - dt[j]).abs() <= tolerance_s {
+            let d = wt[i] - dt[j];
+            if (-window.early_s..=window.late_s).contains(&d) {
                 matched += 1;
                 i += 1;
                 j += 1;
-            } else if wt[i] < dt[j] {
-                i += 1;
+            } else if d < 0.0 {
+                i += 1; // too early for this one of the doctor's, and for every later one
             } else {
                 j += 1;
             }
@@ -192,7 +218,7 @@ mod tests {
             s(b, a, 10.011), // the other direction: no pair
             s(a, b, 10.2),   // none near
         ];
-        let m = pair(&watch, &doctor, TOLERANCE_S);
+        let m = pair(&watch, &doctor, Window::EITHER_WAY);
         assert_eq!(
             m,
             Matching {
@@ -203,7 +229,16 @@ mod tests {
         );
         assert_eq!(m.precision(), 0.4);
         assert_eq!(m.recall(), 0.5);
-        assert_eq!(pair(&[], &[], TOLERANCE_S).recall(), 1.0);
+        assert_eq!(pair(&[], &[], Window::EITHER_WAY).recall(), 1.0);
+        // Late by 25 ms: sampling's window takes it, the symmetric one does not; early by
+        // 5 ms: the other way round.
+        let late = [s(a, b, 10.025)];
+        let early = [s(a, b, 9.995)];
+        let one = [s(a, b, 10.0)];
+        assert_eq!(pair(&late, &one, Window::LATE).matched, 1);
+        assert_eq!(pair(&late, &one, Window::EITHER_WAY).matched, 0);
+        assert_eq!(pair(&early, &one, Window::LATE).matched, 0);
+        assert_eq!(pair(&early, &one, Window::EITHER_WAY).matched, 1);
     }
 
     #[test]

@@ -217,6 +217,11 @@ impl Event {
     }
 }
 
+/// An address as sampling shows it: IPv4-mapped IPv6 as IPv4.
+fn canonical((ip, port): (IpAddr, u16)) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(ip.to_canonical(), port)
+}
+
 /// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns`.
 fn monotonic_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
@@ -267,14 +272,13 @@ fn group_rows(groups: &HashMap<GroupKey, Group>) -> Vec<Row> {
 }
 
 /// The eBPF watcher: call [`sample`](Self::sample) now and then (every 50 ms or so: the ring
-/// buffer holds about 1,900 reports) to drain the kernel's reports.
+/// buffer holds about 7,700 reports) to drain the kernel's reports.
 pub struct EbpfWatcher {
     // The programs stay attached while this lives.
     bpf: Ebpf,
     ring: RingBuf<MapData>,
     filter: Filter,
-    /// The wall clock and `CLOCK_MONOTONIC` (the kernel's event times), ns, at the start.
-    start_wall: std::time::SystemTime,
+    /// `CLOCK_MONOTONIC` (the kernel's event times) at the start, ns.
     start_mono_ns: u64,
     /// Every network namespace's listeners, by (namespace, port).
     nets: Option<Namespaces>,
@@ -308,6 +312,8 @@ impl EbpfWatcher {
         let mut bpf = EbpfLoader::new()
             .btf(Some(&btf))
             .set_global("min_hold_ns", &min_hold_ns, true)
+            // 1 MiB: about 7,700 reports between two drains (every 50 ms: 150,000 a second).
+            .set_max_entries("events", 1 << 20)
             .load(OBJECT)
             .map_err(load_error)?;
         for (prog, tracepoint) in PROGRAMS {
@@ -334,7 +340,6 @@ impl EbpfWatcher {
             bpf,
             ring,
             filter,
-            start_wall: std::time::SystemTime::now(),
             start_mono_ns: monotonic_ns(),
             nets: Namespaces::new(true).ok(),
             listening: HashSet::new(),
@@ -430,7 +435,7 @@ impl EbpfWatcher {
     }
 
     /// Takes one report into the tallies; returns the stall if it was one.
-    fn take(&mut self, e: &Event) -> Option<Stall> {
+    fn take(&mut self, e: &Event, now_mono_ns: u64) -> Option<Stall> {
         let (lport, rport) = (e.local.1, e.remote.1);
         if self.filter.port.is_some_and(|p| p != lport && p != rport)
             || self.filter.pid.is_some_and(|p| p != e.pid)
@@ -458,9 +463,11 @@ impl EbpfWatcher {
                 key,
                 comm: who.comm.clone(),
                 container: who.container.clone(),
-                local: e.local.into(),
-                remote: e.remote.into(),
-                at: self.start_wall + Duration::from_micros(at_us),
+                local: canonical(e.local),
+                remote: canonical(e.remote),
+                at: crate::wall_clock_ago(Duration::from_nanos(
+                    now_mono_ns.saturating_sub(e.released_ns),
+                )),
                 stall,
             });
         }
@@ -474,10 +481,11 @@ impl EbpfWatcher {
         while let Some(item) = self.ring.next() {
             got.extend(Event::parse(&item));
         }
+        let now_mono_ns = monotonic_ns();
         for e in &got {
             self.events += 1;
             stats.watched += 1;
-            if self.take(e).is_some() {
+            if self.take(e, now_mono_ns).is_some() {
                 stats.stalls += 1;
             }
         }

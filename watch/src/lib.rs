@@ -225,6 +225,13 @@ pub struct StallEvent {
     pub stall: detect::Stall,
 }
 
+/// The wall-clock time `ago` before now, read now: a clock stepped (NTP, by hand) during a
+/// long watch shifts only what happens after the step.
+pub(crate) fn wall_clock_ago(ago: std::time::Duration) -> std::time::SystemTime {
+    let now = std::time::SystemTime::now();
+    now.checked_sub(ago).unwrap_or(now)
+}
+
 /// What the watcher keeps per socket.
 struct Tracked {
     tracker: HoldTracker,
@@ -261,8 +268,6 @@ pub struct Watcher {
     denied: usize,
     filter: Filter,
     start: Instant,
-    /// The wall clock at `start`.
-    start_wall: std::time::SystemTime,
     /// Per socket, by namespace and cookie.
     sockets: HashMap<(u64, u64), Tracked>,
     rows: Vec<SocketRow>,
@@ -298,7 +303,6 @@ impl Watcher {
             owners: HashMap::new(),
             filter,
             start: Instant::now(),
-            start_wall: std::time::SystemTime::now(),
             sockets: HashMap::new(),
             rows: Vec::new(),
             last_gc_us: 0,
@@ -519,7 +523,11 @@ impl Watcher {
                         container: t.who.container.clone(),
                         local: t.id.local,
                         remote: t.id.remote,
-                        at: self.start_wall + std::time::Duration::from_micros(stall.at_us),
+                        at: wall_clock_ago(
+                            self.start
+                                .elapsed()
+                                .saturating_sub(std::time::Duration::from_micros(stall.at_us)),
+                        ),
                         stall,
                     });
                 }
