@@ -159,6 +159,50 @@ fn www(name: &str) -> PathBuf {
     dir
 }
 
+/// Stops tcpdump as a user would (SIGINT: it writes what it holds), then for good.
+fn stop(dump: Started) {
+    let _ = Command::new("kill")
+        .args(["-INT", &dump.0.id().to_string()])
+        .status();
+    std::thread::sleep(Duration::from_millis(300));
+    drop(dump);
+}
+
+/// The watch of a stalling http.server (`pid`; load from `started_at` s into the watch):
+/// exit 1, flagged within 2 s of the load's start, its row names it and says it serves.
+/// Returns the summary, the server's row and when it was first flagged.
+fn flagged(
+    lines: &[serde_json::Value],
+    code: Option<i32>,
+    pid: u32,
+    started_at: f64,
+) -> (serde_json::Value, serde_json::Value, f64) {
+    assert_eq!(code, Some(1), "stalls seen: exit 1");
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["type"], "summary");
+    let first = lines
+        .iter()
+        .find(|l| l["type"] == "window" && stalls_of(&l["rows"], pid) > 0)
+        .expect("a window with the server's stalls");
+    let t_first = first["t_s"].as_f64().unwrap();
+    assert!(
+        t_first <= started_at + 2.0 + 0.3,
+        "first flagged at {t_first} s, load from {started_at} s"
+    );
+    let row = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pid"] == pid)
+        .unwrap_or_else(|| panic!("no row of the server: {summary}"));
+    assert!(
+        row["cmd"].as_str().unwrap().contains("http.server"),
+        "{row}"
+    );
+    assert!(row["serves"].as_bool().unwrap(), "{row}");
+    (summary.clone(), row.clone(), t_first)
+}
+
 /// tcpdump on lo for `port`, started by this test and stopped by its PID.
 fn tcpdump(port: u16, file: &Path) -> Started {
     let mut args: Vec<OsString> = ["-i", "lo", "-s", "128", "-U", "--immediate-mode", "-w"]
@@ -189,37 +233,10 @@ fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
     let wrk_secs = t_wrk.elapsed().as_secs_f64();
     let (lines, code) = json_lines(w);
     std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill")
-        .args(["-INT", &dump.0.id().to_string()])
-        .status();
-    std::thread::sleep(Duration::from_millis(300));
-    drop(dump);
-    assert_eq!(code, Some(1), "stalls seen: exit 1");
-    let summary = lines.last().unwrap();
-    assert_eq!(summary["type"], "summary");
-    let watched = stalls_of(&summary["rows"], pid);
-    // Flagged within 2 s of the load's start: the first window naming the server.
-    let first = lines
-        .iter()
-        .find(|l| l["type"] == "window" && stalls_of(&l["rows"], pid) > 0)
-        .expect("a window with the server's stalls");
-    let t_first = first["t_s"].as_f64().unwrap();
+    stop(dump);
     let started_at = 0.7; // wrk began 0.7 s after the watch
-    assert!(
-        t_first <= started_at + 2.0 + 0.3,
-        "first flagged at {t_first} s, load from {started_at} s"
-    );
-    let row = summary["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["pid"] == pid)
-        .unwrap();
-    assert!(
-        row["cmd"].as_str().unwrap().contains("http.server"),
-        "{row}"
-    );
-    assert!(row["serves"].as_bool().unwrap());
+    let (summary, row, t_first) = flagged(&lines, code, pid, started_at);
+    let watched = stalls_of(&summary["rows"], pid);
     assert!(row["advice"].as_str().unwrap().contains("nagless run"));
     // (Sampling's time is the sample that saw the ACK: late, by more on a busy machine.)
     let m = against_doctor(&lines, &cap, Window::LATE, "sampling");
@@ -339,36 +356,10 @@ fn ebpf_backend_counts_the_stalling_server_like_the_doctor_counts() {
     wrk(port, "/f.txt", 3);
     let (lines, code) = json_lines(w);
     std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill")
-        .args(["-INT", &dump.0.id().to_string()])
-        .status();
-    std::thread::sleep(Duration::from_millis(300));
-    drop(dump);
-    assert_eq!(code, Some(1), "stalls seen: exit 1");
-    let summary = lines.last().unwrap();
-    assert_eq!(summary["type"], "summary");
+    stop(dump);
+    let (summary, row, _) = flagged(&lines, code, pid, started_at);
     assert_eq!(summary["backend"], "ebpf", "{summary}");
     let watched = stalls_of(&summary["rows"], pid);
-    let first = lines
-        .iter()
-        .find(|l| l["type"] == "window" && stalls_of(&l["rows"], pid) > 0)
-        .expect("a window with the server's stalls");
-    let t_first = first["t_s"].as_f64().unwrap();
-    assert!(
-        t_first <= started_at + 2.0 + 0.3,
-        "first flagged at {t_first} s, load from {started_at} s"
-    );
-    let row = summary["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["pid"] == pid)
-        .unwrap();
-    assert!(
-        row["cmd"].as_str().unwrap().contains("http.server"),
-        "{row}"
-    );
-    assert!(row["serves"].as_bool().unwrap(), "{row}");
     assert_eq!(row["ack_timer"], "linux40ms", "{row}");
     // Events, not samples: the same stalls as the doctor's, stall by stall (the capture and
     // the watch start and stop at slightly different moments).
@@ -530,11 +521,7 @@ fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
         .unwrap();
     assert!(o.status.success(), "{o:?}");
     let (lines, _) = json_lines(w);
-    let _ = Command::new("kill")
-        .args(["-INT", &dump.0.id().to_string()])
-        .status();
-    std::thread::sleep(Duration::from_millis(300));
-    drop(dump);
+    stop(dump);
     let summary = lines.last().unwrap();
     // By the server's pid; its row serves its port, judged from the listeners of the
     // server's own namespace, which it names.
