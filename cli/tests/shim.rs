@@ -9,8 +9,8 @@ use nagless_test_support as common;
 // their segments, and must not share the two CPUs with each other when `cargo test` runs
 // them in parallel (`./scripts/test` runs one at a time anyway).
 use common::{
-    exclusive, free_port, have_tool, http_server_args, start_tcpdump, tool_path, wait_for_port,
-    Started,
+    exclusive, free_port, have_tool, http_server_args, interrupt, sigint_default, start_tcpdump,
+    tool_path, wait_for_port, Started,
 };
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -292,7 +292,7 @@ fn http_server_under_wrk(mode: Option<&str>) -> (f64, Option<f64>) {
     std::fs::write(dir.join("f.txt"), [b'x'; 100]).unwrap();
     let port = free_port();
     let mut cmd = Command::new(python());
-    http_server_args(&mut cmd, port)
+    sigint_default(http_server_args(&mut cmd, port))
         .current_dir(&dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -300,7 +300,6 @@ fn http_server_under_wrk(mode: Option<&str>) -> (f64, Option<f64>) {
         with_shim(&mut cmd, m);
     }
     let mut server = cmd.spawn().unwrap();
-    let pid = server.id() as i32;
     // Drain the server's access log as a terminal would: a full pipe would block every
     // handler thread in write(2) and cap the server, whatever the mode.
     let mut stderr = server.stderr.take().unwrap();
@@ -319,11 +318,9 @@ fn http_server_under_wrk(mode: Option<&str>) -> (f64, Option<f64>) {
     // Let the handler threads finish their last log lines, then SIGINT: Python exits
     // normally, so the shim's exit report runs.
     std::thread::sleep(Duration::from_millis(300));
-    let _ = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
-        .status();
-    let _ = server.wait();
+    let exited = interrupt(&mut server);
     let err = log.join().unwrap();
+    assert!(exited, "python3 http.server did not exit on SIGINT: {err}");
     let rps: f64 = text
         .lines()
         .find_map(|l| l.strip_prefix("Requests/sec:"))

@@ -135,12 +135,37 @@ impl Drop for Started {
 }
 
 /// Sends SIGINT to the child by its PID (tcpdump then writes out its last packets and prints
-/// its counts) and waits for it to exit.
-pub fn interrupt(child: &mut Child) {
+/// its counts; Python exits normally) and waits for it to exit, at most 10 s: then it is
+/// killed. Whether it exited by itself.
+pub fn interrupt(child: &mut Child) -> bool {
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
     let _ = child.wait();
+    false
+}
+
+/// Lets SIGINT stop `cmd`'s child whatever this process inherited: a shell's background job
+/// starts with SIGINT ignored, children inherit that, and a program such as Python then never
+/// installs its handler (a test waiting for it to exit would wait forever).
+pub fn sigint_default(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // `signal(2)`, which is async-signal-safe; it touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        })
+    }
 }
 
 /// Starts tcpdump with `args` and waits until it captures ("listening on"). The rest of its
