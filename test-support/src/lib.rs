@@ -155,17 +155,23 @@ pub fn interrupt(child: &mut Child) -> bool {
 
 /// Lets SIGINT stop `cmd`'s child whatever this process inherited: a shell's background job
 /// starts with SIGINT ignored, children inherit that, and a program such as Python then never
-/// installs its handler (a test waiting for it to exit would wait forever).
+/// installs its handler (a test waiting for it to exit would wait forever). Elsewhere than
+/// Unix, `cmd` unchanged.
 pub fn sigint_default(cmd: &mut Command) -> &mut Command {
-    use std::os::unix::process::CommandExt as _;
-    // SAFETY: the closure runs in the child between fork and exec and only calls
-    // `signal(2)`, which is async-signal-safe; it touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        })
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt as _;
+        // SAFETY: the closure runs in the child between fork and exec and only calls
+        // `signal(2)`, which is async-signal-safe; it touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            })
+        }
     }
+    #[cfg(not(unix))]
+    cmd
 }
 
 /// Starts tcpdump with `args` and waits until it captures ("listening on"). The rest of its
