@@ -19,6 +19,8 @@ fn main() {
     for dir in [
         "preload/src",
         "preload/Cargo.toml",
+        "preload/build.rs",
+        "preload/c",
         "shim-policy/src",
         "shim-policy/Cargo.toml",
         "nagless/src",

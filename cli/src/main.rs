@@ -7,6 +7,7 @@
 mod doctor;
 mod lab;
 mod run;
+mod sys;
 mod watch;
 
 use std::process::ExitCode;

@@ -65,29 +65,38 @@ fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
+    // The directory itself, not what a symlink of that name points to (another user may
+    // have made the name a link to a directory of ours, and can point it elsewhere later).
+    let own_uid = crate::sys::effective_uid();
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() || !meta.is_dir() {
+        return Err(std::io::Error::other("a symbolic link, not a directory"));
+    }
+    if meta.uid() != own_uid || meta.permissions().mode() & 0o022 != 0 {
+        return Err(std::io::Error::other(
+            "not owned by this user, or writable by others",
+        ));
+    }
+    let path = dir.join(name);
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| {
+        m.is_file()
+            && m.len() == EMBEDDED_SHIM.len() as u64
+            && m.uid() == own_uid
+            && m.mode() & 0o022 == 0
+    }) {
+        return Ok(path);
+    }
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o755)
         .open(&tmp)?;
-    let own_uid = f.metadata()?.uid();
-    let meta = std::fs::metadata(dir)?;
-    let path = dir.join(name);
-    let result = if meta.uid() != own_uid || meta.permissions().mode() & 0o022 != 0 {
-        Err(std::io::Error::other(
-            "not owned by this user, or writable by others",
-        ))
-    } else if std::fs::metadata(&path).is_ok_and(|m| {
-        m.len() == EMBEDDED_SHIM.len() as u64 && m.uid() == own_uid && m.mode() & 0o022 == 0
-    }) {
-        Ok(path)
-    } else {
-        f.write_all(EMBEDDED_SHIM)
-            .and_then(|()| f.sync_all())
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map(|()| path)
-    };
+    let result = f
+        .write_all(EMBEDDED_SHIM)
+        .and_then(|()| f.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map(|()| path);
     let _ = std::fs::remove_file(&tmp);
     result
 }
@@ -141,6 +150,9 @@ pub fn unreachable_reason(path: &Path) -> Option<String> {
     if bytes.get(..2) == Some(b"#!") {
         return None; // a script: its interpreter is what runs, checked by the kernel
     }
+    if let Some(why) = secure_execution(path) {
+        return Some(why);
+    }
     let elf = Elf::parse(&bytes)?;
     if !elf.has_interp {
         return Some(format!(
@@ -155,6 +167,35 @@ pub fn unreachable_reason(path: &Path) -> Option<String> {
         ));
     }
     None
+}
+
+/// Why the loader would run `path` in secure-execution mode, where it ignores `LD_PRELOAD`
+/// (a set-user-ID or set-group-ID program of another user or group, or one with file
+/// capabilities, started by someone else than root), if it would.
+fn secure_execution(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let (uid, gid, groups) = crate::sys::identity();
+    if uid == 0 {
+        return None;
+    }
+    let mode = meta.mode();
+    let setuid = mode & libc::S_ISUID != 0 && meta.uid() != uid;
+    let setgid = mode & libc::S_ISGID != 0 && meta.gid() != gid && !groups.contains(&meta.gid());
+    let caps = crate::sys::has_xattr(path, "security.capability");
+    let what = if setuid {
+        "set-user-ID"
+    } else if setgid {
+        "set-group-ID"
+    } else if caps {
+        "given file capabilities"
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} is {what}: the dynamic loader ignores LD_PRELOAD for it when started by another user, so the shim would not be loaded (start it as its owner or as root)",
+        path.display()
+    ))
 }
 
 fn memfind(hay: &[u8], needle: &[u8]) -> bool {
@@ -285,7 +326,9 @@ EXAMPLES
   nagless run --mode nodelay -- ./vendor-daemon --port 179
 
 EXIT STATUS
-  CMD's own; 2 if CMD cannot be run or cannot be reached (static or Go binaries).";
+  CMD's own; 2 if CMD cannot be run or cannot be reached (static or Go binaries, and
+  set-user-ID, set-group-ID or file-capability programs started by another user than root,
+  for which the loader ignores LD_PRELOAD).";
 
 #[derive(clap::Args)]
 pub struct RunArgs {

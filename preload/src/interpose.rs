@@ -5,7 +5,7 @@
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)] // the hooks' contracts are libc's own
 
-use libc::{c_char, c_int, c_long, c_uint, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use libc::{c_int, c_long, c_uint, c_void, size_t, sockaddr, socklen_t, ssize_t};
 
 use crate::sys::{self, next, set_errno, Wait};
 
@@ -62,7 +62,7 @@ macro_rules! forward {
             };
             sys::waiting(
                 $kind,
-                $never,
+                || $never,
                 || forward!(@probe real; $(sets($n, $r, $w, $e);)? ($($probe),*)),
                 // SAFETY: forwarding the caller's arguments unchanged.
                 || unsafe { real($($arg),*) },
@@ -74,8 +74,9 @@ macro_rules! forward {
         unsafe { $real($($probe),*) }
     };
     (@probe $real:ident; sets($n:ident, $r:ident, $w:ident, $e:ident); ($($probe:expr),*)) => {
-        // SAFETY: the caller's sets (valid for the call it asked for), probed on copies.
-        unsafe { sys::select_probe($n, $r, $w, $e, |$r, $w, $e| $real($($probe),*)) }
+        // SAFETY: the probe is given copies of the caller's sets (or null), and a zero
+        // timeout.
+        sys::select_probe($n, $r, $w, $e, |$r, $w, $e| unsafe { $real($($probe),*) })
     };
     (@hook $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;
         |$call:ident| $body:block) => {
@@ -277,13 +278,36 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
         // entries with EINVAL (sendmsg with EMSGSIZE), and returns 0 for an empty vector
         // without looking at the socket (sendmsg may report its error, and raise SIGPIPE).
         // Looked at only when the write is to be held (a managed socket), as writev would.
+        // The vector is read as the kernel reads it: one that cannot be read (a bad pointer)
+        // is no fault here, and makes the plain writev, which reports EFAULT as it would.
         let nonempty = || {
             if !(1..=1024).contains(&cnt) {
                 return false;
             }
-            // SAFETY: `iov` holds `cnt` entries (1..=IOV_MAX here), as writev reads them.
-            let entries = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
-            entries.iter().any(|v| v.iov_len > 0)
+            const AT_ONCE: usize = 64;
+            let mut entries = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; AT_ONCE];
+            let mut at = 0;
+            while at < cnt as usize {
+                let k = (cnt as usize - at).min(AT_ONCE);
+                // SAFETY: `entries` is plain data, writable for `k` iovecs.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        entries.as_mut_ptr().cast::<u8>(),
+                        k * std::mem::size_of::<libc::iovec>(),
+                    )
+                };
+                if !crate::user_memory::read_bytes(iov.wrapping_add(at).cast(), dst) {
+                    return false;
+                }
+                if entries[..k].iter().any(|v| v.iov_len > 0) {
+                    return true;
+                }
+                at += k;
+            }
+            false
         };
         if more != 0 && nonempty() {
             if let Some(sendmsg) = next!("sendmsg", SendMsgFn) {
@@ -503,7 +527,7 @@ forward!(
 forward!(
     /// `poll(2)`.
     fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int
-    => waits(Wait::Poll, timeout == 0, probe(fds, n, 0))
+    => waits(Wait::Poll, Some(timeout == 0), probe(fds, n, 0))
 );
 forward!(
     /// `__poll_chk` (fortified `poll`).
@@ -513,7 +537,7 @@ forward!(
         timeout: c_int,
         fdslen: size_t,
     ) -> c_int
-    => waits(Wait::Poll, timeout == 0, probe(fds, n, 0, fdslen))
+    => waits(Wait::Poll, Some(timeout == 0), probe(fds, n, 0, fdslen))
 );
 forward!(
     /// `ppoll(2)`.
@@ -523,8 +547,7 @@ forward!(
         timeout: *const libc::timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-    // SAFETY: `timeout` is null or the program's timespec, which ppoll reads.
-    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
+        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<libc::time_t>()),
         probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
@@ -536,8 +559,7 @@ forward!(
         mask: *const libc::sigset_t,
         fdslen: size_t,
     ) -> c_int
-    // SAFETY: as for ppoll.
-    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
+        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<libc::time_t>()),
         probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask, fdslen))
 );
 forward!(
@@ -549,8 +571,7 @@ forward!(
         e: *mut libc::fd_set,
         timeout: *mut libc::timeval,
     ) -> c_int
-    // SAFETY: `timeout` is null or the program's timeval, which glibc's select reads.
-    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>().cast_const()) },
+        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<libc::time_t>().cast_const()),
         sets(n, r, w, e), probe(n, r, w, e, &mut libc::timeval { tv_sec: 0, tv_usec: 0 }))
 );
 forward!(
@@ -563,8 +584,7 @@ forward!(
         timeout: *const libc::timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-    // SAFETY: `timeout` is null or the program's timespec, which pselect reads.
-    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
+        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<libc::time_t>()),
         sets(n, r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
@@ -575,7 +595,7 @@ forward!(
         max: c_int,
         timeout: c_int,
     ) -> c_int
-    => waits(Wait::Epoll, timeout == 0, probe(epfd, events, max, 0))
+    => waits(Wait::Epoll, Some(timeout == 0), probe(epfd, events, max, 0))
 );
 forward!(
     /// `epoll_pwait(2)`.
@@ -586,7 +606,7 @@ forward!(
         timeout: c_int,
         mask: *const libc::sigset_t,
     ) -> c_int
-    => waits(Wait::Epoll, timeout == 0, probe(epfd, events, max, 0, mask))
+    => waits(Wait::Epoll, Some(timeout == 0), probe(epfd, events, max, 0, mask))
 );
 forward!(
     /// `epoll_pwait2(2)`.
@@ -597,8 +617,7 @@ forward!(
         timeout: *const libc::timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-    // SAFETY: `timeout` is null or the program's timespec, which the kernel reads.
-    => waits(Wait::Epoll, unsafe { sys::is_zero_time(timeout.cast::<libc::time_t>()) },
+        => waits(Wait::Epoll, sys::is_zero_time(timeout.cast::<libc::time_t>()),
         probe(epfd, events, max, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 
@@ -753,28 +772,7 @@ forward!(
         sys::release_everything()
     }
 );
-forward!(
-    /// `execve(2)`: bursts end before the program is replaced.
-    fn execve(
-        path: *const c_char,
-        argv: *const *const c_char,
-        envp: *const *const c_char,
-    ) -> c_int {
-        sys::release_everything()
-    }
-);
-forward!(
-    /// `execv(3)`.
-    fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-        sys::release_everything()
-    }
-);
-forward!(
-    /// `execvp(3)`.
-    fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-        sys::release_everything()
-    }
-);
+// exec, in all its forms, and the calls that exec inside libc: `exec.rs`.
 
 // ---- the program's own socket options ---------------------------------------------------
 
@@ -936,8 +934,7 @@ forward!(
         timeout: *const c_void,
         mask: *const libc::sigset_t,
     ) -> c_int
-    // SAFETY: `timeout` is null or the program's 64-bit timespec, which __ppoll64 reads.
-    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
+        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<i64>()),
         probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
@@ -950,8 +947,7 @@ forward!(
         e: *mut libc::fd_set,
         timeout: *mut c_void,
     ) -> c_int
-    // SAFETY: `timeout` is null or the program's 64-bit timeval, which __select64 reads.
-    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>().cast_const()) },
+        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<i64>().cast_const()),
         sets(n, r, w, e), probe(n, r, w, e, [0i64; 2].as_mut_ptr().cast()))
 );
 forward!(
@@ -965,8 +961,7 @@ forward!(
         timeout: *const c_void,
         mask: *const libc::sigset_t,
     ) -> c_int
-    // SAFETY: `timeout` is null or the program's 64-bit timespec, which __pselect64 reads.
-    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
+        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<i64>()),
         sets(n, r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
@@ -979,8 +974,7 @@ forward!(
         timeout: *const c_void,
         mask: *const libc::sigset_t,
     ) -> c_int
-    // SAFETY: `timeout` is null or the program's 64-bit timespec, which the call reads.
-    => waits(Wait::Epoll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
+        => waits(Wait::Epoll, sys::is_zero_time(timeout.cast::<i64>()),
         probe(epfd, events, max, sys::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
@@ -1055,8 +1049,7 @@ forward!(
         mask: *const libc::sigset_t,
         fdslen: size_t,
     ) -> c_int
-    // SAFETY: as for __ppoll64.
-    => waits(Wait::Poll, unsafe { sys::is_zero_time(timeout.cast::<i64>()) },
+        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<i64>()),
         probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask, fdslen))
 );
 forward!(

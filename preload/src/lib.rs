@@ -43,7 +43,7 @@
 //!
 //! Limits: programs that bypass libc (Go, static binaries, inline system calls, io_uring) are
 //! not reached (libc's `syscall()` is, for close);
-//! `nagless run` detects the first two. Variadic `execl*` calls are not intercepted.
+//! `nagless run` detects the first two.
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -54,6 +54,14 @@
 
 // The hooks would interpose the test runner itself: unit tests build without them.
 #[cfg(not(test))]
+mod exec;
+#[cfg(not(test))]
 mod interpose;
 #[cfg(not(test))]
+mod signals;
+#[cfg(not(test))]
+mod symbols;
+#[cfg(not(test))]
 mod sys;
+#[cfg(not(test))]
+mod user_memory;

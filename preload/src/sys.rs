@@ -16,27 +16,7 @@ use libc::{c_int, c_void, size_t, socklen_t, ssize_t};
 
 use nagless_shim_policy::{Config, FlusherStep, Kernel, Mode, Shim, ThreadBursts, WriteStep};
 
-/// Resolves the next definition of a libc symbol once and caches it.
-macro_rules! next {
-    ($name:expr, $ty:ty) => {{
-        static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let mut p = SLOT.load(std::sync::atomic::Ordering::Relaxed);
-        if p == 0 {
-            // SAFETY: RTLD_NEXT lookup of a NUL-terminated name; dlsym has no other contract.
-            p = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) }
-                as usize;
-            SLOT.store(p, std::sync::atomic::Ordering::Relaxed);
-        }
-        if p == 0 {
-            None
-        } else {
-            // SAFETY: `p` is the address of the libc function named $name, whose C signature
-            // is $ty.
-            Some(unsafe { std::mem::transmute::<usize, $ty>(p) })
-        }
-    }};
-}
-pub(crate) use next;
+pub(crate) use crate::symbols::next;
 
 pub fn errno() -> c_int {
     // SAFETY: __errno_location returns this thread's errno slot, always valid.
@@ -108,6 +88,15 @@ impl Kernel for Libc {
     fn now_us(&self) -> u64 {
         epoch().elapsed().as_micros() as u64
     }
+    fn socket_id(&self, fd: i32) -> Option<u64> {
+        // SAFETY: fstat fills a zeroed stat for a descriptor number; failure is handled.
+        let st = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            (libc::fstat(fd, &mut st) == 0).then_some(st)
+        }?;
+        #[allow(clippy::unnecessary_cast)] // 32-bit fields on 32-bit targets
+        (st.st_mode & libc::S_IFMT == libc::S_IFSOCK).then_some(st.st_ino as u64)
+    }
 }
 
 fn epoch() -> Instant {
@@ -142,8 +131,15 @@ const MAX_FDS: usize = 1 << 24;
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
 
-/// The shim, once initialised.
+/// The shim, once initialised, outside the program's signal handlers: inside one (see
+/// `signals`) every hook passes its call through and holds nothing.
 pub fn shim() -> Option<&'static Shim> {
+    SHIM.get().filter(|_| !crate::signals::in_handler())
+}
+
+/// The shim, even inside a signal handler: for the steps that only end bursts (close, fork,
+/// exec, `_exit`), which allocate nothing and take no lock.
+fn shim_anywhere() -> Option<&'static Shim> {
     SHIM.get()
 }
 
@@ -191,6 +187,9 @@ pub fn on_write(fd: c_int, carries_more: bool) -> WriteStep {
         return WriteStep::default();
     };
     quietly(|| {
+        if s.needs_flusher() {
+            ensure_flusher(s);
+        }
         let mut step = WriteStep::default();
         with_mine(|m| step = s.before_write(&Libc, fd, m, carries_more));
         if step.wake_flusher {
@@ -273,21 +272,28 @@ pub fn on_wait_unless_nohang(options: c_int) {
 
 /// A wait of the poll, select or epoll families (`kind`), made by `call`. Only a wait that
 /// puts the thread to sleep ends its bursts (in the default mode): one whose timeout is zero
-/// (`never_blocks`) never does, and when the thread holds bursts, `probe` (the same call with
-/// a zero timeout) tells first whether events are ready. If they are, or the probe fails at
-/// once (a signal, a bad argument), its result is the call's, as the call would have
-/// returned it without sleeping: the writes that follow (a relay forwarding the next chunk,
-/// an event loop answering the next ready socket) join the same bursts, which the linger
-/// bound still caps. Cork mode keeps libautocork's rule: every poll releases.
+/// (`never_blocks` says `Some(true)`) never does, and when the thread holds bursts, `probe`
+/// (the same call with a zero timeout) tells first whether events are ready. If they are, or
+/// the probe fails at once (a signal, a bad argument), its result is the call's, as the call
+/// would have returned it without sleeping: the writes that follow (a relay forwarding the
+/// next chunk, an event loop answering the next ready socket) join the same bursts, which the
+/// linger bound still caps. A timeout that cannot be read (`None`: a bad pointer) makes no
+/// probe: the call is made as asked, and fails as it would. Cork mode keeps libautocork's
+/// rule: every poll releases.
 pub fn waiting<R: Copy + Default + PartialEq>(
     kind: Wait,
-    never_blocks: bool,
+    never_blocks: impl FnOnce() -> Option<bool>,
     probe: impl FnOnce() -> R,
     call: impl FnOnce() -> R,
 ) -> R {
     if let Some(s) = shim().filter(|s| s.config.mode == Mode::Nagless) {
-        if never_blocks {
-            return call();
+        match never_blocks() {
+            Some(true) => return call(),
+            None => {
+                on_wait(kind);
+                return call();
+            }
+            Some(false) => {}
         }
         let mut holds = false;
         with_mine(|m| holds = !m.is_empty());
@@ -312,18 +318,15 @@ pub fn waiting<R: Copy + Default + PartialEq>(
 pub static ZERO_TIME: [i64; 2] = [0, 0];
 
 /// Whether the `timespec` or `timeval` at `t` is zero (a wait that never blocks); null is
-/// "forever". Both layouts put two integers of the same width one after the other, and zero is
-/// zero in any width.
-///
-/// # Safety
-/// `t` is null or points to a `timespec` or `timeval` (of the width the call takes), as the
-/// wait that is given it requires.
-pub unsafe fn is_zero_time<T: Default + PartialEq + Copy>(t: *const T) -> bool {
-    // SAFETY: per the contract, `t` points to two `T`s (seconds, then the fraction).
-    !t.is_null()
-        && unsafe {
-            t.read_unaligned() == T::default() && t.add(1).read_unaligned() == T::default()
-        }
+/// "forever"; `None` if it cannot be read (the call itself then fails with `EFAULT`). Both
+/// layouts put two integers of the same width one after the other, and zero is zero in any
+/// width. Read as the kernel reads it, so a bad pointer is no fault here.
+pub fn is_zero_time<T: Default + PartialEq + Copy>(t: *const T) -> Option<bool> {
+    if t.is_null() {
+        return Some(false);
+    }
+    let pair = crate::user_memory::read(t.cast::<[T; 2]>())?;
+    Some(pair[0] == T::default() && pair[1] == T::default())
 }
 
 /// The zero-timeout probe of a `select` on descriptors below `n` (`f`, given the sets to
@@ -332,12 +335,10 @@ pub unsafe fn is_zero_time<T: Default + PartialEq + Copy>(t: *const T) -> bool {
 /// back only when descriptors are ready (the result the call then returns); after 0 or an
 /// error the caller's sets are untouched, for the call that follows. With `n` above
 /// `FD_SETSIZE` (sets larger than an `fd_set`) it makes no probe and says "nothing ready":
-/// the wait then ends the thread's bursts as any wait did.
-///
-/// # Safety
-/// Each of `r`, `w`, `e` is null or valid for reads and writes of the bytes that hold the
-/// bits of descriptors `0..n`, as `select` itself requires.
-pub unsafe fn select_probe(
+/// the wait then ends the thread's bursts as any wait did. The sets are read and written as
+/// the kernel does: a set that cannot be read makes no probe (the call then fails as it
+/// would), one that cannot be written back fails the probe with `EFAULT`, as `select` does.
+pub fn select_probe(
     n: c_int,
     r: *mut libc::fd_set,
     w: *mut libc::fd_set,
@@ -352,40 +353,34 @@ pub unsafe fn select_probe(
     let long = std::mem::size_of::<libc::c_ulong>();
     let bytes = (n as usize).div_ceil(8 * long) * long;
     debug_assert!(bytes <= set_size);
-    let copy = |p: *mut libc::fd_set| {
-        (!p.is_null()).then(|| {
-            // SAFETY: an all-zero fd_set is valid.
-            let mut c: libc::fd_set = unsafe { std::mem::zeroed() };
-            // SAFETY: `p` holds `bytes` readable bytes (the contract); `c` has `set_size` >=
-            // `bytes`; they do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    p.cast::<u8>(),
-                    (&mut c as *mut libc::fd_set).cast::<u8>(),
-                    bytes,
-                )
-            };
-            c
-        })
+    let as_bytes = |c: &mut libc::fd_set| {
+        // SAFETY: an fd_set is plain bytes, `set_size` >= `bytes` of them.
+        unsafe { std::slice::from_raw_parts_mut((c as *mut libc::fd_set).cast::<u8>(), bytes) }
     };
-    let mut sets = [copy(r), copy(w), copy(e)];
+    let mut sets = [None, None, None];
+    for (set, p) in sets.iter_mut().zip([r, w, e]) {
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: an all-zero fd_set is valid.
+        let mut c: libc::fd_set = unsafe { std::mem::zeroed() };
+        if !crate::user_memory::read_bytes(p.cast::<u8>().cast_const(), as_bytes(&mut c)) {
+            return 0;
+        }
+        *set = Some(c);
+    }
     let [rc, wc, ec] = sets.each_mut().map(|c| {
         c.as_mut()
             .map_or(std::ptr::null_mut(), |s| s as *mut libc::fd_set)
     });
     let ready = f(rc, wc, ec);
     if ready > 0 {
-        for (to, from) in [r, w, e].into_iter().zip(sets) {
+        for (to, from) in [r, w, e].into_iter().zip(sets.iter_mut()) {
             if let Some(from) = from {
-                // SAFETY: `to` is the non-null set `from` was copied from, writable for
-                // `bytes` bytes (the contract).
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        (&from as *const libc::fd_set).cast::<u8>(),
-                        to.cast::<u8>(),
-                        bytes,
-                    )
-                };
+                if !crate::user_memory::write_bytes(to.cast::<u8>(), as_bytes(from)) {
+                    set_errno(libc::EFAULT);
+                    return -1;
+                }
             }
         }
     }
@@ -405,7 +400,7 @@ pub enum Wait {
 
 /// Before fork and exec: no burst may be half-held across them.
 pub fn release_everything() {
-    if let Some(s) = shim() {
+    if let Some(s) = shim_anywhere() {
         quietly(|| {
             s.release_all(&Libc);
             with_mine(|m| s.release_thread(&Libc, m));
@@ -415,7 +410,7 @@ pub fn release_everything() {
 
 /// `fd` is being closed: end its burst, count what it sent, forget it.
 pub fn on_close(fd: c_int) {
-    if let Some(s) = shim() {
+    if let Some(s) = shim_anywhere() {
         quietly(|| {
             if s.is_managed(fd) {
                 // The held tail leaves first, so that the count includes it.
@@ -480,9 +475,22 @@ fn account(s: &Shim, fd: c_int) {
 
 // ---- the flusher ---------------------------------------------------------------------
 
+/// Starts the flusher before the first burst is held; if it cannot start, the shim holds
+/// nothing in this process.
+fn ensure_flusher(s: &'static Shim) {
+    if s.claim_flusher_start() && !start_flusher(s) {
+        s.flusher_cannot_run(&Libc);
+        log(format_args!(
+            "cannot start the flusher thread: holding nothing"
+        ));
+    }
+}
+
 fn wake_flusher(s: &'static Shim) {
     if s.claim_flusher_start() {
-        start_flusher(s);
+        if !start_flusher(s) {
+            s.flusher_cannot_run(&Libc);
+        }
         return;
     }
     let word = s.park_word() as *const _ as *const u32;
@@ -499,7 +507,7 @@ fn wake_flusher(s: &'static Shim) {
 
 /// Starts the flusher with every signal blocked, so that signals the program blocks in its
 /// own threads (sigwait, signalfd, sigsuspend loops) are never delivered to it.
-fn start_flusher(s: &'static Shim) {
+fn start_flusher(s: &'static Shim) -> bool {
     // SAFETY: sigfillset/pthread_sigmask on local, initialised sigset_t values.
     let old = unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -511,15 +519,24 @@ fn start_flusher(s: &'static Shim) {
     let spawned = std::thread::Builder::new()
         .name("nagless-flusher".into())
         .stack_size(64 * 1024)
-        .spawn(move || flusher_loop(s));
+        .spawn(move || {
+            // A panic must not leave bursts held with nobody to release them.
+            if std::panic::catch_unwind(|| flusher_loop(s)).is_err() {
+                s.flusher_cannot_run(&Libc);
+                write_formatted(
+                    2,
+                    format_args!(
+                        "nagless: the flusher thread failed; holding nothing from now on\n"
+                    ),
+                );
+            }
+        });
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    if spawned.is_err() {
-        log(format_args!("cannot start the flusher thread"));
-    }
+    spawned.is_ok()
 }
 
-fn flusher_loop(s: &'static Shim) {
+fn flusher_loop(s: &'static Shim) -> ! {
     let mut idle = nagless_shim_policy::FlusherState::default();
     loop {
         match s.flusher_tick(&Libc, &mut idle) {
@@ -637,6 +654,32 @@ fn write_all_raw(fd: c_int, mut buf: &[u8]) {
     }
 }
 
+/// The descriptors a program may inherit as its connection: stdin, stdout and stderr.
+const INHERITED: [c_int; 3] = [0, 1, 2];
+
+/// Adopts the TCP sockets the program inherited as stdin, stdout or stderr (an inetd-style
+/// service, a helper a server starts per connection), unless their owner chose their options
+/// (`TCP_NODELAY` or `TCP_CORK` already set): a read of any of them ends the bursts of all
+/// that name the same socket.
+fn adopt_inherited(s: &Shim) {
+    for (n, &fd) in INHERITED.iter().enumerate() {
+        if !Libc.is_tcp_stream(fd) {
+            continue;
+        }
+        let chosen = [libc::TCP_NODELAY, libc::TCP_CORK]
+            .iter()
+            .any(|&o| sockopt_int(fd, libc::IPPROTO_TCP, o) != Some(0));
+        if chosen {
+            log(format_args!(
+                "inherited fd {fd}: options set by its owner, left alone"
+            ));
+            continue;
+        }
+        s.adopt_inherited(&Libc, fd, &INHERITED[..n]);
+        log(format_args!("adopt inherited fd {fd}"));
+    }
+}
+
 extern "C" fn at_exit() {
     let Some(s) = shim() else { return };
     quietly(|| {
@@ -679,6 +722,8 @@ fn print_stats(s: &Shim) {
 
 extern "C" fn init_hook() {
     quietly(|| {
+        crate::symbols::resolve_all();
+        let _ = epoch();
         let (config, complaints) = Config::from_env(|k| std::env::var(k).ok());
         if let Some(log) = std::env::var("NAGLESS_LOG").ok().and_then(|p| open_log(&p)) {
             let _ = LOG.set(log);
@@ -689,6 +734,9 @@ extern "C" fn init_hook() {
         let size = fd_limit().clamp(1024, MAX_FDS);
         if SHIM.set(Shim::new(config, size)).is_err() {
             return;
+        }
+        if let Some(s) = SHIM.get() {
+            adopt_inherited(s);
         }
         // SAFETY: registering plain extern "C" functions with no arguments.
         unsafe {

@@ -199,6 +199,9 @@ pub trait Kernel {
     fn set_cork(&self, fd: i32, on: bool) -> bool;
     /// Microseconds on a monotonic clock.
     fn now_us(&self) -> u64;
+    /// What identifies the socket `fd` refers to, the same for every descriptor of it (its
+    /// inode number); `None` if unknown.
+    fn socket_id(&self, fd: i32) -> Option<u64>;
 }
 
 /// The bursts one thread has written to and not yet seen released: `(fd, generation)`.
@@ -262,6 +265,11 @@ struct Slot {
     program_nodelay: AtomicBool,
     /// Uncorks of the shim's on their way to the kernel (see [`Shim::set_cork`]).
     uncorking: AtomicU16,
+    /// Another managed descriptor refers to the same socket (a `dup`, or descriptors
+    /// inherited as stdin and stdout): a read on this one ends the bursts of every one.
+    shared: AtomicBool,
+    /// The socket's identity ([`Kernel::socket_id`]), known for shared descriptors.
+    socket: AtomicU64,
 }
 
 impl Slot {
@@ -276,6 +284,8 @@ impl Slot {
         self.split.store(false, Relaxed);
         self.patient.store(false, Relaxed);
         self.program_nodelay.store(false, Relaxed);
+        self.shared.store(false, Relaxed);
+        self.socket.store(0, Relaxed);
     }
 
     /// The burst in progress has fewer writes than its learned shape.
@@ -351,6 +361,9 @@ pub struct Shim {
     flusher_parked: AtomicBool,
     /// The process has no flusher (not started yet, or a forked child): start one.
     flusher_missing: AtomicBool,
+    /// The flusher could not be started (or died): nothing may be held, since nothing
+    /// would release a burst its writer does not end.
+    hold_nothing: AtomicBool,
     /// Counters.
     pub stats: Stats,
 }
@@ -374,6 +387,7 @@ impl Shim {
             corked: AtomicU32::new(0),
             flusher_parked: AtomicBool::new(false),
             flusher_missing: AtomicBool::new(true),
+            hold_nothing: AtomicBool::new(false),
             stats: Stats::default(),
         }
     }
@@ -604,7 +618,7 @@ impl Shim {
         carries_more: bool,
     ) -> WriteStep {
         let none = WriteStep::default();
-        if self.config.mode == Mode::Nodelay {
+        if self.config.mode == Mode::Nodelay || self.hold_nothing.load(Acquire) {
             return none;
         }
         let Some(slot) = self.slot(fd) else {
@@ -835,10 +849,22 @@ impl Shim {
     }
 
     /// The program reads from, receives on or shuts down `fd`: its burst ends, in a wait.
+    /// A descriptor shared with others (see [`Shim::duplicate`]) ends theirs too: `TCP_CORK`
+    /// belongs to the socket, and a program that reads its stdin and writes its stdout, both
+    /// one socket, waits on the one for what the other holds.
     pub fn reader_waits(&self, k: &impl Kernel, fd: i32) {
         let Some(slot) = self.slot(fd) else { return };
         slot.learn();
         self.release(k, fd);
+        if slot.shared.load(Relaxed) {
+            let id = slot.socket.load(Relaxed);
+            for (other, s) in self.live_slots() {
+                if other != fd && s.shared.load(Relaxed) && s.socket.load(Relaxed) == id {
+                    s.learn();
+                    self.release(k, other);
+                }
+            }
+        }
     }
 
     /// Ends the burst on `fd`, whoever started it (the program reads, shuts down or closes it).
@@ -898,6 +924,37 @@ impl Shim {
             let nodelay = from.program_nodelay.load(Relaxed);
             to.program_nodelay.store(nodelay, Relaxed);
             self.high.fetch_max(new as usize + 1, Relaxed);
+            if let Some(id) = k.socket_id(old) {
+                Self::share(from, to, id);
+            }
+        }
+    }
+
+    /// Marks two slots as descriptors of one socket, `id`.
+    fn share(a: &Slot, b: &Slot, id: u64) {
+        for s in [a, b] {
+            s.socket.store(id, Relaxed);
+            s.shared.store(true, Relaxed);
+        }
+    }
+
+    /// A descriptor the program inherited (stdin and stdout of an inetd-style service, a
+    /// socket passed by its parent): adopted as any new socket, and linked to the earlier
+    /// inherited descriptors `others` that name the same socket.
+    pub fn adopt_inherited(&self, k: &impl Kernel, fd: i32, others: &[i32]) {
+        self.adopt(k, fd);
+        if !self.is_managed(fd) {
+            return;
+        }
+        let Some(id) = k.socket_id(fd) else { return };
+        for &o in others {
+            if o != fd && self.is_managed(o) && k.socket_id(o) == Some(id) {
+                if let (Some(a), Some(b)) = (self.slot(o), self.slot(fd)) {
+                    Self::share(a, b, id);
+                    b.program_nodelay
+                        .store(a.program_nodelay.load(Relaxed), Relaxed);
+                }
+            }
         }
     }
 
@@ -906,6 +963,22 @@ impl Shim {
     pub fn after_fork_child(&self) {
         self.flusher_parked.store(false, Release);
         self.flusher_missing.store(true, Release);
+        self.hold_nothing.store(false, Release);
+    }
+
+    /// Whether a write must first start the flusher (default mode, none runs yet): the libc
+    /// layer starts it before the write, where it can, so that no burst is held without it.
+    pub fn needs_flusher(&self) -> bool {
+        self.config.mode == Mode::Nagless
+            && self.flusher_missing.load(Acquire)
+            && !self.hold_nothing.load(Acquire)
+    }
+
+    /// The flusher could not be started, or stopped: the shim holds nothing from now on (in
+    /// this process; a forked child tries again), and what it holds now is released.
+    pub fn flusher_cannot_run(&self, k: &impl Kernel) {
+        self.hold_nothing.store(true, Release);
+        self.release_all(k);
     }
 
     /// The libc layer is about to start the flusher; false if one runs already.

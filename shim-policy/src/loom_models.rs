@@ -95,6 +95,9 @@ impl Kernel for Kern {
         }
         true
     }
+    fn socket_id(&self, fd: i32) -> Option<u64> {
+        Some(fd as u64)
+    }
     fn now_us(&self) -> u64 {
         0
     }

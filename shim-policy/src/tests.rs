@@ -17,6 +17,8 @@ struct Fake {
     /// Run once, inside the next `set_cork(_, true)`: another party acting in the middle
     /// of a corked start.
     on_cork: RefCell<Option<CorkHook>>,
+    /// Socket identities that differ from the descriptor number (descriptors of one socket).
+    ids: RefCell<std::collections::HashMap<i32, u64>>,
 }
 
 type CorkHook = Box<dyn FnOnce(&Fake)>;
@@ -70,6 +72,9 @@ impl Kernel for Fake {
     }
     fn now_us(&self) -> u64 {
         self.now.get()
+    }
+    fn socket_id(&self, fd: i32) -> Option<u64> {
+        Some(self.ids.borrow().get(&fd).copied().unwrap_or(fd as u64))
     }
 }
 
@@ -896,4 +901,82 @@ fn environment_values_are_checked() {
     assert_eq!(bad.len(), 2, "{bad:?}");
     let (_, bad) = Config::from_env(env(&[("NAGLESS_LINGER_US", "5")]));
     assert_eq!(bad.len(), 1);
+}
+
+#[test]
+fn a_flusher_that_cannot_run_leaves_nothing_held() {
+    let (s, k) = shim();
+    let mut t = ThreadBursts::new();
+    assert!(s.needs_flusher());
+    write(&s, &k, 3, &mut t);
+    assert!(s.is_corked(3));
+    s.flusher_cannot_run(&k);
+    assert!(
+        !s.is_corked(3),
+        "the burst held when the flusher failed ends"
+    );
+    assert_eq!(k.unsent(3), 0);
+    assert!(!s.needs_flusher());
+    for fd in [3, 4] {
+        write(&s, &k, fd, &mut t);
+        assert!(
+            !s.is_corked(fd),
+            "fd {fd}: held with no flusher to release it"
+        );
+        assert_eq!(k.unsent(fd), 0);
+    }
+    // A forked child tries again.
+    s.after_fork_child();
+    assert!(s.needs_flusher());
+    write(&s, &k, 4, &mut t);
+    assert!(s.is_corked(4));
+}
+
+#[test]
+fn a_read_on_one_descriptor_of_a_socket_ends_the_burst_held_on_another() {
+    let (s, k) = shim();
+    let mut t = ThreadBursts::new();
+    // dup: 7 is another descriptor of socket 3.
+    k.ids.borrow_mut().insert(7, 3);
+    s.duplicate(&k, 3, 7);
+    write(&s, &k, 7, &mut t);
+    assert!(s.is_corked(7));
+    s.reader_waits(&k, 3);
+    assert!(
+        !s.is_corked(7),
+        "a read of the socket's other descriptor ends its burst"
+    );
+    assert_eq!(k.unsent(7), 0);
+    // A socket that is not shared is not touched by another's read.
+    write(&s, &k, 4, &mut t);
+    s.reader_waits(&k, 3);
+    assert!(s.is_corked(4));
+}
+
+#[test]
+fn inherited_stdin_and_stdout_of_one_socket_are_adopted_as_one() {
+    let s = Shim::new(Config::default(), 256);
+    let k = Fake::default();
+    // inetd: fds 0 and 1 are one socket, 2 is another.
+    k.ids.borrow_mut().insert(0, 42);
+    k.ids.borrow_mut().insert(1, 42);
+    for fd in 0..3 {
+        s.adopt_inherited(&k, fd, &[0, 1, 2][..fd as usize]);
+    }
+    assert!((0..3).all(|fd| s.is_managed(fd)));
+    let mut t = ThreadBursts::new();
+    write(&s, &k, 1, &mut t);
+    write(&s, &k, 2, &mut t);
+    assert!(s.is_corked(1));
+    s.reader_waits(&k, 0);
+    assert!(
+        !s.is_corked(1),
+        "reading stdin ends the burst held on stdout"
+    );
+    assert!(s.is_corked(2), "another socket's burst is its own");
+    // Closing the read side leaves the write side shared with nothing live; it still works.
+    s.forget(&k, 0);
+    write(&s, &k, 1, &mut t);
+    s.reader_waits(&k, 1);
+    assert!(!s.is_corked(1));
 }

@@ -1,0 +1,124 @@
+//! Every way a program replaces itself or starts another: bursts end first, so that no
+//! `TCP_CORK` of the shim's stays on a socket a program that knows nothing of it inherits
+//! (its small writes would then wait for the kernel's ~200 ms cork limit, for the life of the
+//! socket). The vector forms and `fexecve`, `execveat` are hooked here; `posix_spawn`,
+//! `posix_spawnp`, `system` and `popen` too, since they reach `execve` inside libc, where no
+//! hook sees it; the variadic `execl`, `execle` and `execlp` are written in C (`c/execl.c`,
+//! which calls the vector forms) and exported from here by a jump, the one thing stable Rust
+//! can do with a variadic call.
+#![allow(unsafe_code)]
+
+use libc::{c_char, c_int};
+
+use crate::sys::{self, next, set_errno};
+
+/// Defines a hook that ends every burst, then makes the call unchanged (`$fail`: what it
+/// returns if libc has no such function).
+macro_rules! releasing {
+    ($(#[$attr:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty, $fail:expr) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            sys::release_everything();
+            let Some(real) = next!(stringify!($name), unsafe extern "C" fn($($ty),*) -> $ret)
+            else {
+                set_errno(libc::ENOSYS);
+                return $fail;
+            };
+            // SAFETY: forwarding the caller's arguments unchanged.
+            unsafe { real($($arg),*) }
+        }
+    };
+}
+
+type Argv = *const *const c_char;
+
+releasing!(
+    /// `execve(2)`.
+    fn execve(path: *const c_char, argv: Argv, envp: Argv) -> c_int, -1
+);
+releasing!(
+    /// `execv(3)`.
+    fn execv(path: *const c_char, argv: Argv) -> c_int, -1
+);
+releasing!(
+    /// `execvp(3)`.
+    fn execvp(file: *const c_char, argv: Argv) -> c_int, -1
+);
+releasing!(
+    /// `execvpe(3)`.
+    fn execvpe(file: *const c_char, argv: Argv, envp: Argv) -> c_int, -1
+);
+releasing!(
+    /// `fexecve(3)`.
+    fn fexecve(fd: c_int, argv: Argv, envp: Argv) -> c_int, -1
+);
+releasing!(
+    /// `execveat(2)`.
+    fn execveat(dirfd: c_int, path: *const c_char, argv: Argv, envp: Argv, flags: c_int) -> c_int, -1
+);
+releasing!(
+    /// `posix_spawn(3)`: the child execs inside libc.
+    fn posix_spawn(
+        pid: *mut libc::pid_t,
+        path: *const c_char,
+        actions: *const libc::posix_spawn_file_actions_t,
+        attr: *const libc::posix_spawnattr_t,
+        argv: Argv,
+        envp: Argv,
+    ) -> c_int, libc::ENOSYS
+);
+releasing!(
+    /// `posix_spawnp(3)`.
+    fn posix_spawnp(
+        pid: *mut libc::pid_t,
+        file: *const c_char,
+        actions: *const libc::posix_spawn_file_actions_t,
+        attr: *const libc::posix_spawnattr_t,
+        argv: Argv,
+        envp: Argv,
+    ) -> c_int, libc::ENOSYS
+);
+releasing!(
+    /// `system(3)`: a shell runs, and the caller waits for it.
+    fn system(command: *const c_char) -> c_int, -1
+);
+releasing!(
+    /// `popen(3)`.
+    fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE, std::ptr::null_mut()
+);
+
+/// Defines an exported variadic exec function as a jump to its C definition (the arguments,
+/// in registers and on the stack, untouched).
+macro_rules! variadic {
+    ($(#[$attr:meta])* $name:ident => $c:ident) => {
+        extern "C" {
+            fn $c();
+        }
+        $(#[$attr])*
+        #[no_mangle]
+        #[unsafe(naked)]
+        pub unsafe extern "C" fn $name() {
+            #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+            std::arch::naked_asm!("jmp {f}", f = sym $c);
+            #[cfg(target_arch = "aarch64")]
+            std::arch::naked_asm!("b {f}", f = sym $c);
+        }
+    };
+}
+
+#[cfg(any(target_arch = "x86_64", target_arch = "x86", target_arch = "aarch64"))]
+mod variadic_forms {
+    variadic!(
+        /// `execl(3)`.
+        execl => nagless_execl
+    );
+    variadic!(
+        /// `execle(3)`.
+        execle => nagless_execle
+    );
+    variadic!(
+        /// `execlp(3)`.
+        execlp => nagless_execlp
+    );
+}

@@ -1,0 +1,197 @@
+//! Knowing when a hook runs inside a signal handler of the program. A handler may interrupt
+//! the program anywhere, inside `malloc` or holding a libc lock: there the shim must not
+//! allocate, start a thread or look up a symbol, so its hooks pass the call through and hold
+//! nothing (`sys::shim()` is `None` there), except the steps that only release bursts.
+//!
+//! The program's handlers are installed as given, behind one trampoline of ours that counts,
+//! per thread, how deep in handlers it is: the hooks of `sigaction`, `signal`, `sysv_signal`,
+//! `bsd_signal` and `sigset` record the program's handler and flags in a table and put the
+//! trampoline (with `SA_SIGINFO`) in its place, with the program's mask and other flags
+//! unchanged; every answer the program reads back (the old action) is its own handler and
+//! flags, never ours. A handler that leaves by `siglongjmp` leaves its thread counted as in a
+//! handler: the shim then passes that thread's calls through (the program runs as without it).
+#![allow(unsafe_code)]
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
+
+use libc::{c_int, c_void, sighandler_t};
+
+use crate::sys::{next, set_errno};
+use crate::user_memory;
+
+/// Signal numbers 1..NSIG (Linux: 64 signals).
+const NSIG: usize = 65;
+
+/// The program's handler and `sa_flags` for each signal it caught through the trampoline.
+static HANDLERS: [AtomicUsize; NSIG] = [const { AtomicUsize::new(0) }; NSIG];
+static FLAGS: [AtomicI32; NSIG] = [const { AtomicI32::new(0) }; NSIG];
+
+thread_local! {
+    /// How many handlers this thread is inside (no destructor: safe in any handler).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether the calling thread runs a signal handler of the program (or its thread-local
+/// state is gone: the thread is ending).
+pub fn in_handler() -> bool {
+    DEPTH.try_with(|d| d.get() > 0).unwrap_or(true)
+}
+
+/// Runs the program's handler for `sig`, counted.
+extern "C" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    let Some(i) = index(sig) else { return };
+    let handler = HANDLERS[i].load(Relaxed);
+    let flags = FLAGS[i].load(Relaxed);
+    if !catches(handler) {
+        return;
+    }
+    let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
+    if flags & libc::SA_SIGINFO != 0 {
+        type Action = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
+        // SAFETY: the program installed `handler` with SA_SIGINFO: it is such a function.
+        let f = unsafe { std::mem::transmute::<usize, Action>(handler) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: the program installed `handler` without SA_SIGINFO: a `void f(int)`.
+        let f = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int)>(handler) };
+        f(sig);
+    }
+    let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+}
+
+/// The trampoline's address.
+fn tramp() -> sighandler_t {
+    trampoline as *const () as sighandler_t
+}
+
+fn index(sig: c_int) -> Option<usize> {
+    usize::try_from(sig)
+        .ok()
+        .filter(|&i| (1..NSIG).contains(&i))
+}
+
+/// Whether `h` is a handler of the program's (not a disposition, not ours).
+fn catches(h: sighandler_t) -> bool {
+    h != libc::SIG_DFL && h != libc::SIG_IGN && h != libc::SIG_ERR && h != tramp()
+}
+
+type SigactionFn =
+    unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int;
+
+/// `sigaction(2)`: the program's handler goes behind the trampoline; its old action reads as
+/// it set it.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> c_int {
+    let Some(real) = next!("sigaction", SigactionFn) else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    let Some(i) = index(sig) else {
+        // SAFETY: forwarding the caller's arguments unchanged (the kernel refuses the number).
+        return unsafe { real(sig, act, old) };
+    };
+    let before = (HANDLERS[i].load(Relaxed), FLAGS[i].load(Relaxed));
+    let mut wrapped = None;
+    if !act.is_null() {
+        // An unreadable action: the real call reports EFAULT, as it would.
+        if let Some(mut a) = user_memory::read(act) {
+            if catches(a.sa_sigaction) {
+                HANDLERS[i].store(a.sa_sigaction, Relaxed);
+                FLAGS[i].store(a.sa_flags, Relaxed);
+                a.sa_sigaction = tramp();
+                a.sa_flags |= libc::SA_SIGINFO;
+                wrapped = Some(a);
+            }
+        }
+    }
+    let act = wrapped
+        .as_ref()
+        .map_or(act, |a| a as *const libc::sigaction);
+    // SAFETY: the caller's arguments, or a copy of its action with our trampoline.
+    let r = unsafe { real(sig, act, old) };
+    if r != 0 && wrapped.is_some() {
+        HANDLERS[i].store(before.0, Relaxed);
+        FLAGS[i].store(before.1, Relaxed);
+    }
+    if r == 0 && !old.is_null() {
+        // SAFETY: the call succeeded, so the kernel wrote the old action at `old`.
+        let o = unsafe { &mut *old };
+        if o.sa_sigaction == tramp() {
+            o.sa_sigaction = before.0;
+            o.sa_flags = before.1;
+        }
+    }
+    r
+}
+
+/// After libc's own `signal`-like call installed a handler for `sig` (through its internal
+/// `sigaction`, which the hook above does not see): puts it behind the trampoline, keeping
+/// the flags and mask libc chose. `returned` is what the call returned (the old handler):
+/// the program's own, never the trampoline.
+fn wrap_installed(sig: c_int, before: sighandler_t, returned: sighandler_t) -> sighandler_t {
+    let Some(i) = index(sig) else { return returned };
+    if returned == libc::SIG_ERR {
+        return returned;
+    }
+    if let Some(real) = next!("sigaction", SigactionFn) {
+        // SAFETY: an all-zero sigaction is valid; `cur` lives across both calls.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: a query into `cur`, then an action made from it.
+        unsafe {
+            if real(sig, std::ptr::null(), &mut cur) == 0 && catches(cur.sa_sigaction) {
+                HANDLERS[i].store(cur.sa_sigaction, Relaxed);
+                FLAGS[i].store(cur.sa_flags, Relaxed);
+                cur.sa_sigaction = tramp();
+                cur.sa_flags |= libc::SA_SIGINFO;
+                real(sig, &cur, std::ptr::null_mut());
+            }
+        }
+    }
+    if returned == tramp() {
+        before
+    } else {
+        returned
+    }
+}
+
+/// Defines a hook of a `signal`-like function `fn(int, handler) -> handler`.
+macro_rules! signal_hook {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(sig: c_int, handler: sighandler_t) -> sighandler_t {
+            let Some(real) = next!(
+                stringify!($name),
+                unsafe extern "C" fn(c_int, sighandler_t) -> sighandler_t
+            ) else {
+                set_errno(libc::ENOSYS);
+                return libc::SIG_ERR;
+            };
+            let before = index(sig).map_or(0, |i| HANDLERS[i].load(Relaxed));
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let r = unsafe { real(sig, handler) };
+            wrap_installed(sig, before, r)
+        }
+    };
+}
+signal_hook!(
+    /// `signal(2)`.
+    signal
+);
+signal_hook!(
+    /// `sysv_signal(3)`.
+    sysv_signal
+);
+signal_hook!(
+    /// `bsd_signal(3)`.
+    bsd_signal
+);
+signal_hook!(
+    /// `sigset(3)`.
+    sigset
+);
