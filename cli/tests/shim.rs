@@ -5,6 +5,9 @@
 
 use nagless_test_support as common;
 
+mod shim_support;
+use shim_support::{c_program, compile_c, shim};
+
 // `exclusive()`, held by each test while it runs: these tests time real programs and count
 // their segments, and must not share the two CPUs with each other when `cargo test` runs
 // them in parallel (`./scripts/test` runs one at a time anyway).
@@ -17,59 +20,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-/// The shim library `nagless run` preloads (embedded in the binary, unpacked to a cache).
-fn shim() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let out = Command::new(env!("CARGO_BIN_EXE_nagless"))
-            .args(["run", "--print-shim"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
-        assert!(path.is_file(), "{} missing", path.display());
-        path
-    })
-    .clone()
-}
-
-/// Compiles a C program of `tests/c/` once per test run.
-fn c_program(name: &str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("nagless-preload-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    });
-    let out = dir.join(name);
-    if !out.exists() {
-        let gcc = compile_c(name, &out, &[]);
-        assert!(
-            gcc.status.success(),
-            "gcc {name}: {}",
-            String::from_utf8_lossy(&gcc.stderr)
-        );
-    }
-    out
-}
-
-/// Compiles `tests/c/NAME.c` to `out` with the tests' warnings and `extra` flags.
-fn compile_c(name: &str, out: &Path, extra: &[&str]) -> Output {
-    Command::new("gcc")
-        .args(extra)
-        .args(["-O2", "-Wall", "-Werror", "-pthread", "-o"])
-        .arg(out)
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c")))
-        .output()
-        .expect("gcc")
-}
 
 fn with_shim(cmd: &mut Command, mode: &str) {
     cmd.env("LD_PRELOAD", shim())

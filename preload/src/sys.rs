@@ -658,24 +658,23 @@ fn write_all_raw(fd: c_int, mut buf: &[u8]) {
 const INHERITED: [c_int; 3] = [0, 1, 2];
 
 /// Adopts the TCP sockets the program inherited as stdin, stdout or stderr (an inetd-style
-/// service, a helper a server starts per connection), unless their owner chose their options
-/// (`TCP_NODELAY` or `TCP_CORK` already set): a read of any of them ends the bursts of all
-/// that name the same socket.
+/// service, a helper a server starts per connection), unless their owner holds bytes on them
+/// (`TCP_CORK` set): a read of any of them ends the bursts of all that name the same socket.
+/// Their `TCP_NODELAY` may be on (set by the parent, or the parent's shim): the program, which
+/// made no choice, is held as any other.
 fn adopt_inherited(s: &Shim) {
     for (n, &fd) in INHERITED.iter().enumerate() {
         if !Libc.is_tcp_stream(fd) {
             continue;
         }
-        let chosen = [libc::TCP_NODELAY, libc::TCP_CORK]
-            .iter()
-            .any(|&o| sockopt_int(fd, libc::IPPROTO_TCP, o) != Some(0));
-        if chosen {
+        if sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK) != Some(0) {
             log(format_args!(
-                "inherited fd {fd}: options set by its owner, left alone"
+                "inherited fd {fd}: corked by its owner, left alone"
             ));
             continue;
         }
-        s.adopt_inherited(&Libc, fd, &INHERITED[..n]);
+        let nodelay = sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) == Some(1);
+        s.adopt_inherited(&Libc, fd, nodelay, &INHERITED[..n]);
         log(format_args!("adopt inherited fd {fd}"));
     }
 }

@@ -939,20 +939,21 @@ impl Shim {
     }
 
     /// A descriptor the program inherited (stdin and stdout of an inetd-style service, a
-    /// socket passed by its parent): adopted as any new socket, and linked to the earlier
-    /// inherited descriptors `others` that name the same socket.
-    pub fn adopt_inherited(&self, k: &impl Kernel, fd: i32, others: &[i32]) {
+    /// socket passed by its parent): adopted as any new socket (its `TCP_NODELAY`, which
+    /// the program sees, is `nodelay`: what it was when inherited; set by the parent, often
+    /// by the parent's own shim, it is no choice of this program's), and linked to the
+    /// earlier inherited descriptors `others` that name the same socket.
+    pub fn adopt_inherited(&self, k: &impl Kernel, fd: i32, nodelay: bool, others: &[i32]) {
         self.adopt(k, fd);
-        if !self.is_managed(fd) {
+        let Some(slot) = self.slot(fd).filter(|s| s.flags.get().is_managed()) else {
             return;
-        }
+        };
+        slot.program_nodelay.store(nodelay, Relaxed);
         let Some(id) = k.socket_id(fd) else { return };
         for &o in others {
             if o != fd && self.is_managed(o) && k.socket_id(o) == Some(id) {
-                if let (Some(a), Some(b)) = (self.slot(o), self.slot(fd)) {
-                    Self::share(a, b, id);
-                    b.program_nodelay
-                        .store(a.program_nodelay.load(Relaxed), Relaxed);
+                if let Some(a) = self.slot(o) {
+                    Self::share(a, slot, id);
                 }
             }
         }

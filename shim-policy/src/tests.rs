@@ -961,9 +961,12 @@ fn inherited_stdin_and_stdout_of_one_socket_are_adopted_as_one() {
     k.ids.borrow_mut().insert(0, 42);
     k.ids.borrow_mut().insert(1, 42);
     for fd in 0..3 {
-        s.adopt_inherited(&k, fd, &[0, 1, 2][..fd as usize]);
+        s.adopt_inherited(&k, fd, fd == 1, &[0, 1, 2][..fd as usize]);
     }
     assert!((0..3).all(|fd| s.is_managed(fd)));
+    // What the program reads of TCP_NODELAY is what it inherited.
+    assert_eq!(s.program_view(1, true), Some(true));
+    assert_eq!(s.program_view(0, true), Some(false));
     let mut t = ThreadBursts::new();
     write(&s, &k, 1, &mut t);
     write(&s, &k, 2, &mut t);
