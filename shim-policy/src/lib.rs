@@ -12,12 +12,15 @@
 //! [`ThreadBursts`] (a `thread_local!`). By role, in the order a hook calls them:
 //!
 //! - **Start-up**: [`Config::from_env`], then [`Shim::new`] (the descriptor range to cover).
-//! - **Descriptors**: [`Shim::adopt`] after `socket`/`connect`, [`Shim::adopt_accepted`]
-//!   after `accept`; [`Shim::duplicate`] after `dup*`; [`Shim::release`] then
-//!   [`Shim::forget`] before `close`.
+//! - **Descriptors**: [`Shim::adopt_inherited`] at start-up for the sockets the program
+//!   inherited as stdin, stdout or stderr; [`Shim::adopt`] after `socket`/`connect`,
+//!   [`Shim::adopt_accepted`] after `accept`; [`Shim::duplicate`] after `dup*`;
+//!   [`Shim::release`] then [`Shim::forget`] before `close`.
 //! - **Writes**: [`Shim::before_write`] gives a [`WriteStep`]; make the write (with
 //!   `MSG_MORE` if [`WriteStep::more`]); then, if [`WriteStep::needs_after`],
-//!   [`Shim::after_write`]. If [`WriteStep::wake_flusher`]: [`Shim::claim_flusher_start`]
+//!   [`Shim::after_write`]. Before the write, if [`Shim::needs_flusher`], start the flusher
+//!   (or, if it cannot start, call [`Shim::flusher_cannot_run`]: nothing is held from then
+//!   on). If [`WriteStep::wake_flusher`]: [`Shim::claim_flusher_start`]
 //!   says whether to start the flusher, else wake it on [`Shim::park_word`].
 //! - **Ends**: [`Shim::release_thread`] before a wait that would block;
 //!   [`Shim::reader_waits`] before a read, receive or shutdown; [`Shim::release_all`] (and
@@ -105,7 +108,9 @@
 //! | a wait that would not block (zero timeout, events ready) | none | nothing: the bursts go on |
 //! | `read`, `recv*`, `shutdown` | [`Shim::reader_waits`] | ends the socket's burst, whoever wrote it; learns its shape |
 //! | `close` (and `close_range`, `syscall(SYS_close)`) | [`Shim::release`], [`Shim::forget`] | ends the burst; the descriptor becomes nobody's; generation bumped |
-//! | `dup`, `dup2`, `dup3` | [`Shim::duplicate`] | the target number is forgotten (as `close`), then shares the source's owner and program cork; the burst stays on the source |
+//! | `dup`, `dup2`, `dup3` | [`Shim::duplicate`] | the target number is forgotten (as `close`), then shares the source's owner and program cork; each keeps its own burst, and the two are linked as one socket: a read of either ends both |
+//! | start-up, a TCP socket as stdin, stdout or stderr | [`Shim::adopt_inherited`] | adopted; linked to the other inherited descriptors of the same socket |
+//! | the flusher cannot start, or fails | [`Shim::flusher_cannot_run`] | every burst ends; none starts again in this process |
 //! | `fork`, `exec*` | [`Shim::release_all`], [`Shim::release_thread`]; the child: [`Shim::after_fork_child`] | every burst ends first; a child starts its own flusher at its first burst |
 //! | `exit`, `_exit` | [`Shim::release_all`] | every burst ends |
 //! | the flusher's tick | [`Shim::flusher_tick`] | ends bursts older than the linger bound ([`SHAPE_PATIENCE`] bounds for a patient socket short of its shape); sleeps to the next deadline, or parks |
