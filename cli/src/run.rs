@@ -146,12 +146,13 @@ fn resolve(cmd: &str) -> Option<PathBuf> {
 
 /// Why a program cannot be reached by a preloaded library, if it cannot.
 pub fn unreachable_reason(path: &Path) -> Option<String> {
+    // Before reading it: an execute-only set-user-ID program cannot be read.
+    if let Some(why) = secure_execution(path) {
+        return Some(why);
+    }
     let bytes = std::fs::read(path).ok()?;
     if bytes.get(..2) == Some(b"#!") {
         return None; // a script: its interpreter is what runs, checked by the kernel
-    }
-    if let Some(why) = secure_execution(path) {
-        return Some(why);
     }
     let elf = Elf::parse(&bytes)?;
     if !elf.has_interp {
@@ -170,19 +171,18 @@ pub fn unreachable_reason(path: &Path) -> Option<String> {
 }
 
 /// Why the loader would run `path` in secure-execution mode, where it ignores `LD_PRELOAD`
-/// (a set-user-ID or set-group-ID program of another user or group, or one with file
-/// capabilities, started by someone else than root), if it would.
+/// (the kernel's rule: a set-user-ID program of another user than the real one, a
+/// set-group-ID program of another group than the real one, or one with file capabilities
+/// started by someone else than root), if it would.
 fn secure_execution(path: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
-    let (uid, gid, groups) = crate::sys::identity();
-    if uid == 0 {
-        return None;
-    }
+    let (uid, gid) = crate::sys::identity();
     let mode = meta.mode();
     let setuid = mode & libc::S_ISUID != 0 && meta.uid() != uid;
-    let setgid = mode & libc::S_ISGID != 0 && meta.gid() != gid && !groups.contains(&meta.gid());
-    let caps = crate::sys::has_xattr(path, "security.capability");
+    // S_ISGID without group execute marks mandatory locking, not set-group-ID.
+    let setgid = mode & libc::S_ISGID != 0 && mode & 0o010 != 0 && meta.gid() != gid;
+    let caps = uid != 0 && crate::sys::has_xattr(path, "security.capability");
     let what = if setuid {
         "set-user-ID"
     } else if setgid {

@@ -4,17 +4,10 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-/// Who runs this process: the real user ID, the real group ID and the supplementary groups.
-pub fn identity() -> (u32, u32, Vec<u32>) {
-    // SAFETY: getuid, getgid and getgroups have no preconditions; the buffer is sized by the
-    // first getgroups call and truncated to what the second one filled.
-    unsafe {
-        let n = libc::getgroups(0, std::ptr::null_mut()).max(0);
-        let mut g = vec![0 as libc::gid_t; n as usize];
-        let n = libc::getgroups(n, g.as_mut_ptr()).max(0);
-        g.truncate(n as usize);
-        (libc::getuid(), libc::getgid(), g)
-    }
+/// Who runs this process: the real user ID and the real group ID.
+pub fn identity() -> (u32, u32) {
+    // SAFETY: getuid and getgid have no preconditions.
+    unsafe { (libc::getuid(), libc::getgid()) }
 }
 
 /// Whether the file at `path` has the extended attribute `name`.

@@ -38,25 +38,23 @@ pub fn in_handler() -> bool {
     DEPTH.try_with(|d| d.get() > 0).unwrap_or(true)
 }
 
-/// Runs the program's handler for `sig`, counted.
-extern "C" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+/// Runs the program's handler for `sig`, counted. Always called with the three arguments of
+/// an `SA_SIGINFO` handler: a `void f(int)` ignores the other two on every Linux ABI (the
+/// kernel itself passes them to every handler on x86-64), so a handler and its flags read
+/// a moment apart can never disagree. `C-unwind`: a handler that throws (C++ with
+/// `-fnon-call-exceptions`) unwinds through it as through the kernel's frame.
+extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let Some(i) = index(sig) else { return };
     let handler = HANDLERS[i].load(Relaxed);
-    let flags = FLAGS[i].load(Relaxed);
     if !catches(handler) {
         return;
     }
     let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
-    if flags & libc::SA_SIGINFO != 0 {
-        type Action = extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void);
-        // SAFETY: the program installed `handler` with SA_SIGINFO: it is such a function.
-        let f = unsafe { std::mem::transmute::<usize, Action>(handler) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: the program installed `handler` without SA_SIGINFO: a `void f(int)`.
-        let f = unsafe { std::mem::transmute::<usize, extern "C" fn(c_int)>(handler) };
-        f(sig);
-    }
+    type Action = extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void);
+    // SAFETY: `handler` is the program's handler for `sig`, a `void f(int, siginfo_t *,
+    // void *)` or a `void f(int)`, which the C ABI lets us call with the same arguments.
+    let f = unsafe { std::mem::transmute::<usize, Action>(handler) };
+    f(sig, info, ctx);
     let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
 }
 
@@ -122,8 +120,10 @@ pub unsafe extern "C" fn sigaction(
         // SAFETY: the call succeeded, so the kernel wrote the old action at `old`.
         let o = unsafe { &mut *old };
         if o.sa_sigaction == tramp() {
+            // The kernel's flags (SA_RESTORER, a siginterrupt change) with the program's own
+            // SA_SIGINFO bit.
             o.sa_sigaction = before.0;
-            o.sa_flags = before.1;
+            o.sa_flags = (o.sa_flags & !libc::SA_SIGINFO) | (before.1 & libc::SA_SIGINFO);
         }
     }
     r
@@ -194,4 +194,8 @@ signal_hook!(
 signal_hook!(
     /// `sigset(3)`.
     sigset
+);
+signal_hook!(
+    /// `__sysv_signal`: what `signal` becomes in a strict ISO C build.
+    __sysv_signal
 );

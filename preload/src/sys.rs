@@ -137,8 +137,9 @@ pub fn shim() -> Option<&'static Shim> {
     SHIM.get().filter(|_| !crate::signals::in_handler())
 }
 
-/// The shim, even inside a signal handler: for the steps that only end bursts (close, fork,
-/// exec, `_exit`), which allocate nothing and take no lock.
+/// The shim, even inside a signal handler: for the steps that allocate nothing and start
+/// nothing (ending bursts at close, fork, exec and exit; what the program sets and reads of
+/// its own options).
 fn shim_anywhere() -> Option<&'static Shim> {
     SHIM.get()
 }
@@ -187,7 +188,7 @@ pub fn on_write(fd: c_int, carries_more: bool) -> WriteStep {
         return WriteStep::default();
     };
     quietly(|| {
-        if s.needs_flusher() {
+        if s.needs_flusher(fd) {
             ensure_flusher(s);
         }
         let mut step = WriteStep::default();
@@ -210,19 +211,19 @@ pub fn after_write(fd: c_int, step: WriteStep, failed: bool) {
 
 /// The program is about to set TCP_CORK on `fd`: see [`Shim::program_cork_begins`].
 pub fn program_cork_begins(fd: c_int) -> bool {
-    shim().is_some_and(|s| s.program_cork_begins(fd))
+    shim_anywhere().is_some_and(|s| s.program_cork_begins(fd))
 }
 
 /// The program's TCP_CORK call on `fd` returned (`on`: the value set, `None`: it failed).
 pub fn program_cork_done(fd: c_int, was: bool, on: Option<bool>) {
-    if let Some(s) = shim() {
+    if let Some(s) = shim_anywhere() {
         s.program_cork_done(fd, was, on);
     }
 }
 
 /// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on).
 pub fn program_holds(fd: c_int) {
-    if let Some(s) = shim() {
+    if let Some(s) = shim_anywhere() {
         quietly(|| s.program_holds(&Libc, fd));
         log(format_args!("fd {fd}: the program holds its own bytes"));
     }
@@ -230,7 +231,7 @@ pub fn program_holds(fd: c_int) {
 
 /// The program set `TCP_NODELAY` to `on` on `fd`: see [`Shim::program_nodelay`].
 pub fn program_nodelay(fd: c_int, on: bool) {
-    if let Some(s) = shim() {
+    if let Some(s) = shim_anywhere() {
         quietly(|| s.program_nodelay(&Libc, fd, on));
         log(format_args!(
             "fd {fd}: the program set TCP_NODELAY {}",
@@ -242,7 +243,7 @@ pub fn program_nodelay(fd: c_int, on: bool) {
 /// What the program sees of `TCP_NODELAY` (`nodelay`) or `TCP_CORK` on `fd`: see
 /// [`Shim::program_view`].
 pub fn program_view(fd: c_int, nodelay: bool) -> Option<bool> {
-    quietly(|| shim().and_then(|s| s.program_view(fd, nodelay)))
+    quietly(|| shim_anywhere().and_then(|s| s.program_view(fd, nodelay)))
 }
 
 /// The program reads, receives on or shuts down `fd`: its burst ends.
@@ -287,6 +288,12 @@ pub fn waiting<R: Copy + Default + PartialEq>(
     call: impl FnOnce() -> R,
 ) -> R {
     if let Some(s) = shim().filter(|s| s.config.mode == Mode::Nagless) {
+        // A thread that holds nothing has nothing to end: its timeout is not even looked at.
+        let mut holds = false;
+        with_mine(|m| holds = !m.is_empty());
+        if !holds {
+            return call();
+        }
         match never_blocks() {
             Some(true) => return call(),
             None => {
@@ -295,9 +302,7 @@ pub fn waiting<R: Copy + Default + PartialEq>(
             }
             Some(false) => {}
         }
-        let mut holds = false;
-        with_mine(|m| holds = !m.is_empty());
-        if holds {
+        {
             let r = probe();
             if r != R::default() {
                 s.stats
@@ -560,7 +565,8 @@ fn flusher_loop(s: &'static Shim) -> ! {
 }
 
 extern "C" fn after_fork_child() {
-    if let Some(s) = shim() {
+    // Also after a fork made in a signal handler: only atomics are stored.
+    if let Some(s) = shim_anywhere() {
         s.after_fork_child();
     }
 }
@@ -680,7 +686,7 @@ fn adopt_inherited(s: &Shim) {
 }
 
 extern "C" fn at_exit() {
-    let Some(s) = shim() else { return };
+    let Some(s) = shim_anywhere() else { return };
     quietly(|| {
         s.release_all(&Libc);
         print_stats(s);

@@ -972,12 +972,15 @@ impl Shim {
         self.hold_nothing.store(false, Release);
     }
 
-    /// Whether a write must first start the flusher (default mode, none runs yet): the libc
-    /// layer starts it before the write, where it can, so that no burst is held without it.
-    pub fn needs_flusher(&self) -> bool {
+    /// Whether a write on `fd` must first start the flusher (default mode, none runs yet, and
+    /// `fd` a socket whose bursts the shim holds): the libc layer starts it before the write,
+    /// where it can, so that no burst is held without it. A process that writes only to
+    /// other descriptors never gets the thread.
+    pub fn needs_flusher(&self, fd: i32) -> bool {
         self.config.mode == Mode::Nagless
             && self.flusher_missing.load(Acquire)
             && !self.hold_nothing.load(Acquire)
+            && self.slot(fd).is_some_and(|s| s.flags.peek().is_shims())
     }
 
     /// The flusher could not be started, or stopped: the shim holds nothing from now on (in

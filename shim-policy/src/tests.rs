@@ -907,7 +907,11 @@ fn environment_values_are_checked() {
 fn a_flusher_that_cannot_run_leaves_nothing_held() {
     let (s, k) = shim();
     let mut t = ThreadBursts::new();
-    assert!(s.needs_flusher());
+    assert!(
+        !s.needs_flusher(200),
+        "a descriptor that is no socket of ours needs no thread"
+    );
+    assert!(s.needs_flusher(3));
     write(&s, &k, 3, &mut t);
     assert!(s.is_corked(3));
     s.flusher_cannot_run(&k);
@@ -916,7 +920,7 @@ fn a_flusher_that_cannot_run_leaves_nothing_held() {
         "the burst held when the flusher failed ends"
     );
     assert_eq!(k.unsent(3), 0);
-    assert!(!s.needs_flusher());
+    assert!(!s.needs_flusher(3));
     for fd in [3, 4] {
         write(&s, &k, fd, &mut t);
         assert!(
@@ -927,7 +931,7 @@ fn a_flusher_that_cannot_run_leaves_nothing_held() {
     }
     // A forked child tries again.
     s.after_fork_child();
-    assert!(s.needs_flusher());
+    assert!(s.needs_flusher(4));
     write(&s, &k, 4, &mut t);
     assert!(s.is_corked(4));
 }
