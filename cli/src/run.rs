@@ -264,8 +264,27 @@ pub struct RunOptions {
     pub stats: bool,
     /// Debug trace file.
     pub log: Option<PathBuf>,
+    /// Keep the counters current in this file, `.PID` appended.
+    pub stats_file: Option<PathBuf>,
     /// Linger bound, µs.
     pub linger_us: u64,
+}
+
+/// `--stats-file FILE` as the shim will use it: an absolute path (the program may change its
+/// directory), in a directory that exists.
+fn stats_file_path(f: &Path) -> Result<PathBuf, String> {
+    let dir = match f.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let dir = std::fs::canonicalize(&dir)
+        .ok()
+        .filter(|d| d.is_dir())
+        .ok_or_else(|| format!("--stats-file {}: no such directory", f.display()))?;
+    let name = f
+        .file_name()
+        .ok_or_else(|| format!("--stats-file {}: not a file name", f.display()))?;
+    Ok(dir.join(name))
 }
 
 /// Replaces this process with `cmd` under the shim; returns only on failure.
@@ -286,6 +305,11 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
             .open(log)
             .map_err(|e| format!("cannot write the log {}: {e}", log.display()))?;
     }
+    let stats_file = opts
+        .stats_file
+        .as_deref()
+        .map(stats_file_path)
+        .transpose()?;
     let shim = find_shim()?;
     let mut preload = OsString::from(shim.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -302,6 +326,9 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
     }
     if let Some(log) = &opts.log {
         c.env("NAGLESS_LOG", log);
+    }
+    if let Some(f) = &stats_file {
+        c.env("NAGLESS_STATS_FILE", f);
     }
     let err = c.exec();
     Err(format!("cannot run {name}: {err}"))
@@ -324,6 +351,7 @@ HOW IT WORKS
 EXAMPLES
   nagless run --stats -- python3 -m http.server --protocol HTTP/1.1 8000
   nagless run --mode nodelay -- ./vendor-daemon --port 179
+  nagless run --stats-file /run/nagless/stats -- ./daemon   # /run/nagless/stats.PID, kept current
 
 EXIT STATUS
   CMD's own; 2 if CMD cannot be run or cannot be reached (static or Go binaries, and
@@ -342,6 +370,11 @@ pub struct RunArgs {
     /// Append a debug trace to FILE.
     #[arg(long, value_name = "FILE")]
     log: Option<std::path::PathBuf>,
+    /// Keep the counters current in FILE.PID, one file per process (rewritten at most once a
+    /// second while they change, and at exit): for daemons stopped by a signal, which never
+    /// print --stats.
+    #[arg(long, value_name = "FILE")]
+    stats_file: Option<std::path::PathBuf>,
     /// Longest time a burst is held when the program neither reads nor polls, µs (50..=100000).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=100_000))]
     linger_us: u64,
@@ -377,6 +410,7 @@ pub fn command(args: RunArgs) -> std::process::ExitCode {
         mode: args.mode,
         stats: args.stats,
         log: args.log,
+        stats_file: args.stats_file,
         linger_us: args.linger_us,
     };
     let Err(e) = run(&opts, &args.cmd);

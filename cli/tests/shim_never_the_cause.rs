@@ -19,10 +19,17 @@ use std::time::{Duration, Instant};
 /// Runs `tests/c/hostile.c` with `args`, natively or under the shim (`env` added); returns
 /// its stdout, after checking it exited 0.
 fn hostile(args: &[&str], under_shim: bool, env: &[(&str, &str)]) -> String {
+    hostile_with_stats(args, under_shim, env).0
+}
+
+/// As [`hostile`], with the shim's `nagless stats:` line (empty natively).
+fn hostile_with_stats(args: &[&str], under_shim: bool, env: &[(&str, &str)]) -> (String, String) {
     let mut cmd = Command::new(c_program("hostile"));
     cmd.args(args).envs(env.iter().copied());
     if under_shim {
-        cmd.env("LD_PRELOAD", shim()).env("NAGLESS_MODE", "nagless");
+        cmd.env("LD_PRELOAD", shim())
+            .env("NAGLESS_MODE", "nagless")
+            .env("NAGLESS_STATS", "1");
     }
     let out = cmd.output().expect("run hostile");
     assert!(
@@ -31,7 +38,24 @@ fn hostile(args: &[&str], under_shim: bool, env: &[(&str, &str)]) -> String {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).unwrap()
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stats = stderr.lines().find(|l| l.starts_with("nagless stats:"));
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        stats.unwrap_or("").to_string(),
+    )
+}
+
+/// The number before `what` in a `nagless stats:` line.
+fn stat(line: &str, what: &str) -> u64 {
+    let at = line
+        .find(what)
+        .unwrap_or_else(|| panic!("no {what:?} in {line:?}"));
+    line[..at]
+        .split_whitespace()
+        .last()
+        .and_then(|n| n.trim_start_matches('(').parse().ok())
+        .unwrap_or_else(|| panic!("no number before {what:?} in {line:?}"))
 }
 
 /// The `died=N` of a `sigwrite`/`sigsocket` run.
@@ -93,9 +117,37 @@ fn no_cork_of_the_shims_survives_any_exec() {
 fn bad_pointers_get_the_same_answers_as_natively() {
     let _one = exclusive();
     let native = hostile(&["badptr"], false, &[]);
-    let shimmed = hostile(&["badptr"], true, &[]);
+    // A 100 ms bound: the flusher cannot split the shape being taught on a loaded machine.
+    let (shimmed, stats) =
+        hostile_with_stats(&["badptr"], true, &[("NAGLESS_LINGER_US", "100000")]);
     assert!(native.contains("writev_bad_vector=-1/EFAULT"), "{native}");
     assert_eq!(shimmed, native);
+    // The shape was learned, so the writev in the next burst's middle was one the shim
+    // looked at (held by MSG_MORE).
+    assert!(
+        stat(&stats, "sent at their burst's learned shape") >= 2,
+        "{stats}"
+    );
+}
+
+/// A burst on one descriptor of a socket (made by `dup`, `dup2` or `fcntl(F_DUPFD_CLOEXEC)`)
+/// ends when the program reads the other: `TCP_CORK` belongs to the socket, and the program
+/// waits on the one for an answer to what the other holds. The kernel's `TCP_CORK` is read
+/// directly (the shim shows the program its own view); a 100 ms bound keeps the flusher out.
+#[test]
+fn a_read_on_a_socket_ends_the_burst_held_on_its_duplicate() {
+    let native = hostile(&["duplicates"], false, &[]);
+    assert!(
+        native.lines().all(|l| l.ends_with("held=0 after_read=0")),
+        "{native}"
+    );
+    let shimmed = hostile(&["duplicates"], true, &[("NAGLESS_LINGER_US", "100000")]);
+    for way in ["dup", "dup2", "fcntl"] {
+        assert!(
+            shimmed.contains(&format!("{way}: held=1 after_read=0")),
+            "{way}: the burst must be held, then end at the read:\n{shimmed}"
+        );
+    }
 }
 
 /// One session of an inetd-style service: `systemd-socket-activate --inetd` (from Debian)
@@ -272,4 +324,70 @@ fn a_symlinked_cache_directory_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("symbolic link"), "{err}");
     assert!(empty, "nothing may be written through the link");
+}
+
+/// A daemon stopped by SIGTERM (how systemd and docker stop them) never reaches its exit
+/// handlers, so `--stats` prints nothing; `--stats-file FILE` keeps the counters current in
+/// `FILE.PID` without touching the program's signal handlers. Here python's http.server
+/// (HTTP/1.0: a connection per request) answers five requests and is stopped by SIGTERM; its
+/// file then counts them.
+#[test]
+fn a_daemon_stopped_by_sigterm_leaves_its_figures() {
+    let _one = exclusive();
+    let dir = std::env::temp_dir().join(format!("nagless-statsfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nagless"));
+    cmd.args(["run", "--stats-file"])
+        .arg(dir.join("stats"))
+        .args(["--", "python3", "-m", "http.server", "--bind", "127.0.0.1"])
+        .arg(port.to_string())
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut server = common::Started(cmd.spawn().unwrap());
+    common::wait_for_port(port);
+    for _ in 0..5 {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).unwrap();
+        assert!(answer.starts_with(b"HTTP/1.0 200"), "{answer:?}");
+    }
+    // `nagless run` became the server (exec): the file is named by its PID.
+    let pid = server.0.id();
+    let file = dir.join(format!("stats.{pid}"));
+    let read = || std::fs::read_to_string(&file).unwrap_or_default();
+    let counted = |t: &str| t.contains("nagless stats:") && stat(t, "data segments") >= 5;
+    // Current within about a second of the last change; allow ten.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !counted(&read()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = server.0.wait().unwrap();
+    let mut err = String::new();
+    server
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let text = read();
+    let _ = std::fs::remove_dir_all(&dir);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(exit.signal(), Some(libc::SIGTERM), "stopped by the signal");
+    assert!(
+        !err.contains("nagless stats:"),
+        "no exit handler ran: {err}"
+    );
+    // The listener, the port probe's connection and five more; each answer one burst.
+    assert!(stat(&text, "sockets") >= 6, "{text:?}");
+    assert!(stat(&text, "bursts") >= 5, "{text}");
+    assert!(stat(&text, "data segments") >= 5, "{text}");
 }

@@ -211,6 +211,40 @@ forward!(
     } => after(|r| sys::on_dup(old, r))
 );
 
+/// Defines an `fcntl` hook (`fcntl`, and `fcntl64`, which programs built against glibc 2.28
+/// or later call): `F_DUPFD` and `F_DUPFD_CLOEXEC` make a duplicate, as `dup` does (Python's
+/// `os.dup` and `socket.dup` make theirs so). Declared with the third argument as a `long`:
+/// on the Linux ABIs the shim builds for, a variadic integer or pointer argument is passed
+/// exactly as a fixed one, and glibc's `fcntl` reads no more (as `syscall` above).
+macro_rules! fcntl_hook {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "x86"))]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, cmd: c_int, arg: c_long) -> c_int {
+            let Some(real) =
+                next!(stringify!($name), unsafe extern "C" fn(c_int, c_int, c_long) -> c_int)
+            else {
+                return enosys();
+            };
+            // SAFETY: forwarding the caller's arguments unchanged.
+            let r = unsafe { real(fd, cmd, arg) };
+            if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
+                sys::on_dup(fd, r);
+            }
+            r
+        }
+    };
+}
+fcntl_hook!(
+    /// `fcntl(2)`.
+    fcntl
+);
+fcntl_hook!(
+    /// `fcntl64`.
+    fcntl64
+);
+
 // ---- writes: a burst starts or grows ----------------------------------------------------
 
 /// Makes the write `f` on `fd` between the policy's two steps (a send with `MSG_MORE`

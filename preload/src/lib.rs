@@ -39,6 +39,7 @@
 //! **Modes** (`NAGLESS_MODE`): `nagless` (the above), `cork` (libautocork's rule: release only
 //! on a read of the socket or on poll/select; epoll users wait for the kernel's cork limit),
 //! `nodelay` (set `TCP_NODELAY` only). `NAGLESS_STATS=1` prints counters at exit;
+//! `NAGLESS_STATS_FILE=PATH` keeps them current in `PATH.PID` (for daemons stopped by a signal);
 //! `NAGLESS_LOG=FILE` appends a debug trace.
 //!
 //! Limits: programs that bypass libc (Go, static binaries, inline system calls, io_uring) are
@@ -57,6 +58,8 @@
 mod exec;
 #[cfg(not(test))]
 mod interpose;
+#[cfg(not(test))]
+mod report;
 #[cfg(not(test))]
 mod signals;
 #[cfg(not(test))]

@@ -12,7 +12,6 @@
 //! handler: the shim then passes that thread's calls through (the program runs as without it).
 #![allow(unsafe_code)]
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering::Relaxed};
 
 use libc::{c_int, c_void, sighandler_t};
@@ -27,15 +26,19 @@ const NSIG: usize = 65;
 static HANDLERS: [AtomicUsize; NSIG] = [const { AtomicUsize::new(0) }; NSIG];
 static FLAGS: [AtomicI32; NSIG] = [const { AtomicI32::new(0) }; NSIG];
 
-thread_local! {
-    /// How many handlers this thread is inside (no destructor: safe in any handler).
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
+// How many handlers the calling thread is inside: an initial-exec thread-local of
+// `c/handler_depth.c` (Rust's thread-locals in a shared library go through
+// `__tls_get_addr`, which may allocate).
+extern "C" {
+    fn nagless_handler_depth() -> libc::c_uint;
+    fn nagless_handler_enter();
+    fn nagless_handler_leave();
 }
 
-/// Whether the calling thread runs a signal handler of the program (or its thread-local
-/// state is gone: the thread is ending).
+/// Whether the calling thread runs a signal handler of the program.
 pub fn in_handler() -> bool {
-    DEPTH.try_with(|d| d.get() > 0).unwrap_or(true)
+    // SAFETY: reads this thread's counter; no arguments, no preconditions.
+    unsafe { nagless_handler_depth() > 0 }
 }
 
 /// Runs the program's handler for `sig`, counted. Always called with the three arguments of
@@ -49,13 +52,15 @@ extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, ctx: *mu
     if !catches(handler) {
         return;
     }
-    let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
+    // SAFETY: counts this thread in; no arguments, no preconditions.
+    unsafe { nagless_handler_enter() };
     type Action = extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void);
     // SAFETY: `handler` is the program's handler for `sig`, a `void f(int, siginfo_t *,
     // void *)` or a `void f(int)`, which the C ABI lets us call with the same arguments.
     let f = unsafe { std::mem::transmute::<usize, Action>(handler) };
     f(sig, info, ctx);
-    let _ = DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+    // SAFETY: as above.
+    unsafe { nagless_handler_leave() };
 }
 
 /// The trampoline's address.
@@ -69,9 +74,19 @@ fn index(sig: c_int) -> Option<usize> {
         .filter(|&i| (1..NSIG).contains(&i))
 }
 
+/// `sigset`'s "hold the signal", which is no handler.
+const SIG_HOLD: sighandler_t = 2;
+
 /// Whether `h` is a handler of the program's (not a disposition, not ours).
 fn catches(h: sighandler_t) -> bool {
-    h != libc::SIG_DFL && h != libc::SIG_IGN && h != libc::SIG_ERR && h != tramp()
+    ![
+        libc::SIG_DFL,
+        libc::SIG_IGN,
+        libc::SIG_ERR,
+        SIG_HOLD,
+        tramp(),
+    ]
+    .contains(&h)
 }
 
 type SigactionFn =
@@ -129,37 +144,10 @@ pub unsafe extern "C" fn sigaction(
     r
 }
 
-/// After libc's own `signal`-like call installed a handler for `sig` (through its internal
-/// `sigaction`, which the hook above does not see): puts it behind the trampoline, keeping
-/// the flags and mask libc chose. `returned` is what the call returned (the old handler):
-/// the program's own, never the trampoline.
-fn wrap_installed(sig: c_int, before: sighandler_t, returned: sighandler_t) -> sighandler_t {
-    let Some(i) = index(sig) else { return returned };
-    if returned == libc::SIG_ERR {
-        return returned;
-    }
-    if let Some(real) = next!("sigaction", SigactionFn) {
-        // SAFETY: an all-zero sigaction is valid; `cur` lives across both calls.
-        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: a query into `cur`, then an action made from it.
-        unsafe {
-            if real(sig, std::ptr::null(), &mut cur) == 0 && catches(cur.sa_sigaction) {
-                HANDLERS[i].store(cur.sa_sigaction, Relaxed);
-                FLAGS[i].store(cur.sa_flags, Relaxed);
-                cur.sa_sigaction = tramp();
-                cur.sa_flags |= libc::SA_SIGINFO;
-                real(sig, &cur, std::ptr::null_mut());
-            }
-        }
-    }
-    if returned == tramp() {
-        before
-    } else {
-        returned
-    }
-}
-
-/// Defines a hook of a `signal`-like function `fn(int, handler) -> handler`.
+/// Defines a hook of a `signal`-like function `fn(int, handler) -> handler`: the program's
+/// handler goes in the table and libc's call installs the trampoline in its place, with the
+/// flags and mask libc chooses (BSD or System V semantics, `siginterrupt`), so the handler
+/// never runs uncounted. What it returns is the program's old handler, never the trampoline.
 macro_rules! signal_hook {
     ($(#[$attr:meta])* $name:ident) => {
         $(#[$attr])*
@@ -172,10 +160,28 @@ macro_rules! signal_hook {
                 set_errno(libc::ENOSYS);
                 return libc::SIG_ERR;
             };
-            let before = index(sig).map_or(0, |i| HANDLERS[i].load(Relaxed));
-            // SAFETY: forwarding the caller's arguments unchanged.
-            let r = unsafe { real(sig, handler) };
-            wrap_installed(sig, before, r)
+            let Some(i) = index(sig).filter(|_| catches(handler)) else {
+                // A disposition (or a number the kernel refuses): made as asked.
+                let before = index(sig).map_or(0, |i| HANDLERS[i].load(Relaxed));
+                // SAFETY: forwarding the caller's arguments unchanged.
+                let r = unsafe { real(sig, handler) };
+                return if r == tramp() { before } else { r };
+            };
+            let before = (HANDLERS[i].load(Relaxed), FLAGS[i].load(Relaxed));
+            HANDLERS[i].store(handler, Relaxed);
+            FLAGS[i].store(0, Relaxed);
+            // SAFETY: the caller's signal, with our trampoline as its handler.
+            let r = unsafe { real(sig, tramp()) };
+            if r == libc::SIG_ERR {
+                HANDLERS[i].store(before.0, Relaxed);
+                FLAGS[i].store(before.1, Relaxed);
+                return r;
+            }
+            if r == tramp() {
+                before.0
+            } else {
+                r
+            }
         }
     };
 }

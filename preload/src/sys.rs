@@ -36,7 +36,7 @@ pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-fn borrow(fd: c_int) -> BorrowedFd<'static> {
+pub fn borrow(fd: c_int) -> BorrowedFd<'static> {
     // SAFETY: only used for the duration of one setsockopt/getsockopt on a descriptor the
     // program holds open across the interposed call that passed it to us.
     unsafe { BorrowedFd::borrow_raw(fd) }
@@ -106,12 +106,6 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// Data segments and payload bytes the socket has sent (TCP_INFO).
-fn sent_counters(fd: c_int) -> Option<(u64, u64)> {
-    let info = nagless::TcpInfo::of(&borrow(fd)).ok()?;
-    Some((info.data_segs_out? as u64, info.bytes_sent?))
-}
-
 /// The largest number of descriptors the process may open.
 fn fd_limit() -> usize {
     let mut r = libc::rlimit {
@@ -152,7 +146,13 @@ thread_local! {
 /// Runs `f` with this thread's burst list. A signal handler that writes while this thread is
 /// inside a hook finds the list borrowed: its write is simply not noted (the linger bound
 /// still holds for it).
+/// Inside the program's signal handlers it does nothing: its thread-local may allocate on a
+/// thread's first access, and what the list holds is only a hint (a burst it misses is
+/// still ended by a read, a close or the linger bound).
 fn with_mine(f: impl FnOnce(&mut ThreadBursts)) {
+    if crate::signals::in_handler() {
+        return;
+    }
     let _ = MINE.try_with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
             f(&mut m);
@@ -420,7 +420,7 @@ pub fn on_close(fd: c_int) {
             if s.is_managed(fd) {
                 // The held tail leaves first, so that the count includes it.
                 s.release(&Libc, fd);
-                account(s, fd);
+                crate::report::account(s, fd);
             }
             s.forget(&Libc, fd);
         });
@@ -464,17 +464,6 @@ pub fn on_dup(old: c_int, new: c_int) {
         if let Some(s) = shim() {
             quietly(|| s.duplicate(&Libc, old, new));
         }
-    }
-}
-
-fn account(s: &Shim, fd: c_int) {
-    if let Some((segs, bytes)) = sent_counters(fd) {
-        s.stats
-            .data_segs
-            .fetch_add(segs, std::sync::atomic::Ordering::Relaxed);
-        s.stats
-            .bytes
-            .fetch_add(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -545,17 +534,32 @@ fn flusher_loop(s: &'static Shim) -> ! {
     let mut idle = nagless_shim_policy::FlusherState::default();
     loop {
         match s.flusher_tick(&Libc, &mut idle) {
-            FlusherStep::Sleep(d) => std::thread::sleep(d),
+            FlusherStep::Sleep(d) => {
+                crate::report::refresh(s);
+                std::thread::sleep(d)
+            }
             FlusherStep::Park => {
+                crate::report::refresh(s);
+                // A stats file not yet current: wake once more to write it.
+                let stale = crate::report::stale(s);
+                let timeout = libc::timespec {
+                    tv_sec: crate::report::STATS_FILE_EVERY.as_secs() as libc::time_t,
+                    tv_nsec: 0,
+                };
                 let word = s.park_word() as *const _ as *const u32;
-                // SAFETY: FUTEX_WAIT on a live static atomic: sleeps while it reads 0.
+                // SAFETY: FUTEX_WAIT on a live static atomic: sleeps while it reads 0 (at most
+                // `timeout`, a live local, when the stats file is stale).
                 unsafe {
                     libc::syscall(
                         libc::SYS_futex,
                         word,
                         libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
                         0,
-                        std::ptr::null::<libc::timespec>(),
+                        if stale {
+                            &timeout as *const libc::timespec
+                        } else {
+                            std::ptr::null()
+                        },
                     )
                 };
                 s.flusher_unparked();
@@ -633,31 +637,33 @@ pub fn log(args: std::fmt::Arguments<'_>) {
 
 /// Formats into a stack buffer (no allocation: this runs inside interposed calls) and writes
 /// the result to `fd`; anything beyond 512 bytes is cut.
-fn write_formatted(fd: c_int, args: std::fmt::Arguments<'_>) {
+pub fn write_formatted(fd: c_int, args: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let mut buf = [0u8; 512];
     let mut c = std::io::Cursor::new(&mut buf[..]);
     let _ = c.write_fmt(args);
     let n = c.position() as usize;
-    write_all_raw(fd, &buf[..n]);
+    let _ = write_all_raw(fd, &buf[..n]);
 }
 
-/// Writes all of `buf` to `fd`, ignoring errors (stats and logs only).
-fn write_all_raw(fd: c_int, mut buf: &[u8]) {
+/// Writes all of `buf` to `fd` through libc's own `write` (stats and logs only); false if it
+/// could not.
+pub fn write_all_raw(fd: c_int, mut buf: &[u8]) -> bool {
     let Some(real) = next!(
         "write",
         unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t
     ) else {
-        return;
+        return false;
     };
     while !buf.is_empty() {
         // SAFETY: `buf` is valid for `buf.len()` bytes of reads.
         let n = unsafe { real(fd, buf.as_ptr().cast(), buf.len()) };
         if n <= 0 {
-            break;
+            return false;
         }
         buf = &buf[n as usize..];
     }
+    true
 }
 
 /// The descriptors a program may inherit as its connection: stdin, stdout and stderr.
@@ -689,40 +695,8 @@ extern "C" fn at_exit() {
     let Some(s) = shim_anywhere() else { return };
     quietly(|| {
         s.release_all(&Libc);
-        print_stats(s);
+        crate::report::at_exit(s);
     });
-}
-
-fn print_stats(s: &Shim) {
-    use std::sync::atomic::Ordering::Relaxed;
-    // Processes that never touched a TCP socket (shells, helpers) stay quiet.
-    if !s.config.stats || s.stats.sockets.load(Relaxed) == 0 {
-        return;
-    }
-    for fd in s.managed_fds() {
-        account(s, fd);
-    }
-    let st = &s.stats;
-    let bursts = st.bursts.load(Relaxed);
-    let writes = st.writes.load(Relaxed);
-    write_formatted(
-        2,
-        format_args!(
-            "nagless stats: pid {} mode {}: {} sockets, {bursts} bursts, {writes} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {} data segments, {} bytes sent, {} TCP_CORK calls, {} defaults kept, {} ready waits\n",
-            std::process::id(),
-            s.config.mode.name(),
-            st.sockets.load(Relaxed),
-            st.joined.load(Relaxed),
-            st.shaped.load(Relaxed),
-            st.linger_releases.load(Relaxed),
-            st.self_managed.load(Relaxed),
-            st.data_segs.load(Relaxed),
-            st.bytes.load(Relaxed),
-            st.cork_calls.load(Relaxed),
-            st.kept_defaults.load(Relaxed),
-            st.ready_waits.load(Relaxed),
-        ),
-    );
 }
 
 extern "C" fn init_hook() {
@@ -733,6 +707,7 @@ extern "C" fn init_hook() {
         if let Some(log) = std::env::var("NAGLESS_LOG").ok().and_then(|p| open_log(&p)) {
             let _ = LOG.set(log);
         }
+        crate::report::init(std::env::var_os("NAGLESS_STATS_FILE"));
         for c in &complaints {
             log(format_args!("ignored: {c}"));
         }

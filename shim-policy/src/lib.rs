@@ -863,11 +863,18 @@ impl Shim {
         self.release(k, fd);
         if slot.shared.load(Relaxed) {
             let id = slot.socket.load(Relaxed);
+            let mut others = false;
             for (other, s) in self.live_slots() {
                 if other != fd && s.shared.load(Relaxed) && s.socket.load(Relaxed) == id {
+                    others |= s.flags.peek().is_managed();
                     s.learn();
                     self.release(k, other);
                 }
+            }
+            if !others {
+                // Its other descriptors are closed (`dup2(s, 0); close(s)`): no more scans.
+                // A duplicate made meanwhile marks it again.
+                slot.shared.store(false, Relaxed);
             }
         }
     }

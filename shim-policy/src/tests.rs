@@ -987,3 +987,28 @@ fn inherited_stdin_and_stdout_of_one_socket_are_adopted_as_one() {
     s.reader_waits(&k, 1);
     assert!(!s.is_corked(1));
 }
+
+#[test]
+fn a_descriptor_whose_duplicates_are_closed_stops_scanning() {
+    let (s, k) = shim();
+    let mut t = ThreadBursts::new();
+    // inetd's way: dup2(s, 7), then close(s).
+    k.ids.borrow_mut().insert(7, 3);
+    s.duplicate(&k, 3, 7);
+    s.forget(&k, 3);
+    assert!(s.slot(7).unwrap().shared.load(Relaxed));
+    s.reader_waits(&k, 7);
+    assert!(
+        !s.slot(7).unwrap().shared.load(Relaxed),
+        "no other descriptor of the socket is left: no more scans"
+    );
+    write(&s, &k, 7, &mut t);
+    s.reader_waits(&k, 7);
+    assert!(!s.is_corked(7));
+    // A new duplicate links it again.
+    k.ids.borrow_mut().insert(8, 3);
+    s.duplicate(&k, 7, 8);
+    write(&s, &k, 8, &mut t);
+    s.reader_waits(&k, 7);
+    assert!(!s.is_corked(8));
+}

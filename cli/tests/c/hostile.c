@@ -9,6 +9,8 @@
  *   cork-of FD   prints "cork=X" for descriptor FD.
  *   badptr       calls the hooked functions with bad pointers while a burst is held; prints
  *                each call's result and errno.
+ *   duplicates   a burst on a dup (dup, dup2, fcntl F_DUPFD_CLOEXEC), then a read on the
+ *                original: prints the kernel's TCP_CORK before and after the read.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -253,6 +255,40 @@ static int bad_pointers(void) {
     return 0;
 }
 
+/* ---- duplicates ---- */
+
+/* TCP_CORK as the kernel has it (the shim's getsockopt shows the program its own view). */
+static int kernel_cork(int fd) {
+    int v = -1;
+    socklen_t len = sizeof v;
+    if (syscall(SYS_getsockopt, fd, IPPROTO_TCP, TCP_CORK, &v, &len)) return -1;
+    return v;
+}
+
+/* For each way to duplicate a socket: a byte written on the duplicate (a burst starts), then
+ * a read on the original: prints the kernel's TCP_CORK after the read (0: the read ended the
+ * burst held on the other descriptor). */
+static int duplicates(void) {
+    struct sockaddr_in a;
+    int l = listener(&a);
+    const char *names[] = {"dup", "dup2", "fcntl"};
+    for (int way = 0; way < 3; way++) {
+        int s = dial(&a);
+        int peer = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+        if (s < 0 || peer < 0) return 2;
+        int d = way == 0 ? dup(s) : way == 1 ? dup2(s, 40) : fcntl(s, F_DUPFD_CLOEXEC, 50);
+        if (d < 0 || write(d, "z", 1) != 1) return 2;
+        int held = kernel_cork(d);
+        char buf[8];
+        (void)!recv(s, buf, sizeof buf, MSG_DONTWAIT);
+        printf("%s: held=%d after_read=%d\n", names[way], held, kernel_cork(d));
+        close(d);
+        close(s);
+        close(peer);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 3 && !strcmp(argv[1], "sigwrite")) return signal_children(atoi(argv[2]), 0);
@@ -260,6 +296,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "exec")) return exec_variant(argv[0], argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "cork-of")) return print_cork(atoi(argv[2]));
     if (argc >= 2 && !strcmp(argv[1], "badptr")) return bad_pointers();
-    fprintf(stderr, "usage: hostile sigwrite N | sigsocket N | exec VARIANT | badptr\n");
+    if (argc >= 2 && !strcmp(argv[1], "duplicates")) return duplicates();
+    fprintf(stderr, "usage: hostile sigwrite N | sigsocket N | exec VARIANT | badptr | duplicates\n");
     return 2;
 }

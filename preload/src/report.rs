@@ -1,0 +1,192 @@
+//! What the shim reports of itself: a `nagless stats:` line on stderr at exit
+//! (`NAGLESS_STATS=1`), and a stats file kept current (`NAGLESS_STATS_FILE=PATH`: the line in
+//! `PATH.PID`, one file per process) for programs that never reach their exit handlers:
+//! daemons stopped by SIGTERM, as systemd and docker stop them, without touching the
+//! program's signal handlers. The file is replaced whole (written aside, then renamed) at
+//! most once per [`STATS_FILE_EVERY`] while the counters change (by the flusher, and at
+//! closes of managed sockets), once more when they stop changing, and at exit.
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use libc::c_int;
+use nagless_shim_policy::{Kernel, Shim};
+
+use crate::sys::{borrow, write_all_raw, Libc};
+
+/// How often at most the stats file is rewritten while the counters change.
+pub const STATS_FILE_EVERY: Duration = Duration::from_secs(1);
+
+/// The stats file's path, without its `.PID`.
+static PATH: OnceLock<Vec<u8>> = OnceLock::new();
+/// When the file was last written (µs on the shim's clock; 0: never), and the counters'
+/// digest then.
+static WRITTEN_AT: AtomicU64 = AtomicU64::new(0);
+static WRITTEN_DIGEST: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Reads `NAGLESS_STATS_FILE` (at start-up).
+pub fn init(path: Option<OsString>) {
+    if let Some(p) = path.filter(|p| !p.is_empty()) {
+        let _ = PATH.set(p.into_vec());
+    }
+}
+
+/// Data segments and payload bytes the socket has sent (TCP_INFO).
+fn sent_counters(fd: c_int) -> Option<(u64, u64)> {
+    let info = nagless::TcpInfo::of(&borrow(fd)).ok()?;
+    Some((info.data_segs_out? as u64, info.bytes_sent?))
+}
+
+/// Adds what the closing socket `fd` sent to the totals.
+pub fn account(s: &Shim, fd: c_int) {
+    if let Some((segs, bytes)) = sent_counters(fd) {
+        s.stats.data_segs.fetch_add(segs, Relaxed);
+        s.stats.bytes.fetch_add(bytes, Relaxed);
+    }
+    if !crate::signals::in_handler() {
+        refresh(s);
+    }
+}
+
+/// The report line into `buf`, its length. `live`: add what the sockets still open have sent
+/// so far (their counts join the totals only when they close).
+fn format(s: &Shim, live: bool, buf: &mut [u8]) -> usize {
+    use std::io::Write;
+    let st = &s.stats;
+    let (mut segs, mut bytes) = (st.data_segs.load(Relaxed), st.bytes.load(Relaxed));
+    if live {
+        for (sg, b) in s.managed_fds().filter_map(sent_counters) {
+            segs += sg;
+            bytes += b;
+        }
+    }
+    let mut c = std::io::Cursor::new(buf);
+    let _ = writeln!(
+        c,
+        "nagless stats: pid {} mode {}: {} sockets, {} bursts, {} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {segs} data segments, {bytes} bytes sent, {} TCP_CORK calls, {} defaults kept, {} ready waits",
+        std::process::id(),
+        s.config.mode.name(),
+        st.sockets.load(Relaxed),
+        st.bursts.load(Relaxed),
+        st.writes.load(Relaxed),
+        st.joined.load(Relaxed),
+        st.shaped.load(Relaxed),
+        st.linger_releases.load(Relaxed),
+        st.self_managed.load(Relaxed),
+        st.cork_calls.load(Relaxed),
+        st.kept_defaults.load(Relaxed),
+        st.ready_waits.load(Relaxed),
+    );
+    c.position() as usize
+}
+
+/// A digest of the counters that change with the program's traffic.
+fn digest(s: &Shim) -> u64 {
+    let st = &s.stats;
+    [&st.sockets, &st.bursts, &st.writes, &st.data_segs]
+        .iter()
+        .fold(0u64, |h, c| h.rotate_left(17) ^ c.load(Relaxed))
+}
+
+/// Whether the stats file lags behind the counters.
+pub fn stale(s: &Shim) -> bool {
+    PATH.get().is_some()
+        && s.stats.sockets.load(Relaxed) > 0
+        && WRITTEN_DIGEST.load(Relaxed) != digest(s)
+}
+
+/// Rewrites the stats file if it lags and was not written in the last [`STATS_FILE_EVERY`].
+pub fn refresh(s: &Shim) {
+    if !stale(s) {
+        return;
+    }
+    let now = Libc.now_us().max(1);
+    let last = WRITTEN_AT.load(Relaxed);
+    let every = STATS_FILE_EVERY.as_micros() as u64;
+    if last != 0 && now.saturating_sub(last) < every {
+        return;
+    }
+    // One writer at a time: whoever moves the stamp writes.
+    if WRITTEN_AT
+        .compare_exchange(last, now, Relaxed, Relaxed)
+        .is_ok()
+    {
+        write_file(s, true);
+    }
+}
+
+/// Writes the stats file now (`PATH.PID`, replaced whole); `live` as for [`format`].
+fn write_file(s: &Shim, live: bool) {
+    let Some(path) = PATH.get() else { return };
+    WRITTEN_DIGEST.store(digest(s), Relaxed);
+    let mut line = [0u8; 640];
+    let n = format(s, live, &mut line);
+    // "PATH.PID" and "PATH.PID.TID~", NUL-terminated, in stack buffers.
+    let mut name = [0u8; 4200];
+    let mut tmp = [0u8; 4200];
+    let pid = std::process::id();
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let (Some(_), Some(_)) = (
+        fill(&mut name, path, format_args!(".{pid}")),
+        fill(&mut tmp, path, format_args!(".{pid}.{tid}~")),
+    ) else {
+        return;
+    };
+    // SAFETY: `tmp` and `name` are NUL-terminated; the descriptor is ours and closed here.
+    unsafe {
+        let fd = libc::open(
+            tmp.as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            0o644,
+        );
+        if fd < 0 {
+            return;
+        }
+        let ok = write_all_raw(fd, &line[..n]);
+        libc::close(fd);
+        if ok {
+            libc::rename(tmp.as_ptr().cast(), name.as_ptr().cast());
+        } else {
+            libc::unlink(tmp.as_ptr().cast());
+        }
+    }
+}
+
+/// Writes `path` and `suffix` into `buf`, NUL-terminated; `None` if it does not fit.
+fn fill(buf: &mut [u8], path: &[u8], suffix: std::fmt::Arguments<'_>) -> Option<()> {
+    use std::io::Write;
+    let room = buf.len() - 1;
+    let mut c = std::io::Cursor::new(&mut buf[..room]);
+    c.write_all(path).ok()?;
+    c.write_fmt(suffix).ok()?;
+    let end = c.position() as usize;
+    buf[end] = 0;
+    Some(())
+}
+
+/// At exit: every socket still open is counted, then the line goes to stderr
+/// (`NAGLESS_STATS=1`) and to the stats file. Processes that never touched a TCP socket
+/// (shells, helpers) stay quiet.
+pub fn at_exit(s: &Shim) {
+    if s.stats.sockets.load(Relaxed) == 0 || (!s.config.stats && PATH.get().is_none()) {
+        return;
+    }
+    for fd in s.managed_fds() {
+        if let Some((segs, bytes)) = sent_counters(fd) {
+            s.stats.data_segs.fetch_add(segs, Relaxed);
+            s.stats.bytes.fetch_add(bytes, Relaxed);
+        }
+    }
+    let mut line = [0u8; 640];
+    let n = format(s, false, &mut line);
+    if s.config.stats {
+        write_all_raw(2, &line[..n]);
+    }
+    // What the open sockets sent is in the totals now: the file says what stderr says.
+    write_file(s, false);
+}
