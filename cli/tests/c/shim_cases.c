@@ -276,7 +276,7 @@ static int rawclose(void) {
 
 /* stale: a socket whose bursts have a learned shape is closed behind the shim's back (fclose
  * of its fdopen stream closes inside libc) and its number reused by a pipe's write end
- * (fcntl F_DUPFD, not seen either). Writes to the pipe must behave as writes to a pipe.
+ * (a raw dup3 system call, not seen either). Writes to the pipe must behave as writes to a pipe.
  * Prints whether the number was reused and whether both writes arrived whole. */
 static int stale(void) {
     int port = 0, l = listener(&port);
@@ -293,7 +293,7 @@ static int stale(void) {
     if (pipe(p)) return 1;
     FILE *f = fdopen(s, "w");
     if (!f || fclose(f)) return 1;
-    int w = fcntl(p[1], F_DUPFD, s);
+    int w = (int)syscall(SYS_dup3, p[1], s, 0);
     ssize_t a = write(w, "ab", 2), b = write(w, "cd", 2);
     int whole = a == 2 && b == 2 && read(p[0], buf, 4) == 4 && !memcmp(buf, "abcd", 4);
     printf("reused=%d whole=%d\n", w == s, whole);
