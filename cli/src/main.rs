@@ -5,6 +5,7 @@
 //! subcommand; this file parses the command line and maps results to exit statuses.
 
 mod doctor;
+mod elf;
 mod lab;
 mod run;
 mod sys;
@@ -53,6 +54,32 @@ enum Command {
 }
 
 /// `20ms`, `0.1ms`, `1s`, `500us`, `2m`.
+/// `nagless run` alone, parsed without building the other subcommands' many arguments: the
+/// short-lived programs started through it (cron jobs, git, curl) pay its start-up every
+/// time (`scripts/bench-run-startup`). Its help and errors read as the subcommand's.
+#[derive(Parser)]
+#[command(
+    name = "nagless run",
+    bin_name = "nagless run",
+    version,
+    about = "Run an unmodified program with its TCP sockets coalesced (LD_PRELOAD shim).",
+    after_long_help = RUN_HELP
+)]
+struct RunOnly {
+    #[command(flatten)]
+    args: RunArgs,
+}
+
+/// Prints a parse error or help and gives the exit status: 2 for an error, 0 for help.
+fn parse_failed(e: clap::Error) -> ExitCode {
+    let _ = e.print();
+    if e.use_stderr() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let (num, unit) = s.split_at(s.find(|c: char| c.is_alphabetic()).unwrap_or(s.len()));
     let v: f64 = num
@@ -85,16 +112,15 @@ pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
 }
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
+        return match RunOnly::try_parse_from(std::env::args_os().skip(1)) {
+            Ok(r) => run::command(r.args),
+            Err(e) => parse_failed(e),
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
+        Err(e) => return parse_failed(e),
     };
     let result = match cli.command {
         Command::Lab(args) => lab::command(*args),

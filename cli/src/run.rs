@@ -29,8 +29,11 @@ pub fn find_shim() -> Result<PathBuf, String> {
     let mut tried = Vec::new();
     for dir in cache_dirs() {
         match unpack_shim(&dir, &name) {
-            Ok(path) => {
-                prune_old_shims(&dir, &name);
+            Ok((path, written)) => {
+                mark_used(&path);
+                if written {
+                    prune_old_shims(&dir, &name);
+                }
                 return Ok(path);
             }
             Err(e) => tried.push(format!("{}: {e}", dir.display())),
@@ -58,7 +61,7 @@ fn cache_dirs() -> Vec<PathBuf> {
 
 /// Writes the embedded shim as `dir/name` unless it is already there; the directory must be
 /// ours and writable by nobody else (a preloaded library runs inside every program).
-fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
+fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<(PathBuf, bool)> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
     std::fs::DirBuilder::new()
@@ -84,7 +87,7 @@ fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
             && m.uid() == own_uid
             && m.mode() & 0o022 == 0
     }) {
-        return Ok(path);
+        return Ok((path, false));
     }
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
     let mut f = std::fs::OpenOptions::new()
@@ -96,7 +99,7 @@ fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
         .write_all(EMBEDDED_SHIM)
         .and_then(|()| f.sync_all())
         .and_then(|()| std::fs::rename(&tmp, &path))
-        .map(|()| path);
+        .map(|()| (path, true));
     let _ = std::fs::remove_file(&tmp);
     result
 }
@@ -104,14 +107,28 @@ fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<PathBuf> {
 /// Shims of other builds left unused this long are removed from the cache.
 const SHIM_UNUSED_FOR: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
 
-/// Each build unpacks its own shim (named by its hash); a shim is marked used each time it
-/// is found, and other builds' shims unused for [`SHIM_UNUSED_FOR`] are removed, not at
-/// once: a process of an older `nagless run` may still start programs that preload its own.
+/// A shim found is marked used (its modification time), at most once a day: pruning counts
+/// in weeks, and a run should cost no write.
+fn mark_used(path: &Path) {
+    let now = std::time::SystemTime::now();
+    let fresh = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| now.duration_since(t).is_ok_and(|d| d < MARK_USED_EVERY));
+    if !fresh {
+        if let Ok(f) = std::fs::File::open(path) {
+            let _ = f.set_modified(now);
+        }
+    }
+}
+
+/// How often a shim in use is marked so.
+const MARK_USED_EVERY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Each build unpacks its own shim (named by its hash); when it does, other builds' shims
+/// unused for [`SHIM_UNUSED_FOR`] are removed, not at once: a process of an older `nagless
+/// run` may still start programs that preload its own.
 fn prune_old_shims(dir: &Path, current: &str) {
     let now = std::time::SystemTime::now();
-    if let Ok(f) = std::fs::File::open(dir.join(current)) {
-        let _ = f.set_modified(now);
-    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -132,15 +149,19 @@ fn prune_old_shims(dir: &Path, current: &str) {
     }
 }
 
-/// Resolves CMD like `execvp` does.
+/// Resolves CMD like `execvp` does: the first executable file of that name on PATH.
 fn resolve(cmd: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     if cmd.contains('/') {
         return Some(PathBuf::from(cmd));
     }
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|d| d.join(cmd))
-            .find(|p| p.is_file())
+            .find(|p| {
+                std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
     })
 }
 
@@ -150,18 +171,20 @@ pub fn unreachable_reason(path: &Path) -> Option<String> {
     if let Some(why) = secure_execution(path) {
         return Some(why);
     }
-    let bytes = std::fs::read(path).ok()?;
-    if bytes.get(..2) == Some(b"#!") {
+    let file = std::fs::File::open(path).ok()?;
+    let mut start = [0u8; 2];
+    use std::os::unix::fs::FileExt;
+    if file.read_exact_at(&mut start, 0).is_ok() && &start == b"#!" {
         return None; // a script: its interpreter is what runs, checked by the kernel
     }
-    let elf = Elf::parse(&bytes)?;
+    let elf = crate::elf::Elf::read(&file)?;
     if !elf.has_interp {
         return Some(format!(
             "{} is statically linked: a preloaded library cannot act on it (it has no dynamic loader)",
             path.display()
         ));
     }
-    if memfind(&bytes, b"\xff Go buildinf:") {
+    if elf.is_go {
         return Some(format!(
             "{} is a Go program: Go makes socket syscalls directly, bypassing libc, so the shim would see nothing",
             path.display()
@@ -196,64 +219,6 @@ fn secure_execution(path: &Path) -> Option<String> {
         "{} is {what}: the dynamic loader ignores LD_PRELOAD for it when started by another user, so the shim would not be loaded (start it as its owner or as root)",
         path.display()
     ))
-}
-
-fn memfind(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// The one fact we need from an ELF file: whether it asks for a dynamic loader (PT_INTERP).
-struct Elf {
-    has_interp: bool,
-}
-
-impl Elf {
-    /// Reads the program headers of a 64- or 32-bit ELF file; `None` if it is not one.
-    fn parse(b: &[u8]) -> Option<Elf> {
-        if b.get(..4)? != b"\x7fELF" {
-            return None;
-        }
-        let is64 = *b.get(4)? == 2;
-        let le = *b.get(5)? == 1;
-        let u16_at = |o: usize| -> Option<u64> {
-            let s = b.get(o..o + 2)?;
-            Some(if le {
-                u16::from_le_bytes([s[0], s[1]])
-            } else {
-                u16::from_be_bytes([s[0], s[1]])
-            } as u64)
-        };
-        let u32_at = |o: usize| -> Option<u64> {
-            let s: [u8; 4] = b.get(o..o + 4)?.try_into().ok()?;
-            Some(if le {
-                u32::from_le_bytes(s)
-            } else {
-                u32::from_be_bytes(s)
-            } as u64)
-        };
-        let u64_at = |o: usize| -> Option<u64> {
-            let s: [u8; 8] = b.get(o..o + 8)?.try_into().ok()?;
-            Some(if le {
-                u64::from_le_bytes(s)
-            } else {
-                u64::from_be_bytes(s)
-            })
-        };
-        let (phoff, phentsize, phnum) = if is64 {
-            (u64_at(0x20)?, u16_at(0x36)?, u16_at(0x38)?)
-        } else {
-            (u32_at(0x1c)?, u16_at(0x2a)?, u16_at(0x2c)?)
-        };
-        const PT_INTERP: u64 = 3;
-        let mut has_interp = false;
-        for i in 0..phnum.min(512) {
-            let off = usize::try_from(phoff + i * phentsize).ok()?;
-            if u32_at(off)? == PT_INTERP {
-                has_interp = true;
-            }
-        }
-        Some(Elf { has_interp })
-    }
 }
 
 /// Options of `nagless run`.
@@ -316,8 +281,10 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
         preload.push(":");
         preload.push(old);
     }
-    let mut c = std::process::Command::new(program);
-    c.args(&cmd[1..])
+    // The path found above, named as asked (no second search of PATH).
+    let mut c = std::process::Command::new(&path);
+    c.arg0(program)
+        .args(&cmd[1..])
         .env("LD_PRELOAD", preload)
         .env("NAGLESS_MODE", &opts.mode)
         .env("NAGLESS_LINGER_US", opts.linger_us.to_string());

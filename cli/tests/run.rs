@@ -63,11 +63,12 @@ fn run_fixes_write_write_read_and_reports_stats() {
 
 #[test]
 fn go_programs_are_refused() {
-    // A dynamically linked program carrying Go's build-info magic, as every Go binary does.
+    // A dynamically linked program carrying Go's build information in its own section, as
+    // every Go binary does.
     let src = tmp("fakego.c");
     std::fs::write(
         &src,
-        "const char buildinfo[] = \"\\xff Go buildinf:\";\nint main(void) { return buildinfo[0] == 0; }\n",
+        "__attribute__((section(\".go.buildinfo\"), used)) const char buildinfo[] = \"\\xff Go buildinf:\";\nint main(void) { return buildinfo[0] == 0; }\n",
     )
     .unwrap();
     let bin = tmp("fakego");
@@ -75,6 +76,20 @@ fn go_programs_are_refused() {
     let o = nagless_run(&[], &[bin.as_os_str()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("Go program"));
+}
+
+/// A real Go program linked dynamically (Debian's promtool, which scripts/test installs with
+/// prometheus): found by its `.go.buildinfo` section, without reading the whole binary.
+#[test]
+fn a_real_dynamically_linked_go_program_is_refused() {
+    let Some(promtool) = nagless_test_support::tool_path("promtool") else {
+        nagless_test_support::skip("promtool (Debian's prometheus package) is not installed");
+        return;
+    };
+    let o = nagless_run(&[], &[promtool.as_os_str(), OsStr::new("--version")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("Go program"), "{err}");
 }
 
 #[test]
