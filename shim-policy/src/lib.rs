@@ -129,7 +129,9 @@
 //! nagless-shim-policy --release --lib loom`): a `MSG_MORE` write racing the burst's last
 //! write, a reader ending a burst while another thread starts one, a corked start racing a
 //! `MSG_MORE` start, adoption or close during a burst, and the program corking the socket
-//! during a corked start or while a reader ends a burst.
+//! during a corked start or while a reader ends a burst, the flusher parking while a burst
+//! starts, `fork`/`exec`'s release of every burst racing a start (then `after_fork_child`),
+//! and a duplicate's link racing a read of the original or the clearing of an old link.
 //!
 //! One wait exists, outside the shim's own paths: the program's `setsockopt(TCP_CORK)` waits
 //! for an uncork of the shim's already on its way to the kernel, so that it cannot clear the
@@ -270,9 +272,11 @@ struct Slot {
     program_nodelay: AtomicBool,
     /// Uncorks of the shim's on their way to the kernel (see [`Shim::set_cork`]).
     uncorking: AtomicU16,
-    /// Another managed descriptor refers to the same socket (a `dup`, or descriptors
-    /// inherited as stdin and stdout): a read on this one ends the bursts of every one.
-    shared: AtomicBool,
+    /// Nonzero when another managed descriptor refers to the same socket (a `dup`, or
+    /// descriptors inherited as stdin and stdout): a read on this one ends the bursts of
+    /// every one. Bumped at each link ([`Shim::share`]), so that a reader that finds no
+    /// other descriptor left clears it only if no link was made meanwhile.
+    shared: AtomicU32,
     /// The socket's identity ([`Kernel::socket_id`]), known for shared descriptors.
     socket: AtomicU64,
 }
@@ -289,7 +293,7 @@ impl Slot {
         self.split.store(false, Relaxed);
         self.patient.store(false, Relaxed);
         self.program_nodelay.store(false, Relaxed);
-        self.shared.store(false, Relaxed);
+        self.shared.store(0, Release);
         self.socket.store(0, Relaxed);
     }
 
@@ -735,6 +739,10 @@ impl Shim {
         let generation = slot.generation.fetch_add(1, AcqRel).wrapping_add(1);
         self.stats.bursts.fetch_add(1, Relaxed);
         self.note(k, mine, fd, generation);
+        // Pairs with the fence in `flusher_tick`'s park: either the flusher's look after
+        // saying "parked" sees this burst counted, or this look sees it parked and wakes it
+        // (with acquire/release alone both could miss: the loom model (e) fails so).
+        fence(SeqCst);
         WriteStep {
             wake_flusher: self.flusher_missing.load(Acquire)
                 || (first && self.flusher_parked.load(Acquire)),
@@ -861,20 +869,23 @@ impl Shim {
         let Some(slot) = self.slot(fd) else { return };
         slot.learn();
         self.release(k, fd);
-        if slot.shared.load(Relaxed) {
+        // Acquire: pairs with `share`, which links the new descriptor before this one.
+        let link = slot.shared.load(Acquire);
+        if link != 0 {
             let id = slot.socket.load(Relaxed);
             let mut others = false;
             for (other, s) in self.live_slots() {
-                if other != fd && s.shared.load(Relaxed) && s.socket.load(Relaxed) == id {
+                if other != fd && s.shared.load(Acquire) != 0 && s.socket.load(Relaxed) == id {
                     others |= s.flags.peek().is_managed();
                     s.learn();
                     self.release(k, other);
                 }
             }
             if !others {
-                // Its other descriptors are closed (`dup2(s, 0); close(s)`): no more scans.
-                // A duplicate made meanwhile marks it again.
-                slot.shared.store(false, Relaxed);
+                // Its other descriptors are closed (`dup2(s, 0); close(s)`): no more scans,
+                // unless a link was made since this look (the loom model (g) fails if it
+                // is cleared unconditionally).
+                let _ = slot.shared.compare_exchange(link, 0, AcqRel, Relaxed);
             }
         }
     }
@@ -942,11 +953,12 @@ impl Shim {
         }
     }
 
-    /// Marks two slots as descriptors of one socket, `id`.
-    fn share(a: &Slot, b: &Slot, id: u64) {
-        for s in [a, b] {
+    /// Marks `old` and `new` as descriptors of one socket, `id`: `new` first (Release), so
+    /// that a reader of `old` that sees the link finds `new` linked too.
+    fn share(old: &Slot, new: &Slot, id: u64) {
+        for s in [new, old] {
             s.socket.store(id, Relaxed);
-            s.shared.store(true, Relaxed);
+            s.shared.fetch_add(1, AcqRel);
         }
     }
 
@@ -1034,7 +1046,9 @@ impl Shim {
             if st.rate_x128 < RARE_BURSTS_X128 || st.idle_for >= FLUSHER_IDLE {
                 st.idle_for = Duration::ZERO;
                 self.flusher_parked.store(true, Release);
-                // A burst that started just before we said "parked" must not be slept on.
+                // A burst that started just before we said "parked" must not be slept on
+                // (the fence pairs with the one in `start_burst`).
+                fence(SeqCst);
                 if self.corked.load(Acquire) != 0 {
                     self.flusher_parked.store(false, Release);
                     return FlusherStep::Sleep(tick);

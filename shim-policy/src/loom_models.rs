@@ -16,7 +16,12 @@
 //! `MSG_MORE` burst without marking `CORK_ON`; (d) with an adoption that does not end the
 //! burst left on the number (`corked` leaks). The model of a reader ending a burst while the
 //! program corks fails without the program's wait for an uncork in flight, and without the
-//! `SeqCst` fence in `Shim::set_cork` (a weakened ordering).
+//! `SeqCst` fence in `Shim::set_cork` (a weakened ordering). (e) failed as first written: the
+//! flusher could park on a burst whose start did not see it parked (acquire/release on both
+//! sides of the handshake; now a `SeqCst` fence on each). (g) fails with `share` linking the
+//! original before the duplicate (a reader sees the original linked, finds no duplicate
+//! linked yet, and clears the link); (h) fails with a reader that clears the link
+//! unconditionally when it finds no other descriptor (a link made meanwhile is lost).
 //!
 //! What every model asserts, after its threads are done:
 //! - no byte is left held by a burst that is no longer counted as held: a socket whose slot
@@ -28,7 +33,9 @@
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use crate::{Config, Kernel, Shim, ThreadBursts, WriteStep, LEARN_AFTER};
+use crate::{
+    Config, FlusherState, FlusherStep, Kernel, Shim, ThreadBursts, WriteStep, LEARN_AFTER,
+};
 
 /// The socket all models write to.
 const FD: i32 = 3;
@@ -95,8 +102,9 @@ impl Kernel for Kern {
         }
         true
     }
-    fn socket_id(&self, fd: i32) -> Option<u64> {
-        Some(fd as u64)
+    fn socket_id(&self, _: i32) -> Option<u64> {
+        // One socket: every descriptor of the models names it.
+        Some(1)
     }
     fn now_us(&self) -> u64 {
         0
@@ -319,6 +327,136 @@ fn loom_reader_ending_a_burst_while_the_program_corks() {
             k.sock(|sock| sock.cork),
             "the program's TCP_CORK was cleared"
         );
+        check(&s, &k);
+    });
+}
+
+/// (e) The flusher's park and a burst's start: the flusher finds nothing held and parks (a
+/// futex wait on `corked`, which sleeps only while the word reads 0) while a writer starts a
+/// burst. Either the flusher's futex finds the burst counted, or the start wakes it: it never
+/// sleeps on a held burst with no wake-up on its way (the burst would then wait for its
+/// writer, which may never wait: the linger bound lost).
+#[test]
+fn loom_the_flusher_never_sleeps_on_a_held_burst() {
+    model(|| {
+        let (s, k) = setup(0);
+        assert!(s.claim_flusher_start(), "the flusher runs");
+        let flusher = {
+            let (s, k) = (s.clone(), k.clone());
+            thread::spawn(move || {
+                // A first look with nothing held and no bursts yet: it parks.
+                let mut st = FlusherState::default();
+                match s.flusher_tick(&*k, &mut st) {
+                    // The kernel's futex reads the word under its lock: asleep iff 0.
+                    FlusherStep::Park => {
+                        s.park_word().load(loom::sync::atomic::Ordering::SeqCst) == 0
+                    }
+                    FlusherStep::Sleep(_) => false,
+                }
+            })
+        };
+        let mut t = ThreadBursts::new();
+        let step = s.before_write(&*k, FD, &mut t, true);
+        k.send(step.more);
+        s.after_write(&*k, FD, step, false);
+        let asleep = flusher.join().unwrap();
+        if asleep && s.held() > 0 {
+            assert!(
+                step.wake_flusher,
+                "the flusher sleeps on a held burst, unwoken"
+            );
+        }
+        s.release_thread(&*k, &mut t);
+        check(&s, &k);
+    });
+}
+
+/// (f) `fork` and `exec` end every burst (`release_all`) while another thread starts or joins
+/// one: whatever the order, nothing is left held without being counted, and `corked` never
+/// leaks. Then, in the child, `after_fork_child`: the next burst asks for a flusher.
+#[test]
+fn loom_release_all_racing_a_start() {
+    for shape in [0, 2] {
+        model(move || {
+            let (s, k) = setup(shape);
+            let writer = {
+                let (s, k) = (s.clone(), k.clone());
+                thread::spawn(move || {
+                    let mut t = ThreadBursts::new();
+                    write(&s, &k, &mut t, true);
+                    write(&s, &k, &mut t, true);
+                })
+            };
+            s.release_all(&*k);
+            writer.join().unwrap();
+            check(&s, &k);
+            s.after_fork_child();
+            assert!(s.needs_flusher(FD), "a forked child starts its own flusher");
+        });
+    }
+}
+
+/// (g) A duplicate and a read racing: one thread duplicates the socket and writes on the
+/// duplicate (a burst starts there) while another reads the original. Whatever the order,
+/// the duplicate is linked to the original, the burst is counted, and a read of the original
+/// ends it (one socket, one `TCP_CORK`): nothing is left held.
+#[test]
+fn loom_a_read_of_the_original_racing_a_write_on_a_duplicate() {
+    const DUP: i32 = FD + 1;
+    for earlier_burst in [false, true] {
+        model(move || {
+            let (s, k) = setup(0);
+            let mut main = ThreadBursts::new();
+            if earlier_burst {
+                write(&s, &k, &mut main, true);
+            }
+            let reader = {
+                let (s, k) = (s.clone(), k.clone());
+                thread::spawn(move || s.reader_waits(&*k, FD))
+            };
+            s.duplicate(&*k, FD, DUP);
+            let mut t = ThreadBursts::new();
+            let step = s.before_write(&*k, DUP, &mut t, true);
+            k.send(step.more);
+            s.after_write(&*k, DUP, step, false);
+            reader.join().unwrap();
+            assert!(s.is_managed(DUP));
+            s.reader_waits(&*k, FD);
+            assert_eq!(
+                s.held(),
+                0,
+                "a read of the original ends the duplicate's burst"
+            );
+            k.sock(|sock| assert!(sock.unsent == 0 && !sock.cork, "bytes left held"));
+            s.release_thread(&*k, &mut main);
+            check(&s, &k);
+        });
+    }
+}
+
+/// (h) A descriptor whose duplicate was closed is read (the reader finds no other descriptor
+/// and clears its link) while another thread makes a new duplicate and writes on it: the new
+/// link must survive, so that the next read of the original ends the new duplicate's burst.
+#[test]
+fn loom_a_new_duplicate_racing_the_clearing_of_an_old_link() {
+    const OLD: i32 = FD + 1;
+    const NEW: i32 = FD + 2;
+    model(|| {
+        let (s, k) = setup(0);
+        s.duplicate(&*k, FD, OLD);
+        s.forget(&*k, OLD);
+        let reader = {
+            let (s, k) = (s.clone(), k.clone());
+            thread::spawn(move || s.reader_waits(&*k, FD))
+        };
+        s.duplicate(&*k, FD, NEW);
+        let mut t = ThreadBursts::new();
+        let step = s.before_write(&*k, NEW, &mut t, true);
+        k.send(step.more);
+        s.after_write(&*k, NEW, step, false);
+        reader.join().unwrap();
+        s.reader_waits(&*k, FD);
+        assert_eq!(s.held(), 0, "the new duplicate's link was lost");
         check(&s, &k);
     });
 }
