@@ -128,6 +128,16 @@ fn bad_pointers_get_the_same_answers_as_natively() {
         stat(&stats, "sent at their burst's learned shape") >= 2,
         "{stats}"
     );
+    // The same under a sandbox that kills a process calling process_vm_readv or
+    // process_vm_writev (as OpenSSH's and systemd's do): the shim's looks at the program's
+    // memory make no such call (an earlier form did, and died of SIGSYS here).
+    let native = hostile(&["sandboxed-badptr"], false, &[]);
+    let shimmed = hostile(
+        &["sandboxed-badptr"],
+        true,
+        &[("NAGLESS_LINGER_US", "100000")],
+    );
+    assert_eq!(shimmed, native);
 }
 
 /// A burst on one descriptor of a socket (made by `dup`, `dup2` or `fcntl(F_DUPFD_CLOEXEC)`)

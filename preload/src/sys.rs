@@ -374,15 +374,18 @@ pub fn select_probe(
         }
         *set = Some(c);
     }
+    // What the caller's sets hold now, for the write-back's probes.
+    let was = sets;
     let [rc, wc, ec] = sets.each_mut().map(|c| {
         c.as_mut()
             .map_or(std::ptr::null_mut(), |s| s as *mut libc::fd_set)
     });
     let ready = f(rc, wc, ec);
     if ready > 0 {
-        for (to, from) in [r, w, e].into_iter().zip(sets.iter_mut()) {
-            if let Some(from) = from {
-                if !crate::user_memory::write_bytes(to.cast::<u8>(), as_bytes(from)) {
+        for ((to, from), mut was) in [r, w, e].into_iter().zip(sets.iter_mut()).zip(was) {
+            if let (Some(from), Some(was)) = (from, was.as_mut()) {
+                if !crate::user_memory::write_bytes(to.cast::<u8>(), as_bytes(from), as_bytes(was))
+                {
                     set_errno(libc::EFAULT);
                     return -1;
                 }

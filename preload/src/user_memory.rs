@@ -1,50 +1,121 @@
 //! Reading and writing the program's memory the way the kernel does: a bad pointer is an
 //! error (`EFAULT` for the program's call), never a fault in the shim. The hooks that look at
-//! what a call points to (a `writev` vector, `select` sets, a wait's timeout, a `sigaction`)
-//! go through here, so that a program passing a bad pointer gets exactly the error it gets
-//! without the shim. Made with `process_vm_readv`/`process_vm_writev` on the process itself;
-//! where those are refused (a seccomp filter), the callers take the conservative path.
+//! what a call points to (a `writev` vector, `select` sets, `epoll_pwait2`'s timeout) go
+//! through here, so that a program passing a bad pointer gets exactly the error it gets
+//! without the shim.
+//!
+//! How, with no system call a sandbox could refuse: `rt_sigprocmask` copies a signal set from
+//! or to the program's memory before it looks at anything else, and reports a bad address as
+//! `EFAULT`. Given an invalid `how`, its copy *in* changes nothing (it then fails with
+//! `EINVAL`); its copy *out* (the current mask, 8 bytes) is undone at once from a copy of the
+//! bytes it overwrote. One such probe per page a region spans tells whether the whole region
+//! can be read (or written), since access is granted page by page; the region is then copied
+//! directly. Every seccomp profile lets a program call `rt_sigprocmask` (libc calls it all the
+//! time), where `process_vm_readv` is refused or kills in many (OpenSSH's, systemd's
+//! `@system-service`).
 #![allow(unsafe_code)]
 
 use std::mem::MaybeUninit;
 
-/// Copies `dst.len()` bytes from the program's address `src`; false if any of them cannot be
-/// read (or the copy cannot be made).
-pub fn read_bytes(src: *const u8, dst: &mut [u8]) -> bool {
-    if dst.is_empty() {
-        return true;
+/// The kernel's `sigset_t`: the bytes each probe reads or writes.
+const PROBE: usize = 8;
+/// The smallest page size of the platforms the shim builds for.
+const PAGE: usize = 4096;
+
+/// An invalid `how` for `rt_sigprocmask`: the copy in is made, then the call fails.
+const NO_HOW: libc::c_long = -1;
+
+fn sigprocmask_probe(set: *const u8, old: *mut u8) -> libc::c_long {
+    // SAFETY: the kernel checks both addresses; with NO_HOW and a set it changes no mask, and
+    // with a null set it only writes the current mask at `old` (undone by the caller).
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            NO_HOW,
+            set,
+            old,
+            PROBE as libc::c_long,
+        )
     }
-    let local = libc::iovec {
-        iov_base: dst.as_mut_ptr().cast(),
-        iov_len: dst.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: src.cast_mut().cast(),
-        iov_len: dst.len(),
-    };
-    // SAFETY: `local` describes `dst`, writable for its length; the kernel checks `remote`
-    // and reports a bad address as an error instead of faulting.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == dst.len() as isize
 }
 
-/// Copies `src` to the program's address `dst`; false if any byte cannot be written.
-pub fn write_bytes(dst: *mut u8, src: &[u8]) -> bool {
-    if src.is_empty() {
+/// The addresses to probe for `len` bytes at `p` (`len` >= `PROBE`): the first 8 bytes of
+/// every page the region touches, and its last 8 bytes.
+fn probes(p: usize, len: usize) -> impl Iterator<Item = usize> {
+    let last = p + len - PROBE;
+    let first_page_end = (p / PAGE + 1) * PAGE;
+    std::iter::once(p)
+        .chain((first_page_end..=last).step_by(PAGE))
+        .chain(std::iter::once(last))
+}
+
+/// Whether the probe at `a` (reading there, or writing there if `write`) succeeds.
+fn probe_ok(a: usize, write: bool) -> bool {
+    crate::sys::quietly(|| {
+        if write {
+            sigprocmask_probe(std::ptr::null(), a as *mut u8) == 0
+        } else {
+            sigprocmask_probe(a as *const u8, std::ptr::null_mut()) == -1
+                && crate::sys::errno() == libc::EINVAL
+        }
+    })
+}
+
+/// Whether `len` bytes at `src` can be read by the program (as the kernel would). A region
+/// shorter than a probe is probed as 8 bytes from its start (no caller passes one: at worst
+/// it reads as unreadable, and the call is made as asked).
+fn readable(src: *const u8, len: usize) -> bool {
+    if len == 0 {
         return true;
     }
-    let local = libc::iovec {
-        iov_base: src.as_ptr().cast_mut().cast(),
-        iov_len: src.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: dst.cast(),
-        iov_len: src.len(),
-    };
-    // SAFETY: `local` describes `src`, readable for its length (the kernel only reads it);
-    // the kernel checks `remote`.
-    let n = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-    n == src.len() as isize
+    if (src as usize).checked_add(len.max(PROBE)).is_none() {
+        return false;
+    }
+    probes(src as usize, len.max(PROBE)).all(|a| probe_ok(a, false))
+}
+
+/// Whether `len` bytes at `dst` can be written by the program, probed by writes undone at
+/// once from `saved` (what the region holds now, `len` bytes, read first).
+fn writable(dst: *mut u8, len: usize, saved: &[u8]) -> bool {
+    debug_assert_eq!(saved.len(), len);
+    if len < PROBE {
+        return false; // not used for regions this small
+    }
+    if (dst as usize).checked_add(len).is_none() {
+        return false;
+    }
+    probes(dst as usize, len).all(|a| {
+        let ok = probe_ok(a, true);
+        if ok {
+            let at = a - dst as usize;
+            // SAFETY: the probe just wrote these 8 bytes: they are writable; `saved` holds
+            // what was there (the region was read before).
+            unsafe { std::ptr::copy_nonoverlapping(saved[at..].as_ptr(), a as *mut u8, PROBE) };
+        }
+        ok
+    })
+}
+
+/// Copies `dst.len()` bytes from the program's address `src`; false if any of them cannot be
+/// read.
+pub fn read_bytes(src: *const u8, dst: &mut [u8]) -> bool {
+    if !readable(src, dst.len()) {
+        return false;
+    }
+    // SAFETY: every page of the region was just found readable; `dst` is ours.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+    true
+}
+
+/// Copies `src` to the program's address `dst`, whose bytes are now `was` (read before);
+/// false if any byte cannot be written.
+pub fn write_bytes(dst: *mut u8, src: &[u8], was: &[u8]) -> bool {
+    if !writable(dst, src.len(), was) {
+        return false;
+    }
+    // SAFETY: every page of the region was just found writable.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    true
 }
 
 /// A copy of the `T` at the program's address `src`, if it can be read. For plain C structs

@@ -9,6 +9,7 @@
  *   cork-of FD   prints "cork=X" for descriptor FD.
  *   badptr       calls the hooked functions with bad pointers while a burst is held; prints
  *                each call's result and errno.
+ *   sandboxed-badptr  badptr under a seccomp filter that kills on process_vm_readv/writev.
  *   duplicates   a burst on a dup (dup, dup2, fcntl F_DUPFD_CLOEXEC), then a read on the
  *                original: prints the kernel's TCP_CORK before and after the read.
  */
@@ -24,7 +25,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -255,6 +260,25 @@ static int bad_pointers(void) {
     return 0;
 }
 
+/* A seccomp filter as strict sandboxes install: process_vm_readv and process_vm_writev kill
+ * the process (OpenSSH's pre-authentication sandbox and systemd's @system-service refuse
+ * them), everything else is allowed. */
+static int sandbox(void) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) {
+        perror("seccomp");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- duplicates ---- */
 
 /* TCP_CORK as the kernel has it (the shim's getsockopt shows the program its own view). */
@@ -296,6 +320,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "exec")) return exec_variant(argv[0], argv[2]);
     if (argc >= 3 && !strcmp(argv[1], "cork-of")) return print_cork(atoi(argv[2]));
     if (argc >= 2 && !strcmp(argv[1], "badptr")) return bad_pointers();
+    if (argc >= 2 && !strcmp(argv[1], "sandboxed-badptr")) return sandbox() ? 2 : bad_pointers();
     if (argc >= 2 && !strcmp(argv[1], "duplicates")) return duplicates();
     fprintf(stderr, "usage: hostile sigwrite N | sigsocket N | exec VARIANT | badptr | duplicates\n");
     return 2;
