@@ -690,6 +690,15 @@ fn every_wait_ends_its_writers_burst_in_64_and_32_bit_programs() {
             "{case}: the program's own TCP_CORK was overridden"
         );
     }
+    // A select set of one 32-bit long, the last 4 bytes before an unmapped page, read and
+    // written back by the shim within those 4 bytes.
+    let out = Command::new(&cases32)
+        .arg("shortset")
+        .env("LD_PRELOAD", &shim32)
+        .output()
+        .unwrap();
+    let r = fields(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!((r["ready"], r["isset"]), (1, 1), "32-bit shortset: {r:?}");
 }
 
 /// wrk for 2 s with `conns` connections: requests/s, the maximum latency in ms, error lines

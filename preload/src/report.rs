@@ -41,13 +41,20 @@ fn sent_counters(fd: c_int) -> Option<(u64, u64)> {
     Some((info.data_segs_out? as u64, info.bytes_sent?))
 }
 
-/// Adds what the closing socket `fd` sent to the totals.
+/// Adds what the closing socket `fd` sent to the totals. The stats file is then written by
+/// the flusher, nudged here (the program's `close` never waits for a file system); in the
+/// modes without a flusher, here, at most once per [`STATS_FILE_EVERY`].
 pub fn account(s: &Shim, fd: c_int) {
     if let Some((segs, bytes)) = sent_counters(fd) {
         s.stats.data_segs.fetch_add(segs, Relaxed);
         s.stats.bytes.fetch_add(bytes, Relaxed);
     }
-    if !crate::signals::in_handler() {
+    if !stale(s) {
+        return;
+    }
+    if s.config.mode == nagless_shim_policy::Mode::Nagless {
+        crate::sys::nudge_flusher(s);
+    } else if !crate::signals::in_handler() {
         refresh(s);
     }
 }
@@ -92,12 +99,17 @@ fn digest(s: &Shim) -> u64 {
         .fold(0u64, |h, c| h.rotate_left(17) ^ c.load(Relaxed))
 }
 
-/// Whether the stats file lags behind the counters.
+/// Whether the stats file lags behind the counters (and may still be written: not after the
+/// exit's own write).
 pub fn stale(s: &Shim) -> bool {
     PATH.get().is_some()
+        && !FINAL.load(Relaxed)
         && s.stats.sockets.load(Relaxed) > 0
         && WRITTEN_DIGEST.load(Relaxed) != digest(s)
 }
+
+/// The exit's write is made (or under way): no older figures may replace it.
+static FINAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Rewrites the stats file if it lags and was not written in the last [`STATS_FILE_EVERY`].
 pub fn refresh(s: &Shim) {
@@ -139,18 +151,32 @@ fn write_file(s: &Shim, live: bool) {
     };
     // SAFETY: `tmp` and `name` are NUL-terminated; the descriptor is ours and closed here.
     unsafe {
-        let fd = libc::open(
-            tmp.as_ptr().cast(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            0o644,
-        );
+        let open = || {
+            libc::open(
+                tmp.as_ptr().cast(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+                0o644,
+            )
+        };
+        let mut fd = open();
+        if fd < 0 && crate::sys::errno() == libc::EEXIST {
+            // Left by a process of this PID killed mid-write, or planted: ours to replace.
+            libc::unlink(tmp.as_ptr().cast());
+            fd = open();
+        }
         if fd < 0 {
             return;
         }
         let ok = write_all_raw(fd, &line[..n]);
         libc::close(fd);
         if ok {
-            libc::rename(tmp.as_ptr().cast(), name.as_ptr().cast());
+            // A write of the flusher's that ends after the exit's own began gives way to it
+            // (`live`: the flusher's, with the open sockets counted live).
+            if live && FINAL.load(Relaxed) {
+                libc::unlink(tmp.as_ptr().cast());
+            } else {
+                libc::rename(tmp.as_ptr().cast(), name.as_ptr().cast());
+            }
         } else {
             libc::unlink(tmp.as_ptr().cast());
         }
@@ -187,6 +213,9 @@ pub fn at_exit(s: &Shim) {
     if s.config.stats {
         write_all_raw(2, &line[..n]);
     }
-    // What the open sockets sent is in the totals now: the file says what stderr says.
-    write_file(s, false);
+    // What the open sockets sent is in the totals now: the file says what stderr says, and
+    // no write of the flusher's may replace it afterwards.
+    if !FINAL.swap(true, Relaxed) {
+        write_file(s, false);
+    }
 }

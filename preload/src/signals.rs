@@ -144,6 +144,26 @@ pub unsafe extern "C" fn sigaction(
     r
 }
 
+/// Adds `SA_SIGINFO` to the trampoline libc just installed for `sig` (with libc's own flags
+/// and mask), so that the kernel always hands it the three arguments it passes on.
+fn with_siginfo(sig: c_int) {
+    let Some(real) = next!("sigaction", SigactionFn) else {
+        return;
+    };
+    // SAFETY: an all-zero sigaction is valid; a query into `cur`, then the same action with
+    // one more flag.
+    unsafe {
+        let mut cur: libc::sigaction = std::mem::zeroed();
+        if real(sig, std::ptr::null(), &mut cur) == 0
+            && cur.sa_sigaction == tramp()
+            && cur.sa_flags & libc::SA_SIGINFO == 0
+        {
+            cur.sa_flags |= libc::SA_SIGINFO;
+            real(sig, &cur, std::ptr::null_mut());
+        }
+    }
+}
+
 /// Defines a hook of a `signal`-like function `fn(int, handler) -> handler`: the program's
 /// handler goes in the table and libc's call installs the trampoline in its place, with the
 /// flags and mask libc chooses (BSD or System V semantics, `siginterrupt`), so the handler
@@ -177,6 +197,7 @@ macro_rules! signal_hook {
                 FLAGS[i].store(before.1, Relaxed);
                 return r;
             }
+            with_siginfo(sig);
             if r == tramp() {
                 before.0
             } else {

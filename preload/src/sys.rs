@@ -483,6 +483,20 @@ fn ensure_flusher(s: &'static Shim) {
     }
 }
 
+/// Wakes the flusher if it is parked (it then writes a stale stats file); nothing else.
+pub fn nudge_flusher(s: &Shim) {
+    let word = s.park_word() as *const _ as *const u32;
+    // SAFETY: FUTEX_WAKE on the address of a live static atomic; no memory is written.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
+}
+
 fn wake_flusher(s: &'static Shim) {
     if s.claim_flusher_start() {
         if !start_flusher(s) {
@@ -538,7 +552,10 @@ fn flusher_loop(s: &'static Shim) -> ! {
     loop {
         match s.flusher_tick(&Libc, &mut idle) {
             FlusherStep::Sleep(d) => {
-                crate::report::refresh(s);
+                // Never while bursts are held: a slow file system must not delay them.
+                if s.park_word().load(std::sync::atomic::Ordering::Acquire) == 0 {
+                    crate::report::refresh(s);
+                }
                 std::thread::sleep(d)
             }
             FlusherStep::Park => {

@@ -62,16 +62,40 @@ fn probe_ok(a: usize, write: bool) -> bool {
 }
 
 /// Whether `len` bytes at `src` can be read by the program (as the kernel would). A region
-/// shorter than a probe is probed as 8 bytes from its start (no caller passes one: at worst
-/// it reads as unreadable, and the call is made as asked).
+/// shorter than a probe (a 32-bit program's `select` set of one `long`) is readable if the 8
+/// bytes from its start, or the 8 bytes that end with it, are: either covers every page it
+/// touches.
 fn readable(src: *const u8, len: usize) -> bool {
+    let p = src as usize;
     if len == 0 {
         return true;
     }
-    if (src as usize).checked_add(len.max(PROBE)).is_none() {
+    if p.checked_add(len.max(PROBE)).is_none() {
         return false;
     }
-    probes(src as usize, len.max(PROBE)).all(|a| probe_ok(a, false))
+    if len < PROBE {
+        return probe_ok(p, false) || (p + len >= PROBE && probe_ok(p + len - PROBE, false));
+    }
+    probes(p, len).all(|a| probe_ok(a, false))
+}
+
+/// Whether the 4 bytes at `dst` can be written: `getresuid` writes a 4-byte ID to each of its
+/// three pointers (here all `dst`) and reports a bad address as `EFAULT`; the bytes it wrote
+/// are put back from `saved`.
+fn writable4(dst: *mut u8, saved: &[u8]) -> bool {
+    #[cfg(target_arch = "x86")]
+    const GETRESUID: libc::c_long = libc::SYS_getresuid32;
+    #[cfg(not(target_arch = "x86"))]
+    const GETRESUID: libc::c_long = libc::SYS_getresuid;
+    let ok = crate::sys::quietly(|| {
+        // SAFETY: the kernel checks the address; it writes 4 bytes there, undone below.
+        unsafe { libc::syscall(GETRESUID, dst, dst, dst) == 0 }
+    });
+    if ok {
+        // SAFETY: the kernel just wrote these 4 bytes; `saved` holds what was there.
+        unsafe { std::ptr::copy_nonoverlapping(saved.as_ptr(), dst, 4) };
+    }
+    ok
 }
 
 /// Whether `len` bytes at `dst` can be written by the program, probed by writes undone at
@@ -79,7 +103,9 @@ fn readable(src: *const u8, len: usize) -> bool {
 fn writable(dst: *mut u8, len: usize, saved: &[u8]) -> bool {
     debug_assert_eq!(saved.len(), len);
     if len < PROBE {
-        return false; // not used for regions this small
+        // Only a 32-bit `long` comes this small; anything else is refused (the caller then
+        // reports EFAULT, which no caller of today can reach).
+        return len == 4 && writable4(dst, saved);
     }
     if (dst as usize).checked_add(len).is_none() {
         return false;

@@ -958,7 +958,10 @@ impl Shim {
     fn share(old: &Slot, new: &Slot, id: u64) {
         for s in [new, old] {
             s.socket.store(id, Relaxed);
-            s.shared.fetch_add(1, AcqRel);
+            // Never 0 ("unlinked"), also when the epoch wraps.
+            let _ = s
+                .shared
+                .fetch_update(AcqRel, Acquire, |v| Some(v.wrapping_add(1).max(1)));
         }
     }
 

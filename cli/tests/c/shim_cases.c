@@ -34,7 +34,7 @@
  *                                that leaves by _exit (exit), or hands the socket to another
  *                                process over a unix socket and keeps running (handoff).
  *                                Prints us=, the time until the header reached the client.
- *   shim_cases shortset          select on a read set sized by its nfds (8 bytes, as libevent
+ *   shim_cases shortset          select on a read set sized by its nfds (a long, as libevent
  *                                and OpenSSH allocate theirs), the last bytes before an
  *                                unmapped page, while the thread holds a burst and the
  *                                descriptor is ready: prints what select said.
@@ -519,7 +519,7 @@ static int shortset(void) {
     int c = l < 0 ? -1 : dial(port);
     int s = c < 0 ? -1 : accept(l, NULL, NULL);
     long page = sysconf(_SC_PAGESIZE);
-    if (s < 0 || s >= 64) return 1;
+    if (s < 0 || s >= (int)(8 * sizeof(unsigned long))) return 1;
     if (write(c, "x", 1) != 1) return 1;
     struct pollfd p = {s, POLLIN, 0};
     if (poll(&p, 1, 1000) != 1) return 1; /* s is readable from here on */
