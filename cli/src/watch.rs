@@ -6,7 +6,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nagless_watch::backend::{Backend, Choice};
-use nagless_watch::metrics::{Exporter, Metrics};
+use nagless_watch::metrics::Metrics;
+use nagless_watch::serve::Exporter;
 use nagless_watch::{Filter, Row, StallEvent};
 
 use crate::parse_duration;
@@ -281,7 +282,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
     let mut metrics = None;
     if let Some(addr) = args.serve {
         let m = Metrics::new();
-        match Exporter::start(addr, &m) {
+        match Exporter::start(addr, m.page()) {
             Ok(e) => eprintln!(
                 "nagless watch: serving Prometheus metrics on http://{}/metrics",
                 e.addr()

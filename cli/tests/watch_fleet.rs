@@ -617,3 +617,108 @@ fn without_the_right_to_listen_serve_says_so_and_exits_2() {
         "{err}"
     );
 }
+
+/// Debian's Prometheus scrapes `nagless watch --serve` every second while 200 idle clients
+/// and four that send a byte every 300 ms hold connections to it (what blinded the exporter
+/// when it served one connection at a time): every scrape of a 10 s window succeeds, and the
+/// watcher's memory stays bounded.
+#[test]
+fn prometheus_scrapes_through_200_idle_and_slow_clients() {
+    let _one = exclusive();
+    if !have_tool("prometheus") {
+        return;
+    }
+    let tmp = TempDir::new("slowclients");
+    let dir = &tmp.0;
+    let (metrics_port, prom_port) = (free_port(), free_port());
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: nagless\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    let _prometheus = Started(
+        Command::new(tool_path("prometheus").unwrap())
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus"),
+    );
+    let watch = Started(
+        Command::new(NAGLESS)
+            .args(["watch", "--refresh", "250ms", "--serve"])
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(metrics_port);
+    let start = Instant::now();
+    while http_get(prom_port, "/-/ready").is_none_or(|(c, _)| c != 200)
+        || !promql(prom_port, r#"up{job="nagless"}"#)
+            .iter()
+            .any(|(_, v)| *v == 1.0)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "Prometheus never scraped the watcher"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let idle: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(("127.0.0.1", metrics_port)).unwrap())
+        .collect();
+    let drips: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let Ok(mut s) = TcpStream::connect(("127.0.0.1", metrics_port)) else {
+                    return;
+                };
+                // 12 s of a byte every 300 ms (bounded).
+                for _ in 0..40 {
+                    if s.write_all(b"G").is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(11));
+    let status = std::fs::read_to_string(format!("/proc/{}/status", watch.0.id())).unwrap();
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    // The last 10 s: every scrape up, and about ten of them.
+    let scrapes = promql(prom_port, r#"count_over_time(up{job="nagless"}[10s])"#);
+    let worst = promql(prom_port, r#"min_over_time(up{job="nagless"}[10s])"#);
+    for d in drips {
+        d.join().unwrap();
+    }
+    drop(idle);
+    eprintln!("scrapes {scrapes:?}, worst {worst:?}, watcher RSS {rss_kb} kB");
+    assert!(
+        scrapes.first().is_some_and(|(_, n)| *n >= 7.0),
+        "too few scrapes in 10 s: {scrapes:?}"
+    );
+    assert_eq!(
+        worst.first().map(|(_, v)| *v),
+        Some(1.0),
+        "a scrape failed while idle and slow clients held connections"
+    );
+    assert!(rss_kb < 200_000, "the watcher grew to {rss_kb} kB");
+}

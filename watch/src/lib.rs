@@ -22,6 +22,7 @@ mod lister;
 pub mod metrics;
 pub mod netns;
 pub mod procs;
+pub mod serve;
 
 use std::collections::{HashMap, HashSet};
 use std::io;

@@ -22,11 +22,8 @@
 //! A group's series appear, at zero, as soon as one of its connections is seen, so that a
 //! query over a service that does not stall returns 0, not nothing.
 //!
-//! [`Exporter`] serves `GET /metrics` over plain HTTP/1.1 from a thread of its own (one
-//! request at a time, each bounded by a 5 s timeout), with no async runtime.
+//! [`crate::serve::Exporter`] serves the page over HTTP.
 
-use std::io::{self, Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,88 +214,13 @@ fn encode_registry(r: &Registry) -> String {
     s
 }
 
-/// An HTTP server of `/metrics`, on a thread of its own, until the process exits.
-pub struct Exporter {
-    addr: SocketAddr,
-}
-
-impl Exporter {
-    /// Binds `addr` (the error names it when it is in use) and serves `metrics` from a thread.
-    pub fn start(addr: SocketAddr, metrics: &Metrics) -> io::Result<Exporter> {
-        let l = TcpListener::bind(addr)
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
-        let addr = l.local_addr()?;
-        let registry = Arc::clone(&metrics.registry);
-        std::thread::Builder::new()
-            .name("metrics".into())
-            .spawn(move || {
-                for s in l.incoming().flatten() {
-                    // A client that fails or goes away is its own problem.
-                    let _ = respond(s, &registry);
-                }
-            })?;
-        Ok(Exporter { addr })
+impl Metrics {
+    /// What `GET /metrics` answers: the metrics encoded as they are at each call, from any
+    /// thread (for [`crate::serve::Exporter`]).
+    pub fn page(&self) -> impl Fn() -> String + Send + Sync + 'static {
+        let r = Arc::clone(&self.registry);
+        move || encode_registry(&r)
     }
-
-    /// The address it listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-/// The request line of an HTTP request: method and path.
-fn request_line(head: &str) -> Option<(&str, &str)> {
-    let mut w = head.lines().next()?.split_whitespace();
-    let method = w.next()?;
-    let target = w.next()?;
-    w.next()?.starts_with("HTTP/").then_some((method, target))
-}
-
-fn respond(mut s: TcpStream, registry: &Registry) -> io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    // The request's head: up to its blank line, at most 8 KiB.
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let head = String::from_utf8_lossy(&head);
-    let (status, ctype, body) = match request_line(&head) {
-        Some(("GET" | "HEAD", t)) if t == "/metrics" || t.starts_with("/metrics?") => (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            encode_registry(registry),
-        ),
-        Some(("GET" | "HEAD", _)) => (
-            "404 Not Found",
-            "text/plain; charset=utf-8",
-            "nagless watch serves /metrics\n".to_owned(),
-        ),
-        Some(_) => (
-            "405 Method Not Allowed",
-            "text/plain; charset=utf-8",
-            "GET /metrics\n".to_owned(),
-        ),
-        None => (
-            "400 Bad Request",
-            "text/plain; charset=utf-8",
-            "not an HTTP request\n".to_owned(),
-        ),
-    };
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    if !head.starts_with("HEAD ") {
-        out += &body;
-    }
-    s.write_all(out.as_bytes())?;
-    s.flush()
 }
 
 #[cfg(test)]
@@ -360,30 +282,5 @@ mod tests {
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
         }
-    }
-
-    #[test]
-    fn serves_metrics_over_http_and_refuses_the_rest() {
-        let mut m = Metrics::new();
-        m.watcher(Duration::from_millis(1500), 42);
-        let e = Exporter::start("127.0.0.1:0".parse().unwrap(), &m).unwrap();
-        let get = |req: &str| {
-            let mut s = TcpStream::connect(e.addr()).unwrap();
-            s.write_all(req.as_bytes()).unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).unwrap();
-            out
-        };
-        let ok = get("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
-        assert!(ok.contains("nagless_watch_cpu_seconds_total 1.5"), "{ok}");
-        assert!(ok.contains("nagless_watch_sockets 42"), "{ok}");
-        assert!(get("GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
-        assert!(get("POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
-        assert!(get("hello\r\n\r\n").starts_with("HTTP/1.1 400"));
-        // The address is taken now: a second exporter says which one.
-        let err = Exporter::start(e.addr(), &m).err().unwrap();
-        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
-        assert!(err.to_string().contains(&e.addr().to_string()), "{err}");
     }
 }
