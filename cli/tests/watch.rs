@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use nagless_test_support::stall_match::{self, Matching, Window};
 use nagless_test_support::{
     exclusive, free_port, have_tool, http_server_args, root_or_skip, skip, start_tcpdump,
-    watch_ebpf_or_skip, Started,
+    wait_for_port, watch_ebpf_or_skip, Started,
 };
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
@@ -640,4 +640,74 @@ fn bad_arguments_exit_2() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
+}
+
+/// A local user's process whose command line carries terminal escape sequences (a title
+/// change, a screen clear, a bell) stalls while `nagless watch` (root) prints its table: the
+/// watcher's output holds no control character, and shows the sequences escaped.
+#[test]
+fn escape_sequences_in_a_command_line_never_reach_the_terminal() {
+    use std::os::unix::process::CommandExt;
+    let _one = exclusive();
+    if !have_tool("wrk") || !root_or_skip("the sampling backend reads every process") {
+        return;
+    }
+    let dir = www("hostile");
+    let port = free_port();
+    let hostile = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m";
+    // A short argv[0] and the server's code in the environment, so that the hostile argument
+    // comes within the 80 characters of command line the summary shows.
+    // The interpreter itself (not a wrapper script, which would exec it under its full path).
+    let python = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3");
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_string();
+    let child = Command::new(python)
+        .arg0("py")
+        .args(["-c", "import os; exec(os.environ['SERVE'])"])
+        .arg(hostile)
+        .arg(port.to_string())
+        .env(
+            "SERVE",
+            "import http.server as h, sys; h.test(HandlerClass=h.SimpleHTTPRequestHandler, \
+             port=int(sys.argv[2]), bind='127.0.0.1', protocol='HTTP/1.1')",
+        )
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3");
+    let server = Started(child);
+    wait_for_port(port);
+    let w = Command::new(NAGLESS)
+        .args(["watch", "--refresh", "250ms", "--duration", "3s"])
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    wrk(port, "/f.txt", 2);
+    let out = w.wait_with_output().unwrap();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = [out.stdout, out.stderr].concat();
+    let shown = String::from_utf8_lossy(&text);
+    assert!(
+        shown.contains(&port.to_string()),
+        "the server was not reported: {shown}"
+    );
+    let controls: Vec<char> = shown
+        .chars()
+        .filter(|&c| c.is_control() && c != '\n' && c != '\t')
+        .collect();
+    assert!(
+        controls.is_empty(),
+        "control characters reached the output: {controls:?}\n{shown:?}"
+    );
+    assert!(
+        shown.contains("\\x1b]0;pwned"),
+        "the command line is shown escaped: {shown}"
+    );
 }

@@ -187,7 +187,7 @@ impl Event {
             remote: (addr(76), u16_at(56)),
             zero_window: b[58] != 0,
             loss_recovery: b[59] != 0,
-            comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
+            comm: crate::procs::printable(&String::from_utf8_lossy(&comm[..end])),
             release_gap_us: u32_at(108),
             wait_ns: u64_at(112),
             released_ns: u64_at(120),

@@ -124,23 +124,46 @@ pub fn container_id(cgroup: &str) -> Option<String> {
     })
 }
 
+/// `text` with every control character (C0, DEL, C1, and the Unicode direction overrides)
+/// written as an escape (`\x1b`, `\u{202e}`): what any local user puts in a process name or a
+/// command line (`prctl(PR_SET_NAME)`, argv) is shown, never acted on by the terminal of the
+/// watcher, which runs as root. Every name and command line the watcher reports goes through
+/// here when it is read.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            let code = c as u32;
+            if code < 0x100 {
+                out.push_str(&format!("\\x{code:02x}"));
+            } else {
+                out.push_str(&format!("\\u{{{code:x}}}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn comm(pid: u32) -> String {
     fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|c| c.trim_end().to_owned())
+        .map(|c| printable(c.trim_end_matches('\n')))
         .unwrap_or_default()
 }
 
 fn cmdline(pid: u32) -> String {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let mut s: String = String::from_utf8_lossy(&raw)
-        .split('\0')
-        .filter(|a| !a.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ");
+    let mut s: String = printable(
+        &String::from_utf8_lossy(&raw)
+            .split('\0')
+            .filter(|a| !a.is_empty())
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
     if s.is_empty() {
-        s = fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| format!("[{}]", c.trim()))
-            .unwrap_or_default();
+        s = format!("[{}]", comm(pid));
     }
     if s.chars().count() > 80 {
         s = s.chars().take(77).collect::<String>() + "...";
@@ -203,5 +226,22 @@ mod tests {
         ] {
             assert_eq!(container_id(path), None, "{path}");
         }
+    }
+}
+
+#[cfg(test)]
+mod printable_tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_and_direction_overrides_are_shown_escaped() {
+        assert_eq!(printable("python3 app.py"), "python3 app.py");
+        assert_eq!(
+            printable("x\u{1b}]0;pwned\u{7}\u{1b}[2J"),
+            "x\\x1b]0;pwned\\x07\\x1b[2J"
+        );
+        assert_eq!(printable("a\u{9b}31m\u{7f}"), "a\\x9b31m\\x7f");
+        assert_eq!(printable("evil\u{202e}txt.exe"), "evil\\u{202e}txt.exe");
+        assert_eq!(printable("naïve 日本"), "naïve 日本");
     }
 }
