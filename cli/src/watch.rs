@@ -63,7 +63,7 @@ PERMISSIONS
   (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) to name every process.
 
 PROMETHEUS
-  With --serve ADDR (e.g. 0.0.0.0:9911) it runs until stopped (SIGINT or SIGTERM, then a
+  With --serve ADDR (e.g. 127.0.0.1:9911, or :9911 for every address) it runs until stopped (SIGINT or SIGTERM, then a
   clean exit 0) and serves GET /metrics: nagless_stalls_total, nagless_stall_seconds_total
   and the histogram nagless_stall_duration_seconds, labelled by process (command name), port
   (served local port, or remote port), role (serves|connects) and container;
@@ -112,9 +112,20 @@ pub struct WatchArgs {
     /// time), the process, the stalled socket's local and remote address, bytes held, ms lost.
     #[arg(long, requires = "json")]
     stalls: bool,
-    /// Serve Prometheus metrics on this address (GET /metrics) and run until stopped.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve Prometheus metrics on this address (GET /metrics) and run until stopped; `:PORT`
+    /// listens on every IPv4 address, as exporters' `:9100` does.
+    #[arg(long, value_name = "ADDR", value_parser = listen_address)]
     serve: Option<std::net::SocketAddr>,
+}
+
+/// `--serve`'s address: `HOST:PORT`, or `:PORT` for every IPv4 address.
+fn listen_address(s: &str) -> Result<std::net::SocketAddr, String> {
+    let full = match s.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => s.to_owned(),
+    };
+    full.parse()
+        .map_err(|_| format!("{s:?} is not an address such as 127.0.0.1:9911 or :9911"))
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -281,7 +292,8 @@ pub fn command(args: WatchArgs) -> ExitCode {
     };
     let mut metrics = None;
     if let Some(addr) = args.serve {
-        let m = Metrics::new();
+        let mut m = Metrics::new();
+        m.build_info(w.name());
         match Exporter::start(addr, m.page()) {
             Ok(e) => eprintln!(
                 "nagless watch: serving Prometheus metrics on http://{}/metrics",

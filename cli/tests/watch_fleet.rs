@@ -722,3 +722,61 @@ fn prometheus_scrapes_through_200_idle_and_slow_clients() {
     );
     assert!(rss_kb < 200_000, "the watcher grew to {rss_kb} kB");
 }
+
+/// The page by the book: `nagless watch --serve :PORT` (every address, as exporters accept)
+/// answers a client that asks for no format in Prometheus's text format, which Debian's
+/// `promtool check metrics` accepts without a complaint (it named three families without HELP
+/// when the page was OpenMetrics for everyone), with `nagless_build_info`; Prometheus's own
+/// Accept header gets OpenMetrics.
+#[test]
+fn the_page_passes_promtool_and_follows_the_accept_header() {
+    let _one = exclusive();
+    if !have_tool("promtool") {
+        return;
+    }
+    let port = free_port();
+    let _watch = Started(
+        Command::new(NAGLESS)
+            .args(["watch", "--refresh", "250ms", "--serve"])
+            .arg(format!(":{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port);
+    let (code, page) = http_get(port, "/metrics").expect("an answer");
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("nagless_build_info{version=\""), "{page}");
+    let mut check = Command::new(tool_path("promtool").unwrap())
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned();
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool: {said}\n{page}"
+    );
+    // Prometheus's Accept: OpenMetrics, ending with # EOF.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n\r\n"
+    )
+    .unwrap();
+    let mut om = String::new();
+    s.read_to_string(&mut om).unwrap();
+    assert!(om.contains("application/openmetrics-text"), "{om}");
+    assert!(om.trim_end().ends_with("# EOF"), "{om}");
+}

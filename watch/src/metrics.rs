@@ -214,13 +214,84 @@ fn encode_registry(r: &Registry) -> String {
     s
 }
 
+/// The labels of `nagless_build_info`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    backend: &'static str,
+}
+
 impl Metrics {
+    /// Publishes `nagless_build_info{version, backend} 1` (node_exporter's way of naming what
+    /// runs), for the backend the watcher uses.
+    pub fn build_info(&mut self, backend: &'static str) {
+        let info = Family::<BuildLabels, Gauge>::default();
+        info.get_or_create(&BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+            backend,
+        })
+        .set(1);
+        match Arc::get_mut(&mut self.registry) {
+            Some(r) => r.register(
+                "nagless_build_info",
+                "The watcher's version and backend (always 1)",
+                info,
+            ),
+            None => debug_assert!(false, "build_info after the page was handed out"),
+        }
+    }
+
     /// What `GET /metrics` answers: the metrics encoded as they are at each call, from any
     /// thread (for [`crate::serve::Exporter`]).
     pub fn page(&self) -> impl Fn() -> String + Send + Sync + 'static {
         let r = Arc::clone(&self.registry);
         move || encode_registry(&r)
     }
+}
+
+/// The OpenMetrics page `om` in Prometheus's text format 0.0.4, for clients that do not ask for
+/// OpenMetrics (`curl`, `promtool check metrics`, older scrapers): no `# UNIT` lines and no
+/// `# EOF`; a counter's family takes its samples' name (`_total`); OpenMetrics's `info` and
+/// `unknown` types become `gauge` and `untyped`.
+pub fn text_format(om: &str) -> String {
+    let mut out = String::with_capacity(om.len());
+    let lines: Vec<&str> = om.lines().collect();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            i += 1;
+            continue;
+        }
+        // A family: its HELP line, then its TYPE line.
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            let ty = lines
+                .get(i + 1)
+                .and_then(|l| l.strip_prefix("# TYPE "))
+                .and_then(|t| t.split_once(' '))
+                .filter(|(n, _)| *n == name)
+                .map(|(_, t)| t);
+            let (name, ty) = match ty {
+                Some("counter") => (format!("{name}_total"), "counter"),
+                Some("info") => (format!("{name}_info"), "gauge"),
+                Some("unknown") => (name.to_owned(), "untyped"),
+                Some(t) => (name.to_owned(), t),
+                None => (name.to_owned(), ""),
+            };
+            out.push_str(&format!("# HELP {name} {help}\n"));
+            if !ty.is_empty() {
+                out.push_str(&format!("# TYPE {name} {ty}\n"));
+                i += 1;
+            }
+            i += 1;
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+        i += 1;
+    }
+    out
 }
 
 #[cfg(test)]

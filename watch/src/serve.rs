@@ -106,6 +106,18 @@ fn request_line(head: &str) -> Option<(&str, &str)> {
     w.next()?.starts_with("HTTP/").then_some((method, target))
 }
 
+/// Whether the request's `Accept` header asks for OpenMetrics (Prometheus does, first); any
+/// other client gets Prometheus's text format.
+fn accepts_openmetrics(head: &str) -> bool {
+    head.lines().skip(1).any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("accept")
+                && v.to_ascii_lowercase()
+                    .contains("application/openmetrics-text")
+        })
+    })
+}
+
 /// Reads the request's head (up to its blank line, at most [`MAX_HEAD`]) by `deadline`.
 fn read_head(s: &mut TcpStream, deadline: Instant) -> io::Result<Vec<u8>> {
     let mut head = Vec::new();
@@ -130,11 +142,21 @@ fn respond(mut s: TcpStream, page: &dyn Fn() -> String) -> io::Result<()> {
     let head = read_head(&mut s, deadline)?;
     let head = String::from_utf8_lossy(&head);
     let (status, ctype, body) = match request_line(&head) {
-        Some(("GET" | "HEAD", t)) if t == "/metrics" || t.starts_with("/metrics?") => (
-            "200 OK",
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            page(),
-        ),
+        Some(("GET" | "HEAD", t)) if t == "/metrics" || t.starts_with("/metrics?") => {
+            if accepts_openmetrics(&head) {
+                (
+                    "200 OK",
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    page(),
+                )
+            } else {
+                (
+                    "200 OK",
+                    "text/plain; version=0.0.4; charset=utf-8",
+                    crate::metrics::text_format(&page()),
+                )
+            }
+        }
         Some(("GET" | "HEAD", _)) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
@@ -187,6 +209,23 @@ mod tests {
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
         assert!(ok.contains("nagless_watch_cpu_seconds_total 1.5"), "{ok}");
         assert!(ok.contains("nagless_watch_sockets 42"), "{ok}");
+        // No Accept: Prometheus's text format; Prometheus's own Accept: OpenMetrics.
+        assert!(ok.contains("text/plain; version=0.0.4"), "{ok}");
+        assert!(
+            ok.contains("# TYPE nagless_watch_cpu_seconds_total counter"),
+            "{ok}"
+        );
+        assert!(!ok.contains("# EOF"), "{ok}");
+        let om = get(
+            e.addr(),
+            "GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5\r\n\r\n",
+        );
+        assert!(om.contains("application/openmetrics-text"), "{om}");
+        assert!(
+            om.contains("# TYPE nagless_watch_cpu_seconds counter"),
+            "{om}"
+        );
+        assert!(om.trim_end().ends_with("# EOF"), "{om}");
         assert!(get(e.addr(), "GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
         assert!(get(e.addr(), "POST /metrics HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 405"));
         assert!(get(e.addr(), "hello\r\n\r\n").starts_with("HTTP/1.1 400"));
