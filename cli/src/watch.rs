@@ -63,12 +63,15 @@ PERMISSIONS
   (or with CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH) to name every process.
 
 PROMETHEUS
-  With --serve ADDR (e.g. 127.0.0.1:9911, or :9911 for every address) it runs until stopped (SIGINT or SIGTERM, then a
-  clean exit 0) and serves GET /metrics: nagless_stalls_total, nagless_stall_seconds_total
-  and the histogram nagless_stall_duration_seconds, labelled by process (command name), port
-  (served local port, or remote port), role (serves|connects) and container;
-  nagless_connections; the watcher's own nagless_watch_cpu_seconds_total. deploy/ holds a
-  systemd unit, a Kubernetes DaemonSet and alerting rules.
+  With --serve ADDR (127.0.0.1:9911, or :9911 for every address) it runs until stopped
+  (SIGINT or SIGTERM, then a clean exit 0) and serves GET /metrics (OpenMetrics to clients
+  that ask for it, as Prometheus does; Prometheus's text format to others):
+  nagless_stalls_total, nagless_stall_seconds_total and the histogram
+  nagless_stall_duration_seconds, labelled by process (command name), port (served local
+  port, or remote port), role (serves|connects) and container; nagless_connections; the
+  watcher's own nagless_watch_cpu_seconds_total; nagless_build_info. Many clients are served
+  at once, each with 10 s for its request. deploy/ holds a systemd unit, a Kubernetes
+  DaemonSet and alerting rules.
 
 OUTPUT
   A table refreshed in place in a terminal (process, port, connections, stalls/s, time lost
