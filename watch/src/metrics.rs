@@ -97,7 +97,7 @@ impl MetricConstructor<Histogram> for Buckets {
 
 type FloatCounter = Counter<f64, AtomicU64>;
 
-/// The watch's metrics: fed by the watch loop, read by the [`Exporter`].
+/// The watch's metrics: fed by the watch loop, read by the [`Exporter`](crate::serve::Exporter).
 pub struct Metrics {
     registry: Arc<Registry>,
     stalls: Family<Labels, Counter>,
