@@ -146,13 +146,7 @@ thread_local! {
 /// Runs `f` with this thread's burst list. A signal handler that writes while this thread is
 /// inside a hook finds the list borrowed: its write is simply not noted (the linger bound
 /// still holds for it).
-/// Inside the program's signal handlers it does nothing: its thread-local may allocate on a
-/// thread's first access, and what the list holds is only a hint (a burst it misses is
-/// still ended by a read, a close or the linger bound).
 fn with_mine(f: impl FnOnce(&mut ThreadBursts)) {
-    if crate::signals::in_handler() {
-        return;
-    }
     let _ = MINE.try_with(|m| {
         if let Ok(mut m) = m.try_borrow_mut() {
             f(&mut m);
@@ -411,7 +405,12 @@ pub fn release_everything() {
     if let Some(s) = shim_anywhere() {
         quietly(|| {
             s.release_all(&Libc);
-            with_mine(|m| s.release_thread(&Libc, m));
+            // Not in a signal handler, where the thread-local may allocate on a thread's
+            // first access: what the list holds is only a hint, and `release_all` ended
+            // every burst it names.
+            if !crate::signals::in_handler() {
+                with_mine(|m| s.release_thread(&Libc, m));
+            }
         });
     }
 }
@@ -472,10 +471,16 @@ pub fn on_dup(old: c_int, new: c_int) {
 
 // ---- the flusher ---------------------------------------------------------------------
 
-/// Starts the flusher before the first burst is held; if it cannot start, the shim holds
-/// nothing in this process.
+/// Starts the flusher before the first burst is held, if none runs yet.
 fn ensure_flusher(s: &'static Shim) {
-    if s.claim_flusher_start() && !start_flusher(s) {
+    if s.claim_flusher_start() {
+        start_or_hold_nothing(s);
+    }
+}
+
+/// Starts the flusher; if it cannot start, the shim holds nothing in this process.
+fn start_or_hold_nothing(s: &'static Shim) {
+    if !start_flusher(s) {
         s.flusher_cannot_run(&Libc);
         log(format_args!(
             "cannot start the flusher thread: holding nothing"
@@ -483,7 +488,7 @@ fn ensure_flusher(s: &'static Shim) {
     }
 }
 
-/// Wakes the flusher if it is parked (it then writes a stale stats file); nothing else.
+/// Wakes the flusher if it is parked (for a burst, or to write a stale stats file).
 pub fn nudge_flusher(s: &Shim) {
     let word = s.park_word() as *const _ as *const u32;
     // SAFETY: FUTEX_WAKE on the address of a live static atomic; no memory is written.
@@ -499,21 +504,10 @@ pub fn nudge_flusher(s: &Shim) {
 
 fn wake_flusher(s: &'static Shim) {
     if s.claim_flusher_start() {
-        if !start_flusher(s) {
-            s.flusher_cannot_run(&Libc);
-        }
-        return;
+        start_or_hold_nothing(s);
+    } else {
+        nudge_flusher(s);
     }
-    let word = s.park_word() as *const _ as *const u32;
-    // SAFETY: FUTEX_WAKE on the address of a live static atomic; no memory is written.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word,
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
-        )
-    };
 }
 
 /// Starts the flusher with every signal blocked, so that signals the program blocks in its
