@@ -26,15 +26,22 @@ const MAX_NAMES: u64 = 1 << 20;
 /// Go's build-info magic, at the start of `.go.buildinfo`.
 const GO_MAGIC: &[u8] = b"\xff Go buildinf:";
 
-/// Reads `len` bytes at `off`; `None` past the end (checked before allocating).
-fn read_at(f: &File, off: u64, len: u64) -> Option<Vec<u8>> {
-    let size = f.metadata().ok()?.len();
-    if off.checked_add(len)? > size {
-        return None;
+/// An open file and its size (asked once).
+struct Image<'a> {
+    f: &'a File,
+    size: u64,
+}
+
+impl Image<'_> {
+    /// Reads `len` bytes at `off`; `None` past the end (checked before allocating).
+    fn read_at(&self, off: u64, len: u64) -> Option<Vec<u8>> {
+        if off.checked_add(len)? > self.size {
+            return None;
+        }
+        let mut b = vec![0; usize::try_from(len).ok()?];
+        self.f.read_exact_at(&mut b, off).ok()?;
+        Some(b)
     }
-    let mut b = vec![0; usize::try_from(len).ok()?];
-    f.read_exact_at(&mut b, off).ok()?;
-    Some(b)
 }
 
 /// Little- or big-endian integers of a slice.
@@ -58,7 +65,11 @@ impl Fields {
 impl Elf {
     /// Reads the facts of a 64- or 32-bit ELF file; `None` if it is not one.
     pub fn read(f: &File) -> Option<Elf> {
-        let h = read_at(f, 0, 64).or_else(|| read_at(f, 0, 52))?;
+        let img = Image {
+            f,
+            size: f.metadata().ok()?.len(),
+        };
+        let h = img.read_at(0, 64).or_else(|| img.read_at(0, 52))?;
         if h.get(..4)? != b"\x7fELF" {
             return None;
         }
@@ -79,7 +90,7 @@ impl Elf {
         let shstrndx = x.get(&h, at + 8, 2)?;
 
         const PT_INTERP: u64 = 3;
-        let ph = read_at(f, phoff, phentsize * phnum)?;
+        let ph = img.read_at(phoff, phentsize * phnum)?;
         let has_interp = (0..phnum).any(|i| x.get(&ph, i * phentsize, 4) == Some(PT_INTERP));
 
         let is_go = if shoff == 0 || shnum == 0 || shstrndx >= shnum {
@@ -87,7 +98,7 @@ impl Elf {
             contains(f, GO_MAGIC)
         } else {
             // A broken section table says nothing of Go; what the program headers said holds.
-            go_section(f, &x, is64, shoff, shentsize, shnum, shstrndx).unwrap_or(false)
+            go_section(&img, &x, is64, shoff, shentsize, shnum, shstrndx).unwrap_or(false)
         };
         Some(Elf { has_interp, is_go })
     }
@@ -95,7 +106,7 @@ impl Elf {
 
 /// Whether a section is named `.go.buildinfo`.
 fn go_section(
-    f: &File,
+    img: &Image,
     x: &Fields,
     is64: bool,
     shoff: u64,
@@ -104,13 +115,13 @@ fn go_section(
     shstrndx: u64,
 ) -> Option<bool> {
     let word = if is64 { 8 } else { 4 };
-    let sh = read_at(f, shoff, shentsize * shnum)?;
+    let sh = img.read_at(shoff, shentsize * shnum)?;
     // sh_name, then sh_offset and sh_size (after sh_type, sh_flags, sh_addr).
     let (off_at, size_at) = if is64 { (0x18, 0x20) } else { (0x10, 0x14) };
     let names_hdr = shstrndx * shentsize;
     let names_off = x.get(&sh, names_hdr + off_at, word)?;
     let names_len = x.get(&sh, names_hdr + size_at, word)?.min(MAX_NAMES);
-    let names = read_at(f, names_off, names_len)?;
+    let names = img.read_at(names_off, names_len)?;
     Some((0..shnum).any(|i| {
         x.get(&sh, i * shentsize, 4)
             .and_then(|n| names.get(usize::try_from(n).ok()?..))

@@ -89,6 +89,58 @@ fn promql(port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
 }
 
 /// `python3 -m http.server` on `port`, under `nagless run --mode nodelay` if `nodelay`.
+/// Debian's Prometheus on `prom_port`, its data in `dir`, scraping the watcher on
+/// `metrics_port` every second.
+fn start_prometheus(dir: &Path, metrics_port: u16, prom_port: u16) -> Started {
+    std::fs::write(
+        dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: nagless\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+    )
+    .unwrap();
+    Started(
+        Command::new(tool_path("prometheus").unwrap())
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus"),
+    )
+}
+
+/// Waits (60 s at most) until Prometheus on `prom_port` is ready and has scraped the watcher
+/// once: it hands its targets to its scrapers some seconds after it is ready.
+fn wait_scraped(prom_port: u16) {
+    let start = Instant::now();
+    while http_get(prom_port, "/-/ready").is_none_or(|(c, _)| c != 200) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "Prometheus not ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    while !promql(prom_port, r#"up{job="nagless"}"#)
+        .iter()
+        .any(|(_, v)| *v == 1.0)
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "Prometheus never scraped the watcher"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn http_server(dir: &Path, port: u16, nodelay: bool) -> Started {
     let mut cmd = if nodelay {
         let mut c = Command::new(NAGLESS);
@@ -151,30 +203,7 @@ fn prometheus_scrapes(backend: &str) {
     std::fs::create_dir_all(dir.join("www")).unwrap();
     std::fs::write(dir.join("www/f.txt"), vec![b'x'; 2000]).unwrap();
     let (metrics_port, prom_port) = (free_port(), free_port());
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: nagless\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
-        ),
-    )
-    .unwrap();
-    let prometheus = Started(
-        Command::new(tool_path("prometheus").unwrap())
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus"),
-    );
+    let prometheus = start_prometheus(dir, metrics_port, prom_port);
     let watch = Started(
         Command::new(NAGLESS)
             .args([
@@ -192,26 +221,8 @@ fn prometheus_scrapes(backend: &str) {
             .unwrap(),
     );
     wait_for_port(metrics_port);
-    let start = Instant::now();
-    while http_get(prom_port, "/-/ready").is_none_or(|(c, _)| c != 200) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "Prometheus not ready"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    // Prometheus hands its targets to its scrapers some seconds after it is ready: wait for
-    // the first scrape of the watcher, so that the load is seen from its start.
-    while !promql(prom_port, r#"up{job="nagless"}"#)
-        .iter()
-        .any(|(_, v)| *v == 1.0)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "Prometheus never scraped the watcher"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    // From the first scrape on, so that the load is seen from its start.
+    wait_scraped(prom_port);
     let (stalling, nodelay) = (free_port(), free_port());
     let s1 = http_server(&dir.join("www"), stalling, false);
     let s2 = http_server(&dir.join("www"), nodelay, true);
@@ -631,30 +642,7 @@ fn prometheus_scrapes_through_200_idle_and_slow_clients() {
     let tmp = TempDir::new("slowclients");
     let dir = &tmp.0;
     let (metrics_port, prom_port) = (free_port(), free_port());
-    std::fs::write(
-        dir.join("prometheus.yml"),
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: nagless\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
-        ),
-    )
-    .unwrap();
-    let _prometheus = Started(
-        Command::new(tool_path("prometheus").unwrap())
-            .arg(format!(
-                "--config.file={}",
-                dir.join("prometheus.yml").display()
-            ))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .arg("--log.level=warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("prometheus"),
-    );
+    let _prometheus = start_prometheus(dir, metrics_port, prom_port);
     let watch = Started(
         Command::new(NAGLESS)
             .args(["watch", "--refresh", "250ms", "--serve"])
@@ -665,18 +653,7 @@ fn prometheus_scrapes_through_200_idle_and_slow_clients() {
             .unwrap(),
     );
     wait_for_port(metrics_port);
-    let start = Instant::now();
-    while http_get(prom_port, "/-/ready").is_none_or(|(c, _)| c != 200)
-        || !promql(prom_port, r#"up{job="nagless"}"#)
-            .iter()
-            .any(|(_, v)| *v == 1.0)
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "Prometheus never scraped the watcher"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_scraped(prom_port);
     let idle: Vec<TcpStream> = (0..200)
         .map(|_| TcpStream::connect(("127.0.0.1", metrics_port)).unwrap())
         .collect();
