@@ -1,6 +1,9 @@
 //! `nagless run`: refuses what it cannot reach, and fixes a write-write-read program.
+//!
+//! `NAGLESS_BIN=/path/to/nagless` runs these tests against another build of the command, such
+//! as the statically linked one `scripts/install` makes (CI does).
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -10,9 +13,14 @@ fn tmp(name: &str) -> PathBuf {
     d.join(name)
 }
 
+/// The command under test: this build's, or the one `NAGLESS_BIN` names.
+fn nagless() -> OsString {
+    std::env::var_os("NAGLESS_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_nagless").into())
+}
+
 /// `nagless run OPTIONS -- CMD...`, with its output.
 fn nagless_run(options: &[&str], cmd: &[&OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nagless"))
+    Command::new(nagless())
         .arg("run")
         .args(options)
         .arg("--")
@@ -127,7 +135,7 @@ fn shims_of_other_builds_unused_for_a_month_leave_the_cache() {
         f.set_modified(SystemTime::now() - Duration::from_secs(age_days * 24 * 3600))
             .unwrap();
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_nagless"))
+    let out = Command::new(nagless())
         .args(["run", "--print-shim"])
         .env("XDG_CACHE_HOME", &cache)
         .output()
