@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use nagless_watch::backend::{Backend, Choice};
-use nagless_watch::metrics::Metrics;
+use nagless_watch::metrics::{Limits, Metrics};
 use nagless_watch::serve::Exporter;
-use nagless_watch::{Filter, Row, StallEvent};
+use nagless_watch::web_config::WebConfig;
+use nagless_watch::{procs, Filter, Row, StallEvent};
 
 use crate::parse_duration;
 
@@ -68,21 +69,42 @@ PROMETHEUS
   that ask for it, as Prometheus does; Prometheus's text format to others):
   nagless_stalls_total, nagless_stall_seconds_total and the histogram
   nagless_stall_duration_seconds, labelled by process (command name), port (served local
-  port, or remote port), role (serves|connects) and container; nagless_connections; the
-  watcher's own nagless_watch_cpu_seconds_total; nagless_build_info. Many clients are served
-  at once, each with 10 s for its request. deploy/ holds a systemd unit, a Kubernetes
-  DaemonSet and alerting rules.
+  port, or remote port; `ephemeral` for a client's), role (serves|connects) and container;
+  nagless_connections; the watcher's own cost (nagless_watch_cpu_seconds_total and the usual
+  process_* metrics); nagless_build_info. A group unseen for --forget-after loses its
+  series, and beyond --max-series groups the rest share one role=\"overflow\" series. Many
+  clients are served at once, each with 10 s for its request. The page names every process:
+  beyond loopback, serve it with TLS and a password (--web-config FILE, the web
+  configuration file of Prometheus's exporters: tls_server_config, basic_auth_users).
+  deploy/ holds a systemd unit, a Kubernetes DaemonSet, an example web configuration and
+  alerting rules.
 
 OUTPUT
   A table refreshed in place in a terminal (process, port, connections, stalls/s, time lost
-  per second, worst stall, what to do); JSON lines with --json (one per refresh, then a
-  summary; with --stalls also one per stall, to be matched with those of `nagless doctor
-  --json --every-stall --top 0` on a capture); a summary of the whole watch at the end, and
-  the watcher's own CPU use.
+  per second, worst stall, fix); JSON lines with --json (one per refresh, then a summary;
+  with --stalls also one per stall, to be matched with those of `nagless doctor --json
+  --every-stall --top 0` on a capture); a summary of the whole watch at the end, and the
+  watcher's own CPU use.
+  The process column names the program, not its interpreter: PID, then the script, module
+  or main class (`4242 python3 app.py`, `77 java com.example.Main`, `java -jar app.jar`) or
+  the executable's name, then its arguments as room allows; its container (`[0123456789ab]`)
+  or, outside containers, its systemd unit (`901 redis-server (redis.service)`). A stalling
+  row's FIX column points (`[1]`) to one line of advice under the table, shared by every row
+  it fits; the summary groups the rows the same way.
+
+EXAMPLES
+  nagless watch                                  # the whole host for 10 s, then a summary
+  nagless watch --duration 30s                   # for 30 s
+  nagless watch --port 8080                      # one port (local or remote)
+  nagless watch --pid 4242 --duration 0          # one process, until Ctrl-C
+  nagless watch --json --stalls > stalls.jsonl   # JSON lines, one per refresh and per stall
+  nagless watch --serve 127.0.0.1:9911           # Prometheus metrics, until stopped
+  nagless watch --serve :9911 --web-config /etc/nagless/web.yml   # over TLS, with a password
+  nagless watch --backend sampling               # sock_diag sampling even where eBPF loads
 
 EXIT STATUS
   0 no stall seen (or stopped after --serve), 1 stalls seen, 2 bad arguments, no access to
-  sock_diag, or the --serve address unusable.";
+  sock_diag, the --serve address unusable, or a --web-config file refused.";
 
 #[derive(clap::Args)]
 pub struct WatchArgs {
@@ -119,6 +141,19 @@ pub struct WatchArgs {
     /// listens on every IPv4 address, as exporters' `:9100` does.
     #[arg(long, value_name = "ADDR", value_parser = listen_address)]
     serve: Option<std::net::SocketAddr>,
+    /// With --serve: a group (process, port, role, container) neither refreshed nor stalling
+    /// for this long loses its series.
+    #[arg(long, default_value = "10m", value_parser = parse_duration, requires = "serve")]
+    forget_after: Duration,
+    /// With --serve: groups with series of their own at most; the rest share one series
+    /// labelled role="overflow" (counted in nagless_watch_groups_overflowed_total).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..), requires = "serve")]
+    max_series: u32,
+    /// With --serve: TLS and basic authentication from a web configuration file, in the
+    /// format of Prometheus's exporters (exporter-toolkit: `tls_server_config`,
+    /// `basic_auth_users` with bcrypt hashes); see docs/watch.md.
+    #[arg(long, value_name = "FILE", requires = "serve")]
+    web_config: Option<std::path::PathBuf>,
 }
 
 /// `--serve`'s address: `HOST:PORT`, or `:PORT` for every IPv4 address.
@@ -138,27 +173,57 @@ enum BackendArg {
     Sampling,
 }
 
-/// CPU time this process used so far (user + system), from /proc/self/stat.
+/// CPU time this process used so far (user + system).
 fn cpu_time() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10)) // USER_HZ is 100 on Linux
+    nagless_watch::own_process::read().map(|p| p.cpu)
 }
 
-fn who(r: &Row, own_netns: u64) -> String {
-    let w = match (r.pid, &r.cmd) {
-        (Some(pid), Some(cmd)) => format!("{pid} {cmd}"),
-        (Some(pid), None) => pid.to_string(),
-        _ => format!("uid {} (pid not readable)", r.uid),
-    };
-    match &r.container {
-        Some(c) => format!("[{}] {w}", &c[..c.len().min(12)]),
+/// What names a row's process, in at most `width` characters: its container, or its network
+/// namespace when not ours; its pid; its program ([`procs::program_name`]: the script,
+/// module or main class, then the arguments), and outside containers its systemd unit
+/// (` (nginx.service)`). Too long, the program's end is cut (`...`), so the unit stays.
+fn who(r: &Row, own_netns: u64, width: usize) -> String {
+    let mut w = match &r.container {
+        Some(c) => format!("[{}] ", &c[..c.len().min(12)]),
         // (0: unknown, an eBPF row whose process is gone.)
-        None if r.netns != own_netns && r.netns != 0 => format!("[netns {}] {w}", r.netns),
-        None => w,
+        None if r.netns != own_netns && r.netns != 0 => format!("[netns {}] ", r.netns),
+        None => String::new(),
+    };
+    let Some(pid) = r.pid else {
+        return cut(&format!("{w}uid {} (pid not readable)", r.uid), width);
+    };
+    let unit = match &r.container {
+        Some(_) => None,
+        None => r.cgroup.as_deref().and_then(procs::unit),
     }
+    .map_or_else(String::new, |u| format!(" ({u})"));
+    w += &pid.to_string();
+    // (No program: an eBPF row whose process is gone, named `[task]` by its cmd.)
+    if let Some(p) = r.program.as_ref().or(r.cmd.as_ref()) {
+        let used = w.chars().count() + 1 + unit.chars().count();
+        w = format!("{w} {}", cut(p, width.saturating_sub(used).max(16)));
+    }
+    cut(&(w + &unit), width)
+}
+
+/// `s` in at most `n` characters: cut from the right, ending in `...`.
+fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_owned();
+    }
+    s.chars().take(n.saturating_sub(3)).collect::<String>() + "..."
+}
+
+/// The distinct fixes of the stalling rows, in the order they first come: rows that share
+/// one (the same peer timer) point to one line (`[1]`), rather than each repeating it.
+fn fixes(rows: &[Row]) -> Vec<&str> {
+    let mut v: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.stalls > 0 && !r.advice.is_empty()) {
+        if !v.contains(&r.advice.as_str()) {
+            v.push(&r.advice);
+        }
+    }
+    v
 }
 
 fn port(r: &Row) -> String {
@@ -169,32 +234,72 @@ fn port(r: &Row) -> String {
     }
 }
 
-fn table(rows: &[Row], secs: f64, own_netns: u64, out: &mut String) {
+/// The table of `rows` over `secs`: per row its process ([`who`]), port, counters and, if it
+/// stalled, which of the [`fixes`] fits it (`[1]`); with `notes`, each fix once under it (the
+/// summary gives them with its own lines instead).
+fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &mut String) {
     use std::fmt::Write as _;
+    let fixes = fixes(rows);
     let _ = writeln!(
         out,
-        "{:<44} {:>8} {:>6} {:>9} {:>11} {:>9}  advice",
+        "{:<44} {:>8} {:>6} {:>9} {:>11} {:>9}  fix",
         "process", "port", "conns", "stalls/s", "lost ms/s", "worst ms"
     );
     for r in rows {
-        let mut w = who(r, own_netns);
-        if w.chars().count() > 44 {
-            w = w.chars().take(41).collect::<String>() + "...";
-        }
-        let advice = if r.stalls > 0 {
-            "coalesce writes or `nagless run` (see summary)"
-        } else {
-            ""
+        let fix = match fixes.iter().position(|f| r.stalls > 0 && *f == r.advice) {
+            Some(i) => format!("[{}]", i + 1),
+            None => String::new(),
         };
         let _ = writeln!(
             out,
-            "{w:<44} {:>8} {:>6} {:>9.1} {:>11.1} {:>9.1}  {advice}",
+            "{:<44} {:>8} {:>6} {:>9.1} {:>11.1} {:>9.1}  {fix}",
+            who(r, own_netns, 44),
             port(r),
             r.connections,
             r.stalls as f64 / secs,
             r.lost_ms / secs,
             r.worst_ms
         );
+    }
+    if notes && !fixes.is_empty() {
+        out.push('\n');
+        for (i, f) in fixes.iter().enumerate() {
+            let _ = writeln!(out, "[{}] {f}", i + 1);
+        }
+    }
+}
+
+/// The summary's lines on the rows that stalled: each row's process (in full), port, stalls
+/// and time lost, grouped by fix; under each group, once, its peers' timer and the fix,
+/// numbered as in the table.
+fn stalled_lines(stalled: &[Row], own_netns: u64, out: &mut String) {
+    use std::fmt::Write as _;
+    let fixes = fixes(stalled);
+    // (Rows without a fix, whose timer was not judged, last.)
+    for (i, fix) in fixes.iter().map(|f| Some(*f)).chain([None]).enumerate() {
+        let rows: Vec<&Row> = stalled
+            .iter()
+            .filter(|r| fix.map_or(!fixes.contains(&r.advice.as_str()), |f| r.advice == f))
+            .collect();
+        for r in &rows {
+            let _ = writeln!(
+                out,
+                "{} {}: {} stall(s), {:.1} ms lost",
+                who(r, own_netns, usize::MAX),
+                port(r),
+                r.stalls,
+                r.lost_ms
+            );
+        }
+        if let (Some(fix), Some(r)) = (fix, rows.first()) {
+            let timer = r.ack_timer.map_or("a delayed-ACK timer", |t| t.describe());
+            let peers = if rows.len() == 1 {
+                "peer ACKs"
+            } else {
+                "peers ACK"
+            };
+            let _ = writeln!(out, "  {peers} with {timer}.\n  fix [{}]: {fix}", i + 1);
+        }
     }
 }
 
@@ -295,11 +400,30 @@ pub fn command(args: WatchArgs) -> ExitCode {
     };
     let mut metrics = None;
     if let Some(addr) = args.serve {
-        let mut m = Metrics::new();
+        let mut m = Metrics::new(Limits {
+            forget_after: args.forget_after,
+            max_series: args.max_series as usize,
+        });
         m.build_info(w.name());
-        match Exporter::start(addr, m.page()) {
+        let web = match &args.web_config {
+            None => WebConfig::default(),
+            Some(path) => match WebConfig::load(path) {
+                Ok(w) => w,
+                Err(e) => {
+                    eprintln!("nagless watch: --web-config {e}");
+                    return ExitCode::from(2);
+                }
+            },
+        };
+        let scheme = if web.tls.is_some() { "https" } else { "http" };
+        let auth = if web.auth.is_some() {
+            ", basic authentication required"
+        } else {
+            ""
+        };
+        match Exporter::start(addr, web, m.page()) {
             Ok(e) => eprintln!(
-                "nagless watch: serving Prometheus metrics on http://{}/metrics",
+                "nagless watch: serving Prometheus metrics on {scheme}://{}/metrics{auth}",
                 e.addr()
             ),
             Err(e) => {
@@ -357,7 +481,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
                 idle = s.busy == 0 && matches!(w, Backend::Sampling(_));
                 let mut write = args.stalls;
                 for e in w.take_stalls() {
-                    if let Some(m) = &metrics {
+                    if let Some(m) = &mut metrics {
                         m.stall(&e);
                     }
                     // (stdout closed: the metrics still count; the refresh below stops.)
@@ -379,7 +503,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
             let rows = w.take_window();
             if let Some(m) = &mut metrics {
                 m.window(&rows);
-                m.watcher(cpu_time().unwrap_or_default(), last_sockets);
+                m.watcher(nagless_watch::own_process::read(), last_sockets);
             }
             let res = if args.json {
                 let line = serde_json::json!({
@@ -402,7 +526,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
                     now.duration_since(start).as_secs_f64(),
                     args.port.map(|p| format!(", port {p}")).unwrap_or_default()
                 );
-                table(&rows, secs, own_netns, &mut out);
+                table(&rows, secs, own_netns, true, &mut out);
                 write!(stdout, "{out}")
             } else {
                 Ok(())
@@ -507,19 +631,9 @@ pub fn command(args: WatchArgs) -> ExitCode {
             };
             out += "\n";
         } else {
-            table(&stalled, elapsed, own_netns, &mut out);
+            table(&stalled, elapsed, own_netns, false, &mut out);
             out += "\n";
-            for r in &stalled {
-                out += &format!(
-                    "{} {}: {} stall(s), {:.1} ms lost; peer ACKs with {}.\n  fix: {}\n",
-                    who(r, own_netns),
-                    port(r),
-                    r.stalls,
-                    r.lost_ms,
-                    r.ack_timer.map_or("a delayed-ACK timer", |t| t.describe()),
-                    r.advice
-                );
-            }
+            stalled_lines(&stalled, own_netns, &mut out);
         }
         out += &format!("\n{cost}\n");
         write!(stdout, "{out}")
@@ -529,5 +643,131 @@ pub fn command(args: WatchArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nagless_doctor::rule::AckTimer;
+
+    fn row(pid: u32, program: &str, port: u16, stalls: u64, timer: Option<AckTimer>) -> Row {
+        Row {
+            pid: Some(pid),
+            cmd: Some(format!("/usr/local/bin/long/path/to/{program}")),
+            program: Some(program.into()),
+            port,
+            serves: true,
+            netns: 1,
+            cgroup: Some("/".into()),
+            connections: 1,
+            stalls,
+            lost_ms: stalls as f64 * 40.0,
+            ack_timer: timer,
+            advice: timer.map_or(String::new(), |t| format!("fix for {t:?}")),
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn the_process_column_names_the_program_then_cuts_its_arguments() {
+        let mut r = row(
+            4242,
+            "python3 app.py --workers 4 --port 8080 --verbose",
+            80,
+            0,
+            None,
+        );
+        assert_eq!(
+            who(&r, 1, 44),
+            "4242 python3 app.py --workers 4 --port 80..."
+        );
+        assert_eq!(
+            who(&r, 1, usize::MAX),
+            "4242 python3 app.py --workers 4 --port 8080 --verbose"
+        );
+        // A systemd unit stays when the program is cut.
+        r.cgroup = Some("/system.slice/app.service".into());
+        assert_eq!(
+            who(&r, 1, 44),
+            "4242 python3 app.py --worke... (app.service)"
+        );
+        // A container names it instead.
+        r.container = Some("0123456789abcdef".repeat(4));
+        r.cgroup = Some(format!(
+            "/system.slice/docker-{}.scope",
+            "0123456789abcdef".repeat(4)
+        ));
+        r.program = Some("nginx".into());
+        assert_eq!(who(&r, 1, 44), "[0123456789ab] 4242 nginx");
+        // Another network namespace; a process that is gone (its cmd: `[task]`).
+        let gone = Row {
+            program: None,
+            cmd: Some("[java]".into()),
+            netns: 7,
+            ..row(77, "", 80, 0, None)
+        };
+        assert_eq!(who(&gone, 1, 44), "[netns 7] 77 [java]");
+        let unknown = Row {
+            pid: None,
+            uid: 1000,
+            ..Row::default()
+        };
+        assert_eq!(who(&unknown, 0, 44), "uid 1000 (pid not readable)");
+    }
+
+    #[test]
+    fn each_fix_is_given_once_for_the_rows_it_fits() {
+        let linux = Some(AckTimer::Linux40ms);
+        let rows = [
+            row(1, "python3 a.py", 8000, 10, linux),
+            row(
+                2,
+                "java com.example.Main",
+                9000,
+                5,
+                Some(AckTimer::Classic200ms),
+            ),
+            row(3, "node server.js", 3000, 2, linux),
+            row(4, "redis-server", 6379, 0, None),
+        ];
+        let mut t = String::new();
+        table(&rows, 1.0, 1, true, &mut t);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].ends_with("  fix"), "{t}");
+        assert!(
+            lines[1].starts_with("1 python3 a.py ") && lines[1].ends_with("  [1]"),
+            "{t}"
+        );
+        assert!(lines[2].ends_with("  [2]"), "{t}");
+        assert!(lines[3].ends_with("  [1]"), "{t}");
+        assert!(
+            lines[4].ends_with("0.0  "),
+            "no fix for a row without stalls: {t}"
+        );
+        assert_eq!(
+            &lines[5..],
+            ["", "[1] fix for Linux40ms", "[2] fix for Classic200ms"]
+        );
+        assert_eq!(t.matches("fix for Linux40ms").count(), 1, "{t}");
+
+        let mut s = String::new();
+        stalled_lines(&rows[..3], 1, &mut s);
+        assert_eq!(
+            s,
+            "1 python3 a.py :8000: 10 stall(s), 400.0 ms lost\n\
+             3 node server.js :3000: 2 stall(s), 80.0 ms lost\n  \
+             peers ACK with a 40 ms delayed-ACK timer, as Linux has.\n  \
+             fix [1]: fix for Linux40ms\n\
+             2 java com.example.Main :9000: 5 stall(s), 200.0 ms lost\n  \
+             peer ACKs with a 100-200 ms delayed-ACK timer, as Windows (200 ms), FreeBSD and macOS (100 ms) have.\n  \
+             fix [2]: fix for Classic200ms\n"
+        );
+        let mut t = String::new();
+        table(&rows[..3], 1.0, 1, false, &mut t);
+        assert!(
+            !t.contains("fix for"),
+            "the summary's table points to its lines: {t}"
+        );
     }
 }

@@ -711,3 +711,114 @@ fn escape_sequences_in_a_command_line_never_reach_the_terminal() {
         "the command line is shown escaped: {shown}"
     );
 }
+
+#[test]
+fn watch_help_has_examples() {
+    let o = Command::new(NAGLESS)
+        .args(["watch", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&o.stdout);
+    let examples = &help[help.find("EXAMPLES").expect("an EXAMPLES section")..];
+    for e in [
+        "nagless watch --duration 30s",
+        "nagless watch --port 8080",
+        "nagless watch --pid 4242",
+        "nagless watch --json --stalls",
+        "nagless watch --serve :9911",
+        "nagless watch --backend sampling",
+    ] {
+        assert!(examples.contains(e), "{e}: {help}");
+    }
+}
+
+/// A Python service is known by its script, not its interpreter: `nagless_probe_service.py`,
+/// run by the interpreter's full path (as virtualenvs, pyenv and systemd units run it) with
+/// an option before the script, serves two ports, and both stall under wrk. The table and the
+/// summary name the script (its file name, no directory) on both rows, and the fix they share
+/// is given once, not once per row.
+#[test]
+fn a_python_service_is_named_by_its_script_and_its_fix_is_given_once() {
+    let _one = exclusive();
+    if !have_tool("wrk") {
+        return;
+    }
+    let dir = www("script");
+    let script = dir.join("nagless_probe_service.py");
+    std::fs::write(
+        &script,
+        "import http.server as h, sys, threading\n\
+         h.SimpleHTTPRequestHandler.protocol_version = 'HTTP/1.1'\n\
+         servers = [h.ThreadingHTTPServer(('127.0.0.1', int(p)), h.SimpleHTTPRequestHandler)\n\
+         \x20          for p in sys.argv[1:]]\n\
+         for s in servers[1:]:\n\
+         \x20   threading.Thread(target=s.serve_forever, daemon=True).start()\n\
+         servers[0].serve_forever()\n",
+    )
+    .unwrap();
+    // The interpreter itself, by its full path (not pyenv's wrapper script).
+    let python = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3");
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_string();
+    let ports = [free_port(), free_port()];
+    let server = Started(
+        Command::new(&python)
+            .arg("-u")
+            .arg(&script)
+            .args(ports.map(|p| p.to_string()))
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3"),
+    );
+    let pid = server.0.id();
+    for p in ports {
+        wait_for_port(p);
+    }
+    let w = Command::new(NAGLESS)
+        .args(["watch", "--backend", "sampling", "--refresh", "250ms"])
+        .args(["--duration", "3s", "--pid", &pid.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let loads: Vec<_> = ports
+        .map(|p| std::thread::spawn(move || wrk(p, "/f.txt", 2)))
+        .into_iter()
+        .collect();
+    for l in loads {
+        l.join().unwrap();
+    }
+    let o = w.wait_with_output().unwrap();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "stalls seen: {out}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with(&format!("{pid} ")))
+        .collect();
+    for p in ports {
+        let table = rows
+            .iter()
+            .find(|l| l.contains(&format!(" :{p} ")))
+            .unwrap_or_else(|| panic!("no table row for port {p}: {out}"));
+        let summary = rows
+            .iter()
+            .find(|l| l.contains(&format!(" :{p}: ")))
+            .unwrap_or_else(|| panic!("no summary line for port {p}: {out}"));
+        for l in [table, summary] {
+            assert!(l.contains(" nagless_probe_service.py "), "{l}\n{out}");
+            assert!(!l.contains('/'), "a path, not the program's name: {l}");
+        }
+        assert!(table.ends_with("  [1]"), "{table}\n{out}");
+    }
+    let fix = "coalesce each message into one write";
+    assert_eq!(out.matches(fix).count(), 1, "{out}");
+    assert_eq!(out.matches("fix [1]: ").count(), 1, "{out}");
+    assert!(out.contains("peers ACK with"), "{out}");
+}

@@ -92,11 +92,21 @@ fn promql(port: u16, q: &str) -> Vec<(serde_json::Value, f64)> {
 /// Debian's Prometheus on `prom_port`, its data in `dir`, scraping the watcher on
 /// `metrics_port` every second.
 fn start_prometheus(dir: &Path, metrics_port: u16, prom_port: u16) -> Started {
+    start_prometheus_with(
+        dir,
+        &format!(
+            "  - job_name: nagless\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        ),
+        prom_port,
+    )
+}
+
+/// Debian's Prometheus on `prom_port`, its data in `dir`, scraping every second what the
+/// `scrape_configs` entries in `jobs` say.
+fn start_prometheus_with(dir: &Path, jobs: &str, prom_port: u16) -> Started {
     std::fs::write(
         dir.join("prometheus.yml"),
-        format!(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: nagless\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
-        ),
+        format!("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{jobs}"),
     )
     .unwrap();
     Started(
@@ -393,13 +403,64 @@ fn the_daemonset_asks_for_exactly_the_privileges_it_needs() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert!(args.contains(&"--serve"), "{args:?}");
-    // The systemd unit runs the same command.
+    // Safe by default: the pod network reaches it, so TLS and a password, from a Secret.
+    let web = args
+        .iter()
+        .position(|a| *a == "--web-config")
+        .map(|i| args[i + 1]);
+    assert_eq!(web, Some("/etc/nagless/web.yml"), "{args:?}");
+    assert_eq!(
+        c["volumeMounts"][0]["mountPath"].as_str(),
+        Some("/etc/nagless")
+    );
+    assert_eq!(
+        spec["volumes"][0]["secret"]["secretName"].as_str(),
+        Some("nagless-watch-web")
+    );
+    // The systemd unit runs the same command, on loopback only.
     let unit = std::fs::read_to_string(deploy().join("systemd/nagless-watch.service")).unwrap();
     assert!(
         unit.lines()
-            .any(|l| l.starts_with("ExecStart=") && l.contains("watch --serve")),
+            .any(|l| l.starts_with("ExecStart=") && l.contains("watch --serve 127.0.0.1:")),
         "{unit}"
     );
+}
+
+/// deploy/web-config.yml, the example both deploy files point to: refused as shipped (its
+/// password hash is a placeholder, so it cannot be deployed by mistake), and served once a
+/// certificate and a real hash are in place.
+#[test]
+fn the_shipped_web_config_is_refused_until_filled_in() {
+    let tmp = TempDir::new("webcfg");
+    let dir = &tmp.0;
+    let shipped = std::fs::read_to_string(deploy().join("web-config.yml")).unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    std::fs::write(dir.join("tls.crt"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.join("tls.key"), cert.key_pair.serialize_pem()).unwrap();
+    std::fs::write(dir.join("web.yml"), &shipped).unwrap();
+    let run = |port: &str| {
+        Command::new(NAGLESS)
+            .args(["watch", "--duration", "1s", "--serve"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--web-config")
+            .arg(dir.join("web.yml"))
+            .output()
+            .unwrap()
+    };
+    let out = run("0");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("prometheus: not a bcrypt hash"), "{said}");
+    let hash = bcrypt::hash("a password", 4).unwrap();
+    std::fs::write(
+        dir.join("web.yml"),
+        shipped.replace("REPLACE-WITH-A-BCRYPT-HASH", &hash),
+    )
+    .unwrap();
+    let out = run(&free_port().to_string());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(said.contains("https://"), "{said}");
 }
 
 /// A network namespace made by the test, removed when dropped.
@@ -756,4 +817,203 @@ fn the_page_passes_promtool_and_follows_the_accept_header() {
     s.read_to_string(&mut om).unwrap();
     assert!(om.contains("application/openmetrics-text"), "{om}");
     assert!(om.trim_end().ends_with("# EOF"), "{om}");
+}
+
+/// Series are bounded (issue 29, point 3): with `--max-series 4 --forget-after 2s`, twenty
+/// loopback groups (ten fixed ports, each connected to by this test, whose listeners close once
+/// they have accepted: the accepted sockets still serve their port) and a connection between
+/// two ephemeral ports (a listener on port 0, closed) give Prometheus at most four groups of
+/// series plus the overflow series, an overflow count, and no ephemeral port as a label; once
+/// they are closed their series go.
+#[test]
+fn prometheus_sees_bounded_series_and_no_ephemeral_port() {
+    let _one = exclusive();
+    if !have_tool("prometheus") {
+        return;
+    }
+    let tmp = TempDir::new("cardinality");
+    let (metrics_port, prom_port) = (free_port(), free_port());
+    let _prometheus = start_prometheus(&tmp.0, metrics_port, prom_port);
+    let _watch = Started(
+        Command::new(NAGLESS)
+            .args(["watch", "--backend", "sampling", "--refresh", "250ms"])
+            .args(["--forget-after", "2s", "--max-series", "4", "--serve"])
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(metrics_port);
+    wait_scraped(prom_port);
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let lo: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+    let hi: u16 = range.split_whitespace().nth(1).unwrap().parse().unwrap();
+    // Ten listeners on ports below the ephemeral range, each with a connection.
+    let mut held = Vec::new();
+    let mut ports = Vec::new();
+    for p in (lo.saturating_sub(3000)..lo.saturating_sub(1000)).step_by(7) {
+        if ports.len() == 10 {
+            break;
+        }
+        let Ok(l) = TcpListener::bind(("127.0.0.1", p)) else {
+            continue;
+        };
+        let c = TcpStream::connect(("127.0.0.1", p)).unwrap();
+        held.push((c, l.accept().unwrap().0));
+        ports.push(p);
+    }
+    assert_eq!(ports.len(), 10, "no free ports below {lo}");
+    let zero = TcpListener::bind("127.0.0.1:0").unwrap();
+    let zero_port = zero.local_addr().unwrap().port();
+    let c = TcpStream::connect(("127.0.0.1", zero_port)).unwrap();
+    held.push((c, zero.accept().unwrap().0));
+    drop(zero);
+    std::thread::sleep(Duration::from_secs(2));
+    let series = promql(prom_port, r#"nagless_connections{job="nagless"}"#);
+    let overflowed = promql(
+        prom_port,
+        r#"nagless_watch_groups_overflowed_total{job="nagless"}"#,
+    );
+    let (_, page) = http_get(metrics_port, "/metrics").unwrap();
+    drop(held);
+    assert!(
+        (2..=5).contains(&series.len()),
+        "not 4 groups and the overflow: {series:?}"
+    );
+    assert!(
+        series.iter().any(|(l, _)| l["role"] == "overflow"),
+        "no overflow series: {series:?}"
+    );
+    assert!(
+        overflowed.first().is_some_and(|(_, v)| *v > 0.0),
+        "{overflowed:?}"
+    );
+    for (l, _) in &series {
+        let port = l["port"].as_str().unwrap_or_default();
+        if let Ok(p) = port.parse::<u16>() {
+            assert!(
+                !(lo..=hi).contains(&p),
+                "ephemeral port {p} as a label: {l}"
+            );
+        }
+    }
+    assert!(
+        !page.contains(&format!("port=\"{zero_port}\"")),
+        "port 0's server by its port: {page}"
+    );
+    // Closed: their groups are forgotten after 2 s.
+    std::thread::sleep(Duration::from_secs(4));
+    let (_, page) = http_get(metrics_port, "/metrics").unwrap();
+    for p in &ports {
+        assert!(
+            !page.contains(&format!("port=\"{p}\"")),
+            "port {p} still has series after it closed: {page}"
+        );
+    }
+    assert!(
+        !page.contains("nagless_watch_groups_forgotten_total 0"),
+        "{page}"
+    );
+}
+
+/// TLS and basic authentication by exporter-toolkit's web configuration file (issue 29,
+/// point 2): Debian's Prometheus scrapes over TLS with the right password, and gets nothing
+/// with a wrong one or over plain HTTP; a bad file is refused at start with exit 2.
+#[test]
+fn prometheus_scrapes_over_tls_with_a_password_and_not_without() {
+    let _one = exclusive();
+    if !have_tool("prometheus") {
+        return;
+    }
+    let tmp = TempDir::new("tls");
+    let dir = &tmp.0;
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    std::fs::write(dir.join("watch.crt"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.join("watch.key"), cert.key_pair.serialize_pem()).unwrap();
+    // Cost 4, bcrypt's lowest, keeps the test quick; deploy files say 10 or more.
+    let hash = bcrypt::hash("right horse", 4).unwrap();
+    std::fs::write(
+        dir.join("web.yml"),
+        format!(
+            "tls_server_config:\n  cert_file: watch.crt\n  key_file: watch.key\nbasic_auth_users:\n  prometheus: {hash}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("bad.yml"),
+        "basic_auth_users:\n  prometheus: plain\n",
+    )
+    .unwrap();
+    let out = Command::new(NAGLESS)
+        .args(["watch", "--serve", "127.0.0.1:0", "--web-config"])
+        .arg(dir.join("bad.yml"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("bad.yml") && said.contains("not a bcrypt hash"),
+        "{said}"
+    );
+
+    let (metrics_port, prom_port) = (free_port(), free_port());
+    let job = |name: &str, scheme: &str, password: Option<&str>| {
+        let mut j = format!(
+            "  - job_name: {name}\n    scheme: {scheme}\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+        );
+        if scheme == "https" {
+            j += &format!(
+                "    tls_config:\n      ca_file: {}\n      server_name: localhost\n",
+                dir.join("watch.crt").display()
+            );
+        }
+        if let Some(p) = password {
+            j += &format!("    basic_auth:\n      username: prometheus\n      password: '{p}'\n");
+        }
+        j
+    };
+    let jobs = job("right", "https", Some("right horse"))
+        + &job("wrong", "https", Some("wrong horse"))
+        + &job("plain", "http", Some("right horse"));
+    let _prometheus = start_prometheus_with(dir, &jobs, prom_port);
+    let watch = Command::new(NAGLESS)
+        .args(["watch", "--refresh", "250ms", "--serve"])
+        .arg(format!("127.0.0.1:{metrics_port}"))
+        .arg("--web-config")
+        .arg(dir.join("web.yml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watch = Started(watch);
+    wait_for_port(metrics_port);
+    let start = Instant::now();
+    let up = |job: &str| promql(prom_port, &format!(r#"up{{job="{job}"}}"#));
+    // Until each job has been scraped at least once (60 s at most).
+    while !["right", "wrong", "plain"].iter().all(|j| {
+        http_get(prom_port, "/-/ready").is_some_and(|(c, _)| c == 200) && !up(j).is_empty()
+    }) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "Prometheus never scraped the three jobs"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let right = up("right");
+    let wrong = up("wrong");
+    let plain = up("plain");
+    let info = promql(prom_port, r#"nagless_build_info{job="right"}"#);
+    sigterm(&watch.0);
+    let mut stderr = String::new();
+    let _ = watch.0.stderr.take().unwrap().read_to_string(&mut stderr);
+    assert_eq!(right.first().map(|(_, v)| *v), Some(1.0), "{right:?}");
+    assert_eq!(info.len(), 1, "{info:?}");
+    assert_eq!(wrong.first().map(|(_, v)| *v), Some(0.0), "{wrong:?}");
+    assert_eq!(plain.first().map(|(_, v)| *v), Some(0.0), "{plain:?}");
+    assert!(
+        stderr.contains("https://127.0.0.1:") && stderr.contains("basic authentication"),
+        "{stderr}"
+    );
 }

@@ -231,6 +231,7 @@ fn monotonic_ns() -> u64 {
 /// Who owns a socket whose writer is not known.
 static NOBODY: Who = Who {
     cmd: None,
+    program: None,
     comm: None,
     cgroup: None,
     container: None,
@@ -284,6 +285,11 @@ pub struct EbpfWatcher {
     nets: Option<Namespaces>,
     listening: HashSet<(u64, u16)>,
     listening_at: Option<Instant>,
+    /// The host's ephemeral ports (see [`crate::role`]).
+    ephemeral: (u16, u16),
+    /// When the TCP sockets were last counted, and the namespaces last found.
+    counted_at: Option<Instant>,
+    namespaces_at: Option<Instant>,
     /// Per writer pid: its network namespace (0 if unknown) and who it is.
     owners: HashMap<u32, (u64, Who)>,
     window: HashMap<GroupKey, Group>,
@@ -344,6 +350,9 @@ impl EbpfWatcher {
             nets: Namespaces::new(true).ok(),
             listening: HashSet::new(),
             listening_at: None,
+            ephemeral: crate::role::ephemeral_ports(),
+            counted_at: None,
+            namespaces_at: None,
             owners: HashMap::new(),
             window: HashMap::new(),
             total: HashMap::new(),
@@ -395,6 +404,7 @@ impl EbpfWatcher {
                             cmd: Some(p.cmd)
                                 .filter(|c| !c.is_empty())
                                 .or_else(|| task.as_ref().map(|c| format!("[{c}]"))),
+                            program: Some(p.program).filter(|c| !c.is_empty()),
                             comm: Some(p.comm).filter(|c| !c.is_empty()).or(task),
                             cgroup: Some(p.cgroup).filter(|c| !c.is_empty()),
                             container: p.container,
@@ -446,13 +456,14 @@ impl EbpfWatcher {
         let at_us = e.released_ns.saturating_sub(self.start_mono_ns) / 1000;
         let stall = e.stall(at_us)?;
         let netns = self.owner(e.pid, &e.comm);
-        let serves = self.serves(netns, lport);
+        let listening = self.serves(netns, lport);
+        let (serves, port) = crate::role::role(listening, lport, rport, self.ephemeral);
         // (Borrowed, not cloned: this runs for every stall on the host.)
         let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
         let key = GroupKey {
             pid: Some(e.pid),
             uid: e.uid,
-            port: if serves { lport } else { rport },
+            port,
             serves,
             netns,
         };
@@ -489,7 +500,32 @@ impl EbpfWatcher {
                 stats.stalls += 1;
             }
         }
+        self.count_sockets(&mut stats);
         Ok(stats)
+    }
+
+    /// Once a second: the TCP sockets in use in every namespace (the kernel's own count, read
+    /// per namespace, not per socket), as a full sample's `sockets`; the namespaces are found
+    /// again every ten seconds.
+    fn count_sockets(&mut self, stats: &mut SampleStats) {
+        if self
+            .counted_at
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.counted_at = Some(Instant::now());
+        let Some(n) = &mut self.nets else { return };
+        if self
+            .namespaces_at
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+        {
+            self.namespaces_at = Some(Instant::now());
+            n.refresh();
+            drop(n.take_lookups());
+        }
+        stats.sockets = n.tcp_in_use();
+        stats.full = true;
     }
 
     /// The rows of the window since the last call (stalling groups first); starts a new one.

@@ -21,8 +21,11 @@ pub mod ebpf;
 mod lister;
 pub mod metrics;
 pub mod netns;
+pub mod own_process;
 pub mod procs;
+pub mod role;
 pub mod serve;
+pub mod web_config;
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -69,6 +72,10 @@ pub struct Row {
     pub uid: u32,
     /// Command line, if known.
     pub cmd: Option<String>,
+    /// Which program it runs (the script, module or main class: [`procs::program_name`]), if
+    /// known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub program: Option<String>,
     /// Command name (`/proc/PID/comm`), if known.
     pub comm: Option<String>,
     /// Port (local if `serves`, else remote).
@@ -131,6 +138,7 @@ impl Tally {
             pid: k.pid,
             uid: k.uid,
             cmd: who.cmd,
+            program: who.program,
             comm: who.comm,
             port: k.port,
             serves: k.serves,
@@ -157,6 +165,7 @@ impl Tally {
 #[derive(Debug, Clone, Default)]
 struct Who {
     cmd: Option<String>,
+    program: Option<String>,
     comm: Option<String>,
     cgroup: Option<String>,
     container: Option<String>,
@@ -194,13 +203,15 @@ fn rows(groups: Groups) -> Vec<Row> {
 /// What one sample cost and saw.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SampleStats {
-    /// TCP sockets the kernel listed.
+    /// TCP sockets: the established ones the kernel listed (sampling), or the kernel's count
+    /// of those in use (eBPF, when `full`).
     pub sockets: usize,
     /// Sockets that passed the filter.
     pub watched: usize,
     /// Stalls that ended in this sample.
     pub stalls: usize,
-    /// It was a full listing of every established socket (else: lookups of the busy ones).
+    /// It was a full listing of every established socket (else: lookups of the busy ones);
+    /// eBPF: the sockets were counted (once a second).
     pub full: bool,
     /// Sockets busy now (data in flight in the last two seconds): looked up every interval.
     pub busy: usize,
@@ -262,6 +273,8 @@ pub struct Watcher {
     ns_info: (usize, usize, Option<io::ErrorKind>),
     scan_interval: std::time::Duration,
     listening: HashSet<(u64, u16)>,
+    /// The host's ephemeral ports (see [`role`]).
+    ephemeral: (u16, u16),
     /// The /proc scanner, until the listing thread takes it.
     procs: Option<ProcMap>,
     /// Owners of socket inodes, as the listing thread found them.
@@ -299,6 +312,7 @@ impl Watcher {
             lookups,
             scan_interval: std::time::Duration::from_millis(100),
             listening: HashSet::new(),
+            ephemeral: role::ephemeral_ports(),
             denied: procs.denied,
             procs: Some(procs),
             owners: HashMap::new(),
@@ -445,15 +459,16 @@ impl Watcher {
             };
             if resolve {
                 let owner = self.owners.get(&r.inode).cloned();
-                let serves = listening.contains(&(r.netns, r.local.port()));
+                let (serves, port) = role::role(
+                    listening.contains(&(r.netns, r.local.port())),
+                    r.local.port(),
+                    r.remote.port(),
+                    self.ephemeral,
+                );
                 let key = GroupKey {
                     pid: owner.as_ref().map(|o| o.pid),
                     uid: r.uid,
-                    port: if serves {
-                        r.local.port()
-                    } else {
-                        r.remote.port()
-                    },
+                    port,
                     serves,
                     netns: r.netns,
                 };
@@ -477,6 +492,7 @@ impl Watcher {
                 t.key = key;
                 t.who = owner.map_or_else(Who::default, |o| Who {
                     cmd: Some(o.cmd),
+                    program: Some(o.program),
                     comm: Some(o.comm),
                     cgroup: Some(o.cgroup),
                     container: o.container,

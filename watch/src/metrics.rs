@@ -11,22 +11,31 @@
 //! | `nagless_stall_duration_seconds` | histogram | each stall's lost time |
 //! | `nagless_connections` | gauge | connections of the group seen in the last refresh |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
-//! | `nagless_watch_sockets` | gauge | TCP sockets the last sample listed |
+//! | `nagless_watch_sockets` | gauge | TCP sockets the last listing found |
+//! | `nagless_watch_series_groups` | gauge | groups that have series of their own now |
+//! | `nagless_watch_groups_overflowed_total` | counter | refreshes and stalls of groups beyond the cap |
+//! | `nagless_watch_groups_forgotten_total` | counter | groups whose series were removed, unseen |
+//! | `nagless_build_info` | gauge | always 1; labels `version`, `backend` |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, ... | | the watcher's own, as every exporter publishes them |
 //!
 //! The per-group metrics carry the labels `process` (the command name, `/proc/PID/comm`;
 //! empty when the owner could not be read), `port` (the served local port when `role` is
-//! `serves`, the remote port when it is `connects`: never an ephemeral port, which would make a
-//! series per connection), `role` and `container` (empty on the host). The pid is left out on
-//! purpose: it changes with every restart, and a label that changes makes new series.
+//! `serves`, the remote port when it is `connects`; `ephemeral` for a remote port in the host's
+//! ephemeral range, which would make a series per connection), `role` and `container` (empty
+//! on the host). The pid is left out on purpose: it changes with every restart, and a label
+//! that changes makes new series.
 //!
 //! A group's series appear, at zero, as soon as one of its connections is seen, so that a
-//! query over a service that does not stall returns 0, not nothing.
+//! query over a service that does not stall returns 0, not nothing. The series are bounded
+//! ([`Limits`]): a group neither refreshed nor stalling for `forget_after` loses its series,
+//! and beyond `max_series` groups the rest share one series with `role="overflow"`.
 //!
 //! [`crate::serve::Exporter`] serves the page over HTTP.
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -36,6 +45,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::own_process::OwnProcess;
 use crate::{Row, StallEvent};
 
 /// The labels of a group's series.
@@ -43,19 +53,28 @@ use crate::{Row, StallEvent};
 pub struct Labels {
     /// Command name (`/proc/PID/comm`), empty if unknown.
     pub process: String,
-    /// The served local port (`role="serves"`) or the remote port (`role="connects"`).
-    pub port: u16,
-    /// `serves` or `connects`.
+    /// The served local port (`role="serves"`) or the remote port (`role="connects"`);
+    /// `ephemeral` for a remote port in the host's ephemeral range, which would make a series
+    /// per connection (see [`crate::role`]).
+    pub port: String,
+    /// `serves`, `connects`, or `overflow` (the series that gathers the groups beyond
+    /// [`Limits::max_series`]).
     pub role: &'static str,
     /// Container id (its first 12 hex digits), empty on the host.
     pub container: String,
 }
 
 impl Labels {
-    fn new(port: u16, serves: bool, comm: Option<&str>, container: Option<&str>) -> Labels {
+    fn new(
+        port: u16,
+        serves: bool,
+        comm: Option<&str>,
+        container: Option<&str>,
+        ephemeral: (u16, u16),
+    ) -> Labels {
         Labels {
             process: comm.unwrap_or_default().to_owned(),
-            port,
+            port: crate::role::label(serves, port, ephemeral),
             role: if serves { "serves" } else { "connects" },
             // The short id, as `docker ps` and `crictl ps` show it.
             container: container
@@ -64,19 +83,35 @@ impl Labels {
         }
     }
 
-    /// The labels of a row of the table.
-    pub fn of_row(r: &Row) -> Labels {
-        Labels::new(r.port, r.serves, r.comm.as_deref(), r.container.as_deref())
+    /// The series that gathers every group beyond the cap.
+    fn overflow() -> Labels {
+        Labels {
+            process: String::new(),
+            port: String::new(),
+            role: "overflow",
+            container: String::new(),
+        }
     }
+}
 
-    /// The labels of the group a stall belongs to.
-    pub fn of_stall(e: &StallEvent) -> Labels {
-        Labels::new(
-            e.key.port,
-            e.key.serves,
-            e.comm.as_deref(),
-            e.container.as_deref(),
-        )
+/// How many series the metrics may hold, and for how long one nobody sees is kept.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A group neither refreshed nor stalling for this long loses its series (a counter that
+    /// comes back starts again at 0, which `rate()` reads as a reset).
+    pub forget_after: Duration,
+    /// Groups with series of their own at most; the stalls and connections of groups beyond
+    /// are added to one `role="overflow"` series and counted in
+    /// `nagless_watch_groups_overflowed_total`.
+    pub max_series: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            forget_after: Duration::from_secs(600),
+            max_series: 1000,
+        }
     }
 }
 
@@ -96,8 +131,80 @@ impl MetricConstructor<Histogram> for Buckets {
 }
 
 type FloatCounter = Counter<f64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// The `process_*` metrics every Prometheus client library publishes (node_exporter's among
+/// them), so that the usual dashboards and alerts work on the watcher too.
+struct ProcessGauges {
+    rss: Gauge,
+    virt: Gauge,
+    open_fds: Gauge,
+    max_fds: Gauge,
+    start: FloatGauge,
+}
+
+impl ProcessGauges {
+    /// Registers them; `cpu` (the watcher's CPU counter) is published under the standard
+    /// name too.
+    fn register(r: &mut Registry, cpu: &FloatCounter) -> ProcessGauges {
+        let g = ProcessGauges {
+            rss: Gauge::default(),
+            virt: Gauge::default(),
+            open_fds: Gauge::default(),
+            max_fds: Gauge::default(),
+            start: FloatGauge::default(),
+        };
+        r.register_with_unit(
+            "process_cpu",
+            "Total user and system CPU time spent in seconds",
+            Unit::Seconds,
+            cpu.clone(),
+        );
+        r.register_with_unit(
+            "process_resident_memory",
+            "Resident memory size in bytes",
+            Unit::Bytes,
+            g.rss.clone(),
+        );
+        r.register_with_unit(
+            "process_virtual_memory",
+            "Virtual memory size in bytes",
+            Unit::Bytes,
+            g.virt.clone(),
+        );
+        r.register(
+            "process_open_fds",
+            "Number of open file descriptors",
+            g.open_fds.clone(),
+        );
+        r.register(
+            "process_max_fds",
+            "Maximum number of open file descriptors",
+            g.max_fds.clone(),
+        );
+        r.register_with_unit(
+            "process_start_time",
+            "Start time of the process since unix epoch in seconds",
+            Unit::Seconds,
+            g.start.clone(),
+        );
+        g
+    }
+
+    fn set(&self, p: &OwnProcess) {
+        self.rss.set(p.rss_bytes as i64);
+        self.virt.set(p.virtual_bytes as i64);
+        self.open_fds.set(p.open_fds as i64);
+        self.max_fds.set(p.max_fds.map_or(-1, |m| m as i64));
+        self.start.set(p.start_time_unix_s);
+    }
+}
 
 /// The watch's metrics: fed by the watch loop, read by the [`Exporter`](crate::serve::Exporter).
+///
+/// Invariant: a label set is in `seen` exactly when it may have series in the per-group
+/// families, and `seen` never holds more than `limits.max_series` entries besides the overflow
+/// series.
 pub struct Metrics {
     registry: Arc<Registry>,
     stalls: Family<Labels, Counter>,
@@ -107,17 +214,25 @@ pub struct Metrics {
     cpu: FloatCounter,
     cpu_seen: Duration,
     sockets: Gauge,
+    process: ProcessGauges,
+    series: Gauge,
+    overflowed: Counter,
+    forgotten: Counter,
+    limits: Limits,
+    ephemeral: (u16, u16),
+    /// When each group with series was last refreshed or stalled.
+    seen: HashMap<Labels, Instant>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(Limits::default())
     }
 }
 
 impl Metrics {
-    /// Empty metrics.
-    pub fn new() -> Metrics {
+    /// Empty metrics, bounded by `limits`.
+    pub fn new(limits: Limits) -> Metrics {
         let mut r = Registry::default();
         let stalls = Family::<Labels, Counter>::default();
         r.register(
@@ -155,9 +270,28 @@ impl Metrics {
         let sockets = Gauge::default();
         r.register(
             "nagless_watch_sockets",
-            "TCP sockets the last sample listed",
+            "TCP sockets the last listing found (every network namespace watched)",
             sockets.clone(),
         );
+        let series = Gauge::default();
+        r.register(
+            "nagless_watch_series_groups",
+            "Groups (process, port, role, container) that have series now, besides the overflow series",
+            series.clone(),
+        );
+        let overflowed = Counter::default();
+        r.register(
+            "nagless_watch_groups_overflowed",
+            "Refreshes and stalls of groups beyond --max-series, added to the role=\"overflow\" series instead of their own",
+            overflowed.clone(),
+        );
+        let forgotten = Counter::default();
+        r.register(
+            "nagless_watch_groups_forgotten",
+            "Groups whose series were removed after --forget-after without a refresh or a stall",
+            forgotten.clone(),
+        );
+        let process = ProcessGauges::register(&mut r, &cpu);
         Metrics {
             registry: Arc::new(r),
             stalls,
@@ -167,12 +301,47 @@ impl Metrics {
             cpu,
             cpu_seen: Duration::ZERO,
             sockets,
+            process,
+            series,
+            overflowed,
+            forgotten,
+            limits,
+            ephemeral: crate::role::ephemeral_ports(),
+            seen: HashMap::new(),
         }
     }
 
+    /// Uses `range` as the ephemeral ports instead of the host's (tests).
+    pub fn set_ephemeral_ports(&mut self, range: (u16, u16)) {
+        self.ephemeral = range;
+    }
+
+    /// The labels a group's updates go to at `now`: its own, or the overflow series' when
+    /// the cap is reached.
+    fn admit(&mut self, l: Labels, now: Instant) -> Labels {
+        if let Some(t) = self.seen.get_mut(&l) {
+            *t = now;
+            return l;
+        }
+        if self.seen.len() >= self.limits.max_series {
+            self.overflowed.inc();
+            return Labels::overflow();
+        }
+        self.seen.insert(l.clone(), now);
+        self.series.set(self.seen.len() as i64);
+        l
+    }
+
     /// Counts a stall.
-    pub fn stall(&self, e: &StallEvent) {
-        let l = Labels::of_stall(e);
+    pub fn stall(&mut self, e: &StallEvent) {
+        let l = Labels::new(
+            e.key.port,
+            e.key.serves,
+            e.comm.as_deref(),
+            e.container.as_deref(),
+            self.ephemeral,
+        );
+        let l = self.admit(l, Instant::now());
         let secs = e.stall.lost_us as f64 / 1e6;
         self.stalls.get_or_create(&l).inc();
         self.stall_seconds.get_or_create(&l).inc_by(secs);
@@ -180,23 +349,58 @@ impl Metrics {
     }
 
     /// The groups seen in the last window (see [`Watcher::take_window`](crate::Watcher::take_window)):
-    /// sets their connection counts, and makes their stall series exist (at 0 if new).
-    pub fn window(&self, rows: &[Row]) {
+    /// sets their connection counts, makes their stall series exist (at 0 if new), and forgets
+    /// the groups unseen for [`Limits::forget_after`].
+    pub fn window(&mut self, rows: &[Row]) {
+        self.window_at(rows, Instant::now());
+    }
+
+    fn window_at(&mut self, rows: &[Row], now: Instant) {
         self.connections.clear();
         for r in rows {
-            let l = Labels::of_row(r);
-            self.connections.get_or_create(&l).set(r.connections as i64);
+            let l = Labels::new(
+                r.port,
+                r.serves,
+                r.comm.as_deref(),
+                r.container.as_deref(),
+                self.ephemeral,
+            );
+            let l = self.admit(l, now);
+            // Several groups can share labels (two pids of one command, or the overflow).
+            self.connections
+                .get_or_create(&l)
+                .inc_by(r.connections as i64);
             drop(self.stalls.get_or_create(&l));
             drop(self.stall_seconds.get_or_create(&l));
             drop(self.durations.get_or_create(&l));
         }
+        let forget = self.limits.forget_after;
+        let stale: Vec<Labels> = self
+            .seen
+            .iter()
+            .filter(|(_, t)| now.saturating_duration_since(**t) >= forget)
+            .map(|(l, _)| l.clone())
+            .collect();
+        for l in stale {
+            self.seen.remove(&l);
+            self.stalls.remove(&l);
+            self.stall_seconds.remove(&l);
+            self.durations.remove(&l);
+            self.connections.remove(&l);
+            self.forgotten.inc();
+        }
+        self.series.set(self.seen.len() as i64);
     }
 
-    /// The watcher's CPU time so far and the sockets its last sample listed.
-    pub fn watcher(&mut self, cpu: Duration, sockets: usize) {
-        if cpu > self.cpu_seen {
-            self.cpu.inc_by((cpu - self.cpu_seen).as_secs_f64());
-            self.cpu_seen = cpu;
+    /// The watcher's own figures (its CPU time, memory, descriptors) and the TCP sockets its
+    /// last listing found.
+    pub fn watcher(&mut self, own: Option<OwnProcess>, sockets: usize) {
+        if let Some(p) = own {
+            if p.cpu > self.cpu_seen {
+                self.cpu.inc_by((p.cpu - self.cpu_seen).as_secs_f64());
+                self.cpu_seen = p.cpu;
+            }
+            self.process.set(&p);
         }
         self.sockets.set(sockets as i64);
     }
@@ -323,9 +527,28 @@ mod tests {
         }
     }
 
+    fn metrics(max_series: usize) -> Metrics {
+        let mut m = Metrics::new(Limits {
+            forget_after: Duration::from_secs(60),
+            max_series,
+        });
+        m.set_ephemeral_ports((32768, 60999));
+        m
+    }
+
+    fn row(comm: &str, port: u16, serves: bool) -> Row {
+        Row {
+            port,
+            serves,
+            comm: Some(comm.into()),
+            connections: 1,
+            ..Row::default()
+        }
+    }
+
     #[test]
     fn stalls_are_counted_in_seconds_with_conventional_names() {
-        let m = Metrics::new();
+        let mut m = metrics(1000);
         m.window(&[Row {
             port: 9,
             serves: false,
@@ -353,5 +576,84 @@ mod tests {
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
         }
+    }
+
+    #[test]
+    fn groups_unseen_for_forget_after_lose_their_series() {
+        let mut m = metrics(1000);
+        let t0 = Instant::now();
+        m.window_at(&[row("curl", 80, false), row("redis", 6379, true)], t0);
+        m.window_at(&[row("redis", 6379, true)], t0 + Duration::from_secs(59));
+        let text = m.encode();
+        assert!(text.contains(r#"process="curl""#), "{text}");
+        assert!(text.contains("nagless_watch_series_groups 2"), "{text}");
+        // curl was last seen 60 s ago: gone from every family; redis stays.
+        m.window_at(&[row("redis", 6379, true)], t0 + Duration::from_secs(60));
+        let text = m.encode();
+        assert!(!text.contains(r#"process="curl""#), "{text}");
+        assert!(
+            text.contains(
+                r#"nagless_stalls_total{process="redis",port="6379",role="serves",container=""} 0"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("nagless_watch_groups_forgotten_total 1"),
+            "{text}"
+        );
+        assert!(text.contains("nagless_watch_series_groups 1"), "{text}");
+    }
+
+    #[test]
+    fn groups_beyond_the_cap_go_to_one_overflow_series() {
+        let mut m = metrics(2);
+        m.window(&[
+            row("a", 1, true),
+            row("b", 2, true),
+            row("c", 3, true),
+            row("d", 4, true),
+        ]);
+        m.stall(&event(9000, 40_000));
+        let text = m.encode();
+        for gone in [r#"process="c""#, r#"process="d""#, r#"process="python3""#] {
+            assert!(!text.contains(gone), "{gone} in\n{text}");
+        }
+        let o = r#"{process="",port="",role="overflow",container=""}"#;
+        for want in [
+            format!("nagless_connections{o} 2"),
+            format!("nagless_stalls_total{o} 1"),
+            "nagless_watch_groups_overflowed_total 3".to_owned(),
+            "nagless_watch_series_groups 2".to_owned(),
+        ] {
+            assert!(text.contains(&want), "no {want} in\n{text}");
+        }
+        // A series forgotten makes room again.
+        m.window_at(&[], Instant::now() + Duration::from_secs(61));
+        m.stall(&event(9000, 40_000));
+        assert!(m.encode().contains(
+            r#"nagless_stalls_total{process="python3",port="9000",role="serves",container=""} 1"#
+        ));
+    }
+
+    #[test]
+    fn ephemeral_ports_that_connect_never_become_labels() {
+        let mut m = metrics(1000);
+        // Connections between two ephemeral ports, and a server listening on one (which
+        // keeps its port: it is what the service is).
+        m.window(&[
+            row("p2p", 51234, false),
+            row("p2p", 60999, false),
+            row("srv", 40001, true),
+        ]);
+        let text = m.encode();
+        assert!(!text.contains("51234") && !text.contains("60999"), "{text}");
+        assert!(
+            text.contains(
+                r#"nagless_connections{process="p2p",port="ephemeral",role="connects",container=""} 2"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"port="40001",role="serves""#), "{text}");
+        assert!(text.contains("nagless_watch_series_groups 2"), "{text}");
     }
 }

@@ -1,7 +1,9 @@
 //! Which process owns a socket: /proc/PID/fd links name socket inodes (`socket:[N]`). Other
 //! users' /proc/PID/fd can be read only with root (or CAP_SYS_PTRACE and
 //! CAP_DAC_READ_SEARCH); their sockets stay unattributed, and [`ProcMap::denied`] counts the
-//! processes that could not be read.
+//! processes that could not be read. [`program_name`] and [`unit()`] say which program a
+//! process runs, beyond its interpreter: the script, module or main class of its command line,
+//! and the systemd unit its cgroup names.
 
 use std::collections::HashMap;
 use std::fs;
@@ -13,6 +15,8 @@ pub struct Process {
     pub pid: u32,
     /// Its command line (arguments joined by spaces, at most 80 characters).
     pub cmd: String,
+    /// Which program it runs ([`program_name`] of its command line, at most 80 characters).
+    pub program: String,
     /// Its command name (`/proc/PID/comm`, at most 15 bytes; empty if unreadable).
     pub comm: String,
     /// Its cgroup (the cgroup v2 path of `/proc/PID/cgroup`, else the first hierarchy's).
@@ -86,13 +90,204 @@ pub fn process_of(pid: u32) -> Option<Process> {
 /// What /proc says of a process.
 pub fn process(pid: u32) -> Process {
     let (cgroup, container) = cgroup(pid);
+    let comm = comm(pid);
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let text = String::from_utf8_lossy(&raw);
+    let argv: Vec<&str> = text.split('\0').filter(|a| !a.is_empty()).collect();
+    // (No command line: a kernel thread, or a process exiting.)
+    let (cmd, program) = match argv.is_empty() {
+        true => (format!("[{comm}]"), format!("[{comm}]")),
+        false => (printable(&argv.join(" ")), program_name(&argv)),
+    };
     Process {
         pid,
-        cmd: cmdline(pid),
-        comm: comm(pid),
+        cmd: shorten(cmd, 80),
+        program: shorten(program, 80),
+        comm,
         cgroup,
         container,
     }
+}
+
+/// `s` cut to `n` characters, the last three of them `...`.
+fn shorten(s: String, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s;
+    }
+    s.chars().take(n.saturating_sub(3)).collect::<String>() + "..."
+}
+
+/// How an interpreter's command line names what it runs.
+struct Interpreter {
+    /// Options that take a value: the rest of their word, else the next argument (`-cp PATH`).
+    with_value: &'static [&'static str],
+    /// Options whose value is the program (a module, inline code), shown as given.
+    naming: &'static [&'static str],
+    /// Options whose value is the program's file (`-jar app.jar`), shown by its file name.
+    naming_file: &'static [&'static str],
+    /// Single-letter options may share a word (`-uc CODE`, `-Wignore`).
+    clustered: bool,
+}
+
+/// The interpreter a program's file name (`python3.11`, `perl5.36`) names, if any.
+fn interpreter(name: &str) -> Option<Interpreter> {
+    let i = |with_value, naming, naming_file, clustered| Interpreter {
+        with_value,
+        naming,
+        naming_file,
+        clustered,
+    };
+    Some(
+        match name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.') {
+            "python" | "pypy" => i(
+                &["-W", "-X", "--check-hash-based-pycs"],
+                &["-m", "-c"],
+                &[],
+                true,
+            ),
+            "perl" => i(&["-I", "-M", "-m"], &["-e", "-E"], &[], true),
+            "ruby" => i(&["-I", "-r", "-C", "-E"], &["-e"], &[], true),
+            "node" | "nodejs" => i(
+                &[
+                    "-r",
+                    "--require",
+                    "--import",
+                    "--loader",
+                    "--experimental-loader",
+                    "-C",
+                    "--conditions",
+                    "--title",
+                ],
+                &["-e", "--eval", "-p", "--print"],
+                &[],
+                false,
+            ),
+            "php" => i(&["-c", "-d", "-t", "-z"], &["-r", "-S"], &["-f"], false),
+            "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" | "ash" => i(
+                &["-o", "+o", "-O", "+O", "--rcfile", "--init-file"],
+                &["-c"],
+                &[],
+                true,
+            ),
+            "java" => i(
+                &[
+                    "-cp",
+                    "-classpath",
+                    "--class-path",
+                    "-p",
+                    "--module-path",
+                    "--upgrade-module-path",
+                    "--add-modules",
+                    "--add-opens",
+                    "--add-exports",
+                    "--add-reads",
+                    "--patch-module",
+                    "--limit-modules",
+                    "--source",
+                ],
+                &["-m", "--module"],
+                &["-jar"],
+                false,
+            ),
+            _ => return None,
+        },
+    )
+}
+
+/// The file name of a path (`/usr/bin/python3`: `python3`).
+fn file_name(path: &str) -> &str {
+    match path.trim_end_matches('/').rsplit('/').next() {
+        Some(n) if !n.is_empty() => n,
+        _ => path,
+    }
+}
+
+/// Which program an argv runs, for people: for an interpreter (Python, Perl, Ruby, Node.js,
+/// PHP, a shell, Java) its name and, past its own options, the script's file name (`python3
+/// app.py`), the module or inline code (`python3 -m http.server`, `bash -c CODE`), the main
+/// class or jar (`java com.example.Main`, `java -jar app.jar`); for any other program its
+/// executable's file name (argv\[0\] as it is when it holds a space: a title set with
+/// `setproctitle`, `nginx: worker process`). Then the remaining arguments. Escaped with
+/// [`printable`]; empty for an empty argv.
+pub fn program_name(argv: &[&str]) -> String {
+    let Some((&first, args)) = argv.split_first() else {
+        return String::new();
+    };
+    let name = if first.contains(' ') {
+        first
+    } else {
+        file_name(first)
+    };
+    let mut shown = vec![name];
+    let mut rest = args.iter().copied();
+    if let Some(i) = interpreter(name) {
+        while let Some(a) = rest.next() {
+            let option = a.len() > 1 && (a.starts_with('-') || a.starts_with('+'));
+            if a == "--" {
+                shown.extend(rest.next().map(file_name));
+                break;
+            } else if !option && (name != "java" || !a.starts_with('@')) {
+                // (Java's `@FILE` holds more options.)
+                shown.push(file_name(a)); // the script, or Java's main class
+                break;
+            } else if i.naming.contains(&a) || i.naming_file.contains(&a) {
+                shown.push(a);
+                let v = rest.next();
+                shown.extend(if i.naming_file.contains(&a) {
+                    v.map(file_name)
+                } else {
+                    v
+                });
+                break;
+            } else if i.with_value.contains(&a) {
+                rest.next();
+            } else if i.clustered && option && !a.starts_with("--") {
+                // `-uc CODE`, `-Wignore`, `-uWignore`: letters up to one taking a value; a
+                // non-letter starts an attached value (`-i.bak`, `-d:Trace`).
+                let (sign, letters) = a.split_at(1);
+                let mut named = None;
+                for (at, c) in letters.char_indices() {
+                    if !c.is_ascii_alphabetic() {
+                        break;
+                    }
+                    let flag = format!("{sign}{c}");
+                    let attached = &letters[at + 1..];
+                    if i.naming.contains(&flag.as_str()) {
+                        named = Some((&a[..a.len() - attached.len()], attached));
+                        break;
+                    } else if i.with_value.contains(&flag.as_str()) {
+                        if attached.is_empty() {
+                            rest.next();
+                        }
+                        break;
+                    }
+                }
+                if let Some((flags, attached)) = named {
+                    shown.push(flags);
+                    shown.extend(if attached.is_empty() {
+                        rest.next()
+                    } else {
+                        Some(attached)
+                    });
+                    break;
+                }
+            }
+        }
+    }
+    shown.extend(rest);
+    printable(&shown.join(" "))
+}
+
+/// The systemd unit a cgroup path names: its last component ending in `.service` or `.scope`
+/// (`/system.slice/nginx.service`: `nginx.service`), escaped with [`printable`]. `None` when
+/// that is a login session's (`session-2.scope`), systemd's own (`init.scope`) or a
+/// container's scope (its id says more: [`container_id`]), which name no service.
+pub fn unit(cgroup: &str) -> Option<String> {
+    let c = cgroup
+        .rsplit('/')
+        .find(|c| c.ends_with(".service") || c.ends_with(".scope"))?;
+    let other = c.starts_with("session-") || c == "init.scope" || container_id(c).is_some();
+    (!other).then(|| printable(c))
 }
 
 /// The cgroup path of a process and its container's id (see [`container_id`]).
@@ -153,24 +348,6 @@ fn comm(pid: u32) -> String {
         .unwrap_or_default()
 }
 
-fn cmdline(pid: u32) -> String {
-    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let mut s: String = printable(
-        &String::from_utf8_lossy(&raw)
-            .split('\0')
-            .filter(|a| !a.is_empty())
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
-    if s.is_empty() {
-        s = format!("[{}]", comm(pid));
-    }
-    if s.chars().count() > 80 {
-        s = s.chars().take(77).collect::<String>() + "...";
-    }
-    s
-}
-
 /// The effective uid of this process (from /proc/self/status).
 pub fn euid() -> Option<u32> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
@@ -198,6 +375,7 @@ mod tests {
         let p = m.owner(inode).unwrap();
         assert_eq!(p.pid, std::process::id());
         assert!(!p.cmd.is_empty());
+        assert!(!p.program.is_empty() && !p.program.contains('/'), "{p:?}");
         assert!(p.cgroup.starts_with('/'), "{p:?}");
         assert!(euid().is_some());
     }
@@ -225,6 +403,136 @@ mod tests {
             "/docker/0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0",
         ] {
             assert_eq!(container_id(path), None, "{path}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod program_tests {
+    use super::{program_name, unit};
+
+    fn name(cmdline: &str) -> String {
+        program_name(&cmdline.split(' ').collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn interpreters_are_named_by_what_they_run() {
+        for (argv, shown) in [
+            (
+                "/usr/bin/python3 -u /srv/app/app.py --port 80",
+                "python3 app.py --port 80",
+            ),
+            (
+                "/root/.pyenv/versions/3.11.7/bin/python3.11 -X dev -W ignore worker.py",
+                "python3.11 worker.py",
+            ),
+            (
+                "python3 -m http.server --bind 127.0.0.1 8000",
+                "python3 -m http.server --bind 127.0.0.1 8000",
+            ),
+            ("python3 -uBm http.server", "python3 -uBm http.server"),
+            ("python3 -Wignore -c import;x 1", "python3 -c import;x 1"),
+            ("python3 -- /x/-odd.py", "python3 -odd.py"),
+            (
+                "/usr/lib/jvm/bin/java -Xmx2g -cp /a.jar:/b.jar -Dx=y com.example.Main 9",
+                "java com.example.Main 9",
+            ),
+            ("java -classpath lib/* @opts org.Main", "java org.Main"),
+            (
+                "java -server -jar /opt/svc/app.jar --spring.profiles.active=prod",
+                "java -jar app.jar --spring.profiles.active=prod",
+            ),
+            (
+                "java --module-path mods -m app/org.App",
+                "java -m app/org.App",
+            ),
+            (
+                "node --max-old-space-size=512 -r dotenv/config /srv/server.js",
+                "node server.js",
+            ),
+            ("node -e require('x')", "node -e require('x')"),
+            (
+                "/bin/bash /usr/local/bin/script.sh start",
+                "bash script.sh start",
+            ),
+            ("/bin/sh -ec exec x", "sh -ec exec x"),
+            ("bash -o pipefail run.sh", "bash run.sh"),
+            ("perl -I /lib -w /usr/bin/munin-node", "perl munin-node"),
+            ("perl -i.bak -e print", "perl -e print"),
+            (
+                "ruby -r bundler/setup bin/rails server",
+                "ruby rails server",
+            ),
+            ("php -d x=1 -f /var/www/index.php", "php -f index.php"),
+            (
+                "php -S 0.0.0.0:8000 -t public",
+                "php -S 0.0.0.0:8000 -t public",
+            ),
+            ("python3", "python3"),
+            ("python3 @odd.py", "python3 @odd.py"),
+        ] {
+            assert_eq!(name(argv), shown, "{argv}");
+        }
+    }
+
+    #[test]
+    fn other_programs_are_named_by_their_file_and_arguments() {
+        assert_eq!(
+            name("/usr/bin/redis-server 127.0.0.1:6379"),
+            "redis-server 127.0.0.1:6379"
+        );
+        assert_eq!(name("./vendor-daemon"), "vendor-daemon");
+        // A title set with setproctitle: kept whole.
+        assert_eq!(
+            program_name(&["nginx: worker process /etc/x/y"]),
+            "nginx: worker process /etc/x/y"
+        );
+        assert_eq!(program_name(&[]), "");
+        // An argument with spaces stays one, with the script first.
+        assert_eq!(
+            program_name(&["python3", "/a b/c d.py", "x y"]),
+            "python3 c d.py x y"
+        );
+    }
+
+    #[test]
+    fn hostile_bytes_are_escaped() {
+        assert_eq!(
+            program_name(&["python3", "/tmp/\u{1b}]0;pwned\u{7}.py", "\u{9b}31m"]),
+            "python3 \\x1b]0;pwned\\x07.py \\x9b31m"
+        );
+        assert_eq!(
+            program_name(&["/x/evil\u{202e}txt", "\u{1b}[2J"]),
+            "evil\\u{202e}txt \\x1b[2J"
+        );
+        assert_eq!(
+            unit("/system.slice/a\u{1b}[2J.service").as_deref(),
+            Some("a\\x1b[2J.service")
+        );
+    }
+
+    #[test]
+    fn units_from_cgroup_paths() {
+        let id = "0123456789abcdef".repeat(4);
+        for (path, want) in [
+            ("/system.slice/nginx.service", Some("nginx.service")),
+            (
+                "/system.slice/redis-server.service",
+                Some("redis-server.service"),
+            ),
+            (
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/api.service",
+                Some("api.service"),
+            ),
+            ("/system.slice/run-r1b2c3.scope", Some("run-r1b2c3.scope")),
+            ("/system.slice/app.service/worker", Some("app.service")),
+            ("/user.slice/user-0.slice/session-3.scope", None),
+            ("/init.scope", None),
+            (&format!("/system.slice/docker-{id}.scope"), None),
+            ("/", None),
+            ("", None),
+        ] {
+            assert_eq!(unit(path).as_deref(), want, "{path}");
         }
     }
 }
