@@ -69,13 +69,13 @@ PROMETHEUS
   that ask for it, as Prometheus does; Prometheus's text format to others):
   nagless_stalls_total, nagless_stall_seconds_total and the histogram
   nagless_stall_duration_seconds, labelled by process (command name), port (served local
-  port, or remote port; `ephemeral` for a client's), role (serves|connects) and container;
-  nagless_connections; the watcher's own cost (nagless_watch_cpu_seconds_total and the usual
-  process_* metrics); nagless_build_info. A group unseen for --forget-after loses its
-  series, and beyond --max-series groups the rest share one role=\"overflow\" series. Many
-  clients are served at once, each with 10 s for its request. The page names every process:
-  beyond loopback, serve it with TLS and a password (--web-config FILE, the web
-  configuration file of Prometheus's exporters: tls_server_config, basic_auth_users).
+  port, or remote port; `ephemeral` for one clients may get), role (serves|connects) and
+  container; nagless_connections; the watcher's own cost (nagless_watch_cpu_seconds_total
+  and the usual process_* metrics); nagless_build_info. A group unseen for --forget-after
+  loses its series, and beyond --max-series groups the rest share one role=\"overflow\"
+  series. Many clients are served at once, each with 10 s for its request. The page names
+  every process: beyond loopback, serve it with TLS and a password (--web-config FILE, the
+  web configuration file of Prometheus's exporters: tls_server_config, basic_auth_users).
   deploy/ holds a systemd unit, a Kubernetes DaemonSet, an example web configuration and
   alerting rules.
 

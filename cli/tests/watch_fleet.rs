@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nagless_test_support::{
-    exclusive, free_port, have_tool, http_server_args, root_or_skip, tool_path, wait_for_port,
-    watch_ebpf_or_skip, Started,
+    exclusive, fixed_port, free_port, have_tool, http_server_args, root_or_skip, tool_path,
+    wait_for_port, watch_ebpf_or_skip, Started,
 };
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
@@ -233,7 +233,9 @@ fn prometheus_scrapes(backend: &str) {
     wait_for_port(metrics_port);
     // From the first scrape on, so that the load is seen from its start.
     wait_scraped(prom_port);
-    let (stalling, nodelay) = (free_port(), free_port());
+    // Ports a service would be configured on: ports the host may hand out to clients are
+    // labelled `ephemeral`.
+    let (stalling, nodelay) = (fixed_port(), fixed_port());
     let s1 = http_server(&dir.join("www"), stalling, false);
     let s2 = http_server(&dir.join("www"), nodelay, true);
     // One after the other: the NODELAY server answers thousands of requests a second, and
@@ -822,7 +824,7 @@ fn the_page_passes_promtool_and_follows_the_accept_header() {
 /// Series are bounded (issue 29, point 3): with `--max-series 4 --forget-after 2s`, twenty
 /// loopback groups (ten fixed ports, each connected to by this test, whose listeners close once
 /// they have accepted: the accepted sockets still serve their port) and a connection between
-/// two ephemeral ports (a listener on port 0, closed) give Prometheus at most four groups of
+/// two ephemeral ports (a listener on port 0, closed after accepting) give Prometheus at most four groups of
 /// series plus the overflow series, an overflow count, and no ephemeral port as a label; once
 /// they are closed their series go.
 #[test]

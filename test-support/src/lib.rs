@@ -112,6 +112,29 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A free loopback port below the host's ephemeral range (`net.ipv4.ip_local_port_range`):
+/// one that names a service the way a configured port does, where [`free_port`]'s is one the
+/// kernel could hand to any client. Tried from a place that depends on the process id and
+/// moves on with each call, so that calls and tests in several processes seldom collide.
+pub fn fixed_port() -> u16 {
+    static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let lo: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let base = 10_000.min(lo / 2);
+    let span = lo - base;
+    let start = (std::process::id() as u16)
+        .wrapping_mul(7919)
+        .wrapping_add(call.wrapping_mul(101))
+        % span;
+    (0..span)
+        .map(|i| base + (start + i) % span)
+        .find(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("a free port below the ephemeral range")
+}
+
 /// Waits until something accepts connections on 127.0.0.1:`port`; panics after 10 s.
 pub fn wait_for_port(port: u16) {
     let start = Instant::now();
@@ -273,4 +296,21 @@ pub fn http_server_args(cmd: &mut Command, port: u16) -> &mut Command {
         "127.0.0.1",
     ])
     .arg(port.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn fixed_ports_are_free_distinct_and_below_the_ephemeral_range() {
+        let lo: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .map_or(32768, |s| {
+                s.split_whitespace().next().unwrap().parse().unwrap()
+            });
+        let (a, b) = (super::fixed_port(), super::fixed_port());
+        assert_ne!(a, b);
+        for p in [a, b] {
+            assert!(p < lo, "{p} not below {lo}");
+            std::net::TcpListener::bind(("127.0.0.1", p)).unwrap();
+        }
+    }
 }

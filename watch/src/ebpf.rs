@@ -286,7 +286,7 @@ pub struct EbpfWatcher {
     listening: HashSet<(u64, u16)>,
     listening_at: Option<Instant>,
     /// The host's ephemeral ports (see [`crate::role`]).
-    ephemeral: (u16, u16),
+    ephemeral: crate::role::EphemeralPorts,
     /// When the TCP sockets were last counted, and the namespaces last found.
     counted_at: Option<Instant>,
     namespaces_at: Option<Instant>,
@@ -350,7 +350,7 @@ impl EbpfWatcher {
             nets: Namespaces::new(true).ok(),
             listening: HashSet::new(),
             listening_at: None,
-            ephemeral: crate::role::ephemeral_ports(),
+            ephemeral: crate::role::EphemeralPorts::of_host(),
             counted_at: None,
             namespaces_at: None,
             owners: HashMap::new(),
@@ -457,7 +457,7 @@ impl EbpfWatcher {
         let stall = e.stall(at_us)?;
         let netns = self.owner(e.pid, &e.comm);
         let listening = self.serves(netns, lport);
-        let (serves, port) = crate::role::role(listening, lport, rport, self.ephemeral);
+        let (serves, port) = crate::role::role(listening, lport, rport, &self.ephemeral);
         // (Borrowed, not cloned: this runs for every stall on the host.)
         let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
         let key = GroupKey {

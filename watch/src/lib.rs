@@ -274,7 +274,7 @@ pub struct Watcher {
     scan_interval: std::time::Duration,
     listening: HashSet<(u64, u16)>,
     /// The host's ephemeral ports (see [`role`]).
-    ephemeral: (u16, u16),
+    ephemeral: role::EphemeralPorts,
     /// The /proc scanner, until the listing thread takes it.
     procs: Option<ProcMap>,
     /// Owners of socket inodes, as the listing thread found them.
@@ -312,7 +312,7 @@ impl Watcher {
             lookups,
             scan_interval: std::time::Duration::from_millis(100),
             listening: HashSet::new(),
-            ephemeral: role::ephemeral_ports(),
+            ephemeral: role::EphemeralPorts::of_host(),
             denied: procs.denied,
             procs: Some(procs),
             owners: HashMap::new(),
@@ -463,7 +463,7 @@ impl Watcher {
                     listening.contains(&(r.netns, r.local.port())),
                     r.local.port(),
                     r.remote.port(),
-                    self.ephemeral,
+                    &self.ephemeral,
                 );
                 let key = GroupKey {
                     pid: owner.as_ref().map(|o| o.pid),

@@ -20,8 +20,9 @@
 //!
 //! The per-group metrics carry the labels `process` (the command name, `/proc/PID/comm`;
 //! empty when the owner could not be read), `port` (the served local port when `role` is
-//! `serves`, the remote port when it is `connects`; `ephemeral` for a remote port in the host's
-//! ephemeral range, which would make a series per connection), `role` and `container` (empty
+//! `serves`, the remote port when it is `connects`; `ephemeral` for a port the host may hand
+//! out to clients, which would make new series with every restart or connection: see
+//! [`crate::role`]), `role` and `container` (empty
 //! on the host). The pid is left out on purpose: it changes with every restart, and a label
 //! that changes makes new series.
 //!
@@ -46,6 +47,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::own_process::OwnProcess;
+use crate::role::EphemeralPorts;
 use crate::{Row, StallEvent};
 
 /// The labels of a group's series.
@@ -54,8 +56,7 @@ pub struct Labels {
     /// Command name (`/proc/PID/comm`), empty if unknown.
     pub process: String,
     /// The served local port (`role="serves"`) or the remote port (`role="connects"`);
-    /// `ephemeral` for a remote port in the host's ephemeral range, which would make a series
-    /// per connection (see [`crate::role`]).
+    /// `ephemeral` for a port the host may hand out to clients (see [`crate::role`]).
     pub port: String,
     /// `serves`, `connects`, or `overflow` (the series that gathers the groups beyond
     /// [`Limits::max_series`]).
@@ -70,11 +71,11 @@ impl Labels {
         serves: bool,
         comm: Option<&str>,
         container: Option<&str>,
-        ephemeral: (u16, u16),
+        ephemeral: &EphemeralPorts,
     ) -> Labels {
         Labels {
             process: comm.unwrap_or_default().to_owned(),
-            port: crate::role::label(serves, port, ephemeral),
+            port: crate::role::label(port, ephemeral),
             role: if serves { "serves" } else { "connects" },
             // The short id, as `docker ps` and `crictl ps` show it.
             container: container
@@ -219,7 +220,7 @@ pub struct Metrics {
     overflowed: Counter,
     forgotten: Counter,
     limits: Limits,
-    ephemeral: (u16, u16),
+    ephemeral: EphemeralPorts,
     /// When each group with series was last refreshed or stalled.
     seen: HashMap<Labels, Instant>,
 }
@@ -306,14 +307,14 @@ impl Metrics {
             overflowed,
             forgotten,
             limits,
-            ephemeral: crate::role::ephemeral_ports(),
+            ephemeral: EphemeralPorts::of_host(),
             seen: HashMap::new(),
         }
     }
 
-    /// Uses `range` as the ephemeral ports instead of the host's (tests).
-    pub fn set_ephemeral_ports(&mut self, range: (u16, u16)) {
-        self.ephemeral = range;
+    /// Uses `ports` as the ephemeral ports instead of the host's (tests).
+    pub fn set_ephemeral_ports(&mut self, ports: EphemeralPorts) {
+        self.ephemeral = ports;
     }
 
     /// The labels a group's updates go to at `now`: its own, or the overflow series' when
@@ -339,7 +340,7 @@ impl Metrics {
             e.key.serves,
             e.comm.as_deref(),
             e.container.as_deref(),
-            self.ephemeral,
+            &self.ephemeral,
         );
         let l = self.admit(l, Instant::now());
         let secs = e.stall.lost_us as f64 / 1e6;
@@ -363,7 +364,7 @@ impl Metrics {
                 r.serves,
                 r.comm.as_deref(),
                 r.container.as_deref(),
-                self.ephemeral,
+                &self.ephemeral,
             );
             let l = self.admit(l, now);
             // Several groups can share labels (two pids of one command, or the overflow).
@@ -532,7 +533,7 @@ mod tests {
             forget_after: Duration::from_secs(60),
             max_series,
         });
-        m.set_ephemeral_ports((32768, 60999));
+        m.set_ephemeral_ports(EphemeralPorts::new(32768, 60999, vec![]));
         m
     }
 
@@ -636,24 +637,27 @@ mod tests {
     }
 
     #[test]
-    fn ephemeral_ports_that_connect_never_become_labels() {
+    fn ports_clients_may_get_never_become_labels() {
         let mut m = metrics(1000);
-        // Connections between two ephemeral ports, and a server listening on one (which
-        // keeps its port: it is what the service is).
+        // Connections between two ephemeral ports, a server bound to port 0, and one on a
+        // fixed port.
         m.window(&[
             row("p2p", 51234, false),
             row("p2p", 60999, false),
             row("srv", 40001, true),
+            row("srv", 8080, true),
         ]);
         let text = m.encode();
-        assert!(!text.contains("51234") && !text.contains("60999"), "{text}");
-        assert!(
-            text.contains(
-                r#"nagless_connections{process="p2p",port="ephemeral",role="connects",container=""} 2"#
-            ),
-            "{text}"
-        );
-        assert!(text.contains(r#"port="40001",role="serves""#), "{text}");
-        assert!(text.contains("nagless_watch_series_groups 2"), "{text}");
+        for gone in ["51234", "60999", "40001"] {
+            assert!(!text.contains(gone), "{gone} in\n{text}");
+        }
+        for want in [
+            r#"nagless_connections{process="p2p",port="ephemeral",role="connects",container=""} 2"#,
+            r#"nagless_connections{process="srv",port="ephemeral",role="serves",container=""} 1"#,
+            r#"nagless_connections{process="srv",port="8080",role="serves",container=""} 1"#,
+            "nagless_watch_series_groups 3",
+        ] {
+            assert!(text.contains(want), "no {want} in\n{text}");
+        }
     }
 }
