@@ -359,6 +359,10 @@ pub fn command(args: WatchArgs) -> ExitCode {
         eprintln!("nagless watch: --interval must be > 0 and no longer than --refresh");
         return ExitCode::from(2);
     }
+    if args.forget_after < args.refresh {
+        eprintln!("nagless watch: --forget-after must be at least --refresh");
+        return ExitCode::from(2);
+    }
     if args.scan_interval < args.interval || args.scan_interval > Duration::from_secs(10) {
         eprintln!("nagless watch: --scan-interval must be between --interval and 10s");
         return ExitCode::from(2);

@@ -441,8 +441,16 @@ fn the_shipped_web_config_is_refused_until_filled_in() {
     std::fs::write(dir.join("tls.key"), cert.key_pair.serialize_pem()).unwrap();
     std::fs::write(dir.join("web.yml"), &shipped).unwrap();
     let run = |port: &str| {
+        // (On one unused port: a stall elsewhere on the host would make it exit 1.)
         Command::new(NAGLESS)
-            .args(["watch", "--duration", "1s", "--serve"])
+            .args([
+                "watch",
+                "--duration",
+                "1s",
+                "--port",
+                &free_port().to_string(),
+            ])
+            .arg("--serve")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--web-config")
             .arg(dir.join("web.yml"))
@@ -836,17 +844,24 @@ fn prometheus_sees_bounded_series_and_no_ephemeral_port() {
     let tmp = TempDir::new("cardinality");
     let (metrics_port, prom_port) = (free_port(), free_port());
     let _prometheus = start_prometheus(&tmp.0, metrics_port, prom_port);
-    let _watch = Started(
-        Command::new(NAGLESS)
-            .args(["watch", "--backend", "sampling", "--refresh", "250ms"])
-            .args(["--forget-after", "2s", "--max-series", "4", "--serve"])
-            .arg(format!("127.0.0.1:{metrics_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let watcher = |cap: &str, port: u16| {
+        Started(
+            Command::new(NAGLESS)
+                .args(["watch", "--backend", "sampling", "--refresh", "250ms"])
+                .args(["--forget-after", "2s", "--max-series", cap, "--serve"])
+                .arg(format!("127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let _watch = watcher("4", metrics_port);
+    // And one whose cap leaves every group its own series, read directly.
+    let roomy_port = free_port();
+    let _roomy = watcher("1000", roomy_port);
     wait_for_port(metrics_port);
+    wait_for_port(roomy_port);
     wait_scraped(prom_port);
     let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
     let lo: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
@@ -878,6 +893,7 @@ fn prometheus_sees_bounded_series_and_no_ephemeral_port() {
         r#"nagless_watch_groups_overflowed_total{job="nagless"}"#,
     );
     let (_, page) = http_get(metrics_port, "/metrics").unwrap();
+    let (_, roomy) = http_get(roomy_port, "/metrics").unwrap();
     drop(held);
     assert!(
         (2..=5).contains(&series.len()),
@@ -904,19 +920,37 @@ fn prometheus_sees_bounded_series_and_no_ephemeral_port() {
         !page.contains(&format!("port=\"{zero_port}\"")),
         "port 0's server by its port: {page}"
     );
-    // Closed: their groups are forgotten after 2 s.
-    std::thread::sleep(Duration::from_secs(4));
-    let (_, page) = http_get(metrics_port, "/metrics").unwrap();
+    // With room: every fixed port is served (the accepted sockets outlive their listener),
+    // the pair of ephemeral ports is `ephemeral`, and no client port is a label.
     for p in &ports {
         assert!(
-            !page.contains(&format!("port=\"{p}\"")),
-            "port {p} still has series after it closed: {page}"
+            roomy.contains(&format!("port=\"{p}\",role=\"serves\"")),
+            "no series serving {p}: {roomy}"
         );
     }
+    assert!(roomy.contains(r#"port="ephemeral""#), "{roomy}");
     assert!(
-        !page.contains("nagless_watch_groups_forgotten_total 0"),
-        "{page}"
+        !roomy
+            .lines()
+            .any(|l| !l.starts_with('#') && l.contains(r#"role="overflow""#)),
+        "{roomy}"
     );
+    assert!(!roomy.contains(&format!("port=\"{zero_port}\"")), "{roomy}");
+    // Closed: their groups are forgotten after 2 s.
+    std::thread::sleep(Duration::from_secs(4));
+    let (_, roomy) = http_get(roomy_port, "/metrics").unwrap();
+    for p in &ports {
+        assert!(
+            !roomy.contains(&format!("port=\"{p}\"")),
+            "port {p} still has series after it closed: {roomy}"
+        );
+    }
+    let forgotten = roomy
+        .lines()
+        .find_map(|l| l.strip_prefix("nagless_watch_groups_forgotten_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(forgotten >= 10.0, "{forgotten} groups forgotten: {roomy}");
 }
 
 /// TLS and basic authentication by exporter-toolkit's web configuration file (issue 29,
@@ -948,7 +982,14 @@ fn prometheus_scrapes_over_tls_with_a_password_and_not_without() {
     )
     .unwrap();
     let out = Command::new(NAGLESS)
-        .args(["watch", "--serve", "127.0.0.1:0", "--web-config"])
+        .args([
+            "watch",
+            "--duration",
+            "1s",
+            "--serve",
+            "127.0.0.1:0",
+            "--web-config",
+        ])
         .arg(dir.join("bad.yml"))
         .output()
         .unwrap();

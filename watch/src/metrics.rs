@@ -271,7 +271,7 @@ impl Metrics {
         let sockets = Gauge::default();
         r.register(
             "nagless_watch_sockets",
-            "TCP sockets the last listing found (every network namespace watched)",
+            "TCP sockets on the host (every network namespace watched): the established ones the last listing found (sampling), or the kernel's count of those in use, listeners included (eBPF)",
             sockets.clone(),
         );
         let series = Gauge::default();
@@ -357,6 +357,22 @@ impl Metrics {
     }
 
     fn window_at(&mut self, rows: &[Row], now: Instant) {
+        // Forgotten first, so that their room goes to this window's new groups.
+        let forget = self.limits.forget_after;
+        let stale: Vec<Labels> = self
+            .seen
+            .iter()
+            .filter(|(_, t)| now.saturating_duration_since(**t) >= forget)
+            .map(|(l, _)| l.clone())
+            .collect();
+        for l in stale {
+            self.seen.remove(&l);
+            self.stalls.remove(&l);
+            self.stall_seconds.remove(&l);
+            self.durations.remove(&l);
+            self.connections.remove(&l);
+            self.forgotten.inc();
+        }
         self.connections.clear();
         for r in rows {
             let l = Labels::new(
@@ -374,21 +390,6 @@ impl Metrics {
             drop(self.stalls.get_or_create(&l));
             drop(self.stall_seconds.get_or_create(&l));
             drop(self.durations.get_or_create(&l));
-        }
-        let forget = self.limits.forget_after;
-        let stale: Vec<Labels> = self
-            .seen
-            .iter()
-            .filter(|(_, t)| now.saturating_duration_since(**t) >= forget)
-            .map(|(l, _)| l.clone())
-            .collect();
-        for l in stale {
-            self.seen.remove(&l);
-            self.stalls.remove(&l);
-            self.stall_seconds.remove(&l);
-            self.durations.remove(&l);
-            self.connections.remove(&l);
-            self.forgotten.inc();
         }
         self.series.set(self.seen.len() as i64);
     }

@@ -36,7 +36,7 @@ pub fn read() -> Option<OwnProcess> {
 /// The figures from the texts of `/proc/self/stat`, `/proc/stat` and `/proc/self/limits`.
 fn parse(stat: &str, boot: &str, limits: &str, page: u64, open_fds: u64) -> Option<OwnProcess> {
     // Fields after the command name, which may hold spaces and parentheses: from field 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
     let f: Vec<&str> = rest.split_whitespace().collect();
     let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
     let ticks = field(14)? + field(15)?;
@@ -84,6 +84,7 @@ mod tests {
             None
         );
         assert!(parse("garbage", boot, limits, 4096, 0).is_none());
+        assert!(parse("1 (x)", boot, limits, 4096, 0).is_none());
     }
 
     #[test]

@@ -286,7 +286,12 @@ pub fn unit(cgroup: &str) -> Option<String> {
     let c = cgroup
         .rsplit('/')
         .find(|c| c.ends_with(".service") || c.ends_with(".scope"))?;
-    let other = c.starts_with("session-") || c == "init.scope" || container_id(c).is_some();
+    // Login sessions, terminals' and desktops' transient scopes name no service.
+    let other = c.starts_with("session-")
+        || c == "init.scope"
+        || c.starts_with("app-")
+        || c.contains("-spawn-")
+        || container_id(c).is_some();
     (!other).then(|| printable(c))
 }
 
@@ -528,6 +533,14 @@ mod program_tests {
             ("/system.slice/app.service/worker", Some("app.service")),
             ("/user.slice/user-0.slice/session-3.scope", None),
             ("/init.scope", None),
+            (
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/vte-spawn-1a2b.scope",
+                None,
+            ),
+            (
+                "/user.slice/user-1000.slice/user@1000.service/app.slice/app-org.gnome.Terminal.scope",
+                None,
+            ),
             (&format!("/system.slice/docker-{id}.scope"), None),
             ("/", None),
             ("", None),

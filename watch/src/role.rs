@@ -9,6 +9,9 @@
 //! connection, peer to peer). The metrics label every port the host may hand out to clients
 //! `ephemeral` ([`label`]): a server bound to port 0 too.
 
+/// The first port of IANA's dynamic range.
+const DYNAMIC_PORTS: u16 = 49152;
+
 /// The ports the host hands out to clients: `net.ipv4.ip_local_port_range` less
 /// `net.ipv4.ip_local_reserved_ports` (a service in the range that the administrator reserved,
 /// so that no client gets its port, is a fixed port like any other).
@@ -43,9 +46,10 @@ impl EphemeralPorts {
         EphemeralPorts { range, reserved }
     }
 
-    /// Whether `port` may be handed out to a client.
+    /// Whether `port` may be a client's: in this host's range, or in IANA's dynamic range
+    /// (49152-65535, which Windows and macOS clients take theirs from), and not reserved.
     pub fn contains(&self, port: u16) -> bool {
-        (self.range.0..=self.range.1).contains(&port)
+        ((self.range.0..=self.range.1).contains(&port) || port >= DYNAMIC_PORTS)
             && !self.reserved.iter().any(|&(a, b)| (a..=b).contains(&port))
     }
 }
@@ -117,7 +121,9 @@ mod tests {
         assert_eq!(label(8080, &eph()), "8080");
         assert_eq!(label(41000, &eph()), "ephemeral");
         assert_eq!(label(60999, &eph()), "ephemeral");
-        assert_eq!(label(61000, &eph()), "61000");
+        // Above Linux's range, in the one other systems' clients use.
+        assert_eq!(label(61000, &eph()), "ephemeral");
+        assert_eq!(role(false, 8000, 63000, &eph()), (true, 8000));
         assert_eq!(label(50051, &eph()), "50051");
     }
 

@@ -1,19 +1,24 @@
 //! The exporter's HTTP server: `GET /metrics` over HTTP/1.1 for Prometheus, to many clients at
 //! once, none of which can hold up another.
 //!
-//! Each connection is served by a thread of its own (small stacks), with a deadline for the
-//! whole request ([`REQUEST_DEADLINE`]), not per read: a client that sends a byte every few
-//! seconds is dropped when its time is up. At most [`MAX_CONNECTIONS`] are open at once; a
-//! new one beyond that closes the oldest still open (an idle or slow client: a scrape takes
-//! milliseconds), so that a flood of idle connections can neither fill the listen backlog nor
-//! make a real scrape wait. Memory stays bounded: one thread and at most 8 KiB of request per
-//! connection.
+//! Each connection is served by a thread of its own (small stacks). Every read and write of a
+//! connection is given only the time left before its deadline ([`Deadlined`]): 10 s for the
+//! whole request, TLS handshake included ([`REQUEST_DEADLINE`]), then 10 s again for the whole
+//! answer, so a client that sends or reads a byte every few seconds is dropped when its time is
+//! up. At most [`MAX_CONNECTIONS`] are open at once; a new one beyond that closes the oldest
+//! still reading its request (an idle or slow client: a scrape takes milliseconds), never one
+//! being answered, so that a flood of idle connections can neither fill the listen backlog nor
+//! make a real scrape wait. The page is rendered at most every [`PAGE_FRESH`] and shared by the
+//! answers in flight, so memory stays bounded: a thread, 8 KiB of request and a reference to
+//! the page per connection.
 //!
-//! With a [`WebConfig`] it speaks TLS (the handshake is part of the request's deadline) and
-//! asks for basic authentication, as Prometheus's exporters do.
+//! With a [`WebConfig`] it speaks TLS and asks for basic authentication, as Prometheus's
+//! exporters do; a bcrypt check waits at most until the request's deadline, and gives up when
+//! its connection is closed for a newer one.
 
-use std::io::{self, Write as _};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -21,38 +26,90 @@ use rustls::{ServerConnection, StreamOwned};
 
 use crate::web_config::WebConfig;
 
-/// Connections served at once; a new one beyond closes the oldest.
+/// Connections served at once; a new one beyond closes the oldest still reading its request.
 pub const MAX_CONNECTIONS: usize = 128;
 
-/// How long a client has for its whole request, and then for reading the answer.
+/// How long a client has for its whole request, and then for reading the whole answer.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long one rendering of the page is served before a new one is made.
+pub const PAGE_FRESH: Duration = Duration::from_millis(500);
 
 /// The longest request head read (the request line and headers).
 const MAX_HEAD: usize = 8192;
 
-/// The connections being served: an id, when it was accepted, and a handle to close it.
+/// What the acceptor and a connection's thread share.
+#[derive(Default)]
+struct State {
+    /// Still reading its request (may be closed for a newer connection).
+    reading: AtomicBool,
+    /// Closed for a newer connection: its thread gives up.
+    evicted: AtomicBool,
+}
+
+/// The connections being served: an id, their state, and a handle to close them.
 #[derive(Default)]
 struct Open {
     next: u64,
-    conns: Vec<(u64, Instant, TcpStream)>,
+    conns: Vec<(u64, Arc<State>, TcpStream)>,
 }
 
 impl Open {
-    /// Registers `s`; returns its id, closing the oldest connection if there are too many.
-    fn add(&mut self, s: &TcpStream) -> Option<u64> {
+    /// Registers `s`; returns its id and state, closing the oldest connection still reading
+    /// its request if there are too many (and refusing `s` if every one is being answered).
+    fn add(&mut self, s: &TcpStream) -> Option<(u64, Arc<State>)> {
         let handle = s.try_clone().ok()?;
         if self.conns.len() >= MAX_CONNECTIONS {
-            let (_, _, oldest) = self.conns.remove(0);
-            // Its thread's read or write fails at once, and it leaves.
+            let Some(i) = self
+                .conns
+                .iter()
+                .position(|(_, st, _)| st.reading.load(Ordering::Acquire))
+            else {
+                let _ = s.shutdown(Shutdown::Both);
+                return None;
+            };
+            let (_, st, oldest) = self.conns.remove(i);
+            st.evicted.store(true, Ordering::Release);
+            // Its thread's read fails at once, and it leaves.
             let _ = oldest.shutdown(Shutdown::Both);
         }
         self.next += 1;
-        self.conns.push((self.next, Instant::now(), handle));
-        Some(self.next)
+        let st = Arc::new(State {
+            reading: AtomicBool::new(true),
+            evicted: AtomicBool::new(false),
+        });
+        self.conns.push((self.next, Arc::clone(&st), handle));
+        Some((self.next, st))
     }
 
     fn remove(&mut self, id: u64) {
         self.conns.retain(|(i, _, _)| *i != id);
+    }
+}
+
+/// One rendering of the page: when, in OpenMetrics, in Prometheus's text format.
+type Rendered = (Instant, Arc<str>, Arc<str>);
+
+/// The page, rendered at most every [`PAGE_FRESH`] in both formats and shared.
+struct Page {
+    render: Box<dyn Fn() -> String + Send + Sync>,
+    cached: Mutex<Option<Rendered>>,
+}
+
+impl Page {
+    /// The page in OpenMetrics (`openmetrics`) or Prometheus's text format.
+    fn get(&self, openmetrics: bool) -> Arc<str> {
+        let mut c = self.cached.lock().unwrap_or_else(PoisonError::into_inner);
+        let fresh = c
+            .as_ref()
+            .is_some_and(|(at, _, _)| at.elapsed() < PAGE_FRESH);
+        if !fresh {
+            let om = (self.render)();
+            let text = crate::metrics::text_format(&om);
+            *c = Some((Instant::now(), om.into(), text.into()));
+        }
+        let (_, om, text) = c.as_ref().expect("just rendered");
+        Arc::clone(if openmetrics { om } else { text })
     }
 }
 
@@ -72,21 +129,35 @@ impl Exporter {
         let l = TcpListener::bind(addr)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
         let addr = l.local_addr()?;
-        let page = Arc::new(page);
+        let page = Arc::new(Page {
+            render: Box::new(page),
+            cached: Mutex::new(None),
+        });
         let open = Arc::new(Mutex::new(Open::default()));
         std::thread::Builder::new()
             .name("metrics".into())
             .spawn(move || {
-                for s in l.incoming().flatten() {
+                let mut backoff = Duration::from_millis(10);
+                for s in l.incoming() {
+                    let s = match s {
+                        Ok(s) => s,
+                        // Out of descriptors, most likely: wait, rather than spin.
+                        Err(_) => {
+                            std::thread::sleep(backoff);
+                            backoff = (backoff * 2).min(Duration::from_secs(1));
+                            continue;
+                        }
+                    };
+                    backoff = Duration::from_millis(10);
                     let registered = open.lock().unwrap_or_else(PoisonError::into_inner).add(&s);
-                    let Some(id) = registered else { continue };
+                    let Some((id, st)) = registered else { continue };
                     let (page, mine, web) = (Arc::clone(&page), Arc::clone(&open), web.clone());
                     let spawned = std::thread::Builder::new()
                         .name("metrics-client".into())
                         .stack_size(128 * 1024)
                         .spawn(move || {
                             // A client that fails or goes away is its own problem.
-                            let _ = serve(s, &web, &*page);
+                            let _ = serve(s, &st, &web, &page);
                             mine.lock()
                                 .unwrap_or_else(PoisonError::into_inner)
                                 .remove(id);
@@ -119,65 +190,112 @@ fn request_line(head: &str) -> Option<(&str, &str)> {
 /// other client gets Prometheus's text format.
 fn accepts_openmetrics(head: &str) -> bool {
     header(head, "accept").is_some_and(|v| {
-        v.to_ascii_lowercase()
-            .contains("application/openmetrics-text")
+        v.split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let refused = |p: &str| {
+                p.split_once('=').is_some_and(|(k, q)| {
+                    k.trim().eq_ignore_ascii_case("q") && q.trim().parse::<f32>() == Ok(0.0)
+                })
+            };
+            parts
+                .next()
+                .is_some_and(|t| t.eq_ignore_ascii_case("application/openmetrics-text"))
+                && !parts.any(refused)
+        })
     })
 }
 
-/// A connection: plain, or TLS over the socket.
-trait Conn: io::Read + io::Write {
-    fn socket(&self) -> &TcpStream;
+/// A socket each of whose reads and writes is given only the time left before `deadline`,
+/// and fails with `TimedOut` once it has passed: TLS's handshake and record reads, which make
+/// several reads of their own, are bounded as a whole.
+struct Deadlined {
+    sock: TcpStream,
+    deadline: Instant,
 }
 
-impl Conn for TcpStream {
-    fn socket(&self) -> &TcpStream {
+impl Deadlined {
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            Err(io::ErrorKind::TimedOut.into())
+        } else {
+            Ok(left)
+        }
+    }
+}
+
+impl Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.set_read_timeout(Some(self.left()?))?;
+        self.sock.read(buf)
+    }
+}
+
+impl Write for Deadlined {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.sock.set_write_timeout(Some(self.left()?))?;
+        self.sock.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.sock.flush()
+    }
+}
+
+/// A connection: plain, or TLS over the socket.
+trait Conn: Read + Write {
+    fn deadlined(&mut self) -> &mut Deadlined;
+}
+
+impl Conn for Deadlined {
+    fn deadlined(&mut self) -> &mut Deadlined {
         self
     }
 }
 
-impl Conn for StreamOwned<ServerConnection, TcpStream> {
-    fn socket(&self) -> &TcpStream {
-        &self.sock
+impl Conn for StreamOwned<ServerConnection, Deadlined> {
+    fn deadlined(&mut self) -> &mut Deadlined {
+        &mut self.sock
     }
 }
 
 /// Serves one connection: plain or TLS, as `web` says.
-fn serve(s: TcpStream, web: &WebConfig, page: &dyn Fn() -> String) -> io::Result<()> {
-    let deadline = Instant::now() + REQUEST_DEADLINE;
+fn serve(s: TcpStream, st: &State, web: &WebConfig, page: &Page) -> io::Result<()> {
+    let d = Deadlined {
+        sock: s,
+        deadline: Instant::now() + REQUEST_DEADLINE,
+    };
     match &web.tls {
         None => {
-            let mut s = s;
-            respond(&mut s, deadline, web, page)
+            let mut d = d;
+            respond(&mut d, st, web, page)
         }
         Some(tls) => {
             let conn = ServerConnection::new(Arc::clone(tls)).map_err(io::Error::other)?;
-            let mut t = StreamOwned::new(conn, s);
-            respond(&mut t, deadline, web, page)?;
+            let mut t = StreamOwned::new(conn, d);
+            respond(&mut t, st, web, page)?;
             t.conn.send_close_notify();
             t.flush()
         }
     }
 }
 
-/// The value of header `name` in the request head, if present.
+/// The value of header `name` in the request head (up to its blank line), if present.
 fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().skip(1).find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
+    head.lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+        })
 }
 
-/// Reads the request's head (up to its blank line, at most [`MAX_HEAD`]) by `deadline`.
-fn read_head(s: &mut impl Conn, deadline: Instant) -> io::Result<Vec<u8>> {
+/// Reads the request's head (up to its blank line, at most [`MAX_HEAD`]).
+fn read_head(s: &mut impl Conn) -> io::Result<Vec<u8>> {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_HEAD {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        s.socket().set_read_timeout(Some(left))?;
-        s.socket().set_write_timeout(Some(left))?; // (the TLS handshake writes too)
         let n = s.read(&mut buf)?;
         if n == 0 {
             break;
@@ -187,26 +305,28 @@ fn read_head(s: &mut impl Conn, deadline: Instant) -> io::Result<Vec<u8>> {
     Ok(head)
 }
 
-fn respond(
-    s: &mut impl Conn,
-    deadline: Instant,
-    web: &WebConfig,
-    page: &dyn Fn() -> String,
-) -> io::Result<()> {
-    let head = read_head(s, deadline)?;
+fn respond(s: &mut impl Conn, st: &State, web: &WebConfig, page: &Page) -> io::Result<()> {
+    let head = read_head(s)?;
     let head = String::from_utf8_lossy(&head);
-    let allowed = web
-        .auth
-        .as_ref()
-        .is_none_or(|a| a.allows(header(&head, "authorization")));
+    let deadline = s.deadlined().deadline;
+    let allowed = web.auth.as_ref().is_none_or(|a| {
+        a.allows(header(&head, "authorization"), deadline, &|| {
+            st.evicted.load(Ordering::Acquire)
+        })
+    });
+    // Being answered now: not to be closed for a newer connection.
+    st.reading.store(false, Ordering::Release);
+    if st.evicted.load(Ordering::Acquire) {
+        return Err(io::ErrorKind::ConnectionAborted.into());
+    }
     let mut extra = "";
-    let (status, ctype, body) = match request_line(&head) {
+    let (status, ctype, body): (_, _, Arc<str>) = match request_line(&head) {
         Some(_) if !allowed => {
             extra = "WWW-Authenticate: Basic realm=\"nagless watch\"\r\n";
             (
                 "401 Unauthorized",
                 "text/plain; charset=utf-8",
-                "Unauthorized\n".to_owned(),
+                "Unauthorized\n".into(),
             )
         }
         Some(("GET" | "HEAD", t)) if t == "/metrics" || t.starts_with("/metrics?") => {
@@ -214,42 +334,42 @@ fn respond(
                 (
                     "200 OK",
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    page(),
+                    page.get(true),
                 )
             } else {
                 (
                     "200 OK",
                     "text/plain; version=0.0.4; charset=utf-8",
-                    crate::metrics::text_format(&page()),
+                    page.get(false),
                 )
             }
         }
         Some(("GET" | "HEAD", _)) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
-            "nagless watch serves /metrics\n".to_owned(),
+            "nagless watch serves /metrics\n".into(),
         ),
         Some(_) => (
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
-            "GET /metrics\n".to_owned(),
+            "GET /metrics\n".into(),
         ),
         None => (
             "400 Bad Request",
             "text/plain; charset=utf-8",
-            "not an HTTP request\n".to_owned(),
+            "not an HTTP request\n".into(),
         ),
     };
-    let mut out = format!(
+    let out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n{extra}Connection: close\r\n\r\n",
         body.len()
     );
-    if !head.starts_with("HEAD ") {
-        out += &body;
-    }
-    // The answer has the same time again to be read.
-    s.socket().set_write_timeout(Some(REQUEST_DEADLINE))?;
+    // The answer has the same time again to be read, as a whole.
+    s.deadlined().deadline = Instant::now() + REQUEST_DEADLINE;
     s.write_all(out.as_bytes())?;
+    if !head.starts_with("HEAD ") {
+        s.write_all(body.as_bytes())?;
+    }
     s.flush()
 }
 
@@ -257,7 +377,6 @@ fn respond(
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
-    use std::io::Read as _;
 
     fn get(addr: SocketAddr, req: &str) -> String {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -448,5 +567,56 @@ mod tests {
         let mut raw = Vec::new();
         let _ = s.read_to_end(&mut raw);
         assert!(!String::from_utf8_lossy(&raw).contains("nagless_watch_sockets"));
+    }
+
+    /// A TLS client that sends its ClientHello a byte a second is dropped at the request's
+    /// deadline: the TLS layer's own reads are bounded as a whole, not each on its own.
+    #[test]
+    fn a_dripping_tls_handshake_is_dropped_at_the_deadline() {
+        let dir = std::env::temp_dir().join(format!("nagless-serve-drip-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        std::fs::write(dir.join("c.pem"), c.cert.pem()).unwrap();
+        std::fs::write(dir.join("k.pem"), c.key_pair.serialize_pem()).unwrap();
+        let web = WebConfig::parse(
+            "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n",
+            &dir,
+        )
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let m = Metrics::default();
+        let e = Exporter::start("127.0.0.1:0".parse().unwrap(), web, m.page()).unwrap();
+        let mut s = TcpStream::connect(e.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(900)))
+            .unwrap();
+        // A TLS record header, then a handshake message that never ends.
+        let hello = [
+            0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
+        ];
+        let start = Instant::now();
+        let mut closed = None;
+        for b in hello.iter().chain(std::iter::repeat(&0u8)).take(20) {
+            if s.write_all(&[*b]).is_err() {
+                closed = Some(start.elapsed());
+                break;
+            }
+            let mut buf = [0u8; 64];
+            match s.read(&mut buf) {
+                Ok(0) => {
+                    closed = Some(start.elapsed());
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                    closed = Some(start.elapsed());
+                    break;
+                }
+                _ => {} // (nothing yet: the read timed out)
+            }
+        }
+        let closed = closed.expect("the connection outlived 20 s of dripping");
+        assert!(
+            closed < REQUEST_DEADLINE + Duration::from_secs(5),
+            "closed after {closed:?}"
+        );
     }
 }

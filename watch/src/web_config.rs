@@ -19,14 +19,18 @@
 //! authentication alone (over plain HTTP, which sends the password in clear: only on a
 //! trusted network), or both.
 //!
-//! Each bcrypt check costs tens of milliseconds of CPU by design; they run one at a time, and
-//! a user and password that passed are remembered (at most [`REMEMBERED`] of them), so that a
-//! scrape every second costs one check, and wrong passwords cannot take more than one core.
+//! Each bcrypt check costs tens of milliseconds of CPU by design; they run one at a time, a
+//! request waits for its turn only until its deadline, and user and password pairs are
+//! remembered as keyed hashes (at most [`REMEMBERED`] that passed and as many that failed), so
+//! that a scrape every second costs one check and wrong passwords cannot take more than one
+//! core. The file is read once, at start: restart the watcher after rotating certificates.
 
 use std::collections::HashSet;
 use std::fmt;
+use std::hash::{BuildHasher as _, RandomState};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use rustls::pki_types::pem::PemObject as _;
@@ -35,8 +39,12 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use yaml_rust2::{Yaml, YamlLoader};
 
-/// Users and passwords that passed their bcrypt check, remembered at most.
+/// User and password pairs remembered at most, those that passed and those that failed each.
 pub const REMEMBERED: usize = 64;
+
+/// The highest bcrypt cost taken: each step doubles a check's time (cost 14 is about a
+/// second here).
+pub const MAX_COST: u32 = 14;
 
 /// What is wrong with a web configuration file, said with the file and key it is about.
 #[derive(Debug)]
@@ -165,6 +173,11 @@ fn tls(v: &Yaml, dir: &Path) -> Result<ServerConfig, String> {
     let client_auth = string(map, "client_auth_type")?.unwrap_or("NoClientCert");
     let ca = string(map, "client_ca_file")?;
     let builder = match client_auth {
+        "NoClientCert" if ca.is_some() => {
+            return Err(
+                "client_ca_file is set but client_auth_type is NoClientCert: client certificates would not be asked for (set client_auth_type: RequireAndVerifyClientCert)".into(),
+            )
+        }
         "NoClientCert" => builder.with_no_client_auth(),
         "RequireAndVerifyClientCert" | "VerifyClientCertIfGiven" => {
             let ca = ca.ok_or(format!(
@@ -222,8 +235,18 @@ fn users(v: &Yaml) -> Result<BasicAuth, String> {
         let Yaml::String(hash) = v else {
             return Err(format!("basic_auth_users: {user}: expected a bcrypt hash"));
         };
-        // The check that the hash is one, at start rather than at the first scrape.
-        hash.parse::<bcrypt::HashParts>()
+        // The check that the hash is one, at start rather than at the first scrape: its form,
+        // its cost (a slip such as 20 would make each check take a minute), its salt.
+        let parts = hash
+            .parse::<bcrypt::HashParts>()
+            .map_err(|e| format!("basic_auth_users: {user}: not a bcrypt hash ({e})"))?;
+        if !(4..=MAX_COST).contains(&parts.get_cost()) {
+            return Err(format!(
+                "basic_auth_users: {user}: bcrypt cost {} (4 to {MAX_COST}; 10 is usual)",
+                parts.get_cost()
+            ));
+        }
+        bcrypt::verify("", hash)
             .map_err(|e| format!("basic_auth_users: {user}: not a bcrypt hash ({e})"))?;
         users.push((user, hash.clone()));
     }
@@ -233,50 +256,73 @@ fn users(v: &Yaml) -> Result<BasicAuth, String> {
     Ok(BasicAuth {
         users,
         passed: Mutex::new(HashSet::new()),
+        failed: Mutex::new(HashSet::new()),
+        keys: RandomState::new(),
         checking: Mutex::new(()),
     })
 }
 
-/// The users of `basic_auth_users` and the checks that passed.
+/// The users of `basic_auth_users` and the checks made.
 pub struct BasicAuth {
     users: Vec<(String, String)>,
-    /// (user, password) pairs that passed, at most [`REMEMBERED`].
-    passed: Mutex<HashSet<(String, String)>>,
+    /// Keys ([`BasicAuth::key`]) of user and password pairs that passed, and that failed; at
+    /// most [`REMEMBERED`] each. Keyed hashes, so no password is kept in clear.
+    passed: Mutex<HashSet<u64>>,
+    failed: Mutex<HashSet<u64>>,
+    keys: RandomState,
     /// Held while a bcrypt check runs: one at a time.
     checking: Mutex<()>,
 }
 
 impl BasicAuth {
     /// Whether the value of an `Authorization` header (`Basic base64(user:password)`) names a
-    /// user with the right password.
-    pub fn allows(&self, authorization: Option<&str>) -> bool {
+    /// user with the right password. A check not remembered waits for the one running, until
+    /// `deadline` or until `give_up` says so (its connection was closed): then it is refused.
+    /// An unknown user costs a check too, so that the time taken does not say which exist.
+    pub fn allows(
+        &self,
+        authorization: Option<&str>,
+        deadline: Instant,
+        give_up: &dyn Fn() -> bool,
+    ) -> bool {
         let Some((user, password)) = authorization.and_then(decode_basic) else {
             return false;
         };
-        let key = (user, password);
-        if self.lock_passed().contains(&key) {
+        let key = self.keys.hash_one((&user, &password));
+        if lock(&self.passed).contains(&key) {
             return true;
         }
-        let Some((_, hash)) = self.users.iter().find(|(u, _)| *u == key.0) else {
+        if lock(&self.failed).contains(&key) {
             return false;
-        };
-        let ok = {
-            let _one = self.checking.lock().unwrap_or_else(PoisonError::into_inner);
-            bcrypt::verify(&key.1, hash).unwrap_or(false)
-        };
-        if ok {
-            let mut passed = self.lock_passed();
-            if passed.len() >= REMEMBERED {
-                passed.clear();
-            }
-            passed.insert(key);
         }
+        let hash = self.users.iter().find(|(u, _)| *u == user).map(|(_, h)| h);
+        let check = hash.unwrap_or(&self.users[0].1);
+        let ok = {
+            let _one = loop {
+                match self.checking.try_lock() {
+                    Ok(g) => break g,
+                    Err(TryLockError::Poisoned(p)) => break p.into_inner(),
+                    Err(TryLockError::WouldBlock) => {
+                        if give_up() || Instant::now() >= deadline {
+                            return false;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            };
+            bcrypt::verify(&password, check).unwrap_or(false) && hash.is_some()
+        };
+        let mut seen = lock(if ok { &self.passed } else { &self.failed });
+        if seen.len() >= REMEMBERED {
+            seen.clear();
+        }
+        seen.insert(key);
         ok
     }
+}
 
-    fn lock_passed(&self) -> std::sync::MutexGuard<'_, HashSet<(String, String)>> {
-        self.passed.lock().unwrap_or_else(PoisonError::into_inner)
-    }
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// `Basic base64(user:password)` as (user, password).
@@ -296,6 +342,14 @@ fn decode_basic(value: &str) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(60)
+    }
+
+    fn never() -> bool {
+        false
+    }
 
     fn header(user: &str, password: &str) -> String {
         format!(
@@ -325,25 +379,49 @@ mod tests {
         .unwrap();
         let auth = c.auth.unwrap();
         assert!(c.tls.is_none());
-        assert!(auth.allows(Some(&header("prom", "s3cret"))));
+        assert!(auth.allows(Some(&header("prom", "s3cret")), far(), &never));
         // Remembered: passes again, and a wrong one still fails.
-        assert!(auth.allows(Some(&header("prom", "s3cret"))));
+        assert!(auth.allows(Some(&header("prom", "s3cret")), far(), &never));
         for (u, p) in [
             ("prom", "S3cret"),
             ("prom", ""),
             ("other", "s3cret"),
             ("", ""),
         ] {
-            assert!(!auth.allows(Some(&header(u, p))), "{u}:{p}");
+            assert!(!auth.allows(Some(&header(u, p)), far(), &never), "{u}:{p}");
         }
-        assert!(!auth.allows(None));
-        assert!(!auth.allows(Some("Bearer abc")));
-        assert!(!auth.allows(Some("Basic !!!")));
+        assert!(!auth.allows(None, far(), &never));
+        assert!(!auth.allows(Some("Bearer abc"), far(), &never));
+        assert!(!auth.allows(Some("Basic !!!"), far(), &never));
         // A password with a colon: only the first colon separates.
         let hash = bcrypt::hash("a:b", 4).unwrap();
         let c =
             WebConfig::parse(&format!("basic_auth_users:\n  u: {hash}\n"), Path::new(".")).unwrap();
-        assert!(c.auth.unwrap().allows(Some(&header("u", "a:b"))));
+        assert!(c
+            .auth
+            .unwrap()
+            .allows(Some(&header("u", "a:b")), far(), &never));
+    }
+
+    /// While another check runs, a request waits only until its deadline, or until its
+    /// connection is closed, and is refused (not remembered as wrong).
+    #[test]
+    fn a_check_waits_no_longer_than_its_deadline() {
+        let hash = bcrypt::hash("right", 4).unwrap();
+        let c = WebConfig::parse(
+            &format!("basic_auth_users:\n  prom: {hash}\n"),
+            Path::new("."),
+        )
+        .unwrap();
+        let auth = c.auth.unwrap();
+        let busy = auth.checking.lock().unwrap();
+        let start = Instant::now();
+        let soon = Instant::now() + Duration::from_millis(50);
+        assert!(!auth.allows(Some(&header("prom", "right")), soon, &never));
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(!auth.allows(Some(&header("prom", "right")), far(), &|| true));
+        drop(busy);
+        assert!(auth.allows(Some(&header("prom", "right")), far(), &never));
     }
 
     #[test]
@@ -368,6 +446,8 @@ mod tests {
             ("tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n  client_auth_type: RequireAndVerifyClientCert\n", "needs client_ca_file"),
             ("tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n  cipher_suites: [x]\n", "cipher_suites"),
             ("basic_auth_users:\n  prom: plaintext\n", "not a bcrypt hash"),
+            ("basic_auth_users:\n  prom: $2y$20$abcdefghijklmnopqrstuuabcdefghijklmnopqrstuvwxyz01234\n", "bcrypt cost 20"),
+            ("tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n  client_ca_file: c.pem\n", "client_auth_type is NoClientCert"),
             ("basic_auth_users:\n", "no users"),
             ("basic_auth_user:\n  a: b\n", "unknown key basic_auth_user"),
             ("http_server_config:\n  http2: false\n", "not supported"),
