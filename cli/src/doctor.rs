@@ -31,7 +31,9 @@ OUTPUT
   shows them) and what to change at the sender or at the receiver.
 
 EXIT STATUS
-  0 no stall found, 1 stalls found, 2 unreadable capture or bad arguments.";
+  0 no stall found, 1 stalls found, 2 unreadable capture or bad arguments, 3 nothing to
+  judge: the capture holds no packets, no TCP segment, or no flow the --filter matches (a
+  CI gate must not read that as all clear).";
 
 #[derive(clap::Args)]
 pub struct DoctorArgs {
@@ -57,6 +59,9 @@ pub struct DoctorArgs {
     #[arg(long, value_name = "FILE")]
     svg: Option<std::path::PathBuf>,
 }
+
+/// The exit status when the capture holds nothing to judge.
+const NOTHING_TO_JUDGE: u8 = 3;
 
 /// Runs the doctor; the exit status says whether stalls were found.
 pub fn command(args: DoctorArgs) -> ExitCode {
@@ -103,6 +108,13 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
             d.frames, d.unsupported_linktypes
         ));
     }
+    if d.flows_judged_early > 0 {
+        eprintln!(
+            "nagless doctor: warning: more than {} flows were open at once in {name}: {} were judged before they ended (a later packet of one starts a new flow)",
+            nagless_doctor::analysis::MAX_LIVE_FLOWS,
+            d.flows_judged_early
+        );
+    }
     if let Some(why) = &d.damage {
         eprintln!(
             "nagless doctor: warning: {name} is cut or damaged; analysed the {} frames before it: {why}",
@@ -116,6 +128,25 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
                 d.flows_total
             ));
         }
+    }
+    if d.flows_total == 0 {
+        let why = if !args.filter.is_empty() {
+            format!(
+                "no TCP flow of its {} segment(s) matches the filter(s) {}",
+                d.tcp_segments,
+                args.filter
+                    .iter()
+                    .map(|f| f.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        } else if d.frames == 0 {
+            "it holds no packets".to_owned()
+        } else {
+            format!("none of its {} frames is a TCP segment", d.frames)
+        };
+        eprintln!("nagless doctor: {name}: nothing to judge: {why}");
+        return Ok(ExitCode::from(NOTHING_TO_JUDGE));
     }
     let out = if args.json {
         let doc = nagless_doctor::report::json(&d);

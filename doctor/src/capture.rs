@@ -378,6 +378,18 @@ impl<R: Read> CaptureReader<R> {
                     }
                     o += 4 + olen.div_ceil(4) * 4;
                 }
+                // Each costs a few bytes, but a hostile file can hold tens of millions of
+                // them in kilobytes (compressed); no real capture has more than a few dozen.
+                if interfaces.len() >= MAX_INTERFACES {
+                    return Err(CaptureError::Malformed {
+                        what: "interface description",
+                        offset: at,
+                        record: block,
+                        why: format!(
+                            "more than {MAX_INTERFACES} interfaces in one section: not a capture"
+                        ),
+                    });
+                }
                 interfaces.push(Interface {
                     linktype,
                     units_per_sec,
@@ -454,6 +466,9 @@ const IDB: u32 = 1;
 const SPB: u32 = 3;
 const EPB: u32 = 6;
 const OPB: u32 = 2;
+
+/// Interfaces a pcapng section may describe.
+pub const MAX_INTERFACES: usize = 65_536;
 
 /// An interface of the current pcapng section.
 #[derive(Clone, Copy)]

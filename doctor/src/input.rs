@@ -31,6 +31,31 @@ pub fn open(path: &Path) -> io::Result<Input> {
     })
 }
 
+/// The largest zstd window decoded, as a power of two: 32 MiB, which every level up to 19
+/// stays under (8 MiB); `--ultra -22` and `--long` captures are to be decompressed first.
+pub const ZSTD_WINDOW_LOG_MAX: u32 = 25;
+
+/// A zstd decoder whose "too much memory" error says what to do.
+struct ZstdErrors<R>(R);
+
+impl<R: Read> Read for ZstdErrors<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf).map_err(|e| {
+            if e.to_string().contains("too much memory") {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "its zstd frame asks for a window over {} MiB (made with --long or --ultra?), more than the doctor takes; decompress it first: zstd -d --long=31",
+                        1 << (ZSTD_WINDOW_LOG_MAX - 20)
+                    ),
+                )
+            } else {
+                e
+            }
+        })
+    }
+}
+
 /// `src`, decompressed if it starts with a gzip or zstd header, and whether it did.
 pub fn decompressed<'a>(src: impl Read + 'a) -> io::Result<(Box<dyn Read + 'a>, bool)> {
     let mut src = BufReader::with_capacity(1 << 20, src);
@@ -48,7 +73,12 @@ pub fn decompressed<'a>(src: impl Read + 'a) -> io::Result<(Box<dyn Read + 'a>, 
     let src = io::Cursor::new(head.clone()).chain(src);
     Ok(match head[..] {
         [0x1f, 0x8b, ..] => (Box::new(flate2::read::MultiGzDecoder::new(src)), true),
-        [0x28, 0xb5, 0x2f, 0xfd, ..] => (Box::new(zstd::stream::read::Decoder::new(src)?), true),
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => {
+            let mut d = zstd::stream::read::Decoder::new(src)?;
+            // The window is kept in memory; a frame may ask for up to 2 GiB (--long=31).
+            d.window_log_max(ZSTD_WINDOW_LOG_MAX)?;
+            (Box::new(ZstdErrors(d)), true)
+        }
         _ => (Box::new(src), false),
     })
 }

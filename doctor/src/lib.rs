@@ -87,7 +87,8 @@ pub fn diagnose_reader(
         // Times count from the first frame, as Wireshark shows them.
         let origin = *origin_ns.get_or_insert(rec.ts_ns);
         if !packet::supported_linktype(rec.linktype) {
-            if !unsupported.contains(&rec.linktype) {
+            // (A few kinds are enough to say what is wrong; a hostile file may have thousands.)
+            if unsupported.len() < 16 && !unsupported.contains(&rec.linktype) {
                 unsupported.push(rec.linktype);
             }
             continue;

@@ -226,10 +226,10 @@ fn the_doctor_command_reads_files_stdin_and_compressed_input_and_exits_by_what_i
         .unwrap();
     let doc3: serde_json::Value = serde_json::from_slice(&o3.stdout).unwrap();
     assert_eq!(doc3["stalls_total"], doc["stalls_total"]);
-    // Filters: a port no flow has leaves nothing, and so no stall: exit 0.
+    // Filters: a port no flow has leaves nothing to judge: exit 3, not "no stall".
     let o = doctor(&[good.as_os_str(), "--filter".as_ref(), ":1".as_ref()]);
-    assert_eq!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("0 flow(s)"));
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to judge"));
     let o = doctor(&[good.as_os_str(), "--flow".as_ref(), "1".as_ref()]);
     assert!(String::from_utf8_lossy(&o.stdout).contains("flow 1:"));
     let o = doctor(&[good.as_os_str(), "--flow".as_ref(), "99".as_ref()]);

@@ -15,6 +15,10 @@ const CLOSED_LINGER_US: u64 = 10_000_000;
 /// A flow with no packet for this long is judged (and a later packet starts a new one).
 const IDLE_US: u64 = 600_000_000;
 
+/// Flows open at once at most: beyond, the older half (by last packet) is judged, so that no
+/// capture (a SYN flood, a scan) can take more memory than this many flows need.
+pub const MAX_LIVE_FLOWS: usize = 20_000;
+
 /// The streaming analysis of one capture.
 pub struct Analyzer {
     opts: Options,
@@ -62,8 +66,11 @@ impl Analyzer {
                 return;
             }
             if let Some(f) = self.live.remove(&key) {
-                self.finish_flow(f);
+                self.finish_flow(*f);
             }
+        }
+        if self.live.len() >= MAX_LIVE_FLOWS && !self.live.contains_key(&key) {
+            self.judge_oldest_half();
         }
         let flow = match self.live.get_mut(&key) {
             Some(f) => f,
@@ -91,7 +98,7 @@ impl Analyzer {
                     self.opts.timeline,
                     self.opts.every_stall,
                 );
-                self.live.entry(key).or_insert(f)
+                self.live.entry(key).or_insert(Box::new(f))
             }
         };
         flow.on_segment(flow.sender(s.src), s, us, frame);
@@ -111,7 +118,28 @@ impl Analyzer {
             .collect();
         for k in done {
             if let Some(f) = self.live.remove(&k) {
-                self.finish_flow(f);
+                self.finish_flow(*f);
+            }
+        }
+    }
+
+    /// Judges the half of the live flows whose last packet is oldest (amortized: half the
+    /// table is freed each time).
+    fn judge_oldest_half(&mut self) {
+        let mut ages: Vec<(u64, usize, FlowKey)> = self
+            .live
+            .iter()
+            .map(|(k, f)| (f.last_us, f.index, *k))
+            .collect();
+        let half = ages.len() / 2;
+        ages.select_nth_unstable_by_key(half, |a| (a.0, a.1));
+        ages.truncate(half);
+        // In capture order, as flows are judged otherwise.
+        ages.sort_unstable_by_key(|a| (a.0, a.1));
+        for (_, _, k) in ages {
+            if let Some(f) = self.live.remove(&k) {
+                self.outcome.flows_judged_early += 1;
+                self.finish_flow(*f);
             }
         }
     }
@@ -161,7 +189,7 @@ impl Analyzer {
 
     /// Judges every flow still open and returns the whole analysis.
     pub fn finish(mut self) -> Outcome {
-        let mut rest: Vec<Flow> = self.live.drain().map(|(_, f)| f).collect();
+        let mut rest: Vec<Flow> = self.live.drain().map(|(_, f)| *f).collect();
         rest.sort_by_key(|f| f.index);
         for f in rest {
             self.finish_flow(f);

@@ -40,7 +40,7 @@ mod sequence;
 mod table;
 mod verdict;
 
-pub use analyzer::{analyse, Analyzer};
+pub use analyzer::{analyse, Analyzer, MAX_LIVE_FLOWS};
 pub use direction::Direction;
 pub use options::{Filter, Options};
 pub use output::{

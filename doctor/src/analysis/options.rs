@@ -66,6 +66,18 @@ impl std::str::FromStr for Filter {
     }
 }
 
+impl std::fmt::Display for Filter {
+    /// As it is written on the command line: `10.0.0.1:8000`, `[::1]:8000`, `:8000`, `::1`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.host, self.port) {
+            (Some(h), Some(p)) => write!(f, "{}", std::net::SocketAddr::new(h, p)),
+            (Some(h), None) => write!(f, "{h}"),
+            (None, Some(p)) => write!(f, ":{p}"),
+            (None, None) => f.write_str("any"),
+        }
+    }
+}
+
 impl Filter {
     fn matches(&self, a: Endpoint) -> bool {
         self.host.is_none_or(|h| h == a.0) && self.port.is_none_or(|p| p == a.1)
@@ -75,6 +87,14 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn filters_print_as_written() {
+        for s in ["10.0.0.1:80", ":8000", "10.0.0.1", "[::1]:8000", "::1"] {
+            assert_eq!(s.parse::<Filter>().unwrap().to_string(), s);
+        }
+        assert_eq!("8000".parse::<Filter>().unwrap().to_string(), ":8000");
+    }
 
     #[test]
     fn filters_parse() {

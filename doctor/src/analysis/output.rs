@@ -219,4 +219,13 @@ pub struct Outcome {
     pub services: Vec<Service>,
     /// The flows kept ([`Options::top`](super::Options::top)), most stalled time first.
     pub flows: Vec<FlowReport>,
+    /// Flows judged before they ended, because more than
+    /// [`MAX_LIVE_FLOWS`](super::MAX_LIVE_FLOWS) were open at once (a later packet of one
+    /// starts a new flow, without its handshake); absent from the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub flows_judged_early: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -8,8 +8,9 @@ use std::net::IpAddr;
 use super::flow::Flow;
 use crate::packet::Segment;
 
-/// The live flows, by 4-tuple.
-pub(super) type FlowTable = HashMap<FlowKey, Flow, KeyHashing>;
+/// The live flows, by 4-tuple. Boxed: the table then holds a pointer per flow, so that its
+/// doubling (both tables live at once) costs little, not a copy of every flow.
+pub(super) type FlowTable = HashMap<FlowKey, Box<Flow>, KeyHashing>;
 
 /// An address and port.
 pub(super) type Endpoint = (IpAddr, u16);
