@@ -297,6 +297,16 @@ fn prometheus_scrapes(backend: &str) {
     assert!(lost > 0.0, "time lost {lost}");
     let cpu = promql(prom_port, "nagless_watch_cpu_seconds_total");
     assert!(cpu.first().is_some_and(|(_, v)| *v > 0.0), "{cpu:?}");
+    // The watcher's own process, under the names every exporter uses.
+    let rss = promql(prom_port, "process_resident_memory_bytes");
+    assert!(rss.first().is_some_and(|(_, v)| *v > 1e6), "{rss:?}");
+    // The host's TCP sockets over the last minute, under either backend (eBPF counts them
+    // from the kernel's own figure: there are the listeners and the load's connections).
+    let sockets = promql(prom_port, "max_over_time(nagless_watch_sockets[1m])");
+    assert!(
+        sockets.first().is_some_and(|(_, v)| *v >= 2.0),
+        "{backend}: {sockets:?}"
+    );
     // SIGTERM: a clean exit 0.
     let mut watch = watch;
     let w = &mut watch.0;
