@@ -2,7 +2,7 @@
 //! once, none of which can hold up another.
 //!
 //! Each connection is served by a thread of its own (small stacks). Every read and write of a
-//! connection is given only the time left before its deadline ([`Deadlined`]): 10 s for the
+//! connection is given only the time left before its deadline (`Deadlined`): 10 s for the
 //! whole request, TLS handshake included ([`REQUEST_DEADLINE`]), then 10 s again for the whole
 //! answer, so a client that sends or reads a byte every few seconds is dropped when its time is
 //! up. At most [`MAX_CONNECTIONS`] are open at once; a new one beyond that closes the oldest
