@@ -319,12 +319,17 @@ impl<R: Read> CaptureReader<R> {
         let head = self.peek(8, what)?;
         let kind = int32(&head[0..4], little);
         let len = int32(&head[4..8], little) as usize;
-        if len < 12 || len % 4 != 0 || len > MAX_RECORD {
-            return Err(self.malformed(
-                what,
-                at,
-                format!("block length {len} (must be a multiple of 4, at least 12)"),
-            ));
+        let wrong = if len < 12 {
+            Some("less than the 12 bytes of a block's own header and trailer")
+        } else if len % 4 != 0 {
+            Some("not a multiple of 4, as every pcapng block's is")
+        } else if len > MAX_RECORD {
+            Some("more than the 16 MiB the doctor takes for one block")
+        } else {
+            None
+        };
+        if let Some(wrong) = wrong {
+            return Err(self.malformed(what, at, format!("block length {len}: {wrong}")));
         }
         let whole = self.peek(len, "pcapng block body")?;
         let trailer = int32(&whole[len - 4..], little) as usize;
@@ -508,6 +513,31 @@ mod tests {
             out.push((rec.ts_ns, rec.linktype, rec.data.to_vec(), rec.orig_len));
         }
         Ok(out)
+    }
+
+    /// A pcapng section header, then a block of type 1 whose length field is `len`.
+    fn block_of_length(len: u32) -> Vec<u8> {
+        let mut v = vec![
+            0x0a, 0x0d, 0x0d, 0x0a, 28, 0, 0, 0, 0x4d, 0x3c, 0x2b, 0x1a, 1, 0, 0, 0,
+        ];
+        v.extend_from_slice(&[0xff; 8]);
+        v.extend_from_slice(&28u32.to_le_bytes());
+        v.extend_from_slice(&1u32.to_le_bytes());
+        v.extend_from_slice(&len.to_le_bytes());
+        v.extend_from_slice(&[0; 64]);
+        v
+    }
+
+    #[test]
+    fn a_bad_block_length_says_which_rule_it_breaks() {
+        for (len, says) in [
+            (8, "block length 8: less than the 12 bytes"),
+            (22, "block length 22: not a multiple of 4"),
+            (32 << 20, "block length 33554432: more than the 16 MiB"),
+        ] {
+            let err = read(&block_of_length(len)).unwrap_err().to_string();
+            assert!(err.contains(says), "{len}: {err}");
+        }
     }
 
     pub(crate) fn pcap(records: &[(u64, &[u8])], linktype: u32) -> Vec<u8> {

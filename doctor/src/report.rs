@@ -62,10 +62,13 @@ pub fn text(d: &Diagnosis) -> String {
         }
     }
     if (d.flows.len() as u64) < d.flows_total {
+        let listed: u64 = d.flows.iter().map(|f| f.stall_count).sum();
         let _ = writeln!(
             out,
-            "\nthe {} flow(s) with the most stalled time (--top N for more):",
-            d.flows.len()
+            "\nthe {} flow(s) with the most stalled time; {} more flow(s), with {} more stall(s), not listed (--top N for more):",
+            d.flows.len(),
+            d.flows_total - d.flows.len() as u64,
+            d.stalls_total.saturating_sub(listed)
         );
     }
     for f in &d.flows {
@@ -110,8 +113,9 @@ fn flow_text(out: &mut String, f: &FlowReport) {
     for st in f.stalls.iter().take(WORST) {
         let _ = writeln!(
             out,
-            "  stall {:.1} ms: {} held {} B (frame {} at {:.6} s) until the ACK in frame {} at {:.6} s; previous write frame {} at {:.6} s",
+            "  stall {:.1} ms, {}: {} held {} B (frame {} at {:.6} s) until the ACK in frame {} at {:.6} s; previous write frame {} at {:.6} s",
             st.stalled_us as f64 / 1000.0,
+            st.direction,
             st.sender,
             st.held_len,
             st.held.frame,
@@ -120,6 +124,14 @@ fn flow_text(out: &mut String, f: &FlowReport) {
             st.ack.time_s,
             st.previous.frame,
             st.previous.time_s,
+        );
+    }
+    let shown = f.stalls.len().min(WORST) as u64;
+    if f.stall_count > shown {
+        let _ = writeln!(
+            out,
+            "  ... and {} more stall(s) in this flow (--json --every-stall lists each)",
+            f.stall_count - shown
         );
     }
     for v in &f.verdict {

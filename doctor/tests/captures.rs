@@ -305,6 +305,13 @@ fn every_stall_keeps_them_all_and_the_capture_start_is_wall_clock_time() {
             .collect()
     };
     assert_eq!(key(&all)[..32], key(&worst)[..]);
+    // The report shows the worst five, says how many more there are, and which way each went.
+    let text = nagless_doctor::report::text(&worst);
+    assert!(
+        text.contains(&format!("... and {} more stall(s) in this flow", count - 5)),
+        "{text}"
+    );
+    assert_eq!(text.matches(", client->server: ").count(), 5, "{text}");
     let start = all.start_unix_s.expect("a first frame");
     assert!(
         (before - 1.0..before + 60.0).contains(&start),

@@ -108,6 +108,10 @@ impl Findings {
         }
         self.stalls.push(Stall {
             sender: sides[d].addr.clone(),
+            direction: match d {
+                Direction::Client => "client->server",
+                Direction::Server => "server->client",
+            },
             previous: c.previous,
             ack: c.ack,
             held: c.held,

@@ -43,6 +43,9 @@ impl At {
 pub struct Stall {
     /// The side whose write was held: its address.
     pub sender: String,
+    /// Which way the held write went: `client->server` or `server->client` (the client sent
+    /// the SYN; without a handshake, it is the side with the higher port).
+    pub direction: &'static str,
     /// The sender's previous data segment (the one Nagle waited to see acknowledged).
     pub previous: At,
     /// The delayed pure ACK that released the write.
