@@ -152,7 +152,7 @@ pub fn json(d: &Diagnosis) -> serde_json::Value {
 /// held one.
 pub fn svg(f: &FlowReport) -> String {
     const W: f64 = 1000.0;
-    const H: f64 = 260.0;
+    const H: f64 = 280.0;
     const LEFT: f64 = 60.0;
     const MID: f64 = 130.0;
     let end_us = f.timeline.last().map_or(1, |t| t.us).max(1) as f64;
@@ -174,16 +174,29 @@ pub fn svg(f: &FlowReport) -> String {
         f.stalled_s * 1000.0,
         f.stalled_share * 100.0
     );
-    for st in &f.stalls {
+    // Each stall shaded from the write Nagle waited on to the held one, outlined, and kept a
+    // pixel short of its neighbour so that two back to back read as two; their numbers (in
+    // capture order) name them in the hover text and above the band.
+    let mut order: Vec<&crate::Stall> = f.stalls.iter().collect();
+    order.sort_by_key(|st| st.held.frame);
+    for (i, st) in order.iter().enumerate() {
         let x0 = x(st.previous.time_s * 1e6);
         let x1 = x(st.held.time_s * 1e6);
         let _ = writeln!(
             out,
-            r##"<rect x="{x0:.1}" y="30" width="{:.1}" height="200" fill="#f4a6a6" opacity="0.5"><title>stall {:.1} ms, frames {}-{}</title></rect>"##,
-            (x1 - x0).max(1.0),
+            r##"<rect x="{x0:.1}" y="30" width="{:.1}" height="200" fill="#f4a6a6" opacity="0.5" stroke="#c33" stroke-width="0.5"><title>stall {} ({}): {:.1} ms, frames {}-{}</title></rect>"##,
+            (x1 - x0 - 1.0).max(1.0),
+            i + 1,
+            st.direction,
             st.stalled_us as f64 / 1000.0,
             st.previous.frame,
             st.held.frame
+        );
+        let _ = writeln!(
+            out,
+            r##"<text x="{:.1}" y="40" font-size="9" fill="#c33">{}</text>"##,
+            x0 + 1.0,
+            i + 1
         );
     }
     let _ = writeln!(
@@ -240,10 +253,29 @@ pub fn svg(f: &FlowReport) -> String {
             (us - start_us) / 1000.0
         );
     }
-    let _ = writeln!(
-        out,
-        r##"<text x="{}" y="16" text-anchor="end" fill="#c33">shaded: stalls (hover for frames)</text></svg>"##,
-        W - 20.0
-    );
+    // The legend: what each mark is.
+    let legend = [
+        ("#1f77b4", "client data (height: size)"),
+        ("#2ca02c", "server data"),
+        ("#999", "pure ACK"),
+        ("#000", "SYN, FIN or RST"),
+        (
+            "#f4a6a6",
+            "stall: from the write Nagle waited on to the held one (hover for frames)",
+        ),
+    ];
+    let mut lx = LEFT;
+    for (color, what) in legend {
+        let _ = writeln!(
+            out,
+            r##"<rect x="{lx:.1}" y="{}" width="10" height="8" fill="{color}"/><text x="{:.1}" y="{}" font-size="9">{}</text>"##,
+            H - 4.0 - 8.0,
+            lx + 13.0,
+            H - 4.0,
+            esc(what)
+        );
+        lx += 13.0 + 5.2 * what.len() as f64 + 14.0;
+    }
+    out += "</svg>\n";
     out
 }

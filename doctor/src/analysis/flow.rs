@@ -29,8 +29,9 @@ pub(super) struct Flow {
     found: Findings,
     packets: u64,
     exchanges: u64,
-    /// Who sent data last.
+    /// Who sent data last, and who first.
     last_sender: Option<Direction>,
+    first_sender: Option<Direction>,
     start: At,
     first_us: u64,
     pub(super) last_us: u64,
@@ -70,6 +71,7 @@ impl Flow {
             packets: 0,
             exchanges: 0,
             last_sender: None,
+            first_sender: None,
             start: At::new(frame, us),
             first_us: us,
             last_us: us,
@@ -186,7 +188,10 @@ impl Flow {
         side.data_segments += 1;
         side.bytes += u64::from(s.len);
         let new_turn = self.last_sender != Some(d);
-        if new_turn {
+        // An exchange as a reader counts one: a turn of the side that spoke first (a request
+        // and its answer are one, not two).
+        let opener = *self.first_sender.get_or_insert(d);
+        if new_turn && d == opener {
             self.exchanges += 1;
         }
         self.last_sender = Some(d);

@@ -129,7 +129,7 @@ pub struct FlowReport {
     pub sides: [Side; 2],
     /// Frames in the flow.
     pub packets: u64,
-    /// Changes of the data direction (request/response turns).
+    /// Exchanges: turns of the side that sent data first (a request and its answer are one).
     pub exchanges: u64,
     /// The flow's first frame.
     pub start: At,
