@@ -76,10 +76,13 @@ async fn nagless_tokio_stream_never_stalls() {
     assert!(lingered <= 2, "{lingered} linger flushes");
     #[cfg(target_os = "linux")]
     assert_eq!(segs as usize, ROUNDS + lingered);
-    // One gathered send per request, two where a linger release sent the first write alone.
+    // One gathered send per request, two where a linger release sent the first write alone,
+    // and one more for each send the kernel refused for the moment (WouldBlock: tokio's
+    // readiness can be stale), whose bytes went at the next try.
     let st = c.stats();
+    let refused = st.would_block as usize;
     assert!(
-        (ROUNDS..=ROUNDS + lingered).contains(&(st.flushes as usize)),
+        (ROUNDS..=ROUNDS + lingered + refused).contains(&(st.flushes as usize)),
         "{st:?}"
     );
 }
