@@ -193,7 +193,8 @@ fn slow_server(p: &EmulatedPath, port: u16) -> Expect {
         name: "think time",
         port,
         kind: Kind::NoNagle {
-            check: |f| f.exchanges >= 20,
+            // Ten rounds, each a request and its echo: ten exchanges.
+            check: |f| f.exchanges >= 10,
         },
     }
 }
