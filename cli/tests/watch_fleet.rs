@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nagless_test_support::{
-    exclusive, fixed_port, free_port, have_tool, http_server_args, root_or_skip, tool_path,
-    wait_for_port, watch_ebpf_or_skip, Started,
+    ephemeral_range, exclusive, fixed_port, free_port, have_tool, http_server_args, root_or_skip,
+    tool_path, wait_for_port, watch_ebpf_or_skip, Started,
 };
 
 const NAGLESS: &str = env!("CARGO_BIN_EXE_nagless");
@@ -179,6 +179,20 @@ fn wrk(port: u16, secs: u32) -> std::thread::JoinHandle<()> {
             .unwrap();
         assert!(o.status.success(), "{o:?}");
     })
+}
+
+/// `nagless watch --refresh 250ms ARGS --serve ADDR`, quiet, until dropped.
+fn serving_watcher(args: &[&str], addr: &str) -> Started {
+    Started(
+        Command::new(NAGLESS)
+            .args(["watch", "--refresh", "250ms"])
+            .args(args)
+            .args(["--serve", addr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 fn sigterm(child: &std::process::Child) {
@@ -724,15 +738,7 @@ fn prometheus_scrapes_through_200_idle_and_slow_clients() {
     let dir = &tmp.0;
     let (metrics_port, prom_port) = (free_port(), free_port());
     let _prometheus = start_prometheus(dir, metrics_port, prom_port);
-    let watch = Started(
-        Command::new(NAGLESS)
-            .args(["watch", "--refresh", "250ms", "--serve"])
-            .arg(format!("127.0.0.1:{metrics_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let watch = serving_watcher(&[], &format!("127.0.0.1:{metrics_port}"));
     wait_for_port(metrics_port);
     wait_scraped(prom_port);
     let idle: Vec<TcpStream> = (0..200)
@@ -793,15 +799,7 @@ fn the_page_passes_promtool_and_follows_the_accept_header() {
         return;
     }
     let port = free_port();
-    let _watch = Started(
-        Command::new(NAGLESS)
-            .args(["watch", "--refresh", "250ms", "--serve"])
-            .arg(format!(":{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _watch = serving_watcher(&[], &format!(":{port}"));
     wait_for_port(port);
     let (code, page) = http_get(port, "/metrics").expect("an answer");
     assert_eq!(code, 200, "{page}");
@@ -855,16 +853,15 @@ fn prometheus_sees_bounded_series_and_no_ephemeral_port() {
     let (metrics_port, prom_port) = (free_port(), free_port());
     let _prometheus = start_prometheus(&tmp.0, metrics_port, prom_port);
     let watcher = |cap: &str, port: u16| {
-        Started(
-            Command::new(NAGLESS)
-                .args(["watch", "--backend", "sampling", "--refresh", "250ms"])
-                .args(["--forget-after", "2s", "--max-series", cap, "--serve"])
-                .arg(format!("127.0.0.1:{port}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
+        let args = [
+            "--backend",
+            "sampling",
+            "--forget-after",
+            "2s",
+            "--max-series",
+            cap,
+        ];
+        serving_watcher(&args, &format!("127.0.0.1:{port}"))
     };
     let _watch = watcher("4", metrics_port);
     // And one whose cap leaves every group its own series, read directly.
@@ -873,24 +870,15 @@ fn prometheus_sees_bounded_series_and_no_ephemeral_port() {
     wait_for_port(metrics_port);
     wait_for_port(roomy_port);
     wait_scraped(prom_port);
-    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
-    let lo: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
-    let hi: u16 = range.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let (lo, hi) = ephemeral_range();
     // Ten listeners on ports below the ephemeral range, each with a connection.
+    let ports: Vec<u16> = (0..10).map(|_| fixed_port()).collect();
     let mut held = Vec::new();
-    let mut ports = Vec::new();
-    for p in (lo.saturating_sub(3000)..lo.saturating_sub(1000)).step_by(7) {
-        if ports.len() == 10 {
-            break;
-        }
-        let Ok(l) = TcpListener::bind(("127.0.0.1", p)) else {
-            continue;
-        };
+    for &p in &ports {
+        let l = TcpListener::bind(("127.0.0.1", p)).unwrap();
         let c = TcpStream::connect(("127.0.0.1", p)).unwrap();
         held.push((c, l.accept().unwrap().0));
-        ports.push(p);
     }
-    assert_eq!(ports.len(), 10, "no free ports below {lo}");
     let zero = TcpListener::bind("127.0.0.1:0").unwrap();
     let zero_port = zero.local_addr().unwrap().port();
     let c = TcpStream::connect(("127.0.0.1", zero_port)).unwrap();

@@ -112,17 +112,26 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// A free loopback port below the host's ephemeral range (`net.ipv4.ip_local_port_range`):
+/// The host's ephemeral port range (`net.ipv4.ip_local_port_range`), Linux's default where it
+/// cannot be read.
+pub fn ephemeral_range() -> (u16, u16) {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut w = s.split_whitespace().map(str::parse::<u16>);
+            Some((w.next()?.ok()?, w.next()?.ok()?))
+        })
+        .unwrap_or((32768, 60999))
+}
+
+/// A free loopback port below the host's ephemeral range ([`ephemeral_range`]):
 /// one that names a service the way a configured port does, where [`free_port`]'s is one the
 /// kernel could hand to any client. Tried from a place that depends on the process id and
 /// moves on with each call, so that calls and tests in several processes seldom collide.
 pub fn fixed_port() -> u16 {
     static CALLS: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let lo: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(32768);
+    let (lo, _) = ephemeral_range();
     let base = 10_000.min(lo / 2);
     let span = lo - base;
     let start = (std::process::id() as u16)
@@ -302,10 +311,7 @@ pub fn http_server_args(cmd: &mut Command, port: u16) -> &mut Command {
 mod tests {
     #[test]
     fn fixed_ports_are_free_distinct_and_below_the_ephemeral_range() {
-        let lo: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-            .map_or(32768, |s| {
-                s.split_whitespace().next().unwrap().parse().unwrap()
-            });
+        let (lo, _) = super::ephemeral_range();
         let (a, b) = (super::fixed_port(), super::fixed_port());
         assert_ne!(a, b);
         for p in [a, b] {

@@ -313,13 +313,21 @@ impl Metrics {
     }
 
     /// Uses `ports` as the ephemeral ports instead of the host's (tests).
-    pub fn set_ephemeral_ports(&mut self, ports: EphemeralPorts) {
+    #[cfg(test)]
+    fn set_ephemeral_ports(&mut self, ports: EphemeralPorts) {
         self.ephemeral = ports;
     }
 
-    /// The labels a group's updates go to at `now`: its own, or the overflow series' when
-    /// the cap is reached.
-    fn admit(&mut self, l: Labels, now: Instant) -> Labels {
+    /// The labels the updates of group (`port`, `serves`, `comm`, `container`) go to at
+    /// `now`: its own, or the overflow series' when the cap is reached.
+    fn admit(
+        &mut self,
+        (port, serves): (u16, bool),
+        comm: Option<&str>,
+        container: Option<&str>,
+        now: Instant,
+    ) -> Labels {
+        let l = Labels::new(port, serves, comm, container, &self.ephemeral);
         if let Some(t) = self.seen.get_mut(&l) {
             *t = now;
             return l;
@@ -335,14 +343,12 @@ impl Metrics {
 
     /// Counts a stall.
     pub fn stall(&mut self, e: &StallEvent) {
-        let l = Labels::new(
-            e.key.port,
-            e.key.serves,
+        let l = self.admit(
+            (e.key.port, e.key.serves),
             e.comm.as_deref(),
             e.container.as_deref(),
-            &self.ephemeral,
+            Instant::now(),
         );
-        let l = self.admit(l, Instant::now());
         let secs = e.stall.lost_us as f64 / 1e6;
         self.stalls.get_or_create(&l).inc();
         self.stall_seconds.get_or_create(&l).inc_by(secs);
@@ -375,14 +381,12 @@ impl Metrics {
         }
         self.connections.clear();
         for r in rows {
-            let l = Labels::new(
-                r.port,
-                r.serves,
+            let l = self.admit(
+                (r.port, r.serves),
                 r.comm.as_deref(),
                 r.container.as_deref(),
-                &self.ephemeral,
+                now,
             );
-            let l = self.admit(l, now);
             // Several groups can share labels (two pids of one command, or the overflow).
             self.connections
                 .get_or_create(&l)

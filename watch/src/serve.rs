@@ -507,11 +507,7 @@ mod tests {
     #[test]
     fn tls_and_basic_auth_let_only_the_right_user_in() {
         use base64::Engine as _;
-        let dir = std::env::temp_dir().join(format!("nagless-serve-tls-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        std::fs::write(dir.join("c.pem"), c.cert.pem()).unwrap();
-        std::fs::write(dir.join("k.pem"), c.key_pair.serialize_pem()).unwrap();
+        let (dir, c) = crate::web_config::tests::dir_with_cert("serve-tls");
         let hash = bcrypt::hash("right", 4).unwrap();
         let cfg = format!(
             "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\nbasic_auth_users:\n  prom: {hash}\n"
@@ -573,11 +569,7 @@ mod tests {
     /// deadline: the TLS layer's own reads are bounded as a whole, not each on its own.
     #[test]
     fn a_dripping_tls_handshake_is_dropped_at_the_deadline() {
-        let dir = std::env::temp_dir().join(format!("nagless-serve-drip-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        std::fs::write(dir.join("c.pem"), c.cert.pem()).unwrap();
-        std::fs::write(dir.join("k.pem"), c.key_pair.serialize_pem()).unwrap();
+        let (dir, _) = crate::web_config::tests::dir_with_cert("serve-drip");
         let web = WebConfig::parse(
             "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n",
             &dir,

@@ -340,7 +340,7 @@ fn decode_basic(value: &str) -> Option<(String, String)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn far() -> Instant {
@@ -358,14 +358,16 @@ mod tests {
         )
     }
 
-    fn dir_with_cert(name: &str) -> PathBuf {
+    /// A directory of its own (`name`) holding a self-signed certificate for `localhost`
+    /// (`c.pem`) and its key (`k.pem`); the certificate too, for a client to trust.
+    pub(crate) fn dir_with_cert(name: &str) -> (PathBuf, rcgen::CertifiedKey) {
         let dir =
             std::env::temp_dir().join(format!("nagless-webcfg-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let c = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         std::fs::write(dir.join("c.pem"), c.cert.pem()).unwrap();
         std::fs::write(dir.join("k.pem"), c.key_pair.serialize_pem()).unwrap();
-        dir
+        (dir, c)
     }
 
     #[test]
@@ -426,7 +428,7 @@ mod tests {
 
     #[test]
     fn tls_loads_a_certificate_and_key_relative_to_the_file() {
-        let dir = dir_with_cert("ok");
+        let (dir, _) = dir_with_cert("ok");
         let cfg =
             "tls_server_config:\n  cert_file: c.pem\n  key_file: k.pem\n  min_version: TLS13\n";
         std::fs::write(dir.join("web.yml"), cfg).unwrap();
@@ -437,7 +439,7 @@ mod tests {
 
     #[test]
     fn mistakes_are_named() {
-        let dir = dir_with_cert("bad");
+        let (dir, _) = dir_with_cert("bad");
         for (text, says) in [
             ("tls_server_config:\n  cert_file: c.pem\n", "key_file is required"),
             ("tls_server_config:\n  cert_file: nope.pem\n  key_file: k.pem\n", "nope.pem"),
