@@ -1,6 +1,6 @@
 //! Bytes into decompression, the capture parser, the packet decoder and the analysis: none
 //! may panic. Seeds: `corpus/capture/` (real loopback captures in pcap, pcapng and gzip, and
-//! the head of a generated capture cut mid-record); `cargo +nightly fuzz run capture`.
+//! the head of a generated capture cut mid-record); `scripts/fuzz 30 capture`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
