@@ -16,12 +16,13 @@ CAPTURE
     tcpdump -i any -s 128 -U -w - 'tcp port 8000' | nagless doctor -
 
 WHAT IT LOOKS FOR
-  delayed ACK  a pure ACK 30 ms or more (beyond the acker's side of the round trip) after the
+  delayed ACK  a pure ACK 30 to 500 ms (beyond the acker's side of the round trip) after the
                data it acknowledges
   stall        a write smaller than a full segment that Nagle held until such an ACK: it left
                as soon as the ACK reached its sender. Retransmissions (and their ACKs), SACK,
                zero windows, keep-alives and think time are told apart and named, not blamed
-               on Nagle. The receiver's timer is named (40 ms Linux; 100-200 ms Windows, BSD).
+               on Nagle. The receiver's timer is named by the delays (40 ms: Linux, FreeBSD;
+               100-200 ms: Windows, macOS), the fix given for each.
   Patterns named: request split, header then body, tiny trailing frame.
 
 OUTPUT

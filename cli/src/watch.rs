@@ -761,10 +761,10 @@ mod tests {
             s,
             "1 python3 a.py :8000: 10 stall(s), 400.0 ms lost\n\
              3 node server.js :3000: 2 stall(s), 80.0 ms lost\n  \
-             peers ACK with a 40 ms delayed-ACK timer, as Linux has.\n  \
+             peers ACK with a 40 ms delayed-ACK timer, as Linux and FreeBSD (since 2020) have.\n  \
              fix [1]: fix for Linux40ms\n\
              2 java com.example.Main :9000: 5 stall(s), 200.0 ms lost\n  \
-             peer ACKs with a 100-200 ms delayed-ACK timer, as Windows (200 ms), FreeBSD and macOS (100 ms) have.\n  \
+             peer ACKs with a 100-200 ms delayed-ACK timer, as Windows (200 ms) and macOS (100 ms) have.\n  \
              fix [2]: fix for Classic200ms\n"
         );
         let mut t = String::new();

@@ -9,31 +9,51 @@
 //! Nagle; a prompt ACK means the wait was the path's round trip, not a timer; a write that
 //! leaves well after the ACK arrived was written late (think time, pacing); an ACK that opened
 //! a zero window, or acknowledged retransmitted data, released flow control or loss recovery.
+//!
+//! The evidence is judged within the bounds the path allows ([`release_window_us`]): a held
+//! write cannot reach the capture point sooner than the sender's side of the round trip after
+//! the ACK that released it, and not much later than that; both bounds widen by the spread
+//! measured on that side of the path. A sender seen with two small segments in flight at once
+//! does not run Nagle's algorithm on that connection, so nothing of it is a Nagle stall.
 
 /// An ACK sent this long or longer after the data it acknowledges (the path's round trip
 /// taken off) is a delayed ACK. Linux's delayed-ACK timer is 40 ms at its shortest
 /// (`TCP_ATO_MIN`), other stacks' are 100-200 ms; 30 ms leaves room for timestamp jitter.
 pub const DELAYED_ACK_MIN_US: u64 = 30_000;
 
-/// Delays from this up come from a 100-200 ms timer (Windows, FreeBSD, macOS), below it from
-/// Linux's 40 ms one; except on long paths, where Linux's timer grows toward the smoothed RTT
-/// (see [`AckTimer::on_path`]).
+/// No delayed-ACK timer runs longer than this (RFC 1122: "MUST be less than 0.5 seconds");
+/// an ACK later than that beyond the round trip waited for something else (data the capture
+/// does not hold, an idle sender), and releases no stall.
+pub const DELAYED_ACK_MAX_US: u64 = 500_000;
+
+/// Delays from this up come from a 100-200 ms timer (Windows, macOS), below it from a 40 ms
+/// one (Linux, FreeBSD since 2020); except on long paths, where Linux's timer grows toward
+/// the smoothed RTT (see [`AckTimer::on_path`]).
 pub const CLASSIC_TIMER_MIN_US: u64 = 90_000;
 
-/// Whose delayed-ACK timer it was, judged from the delays seen.
+/// Whether an ACK `delay_us` late (beyond the acker's side of the round trip) was held by a
+/// delayed-ACK timer.
+pub fn is_delayed_ack(delay_us: u64) -> bool {
+    (DELAYED_ACK_MIN_US..=DELAYED_ACK_MAX_US).contains(&delay_us)
+}
+
+/// Which delayed-ACK timer the delays show: named by what was measured, not by a guess at the
+/// receiver's operating system (two systems share each).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AckTimer {
-    /// About 40 ms: Linux (`TCP_ATO_MIN`).
+    /// About 40 ms (at most about the RTT on long paths): Linux (`TCP_ATO_MIN`), FreeBSD since
+    /// 2020 (`net.inet.tcp.delacktime`).
     Linux40ms,
-    /// About 100 to 200 ms: Windows (200 ms), FreeBSD and macOS (100 ms).
+    /// About 100 to 200 ms: Windows (200 ms), macOS (100 ms).
     Classic200ms,
 }
 
 impl AckTimer {
-    /// The class of a delayed ACK that came `delay_us` late; `None` if it was not delayed.
+    /// The class of a delayed ACK that came `delay_us` late; `None` if it was not delayed
+    /// (or later than any timer).
     pub fn of(delay_us: u64) -> Option<AckTimer> {
-        if delay_us < DELAYED_ACK_MIN_US {
+        if !is_delayed_ack(delay_us) {
             None
         } else if delay_us < CLASSIC_TIMER_MIN_US {
             Some(AckTimer::Linux40ms)
@@ -66,24 +86,26 @@ impl AckTimer {
         }
     }
 
-    /// For people: which stacks use such a timer.
+    /// For people: the timer the delays show, and which stacks use one like it.
     pub fn describe(self) -> &'static str {
         match self {
-            AckTimer::Linux40ms => "a 40 ms delayed-ACK timer, as Linux has",
+            AckTimer::Linux40ms => {
+                "a 40 ms delayed-ACK timer, as Linux and FreeBSD (since 2020) have"
+            }
             AckTimer::Classic200ms => {
-                "a 100-200 ms delayed-ACK timer, as Windows (200 ms), FreeBSD and macOS (100 ms) have"
+                "a 100-200 ms delayed-ACK timer, as Windows (200 ms) and macOS (100 ms) have"
             }
         }
     }
 
-    /// How to make the receiver ACK at once.
+    /// How to make a receiver with this timer ACK at once, for each host that has one.
     pub fn receiver_fix(self) -> &'static str {
         match self {
             AckTimer::Linux40ms => {
-                "set TCP_QUICKACK after each read, or `ip route change <route> quickack 1` on its host"
+                "on Linux set TCP_QUICKACK after each read, or `ip route change <route> quickack 1`; on FreeBSD `sysctl net.inet.tcp.delayed_ack=0`"
             }
             AckTimer::Classic200ms => {
-                "on Windows set TcpAckFrequency=1 for the interface (registry); on FreeBSD/macOS `sysctl net.inet.tcp.delayed_ack=0`"
+                "on Windows set TcpAckFrequency=1 for the interface (registry); on macOS `sysctl net.inet.tcp.delayed_ack=0`"
             }
         }
     }
@@ -92,6 +114,9 @@ impl AckTimer {
 /// How to stop the sender's small writes from waiting.
 pub const SENDER_FIX: &str = "coalesce each message into one write (writev/sendmsg), or run the program under `nagless run`; TCP_NODELAY also removes the stall but sends more packets";
 
+/// No full segment is smaller than this (the MSS every IPv4 host must accept, RFC 9293).
+pub const MIN_FULL_SEGMENT: u32 = 536;
+
 /// Whether a segment carrying `payload` bytes with `options` bytes of TCP options is smaller
 /// than a full segment: Nagle only holds such segments. A full segment carries the MSS minus
 /// its options (1448 bytes with timestamps under an MSS of 1460).
@@ -99,11 +124,17 @@ pub fn is_small(payload: u32, options: u32, mss: u32) -> bool {
     payload.saturating_add(options) < mss
 }
 
-/// How long after the releasing ACK reached the capture point a held write may still leave
-/// it and count as released by that ACK: the sender's side of the round trip (0 at the
-/// sender's end, the whole RTT at the receiver's end) plus scheduling and path jitter.
-pub fn release_slack_us(sender_side_rtt_us: u64) -> u64 {
-    2_000 + sender_side_rtt_us + sender_side_rtt_us / 4
+/// When, after the releasing ACK passed the capture point, a held write can pass it:
+/// `(earliest, latest)` µs. The ACK must travel to the sender and the write back, the sender's
+/// side of the round trip (0 at the sender's end, the whole RTT at the receiver's end, its
+/// fastest seen); `spread_us` is how much that side's measured round trips vary (path jitter,
+/// scheduling). The write cannot come sooner than that round trip allows, less the spread and
+/// a millisecond; nor later than the round trip plus a quarter, twice the spread, and 2 ms.
+pub fn release_window_us(sender_side_rtt_us: u64, spread_us: u64) -> (u64, u64) {
+    let rtt = sender_side_rtt_us;
+    let earliest = rtt.saturating_sub(1_000 + rtt / 8 + 2 * spread_us);
+    let latest = 2_000 + rtt + (rtt / 4).max(2 * spread_us);
+    (earliest, latest)
 }
 
 /// What was seen of one small write that left after an ACK.
@@ -121,6 +152,11 @@ pub struct HoldEvidence {
     pub release_gap_us: u64,
     /// The sender's side of the round trip, as seen where the evidence was taken.
     pub sender_side_rtt_us: u64,
+    /// How much the round trips measured on the sender's side vary (0 where not measured).
+    pub sender_side_spread_us: u64,
+    /// The sender was seen with two small segments in flight at once on this connection: it
+    /// does not run Nagle's algorithm (TCP_NODELAY), so nothing it sends is held for an ACK.
+    pub nagle_off: bool,
     /// The ACK advertised a zero window (it was a window update, not a Nagle release).
     pub zero_window: bool,
     /// The ACK acknowledged retransmitted data, or carried SACK blocks (loss recovery).
@@ -135,8 +171,15 @@ pub enum NotStall {
     FullSegment,
     /// The ACK came within the round trip: no delayed-ACK timer was involved.
     PromptAck,
+    /// The ACK came later than any delayed-ACK timer runs: it waited for something else.
+    LateAck,
     /// The write left well after the ACK arrived: it was written late.
     WrittenLater,
+    /// The write was seen sooner after the ACK than the round trip allows: the ACK cannot
+    /// have released it (it was on its way already).
+    TooSoon,
+    /// The sender does not run Nagle's algorithm on this connection.
+    NagleOff,
     /// The ACK opened a zero window.
     ZeroWindow,
     /// The ACK was part of loss recovery.
@@ -145,16 +188,23 @@ pub enum NotStall {
 
 /// The verdict on one write.
 pub fn judge(e: &HoldEvidence) -> Result<(), NotStall> {
+    let (earliest, latest) = release_window_us(e.sender_side_rtt_us, e.sender_side_spread_us);
     if !is_small(e.held_len, e.options, e.mss) {
         Err(NotStall::FullSegment)
+    } else if e.nagle_off {
+        Err(NotStall::NagleOff)
     } else if e.zero_window {
         Err(NotStall::ZeroWindow)
     } else if e.loss_recovery {
         Err(NotStall::LossRecovery)
     } else if e.ack_delay_us < DELAYED_ACK_MIN_US {
         Err(NotStall::PromptAck)
-    } else if e.release_gap_us > release_slack_us(e.sender_side_rtt_us) {
+    } else if e.ack_delay_us > DELAYED_ACK_MAX_US {
+        Err(NotStall::LateAck)
+    } else if e.release_gap_us > latest {
         Err(NotStall::WrittenLater)
+    } else if e.release_gap_us < earliest {
+        Err(NotStall::TooSoon)
     } else {
         Ok(())
     }
@@ -172,6 +222,8 @@ mod tests {
             ack_delay_us: 40_000,
             release_gap_us: 100,
             sender_side_rtt_us: 0,
+            sender_side_spread_us: 0,
+            nagle_off: false,
             zero_window: false,
             loss_recovery: false,
         }
@@ -190,6 +242,11 @@ mod tests {
             ..held()
         };
         assert_eq!(judge(&prompt), Err(NotStall::PromptAck));
+        let lost = HoldEvidence {
+            ack_delay_us: 51_000_000,
+            ..held()
+        };
+        assert_eq!(judge(&lost), Err(NotStall::LateAck));
         let late = HoldEvidence {
             release_gap_us: 30_000,
             ..held()
@@ -202,6 +259,33 @@ mod tests {
             ..held()
         };
         assert_eq!(judge(&far), Ok(()));
+        // At the receiver's end of a 99 ms path, a write seen 68 ms after the ACK left before
+        // the ACK could reach its sender.
+        let early = HoldEvidence {
+            release_gap_us: 68_000,
+            sender_side_rtt_us: 99_000,
+            ..held()
+        };
+        assert_eq!(judge(&early), Err(NotStall::TooSoon));
+        // On a jittery 2-4 ms path, a write 5.5 ms after the ACK is still its release...
+        let jittery = HoldEvidence {
+            release_gap_us: 5_500,
+            sender_side_rtt_us: 2_000,
+            sender_side_spread_us: 1_000,
+            ..held()
+        };
+        assert_eq!(judge(&jittery), Ok(()));
+        // ...where on a steady one it is a late write.
+        let steady = HoldEvidence {
+            sender_side_spread_us: 0,
+            ..jittery
+        };
+        assert_eq!(judge(&steady), Err(NotStall::WrittenLater));
+        let nodelay = HoldEvidence {
+            nagle_off: true,
+            ..held()
+        };
+        assert_eq!(judge(&nodelay), Err(NotStall::NagleOff));
         let zw = HoldEvidence {
             zero_window: true,
             ..held()
@@ -215,8 +299,18 @@ mod tests {
     }
 
     #[test]
+    fn the_release_window_widens_with_the_round_trip_and_its_spread() {
+        assert_eq!(release_window_us(0, 0), (0, 2_000));
+        let (lo, hi) = release_window_us(40_000, 0);
+        assert!(lo > 30_000 && lo < 40_000 && hi > 50_000 && hi < 55_000);
+        let (lo2, hi2) = release_window_us(40_000, 8_000);
+        assert!(lo2 < lo && hi2 > hi);
+    }
+
+    #[test]
     fn timers_are_told_apart() {
         assert_eq!(AckTimer::of(10_000), None);
+        assert_eq!(AckTimer::of(600_000), None);
         assert_eq!(AckTimer::of(44_000), Some(AckTimer::Linux40ms));
         assert_eq!(AckTimer::of(200_000), Some(AckTimer::Classic200ms));
         assert_eq!(AckTimer::of(100_000), Some(AckTimer::Classic200ms));

@@ -5,16 +5,20 @@
 //!   data it acknowledged, beyond the acker's side of the round trip known so far.
 //! - A **release**: a pure ACK that acknowledged everything its peer had sent, which Nagle
 //!   waits for; it lasts until the peer's next data segment, or until the acker sends data
-//!   (then the peer's next segment answers that data).
-//! - A **stall candidate**: a write that was not the first of its turn and left soon after a
-//!   release that came late. The round trips only shrink as faster ACKs are seen, so an ACK's
-//!   delay only grows and the slack for the release only shrinks: what is not kept here could
-//!   never be judged a stall later.
+//!   (then the peer's next segment answers that data). One exception: when both sides hold a
+//!   write for the other (two speakers that each sent first), the acker's own held write,
+//!   released late, carries the ACK that releases the peer's ([`Collector::carried`]).
+//! - A **stall candidate**: a write that left soon after a release that came late, and that
+//!   was not written in answer to the peer: not the first of its turn, or the peer's data that
+//!   opened the turn came before the release by more than jitter (a key exchange: both sides
+//!   send their first message at once, and the second waits on the first's ACK). The round
+//!   trips only shrink as faster ACKs are seen, so an ACK's delay only grows; what is not kept
+//!   here (with room for the jitter measured later) could never be judged a stall later.
 
 use super::direction::Direction;
 use super::output::At;
-use super::sequence::{Acked, Sent, Sequence};
-use crate::packet::Segment;
+use super::sequence::{self, Acked, Sent, Sequence};
+use crate::packet::{flags, Segment};
 use crate::rule::{self, DELAYED_ACK_MIN_US};
 
 /// A pure ACK from the peer that covered everything the sender had sent.
@@ -26,7 +30,20 @@ struct Release {
     raw_delay_us: u64,
     zero_window: bool,
     loss_recovery: bool,
+    /// The acker sent data since, ending at this sequence number: the sender's next segment
+    /// answers that data, unless it was sent before that data reached it (it does not
+    /// acknowledge it).
+    answered: Option<u32>,
 }
+
+/// Whether `s` acknowledges the peer's bytes up to `end`.
+fn acks_end(s: &Segment, end: u32) -> bool {
+    s.flags & flags::ACK != 0 && sequence::seq_le(end, s.ack)
+}
+
+/// How much sooner than the release the peer's data must have come for a write that opened
+/// its turn to have been written before the release (not in answer to that data).
+const WRITTEN_BEFORE_RELEASE_US: u64 = 2_000;
 
 /// A sender's last data segment.
 #[derive(Clone, Copy)]
@@ -35,6 +52,8 @@ struct LastWrite {
     frame: u64,
     /// Payload bytes.
     len: u32,
+    /// Sequence number after its last byte.
+    end: u32,
     /// It opened its turn (the peer sent data last).
     first_of_turn: bool,
 }
@@ -56,6 +75,9 @@ pub(super) struct Candidate {
     pub(super) release_gap_us: u64,
     pub(super) zero_window: bool,
     pub(super) loss_recovery: bool,
+    /// The sender had been seen without Nagle's algorithm by then (a program may turn it
+    /// off part-way, as OpenSSH does when a session turns interactive).
+    pub(super) nagle_off: bool,
     /// Payload of the sender's previous write.
     pub(super) prev_len: u32,
     /// The previous write opened its turn.
@@ -76,7 +98,12 @@ pub(super) struct DelayedCandidate {
 #[derive(Default)]
 pub(super) struct Collector {
     last: [Option<LastWrite>; 2],
+    /// Each sender's data segment before its last.
+    before_last: [Option<LastWrite>; 2],
     release: [Option<Release>; 2],
+    /// A late ACK riding on data, for the side it acknowledged: it becomes that side's
+    /// release if the data it rides on is itself a held write (see the module doc).
+    carried: Option<(Direction, Release)>,
     pub(super) pending: Vec<Candidate>,
     pub(super) pending_delayed: Vec<DelayedCandidate>,
 }
@@ -114,19 +141,28 @@ impl Collector {
                 });
             }
         }
-        if pure && seq[o].all_acked() {
-            self.release[o] = Some(Release {
-                us,
-                frame,
-                raw_delay_us: raw,
-                zero_window: s.window == 0,
-                loss_recovery: acked.retransmitted || s.sack || seq[acker].sacked,
-            });
+        if !seq[o].all_acked() {
+            return;
+        }
+        let release = Release {
+            us,
+            frame,
+            raw_delay_us: raw,
+            zero_window: s.window == 0,
+            loss_recovery: acked.retransmitted || s.sack || seq[acker].sacked,
+            answered: None,
+        };
+        if pure {
+            self.release[o] = Some(release);
+        } else if s.len > 0 && !acked.retransmitted {
+            self.carried = Some((o, release));
         }
     }
 
     /// A data segment from `sender` (`sent`: what sequence tracking made of it; `new_turn`:
     /// the peer sent data last): a stall candidate if it may have been held for a release.
+    /// The peer's next segment answers it, so no release is pending for the peer; unless this
+    /// one was held itself and carries a late ACK for the peer.
     #[allow(clippy::too_many_arguments)] // one segment's facts, as the flow has them
     pub(super) fn on_data(
         &mut self,
@@ -138,19 +174,36 @@ impl Collector {
         us: u64,
         frame: u64,
     ) {
-        if let (false, Some(prev), Some(rel)) =
-            (sent.retransmit, self.last[sender], self.release[sender])
-        {
+        let peer = sender.peer();
+        let mut held = false;
+        // A release the peer's data came after is still one if that data had not reached
+        // the sender.
+        let release = self.release[sender].filter(|r| r.answered.is_none_or(|e| !acks_end(s, e)));
+        if let (false, Some(prev), Some(rel)) = (sent.retransmit, self.last[sender], release) {
             let peer_side = seq[sender].base_us.unwrap_or(0);
-            let own_side = seq[sender.peer()].base_us.unwrap_or(0);
+            let own = &seq[peer];
+            let own_side = own.base_us.unwrap_or(0);
             let gap = us.saturating_sub(rel.us);
-            // Keep what could still be a stall once the round trips are known better (they
-            // only shrink, so the ACK delay only grows and the slack only shrinks).
+            // The newest peer data this segment acknowledges (what had reached the sender),
+            // the release itself apart when it rode on data.
+            let heard = [self.last[peer], self.before_last[peer]]
+                .into_iter()
+                .flatten()
+                .find(|w| w.frame != rel.frame && acks_end(s, w.end));
+            // Written before the release: not the first write of its turn, or the newest peer
+            // data it could be answering came well before the release.
+            let written_before =
+                !new_turn || heard.is_none_or(|w| w.us + WRITTEN_BEFORE_RELEASE_US <= rel.us);
+            // Keep what could still be a stall once the round trips are known better (the
+            // ACK delay only grows; the jitter may grow, so the latest release is taken wide).
+            let (_, latest) =
+                rule::release_window_us(own_side, own.spread_us.max(2_000 + own_side / 2));
             if rel.us >= prev.us
-                && !new_turn
+                && written_before
                 && rel.raw_delay_us.saturating_sub(peer_side) >= DELAYED_ACK_MIN_US
-                && gap <= rule::release_slack_us(own_side)
+                && gap <= latest
             {
+                held = true;
                 self.pending.push(Candidate {
                     sender,
                     previous: At::new(prev.frame, prev.us),
@@ -163,22 +216,29 @@ impl Collector {
                     release_gap_us: gap,
                     zero_window: rel.zero_window,
                     loss_recovery: rel.loss_recovery,
+                    nagle_off: seq[sender].nagle_off,
                     prev_len: prev.len,
                     prev_first_of_turn: prev.first_of_turn,
                 });
             }
         }
+        self.before_last[sender] = self.last[sender];
         self.last[sender] = Some(LastWrite {
             us,
             frame,
             len: s.len,
+            end: s.seq.wrapping_add(s.len),
             first_of_turn: new_turn,
         });
         self.release[sender] = None;
-    }
-
-    /// `d`'s peer sent data: `d`'s next segment answers it, so no release is pending for `d`.
-    pub(super) fn answered(&mut self, d: Direction) {
-        self.release[d] = None;
+        let carried = self.carried.take().filter(|(d, _)| *d == peer);
+        let end = s.seq.wrapping_add(s.len);
+        self.release[peer] = match (held, carried) {
+            (true, Some((_, r))) => Some(r),
+            _ => self.release[peer].map(|r| Release {
+                answered: r.answered.or(Some(end)),
+                ..r
+            }),
+        };
     }
 }

@@ -160,8 +160,6 @@ impl Flow {
         }
         if s.len > 0 {
             self.on_data(d, s, us, frame);
-            // The peer's next segment answers our data: it is no Nagle release.
-            self.collected.answered(o);
         }
     }
 

@@ -12,7 +12,7 @@ use super::candidates::{Candidate, Collector, DelayedCandidate};
 use super::direction::Direction;
 use super::output::{CapturePoint, DelayedAck, Pattern, Side, Stall};
 use super::sequence::{self, Sequence};
-use crate::rule::{self, AckTimer, HoldEvidence, DELAYED_ACK_MIN_US};
+use crate::rule::{self, AckTimer, HoldEvidence};
 
 /// Details kept per flow; counts cover everything.
 const KEPT: usize = 32;
@@ -64,7 +64,7 @@ impl Findings {
 
     fn delayed_ack(&mut self, c: DelayedCandidate, base: [u64; 2], sides: &mut [Side; 2]) {
         let delay = c.raw_us.saturating_sub(base[c.acker.peer()]);
-        if delay < DELAYED_ACK_MIN_US {
+        if !rule::is_delayed_ack(delay) {
             return;
         }
         self.delayed_count += 1;
@@ -81,14 +81,16 @@ impl Findings {
 
     fn stall(&mut self, c: Candidate, base: [u64; 2], seq: &[Sequence; 2], sides: &mut [Side; 2]) {
         let d = c.sender;
-        let (mss, announced) = sequence::mss(seq, d);
+        let (mss, counts_options) = sequence::full_segment(seq, d);
         let evidence = HoldEvidence {
             held_len: c.held_len,
-            options: if announced { c.options } else { 0 },
+            options: if counts_options { c.options } else { 0 },
             mss,
             ack_delay_us: c.raw_ack_delay_us.saturating_sub(base[d]),
             release_gap_us: c.release_gap_us,
             sender_side_rtt_us: base[d.peer()],
+            sender_side_spread_us: seq[d.peer()].spread_us,
+            nagle_off: c.nagle_off,
             zero_window: c.zero_window,
             loss_recovery: c.loss_recovery,
         };

@@ -10,20 +10,23 @@ use std::collections::VecDeque;
 
 use super::direction::Direction;
 use crate::packet::{flags, Segment};
+use crate::rule::{self, DELAYED_ACK_MIN_US};
 
 /// Unacknowledged segments tracked per direction (12 MB of full segments in flight; beyond
 /// that, or in a capture of one direction only, the oldest are dropped: memory stays bounded).
 const UNACKED_MAX: usize = 8_192;
+/// A second small segment in flight this long after the first was written after it.
+const NAGLE_OFF_GAP_US: u64 = 1_000;
 /// Retransmissions this long after the original with no duplicate ACK first are timeouts.
 const RTO_MIN_US: u64 = 150_000;
 
 /// `a` comes before `b` in sequence space.
-fn seq_lt(a: u32, b: u32) -> bool {
+pub(super) fn seq_lt(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
 /// `a` comes before `b` or is `b`, in sequence space.
-fn seq_le(a: u32, b: u32) -> bool {
+pub(super) fn seq_le(a: u32, b: u32) -> bool {
     (b.wrapping_sub(a) as i32) >= 0
 }
 
@@ -39,6 +42,8 @@ pub(super) struct Unacked {
     pub(super) frame: u64,
     /// It was sent more than once: its ACK times nothing (Karn).
     retransmitted: bool,
+    /// It carried less than a full segment (Nagle lets one such segment be in flight).
+    small: bool,
 }
 
 /// One direction of a flow, as its sender sent it and its receiver acknowledged it.
@@ -52,10 +57,21 @@ pub(super) struct Sequence {
     /// Fastest data-to-ACK time for this direction's data: the receiver's side of the round
     /// trip, as seen from the capture point.
     pub(super) base_us: Option<u64>,
+    /// How far prompt pure ACKs of this direction's data come after `base_us`, on average
+    /// (an exponential mean, gain 1/8): the jitter on the receiver's side of the path.
+    pub(super) spread_us: u64,
     /// The MSS this direction's sender announced.
     mss: Option<u32>,
-    /// Largest payload seen (stands for the MSS when no SYN was captured).
+    /// Largest payload seen (stands for the MSS when no SYN was captured), and how many
+    /// segments carried that many bytes.
     max_len: u32,
+    max_len_count: u32,
+    /// Small segments in flight (sent, not yet acknowledged), and when the last was sent.
+    small_unacked: u32,
+    last_small_us: u64,
+    /// This direction's sender had two small segments in flight at once: it does not run
+    /// Nagle's algorithm.
+    pub(super) nagle_off: bool,
     /// Highest ACK number this direction's sender sent, and duplicate ACKs it sent for it.
     last_ack: Option<u32>,
     dupacks: u32,
@@ -126,6 +142,7 @@ impl Sequence {
                 us,
                 frame,
                 retransmitted: false,
+                small: false,
             });
         } else {
             // A SYN or FIN sent again: its ACK times nothing.
@@ -138,6 +155,13 @@ impl Sequence {
     /// Whether everything sent has been acknowledged.
     pub(super) fn all_acked(&self) -> bool {
         self.unacked.is_empty()
+    }
+
+    /// Takes the oldest unacknowledged segment off.
+    fn retire(&mut self) -> Option<Unacked> {
+        let u = self.unacked.pop_front()?;
+        self.small_unacked -= u32::from(u.small);
+        Some(u)
     }
 }
 
@@ -173,13 +197,20 @@ pub(super) fn acknowledge(
         }
         newest = Some(u);
         retransmitted |= u.retransmitted;
-        seq[o].unacked.pop_front();
+        seq[o].retire();
     }
     let newest = newest?;
     let raw_us = us.saturating_sub(newest.us);
     if !retransmitted {
         let base = seq[o].base_us.map_or(raw_us, |b| b.min(raw_us));
         seq[o].base_us = Some(base);
+        // Only prompt pure ACKs measure jitter: a delayed one measures the timer, one that
+        // rides on data measures the program.
+        let above = raw_us - base;
+        if pure && above < DELAYED_ACK_MIN_US {
+            let spread = &mut seq[o].spread_us;
+            *spread = (*spread * 7 + above) / 8;
+        }
     }
     Some(Acked {
         newest,
@@ -198,9 +229,14 @@ pub(super) fn send_data(
     frame: u64,
 ) -> Sent {
     let end = s.seq.wrapping_add(s.len);
+    let small = is_small(seq, d, s.len, u32::from(s.opt_len));
     let dir = &mut seq[d];
     let base_seq = *dir.base_seq.get_or_insert(s.seq);
-    dir.max_len = dir.max_len.max(s.len);
+    match s.len.cmp(&dir.max_len) {
+        std::cmp::Ordering::Greater => (dir.max_len, dir.max_len_count) = (s.len, 1),
+        std::cmp::Ordering::Equal => dir.max_len_count += 1,
+        std::cmp::Ordering::Less => {}
+    }
     let retransmit = dir.nxt.is_some_and(|n| seq_lt(s.seq, n));
     let mut timeout = false;
     if retransmit {
@@ -224,13 +260,24 @@ pub(super) fn send_data(
     if dir.nxt.is_none_or(|n| seq_lt(n, end)) {
         dir.nxt = Some(end);
         if dir.unacked.len() >= UNACKED_MAX {
-            dir.unacked.pop_front();
+            dir.retire();
+        }
+        // Nagle keeps one small segment in flight at most: a second, written later, is proof
+        // it is off. (Sent at once with the first, both were pushed together: by a close, an
+        // uncork, MSG_MORE ending.)
+        if small && !retransmit && s.flags & flags::FIN == 0 && dir.small_unacked > 0 {
+            dir.nagle_off |= us >= dir.last_small_us + NAGLE_OFF_GAP_US;
+        }
+        if small {
+            dir.small_unacked += 1;
+            dir.last_small_us = us;
         }
         dir.unacked.push_back(Unacked {
             end,
             us,
             frame,
             retransmitted: retransmit,
+            small,
         });
     }
     Sent {
@@ -240,14 +287,33 @@ pub(super) fn send_data(
     }
 }
 
-/// The MSS of `d`'s sender, and whether it was announced (else it is the largest payload
-/// seen, which already has the options taken off).
-pub(super) fn mss(seq: &[Sequence; 2], d: Direction) -> (u32, bool) {
-    // The MSS the receiver announced bounds what the sender sends.
-    match seq[d.peer()].mss.or(seq[d].mss) {
-        Some(m) => (m, true),
-        None => (seq[d].max_len.max(536), false),
+/// The full segment of `d`'s sender, and whether it counts the TCP options (a segment is
+/// small when its payload, plus its options if they count, is less; see [`rule::is_small`]).
+/// It is the smaller of the two SYNs' MSS; or, where `d` sent two or more segments of one
+/// size well below that (a path with a smaller MTU: a tunnel, a VPN, PPPoE), that payload;
+/// with no SYN seen, the largest payload `d` sent (at least [`rule::MIN_FULL_SEGMENT`]).
+pub(super) fn full_segment(seq: &[Sequence; 2], d: Direction) -> (u32, bool) {
+    let dir = &seq[d];
+    let announced = match (seq[d.peer()].mss, dir.mss) {
+        (Some(a), Some(b)) => a.min(b),
+        (Some(m), None) | (None, Some(m)) => m,
+        (None, None) => return (dir.max_len.max(rule::MIN_FULL_SEGMENT), false),
+    };
+    // A payload sent more than once, three quarters of the MSS or more, and below what the
+    // MSS less the timestamp option allows: the path's full segment.
+    let v = dir.max_len;
+    if dir.max_len_count >= 2 && v * 4 >= announced * 3 && v + 12 <= announced {
+        (v, false)
+    } else {
+        (announced, true)
     }
+}
+
+/// Whether a segment of `d` with `payload` bytes and `options` bytes of TCP options is
+/// smaller than a full segment.
+pub(super) fn is_small(seq: &[Sequence; 2], d: Direction, payload: u32, options: u32) -> bool {
+    let (full, counts_options) = full_segment(seq, d);
+    rule::is_small(payload, if counts_options { options } else { 0 }, full)
 }
 
 /// The base data-to-ACK times of both directions (0 where unknown), client's data first:

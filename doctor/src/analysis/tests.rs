@@ -29,13 +29,18 @@ impl Conv {
     /// A handshake seen at a point `client_side` ms (round trip) from the client and
     /// `server_side` ms from the server.
     fn seen_from(server_side: f64, client_side: f64) -> Conv {
+        Conv::handshake(server_side, client_side, [1460, 1460])
+    }
+
+    /// A handshake as [`Conv::seen_from`], with the MSS each side's SYN announces.
+    fn handshake(server_side: f64, client_side: f64, mss: [u16; 2]) -> Conv {
         let mut c = Conv {
             segs: Vec::new(),
             seq: [1000, 5000],
         };
-        c.push(0.0, 0, 0, flags::SYN, Some(1460));
+        c.push(0.0, 0, 0, flags::SYN, Some(mss[0]));
         c.seq[0] += 1;
-        c.push(server_side, 1, 0, flags::SYN | flags::ACK, Some(1460));
+        c.push(server_side, 1, 0, flags::SYN | flags::ACK, Some(mss[1]));
         c.seq[1] += 1;
         c.push(server_side + client_side, 0, 0, flags::ACK, None);
         c
@@ -189,7 +194,142 @@ fn windows_and_bsd_timers_are_told_from_linux() {
     let r = &analyse(&c.segs)[0];
     assert_eq!(r.stall_count, 3);
     assert_eq!(r.ack_timer, Some(AckTimer::Classic200ms));
+    // Advice for the hosts that have such a timer, not Linux's.
     assert!(r.verdict[2].contains("TcpAckFrequency"), "{:?}", r.verdict);
+    assert!(!r.verdict[2].contains("TCP_QUICKACK"), "{:?}", r.verdict);
+}
+
+/// A download whose sender's own SYN said 1380: its 1368-byte segments (12 bytes of options)
+/// are full, so the 200 ms ACKs that pace them release no stall; and on a path that carries
+/// less than the MSS (both SYNs say 1460, every full segment is 1300 bytes), the same.
+#[test]
+fn full_segments_are_measured_by_the_smaller_syn_and_the_path() {
+    for (mss, full) in [([1460, 1380], 1368), ([1460, 1460], 1300)] {
+        let mut c = Conv::handshake(0.02, 0.01, mss);
+        let mut t = 1.0;
+        for _ in 0..5 {
+            c.data(t, 1, full).ack(t + 200.0, 0);
+            t += 200.05;
+        }
+        let r = &analyse(&c.segs)[0];
+        assert_eq!(r.stall_count, 0, "{mss:?}: {r:#?}");
+    }
+    // A message sent again and again, far below the MSS, is no full segment: held, it stalls.
+    let mut c = Conv::new();
+    let mut t = 1.0;
+    for _ in 0..3 {
+        c.data(t, 0, 100)
+            .ack(t + 40.0, 1)
+            .data(t + 40.05, 0, 600)
+            .data(t + 40.2, 1, 100);
+        t += 50.0;
+    }
+    assert_eq!(analyse(&c.segs)[0].stall_count, 3);
+}
+
+/// At the server's end of a 99 ms path, the client's part 2 cannot arrive sooner than one
+/// round trip after the server's ACK that released it: 68 ms after is a write on its way
+/// before the ACK, 99 ms after is the release.
+#[test]
+fn a_release_seen_sooner_than_the_round_trip_allows_is_no_stall() {
+    for (after_ack, stalls) in [(68.0, 0), (99.1, 1)] {
+        let mut c = Conv::seen_from(0.02, 99.0);
+        c.data(200.0, 0, 100)
+            .ack(240.0, 1)
+            .data(240.0 + after_ack, 0, 100);
+        c.data(400.0, 1, 100).ack(499.0, 0);
+        let r = &analyse(&c.segs)[0];
+        assert_eq!(r.stall_count, stalls, "{after_ack} ms: {r:#?}");
+    }
+}
+
+/// On a path whose round trip wanders between 2 and 4 ms, a release seen 5.5 ms after the
+/// ACK at the receiver's end is still one; on a steady 2 ms path it is a late write.
+#[test]
+fn the_release_window_follows_the_measured_jitter() {
+    for (jitter, stalls) in [(true, 1), (false, 0)] {
+        let mut c = Conv::seen_from(0.02, 2.0);
+        let mut t = 10.0;
+        for i in 0..16 {
+            let rtt = if jitter && i % 2 == 1 { 4.0 } else { 2.0 };
+            c.data(t, 1, 100).ack(t + rtt, 0);
+            t += 20.0;
+        }
+        c.data(t, 0, 100).ack(t + 40.0, 1).data(t + 45.5, 0, 100);
+        let r = &analyse(&c.segs)[0];
+        assert_eq!(r.stall_count, stalls, "jitter {jitter}: {r:#?}");
+    }
+}
+
+/// Two speakers that each send first (BGP at session start): each queues a message behind
+/// its own unacknowledged one. The server's late ACK releases the client's message, which
+/// carries the late ACK that releases the server's: a stall in each direction.
+#[test]
+fn stalls_are_found_in_both_directions() {
+    let mut c = Conv::new();
+    c.data(1.0, 0, 19).data(1.001, 1, 19);
+    // The server's KEEPALIVE crossed the client's: it does not acknowledge it.
+    c.last_mut().ack -= 19;
+    c.ack(41.0, 1).data(41.05, 0, 92).data(41.1, 1, 72);
+    c.ack(41.15, 0).ack(41.2, 1);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 2, "{r:#?}");
+    let mut dirs: Vec<&str> = r.stalls.iter().map(|s| s.direction).collect();
+    dirs.sort();
+    assert_eq!(dirs, ["client->server", "server->client"]);
+}
+
+/// A key exchange: both sides send their first message at once; the client's second, written
+/// as the server's first arrives, waits for the ACK of its first. Unlike a request that
+/// answers data the peer sent after its ACK.
+#[test]
+fn a_key_exchange_stalls_and_an_answer_does_not() {
+    let mut c = Conv::new();
+    c.data(1.0, 0, 600).data(1.001, 1, 700);
+    c.last_mut().ack -= 600;
+    // The client ACKs the server's KEXINIT at once (quick ACKs at a connection's start).
+    c.ack(1.1, 0);
+    c.ack(59.0, 1).data(59.07, 0, 48).data(59.2, 1, 300);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 1, "{r:#?}");
+    assert_eq!(r.stalls[0].held.frame, 8);
+    // The server ACKs late, then answers; the client's next request answers that.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100)
+        .ack(41.0, 1)
+        .data(41.1, 1, 100)
+        .data(41.2, 0, 100);
+    assert_eq!(analyse(&c.segs)[0].stall_count, 0);
+}
+
+/// A sender seen with two small segments in flight at once runs without Nagle (NODELAY):
+/// what follows is no Nagle stall; stalls before the sender turned Nagle off stay stalls.
+#[test]
+fn a_sender_without_nagle_holds_nothing_from_then_on() {
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100)
+        .ack(41.0, 1)
+        .data(41.05, 0, 100)
+        .data(41.2, 1, 100);
+    c.data(100.0, 0, 50).data(105.0, 0, 50).ack(105.1, 1);
+    c.data(200.0, 0, 100)
+        .ack(240.0, 1)
+        .data(240.05, 0, 100)
+        .data(240.2, 1, 100);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 1, "{r:#?}");
+    assert_eq!(r.stalls[0].held.frame, 6);
+}
+
+/// An ACK later than any delayed-ACK timer (a capture that missed data, an idle peer)
+/// releases no stall.
+#[test]
+fn an_ack_later_than_any_timer_releases_no_stall() {
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).ack(1001.0, 1).data(1001.05, 0, 100);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[1].delayed_acks, 0);
 }
 
 #[test]
