@@ -117,6 +117,60 @@ pub const SENDER_FIX: &str = "coalesce each message into one write (writev/sendm
 /// No full segment is smaller than this (the MSS every IPv4 host must accept, RFC 9293).
 pub const MIN_FULL_SEGMENT: u32 = 536;
 
+/// What is known of a sender's segment sizes, to tell a full segment from a small one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SegmentSizes {
+    /// The MSS each side's SYN announced (either may be missing from a capture).
+    pub announced: [Option<u32>; 2],
+    /// The largest payload the sender sent, and how many segments carried that many bytes.
+    pub largest: u32,
+    /// Segments that carried `largest` bytes.
+    pub largest_count: u32,
+}
+
+impl SegmentSizes {
+    /// The full segment, and whether it counts TCP options (a segment is small when its
+    /// payload, plus its options if they count, is less; see [`is_small`]): the smaller of
+    /// the two SYNs' MSS; or, where the sender sent two or more segments of one size at three
+    /// quarters of that or more and below it less the timestamp option (a path with a smaller
+    /// MTU: a tunnel, a VPN, PPPoE), that payload; with no SYN, the largest payload (at least
+    /// [`MIN_FULL_SEGMENT`]).
+    pub fn full_segment(&self) -> (u32, bool) {
+        let announced = match self.announced {
+            [Some(a), Some(b)] => a.min(b),
+            [Some(m), None] | [None, Some(m)] => m,
+            [None, None] => return (self.largest.max(MIN_FULL_SEGMENT), false),
+        };
+        let v = self.largest;
+        if self.largest_count >= 2 && v * 4 >= announced * 3 && v + 12 < announced {
+            (v, false)
+        } else {
+            (announced, true)
+        }
+    }
+
+    /// Whether a segment with `payload` bytes and `options` bytes of TCP options is smaller
+    /// than a full segment.
+    pub fn is_small(&self, payload: u32, options: u32) -> bool {
+        let (full, counts_options) = self.full_segment();
+        is_small(payload, if counts_options { options } else { 0 }, full)
+    }
+}
+
+/// Whether a write that left after a release was written before it (so Nagle held it): a
+/// write that did not open its turn was; one that did (the peer sent data last) was if the
+/// newest peer data it could be answering (`heard_us`: the newest its ACK field covers)
+/// came [`WRITTEN_BEFORE_RELEASE_US`] or more before the release, or if it answers none.
+/// Key exchanges are found so (both sides send their first message at once; the second
+/// waits on the ACK of the first), and an answer to data sent after a late ACK is told apart.
+pub fn written_before_release(opened_turn: bool, heard_us: Option<u64>, release_us: u64) -> bool {
+    !opened_turn || heard_us.is_none_or(|h| h + WRITTEN_BEFORE_RELEASE_US <= release_us)
+}
+
+/// How much sooner than the release the peer's data must have come for a write that opened
+/// its turn to have been written before the release (scheduling and path jitter).
+pub const WRITTEN_BEFORE_RELEASE_US: u64 = 2_000;
+
 /// Whether a segment carrying `payload` bytes with `options` bytes of TCP options is smaller
 /// than a full segment: Nagle only holds such segments. A full segment carries the MSS minus
 /// its options (1448 bytes with timestamps under an MSS of 1460).
@@ -296,6 +350,49 @@ mod tests {
             ..held()
         };
         assert_eq!(judge(&lr), Err(NotStall::LossRecovery));
+    }
+
+    #[test]
+    fn full_segments_come_from_both_syns_and_the_path() {
+        let sizes = |a, b, largest, largest_count| SegmentSizes {
+            announced: [a, b],
+            largest,
+            largest_count,
+        };
+        // The sender's own SYN said 1380: 1368 bytes and 12 of options is full.
+        assert!(!sizes(Some(1460), Some(1380), 1368, 1).is_small(1368, 12));
+        assert!(sizes(Some(1460), Some(1380), 1368, 1).is_small(1367, 12));
+        // A 1300-byte payload sent again and again under a 1460 MSS: the path's full segment.
+        assert_eq!(
+            sizes(Some(1460), Some(1460), 1300, 5).full_segment(),
+            (1300, false)
+        );
+        // Once is not a pattern; 600 bytes is a message, not a path.
+        assert_eq!(
+            sizes(Some(1460), Some(1460), 1300, 1).full_segment(),
+            (1460, true)
+        );
+        assert_eq!(
+            sizes(Some(1460), Some(1460), 600, 9).full_segment(),
+            (1460, true)
+        );
+        // Full 1448-byte segments with timestamps: the MSS, options counted, as before.
+        assert_eq!(
+            sizes(Some(1460), Some(1460), 1448, 9).full_segment(),
+            (1460, true)
+        );
+        // No SYN: the largest payload, at least 536.
+        assert_eq!(sizes(None, None, 100, 1).full_segment(), (536, false));
+        assert_eq!(sizes(None, None, 1448, 1).full_segment(), (1448, false));
+    }
+
+    #[test]
+    fn a_write_that_opened_its_turn_was_written_before_the_release_only_if_its_cause_was() {
+        assert!(written_before_release(false, Some(10_000), 10_000));
+        assert!(written_before_release(true, None, 10_000));
+        assert!(written_before_release(true, Some(1_000), 58_000));
+        assert!(!written_before_release(true, Some(57_000), 58_000));
+        assert!(!written_before_release(true, Some(59_000), 58_000));
     }
 
     #[test]

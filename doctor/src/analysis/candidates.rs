@@ -41,10 +41,6 @@ fn acks_end(s: &Segment, end: u32) -> bool {
     s.flags & flags::ACK != 0 && sequence::seq_le(end, s.ack)
 }
 
-/// How much sooner than the release the peer's data must have come for a write that opened
-/// its turn to have been written before the release (not in answer to that data).
-const WRITTEN_BEFORE_RELEASE_US: u64 = 2_000;
-
 /// A sender's last data segment.
 #[derive(Clone, Copy)]
 struct LastWrite {
@@ -190,10 +186,8 @@ impl Collector {
                 .into_iter()
                 .flatten()
                 .find(|w| w.frame != rel.frame && acks_end(s, w.end));
-            // Written before the release: not the first write of its turn, or the newest peer
-            // data it could be answering came well before the release.
             let written_before =
-                !new_turn || heard.is_none_or(|w| w.us + WRITTEN_BEFORE_RELEASE_US <= rel.us);
+                rule::written_before_release(new_turn, heard.map(|w| w.us), rel.us);
             // Keep what could still be a stall once the round trips are known better (the
             // ACK delay only grows; the jitter may grow, so the latest release is taken wide).
             let (_, latest) =

@@ -81,7 +81,7 @@ impl Findings {
 
     fn stall(&mut self, c: Candidate, base: [u64; 2], seq: &[Sequence; 2], sides: &mut [Side; 2]) {
         let d = c.sender;
-        let (mss, counts_options) = sequence::full_segment(seq, d);
+        let (mss, counts_options) = sequence::sizes(seq, d).full_segment();
         let evidence = HoldEvidence {
             held_len: c.held_len,
             options: if counts_options { c.options } else { 0 },

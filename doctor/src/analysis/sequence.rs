@@ -229,7 +229,7 @@ pub(super) fn send_data(
     frame: u64,
 ) -> Sent {
     let end = s.seq.wrapping_add(s.len);
-    let small = is_small(seq, d, s.len, u32::from(s.opt_len));
+    let small = sizes(seq, d).is_small(s.len, u32::from(s.opt_len));
     let dir = &mut seq[d];
     let base_seq = *dir.base_seq.get_or_insert(s.seq);
     match s.len.cmp(&dir.max_len) {
@@ -287,33 +287,13 @@ pub(super) fn send_data(
     }
 }
 
-/// The full segment of `d`'s sender, and whether it counts the TCP options (a segment is
-/// small when its payload, plus its options if they count, is less; see [`rule::is_small`]).
-/// It is the smaller of the two SYNs' MSS; or, where `d` sent two or more segments of one
-/// size well below that (a path with a smaller MTU: a tunnel, a VPN, PPPoE), that payload;
-/// with no SYN seen, the largest payload `d` sent (at least [`rule::MIN_FULL_SEGMENT`]).
-pub(super) fn full_segment(seq: &[Sequence; 2], d: Direction) -> (u32, bool) {
-    let dir = &seq[d];
-    let announced = match (seq[d.peer()].mss, dir.mss) {
-        (Some(a), Some(b)) => a.min(b),
-        (Some(m), None) | (None, Some(m)) => m,
-        (None, None) => return (dir.max_len.max(rule::MIN_FULL_SEGMENT), false),
-    };
-    // A payload sent more than once, three quarters of the MSS or more, and below what the
-    // MSS less the timestamp option allows: the path's full segment.
-    let v = dir.max_len;
-    if dir.max_len_count >= 2 && v * 4 >= announced * 3 && v + 12 <= announced {
-        (v, false)
-    } else {
-        (announced, true)
+/// What is known of `d`'s segment sizes (see [`rule::SegmentSizes`]).
+pub(super) fn sizes(seq: &[Sequence; 2], d: Direction) -> rule::SegmentSizes {
+    rule::SegmentSizes {
+        announced: [seq[d].mss, seq[d.peer()].mss],
+        largest: seq[d].max_len,
+        largest_count: seq[d].max_len_count,
     }
-}
-
-/// Whether a segment of `d` with `payload` bytes and `options` bytes of TCP options is
-/// smaller than a full segment.
-pub(super) fn is_small(seq: &[Sequence; 2], d: Direction, payload: u32, options: u32) -> bool {
-    let (full, counts_options) = full_segment(seq, d);
-    rule::is_small(payload, if counts_options { options } else { 0 }, full)
 }
 
 /// The base data-to-ACK times of both directions (0 where unknown), client's data first:
