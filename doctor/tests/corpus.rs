@@ -1,6 +1,7 @@
 //! The stall rule against captures others made: every capture in `tests/corpus/` (public
 //! test captures of the tcpdump and Zeek projects; `SOURCES.md`) is diagnosed, and its stalls
-//! are matched, held frame by held frame, against the hand labels in `labels.txt`
+//! are matched, by the held segment's frame and the releasing ACK's, against the hand labels
+//! in `labels.txt`
 //! (`README.md` there says how they were made). Stall-by-stall precision and recall over the
 //! whole corpus must both be 0.95 or more; a stall found in a capture labelled with none is a
 //! false alarm like any other.
@@ -17,12 +18,13 @@ fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
 }
 
-/// Labelled stalls (held frames) per capture file.
-fn labels() -> BTreeMap<String, BTreeSet<u64>> {
+/// Labelled stalls per capture file: (held frame, releasing ACK's frame).
+fn labels() -> BTreeMap<String, BTreeSet<(u64, u64)>> {
     let text = std::fs::read_to_string(dir().join("labels.txt")).unwrap();
-    let mut labels: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    let mut labels: BTreeMap<String, BTreeSet<(u64, u64)>> = BTreeMap::new();
     let mut current = None;
-    for line in text.lines() {
+    for (n, line) in text.lines().enumerate() {
+        let n = n + 1;
         if let Some(name) = line.strip_prefix("== ") {
             let name = name.trim().to_string();
             assert!(
@@ -31,16 +33,42 @@ fn labels() -> BTreeMap<String, BTreeSet<u64>> {
             );
             current = Some(name);
         } else if let Some(rest) = line.strip_prefix("stall ") {
-            let frame = rest.split_whitespace().next().unwrap().parse().unwrap();
+            // stall FRAME SENDER released-by ACK-FRAME delay MS - reasoning
+            let w: Vec<&str> = rest.split_whitespace().collect();
+            assert!(
+                w.len() > 4 && w[2] == "released-by" && w[4] == "delay",
+                "labels.txt:{n}: a stall line reads `stall FRAME SENDER released-by ACK delay MS - why`"
+            );
+            let frame = w[0].parse().unwrap();
+            let ack = w[3].parse().unwrap();
             let name = current.as_ref().expect("a stall line before any capture");
-            labels.get_mut(name).unwrap().insert(frame);
+            assert!(
+                labels.get_mut(name).unwrap().insert((frame, ack)),
+                "labels.txt:{n}: frame {frame} labelled twice"
+            );
+        } else {
+            let known = ["#", "point:", "near ", "none"];
+            assert!(
+                line.trim().is_empty() || known.iter().any(|k| line.starts_with(k)),
+                "labels.txt:{n}: a line starts with ==, point:, stall, near, none or #: {line:?}"
+            );
         }
+    }
+    for (name, stalls) in &labels {
+        let none = text
+            .split("== ")
+            .find(|b| b.starts_with(&format!("{name}\n")))
+            .is_some_and(|b| b.lines().any(|l| l.starts_with("none")));
+        assert!(
+            none == stalls.is_empty(),
+            "{name}: a capture has stall lines or a `none` line, not both and not neither"
+        );
     }
     labels
 }
 
-/// The held frames of every stall the doctor finds in `name`.
-fn found(name: &str) -> BTreeSet<u64> {
+/// Every stall the doctor finds in `name`: (held frame, releasing ACK's frame).
+fn found(name: &str) -> BTreeSet<(u64, u64)> {
     let bytes = std::fs::read(dir().join(name)).unwrap();
     let opts = Options {
         top: 0,
@@ -51,7 +79,7 @@ fn found(name: &str) -> BTreeSet<u64> {
     assert!(d.damage.is_none(), "{name}: {:?}", d.damage);
     d.flows
         .iter()
-        .flat_map(|f| f.stalls.iter().map(|s| s.held.frame))
+        .flat_map(|f| f.stalls.iter().map(|s| (s.held.frame, s.ack.frame)))
         .collect()
 }
 
@@ -89,7 +117,7 @@ fn the_rule_finds_the_labelled_stalls_and_no_others() {
         fp += extra.len();
         fn_ += missed.len();
         if !extra.is_empty() || !missed.is_empty() {
-            println!("{name}: false alarms at frames {extra:?}, missed {missed:?}");
+            println!("{name}: false alarms {extra:?}, missed {missed:?} (held frame, ACK frame)");
         }
     }
     let precision = tp as f64 / (tp + fp) as f64;

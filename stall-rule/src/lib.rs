@@ -208,6 +208,10 @@ pub struct HoldEvidence {
     pub sender_side_rtt_us: u64,
     /// How much the round trips measured on the sender's side vary (0 where not measured).
     pub sender_side_spread_us: u64,
+    /// `sender_side_rtt_us` is a true round trip (the handshake measured it, or the evidence
+    /// was taken at the sender): only then does it bound how soon the write can come. A
+    /// fastest ACK seen mid-connection may itself have been delayed, or ridden on data.
+    pub sender_side_rtt_known: bool,
     /// The sender was seen with two small segments in flight at once on this connection: it
     /// does not run Nagle's algorithm (TCP_NODELAY), so nothing it sends is held for an ACK.
     pub nagle_off: bool,
@@ -243,6 +247,7 @@ pub enum NotStall {
 /// The verdict on one write.
 pub fn judge(e: &HoldEvidence) -> Result<(), NotStall> {
     let (earliest, latest) = release_window_us(e.sender_side_rtt_us, e.sender_side_spread_us);
+    let earliest = if e.sender_side_rtt_known { earliest } else { 0 };
     if !is_small(e.held_len, e.options, e.mss) {
         Err(NotStall::FullSegment)
     } else if e.nagle_off {
@@ -277,6 +282,7 @@ mod tests {
             release_gap_us: 100,
             sender_side_rtt_us: 0,
             sender_side_spread_us: 0,
+            sender_side_rtt_known: true,
             nagle_off: false,
             zero_window: false,
             loss_recovery: false,
@@ -321,6 +327,13 @@ mod tests {
             ..held()
         };
         assert_eq!(judge(&early), Err(NotStall::TooSoon));
+        // Unless that round trip is only the fastest ACK seen mid-connection, which may have
+        // been delayed itself.
+        let unsure = HoldEvidence {
+            sender_side_rtt_known: false,
+            ..early
+        };
+        assert_eq!(judge(&unsure), Ok(()));
         // On a jittery 2-4 ms path, a write 5.5 ms after the ACK is still its release...
         let jittery = HoldEvidence {
             release_gap_us: 5_500,

@@ -152,6 +152,7 @@ impl HeldWrite {
             release_gap_us: self.release_gap_us,
             sender_side_rtt_us: 0, // seen at the sender
             sender_side_spread_us: 0,
+            sender_side_rtt_known: true, // 0: seen at the sender
             nagle_off: false, // a NODELAY socket never holds a write for the tracker to see
             zero_window: self.zero_window,
             loss_recovery: self.loss_recovery,

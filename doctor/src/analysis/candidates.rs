@@ -176,7 +176,6 @@ impl Collector {
         // the sender.
         let release = self.release[sender].filter(|r| r.answered.is_none_or(|e| !acks_end(s, e)));
         if let (false, Some(prev), Some(rel)) = (sent.retransmit, self.last[sender], release) {
-            let peer_side = seq[sender].base_us.unwrap_or(0);
             let own = &seq[peer];
             let own_side = own.base_us.unwrap_or(0);
             let gap = us.saturating_sub(rel.us);
@@ -194,7 +193,9 @@ impl Collector {
                 rule::release_window_us(own_side, own.spread_us.max(2_000 + own_side / 2));
             if rel.us >= prev.us
                 && written_before
-                && rel.raw_delay_us.saturating_sub(peer_side) >= DELAYED_ACK_MIN_US
+                // (Its delay beyond the round trip is judged later: the ACK may be the first
+                // measure of that round trip, as in a capture begun mid-connection.)
+                && rel.raw_delay_us >= DELAYED_ACK_MIN_US
                 && gap <= latest
             {
                 held = true;

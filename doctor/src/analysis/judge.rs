@@ -90,6 +90,7 @@ impl Findings {
             release_gap_us: c.release_gap_us,
             sender_side_rtt_us: base[d.peer()],
             sender_side_spread_us: seq[d.peer()].spread_us,
+            sender_side_rtt_known: seq[d.peer()].handshake_us.is_some(),
             nagle_off: c.nagle_off,
             zero_window: c.zero_window,
             loss_recovery: c.loss_recovery,

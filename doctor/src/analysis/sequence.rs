@@ -44,6 +44,8 @@ pub(super) struct Unacked {
     retransmitted: bool,
     /// It carried less than a full segment (Nagle lets one such segment be in flight).
     small: bool,
+    /// It was a SYN: its ACK (the SYN-ACK, or the handshake's last ACK) comes at once.
+    syn: bool,
 }
 
 /// One direction of a flow, as its sender sent it and its receiver acknowledged it.
@@ -57,9 +59,14 @@ pub(super) struct Sequence {
     /// Fastest data-to-ACK time for this direction's data: the receiver's side of the round
     /// trip, as seen from the capture point.
     pub(super) base_us: Option<u64>,
-    /// How far prompt pure ACKs of this direction's data come after `base_us`, on average
-    /// (an exponential mean, gain 1/8): the jitter on the receiver's side of the path.
+    /// The receiver's side of the round trip as the handshake measured it (its ACK of a SYN
+    /// comes at once, never delayed): the one measure a lower bound may rest on.
+    pub(super) handshake_us: Option<u64>,
+    /// How far prompt pure ACKs of this direction's data come after `base_us`: the first
+    /// such distance, then an exponential mean (gain 1/8), as RFC 6298 starts RTTVAR; the
+    /// jitter on the receiver's side of the path (0 until measured).
     pub(super) spread_us: u64,
+    spread_seen: bool,
     /// The MSS this direction's sender announced.
     mss: Option<u32>,
     /// Largest payload seen (stands for the MSS when no SYN was captured), and how many
@@ -134,6 +141,7 @@ impl Sequence {
     /// A SYN or FIN without payload: it takes a sequence number, so its ACK times the round
     /// trip too (unless it was sent again).
     pub(super) fn on_control(&mut self, s: &Segment, us: u64, frame: u64) {
+        let syn = s.flags & flags::SYN != 0;
         let end = s.seq.wrapping_add(1);
         if self.nxt.is_none_or(|n| seq_lt(n, end)) {
             self.nxt = Some(end);
@@ -143,6 +151,7 @@ impl Sequence {
                 frame,
                 retransmitted: false,
                 small: false,
+                syn,
             });
         } else {
             // A SYN or FIN sent again: its ACK times nothing.
@@ -204,12 +213,20 @@ pub(super) fn acknowledge(
     if !retransmitted {
         let base = seq[o].base_us.map_or(raw_us, |b| b.min(raw_us));
         seq[o].base_us = Some(base);
+        if newest.syn {
+            seq[o].handshake_us = Some(raw_us);
+        }
         // Only prompt pure ACKs measure jitter: a delayed one measures the timer, one that
         // rides on data measures the program.
         let above = raw_us - base;
         if pure && above < DELAYED_ACK_MIN_US {
-            let spread = &mut seq[o].spread_us;
-            *spread = (*spread * 7 + above) / 8;
+            let dir = &mut seq[o];
+            dir.spread_us = if dir.spread_seen {
+                (dir.spread_us * 7 + above) / 8
+            } else {
+                above
+            };
+            dir.spread_seen = true;
         }
     }
     Some(Acked {
@@ -229,7 +246,9 @@ pub(super) fn send_data(
     frame: u64,
 ) -> Sent {
     let end = s.seq.wrapping_add(s.len);
-    let small = sizes(seq, d).is_small(s.len, u32::from(s.opt_len));
+    let sizes = sizes(seq, d);
+    let small = sizes.is_small(s.len, u32::from(s.opt_len));
+    let full = sizes.full_segment().0;
     let dir = &mut seq[d];
     let base_seq = *dir.base_seq.get_or_insert(s.seq);
     match s.len.cmp(&dir.max_len) {
@@ -265,8 +284,11 @@ pub(super) fn send_data(
         // Nagle keeps one small segment in flight at most: a second, written later, is proof
         // it is off. (Sent at once with the first, both were pushed together: by a close, an
         // uncork, MSG_MORE ending.)
-        if small && !retransmit && s.flags & flags::FIN == 0 && dir.small_unacked > 0 {
-            dir.nagle_off |= us >= dir.last_small_us + NAGLE_OFF_GAP_US;
+        // (Not from segments of three quarters of a full one or more: they may be the full
+        // segments of a path that carries less, not yet seen twice.)
+        let clearly_small = s.len * 4 < full * 3;
+        if small && clearly_small && !retransmit && s.flags & flags::FIN == 0 {
+            dir.nagle_off |= dir.small_unacked > 0 && us >= dir.last_small_us + NAGLE_OFF_GAP_US;
         }
         if small {
             dir.small_unacked += 1;
@@ -278,6 +300,7 @@ pub(super) fn send_data(
             frame,
             retransmitted: retransmit,
             small,
+            syn: false,
         });
     }
     Sent {

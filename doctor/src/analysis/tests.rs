@@ -243,6 +243,28 @@ fn a_release_seen_sooner_than_the_round_trip_allows_is_no_stall() {
     }
 }
 
+/// A capture begun mid-connection (no handshake) at the client's end, where the client's
+/// ACKs all ride on its next requests or come late: the fastest of them bounds nothing, and
+/// the held write that leaves at once after the server's late ACK is still a stall.
+#[test]
+fn without_a_handshake_no_lower_bound_rests_on_a_guess() {
+    let mut c = Conv::new();
+    c.segs.clear();
+    let mut t = 1.0;
+    for _ in 0..4 {
+        c.data(t, 0, 100)
+            .ack(t + 40.0, 1)
+            .data(t + 40.05, 0, 100)
+            .data(t + 40.3, 1, 100);
+        // The client ACKs the reply late, with a pure ACK 40 ms on.
+        c.ack(t + 80.3, 0);
+        t += 200.0;
+    }
+    let r = &analyse(&c.segs)[0];
+    assert!(!r.handshake);
+    assert_eq!(r.stall_count, 4, "{r:#?}");
+}
+
 /// On a path whose round trip wanders between 2 and 4 ms, a release seen 5.5 ms after the
 /// ACK at the receiver's end is still one; on a steady 2 ms path it is a late write.
 #[test]
