@@ -6,6 +6,7 @@
 
 mod doctor;
 mod elf;
+mod fix;
 mod lab;
 mod run;
 mod sys;
@@ -16,6 +17,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::doctor::{DoctorArgs, DOCTOR_HELP};
+use crate::fix::{FixArgs, FIX_HELP};
 use crate::lab::{LabArgs, LAB_HELP};
 use crate::run::{RunArgs, RUN_HELP};
 use crate::watch::{WatchArgs, WATCH_HELP};
@@ -30,7 +32,8 @@ Nagle's algorithm (sender) and delayed ACK (receiver) together stall any exchang
 small write waits behind unacknowledged data: 40 ms per exchange on Linux. The nagless \
 library coalesces writes in user space and sends each burst as one sendmsg at the right \
 moment. This command measures the stall strategy by strategy (lab), fixes unmodified \
-programs (run), finds stalls in packet captures (doctor) and on a running host (watch)."
+programs (run), finds stalls in packet captures (doctor) and on a running host (watch), and repairs a \
+running program from outside (fix)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -51,6 +54,9 @@ enum Command {
     /// Find processes stalling on Nagle and delayed ACK, live, from the kernel's socket state.
     #[command(after_long_help = WATCH_HELP)]
     Watch(WatchArgs),
+    /// Fix a running program's stalls from outside, no restart: TCP_NODELAY, a delayed-ACK bound.
+    #[command(after_long_help = FIX_HELP)]
+    Fix(FixArgs),
 }
 
 /// `20ms`, `0.1ms`, `1s`, `500us`, `2m`.
@@ -127,6 +133,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => return doctor::command(args),
         Command::Run(args) => return run::command(args),
         Command::Watch(args) => return watch::command(args),
+        Command::Fix(args) => return fix::command(args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

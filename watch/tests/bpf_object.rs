@@ -60,6 +60,7 @@ fn bpf_object_matches_its_source() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-bpf");
     let o = Command::new("bash")
         .arg(&script)
+        .arg("watch")
         .arg(&rebuilt)
         .output()
         .unwrap();

@@ -1,0 +1,364 @@
+//! `nagless fix` on unmodified programs from Debian, in cgroups the tests create and remove:
+//! a running server fixed with no restart (its existing keep-alive connection and every new
+//! one stop stalling, a neighbouring cgroup's do not, and the undo puts the stall back); a
+//! client that cannot be changed, fixed from its server's side by bounding the server's
+//! delayed ACK; a static and a setuid binary reached all the same; the pinned fix listed and
+//! removed; and the errors. Root only (BPF, cgroups, pidfd_getfd); skipped otherwise (a
+//! failure under CI).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use nagless_test_support::{exclusive, fixed_port, http_server_args, root_or_skip, wait_for_port};
+
+fn nagless() -> &'static str {
+    env!("CARGO_BIN_EXE_nagless")
+}
+
+/// A cgroup (v2) made for one test, removed (with what runs in it) when dropped.
+struct Cgroup {
+    dir: PathBuf,
+    children: Vec<Child>,
+}
+
+impl Cgroup {
+    fn new(name: &str) -> Cgroup {
+        let root = nagless_fix::target::cgroup2_root().expect("cgroup v2");
+        let dir = root.join(format!("nagless-test-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Cgroup {
+            dir,
+            children: Vec::new(),
+        }
+    }
+
+    /// Starts `cmd` inside the cgroup (it moves itself in, then execs).
+    fn spawn(&mut self, program: &str, args: &[&str], cwd: &Path) -> u32 {
+        let child = Command::new("sh")
+            .arg("-c")
+            .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+            .arg(&self.dir)
+            .arg(program)
+            .args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A directory holding `index.html` ("hello\n"), for python3's HTTP server.
+fn www() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nagless-fix-www-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("index.html"), "hello\n").unwrap();
+    d
+}
+
+/// The median of five GETs on one keep-alive connection, ms.
+fn gets(s: &mut TcpStream) -> f64 {
+    let mut ms: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            s.write_all(b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n")
+                .unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.ends_with(b"hello\n") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "the server closed");
+                got.extend_from_slice(&buf[..n]);
+            }
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms[2]
+}
+
+fn connect(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+/// Starts `nagless fix ARGS` and waits for its first line (the fix is in place then).
+fn start_fix(args: &[&str]) -> (Child, String) {
+    let mut child = Command::new(nagless())
+        .arg("fix")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("nagless fix: "), "{line:?}");
+    // Read the rest on a thread of its own, so the child never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (child, line)
+}
+
+/// Waits (at most 20 s) for a `nagless fix` to end by itself; its exit must be clean.
+fn finish_fix(mut child: Child) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "nagless fix: {st}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "nagless fix did not end");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn fix(args: &[&str]) -> Output {
+    Command::new(nagless())
+        .arg("fix")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_running_server_is_fixed_without_restart_and_the_fix_undone() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _x = exclusive();
+    let www = www();
+    let (mut cg, mut other) = (Cgroup::new("server"), Cgroup::new("neighbour"));
+    let (port, port2) = (fixed_port(), fixed_port());
+    for (g, p) in [(&mut cg, port), (&mut other, port2)] {
+        let mut args = Command::new("python3");
+        http_server_args(&mut args, p);
+        let args: Vec<String> = args
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        g.spawn("python3", &args, &www);
+        wait_for_port(p);
+    }
+    // Headers and body are two writes: each answer waits for the client's delayed ACK.
+    let mut kept = connect(port);
+    let before = gets(&mut kept);
+    assert!(before >= 30.0, "no stall to fix: {before:.1} ms");
+
+    let cgroup = cg.dir.to_str().unwrap().to_owned();
+    let (child, line) = start_fix(&["--cgroup", &cgroup, "--nodelay", "--duration", "3s"]);
+    assert!(line.contains("1 existing connection(s) changed"), "{line}");
+    let during = gets(&mut kept);
+    let fresh = gets(&mut connect(port));
+    let neighbour = gets(&mut connect(port2));
+    assert!(
+        during < 15.0,
+        "the existing connection still stalls: {during:.1} ms"
+    );
+    assert!(fresh < 15.0, "a new connection stalls: {fresh:.1} ms");
+    assert!(
+        neighbour >= 30.0,
+        "the neighbouring cgroup's connection changed: {neighbour:.1} ms"
+    );
+    finish_fix(child);
+    // Undone: the kept connection has its option back, and stalls again.
+    let after = gets(&mut kept);
+    assert!(after >= 30.0, "not undone: {after:.1} ms");
+    let _ = std::fs::remove_dir_all(&www);
+}
+
+/// The median of five request/answer rounds on one connection to redis, each request sent as
+/// two writes (the second waits for redis's ACK of the first), ms.
+fn split_pings(s: &mut TcpStream) -> f64 {
+    let mut ms: Vec<f64> = (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            s.write_all(b"*1\r\n$4\r\n").unwrap();
+            s.write_all(b"PING\r\n").unwrap();
+            let mut buf = [0u8; 7];
+            s.read_exact(&mut buf).unwrap();
+            assert_eq!(&buf, b"+PONG\r\n");
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms[2]
+}
+
+#[test]
+fn a_client_that_cannot_change_is_fixed_from_its_servers_side() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _x = exclusive();
+    let mut cg = Cgroup::new("redis");
+    let port = fixed_port();
+    let dir = std::env::temp_dir();
+    cg.spawn(
+        "redis-server",
+        &[
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        &dir,
+    );
+    wait_for_port(port);
+    let mut s = connect(port);
+    let before = split_pings(&mut s);
+    assert!(before >= 30.0, "no stall to fix: {before:.1} ms");
+    let cgroup = cg.dir.to_str().unwrap().to_owned();
+    let (child, _) = start_fix(&[
+        "--cgroup",
+        &cgroup,
+        "--ack-delay-max",
+        "8ms",
+        "--duration",
+        "2s",
+    ]);
+    let during = split_pings(&mut s);
+    let fresh = split_pings(&mut connect(port));
+    // The stall is now the bound (8 ms, at most a tick or two more), not 40 ms.
+    assert!(during < 25.0, "existing connection: {during:.1} ms");
+    assert!(fresh < 25.0, "new connection: {fresh:.1} ms");
+    finish_fix(child);
+}
+
+#[test]
+fn static_and_setuid_binaries_are_reached() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _x = exclusive();
+    let busybox = Path::new("/bin/busybox");
+    assert!(
+        busybox.exists(),
+        "/bin/busybox (Debian's busybox-static; ./scripts/test installs it)"
+    );
+    // A setuid-root copy, started by nobody.
+    let dir = std::env::temp_dir().join(format!("nagless-fix-suid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let suid = dir.join("busybox");
+    std::fs::copy(busybox, &suid).unwrap();
+    std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let suid = suid.to_str().unwrap().to_owned();
+    for (what, program, pre, bin) in [
+        ("static", "/bin/busybox", vec![], "/bin/busybox"),
+        (
+            "setuid",
+            "setpriv",
+            vec![
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                suid.as_str(),
+            ],
+            suid.as_str(),
+        ),
+    ] {
+        let mut cg = Cgroup::new(what);
+        let port = fixed_port();
+        let p = port.to_string();
+        let mut args = pre.clone();
+        // A persistent server: a child per connection runs `cat` on it (an echo server).
+        args.extend(["nc", "-ll", "-p", &p, "-e", bin, "cat"]);
+        let pid = cg.spawn(program, &args, &dir);
+        wait_for_port(port);
+        let mut conn = connect(port);
+        conn.write_all(b"hi\n").unwrap();
+        let mut echo = [0u8; 3];
+        conn.read_exact(&mut echo).unwrap();
+        let o = fix(&["--pid", &pid.to_string(), "--nodelay", "--duration", "0.5s"]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{what}: {o:?}");
+        assert!(
+            out.contains("1 existing connection(s) changed") && out.contains("undone: 1 of 1"),
+            "{what}: {out}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_pinned_fix_is_listed_and_removed() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _x = exclusive();
+    let cg = Cgroup::new("pinned");
+    let cgroup = cg.dir.to_str().unwrap().to_owned();
+    let o = fix(&["--cgroup", &cgroup, "--nodelay", "--port", "9", "--persist"]);
+    assert!(o.status.success(), "{o:?}");
+    let list = fix(&["--list"]);
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&cgroup) && l.contains("TCP_NODELAY") && l.contains("[9]")),
+        "{text}"
+    );
+    let o = fix(&["--remove", "--cgroup", &cgroup]);
+    assert!(o.status.success(), "{o:?}");
+    let list = String::from_utf8_lossy(&fix(&["--list"]).stdout).into_owned();
+    assert!(!list.contains(&cgroup), "{list}");
+}
+
+#[test]
+fn bad_requests_are_refused_before_anything_is_attached() {
+    let o = fix(&["--pid", "999999999", "--nodelay"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no process 999999999"));
+    let o = fix(&["--pid", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nothing to do"));
+    let o = fix(&["--pid", "1", "--ack-delay-max", "1ms"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("timer ticks"));
+    let o = fix(&["--nodelay"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    // Not root: the kernel refuses, the message says what it takes, nothing stays attached.
+    if nagless_test_support::is_root() && nagless_test_support::have_tool("setpriv") {
+        let cg = Cgroup::new("notroot");
+        let o = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(nagless())
+            .args(["fix", "--cgroup", cg.dir.to_str().unwrap(), "--nodelay"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{o:?}");
+        assert!(err.contains("needs root"), "{err}");
+    }
+}

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+/*
+ * nagless fix's kernel half: a sock_ops program attached to a cgroup (v2). Every TCP
+ * connection a process of that cgroup makes or accepts is handed to it as it becomes
+ * established (BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB);
+ * if its local or remote port is one of the configured ports (or no port is configured),
+ * it sets, with bpf_setsockopt:
+ *
+ * - TCP_NODELAY: the sender's fix (Nagle holds no small write for an ACK);
+ * - TCP_BPF_DELACK_MAX (Linux 5.10): the receiver's fix for peers that cannot be changed
+ *   (its delayed ACK waits at most that long; the kernel refuses less than two jiffies).
+ *
+ * Userspace (fix/src/attach.rs) fills `config` once before attaching and reads `counters`.
+ * Connections that exist already are reached from userspace (fix/src/existing.rs).
+ * Nothing runs per packet: one run per connection established.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+#define SOL_TCP 6
+#define TCP_NODELAY 1
+#define MAX_PORTS 16
+
+/* Mirrored by fix/src/attach.rs's `Config` (#[repr(C)], size asserted there). */
+struct config {
+	__u32 nodelay;       /* 1: set TCP_NODELAY */
+	__u32 delack_max_us; /* 0: leave the delayed ACK alone; else TCP_BPF_DELACK_MAX */
+	__u32 nports;        /* 0: every connection; else only these ports (local or remote) */
+	__u16 ports[MAX_PORTS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+} config SEC(".maps");
+
+/* Mirrored by fix/src/attach.rs's `Counter`. */
+enum counter {
+	ESTABLISHED,     /* connections seen becoming established */
+	SELECTED,        /* of those, on a selected port */
+	NODELAY_SET,     /* TCP_NODELAY set */
+	DELACK_SET,      /* TCP_BPF_DELACK_MAX set */
+	REFUSED,         /* a bpf_setsockopt the kernel refused */
+	NCOUNTERS,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NCOUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *n = bpf_map_lookup_elem(&counters, &which);
+	if (n)
+		*n += 1;
+}
+
+static __always_inline int selected(const struct config *c, __u16 local, __u16 remote)
+{
+	if (c->nports == 0)
+		return 1;
+	for (int i = 0; i < MAX_PORTS; i++) {
+		if (i >= c->nports)
+			break;
+		if (c->ports[i] == local || c->ports[i] == remote)
+			return 1;
+	}
+	return 0;
+}
+
+SEC("sockops")
+int fix_sockops(struct bpf_sock_ops *ops)
+{
+	if (ops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
+	    ops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		return 1;
+	__u32 zero = 0;
+	struct config *c = bpf_map_lookup_elem(&config, &zero);
+	if (!c)
+		return 1;
+	count(ESTABLISHED);
+	/* local_port is in host order; remote_port holds the network-order port in its upper
+	 * half on little-endian hosts (bpf_ntohl puts it right). */
+	__u16 local = (__u16)ops->local_port;
+	__u16 remote = (__u16)bpf_ntohl(ops->remote_port);
+	if (!selected(c, local, remote))
+		return 1;
+	count(SELECTED);
+	if (c->nodelay) {
+		int one = 1;
+		if (bpf_setsockopt(ops, SOL_TCP, TCP_NODELAY, &one, sizeof(one)) == 0)
+			count(NODELAY_SET);
+		else
+			count(REFUSED);
+	}
+	if (c->delack_max_us) {
+		int us = c->delack_max_us;
+		if (bpf_setsockopt(ops, SOL_TCP, TCP_BPF_DELACK_MAX, &us, sizeof(us)) == 0)
+			count(DELACK_SET);
+		else
+			count(REFUSED);
+	}
+	return 1;
+}

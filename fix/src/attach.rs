@@ -1,0 +1,258 @@
+//! The kernel half's life: loaded with aya, configured, attached to a cgroup as a BPF link
+//! (gone when the link's last descriptor closes, whatever ends the process), or pinned in
+//! bpffs to outlive it (`--persist`), listed and removed from there.
+
+use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use aya::maps::{Array, MapData, PerCpuArray};
+use aya::programs::SockOps;
+use aya::{Ebpf, EbpfLoader};
+
+use crate::plan::Config;
+use crate::sys;
+
+/// The compiled kernel half (built from fix/bpf/fix.bpf.c by `scripts/build-bpf`).
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/fix.bpf.o");
+
+/// Where pinned fixes live: one directory per cgroup, named by the cgroup's id.
+pub const PIN_ROOT: &str = "/sys/fs/bpf/nagless-fix";
+
+const CONFIG_LEN: usize = std::mem::size_of::<Config>();
+
+/// The kernel program's counters (`enum counter` of fix.bpf.c), summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Connections that became established in the cgroup.
+    pub established: u64,
+    /// Of those, on a selected port.
+    pub selected: u64,
+    /// TCP_NODELAY set.
+    pub nodelay_set: u64,
+    /// Delayed-ACK bound set.
+    pub delack_set: u64,
+    /// Options the kernel refused.
+    pub refused: u64,
+}
+
+/// Why the kernel half could not be attached.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// Not allowed to load BPF programs.
+    #[error("loading a BPF sock_ops program needs root, or CAP_BPF and CAP_NET_ADMIN ({0})")]
+    NoPermission(String),
+    /// The kernel refused the object or the program.
+    #[error("the kernel refused nagless fix's BPF program (sock_ops needs Linux 4.13, bpf_setsockopt of TCP_BPF_DELACK_MAX Linux 5.10): {0}")]
+    Load(String),
+    /// The cgroup could not be opened or linked to.
+    #[error("cannot attach to cgroup {cgroup} (BPF links to cgroups need Linux 5.7): {error}")]
+    Link {
+        /// The cgroup.
+        cgroup: PathBuf,
+        /// What the kernel said.
+        error: String,
+    },
+    /// Pinning failed.
+    #[error("cannot pin under {PIN_ROOT}: {0}")]
+    Pin(String),
+}
+
+fn load_error(e: impl std::fmt::Display + std::fmt::Debug) -> AttachError {
+    let text = format!("{e}: {e:?}");
+    if text.contains("EPERM") || text.contains("Operation not permitted") {
+        AttachError::NoPermission(text)
+    } else {
+        AttachError::Load(text)
+    }
+}
+
+/// The kernel half attached to one cgroup.
+pub struct Attached {
+    bpf: Ebpf,
+    link: OwnedFd,
+    cgroup: PathBuf,
+}
+
+/// The id of a cgroup (v2): its directory's inode.
+pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
+    fs::metadata(dir).map(|m| m.ino())
+}
+
+/// Loads the program with `config` and attaches it to `cgroup`: from now on every connection
+/// a process of it (or of a cgroup under it) makes or accepts gets the options.
+pub fn attach(cgroup: &Path, config: &Config) -> Result<Attached, AttachError> {
+    let mut bpf = EbpfLoader::new().load(OBJECT).map_err(load_error)?;
+    {
+        let map = bpf
+            .map_mut("config")
+            .ok_or_else(|| AttachError::Load("no config map".into()))?;
+        let mut array: Array<&mut MapData, [u8; CONFIG_LEN]> =
+            Array::try_from(map).map_err(load_error)?;
+        array.set(0, config.to_bytes(), 0).map_err(load_error)?;
+    }
+    let prog: &mut SockOps = bpf
+        .program_mut("fix_sockops")
+        .ok_or_else(|| AttachError::Load("no fix_sockops program".into()))?
+        .try_into()
+        .map_err(load_error)?;
+    prog.load().map_err(load_error)?;
+    let link_err = |e: std::io::Error| AttachError::Link {
+        cgroup: cgroup.to_path_buf(),
+        error: e.to_string(),
+    };
+    let dir = fs::File::open(cgroup).map_err(link_err)?;
+    let prog_fd = prog.fd().map_err(load_error)?;
+    let link = sys::link_sock_ops(prog_fd.as_fd(), dir.as_fd()).map_err(link_err)?;
+    Ok(Attached {
+        bpf,
+        link,
+        cgroup: cgroup.to_path_buf(),
+    })
+}
+
+fn counters_of(map: PerCpuArray<&MapData, u64>) -> Counters {
+    let sum = |i: u32| map.get(&i, 0).map_or(0, |v| v.iter().sum());
+    Counters {
+        established: sum(0),
+        selected: sum(1),
+        nodelay_set: sum(2),
+        delack_set: sum(3),
+        refused: sum(4),
+    }
+}
+
+impl Attached {
+    /// What the program did so far.
+    pub fn counters(&self) -> Counters {
+        self.bpf
+            .map("counters")
+            .and_then(|m| PerCpuArray::try_from(m).ok())
+            .map(counters_of)
+            .unwrap_or_default()
+    }
+
+    /// The cgroup it is attached to.
+    pub fn cgroup(&self) -> &Path {
+        &self.cgroup
+    }
+
+    /// Pins the link and the maps under [`PIN_ROOT`] (mounting bpffs at /sys/fs/bpf if it is
+    /// not): the fix stays when this process ends, until `nagless fix --remove`.
+    pub fn persist(self) -> Result<PathBuf, AttachError> {
+        let pin = |e: std::io::Error| AttachError::Pin(e.to_string());
+        let bpffs = Path::new("/sys/fs/bpf");
+        if !sys::is_bpffs(bpffs).unwrap_or(false) {
+            fs::create_dir_all(bpffs).map_err(pin)?;
+            sys::mount_bpffs(bpffs).map_err(pin)?;
+        }
+        let dir = Path::new(PIN_ROOT).join(cgroup_id(&self.cgroup).map_err(pin)?.to_string());
+        if dir.exists() {
+            return Err(AttachError::Pin(format!(
+                "{} is pinned already: `nagless fix --remove` it first",
+                dir.display()
+            )));
+        }
+        fs::create_dir_all(&dir).map_err(pin)?;
+        let mut bpf = self.bpf;
+        for name in ["config", "counters"] {
+            if let Some(m) = bpf.map_mut(name) {
+                m.pin(dir.join(name))
+                    .map_err(|e| AttachError::Pin(e.to_string()))?;
+            }
+        }
+        sys::obj_pin(self.link.as_fd(), &dir.join("link")).map_err(pin)?;
+        Ok(dir)
+    }
+}
+
+/// A fix pinned in bpffs.
+#[derive(Debug, Clone)]
+pub struct Pinned {
+    /// Its directory under [`PIN_ROOT`].
+    pub dir: PathBuf,
+    /// The cgroup it is attached to (`None` if the cgroup is gone).
+    pub cgroup: Option<PathBuf>,
+    /// Its configuration.
+    pub config: Option<Config>,
+    /// What it did so far.
+    pub counters: Counters,
+}
+
+/// Every fix pinned on this host.
+pub fn pinned(cgroup_root: &Path) -> Vec<Pinned> {
+    let Ok(dir) = fs::read_dir(PIN_ROOT) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Pinned> = dir
+        .flatten()
+        .map(|e| {
+            let dir = e.path();
+            let id = sys::obj_get(&dir.join("link"))
+                .and_then(|l| sys::cgroup_link_info(l.as_fd()))
+                .ok()
+                .filter(|(t, _)| sys::is_sock_ops(*t))
+                .map(|(_, id)| id);
+            let cgroup = id.and_then(|id| find_cgroup(cgroup_root, id));
+            let config = MapData::from_pin(dir.join("config"))
+                .ok()
+                .and_then(|m| Array::<_, [u8; CONFIG_LEN]>::try_from(aya::maps::Map::Array(m)).ok())
+                .and_then(|a| a.get(&0, 0).ok())
+                .map(|b| Config::from_bytes(&b));
+            let counters = MapData::from_pin(dir.join("counters"))
+                .ok()
+                .map(aya::maps::Map::PerCpuArray)
+                .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+                .map(|a| {
+                    let sum = |i: u32| a.get(&i, 0).map_or(0, |v| v.iter().sum());
+                    Counters {
+                        established: sum(0),
+                        selected: sum(1),
+                        nodelay_set: sum(2),
+                        delack_set: sum(3),
+                        refused: sum(4),
+                    }
+                })
+                .unwrap_or_default();
+            Pinned {
+                dir,
+                cgroup,
+                config,
+                counters,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.dir.cmp(&b.dir));
+    out
+}
+
+/// Removes a pinned fix: its link goes (the program detaches), then its maps.
+pub fn remove(p: &Pinned) -> std::io::Result<()> {
+    for name in ["link", "config", "counters"] {
+        match fs::remove_file(p.dir.join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    fs::remove_dir(&p.dir)
+}
+
+/// The cgroup directory whose id is `id`, under `root`.
+fn find_cgroup(root: &Path, id: u64) -> Option<PathBuf> {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if cgroup_id(&d).ok() == Some(id) {
+            return Some(d);
+        }
+        if let Ok(entries) = fs::read_dir(&d) {
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    None
+}

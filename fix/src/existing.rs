@@ -1,0 +1,178 @@
+//! Connections that exist already: each selected process's TCP sockets, reached through a
+//! copy of its descriptor (`pidfd_getfd`: the option set on the copy is the socket's), changed
+//! and, at the end, put back as they were. No descriptor is kept between the two: holding one
+//! would keep a socket open after its program closed it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+
+use crate::plan::{Action, Ports};
+use crate::sys;
+
+/// `TCP_DELACK_MAX_US` (Linux 6.15): the most a socket's delayed ACK waits.
+pub const TCP_DELACK_MAX_US: i32 = 46;
+const TCP_ESTABLISHED: u8 = 1;
+
+/// One socket changed, and what it had before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    /// A process that holds it, and the descriptor there.
+    pub pid: u32,
+    /// The descriptor in that process.
+    pub fd: i32,
+    /// The socket's inode (to tell it from a later socket on the same descriptor).
+    pub inode: u64,
+    /// Local and remote port.
+    pub ports: (u16, u16),
+    /// TCP_NODELAY before, if the fix set it.
+    pub nodelay_was: Option<i32>,
+    /// TCP_DELACK_MAX_US before, if the fix set it.
+    pub delack_was: Option<i32>,
+}
+
+/// What a pass over the selected processes did.
+#[derive(Debug, Default)]
+pub struct Pass {
+    /// Sockets changed.
+    pub changed: Vec<Changed>,
+    /// Why something could not be done (a process gone, a kernel without an option): each
+    /// reason once.
+    pub notes: BTreeSet<String>,
+}
+
+/// The TCP connections of `pids` selected by `ports`, changed as `action` says; sockets
+/// in `seen` (by inode) are left alone, and every socket looked at is added to it.
+pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64>) -> Pass {
+    let mut pass = Pass::default();
+    for &pid in pids {
+        let Ok(pidfd) = sys::pidfd_open(pid) else {
+            continue; // exited meanwhile
+        };
+        for (fd, inode) in sockets(pid) {
+            if !seen.insert(inode) {
+                continue;
+            }
+            let copy = match sys::pidfd_getfd(pidfd.as_fd(), fd) {
+                Ok(c) => c,
+                Err(e) => {
+                    pass.notes.insert(format!(
+                        "cannot reach process {pid}'s sockets ({e}): it takes root (PTRACE_MODE_ATTACH)"
+                    ));
+                    continue;
+                }
+            };
+            if let Some(c) = change(&copy, pid, fd, inode, action, ports, &mut pass.notes) {
+                pass.changed.push(c);
+            }
+        }
+    }
+    pass
+}
+
+/// A process's socket descriptors and their inodes.
+fn sockets(pid: u32) -> BTreeMap<i32, u64> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return BTreeMap::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            let link = fs::read_link(e.path()).ok()?;
+            let inode = link
+                .to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()?;
+            Some((fd, inode))
+        })
+        .collect()
+}
+
+fn is_established_tcp(fd: &OwnedFd) -> bool {
+    let f = fd.as_fd();
+    sys::getsockopt_int(f, libc::SOL_SOCKET, libc::SO_PROTOCOL).ok() == Some(libc::IPPROTO_TCP)
+        && sys::tcp_state(f).ok() == Some(TCP_ESTABLISHED)
+}
+
+fn change(
+    copy: &OwnedFd,
+    pid: u32,
+    fd: i32,
+    inode: u64,
+    action: &Action,
+    ports: &Ports,
+    notes: &mut BTreeSet<String>,
+) -> Option<Changed> {
+    if !is_established_tcp(copy) {
+        return None;
+    }
+    let f = copy.as_fd();
+    let p = sys::ports(f).ok()?;
+    if !ports.selects(p.0, p.1) {
+        return None;
+    }
+    let mut c = Changed {
+        pid,
+        fd,
+        inode,
+        ports: p,
+        nodelay_was: None,
+        delack_was: None,
+    };
+    if action.nodelay {
+        let was = sys::getsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY).ok()?;
+        if sys::setsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).is_ok() {
+            c.nodelay_was = Some(was);
+        }
+    }
+    if let Some(d) = action.ack_delay_max {
+        let us = d.as_micros().min(i32::MAX as u128) as i32;
+        match sys::getsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US) {
+            Ok(was) if sys::setsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, us).is_ok() => {
+                c.delack_was = Some(was)
+            }
+            _ => {
+                notes.insert(
+                    "existing connections keep their delayed ACKs: TCP_DELACK_MAX_US needs Linux 6.15 (new connections are bounded all the same)"
+                        .into(),
+                );
+            }
+        }
+    }
+    (c.nodelay_was.is_some() || c.delack_was.is_some()).then_some(c)
+}
+
+/// Puts each changed socket back as it was, if its process still holds it on the same
+/// descriptor; returns how many were put back.
+pub fn undo(changed: &[Changed]) -> usize {
+    let mut restored = 0;
+    for c in changed {
+        let Ok(pidfd) = sys::pidfd_open(c.pid) else {
+            continue;
+        };
+        let Ok(copy) = sys::pidfd_getfd(pidfd.as_fd(), c.fd) else {
+            continue;
+        };
+        let same = fs::metadata(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&copy)
+        ))
+        .is_ok_and(|m| m.ino() == c.inode);
+        if !same {
+            continue;
+        }
+        let f = copy.as_fd();
+        let mut ok = true;
+        if let Some(v) = c.nodelay_was {
+            ok &= sys::setsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY, v).is_ok();
+        }
+        if let Some(v) = c.delack_was {
+            ok &= sys::setsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, v).is_ok();
+        }
+        restored += usize::from(ok);
+    }
+    restored
+}

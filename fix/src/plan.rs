@@ -1,0 +1,233 @@
+//! What to change on each selected connection ([`Action`]), on which ports ([`Ports`]), and
+//! the configuration the kernel program reads ([`Config`]): pure, checked before anything is
+//! attached.
+
+use std::time::Duration;
+
+/// Ports a fix may be narrowed to (the kernel program's `MAX_PORTS`).
+pub const MAX_PORTS: usize = 16;
+
+/// What to set on each selected connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Action {
+    /// TCP_NODELAY: the sender's stall (its small writes no longer wait for an ACK).
+    pub nodelay: bool,
+    /// The most its delayed ACKs may wait: the receiver's side, for peers that cannot change.
+    pub ack_delay_max: Option<Duration>,
+}
+
+/// Why an [`Action`] or a port list cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Neither fix was asked for.
+    #[error("nothing to do: give --nodelay, --ack-delay-max DUR, or both")]
+    Nothing,
+    /// The kernel refuses delayed-ACK bounds under two timer ticks.
+    #[error("--ack-delay-max {asked:?} is less than two of this kernel's timer ticks ({min:?}); the kernel refuses it")]
+    AckDelayTooShort {
+        /// What was asked.
+        asked: Duration,
+        /// Two ticks.
+        min: Duration,
+    },
+    /// More than 200 ms would lengthen the delayed ACK, not bound it.
+    #[error("--ack-delay-max {0:?} is more than the 200 ms delayed ACKs wait at most: it would bound nothing")]
+    AckDelayTooLong(Duration),
+    /// Too many ports.
+    #[error("at most {MAX_PORTS} --port values")]
+    TooManyPorts,
+}
+
+impl Action {
+    /// Checks the action against the kernel's timer tick.
+    pub fn check(&self, tick: Duration) -> Result<(), PlanError> {
+        if !self.nodelay && self.ack_delay_max.is_none() {
+            return Err(PlanError::Nothing);
+        }
+        if let Some(d) = self.ack_delay_max {
+            if d < 2 * tick {
+                return Err(PlanError::AckDelayTooShort {
+                    asked: d,
+                    min: 2 * tick,
+                });
+            }
+            if d > Duration::from_millis(200) {
+                return Err(PlanError::AckDelayTooLong(d));
+            }
+        }
+        Ok(())
+    }
+
+    /// In words, for people: "TCP_NODELAY and delayed ACKs of at most 8 ms".
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if self.nodelay {
+            parts.push("TCP_NODELAY".to_string());
+        }
+        if let Some(d) = self.ack_delay_max {
+            parts.push(format!("delayed ACKs of at most {} ms", d.as_millis()));
+        }
+        parts.join(" and ")
+    }
+}
+
+/// The ports a fix is narrowed to: a connection is selected if its local or its remote port
+/// is one of them; no ports select every connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ports(Vec<u16>);
+
+impl Ports {
+    /// At most [`MAX_PORTS`] ports.
+    pub fn new(ports: &[u16]) -> Result<Ports, PlanError> {
+        if ports.len() > MAX_PORTS {
+            return Err(PlanError::TooManyPorts);
+        }
+        Ok(Ports(ports.to_vec()))
+    }
+
+    /// Whether a connection between `local` and `remote` ports is selected.
+    pub fn selects(&self, local: u16, remote: u16) -> bool {
+        self.0.is_empty() || self.0.iter().any(|&p| p == local || p == remote)
+    }
+
+    /// The ports, in the order given.
+    pub fn as_slice(&self) -> &[u16] {
+        &self.0
+    }
+}
+
+/// The kernel program's configuration: `struct config` of fix/bpf/fix.bpf.c, field by field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Config {
+    /// 1: set TCP_NODELAY.
+    pub nodelay: u32,
+    /// 0: leave delayed ACKs alone; else their bound, µs.
+    pub delack_max_us: u32,
+    /// How many of `ports` count (0: every connection).
+    pub nports: u32,
+    /// The ports, host order.
+    pub ports: [u16; MAX_PORTS],
+}
+
+// The C struct: three u32 and sixteen u16, no padding.
+const _: () = assert!(std::mem::size_of::<Config>() == 12 + 2 * MAX_PORTS);
+
+impl Config {
+    /// The configuration for `action` on `ports`.
+    pub fn new(action: &Action, ports: &Ports) -> Config {
+        let mut c = Config {
+            nodelay: u32::from(action.nodelay),
+            delack_max_us: action
+                .ack_delay_max
+                .map_or(0, |d| d.as_micros().min(u128::from(u32::MAX)) as u32),
+            nports: ports.0.len() as u32,
+            ports: [0; MAX_PORTS],
+        };
+        c.ports[..ports.0.len()].copy_from_slice(&ports.0);
+        c
+    }
+
+    /// The configuration back as an action and ports (for `--list`).
+    pub fn action(&self) -> (Action, Ports) {
+        let n = (self.nports as usize).min(MAX_PORTS);
+        (
+            Action {
+                nodelay: self.nodelay != 0,
+                ack_delay_max: (self.delack_max_us != 0)
+                    .then(|| Duration::from_micros(u64::from(self.delack_max_us))),
+            },
+            Ports(self.ports[..n].to_vec()),
+        )
+    }
+
+    /// The bytes the kernel map holds.
+    pub fn to_bytes(&self) -> [u8; std::mem::size_of::<Config>()] {
+        let mut b = [0u8; std::mem::size_of::<Config>()];
+        b[0..4].copy_from_slice(&self.nodelay.to_ne_bytes());
+        b[4..8].copy_from_slice(&self.delack_max_us.to_ne_bytes());
+        b[8..12].copy_from_slice(&self.nports.to_ne_bytes());
+        for (i, p) in self.ports.iter().enumerate() {
+            b[12 + 2 * i..14 + 2 * i].copy_from_slice(&p.to_ne_bytes());
+        }
+        b
+    }
+
+    /// A configuration from the kernel map's bytes.
+    pub fn from_bytes(b: &[u8; std::mem::size_of::<Config>()]) -> Config {
+        let u = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().unwrap());
+        let mut ports = [0u16; MAX_PORTS];
+        for (i, p) in ports.iter_mut().enumerate() {
+            *p = u16::from_ne_bytes([b[12 + 2 * i], b[13 + 2 * i]]);
+        }
+        Config {
+            nodelay: u(0),
+            delack_max_us: u(4),
+            nports: u(8),
+            ports,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TICK: Duration = Duration::from_millis(4);
+
+    #[test]
+    fn actions_are_checked_against_the_kernel() {
+        let none = Action {
+            nodelay: false,
+            ack_delay_max: None,
+        };
+        assert_eq!(none.check(TICK), Err(PlanError::Nothing));
+        let short = Action {
+            ack_delay_max: Some(Duration::from_millis(5)),
+            ..none
+        };
+        assert!(matches!(
+            short.check(TICK),
+            Err(PlanError::AckDelayTooShort { .. })
+        ));
+        let long = Action {
+            ack_delay_max: Some(Duration::from_millis(300)),
+            ..none
+        };
+        assert!(matches!(
+            long.check(TICK),
+            Err(PlanError::AckDelayTooLong(_))
+        ));
+        let both = Action {
+            nodelay: true,
+            ack_delay_max: Some(Duration::from_millis(8)),
+        };
+        assert_eq!(both.check(TICK), Ok(()));
+        assert_eq!(
+            both.describe(),
+            "TCP_NODELAY and delayed ACKs of at most 8 ms"
+        );
+    }
+
+    #[test]
+    fn ports_select_either_end_and_none_selects_all() {
+        assert!(Ports::default().selects(1, 2));
+        let p = Ports::new(&[8000]).unwrap();
+        assert!(p.selects(8000, 40000) && p.selects(40000, 8000) && !p.selects(1, 2));
+        assert_eq!(Ports::new(&[1; 17]), Err(PlanError::TooManyPorts));
+    }
+
+    #[test]
+    fn the_config_round_trips_through_the_maps_bytes() {
+        let a = Action {
+            nodelay: true,
+            ack_delay_max: Some(Duration::from_millis(8)),
+        };
+        let p = Ports::new(&[8000, 443]).unwrap();
+        let c = Config::new(&a, &p);
+        assert_eq!(c.delack_max_us, 8_000);
+        let back = Config::from_bytes(&c.to_bytes());
+        assert_eq!(back, c);
+        assert_eq!(back.action(), (a, p));
+    }
+}

@@ -1,0 +1,222 @@
+//! The syscalls `nagless fix` makes (pidfds, socket options on copied descriptors, BPF links
+//! and pins): the only unsafe code of the crate.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn cvt(r: libc::c_long) -> io::Result<libc::c_long> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn owned(r: libc::c_long) -> io::Result<OwnedFd> {
+    let fd = cvt(r)? as RawFd;
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A pidfd for process `pid` (Linux 5.3).
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags, no memory.
+    owned(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) })
+}
+
+/// A copy of descriptor `fd` of the process behind `pidfd` (Linux 5.6; needs
+/// PTRACE_MODE_ATTACH_REALCREDS on it: root).
+pub fn pidfd_getfd(pidfd: BorrowedFd, fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd takes two descriptors and flags, no memory.
+    owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })
+}
+
+/// An integer socket option.
+pub fn getsockopt_int(fd: BorrowedFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are valid for writes of the sizes given.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    cvt(r.into()).map(|_| v)
+}
+
+/// Sets an integer socket option.
+pub fn setsockopt_int(fd: BorrowedFd, level: i32, name: i32, v: i32) -> io::Result<()> {
+    // SAFETY: `v` is valid for reads of its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    cvt(r.into()).map(drop)
+}
+
+/// The TCP state of a socket (`tcpi_state`: 1 is ESTABLISHED), from TCP_INFO.
+pub fn tcp_state(fd: BorrowedFd) -> io::Result<u8> {
+    let mut info = [0u8; 8];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: `info` and `len` are valid for writes of the size given; the kernel copies at
+    // most `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    cvt(r.into()).map(|_| info[0])
+}
+
+/// The local and remote ports of a connected socket.
+pub fn ports(fd: BorrowedFd) -> io::Result<(u16, u16)> {
+    let port = |peer: bool| -> io::Result<u16> {
+        // SAFETY: an all-zero sockaddr_storage is valid.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let p = (&mut ss as *mut libc::sockaddr_storage).cast();
+        // SAFETY: `ss` and `len` are valid for writes of the size given.
+        let r = unsafe {
+            if peer {
+                libc::getpeername(fd.as_raw_fd(), p, &mut len)
+            } else {
+                libc::getsockname(fd.as_raw_fd(), p, &mut len)
+            }
+        };
+        cvt(r.into())?;
+        // sin_port and sin6_port sit at the same offset, in network order.
+        // SAFETY: both address families begin with a family and a port.
+        let sin: &libc::sockaddr_in = unsafe { &*(&ss as *const libc::sockaddr_storage).cast() };
+        Ok(u16::from_be(sin.sin_port))
+    };
+    Ok((port(false)?, port(true)?))
+}
+
+/// `bpf(cmd, attr)` with a zeroed 128-byte attribute block the caller filled.
+fn bpf(cmd: libc::c_long, attr: &mut [u8; 128]) -> io::Result<libc::c_long> {
+    // SAFETY: the kernel reads (and for some commands writes) at most the given size of
+    // `attr`, which is valid for both.
+    cvt(unsafe { libc::syscall(libc::SYS_bpf, cmd, attr.as_mut_ptr(), attr.len()) })
+}
+
+const BPF_OBJ_PIN: libc::c_long = 6;
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_CGROUP_SOCK_OPS: u32 = 3;
+
+fn put_u32(attr: &mut [u8; 128], at: usize, v: u32) {
+    attr[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+}
+
+fn put_u64(attr: &mut [u8; 128], at: usize, v: u64) {
+    attr[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+}
+
+/// Attaches the sock_ops program `prog` to the cgroup `cgroup` as a BPF link (Linux 5.7): it
+/// stays attached while the returned descriptor (or a pin of it) lives, and goes with it.
+pub fn link_sock_ops(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Result<OwnedFd> {
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, prog.as_raw_fd() as u32); // prog_fd
+    put_u32(&mut attr, 4, cgroup.as_raw_fd() as u32); // target_fd
+    put_u32(&mut attr, 8, BPF_CGROUP_SOCK_OPS); // attach_type
+    owned(bpf(BPF_LINK_CREATE, &mut attr)?)
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in a path"))
+}
+
+/// Pins the BPF object `fd` (a link, a map, a program) at `path` on a BPF filesystem.
+pub fn obj_pin(fd: BorrowedFd, path: &Path) -> io::Result<()> {
+    let p = c_path(path)?;
+    let mut attr = [0u8; 128];
+    put_u64(&mut attr, 0, p.as_ptr() as u64); // pathname
+    put_u32(&mut attr, 8, fd.as_raw_fd() as u32); // bpf_fd
+    bpf(BPF_OBJ_PIN, &mut attr).map(drop)
+}
+
+/// Opens the BPF object pinned at `path`.
+pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
+    let p = c_path(path)?;
+    let mut attr = [0u8; 128];
+    put_u64(&mut attr, 0, p.as_ptr() as u64); // pathname
+    owned(bpf(BPF_OBJ_GET, &mut attr)?)
+}
+
+/// The attach type and cgroup id of a cgroup BPF link (`struct bpf_link_info`).
+pub fn cgroup_link_info(link: BorrowedFd) -> io::Result<(u32, u64)> {
+    let mut info = [0u8; 64];
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, link.as_raw_fd() as u32); // bpf_fd
+    put_u32(&mut attr, 4, info.len() as u32); // info_len
+    put_u64(&mut attr, 8, info.as_mut_ptr() as u64); // info
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    // struct bpf_link_info: type u32, id u32, prog_id u32, then (8-aligned) the union; for
+    // a cgroup link: cgroup_id u64, attach_type u32.
+    let cgroup_id = u64::from_ne_bytes(info[16..24].try_into().unwrap());
+    let attach_type = u32::from_ne_bytes(info[24..28].try_into().unwrap());
+    Ok((attach_type, cgroup_id))
+}
+
+/// Whether `attach_type` is the sock_ops one.
+pub fn is_sock_ops(attach_type: u32) -> bool {
+    attach_type == BPF_CGROUP_SOCK_OPS
+}
+
+/// Mounts a BPF filesystem at `dir` (which must exist).
+pub fn mount_bpffs(dir: &Path) -> io::Result<()> {
+    let d = c_path(dir)?;
+    // SAFETY: NUL-terminated strings that outlive the call; no data argument.
+    let r = unsafe {
+        libc::mount(
+            c"bpffs".as_ptr(),
+            d.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    cvt(r.into()).map(drop)
+}
+
+/// Whether `dir` is on a BPF filesystem.
+pub fn is_bpffs(dir: &Path) -> io::Result<bool> {
+    const BPF_FS_MAGIC: i64 = 0xcafe4a11;
+    let d = c_path(dir)?;
+    // SAFETY: an all-zero statfs is valid; the kernel fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid statfs to fill.
+    cvt(unsafe { libc::statfs(d.as_ptr(), &mut st) }.into())?;
+    Ok(st.f_type as i64 == BPF_FS_MAGIC)
+}
+
+/// The kernel's timer tick, from CLOCK_MONOTONIC_COARSE's resolution (4 ms at HZ=250).
+pub fn tick() -> std::time::Duration {
+    // SAFETY: an all-zero timespec is valid; the kernel fills it.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid timespec to fill.
+    let r = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    if r != 0 || (ts.tv_sec == 0 && ts.tv_nsec == 0) {
+        return std::time::Duration::from_millis(4);
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
