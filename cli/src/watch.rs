@@ -272,7 +272,7 @@ fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &mut String)
 /// The summary's lines on the rows that stalled: each row's process (in full), port, stalls
 /// and time lost, grouped by fix; under each group, once, its peers' timer and the fix,
 /// numbered as in the table.
-fn stalled_lines(stalled: &[Row], own_netns: u64, out: &mut String) {
+fn stalled_lines(stalled: &[Row], own_netns: u64, pins: &[Pin], out: &mut String) {
     use std::fmt::Write as _;
     let fixes = fixes(stalled);
     // (Rows without a fix, whose timer was not judged, last.)
@@ -290,6 +290,20 @@ fn stalled_lines(stalled: &[Row], own_netns: u64, out: &mut String) {
                 r.stalls,
                 r.lost_ms
             );
+            match pins.iter().find(|p| p.covers(r)) {
+                Some(p) => {
+                    let _ = writeln!(
+                        out,
+                        "  a pinned `nagless fix` covers its new connections ({})",
+                        p.what
+                    );
+                }
+                None => {
+                    if let Some(cmd) = fix_command(r) {
+                        let _ = writeln!(out, "  repair it live: {cmd}");
+                    }
+                }
+            }
         }
         if let (Some(fix), Some(r)) = (fix, rows.first()) {
             let timer = r.ack_timer.map_or("a delayed-ACK timer", |t| t.describe());
@@ -301,6 +315,60 @@ fn stalled_lines(stalled: &[Row], own_netns: u64, out: &mut String) {
             let _ = writeln!(out, "  {peers} with {timer}.\n  fix [{}]: {fix}", i + 1);
         }
     }
+}
+
+/// A fix pinned on this host (`nagless fix --persist`): which cgroup (relative to the
+/// cgroup v2 mount, as rows name theirs), which ports, and what it sets.
+struct Pin {
+    cgroup: String,
+    ports: Vec<u16>,
+    what: String,
+}
+
+impl Pin {
+    /// Every fix pinned on this host (none when there is no cgroup v2 or no bpffs).
+    fn all() -> Vec<Pin> {
+        let Ok(root) = nagless_fix::target::cgroup2_root() else {
+            return Vec::new();
+        };
+        nagless_fix::attach::pinned(&root)
+            .into_iter()
+            .filter_map(|p| {
+                let cgroup = p.cgroup?.strip_prefix(&root).ok()?.display().to_string();
+                let (action, ports) = p.config?.action();
+                (action.nodelay).then(|| Pin {
+                    cgroup: format!("/{cgroup}"),
+                    ports: ports.as_slice().to_vec(),
+                    what: format!("{} on {}", action.describe(), p.dir.display()),
+                })
+            })
+            .collect()
+    }
+
+    /// Whether the pin sets TCP_NODELAY on the row's new connections: the row's cgroup is
+    /// the pin's or under it, and the pin takes every port or the row's.
+    fn covers(&self, r: &Row) -> bool {
+        let under = r.cgroup.as_deref().is_some_and(|c| {
+            c == self.cgroup
+                || self.cgroup == "/"
+                || c.strip_prefix(self.cgroup.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        });
+        under && (self.ports.is_empty() || self.ports.contains(&r.port))
+    }
+}
+
+/// The `nagless fix` command that repairs a stalling row's process live (its held writes:
+/// TCP_NODELAY): by container, systemd unit or pid, narrowed to the row's port.
+fn fix_command(r: &Row) -> Option<String> {
+    let who = if let Some(c) = &r.container {
+        format!("--container {}", &c[..c.len().min(12)])
+    } else if let Some(u) = r.cgroup.as_deref().and_then(nagless_watch::procs::unit) {
+        format!("--unit {u}")
+    } else {
+        format!("--pid {}", r.pid?)
+    };
+    Some(format!("nagless fix {who} --port {} --nodelay", r.port))
 }
 
 /// One stall as a JSON line (`--stalls`), serialized straight from the event.
@@ -637,7 +705,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         } else {
             table(&stalled, elapsed, own_netns, false, &mut out);
             out += "\n";
-            stalled_lines(&stalled, own_netns, &mut out);
+            stalled_lines(&stalled, own_netns, &Pin::all(), &mut out);
         }
         out += &format!("\n{cost}\n");
         write!(stdout, "{out}")
@@ -756,14 +824,26 @@ mod tests {
         assert_eq!(t.matches("fix for Linux40ms").count(), 1, "{t}");
 
         let mut s = String::new();
-        stalled_lines(&rows[..3], 1, &mut s);
+        // A fix pinned on node's cgroup covers it; the others are told the command.
+        let pins = [Pin {
+            cgroup: "/apps".into(),
+            ports: vec![3000],
+            what: "TCP_NODELAY on /sys/fs/bpf/nagless-fix/7".into(),
+        }];
+        let mut rows = rows;
+        rows[2].cgroup = Some("/apps/node".into());
+        rows[1].cgroup = Some("/system.slice/java.service".into());
+        stalled_lines(&rows[..3], 1, &pins, &mut s);
         assert_eq!(
             s,
-            "1 python3 a.py :8000: 10 stall(s), 400.0 ms lost\n\
+            "1 python3 a.py :8000: 10 stall(s), 400.0 ms lost\n  \
+             repair it live: nagless fix --pid 1 --port 8000 --nodelay\n\
              3 node server.js :3000: 2 stall(s), 80.0 ms lost\n  \
+             a pinned `nagless fix` covers its new connections (TCP_NODELAY on /sys/fs/bpf/nagless-fix/7)\n  \
              peers ACK with a 40 ms delayed-ACK timer, as Linux and FreeBSD (since 2020) have.\n  \
              fix [1]: fix for Linux40ms\n\
-             2 java com.example.Main :9000: 5 stall(s), 200.0 ms lost\n  \
+             2 java com.example.Main (java.service) :9000: 5 stall(s), 200.0 ms lost\n  \
+             repair it live: nagless fix --unit java.service --port 9000 --nodelay\n  \
              peer ACKs with a 100-200 ms delayed-ACK timer, as Windows (200 ms) and macOS (100 ms) have.\n  \
              fix [2]: fix for Classic200ms\n"
         );
