@@ -96,6 +96,8 @@ pub(super) struct Acked {
     pub(super) retransmitted: bool,
     /// From the newest segment it covered to it, µs.
     pub(super) raw_us: u64,
+    /// It was the first measure of the acker's side of the round trip.
+    pub(super) first_measure: bool,
 }
 
 /// What a data segment was, in its sender's byte stream.
@@ -210,6 +212,7 @@ pub(super) fn acknowledge(
     }
     let newest = newest?;
     let raw_us = us.saturating_sub(newest.us);
+    let first_measure = seq[o].base_us.is_none();
     if !retransmitted {
         let base = seq[o].base_us.map_or(raw_us, |b| b.min(raw_us));
         seq[o].base_us = Some(base);
@@ -233,6 +236,7 @@ pub(super) fn acknowledge(
         newest,
         retransmitted,
         raw_us,
+        first_measure,
     })
 }
 
