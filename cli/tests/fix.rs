@@ -27,8 +27,13 @@ struct Cgroup {
 
 impl Cgroup {
     fn new(name: &str) -> Cgroup {
+        Cgroup::named(&format!("nagless-test-{name}-{}", std::process::id()))
+    }
+
+    /// A cgroup of exactly this name, under the cgroup v2 mount.
+    fn named(name: &str) -> Cgroup {
         let root = nagless_fix::target::cgroup2_root().expect("cgroup v2");
-        let dir = root.join(format!("nagless-test-{name}-{}", std::process::id()));
+        let dir = root.join(name);
         std::fs::create_dir_all(&dir).unwrap();
         Cgroup {
             dir,
@@ -305,6 +310,54 @@ fn static_and_setuid_binaries_are_reached() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--container` and `--unit` find their cgroups the way `nagless watch` names them: a
+/// container by a run of 64 hex digits in its cgroup's name, a unit by its directory.
+#[test]
+fn containers_and_units_are_found_by_their_cgroups() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _x = exclusive();
+    let id = format!("{:016x}", std::process::id()).repeat(4);
+    let unit = format!("nagless-test-{}", std::process::id());
+    for (name, args) in [
+        (
+            format!("docker-{id}.scope"),
+            vec!["--container".to_string(), id[..12].to_string()],
+        ),
+        (
+            format!("{unit}.service"),
+            vec!["--unit".to_string(), unit.clone()],
+        ),
+    ] {
+        let mut cg = Cgroup::named(&name);
+        cg.spawn("sleep", &["30"], Path::new("/"));
+        // The process is in its cgroup once `sh` has moved it and exec'd.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(cg.dir.join("cgroup.procs"))
+            .unwrap()
+            .trim()
+            .is_empty()
+        {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+        all.extend(["--nodelay", "--duration", "0.2s"]);
+        let o = fix(&all);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{name}: {o:?}");
+        assert!(
+            out.contains(&format!("on cgroup {} (1 processes)", cg.dir.display())),
+            "{name}: {out}"
+        );
+    }
+    let o = fix(&["--container", "fedcba9876543210", "--nodelay"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    let o = fix(&["--unit", "nagless-no-such-unit", "--nodelay"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
 }
 
 #[test]
