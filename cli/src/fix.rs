@@ -17,15 +17,16 @@ WHAT IT DOES
   program may be static, setuid, in a container. The connections open now are reached through
   copies of the program's descriptors (pidfd_getfd, Linux 5.6); every new one by a BPF sock_ops
   program attached to the selection's cgroup (v2), which sets the options as each connection
-  is established. It stays while the command runs (--duration, or until Ctrl-C/SIGTERM), then
-  everything is undone: the program detaches, and the connections it changed get their options
-  back. --persist pins the program in bpffs instead, to stay until `nagless fix --remove`.
+  is established. It stays while the command runs (--duration, or until Ctrl-C, SIGTERM or
+  SIGHUP), then it is undone: the program detaches, and the connections that were open at the
+  start get their options back (those made meanwhile keep them). --persist pins the program in
+  bpffs instead, to stay until `nagless fix --remove`.
 
   --nodelay          the sender's stall: TCP_NODELAY (what `nagless watch` or `doctor` names as
                      \"sends each request as two or more writes\"). Costs packets: each small write
                      leaves alone; `nagless run` or the library coalesce them instead.
   --ack-delay-max D  the receiver's side, for a peer you cannot change: delayed ACKs of this
-                     process wait at most D (at least two kernel ticks: 8 ms at HZ=250). New
+                     process wait at most D (more than one kernel tick: 4 ms at HZ=250). New
                      connections: Linux 5.10; existing ones: TCP_DELACK_MAX_US, Linux 6.15.
 
 SELECTION
@@ -43,7 +44,8 @@ EXAMPLES
   nagless fix --list;  nagless fix --remove --unit api;  nagless fix --remove
 
 NEEDS
-  Root (or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_PTRACE), cgroup v2, Linux 5.7 (BPF links).
+  Root (or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_PTRACE), cgroup v2; Linux 5.7 (BPF links),
+  6.1 for --nodelay and 5.10 for --ack-delay-max on new connections (checked first).
 
 EXIT STATUS
   0 done (and undone); 2 bad arguments, or nothing to select (no such process, cgroup, unit
@@ -136,15 +138,28 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         target::TargetError::Io(e) => anyhow!(e),
         e => crate::usage(e.to_string()),
     })?;
+    if t.cgroup.is_some() {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        if let Some(have) = plan::parse_release(&release) {
+            plan::check_kernel(&action, have).map_err(|e| anyhow!(e))?;
+        }
+    }
     if a.persist && t.cgroup.is_none() {
         return Err(crate::usage(
             "--persist needs a whole cgroup: this process shares its cgroup with others (give --cgroup, --unit or --container)",
         ));
     }
-    // The kernel half first: if it cannot attach, nothing has been changed.
-    let attached = match &t.cgroup {
+    // The kernel half first: if it cannot attach (or pin), nothing has been changed.
+    let mut attached = match &t.cgroup {
         Some(cg) => Some(attach::attach(cg, &plan::Config::new(&action, &ports))?),
         None => None,
+    };
+    let pinned = match (a.persist, attached.take()) {
+        (true, Some(at)) => Some(at.persist()?),
+        (_, at) => {
+            attached = at;
+            None
+        }
     };
     nagless_netpath::on_interrupt();
     let mut seen = BTreeSet::new();
@@ -157,7 +172,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         Some(cg) => format!("cgroup {} ({} processes)", cg.display(), t.pids.len()),
         None => format!(
             "process {} and its children ({} processes; their cgroup holds others, so new connections are found every 200 ms)",
-            t.pids[0],
+            a.pid.unwrap_or(t.pids[0]),
             t.pids.len()
         ),
     };
@@ -170,9 +185,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
             ""
         }
     );
-    if a.persist {
-        let attached = attached.expect("a cgroup");
-        let dir = attached.persist()?;
+    if let Some(dir) = pinned {
         println!(
             "nagless fix: pinned at {} (stays after this command; `nagless fix --remove` undoes it; existing connections keep the options)",
             dir.display()
@@ -185,8 +198,12 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     {
         std::thread::sleep(Duration::from_millis(200));
         if attached.is_none() {
-            let pids: Vec<u32> = target::resolve(&sel).map(|t| t.pids).unwrap_or_default();
-            changed.extend(existing::fix(&pids, &action, &ports, &mut seen).changed);
+            // The process's own connections: look again for new ones, until it exits.
+            let Ok(now) = target::resolve(&sel) else {
+                println!("nagless fix: process {} exited", a.pid.unwrap_or(0));
+                break;
+            };
+            changed.extend(existing::fix(&now.pids, &action, &ports, &mut seen).changed);
         }
     }
     finish(attached, &changed);
@@ -230,7 +247,7 @@ fn list() -> anyhow::Result<()> {
             format!("ports {:?}", ports.as_slice())
         };
         println!(
-            "{}: {} on {} ({ports}): {} new connection(s) changed",
+            "{}: {} on {} ({ports}): {} new connection(s) selected",
             p.dir.display(),
             what,
             p.cgroup

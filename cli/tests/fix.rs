@@ -67,6 +67,8 @@ impl Drop for Cgroup {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // What they started (a server's per-connection children) is in the cgroup too.
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
         let deadline = Instant::now() + Duration::from_secs(5);
         while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
@@ -82,9 +84,10 @@ fn www() -> PathBuf {
     d
 }
 
-/// The median of five GETs on one keep-alive connection, ms.
+/// The median of five GETs on one keep-alive connection, ms (after two not counted: a
+/// connection's first exchanges get quick ACKs).
 fn gets(s: &mut TcpStream) -> f64 {
-    let mut ms: Vec<f64> = (0..5)
+    let mut ms: Vec<f64> = (0..7)
         .map(|_| {
             let t = Instant::now();
             s.write_all(b"GET /index.html HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -99,6 +102,7 @@ fn gets(s: &mut TcpStream) -> f64 {
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();
+    let mut ms = ms.split_off(2);
     ms.sort_by(f64::total_cmp);
     ms[2]
 }
@@ -119,11 +123,23 @@ fn start_fix(args: &[&str]) -> (Child, String) {
         .spawn()
         .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Read on a thread of its own: the first line comes back (at most 20 s), the rest is
+    // drained so that the child never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = out.read_line(&mut line);
+        let _ = tx.send(line);
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+    });
+    let line = match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(l) => l,
+        Err(_) => {
+            let _ = child.kill();
+            panic!("nagless fix printed nothing in 20 s");
+        }
+    };
     assert!(line.starts_with("nagless fix: "), "{line:?}");
-    // Read the rest on a thread of its own, so the child never blocks on a full pipe.
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     (child, line)
 }
 
@@ -196,9 +212,9 @@ fn a_running_server_is_fixed_without_restart_and_the_fix_undone() {
 }
 
 /// The median of five request/answer rounds on one connection to redis, each request sent as
-/// two writes (the second waits for redis's ACK of the first), ms.
+/// two writes (the second waits for redis's ACK of the first), ms; after two not counted.
 fn split_pings(s: &mut TcpStream) -> f64 {
-    let mut ms: Vec<f64> = (0..5)
+    let mut ms: Vec<f64> = (0..7)
         .map(|_| {
             let t = Instant::now();
             s.write_all(b"*1\r\n$4\r\n").unwrap();
@@ -209,6 +225,7 @@ fn split_pings(s: &mut TcpStream) -> f64 {
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();
+    let mut ms = ms.split_off(2);
     ms.sort_by(f64::total_cmp);
     ms[2]
 }
@@ -251,8 +268,12 @@ fn a_client_that_cannot_change_is_fixed_from_its_servers_side() {
     ]);
     let during = split_pings(&mut s);
     let fresh = split_pings(&mut connect(port));
-    // The stall is now the bound (8 ms, at most a tick or two more), not 40 ms.
-    assert!(during < 25.0, "existing connection: {during:.1} ms");
+    // The stall is now the bound (8 ms, at most a tick or two more), not 40 ms; on the
+    // connection that existed, only where the kernel has TCP_DELACK_MAX_US (Linux 6.15).
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    if nagless_fix::plan::parse_release(&release).is_some_and(|v| v >= (6, 15)) {
+        assert!(during < 25.0, "existing connection: {during:.1} ms");
+    }
     assert!(fresh < 25.0, "new connection: {fresh:.1} ms");
     finish_fix(child);
 }
@@ -268,9 +289,16 @@ fn static_and_setuid_binaries_are_reached() {
         busybox.exists(),
         "/bin/busybox (Debian's busybox-static; ./scripts/test installs it)"
     );
-    // A setuid-root copy, started by nobody.
+    // A setuid-root copy, started by nobody; removed however the test ends.
+    struct Gone(PathBuf);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
     let dir = std::env::temp_dir().join(format!("nagless-fix-suid-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    let _gone = Gone(dir.clone());
     let suid = dir.join("busybox");
     std::fs::copy(busybox, &suid).unwrap();
     std::fs::set_permissions(&suid, std::fs::Permissions::from_mode(0o4755)).unwrap();
@@ -309,7 +337,6 @@ fn static_and_setuid_binaries_are_reached() {
             "{what}: {out}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `--container` and `--unit` find their cgroups the way `nagless watch` names them: a
@@ -366,21 +393,53 @@ fn a_pinned_fix_is_listed_and_removed() {
         return;
     }
     let _x = exclusive();
-    let cg = Cgroup::new("pinned");
+    let www = www();
+    let mut cg = Cgroup::new("pinned");
     let cgroup = cg.dir.to_str().unwrap().to_owned();
-    let o = fix(&["--cgroup", &cgroup, "--nodelay", "--port", "9", "--persist"]);
+    let port = fixed_port();
+    let mut cmd = Command::new("python3");
+    http_server_args(&mut cmd, port);
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    cg.spawn("python3", &args, &www);
+    wait_for_port(port);
+    // However the test ends, the pin goes (before the cgroup does).
+    struct Unpin(String);
+    impl Drop for Unpin {
+        fn drop(&mut self) {
+            let _ = fix(&["--remove", "--cgroup", &self.0]);
+        }
+    }
+    let _unpin = Unpin(cgroup.clone());
+    let p = port.to_string();
+    let o = fix(&["--cgroup", &cgroup, "--nodelay", "--port", &p, "--persist"]);
     assert!(o.status.success(), "{o:?}");
+    // The command has ended; the pinned program still fixes each new connection.
+    let fixed = gets(&mut connect(port));
+    assert!(
+        fixed < 15.0,
+        "pinned, a new connection stalls: {fixed:.1} ms"
+    );
     let list = fix(&["--list"]);
     let text = String::from_utf8_lossy(&list.stdout);
     assert!(
-        text.lines()
-            .any(|l| l.contains(&cgroup) && l.contains("TCP_NODELAY") && l.contains("[9]")),
+        text.lines().any(|l| l.contains(&cgroup)
+            && l.contains("TCP_NODELAY")
+            && l.contains(&format!("[{port}]"))
+            && l.contains("1 new connection(s) selected")),
         "{text}"
     );
     let o = fix(&["--remove", "--cgroup", &cgroup]);
     assert!(o.status.success(), "{o:?}");
     let list = String::from_utf8_lossy(&fix(&["--list"]).stdout).into_owned();
     assert!(!list.contains(&cgroup), "{list}");
+    // Removed: new connections stall again.
+    let after = gets(&mut connect(port));
+    assert!(after >= 30.0, "still fixed after --remove: {after:.1} ms");
+    let _ = std::fs::remove_dir_all(&www);
 }
 
 #[test]
@@ -394,6 +453,8 @@ fn bad_requests_are_refused_before_anything_is_attached() {
     let o = fix(&["--pid", "1", "--ack-delay-max", "1ms"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("timer ticks"));
+    let o = fix(&["--list", "--nodelay"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
     let o = fix(&["--nodelay"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     // Not root: the kernel refuses, the message says what it takes, nothing stays attached.

@@ -6,13 +6,15 @@
  * if its local or remote port is one of the configured ports (or no port is configured),
  * it sets, with bpf_setsockopt:
  *
- * - TCP_NODELAY: the sender's fix (Nagle holds no small write for an ACK);
+ * - TCP_NODELAY (from BPF: Linux 6.1): the sender's fix (Nagle holds no small write for an
+ *   ACK);
  * - TCP_BPF_DELACK_MAX (Linux 5.10): the receiver's fix for peers that cannot be changed
  *   (its delayed ACK waits at most that long; the kernel refuses less than two jiffies).
  *
  * Userspace (fix/src/attach.rs) fills `config` once before attaching and reads `counters`.
  * Connections that exist already are reached from userspace (fix/src/existing.rs).
- * Nothing runs per packet: one run per connection established.
+ * Nothing runs per packet: the kernel calls it a few times per connection (its init
+ * callbacks, then established), and it acts once.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -24,7 +26,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define TCP_NODELAY 1
 #define MAX_PORTS 16
 
-/* Mirrored by fix/src/attach.rs's `Config` (#[repr(C)], size asserted there). */
+/* Mirrored by fix/src/plan.rs's `Config` (#[repr(C)], size asserted there). */
 struct config {
 	__u32 nodelay;       /* 1: set TCP_NODELAY */
 	__u32 delack_max_us; /* 0: leave the delayed ACK alone; else TCP_BPF_DELACK_MAX */
@@ -39,7 +41,7 @@ struct {
 	__type(value, struct config);
 } config SEC(".maps");
 
-/* Mirrored by fix/src/attach.rs's `Counter`. */
+/* Read, summed over CPUs, into fix/src/attach.rs's `Counters`. */
 enum counter {
 	ESTABLISHED,     /* connections seen becoming established */
 	SELECTED,        /* of those, on a selected port */

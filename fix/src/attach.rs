@@ -44,7 +44,7 @@ pub enum AttachError {
     #[error("loading a BPF sock_ops program needs root, or CAP_BPF and CAP_NET_ADMIN ({0})")]
     NoPermission(String),
     /// The kernel refused the object or the program.
-    #[error("the kernel refused nagless fix's BPF program (sock_ops needs Linux 4.13, bpf_setsockopt of TCP_BPF_DELACK_MAX Linux 5.10): {0}")]
+    #[error("the kernel refused nagless fix's BPF program (bpf_setsockopt of TCP_NODELAY needs Linux 6.1, of TCP_BPF_DELACK_MAX Linux 5.10): {0}")]
     Load(String),
     /// The cgroup could not be opened or linked to.
     #[error("cannot attach to cgroup {cgroup} (BPF links to cgroups need Linux 5.7): {error}")]
@@ -156,13 +156,21 @@ impl Attached {
         }
         fs::create_dir_all(&dir).map_err(pin)?;
         let mut bpf = self.bpf;
-        for name in ["config", "counters"] {
-            if let Some(m) = bpf.map_mut(name) {
-                m.pin(dir.join(name))
-                    .map_err(|e| AttachError::Pin(e.to_string()))?;
+        let link = self.link;
+        let pinned = (|| -> Result<(), AttachError> {
+            for name in ["config", "counters"] {
+                if let Some(m) = bpf.map_mut(name) {
+                    m.pin(dir.join(name))
+                        .map_err(|e| AttachError::Pin(e.to_string()))?;
+                }
             }
+            sys::obj_pin(link.as_fd(), &dir.join("link")).map_err(pin)
+        })();
+        if let Err(e) = pinned {
+            // No half-made pin: without its link it would block the next try.
+            let _ = fs::remove_dir_all(&dir);
+            return Err(e);
         }
-        sys::obj_pin(self.link.as_fd(), &dir.join("link")).map_err(pin)?;
         Ok(dir)
     }
 }

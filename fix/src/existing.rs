@@ -51,20 +51,33 @@ pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64
             continue; // exited meanwhile
         };
         for (fd, inode) in sockets(pid) {
-            if !seen.insert(inode) {
+            if seen.contains(&inode) {
                 continue;
             }
             let copy = match sys::pidfd_getfd(pidfd.as_fd(), fd) {
                 Ok(c) => c,
-                Err(e) => {
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                     pass.notes.insert(format!(
-                        "cannot reach process {pid}'s sockets ({e}): it takes root (PTRACE_MODE_ATTACH)"
+                        "cannot reach process {pid}'s sockets ({e}): it takes root, or CAP_SYS_PTRACE"
                     ));
                     continue;
                 }
+                Err(_) => continue, // closed meanwhile
             };
-            if let Some(c) = change(&copy, pid, fd, inode, action, ports, &mut pass.notes) {
-                pass.changed.push(c);
+            // The descriptor may have been closed and reused since /proc was read.
+            if inode_of(&copy) != Some(inode) {
+                continue;
+            }
+            match change(&copy, pid, fd, inode, action, ports, &mut pass.notes) {
+                Settled::Changed(c) => {
+                    seen.insert(inode);
+                    pass.changed.push(c);
+                }
+                Settled::Never => {
+                    seen.insert(inode);
+                }
+                // (Not established yet: a later pass looks again.)
+                Settled::NotYet => {}
             }
         }
     }
@@ -91,10 +104,24 @@ fn sockets(pid: u32) -> BTreeMap<i32, u64> {
         .collect()
 }
 
-fn is_established_tcp(fd: &OwnedFd) -> bool {
-    let f = fd.as_fd();
-    sys::getsockopt_int(f, libc::SOL_SOCKET, libc::SO_PROTOCOL).ok() == Some(libc::IPPROTO_TCP)
-        && sys::tcp_state(f).ok() == Some(TCP_ESTABLISHED)
+/// The inode of the socket a descriptor refers to.
+fn inode_of(fd: &OwnedFd) -> Option<u64> {
+    fs::metadata(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(fd)
+    ))
+    .ok()
+    .map(|m| m.ino())
+}
+
+/// What a look at one socket came to.
+enum Settled {
+    /// Changed.
+    Changed(Changed),
+    /// Not TCP, not selected, or closing: never to be changed.
+    Never,
+    /// A TCP socket not established yet (connecting, listening): look again later.
+    NotYet,
 }
 
 fn change(
@@ -105,14 +132,22 @@ fn change(
     action: &Action,
     ports: &Ports,
     notes: &mut BTreeSet<String>,
-) -> Option<Changed> {
-    if !is_established_tcp(copy) {
-        return None;
-    }
+) -> Settled {
     let f = copy.as_fd();
-    let p = sys::ports(f).ok()?;
+    if sys::getsockopt_int(f, libc::SOL_SOCKET, libc::SO_PROTOCOL).ok() != Some(libc::IPPROTO_TCP) {
+        return Settled::Never;
+    }
+    match sys::tcp_state(f) {
+        Ok(TCP_ESTABLISHED) => {}
+        // SYN_SENT, SYN_RECV, LISTEN: it may become a connection.
+        Ok(2 | 3 | 10) => return Settled::NotYet,
+        _ => return Settled::Never,
+    }
+    let Ok(p) = sys::ports(f) else {
+        return Settled::Never;
+    };
     if !ports.selects(p.0, p.1) {
-        return None;
+        return Settled::Never;
     }
     let mut c = Changed {
         pid,
@@ -123,9 +158,10 @@ fn change(
         delack_was: None,
     };
     if action.nodelay {
-        let was = sys::getsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY).ok()?;
-        if sys::setsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).is_ok() {
-            c.nodelay_was = Some(was);
+        if let Ok(was) = sys::getsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY) {
+            if sys::setsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY, 1).is_ok() {
+                c.nodelay_was = Some(was);
+            }
         }
     }
     if let Some(d) = action.ack_delay_max {
@@ -142,7 +178,11 @@ fn change(
             }
         }
     }
-    (c.nodelay_was.is_some() || c.delack_was.is_some()).then_some(c)
+    if c.nodelay_was.is_some() || c.delack_was.is_some() {
+        Settled::Changed(c)
+    } else {
+        Settled::Never
+    }
 }
 
 /// Puts each changed socket back as it was, if its process still holds it on the same
@@ -156,12 +196,7 @@ pub fn undo(changed: &[Changed]) -> usize {
         let Ok(copy) = sys::pidfd_getfd(pidfd.as_fd(), c.fd) else {
             continue;
         };
-        let same = fs::metadata(format!(
-            "/proc/self/fd/{}",
-            std::os::fd::AsRawFd::as_raw_fd(&copy)
-        ))
-        .is_ok_and(|m| m.ino() == c.inode);
-        if !same {
+        if inode_of(&copy) != Some(c.inode) {
             continue;
         }
         let f = copy.as_fd();

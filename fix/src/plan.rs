@@ -22,13 +22,13 @@ pub enum PlanError {
     /// Neither fix was asked for.
     #[error("nothing to do: give --nodelay, --ack-delay-max DUR, or both")]
     Nothing,
-    /// The kernel refuses delayed-ACK bounds under two timer ticks.
-    #[error("--ack-delay-max {asked:?} is less than two of this kernel's timer ticks ({min:?}); the kernel refuses it")]
+    /// The kernel refuses delayed-ACK bounds that round up to fewer than two timer ticks.
+    #[error("--ack-delay-max {asked:?} is no more than one of this kernel's timer ticks ({tick:?}); the kernel takes only bounds that round up to two ticks or more")]
     AckDelayTooShort {
         /// What was asked.
         asked: Duration,
-        /// Two ticks.
-        min: Duration,
+        /// One tick.
+        tick: Duration,
     },
     /// More than 200 ms would lengthen the delayed ACK, not bound it.
     #[error("--ack-delay-max {0:?} is more than the 200 ms delayed ACKs wait at most: it would bound nothing")]
@@ -36,6 +36,45 @@ pub enum PlanError {
     /// Too many ports.
     #[error("at most {MAX_PORTS} --port values")]
     TooManyPorts,
+    /// The running kernel lacks something the fix needs.
+    #[error("{what} needs Linux {}.{} or later; this kernel is {}.{}", .needs.0, .needs.1, .have.0, .have.1)]
+    KernelTooOld {
+        /// What needs it.
+        what: &'static str,
+        /// The first version that has it.
+        needs: (u32, u32),
+        /// The running one.
+        have: (u32, u32),
+    },
+}
+
+/// The major and minor version of a kernel release string (`6.18.0-1-amd64`: (6, 18)).
+pub fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut it = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    Some((it.next()?.ok()?, it.next()?.ok()?))
+}
+
+/// Checks what attaching the kernel program for `action` needs against kernel `have`: BPF
+/// links to cgroups (5.7), `bpf_setsockopt` of TCP_NODELAY (6.1) and of TCP_BPF_DELACK_MAX
+/// (5.10).
+pub fn check_kernel(action: &Action, have: (u32, u32)) -> Result<(), PlanError> {
+    let mut needs = vec![("a BPF link to a cgroup", (5, 7))];
+    if action.nodelay {
+        needs.push(("setting TCP_NODELAY from a BPF sock_ops program", (6, 1)));
+    }
+    if action.ack_delay_max.is_some() {
+        needs.push((
+            "setting TCP_BPF_DELACK_MAX from a BPF sock_ops program",
+            (5, 10),
+        ));
+    }
+    match needs.into_iter().find(|(_, v)| have < *v) {
+        Some((what, needs)) => Err(PlanError::KernelTooOld { what, needs, have }),
+        None => Ok(()),
+    }
 }
 
 impl Action {
@@ -45,11 +84,9 @@ impl Action {
             return Err(PlanError::Nothing);
         }
         if let Some(d) = self.ack_delay_max {
-            if d < 2 * tick {
-                return Err(PlanError::AckDelayTooShort {
-                    asked: d,
-                    min: 2 * tick,
-                });
+            // usecs_to_jiffies rounds up: anything over one tick is two or more.
+            if d <= tick {
+                return Err(PlanError::AckDelayTooShort { asked: d, tick });
             }
             if d > Duration::from_millis(200) {
                 return Err(PlanError::AckDelayTooLong(d));
@@ -183,9 +220,14 @@ mod tests {
         };
         assert_eq!(none.check(TICK), Err(PlanError::Nothing));
         let short = Action {
+            ack_delay_max: Some(Duration::from_millis(4)),
+            ..none
+        };
+        let five = Action {
             ack_delay_max: Some(Duration::from_millis(5)),
             ..none
         };
+        assert_eq!(five.check(TICK), Ok(()));
         assert!(matches!(
             short.check(TICK),
             Err(PlanError::AckDelayTooShort { .. })
@@ -207,6 +249,31 @@ mod tests {
             both.describe(),
             "TCP_NODELAY and delayed ACKs of at most 8 ms"
         );
+    }
+
+    #[test]
+    fn the_kernel_is_checked_for_what_the_fix_needs() {
+        assert_eq!(parse_release("6.18.0-1-amd64"), Some((6, 18)));
+        assert_eq!(parse_release("5.10.0"), Some((5, 10)));
+        assert_eq!(parse_release("x"), None);
+        let nodelay = Action {
+            nodelay: true,
+            ack_delay_max: None,
+        };
+        let bound = Action {
+            nodelay: false,
+            ack_delay_max: Some(Duration::from_millis(8)),
+        };
+        assert_eq!(check_kernel(&nodelay, (6, 18)), Ok(()));
+        assert!(matches!(
+            check_kernel(&nodelay, (5, 15)),
+            Err(PlanError::KernelTooOld { needs: (6, 1), .. })
+        ));
+        assert_eq!(check_kernel(&bound, (5, 15)), Ok(()));
+        assert!(matches!(
+            check_kernel(&bound, (5, 4)),
+            Err(PlanError::KernelTooOld { needs: (5, 7), .. })
+        ));
     }
 
     #[test]

@@ -45,7 +45,7 @@ use crate::link::{Link, LinkSpec, Verdict};
 /// How close to a packet's delivery time the forwarder stops sleeping and polls instead.
 const SPIN: Duration = Duration::from_micros(250);
 
-/// Catches the first SIGINT/SIGTERM so that a program can stop, drop its paths (removing the
+/// Catches the first SIGINT/SIGTERM/SIGHUP so that a program can stop, drop its paths (removing the
 /// namespaces) and exit; a second signal acts as usual. See [`interrupted`].
 pub fn on_interrupt() {
     sys::catch_interrupts();

@@ -147,10 +147,12 @@ extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Catches the first SIGINT and SIGTERM (a second one acts as usual): [`interrupted`] turns
-/// true and the program can stop and drop its paths, which removes the namespaces.
+/// Catches the first SIGINT, SIGTERM and SIGHUP (a second one acts as usual):
+/// [`interrupted`] turns true and the program can stop and undo what it set up (drop its
+/// paths, which removes the namespaces; detach and restore what `nagless fix` changed), also
+/// when the terminal or ssh session it ran in goes away.
 pub fn catch_interrupts() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: a zeroed sigaction with a plain handler, SA_RESETHAND so that the next
         // signal has its default action; the handler only stores an atomic.
         unsafe {
