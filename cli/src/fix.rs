@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
 use nagless_fix::attach::{self, Attached};
-use nagless_fix::{existing, plan, target, Action, Ports, Selector};
+use nagless_fix::{existing, observe, plan, target, Action, Ports, Selector};
 
 use crate::parse_duration;
 
@@ -28,6 +28,9 @@ WHAT IT DOES
   --ack-delay-max D  the receiver's side, for a peer you cannot change: delayed ACKs of this
                      process wait at most D (more than one kernel tick: 4 ms at HZ=250). New
                      connections: Linux 5.10; existing ones: TCP_DELACK_MAX_US, Linux 6.15.
+  (neither)          it watches the target for --observe (5 s) first and chooses from the
+                     stalls it sees: its own writes held (--nodelay), local peers' writes held
+                     by its ACKs (--ack-delay-max of two ticks); nothing seen is an error.
 
 SELECTION
   --pid PID          the process and its children: their cgroup when it holds nothing else,
@@ -75,6 +78,10 @@ pub struct FixArgs {
     /// Bound the delayed ACK to this (the receiver's side), e.g. 8ms.
     #[arg(long, value_parser = parse_duration)]
     ack_delay_max: Option<Duration>,
+    /// With neither --nodelay nor --ack-delay-max: how long to watch the target first, to
+    /// choose the fix from the stalls seen.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    observe: Duration,
     /// How long to keep the fix (0: until Ctrl-C or SIGTERM).
     #[arg(long, default_value = "0", value_parser = parse_duration)]
     duration: Duration,
@@ -126,18 +133,36 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     }
     let sel =
         sel.ok_or_else(|| crate::usage("say what to fix: --pid, --cgroup, --unit or --container"))?;
-    let action = Action {
-        nodelay: a.nodelay,
-        ack_delay_max: a.ack_delay_max,
-    };
-    action
-        .check(nagless_fix::tick())
-        .map_err(|e| crate::usage(e.to_string()))?;
     let ports = Ports::new(&a.port).map_err(|e| crate::usage(e.to_string()))?;
     let t = target::resolve(&sel).map_err(|e| match e {
         target::TargetError::Io(e) => anyhow!(e),
         e => crate::usage(e.to_string()),
     })?;
+    let mut action = Action {
+        nodelay: a.nodelay,
+        ack_delay_max: a.ack_delay_max,
+    };
+    if !action.nodelay && action.ack_delay_max.is_none() {
+        nagless_netpath::on_interrupt();
+        let seen = observe::observe(&t, &ports, a.observe, nagless_netpath::interrupted)
+            .map_err(|e| anyhow!("watching the target to choose the fix: {e}"))?;
+        action = seen.action(nagless_fix::tick()).ok_or_else(|| {
+            crate::usage(format!(
+                "nothing to do: no stall of the target in {:?} of watching; give --nodelay (its writes wait) or --ack-delay-max DUR (its peers' writes wait for its ACKs)",
+                a.observe
+            ))
+        })?;
+        println!(
+            "nagless fix: in {:?}, {} stall(s) of its own writes and {} of local peers waiting for its ACKs: {}",
+            a.observe,
+            seen.own,
+            seen.peers,
+            action.describe()
+        );
+    }
+    action
+        .check(nagless_fix::tick())
+        .map_err(|e| crate::usage(e.to_string()))?;
     if t.cgroup.is_some() {
         let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         if let Some(have) = plan::parse_release(&release) {

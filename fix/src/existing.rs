@@ -85,7 +85,7 @@ pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64
 }
 
 /// A process's socket descriptors and their inodes.
-fn sockets(pid: u32) -> BTreeMap<i32, u64> {
+pub(crate) fn sockets(pid: u32) -> BTreeMap<i32, u64> {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return BTreeMap::new();
     };

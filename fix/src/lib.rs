@@ -12,11 +12,13 @@
 //! - [`attach`]: every new one, by a BPF `sock_ops` program on the selection's cgroup that
 //!   sets the options as each connection is established (fix/bpf/fix.bpf.c).
 //!
-//! [`plan`] checks what is asked (pure); [`target`] resolves the selection. `docs/fix.md`
+//! [`plan`] checks what is asked (pure); [`target`] resolves the selection; [`observe`]
+//! chooses the fix from what `nagless watch` sees when none is asked for. `docs/fix.md`
 //! says how it works and what it cannot do.
 
 pub mod attach;
 pub mod existing;
+pub mod observe;
 pub mod plan;
 mod sys;
 pub mod target;
