@@ -116,7 +116,7 @@ mod tests {
     #[test]
     fn ports_come_from_the_rows_of_the_processes_sockets() {
         let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0
+   0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0
    1: 0100007F:9C40 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 99 1 0 20 4 30 10 -1
 ";
         assert_eq!(ports_of(text, &BTreeSet::from([4242])), vec![8000]);
