@@ -294,7 +294,7 @@ fn stalled_lines(stalled: &[Row], own_netns: u64, pins: &[Pin], out: &mut String
                 Some(p) => {
                     let _ = writeln!(
                         out,
-                        "  a pinned `nagless fix` covers its new connections ({})",
+                        "  a `nagless fix` covers its new connections ({})",
                         p.what
                     );
                 }
@@ -317,8 +317,8 @@ fn stalled_lines(stalled: &[Row], own_netns: u64, pins: &[Pin], out: &mut String
     }
 }
 
-/// A fix pinned on this host (`nagless fix --persist`): which cgroup (relative to the
-/// cgroup v2 mount, as rows name theirs), which ports, and what it sets.
+/// A `nagless fix` on this host (pinned with `--persist`, or running): which cgroup
+/// (relative to the cgroup v2 mount, as rows name theirs), which ports, and what it sets.
 struct Pin {
     cgroup: String,
     ports: Vec<u16>,
@@ -326,23 +326,48 @@ struct Pin {
 }
 
 impl Pin {
-    /// Every fix pinned on this host (none when there is no cgroup v2 or no bpffs).
+    /// Every fix on this host: pinned ones (their options and ports known), then running
+    /// ones (a `nagless fix` attached to a cgroup; options not known: taken as covering).
+    /// None when there is no cgroup v2.
     fn all() -> Vec<Pin> {
         let Ok(root) = nagless_fix::target::cgroup2_root() else {
             return Vec::new();
         };
-        nagless_fix::attach::pinned(&root)
-            .into_iter()
+        let relative =
+            |dir: &std::path::Path| Some(format!("/{}", dir.strip_prefix(&root).ok()?.display()));
+        let pinned = nagless_fix::attach::pinned(&root);
+        let mut pins: Vec<Pin> = pinned
+            .iter()
             .filter_map(|p| {
-                let cgroup = p.cgroup?.strip_prefix(&root).ok()?.display().to_string();
                 let (action, ports) = p.config?.action();
+                let cgroup = relative(p.cgroup.as_ref()?)?;
                 (action.nodelay).then(|| Pin {
-                    cgroup: format!("/{cgroup}"),
+                    cgroup,
                     ports: ports.as_slice().to_vec(),
-                    what: format!("{} on {}", action.describe(), p.dir.display()),
+                    what: format!("pinned: {} on {}", action.describe(), p.dir.display()),
                 })
             })
-            .collect()
+            .collect();
+        let pinned_ids: Vec<u64> = pinned
+            .iter()
+            .filter_map(|p| nagless_fix::attach::cgroup_id(p.cgroup.as_ref()?).ok())
+            .collect();
+        for id in nagless_fix::attach::attached_cgroups() {
+            if pinned_ids.contains(&id) {
+                continue;
+            }
+            let Some(dir) = nagless_fix::attach::find_cgroup(&root, id) else {
+                continue;
+            };
+            if let Some(cgroup) = relative(&dir) {
+                pins.push(Pin {
+                    what: format!("running on {}", dir.display()),
+                    cgroup,
+                    ports: Vec::new(),
+                });
+            }
+        }
+        pins
     }
 
     /// Whether the pin sets TCP_NODELAY on the row's new connections: the row's cgroup is
@@ -828,7 +853,7 @@ mod tests {
         let pins = [Pin {
             cgroup: "/apps".into(),
             ports: vec![3000],
-            what: "TCP_NODELAY on /sys/fs/bpf/nagless-fix/7".into(),
+            what: "pinned: TCP_NODELAY on /sys/fs/bpf/nagless-fix/7".into(),
         }];
         let mut rows = rows;
         rows[2].cgroup = Some("/apps/node".into());
@@ -839,7 +864,7 @@ mod tests {
             "1 python3 a.py :8000: 10 stall(s), 400.0 ms lost\n  \
              repair it live: nagless fix --pid 1 --port 8000 --nodelay\n\
              3 node server.js :3000: 2 stall(s), 80.0 ms lost\n  \
-             a pinned `nagless fix` covers its new connections (TCP_NODELAY on /sys/fs/bpf/nagless-fix/7)\n  \
+             a `nagless fix` covers its new connections (pinned: TCP_NODELAY on /sys/fs/bpf/nagless-fix/7)\n  \
              peers ACK with a 40 ms delayed-ACK timer, as Linux and FreeBSD (since 2020) have.\n  \
              fix [1]: fix for Linux40ms\n\
              2 java com.example.Main (java.service) :9000: 5 stall(s), 200.0 ms lost\n  \

@@ -190,8 +190,14 @@ fn a_running_server_is_fixed_without_restart_and_the_fix_undone() {
     assert!(before >= 30.0, "no stall to fix: {before:.1} ms");
 
     let cgroup = cg.dir.to_str().unwrap().to_owned();
+    let id = nagless_fix::attach::cgroup_id(&cg.dir).unwrap();
     let (child, line) = start_fix(&["--cgroup", &cgroup, "--nodelay", "--duration", "3s"]);
     assert!(line.contains("1 existing connection(s) changed"), "{line}");
+    // It is seen attached (as `nagless watch` looks for it), and to that cgroup only.
+    let attached = nagless_fix::attach::attached_cgroups();
+    assert!(attached.contains(&id), "{attached:?}");
+    let other_id = nagless_fix::attach::cgroup_id(&other.dir).unwrap();
+    assert!(!attached.contains(&other_id), "{attached:?}");
     let during = gets(&mut kept);
     let fresh = gets(&mut connect(port));
     let neighbour = gets(&mut connect(port2));
@@ -205,6 +211,7 @@ fn a_running_server_is_fixed_without_restart_and_the_fix_undone() {
         "the neighbouring cgroup's connection changed: {neighbour:.1} ms"
     );
     finish_fix(child);
+    assert!(!nagless_fix::attach::attached_cgroups().contains(&id));
     // Undone: the kept connection has its option back, and stalls again.
     let after = gets(&mut kept);
     assert!(after >= 30.0, "not undone: {after:.1} ms");

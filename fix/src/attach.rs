@@ -75,7 +75,7 @@ pub struct Attached {
     cgroup: PathBuf,
 }
 
-/// The id of a cgroup (v2): its directory's inode.
+/// The id of a cgroup (v2): its directory's inode (as BPF links name the cgroup).
 pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
     fs::metadata(dir).map(|m| m.ino())
 }
@@ -235,6 +235,30 @@ pub fn pinned(cgroup_root: &Path) -> Vec<Pinned> {
     out
 }
 
+/// The cgroups (by id) that a `nagless fix` program is attached to now, pinned or running:
+/// every sock_ops link of the host whose program is `fix_sockops`.
+pub fn attached_cgroups() -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut id = 0;
+    while let Some(next) = sys::link_next_id(id) {
+        id = next;
+        let Ok(link) = sys::link_by_id(id) else {
+            continue;
+        };
+        let Ok((attach_type, cgroup)) = sys::cgroup_link_info(link.as_fd()) else {
+            continue;
+        };
+        let ours = sys::is_sock_ops(attach_type)
+            && sys::link_prog_id(link.as_fd())
+                .and_then(sys::prog_name)
+                .is_ok_and(|n| n == "fix_sockops");
+        if ours {
+            out.push(cgroup);
+        }
+    }
+    out
+}
+
 /// Removes a pinned fix: its link goes (the program detaches), then its maps.
 pub fn remove(p: &Pinned) -> std::io::Result<()> {
     for name in ["link", "config", "counters"] {
@@ -247,7 +271,7 @@ pub fn remove(p: &Pinned) -> std::io::Result<()> {
 }
 
 /// The cgroup directory whose id is `id`, under `root`.
-fn find_cgroup(root: &Path, id: u64) -> Option<PathBuf> {
+pub fn find_cgroup(root: &Path, id: u64) -> Option<PathBuf> {
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
         if cgroup_id(&d).ok() == Some(id) {

@@ -177,6 +177,52 @@ pub fn cgroup_link_info(link: BorrowedFd) -> io::Result<(u32, u64)> {
     Ok((attach_type, cgroup_id))
 }
 
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
+const BPF_LINK_GET_NEXT_ID: libc::c_long = 31;
+
+/// The id of the next BPF link after `id` on this host (`None` at the end).
+pub fn link_next_id(id: u32) -> Option<u32> {
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, id); // start_id
+    bpf(BPF_LINK_GET_NEXT_ID, &mut attr).ok()?;
+    Some(u32::from_ne_bytes(attr[4..8].try_into().unwrap())) // next_id
+}
+
+/// A descriptor of the BPF link `id`.
+pub fn link_by_id(id: u32) -> io::Result<OwnedFd> {
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, id); // link_id
+    owned(bpf(BPF_LINK_GET_FD_BY_ID, &mut attr)?)
+}
+
+/// The program id of a BPF link (`struct bpf_link_info`'s prog_id).
+pub fn link_prog_id(link: BorrowedFd) -> io::Result<u32> {
+    let mut info = [0u8; 64];
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, link.as_raw_fd() as u32);
+    put_u32(&mut attr, 4, info.len() as u32);
+    put_u64(&mut attr, 8, info.as_mut_ptr() as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    Ok(u32::from_ne_bytes(info[8..12].try_into().unwrap()))
+}
+
+/// The name of the BPF program `id` (`struct bpf_prog_info`'s name, at most 15 bytes).
+pub fn prog_name(id: u32) -> io::Result<String> {
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, id); // prog_id
+    let prog = owned(bpf(BPF_PROG_GET_FD_BY_ID, &mut attr)?)?;
+    let mut info = [0u8; 96];
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, prog.as_raw_fd() as u32);
+    put_u32(&mut attr, 4, info.len() as u32);
+    put_u64(&mut attr, 8, info.as_mut_ptr() as u64);
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    let name = &info[64..80];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
+
 /// Whether `attach_type` is the sock_ops one.
 pub fn is_sock_ops(attach_type: u32) -> bool {
     attach_type == BPF_CGROUP_SOCK_OPS
