@@ -541,6 +541,33 @@ fn the_fix_is_chosen_from_what_watch_sees() {
     let _ = std::fs::remove_dir_all(&www);
 }
 
+/// `--pid` of a process that shares its cgroup (here, the test's own) changes only its own
+/// connections, looking again for new ones; when it exits, the fix ends at once, cleanly.
+#[test]
+fn a_process_that_exits_mid_way_ends_the_fix() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _x = exclusive();
+    let mut short = Command::new("sleep").arg("1").spawn().unwrap();
+    let t = Instant::now();
+    let o = fix(&[
+        "--pid",
+        &short.id().to_string(),
+        "--nodelay",
+        "--duration",
+        "20s",
+    ]);
+    let _ = short.wait();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        out.contains("their cgroup holds others") && out.contains("exited"),
+        "{out}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
 #[test]
 fn bad_requests_are_refused_before_anything_is_attached() {
     let o = fix(&["--pid", "999999999", "--nodelay"]);

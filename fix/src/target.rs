@@ -82,6 +82,14 @@ fn cgroup_of(pid: u32) -> Result<String, TargetError> {
         .to_string())
 }
 
+/// Whether process `pid` is gone or a zombie (exited, not yet reaped by its parent).
+fn exited(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+    })
+}
+
 /// `pid` and every process descended from it, from `(pid, parent)` pairs.
 pub fn tree(pid: u32, parents: &[(u32, u32)]) -> BTreeSet<u32> {
     let mut set = BTreeSet::from([pid]);
@@ -155,6 +163,9 @@ pub fn resolve(sel: &Selector) -> Result<Target, TargetError> {
     };
     match sel {
         Selector::Pid(pid) => {
+            if exited(*pid) {
+                return Err(TargetError::NoProcess(*pid));
+            }
             let path = cgroup_of(*pid)?;
             let dir = root.join(path.trim_start_matches('/'));
             let mine = tree(*pid, &parents());
