@@ -112,7 +112,8 @@ pub fn attach(cgroup: &Path, config: &Config) -> Result<Attached, AttachError> {
     })
 }
 
-fn counters_of(map: PerCpuArray<&MapData, u64>) -> Counters {
+/// The counters of a `counters` map (the attached program's, or a pinned one's).
+fn counters_of<T: std::borrow::Borrow<MapData>>(map: PerCpuArray<T, u64>) -> Counters {
     let sum = |i: u32| map.get(&i, 0).map_or(0, |v| v.iter().sum());
     Counters {
         established: sum(0),
@@ -212,16 +213,7 @@ pub fn pinned(cgroup_root: &Path) -> Vec<Pinned> {
                 .ok()
                 .map(aya::maps::Map::PerCpuArray)
                 .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-                .map(|a| {
-                    let sum = |i: u32| a.get(&i, 0).map_or(0, |v| v.iter().sum());
-                    Counters {
-                        established: sum(0),
-                        selected: sum(1),
-                        nodelay_set: sum(2),
-                        delack_set: sum(3),
-                        refused: sum(4),
-                    }
-                })
+                .map(counters_of)
                 .unwrap_or_default();
             Pinned {
                 dir,
@@ -272,19 +264,7 @@ pub fn remove(p: &Pinned) -> std::io::Result<()> {
 
 /// The cgroup directory whose id is `id`, under `root`.
 pub fn find_cgroup(root: &Path, id: u64) -> Option<PathBuf> {
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        if cgroup_id(&d).ok() == Some(id) {
-            return Some(d);
-        }
-        if let Ok(entries) = fs::read_dir(&d) {
-            stack.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    None
+    crate::target::cgroup_dirs(root)
+        .into_iter()
+        .find(|d| cgroup_id(d).ok() == Some(id))
 }

@@ -128,14 +128,11 @@ fn parents() -> Vec<(u32, u32)> {
         .collect()
 }
 
-/// The processes of a cgroup and of its descendants.
-pub fn procs_under(dir: &Path) -> BTreeSet<u32> {
-    let mut out = BTreeSet::new();
+/// A cgroup directory and every cgroup directory below it.
+pub fn cgroup_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        if let Ok(text) = fs::read_to_string(d.join("cgroup.procs")) {
-            out.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-        }
         if let Ok(entries) = fs::read_dir(&d) {
             stack.extend(
                 entries
@@ -144,8 +141,22 @@ pub fn procs_under(dir: &Path) -> BTreeSet<u32> {
                     .map(|e| e.path()),
             );
         }
+        out.push(d);
     }
     out
+}
+
+/// The processes of a cgroup and of its descendants.
+pub fn procs_under(dir: &Path) -> BTreeSet<u32> {
+    cgroup_dirs(dir)
+        .iter()
+        .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|l| l.trim().parse::<u32>().ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Resolves a selection on this host.
