@@ -364,6 +364,15 @@ async fn bytes_made_due_on_a_full_socket(how: MakeDue) {
     let (l, addr) = listen();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut peer, _) = l.accept().unwrap();
+    // Fixed buffer sizes on both ends: a kernel that grows them on its own (receive-buffer
+    // autotuning, send-buffer expansion as ACKs come back) would make room while the test
+    // expects none.
+    socket2::SockRef::from(&peer)
+        .set_recv_buffer_size(16 * 1024)
+        .unwrap();
+    socket2::SockRef::from(&tcp)
+        .set_send_buffer_size(16 * 1024)
+        .unwrap();
     // Fill the socket through a second descriptor of it: the kernel's buffers are full and
     // the stream's own queue is empty.
     let mut filler = std::net::TcpStream::from(dup(&tcp));
