@@ -39,6 +39,9 @@ PATHS
   of one bandwidth-delay product (--queue BYTES), --mtu 1500, --loss 0.5% (seeded: --seed N).
   A list (--rtt 1ms,10ms,50ms) runs a sweep. Example:
     sudo nagless lab split-write --rtt 1ms,20ms --rate 100mbit
+  --peer-ack-delay 200ms (or windows, macos) makes the server end acknowledge as a host whose
+  delayed-ACK timer is longer than Linux's 40 ms: the link holds its pure ACKs to that timer.
+    sudo nagless lab bgp-burst --rtt 4ms --peer-ack-delay windows
 
 EXIT STATUS
   0 success, 1 a run failed, 2 bad arguments.";
@@ -103,6 +106,10 @@ pub struct LabArgs {
     /// Seed of the emulated link's loss (runs with the same seed lose the same packets).
     #[arg(long, default_value_t = 1, requires = "rtt")]
     seed: u64,
+    /// The server end's delayed-ACK timer on the emulated link, as a host that is not Linux
+    /// would run it: a duration (8ms..=1s) or `windows` (200 ms) or `macos` (100 ms).
+    #[arg(long, value_name = "DUR", value_parser = parse_peer_ack_delay, requires = "rtt")]
+    peer_ack_delay: Option<Duration>,
     /// Run each published case's headline case and print the figures its text reports beside ours
     /// (as root also on emulated paths like the texts describe: a LAN and a 30 ms path).
     #[arg(long, conflicts_with_all = ["scenario", "client", "server", "k", "mss"])]
@@ -217,6 +224,7 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
                 loss_ppm: args.loss.unwrap_or(0),
                 queue_bytes: args.queue,
                 seed: args.seed,
+                peer_ack_delay_us: args.peer_ack_delay.map(|d| d.as_micros() as u64),
             };
             for c in &cases {
                 plan.cases.push((
@@ -268,6 +276,20 @@ fn parse_rtt(s: &str) -> Result<Duration, String> {
     let d = crate::parse_duration(s)?;
     if d > Duration::from_secs(10) {
         return Err(format!("{s:?}: an RTT must be 0..=10 s"));
+    }
+    Ok(d)
+}
+
+/// A delayed-ACK timer: `200ms`, or a named host (`windows` 200 ms, `macos` 100 ms).
+fn parse_peer_ack_delay(s: &str) -> Result<Duration, String> {
+    let d = match s.to_ascii_lowercase().as_str() {
+        "windows" => Duration::from_millis(200),
+        "macos" => Duration::from_millis(100),
+        _ => crate::parse_duration(s)
+            .map_err(|e| format!("{e} (or a host: windows = 200ms, macos = 100ms)"))?,
+    };
+    if !(Duration::from_millis(8)..=Duration::from_secs(1)).contains(&d) {
+        return Err(format!("{s:?}: a delayed-ACK timer must be 8ms..=1s"));
     }
     Ok(d)
 }

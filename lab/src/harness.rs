@@ -22,7 +22,7 @@ pub struct Path {
 }
 
 /// An emulated link ([`nagless_netpath`]): what `--rtt`, `--rate`, `--mtu`, `--loss`,
-/// `--queue` and `--seed` ask for.
+/// `--queue`, `--seed` and `--peer-ack-delay` ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Link {
     /// Round-trip time, µs.
@@ -37,18 +37,22 @@ pub struct Link {
     pub queue_bytes: Option<u64>,
     /// Seed of the loss generators.
     pub seed: u64,
+    /// The server end's delayed-ACK timer, µs, when it acts as a host whose timer is longer
+    /// than Linux's 40 ms (`None`: its own kernel's).
+    pub peer_ack_delay_us: Option<u64>,
 }
 
 impl serde::Serialize for Link {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("Link", 6)?;
+        let mut st = s.serialize_struct("Link", 7)?;
         st.serialize_field("rtt_us", &self.rtt_us)?;
         st.serialize_field("rate_bps", &self.rate_bps)?;
         st.serialize_field("mtu", &self.mtu)?;
         st.serialize_field("loss", &(f64::from(self.loss_ppm) / 1e6))?;
         st.serialize_field("queue_bytes", &self.queue_bytes)?;
         st.serialize_field("seed", &self.seed)?;
+        st.serialize_field("peer_ack_delay_us", &self.peer_ack_delay_us)?;
         st.end()
     }
 }
@@ -63,10 +67,13 @@ impl Link {
             loss: f64::from(self.loss_ppm) / 1e6,
             queue_bytes: self.queue_bytes.map(|q| q as usize),
             seed: self.seed,
+            server_ack_delay: self.peer_ack_delay_us.map(Duration::from_micros),
+            client_ack_delay: None,
         }
     }
 
-    /// A short label: `rtt20ms`, with `/100mbit`, `/mtu1400`, `/loss0.5%` when set.
+    /// A short label: `rtt20ms`, with `/100mbit`, `/mtu1400`, `/loss0.5%`, `/peer-ack200ms`
+    /// when set.
     pub fn label(&self) -> String {
         let ms = self.rtt_us as f64 / 1000.0;
         let mut l = format!("rtt{ms}ms");
@@ -78,6 +85,9 @@ impl Link {
         }
         if self.loss_ppm > 0 {
             l += &format!("/loss{}%", f64::from(self.loss_ppm) / 1e4);
+        }
+        if let Some(d) = self.peer_ack_delay_us {
+            l += &format!("/peer-ack{}ms", d as f64 / 1000.0);
         }
         l
     }

@@ -62,6 +62,7 @@ pub fn link(rtt_us: u64) -> crate::harness::Link {
         loss_ppm: 0,
         queue_bytes: None,
         seed: 1,
+        peer_ack_delay_us: None,
     }
 }
 

@@ -18,6 +18,7 @@ fn write_write_read_across_20_ms_costs_the_round_trip_under_nagless_only() {
         loss_ppm: 0,
         queue_bytes: None,
         seed: 1,
+        peer_ack_delay_us: None,
     };
     let net = match EmulatedPath::new(&link.spec()) {
         Ok(n) => n,

@@ -29,6 +29,7 @@
 //! reads a packet one wake-up after it came, so packets read after a sleep are dated back by
 //! the typical wake-up, measured when the path is made.
 
+pub mod ack_timer;
 pub mod link;
 mod sys;
 
@@ -36,10 +37,11 @@ use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::ack_timer::{AckTimer, Decision, Segment};
 use crate::link::{Link, LinkSpec, Verdict};
 
 /// How close to a packet's delivery time the forwarder stops sleeping and polls instead.
@@ -77,6 +79,12 @@ pub struct PathSpec {
     pub queue_bytes: Option<usize>,
     /// Seed of the loss generators.
     pub seed: u64,
+    /// The server end's delayed-ACK timer, when it is to act as a host whose timer is longer
+    /// than Linux's (Windows: 200 ms, macOS: 100 ms): the path holds the server's pure ACKs
+    /// to it ([`ack_timer`]). `None`: the server's own kernel (Linux, 40 ms).
+    pub server_ack_delay: Option<Duration>,
+    /// The same for the client end.
+    pub client_ack_delay: Option<Duration>,
 }
 
 impl Default for PathSpec {
@@ -88,6 +96,8 @@ impl Default for PathSpec {
             loss: 0.0,
             queue_bytes: None,
             seed: 1,
+            server_ack_delay: None,
+            client_ack_delay: None,
         }
     }
 }
@@ -129,6 +139,16 @@ impl PathSpec {
         if self.rate_bps == Some(0) {
             return Err(PathError::Invalid("rate 0".into()));
         }
+        for d in [self.server_ack_delay, self.client_ack_delay]
+            .into_iter()
+            .flatten()
+        {
+            if d.is_zero() || d > Duration::from_secs(1) {
+                return Err(PathError::Invalid(format!(
+                    "delayed-ACK timer {d:?} is not in (0, 1 s]"
+                )));
+            }
+        }
         Ok(())
     }
 }
@@ -158,6 +178,8 @@ pub struct PathStats {
     pub lost: u64,
     /// Packets dropped by a full queue.
     pub queue_drops: u64,
+    /// Pure ACKs held to an emulated delayed-ACK timer (released or superseded).
+    pub acks_held: u64,
 }
 
 #[derive(Default)]
@@ -165,6 +187,16 @@ struct Counters {
     delivered: AtomicU64,
     lost: AtomicU64,
     queue_drops: AtomicU64,
+    acks_held: AtomicU64,
+}
+
+/// The delayed-ACK timers a forwarder consults: the one of the end it delivers to (which
+/// learns when data reaches that end) and the one of the end it reads from (which decides
+/// whether a pure ACK waits).
+#[derive(Clone, Default)]
+struct Timers {
+    of_receiver: Option<Arc<Mutex<AckTimer>>>,
+    of_sender: Option<Arc<Mutex<AckTimer>>>,
 }
 
 /// A client namespace and a server namespace joined by an emulated link; removed on drop.
@@ -267,10 +299,36 @@ impl EmulatedPath {
         // A sleeping forwarder reads a packet one wake-up after it came; the packet is dated
         // back by the typical wake-up (at most 100 µs), or every hop would be that much long.
         let late = sys::wake_latency().min(Duration::from_micros(100));
-        path.forwarders
-            .push(path.forwarder(Arc::clone(&c), Arc::clone(&s), spec.seed, late));
-        path.forwarders
-            .push(path.forwarder(s, c, spec.seed.wrapping_add(1), late));
+        // Both directions share one clock: an end's timer learns arrivals from one forwarder
+        // and judges that end's ACKs in the other.
+        #[allow(clippy::disallowed_methods)] // the forwarders run on real time
+        let start = Instant::now();
+        let mss = spec.mtu as usize - 52;
+        let timer = |d: Option<Duration>| d.map(|d| Arc::new(Mutex::new(AckTimer::new(d, mss))));
+        let (client_timer, server_timer) =
+            (timer(spec.client_ack_delay), timer(spec.server_ack_delay));
+        let to_server = Timers {
+            of_receiver: server_timer.clone(),
+            of_sender: client_timer.clone(),
+        };
+        let to_client = Timers {
+            of_receiver: client_timer,
+            of_sender: server_timer,
+        };
+        path.forwarders.push(path.forwarder(
+            Arc::clone(&c),
+            Arc::clone(&s),
+            spec.seed,
+            late,
+            (start, to_server),
+        ));
+        path.forwarders.push(path.forwarder(
+            s,
+            c,
+            spec.seed.wrapping_add(1),
+            late,
+            (start, to_client),
+        ));
         Ok(path)
     }
 
@@ -281,6 +339,7 @@ impl EmulatedPath {
         to: Arc<OwnedFd>,
         seed: u64,
         late: Duration,
+        (start, timers): (Instant, Timers),
     ) -> JoinHandle<()> {
         let stop = Arc::clone(&self.stop);
         let counters = Arc::clone(&self.counters);
@@ -289,13 +348,30 @@ impl EmulatedPath {
             .name("nagless-link".into())
             .spawn(move || {
                 sys::precise_timers();
-                #[allow(clippy::disallowed_methods)] // the forwarder runs on real time
-                let start = Instant::now();
                 let mut queue: std::collections::VecDeque<(Duration, Vec<u8>)> = Default::default();
+                // Pure ACKs held to the sending end's timer: flow -> (release time, packet).
+                type Ends = ((Ipv4Addr, u16), (Ipv4Addr, u16));
+                let mut held: std::collections::HashMap<Ends, (Duration, Vec<u8>)> =
+                    Default::default();
+                let judge = timers.of_receiver.is_some() || timers.of_sender.is_some();
                 let mut buf = vec![0u8; 65536];
                 let mut last_arrival = Duration::ZERO;
                 while !stop.load(Ordering::Relaxed) {
                     let now = start.elapsed();
+                    if !held.is_empty() {
+                        let due: Vec<Ends> = held
+                            .iter()
+                            .filter(|(_, (at, _))| *at <= now)
+                            .map(|(k, _)| *k)
+                            .collect();
+                        for k in due {
+                            if let Some((_, pkt)) = held.remove(&k) {
+                                if let Verdict::Deliver(at) = link.on_packet(now, pkt.len()) {
+                                    queue.push_back((at, pkt));
+                                }
+                            }
+                        }
+                    }
                     while queue.front().is_some_and(|(at, _)| *at <= now) {
                         if let Some((_, pkt)) = queue.pop_front() {
                             sys::write_packet(to.as_raw_fd(), &pkt);
@@ -304,7 +380,11 @@ impl EmulatedPath {
                     }
                     let wait = queue
                         .front()
-                        .map_or(Duration::from_millis(10), |(at, _)| at.saturating_sub(now));
+                        .map(|(at, _)| *at)
+                        .into_iter()
+                        .chain(held.values().map(|(at, _)| *at))
+                        .min()
+                        .map_or(Duration::from_millis(10), |at| at.saturating_sub(now));
                     // Sleeping costs a wake-up latency (50-100 µs on a VM) at both ends of a
                     // hop; while a packet is due soon, poll without sleeping instead.
                     let sleep = if wait <= SPIN {
@@ -330,8 +410,38 @@ impl EmulatedPath {
                     let arrival = arrival.max(last_arrival);
                     last_arrival = arrival;
                     while let Ok(Some(n)) = sys::read_packet(from.as_raw_fd(), &mut buf) {
+                        let seg = if judge {
+                            Segment::parse(&buf[..n])
+                        } else {
+                            None
+                        };
+                        if let (Some(t), Some(seg)) = (&timers.of_sender, &seg) {
+                            let decision = t
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .from_host(seg, arrival);
+                            match decision {
+                                Decision::Hold(at) => {
+                                    counters.acks_held.fetch_add(1, Ordering::Relaxed);
+                                    let e =
+                                        held.entry((seg.src, seg.dst)).or_insert((at, Vec::new()));
+                                    e.0 = e.0.min(at);
+                                    e.1 = buf[..n].to_vec();
+                                    continue;
+                                }
+                                // A later packet of the flow carries a later ACK.
+                                Decision::Pass => {
+                                    held.remove(&(seg.src, seg.dst));
+                                }
+                            }
+                        }
                         match link.on_packet(arrival, n) {
-                            Verdict::Deliver(at) => queue.push_back((at, buf[..n].to_vec())),
+                            Verdict::Deliver(at) => {
+                                if let (Some(t), Some(seg)) = (&timers.of_receiver, &seg) {
+                                    t.lock().unwrap_or_else(|e| e.into_inner()).to_host(seg, at);
+                                }
+                                queue.push_back((at, buf[..n].to_vec()))
+                            }
                             Verdict::Lost => {
                                 counters.lost.fetch_add(1, Ordering::Relaxed);
                             }
@@ -400,6 +510,7 @@ impl EmulatedPath {
             delivered: self.counters.delivered.load(Ordering::Relaxed),
             lost: self.counters.lost.load(Ordering::Relaxed),
             queue_drops: self.counters.queue_drops.load(Ordering::Relaxed),
+            acks_held: self.counters.acks_held.load(Ordering::Relaxed),
         }
     }
 }

@@ -305,10 +305,80 @@ fn bad_settings_are_refused_before_anything_is_made() {
             rate_bps: Some(0),
             ..PathSpec::default()
         },
+        PathSpec {
+            server_ack_delay: Some(Duration::ZERO),
+            ..PathSpec::default()
+        },
+        PathSpec {
+            client_ack_delay: Some(Duration::from_secs(5)),
+            ..PathSpec::default()
+        },
     ] {
         assert!(matches!(
             EmulatedPath::new(&spec),
             Err(PathError::Invalid(_))
         ));
     }
+}
+
+/// Median time (ms) of 3 rounds in which the client writes a request as two 10-byte writes
+/// (the second waits, under Nagle, for the first one's ACK) and reads a 1-byte answer.
+fn split_request_round_ms(spec: PathSpec) -> Option<f64> {
+    let p = path(spec)?;
+    let server = p.server_addr();
+    let listener = p
+        .run_in_server(|| TcpListener::bind((server, 7002)))
+        .unwrap()
+        .unwrap();
+    let answerer = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut req = [0u8; 20];
+        for _ in 0..3 {
+            s.read_exact(&mut req).unwrap();
+            s.write_all(b"!").unwrap();
+        }
+    });
+    let rounds = p
+        .run_in_client(|| {
+            let mut c = TcpStream::connect((server, 7002)).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut answer = [0u8; 1];
+            (0..3)
+                .map(|_| {
+                    let t = Instant::now();
+                    c.write_all(&[1; 10]).unwrap();
+                    c.write_all(&[2; 10]).unwrap();
+                    c.read_exact(&mut answer).unwrap();
+                    t.elapsed().as_secs_f64() * 1000.0
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap();
+    answerer.join().unwrap();
+    Some(median(rounds))
+}
+
+#[test]
+fn a_server_with_a_200_ms_ack_timer_releases_a_held_write_at_200_ms() {
+    let _one = exclusive();
+    let spec = PathSpec {
+        rtt: Duration::from_millis(2),
+        ..PathSpec::default()
+    };
+    let Some(linux) = split_request_round_ms(spec.clone()) else {
+        return;
+    };
+    let slow = split_request_round_ms(PathSpec {
+        server_ack_delay: Some(Duration::from_millis(200)),
+        ..spec
+    })
+    .unwrap();
+    // Linux's receiver acknowledges within its 40 ms timer (at once early in a connection).
+    assert!(linux < 100.0, "Linux's own timer: {linux:.1} ms per round");
+    // The emulated receiver holds its ACK to 200 ms after the first write reached it.
+    assert!(
+        (150.0..400.0).contains(&slow),
+        "a 200 ms timer: {slow:.1} ms per round"
+    );
 }

@@ -1,0 +1,272 @@
+//! A host whose delayed-ACK timer is longer than Linux's: the path holds the pure ACKs one
+//! end sends, so that end behaves like a Windows (200 ms) or macOS (100 ms) receiver although
+//! its kernel is this machine's Linux. Pure and deterministic (times are passed in), so it is
+//! unit-tested without a clock or a namespace.
+//!
+//! The model is the rule those receivers follow (RFC 1122 4.2.3.2, RFC 9293 3.8.6.3): an ACK
+//! is sent at once when at least two full segments are unacknowledged, and otherwise when the
+//! delayed-ACK timer, started by the first unacknowledged segment, fires; data sent the other
+//! way carries the ACK and cancels the timer. Linux's own receiver acknowledges sooner (a
+//! quick ACK, or its 40 ms timer), so the path sees each of its pure ACKs and decides:
+//!
+//! - a packet with data, SYN, FIN or RST passes, and cancels any ACK held for its flow (it
+//!   carries a later cumulative acknowledgement, as the host's own data would);
+//! - a pure ACK passes when two full segments (2 x MSS) reached the host since the last ACK
+//!   that left, or when no data is waiting for one (a window update, a duplicate ACK);
+//! - otherwise it is held until `delay` after the first data segment it acknowledges reached
+//!   the host; a later pure ACK of the same flow replaces it and keeps that release time.
+//!
+//! Invariant: a held ACK is released no later than `delay` after the first unacknowledged
+//! segment reached the host, and never before Linux sent it.
+
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+/// A TCP flow seen from the host whose ACKs are held: (host address, host port, other
+/// address, other port).
+pub type Flow = (Ipv4Addr, u16, Ipv4Addr, u16);
+
+/// The fields of a TCP/IPv4 packet the model needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Source address and port.
+    pub src: (Ipv4Addr, u16),
+    /// Destination address and port.
+    pub dst: (Ipv4Addr, u16),
+    /// Payload bytes.
+    pub payload: usize,
+    /// SYN, FIN or RST set.
+    pub control: bool,
+}
+
+impl Segment {
+    /// Reads an IPv4 packet as a TUN device gives it (no link header); `None` for anything
+    /// that is not a well-formed, unfragmented TCP/IPv4 packet. Never panics.
+    pub fn parse(pkt: &[u8]) -> Option<Segment> {
+        let ihl = usize::from(*pkt.first()? & 0x0f) * 4;
+        if pkt[0] >> 4 != 4 || ihl < 20 || pkt.len() < ihl + 20 || pkt[9] != 6 {
+            return None;
+        }
+        let total = usize::from(u16::from_be_bytes([pkt[2], pkt[3]]));
+        let tcp = pkt.get(ihl..total.min(pkt.len()))?;
+        let doff = usize::from(tcp.get(12)? >> 4) * 4;
+        if doff < 20 || tcp.len() < doff {
+            return None;
+        }
+        let ip = |at: usize| Ipv4Addr::new(pkt[at], pkt[at + 1], pkt[at + 2], pkt[at + 3]);
+        let port = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
+        Some(Segment {
+            src: (ip(12), port(0)),
+            dst: (ip(16), port(2)),
+            payload: tcp.len() - doff,
+            // FIN 0x01, SYN 0x02, RST 0x04.
+            control: tcp[13] & 0x07 != 0,
+        })
+    }
+
+    /// The flow, seen from the sender of this segment.
+    fn from_sender(&self) -> Flow {
+        (self.src.0, self.src.1, self.dst.0, self.dst.1)
+    }
+
+    /// The flow, seen from the receiver of this segment.
+    fn from_receiver(&self) -> Flow {
+        (self.dst.0, self.dst.1, self.src.0, self.src.1)
+    }
+}
+
+/// What becomes of a packet the host sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// It goes on now; any ACK held for its flow is dropped (this packet supersedes it).
+    Pass,
+    /// A pure ACK to hold until this time (replacing one already held for the flow).
+    Hold(Duration),
+}
+
+/// Data that reached the host and has not been acknowledged by an ACK that left.
+#[derive(Debug, Clone, Copy, Default)]
+struct Waiting {
+    /// When its first segment reached the host.
+    since: Option<Duration>,
+    /// Its payload bytes.
+    bytes: usize,
+}
+
+/// The timer of one host, over all its flows.
+#[derive(Debug)]
+pub struct AckTimer {
+    delay: Duration,
+    mss: usize,
+    flows: HashMap<Flow, Waiting>,
+}
+
+/// Flows remembered at most; beyond, the table starts again (a held ACK then passes early).
+const MAX_FLOWS: usize = 65_536;
+
+impl AckTimer {
+    /// A host that delays its ACKs up to `delay`, with segments of `mss` payload bytes.
+    pub fn new(delay: Duration, mss: usize) -> AckTimer {
+        AckTimer {
+            delay,
+            mss: mss.max(1),
+            flows: HashMap::new(),
+        }
+    }
+
+    /// A segment will reach the host at `at`.
+    pub fn to_host(&mut self, seg: &Segment, at: Duration) {
+        if seg.payload == 0 {
+            return;
+        }
+        if self.flows.len() >= MAX_FLOWS {
+            self.flows.clear();
+        }
+        let w = self.flows.entry(seg.from_receiver()).or_default();
+        w.since = Some(w.since.map_or(at, |s| s.min(at)));
+        w.bytes += seg.payload;
+    }
+
+    /// The host sent `seg`, seen by the path at `now`.
+    pub fn from_host(&mut self, seg: &Segment, now: Duration) -> Decision {
+        let flow = seg.from_sender();
+        let pure_ack = seg.payload == 0 && !seg.control;
+        let w = self.flows.remove(&flow).unwrap_or_default();
+        match w.since {
+            Some(since) if pure_ack && w.bytes < 2 * self.mss => {
+                Decision::Hold((since + self.delay).max(now))
+            }
+            _ => Decision::Pass,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HOST: (Ipv4Addr, u16) = (Ipv4Addr::new(10, 0, 0, 2), 179);
+    const OTHER: (Ipv4Addr, u16) = (Ipv4Addr::new(10, 0, 0, 1), 40000);
+
+    fn to_host(payload: usize) -> Segment {
+        Segment {
+            src: OTHER,
+            dst: HOST,
+            payload,
+            control: false,
+        }
+    }
+
+    fn from_host(payload: usize, control: bool) -> Segment {
+        Segment {
+            src: HOST,
+            dst: OTHER,
+            payload,
+            control,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_lone_small_segment_is_acknowledged_at_the_timer() {
+        let mut t = AckTimer::new(ms(200), 1448);
+        t.to_host(&to_host(19), ms(10));
+        // Linux's own delayed ACK at 40 ms is held to 200 ms after the data arrived.
+        assert_eq!(
+            t.from_host(&from_host(0, false), ms(50)),
+            Decision::Hold(ms(210))
+        );
+        // Nothing waits any more: a later pure ACK (a window update) passes.
+        assert_eq!(t.from_host(&from_host(0, false), ms(60)), Decision::Pass);
+    }
+
+    #[test]
+    fn two_full_segments_are_acknowledged_at_once() {
+        let mut t = AckTimer::new(ms(200), 1448);
+        t.to_host(&to_host(1448), ms(1));
+        t.to_host(&to_host(1448), ms(2));
+        assert_eq!(t.from_host(&from_host(0, false), ms(2)), Decision::Pass);
+        t.to_host(&to_host(1448), ms(3));
+        assert_eq!(
+            t.from_host(&from_host(0, false), ms(3)),
+            Decision::Hold(ms(203))
+        );
+    }
+
+    #[test]
+    fn data_from_the_host_carries_the_ack() {
+        let mut t = AckTimer::new(ms(100), 1448);
+        t.to_host(&to_host(100), ms(0));
+        assert_eq!(t.from_host(&from_host(50, false), ms(5)), Decision::Pass);
+        // The data acknowledged everything: the next pure ACK has nothing to wait for.
+        assert_eq!(t.from_host(&from_host(0, false), ms(6)), Decision::Pass);
+        t.to_host(&to_host(1), ms(7));
+        assert_eq!(t.from_host(&from_host(0, true), ms(8)), Decision::Pass);
+    }
+
+    #[test]
+    fn the_timer_runs_from_the_first_waiting_segment() {
+        let mut t = AckTimer::new(ms(200), 1448);
+        t.to_host(&to_host(10), ms(100));
+        t.to_host(&to_host(10), ms(150));
+        assert_eq!(
+            t.from_host(&from_host(0, false), ms(160)),
+            Decision::Hold(ms(300))
+        );
+        // An ACK Linux sends after the timer would have fired is not held longer.
+        t.to_host(&to_host(10), ms(400));
+        assert_eq!(
+            t.from_host(&from_host(0, false), ms(700)),
+            Decision::Hold(ms(700))
+        );
+    }
+
+    #[test]
+    fn flows_are_apart() {
+        let mut t = AckTimer::new(ms(200), 1448);
+        t.to_host(&to_host(10), ms(0));
+        let other = Segment {
+            src: HOST,
+            dst: (OTHER.0, 40001),
+            payload: 0,
+            control: false,
+        };
+        assert_eq!(t.from_host(&other, ms(40)), Decision::Pass);
+        assert_eq!(
+            t.from_host(&from_host(0, false), ms(40)),
+            Decision::Hold(ms(200))
+        );
+    }
+
+    #[test]
+    fn parse_reads_tcp_over_ipv4_and_refuses_the_rest() {
+        // IPv4, IHL 5, total 40 + 3, TCP, 10.0.0.1 -> 10.0.0.2, ports 40000 -> 179, doff 5,
+        // flags ACK|PSH, 3 bytes of payload.
+        let mut p = vec![
+            0x45, 0, 0, 43, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        p.extend_from_slice(&40000u16.to_be_bytes());
+        p.extend_from_slice(&179u16.to_be_bytes());
+        p.extend_from_slice(&[0; 8]);
+        p.extend_from_slice(&[0x50, 0x18, 0, 0, 0, 0, 0, 0]);
+        p.extend_from_slice(b"abc");
+        let s = Segment::parse(&p).unwrap();
+        assert_eq!(s.src, (Ipv4Addr::new(10, 0, 0, 1), 40000));
+        assert_eq!(s.dst, (Ipv4Addr::new(10, 0, 0, 2), 179));
+        assert_eq!((s.payload, s.control), (3, false));
+        let mut syn = p.clone();
+        syn[33] = 0x02;
+        assert!(Segment::parse(&syn).unwrap().control);
+        let mut udp = p.clone();
+        udp[9] = 17;
+        assert_eq!(Segment::parse(&udp), None);
+        for cut in 0..40 {
+            assert_eq!(Segment::parse(&p[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(Segment::parse(&[0x60; 60]), None);
+    }
+}
