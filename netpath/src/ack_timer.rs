@@ -66,12 +66,12 @@ impl Segment {
     }
 
     /// The flow, seen from the sender of this segment.
-    fn from_sender(&self) -> Flow {
+    fn senders_view(&self) -> Flow {
         (self.src.0, self.src.1, self.dst.0, self.dst.1)
     }
 
     /// The flow, seen from the receiver of this segment.
-    fn from_receiver(&self) -> Flow {
+    fn receivers_view(&self) -> Flow {
         (self.dst.0, self.dst.1, self.src.0, self.src.1)
     }
 }
@@ -123,14 +123,14 @@ impl AckTimer {
         if self.flows.len() >= MAX_FLOWS {
             self.flows.clear();
         }
-        let w = self.flows.entry(seg.from_receiver()).or_default();
+        let w = self.flows.entry(seg.receivers_view()).or_default();
         w.since = Some(w.since.map_or(at, |s| s.min(at)));
         w.bytes += seg.payload;
     }
 
     /// The host sent `seg`, seen by the path at `now`.
     pub fn from_host(&mut self, seg: &Segment, now: Duration) -> Decision {
-        let flow = seg.from_sender();
+        let flow = seg.senders_view();
         let pure_ack = seg.payload == 0 && !seg.control;
         let w = self.flows.remove(&flow).unwrap_or_default();
         match w.since {
