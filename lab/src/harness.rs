@@ -217,7 +217,7 @@ fn socket(path: Path) -> io::Result<Socket> {
 
 /// A listener on loopback, or on the server side of the emulated path (a socket stays in
 /// the namespace it was made in, whichever thread uses it).
-fn listener(setup: &Setup<'_>) -> io::Result<TcpListener> {
+pub(crate) fn listener(setup: &Setup<'_>) -> io::Result<TcpListener> {
     let make = |ip: std::net::IpAddr| -> io::Result<TcpListener> {
         let sock = socket(setup.path)?;
         sock.set_reuse_address(true)?;

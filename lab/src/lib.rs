@@ -14,6 +14,7 @@ pub mod scenario;
 pub mod seeds;
 pub mod strategy;
 mod sys;
+mod wrk;
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -87,6 +88,7 @@ impl Plan {
                 out.push((
                     Case::BgpBurst {
                         routes: 255,
+                        per_update: 1,
                         sessions,
                     },
                     path,

@@ -4,7 +4,7 @@
 //! | scenario | source | exchange timed | throughput unit |
 //! |---|---|---|---|
 //! | `split-write` | 003 | one round trip of 1024 B each way, sent as K writes | round trips/s |
-//! | `bgp-burst` | 000 | connect to End-of-RIB received (OPEN, KEEPALIVE, 255 UPDATEs) | sessions/s |
+//! | `bgp-burst` | 000 | connect (SYN) to the first UPDATE leaving (OPENs both ways, KEEPALIVEs, then 255 UPDATEs and End-of-RIB) | sessions/s |
 //! | `framed-window` | 001 | one 4098 B message through a 4096 B window | messages/s |
 //! | `pipelined-read` | 002 | one 8 KiB read request, header and data as two writes | MB/s |
 //! | `http-keepalive` | 004 | one request, response as header then 100 B body | requests/s |
@@ -31,8 +31,12 @@ pub enum Case {
     },
     /// `sessions` connections, each announcing `routes` routes.
     BgpBurst {
-        /// UPDATE messages per session.
+        /// Routes announced per session.
         routes: usize,
+        /// Routes per UPDATE message: 1 sends one UPDATE per route; BIRD packs routes that
+        /// share their attributes into one UPDATE (up to 4096 bytes), as source 000's 255
+        /// routes were.
+        per_update: usize,
         /// Sessions per run.
         sessions: usize,
     },
@@ -60,6 +64,16 @@ pub enum Case {
     HttpKeepalive {
         /// Concurrent connections.
         conns: usize,
+    },
+    /// Source 004's benchmark: Debian's `wrk` (one thread, its own `TCP_NODELAY`) keeps
+    /// `conns` keep-alive connections busy against a server that spends `work_us` of CPU on
+    /// each request before it writes the response as header then body; the strategy is the
+    /// server's.
+    HttpWrk {
+        /// Concurrent connections.
+        conns: usize,
+        /// CPU time the server spends per request, µs.
+        work_us: u64,
     },
     /// The user's own patterns, `rounds` times.
     Custom {
@@ -102,6 +116,7 @@ impl Case {
             Case::FramedWindow { .. } => "framed-window",
             Case::PipelinedRead { .. } => "pipelined-read",
             Case::HttpKeepalive { .. } => "http-keepalive",
+            Case::HttpWrk { .. } => "http-wrk",
             Case::Custom { .. } => "custom",
         }
     }
@@ -110,7 +125,16 @@ impl Case {
     pub fn params(&self) -> String {
         match self {
             Case::SplitWrite { k, rounds } => format!("K={k} rounds={rounds}"),
-            Case::BgpBurst { routes, sessions } => format!("routes={routes} sessions={sessions}"),
+            Case::BgpBurst {
+                routes,
+                per_update: 1,
+                sessions,
+            } => format!("routes={routes} sessions={sessions}"),
+            Case::BgpBurst {
+                routes,
+                per_update,
+                sessions,
+            } => format!("routes={routes} per-update={per_update} sessions={sessions}"),
             Case::FramedWindow {
                 message,
                 window,
@@ -130,6 +154,7 @@ impl Case {
             }
             Case::PipelinedRead { block, depth, .. } => format!("block={block} depth={depth}"),
             Case::HttpKeepalive { conns } => format!("C={conns}"),
+            Case::HttpWrk { conns, work_us } => format!("C={conns} work={work_us}us"),
             Case::Custom {
                 client,
                 server,
@@ -145,7 +170,7 @@ impl Case {
             Case::BgpBurst { .. } => "sess/s",
             Case::FramedWindow { .. } => "msg/s",
             Case::PipelinedRead { .. } => "MB/s",
-            Case::HttpKeepalive { .. } => "req/s",
+            Case::HttpKeepalive { .. } | Case::HttpWrk { .. } => "req/s",
             Case::Custom { .. } => "rounds/s",
         }
     }
@@ -176,9 +201,13 @@ impl Case {
                 let r = patterns(&c, &s, *rounds, strategy, setup, limit)?;
                 result.absorb(r.0, r.1, r.2);
             }
-            Case::BgpBurst { routes, sessions } => {
+            Case::BgpBurst {
+                routes,
+                per_update,
+                sessions,
+            } => {
                 for _ in 0..*sessions {
-                    let r = bgp_session(*routes, strategy, setup)?;
+                    let r = bgp_session(*routes, *per_update, strategy, setup)?;
                     result.absorb(r.0, r.1, r.2);
                     if start.elapsed() > limit {
                         break;
@@ -216,6 +245,16 @@ impl Case {
                     let r = r?;
                     result.absorb(r.0, r.1, r.2);
                 }
+            }
+            Case::HttpWrk { conns, work_us } => {
+                let r = crate::wrk::run(
+                    *conns,
+                    Duration::from_micros(*work_us),
+                    strategy,
+                    setup,
+                    limit,
+                )?;
+                result.absorb(r.0, r.1, r.2);
             }
         }
         result.elapsed = start.elapsed();
@@ -333,8 +372,12 @@ mod bgp {
         message(KEEPALIVE, &[])
     }
 
-    /// An UPDATE announcing one /24 (10.x.y.0/24) with ORIGIN, AS_PATH and NEXT_HOP.
-    pub fn update(i: usize, asn: u16) -> Vec<u8> {
+    /// Routes one UPDATE can carry within BGP's 4096-byte message limit.
+    pub const MAX_ROUTES: usize = 1000;
+
+    /// An UPDATE announcing `n` /24s (10.x.y.0/24, from the `first`) with ORIGIN, AS_PATH
+    /// and NEXT_HOP.
+    pub fn update(first: usize, n: usize, asn: u16) -> Vec<u8> {
         let mut attrs = vec![0x40, 1, 1, 0]; // ORIGIN IGP
         attrs.extend_from_slice(&[0x40, 2, 4, 2, 1]); // AS_PATH: one AS_SEQUENCE of 1
         attrs.extend_from_slice(&asn.to_be_bytes());
@@ -342,7 +385,9 @@ mod bgp {
         let mut b = vec![0, 0];
         b.extend_from_slice(&(attrs.len() as u16).to_be_bytes());
         b.extend_from_slice(&attrs);
-        b.extend_from_slice(&[24, 10, (i >> 8) as u8, i as u8]);
+        for i in first..first + n {
+            b.extend_from_slice(&[24, 10, (i >> 8) as u8, i as u8]);
+        }
         message(UPDATE, &b)
     }
 
@@ -364,10 +409,23 @@ fn read_bgp(conn: &mut Conn) -> io::Result<Vec<u8>> {
     Ok(m)
 }
 
-/// One BGP session (source 000): OPEN and KEEPALIVE exchange, then `routes` UPDATEs and an
-/// End-of-RIB, each its own write; the peer answers End-of-RIB with a KEEPALIVE.
-fn bgp_session(routes: usize, strategy: Strategy, setup: Setup<'_>) -> io::Result<Session> {
+/// One BGP session (source 000), in the order of BGP's state machine (RFC 4271 8.2.2) as
+/// BIRD and its peer run it: both ends send OPEN as soon as the connection is up, each answers
+/// the other's OPEN with a KEEPALIVE, and the client (BIRD), once the peer's KEEPALIVE has
+/// come, sends `routes` UPDATEs and an End-of-RIB, one write each; the peer answers End-of-RIB
+/// with a KEEPALIVE. The peer's KEEPALIVE left before the client's arrived, so it does not
+/// acknowledge it: under Nagle the first UPDATE waits for the peer's delayed ACK.
+///
+/// Timed as the source text timed it: from connect (the SYN) to the first UPDATE leaving the
+/// client, that is its arrival at the peer less the path's one-way delay.
+fn bgp_session(
+    routes: usize,
+    per_update: usize,
+    strategy: Strategy,
+    setup: Setup<'_>,
+) -> io::Result<Session> {
     let (tx, rx) = mpsc::channel::<Instant>();
+    let one_way = Duration::from_micros(setup.path.link.map_or(0, |l| l.rtt_us / 2));
     session(
         setup,
         strategy,
@@ -376,28 +434,38 @@ fn bgp_session(routes: usize, strategy: Strategy, setup: Setup<'_>) -> io::Resul
             read_bgp(conn)?;
             conn.send(&bgp::keepalive(), Burst::Last)?;
             read_bgp(conn)?;
-            for i in 0..routes {
-                conn.send(&bgp::update(i, 65001), Burst::More)?;
+            let per_update = per_update.clamp(1, bgp::MAX_ROUTES);
+            for first in (0..routes).step_by(per_update) {
+                let n = per_update.min(routes - first);
+                conn.send(&bgp::update(first, n, 65001), Burst::More)?;
             }
             conn.send(&bgp::end_of_rib(), Burst::Last)?;
             read_bgp(conn)?;
-            let eor_at = rx
+            let update_at = rx
                 .recv()
-                .map_err(|_| io::Error::other("peer never saw End-of-RIB"))?;
+                .map_err(|_| io::Error::other("peer never saw an UPDATE"))?;
+            let left = update_at.saturating_duration_since(started);
             Ok(ClientReport {
-                latencies_us: vec![eor_at.saturating_duration_since(started).as_micros() as u64],
+                latencies_us: vec![left.saturating_sub(one_way).as_micros() as u64],
                 work: 1.0,
             })
         },
         move |conn| {
-            read_bgp(conn)?;
             conn.send(&bgp::open(65002, [192, 0, 2, 2]), Burst::Last)?;
             read_bgp(conn)?;
             conn.send(&bgp::keepalive(), Burst::Last)?;
+            read_bgp(conn)?;
+            let mut first = true;
             loop {
                 let m = read_bgp(conn)?;
-                if m.len() == 23 && m[18] == bgp::UPDATE {
+                if m[18] != bgp::UPDATE {
+                    continue;
+                }
+                if first {
+                    first = false;
                     let _ = tx.send(Instant::now());
+                }
+                if m.len() == 23 {
                     conn.send(&bgp::keepalive(), Burst::Last)?;
                 }
             }

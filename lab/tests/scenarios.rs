@@ -57,6 +57,7 @@ fn split_write_nagle_stalls_where_nagless_does_not() {
 fn bgp_burst_with_nagless_fills_segments() {
     let case = Case::BgpBurst {
         routes: 255,
+        per_update: 1,
         sessions: 1,
     };
     let burst_bytes: usize = 255 * 45 + 23;

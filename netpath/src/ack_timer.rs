@@ -11,10 +11,13 @@
 //!
 //! - a packet with data, SYN, FIN or RST passes, and cancels any ACK held for its flow (it
 //!   carries a later cumulative acknowledgement, as the host's own data would);
-//! - a pure ACK passes when two full segments (2 x MSS) reached the host since the last ACK
-//!   that left, or when no data is waiting for one (a window update, a duplicate ACK);
+//! - a pure ACK passes when what it newly acknowledges (by its acknowledgement number) is
+//!   two full segments (2 x MSS) or more, or nothing (a window update, a duplicate ACK);
 //! - otherwise it is held until `delay` after the first data segment it acknowledges reached
 //!   the host; a later pure ACK of the same flow replaces it and keeps that release time.
+//!
+//! Segments are matched to acknowledgements by sequence number, so data still on its way to
+//! the host is never taken as acknowledged by a packet the host sent before it arrived.
 //!
 //! Invariant: a held ACK is released no later than `delay` after the first unacknowledged
 //! segment reached the host, and never before Linux sent it.
@@ -38,6 +41,10 @@ pub struct Segment {
     pub payload: usize,
     /// SYN, FIN or RST set.
     pub control: bool,
+    /// Sequence number.
+    pub seq: u32,
+    /// Acknowledgement number (`None` without the ACK flag).
+    pub ack: Option<u32>,
 }
 
 impl Segment {
@@ -56,7 +63,11 @@ impl Segment {
         }
         let ip = |at: usize| Ipv4Addr::new(pkt[at], pkt[at + 1], pkt[at + 2], pkt[at + 3]);
         let port = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
+        let word = |at: usize| u32::from_be_bytes([tcp[at], tcp[at + 1], tcp[at + 2], tcp[at + 3]]);
         Some(Segment {
+            seq: word(4),
+            // ACK 0x10.
+            ack: (tcp[13] & 0x10 != 0).then(|| word(8)),
             src: (ip(12), port(0)),
             dst: (ip(16), port(2)),
             payload: tcp.len() - doff,
@@ -85,13 +96,16 @@ pub enum Decision {
     Hold(Duration),
 }
 
-/// Data that reached the host and has not been acknowledged by an ACK that left.
-#[derive(Debug, Clone, Copy, Default)]
-struct Waiting {
-    /// When its first segment reached the host.
-    since: Option<Duration>,
-    /// Its payload bytes.
-    bytes: usize,
+/// Segments sent to the host and not yet acknowledged by a packet that left it: (end of the
+/// segment's sequence range, when it reaches the host, payload bytes), in sending order.
+type Waiting = std::collections::VecDeque<(u32, Duration, usize)>;
+
+/// Segments waiting per flow at most (older ones count as acknowledged).
+const MAX_WAITING: usize = 4096;
+
+/// `a` at or before `b` in sequence space.
+fn seq_le(a: u32, b: u32) -> bool {
+    b.wrapping_sub(a) < 1 << 31
 }
 
 /// The timer of one host, over all its flows.
@@ -124,17 +138,33 @@ impl AckTimer {
             self.flows.clear();
         }
         let w = self.flows.entry(seg.receivers_view()).or_default();
-        w.since = Some(w.since.map_or(at, |s| s.min(at)));
-        w.bytes += seg.payload;
+        if w.len() >= MAX_WAITING {
+            w.pop_front();
+        }
+        w.push_back((seg.seq.wrapping_add(seg.payload as u32), at, seg.payload));
     }
 
     /// The host sent `seg`, seen by the path at `now`.
     pub fn from_host(&mut self, seg: &Segment, now: Duration) -> Decision {
-        let flow = seg.senders_view();
         let pure_ack = seg.payload == 0 && !seg.control;
-        let w = self.flows.remove(&flow).unwrap_or_default();
-        match w.since {
-            Some(since) if pure_ack && w.bytes < 2 * self.mss => {
+        let Some(ack) = seg.ack else {
+            return Decision::Pass;
+        };
+        let Some(w) = self.flows.get_mut(&seg.senders_view()) else {
+            return Decision::Pass;
+        };
+        // What this packet newly acknowledges.
+        let (mut since, mut bytes) = (None::<Duration>, 0);
+        while let Some(&(end, at, len)) = w.front() {
+            if !seq_le(end, ack) {
+                break;
+            }
+            since = Some(since.map_or(at, |s| s.min(at)));
+            bytes += len;
+            w.pop_front();
+        }
+        match since {
+            Some(since) if pure_ack && bytes < 2 * self.mss => {
                 Decision::Hold((since + self.delay).max(now))
             }
             _ => Decision::Pass,
@@ -149,21 +179,48 @@ mod tests {
     const HOST: (Ipv4Addr, u16) = (Ipv4Addr::new(10, 0, 0, 2), 179);
     const OTHER: (Ipv4Addr, u16) = (Ipv4Addr::new(10, 0, 0, 1), 40000);
 
-    fn to_host(payload: usize) -> Segment {
-        Segment {
-            src: OTHER,
-            dst: HOST,
-            payload,
-            control: false,
-        }
+    /// One flow: the other end's next sequence number (close to the wrap).
+    struct Conv {
+        next: u32,
+        port: u16,
     }
 
-    fn from_host(payload: usize, control: bool) -> Segment {
-        Segment {
-            src: HOST,
-            dst: OTHER,
-            payload,
-            control,
+    impl Conv {
+        fn new() -> Conv {
+            Conv {
+                next: u32::MAX - 100,
+                port: OTHER.1,
+            }
+        }
+
+        /// A segment of `len` bytes to the host.
+        fn to_host(&mut self, len: usize) -> Segment {
+            let seq = self.next;
+            self.next = self.next.wrapping_add(len as u32);
+            Segment {
+                src: (OTHER.0, self.port),
+                dst: HOST,
+                payload: len,
+                control: false,
+                seq,
+                ack: Some(0),
+            }
+        }
+
+        /// A packet from the host acknowledging everything sent so far (less `behind`).
+        fn from_host(&self, payload: usize, control: bool, behind: u32) -> Segment {
+            Segment {
+                src: HOST,
+                dst: (OTHER.0, self.port),
+                payload,
+                control,
+                seq: 0,
+                ack: Some(self.next.wrapping_sub(behind)),
+            }
+        }
+
+        fn ack(&self) -> Segment {
+            self.from_host(0, false, 0)
         }
     }
 
@@ -173,73 +230,71 @@ mod tests {
 
     #[test]
     fn a_lone_small_segment_is_acknowledged_at_the_timer() {
-        let mut t = AckTimer::new(ms(200), 1448);
-        t.to_host(&to_host(19), ms(10));
+        let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
+        t.to_host(&c.to_host(19), ms(10));
         // Linux's own delayed ACK at 40 ms is held to 200 ms after the data arrived.
-        assert_eq!(
-            t.from_host(&from_host(0, false), ms(50)),
-            Decision::Hold(ms(210))
-        );
+        assert_eq!(t.from_host(&c.ack(), ms(50)), Decision::Hold(ms(210)));
         // Nothing waits any more: a later pure ACK (a window update) passes.
-        assert_eq!(t.from_host(&from_host(0, false), ms(60)), Decision::Pass);
+        assert_eq!(t.from_host(&c.ack(), ms(60)), Decision::Pass);
     }
 
     #[test]
     fn two_full_segments_are_acknowledged_at_once() {
-        let mut t = AckTimer::new(ms(200), 1448);
-        t.to_host(&to_host(1448), ms(1));
-        t.to_host(&to_host(1448), ms(2));
-        assert_eq!(t.from_host(&from_host(0, false), ms(2)), Decision::Pass);
-        t.to_host(&to_host(1448), ms(3));
-        assert_eq!(
-            t.from_host(&from_host(0, false), ms(3)),
-            Decision::Hold(ms(203))
-        );
+        let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
+        t.to_host(&c.to_host(1448), ms(1));
+        t.to_host(&c.to_host(1448), ms(2));
+        assert_eq!(t.from_host(&c.ack(), ms(2)), Decision::Pass);
+        t.to_host(&c.to_host(1448), ms(3));
+        assert_eq!(t.from_host(&c.ack(), ms(3)), Decision::Hold(ms(203)));
     }
 
     #[test]
     fn data_from_the_host_carries_the_ack() {
-        let mut t = AckTimer::new(ms(100), 1448);
-        t.to_host(&to_host(100), ms(0));
-        assert_eq!(t.from_host(&from_host(50, false), ms(5)), Decision::Pass);
+        let (mut t, mut c) = (AckTimer::new(ms(100), 1448), Conv::new());
+        t.to_host(&c.to_host(100), ms(0));
+        assert_eq!(
+            t.from_host(&c.from_host(50, false, 0), ms(5)),
+            Decision::Pass
+        );
         // The data acknowledged everything: the next pure ACK has nothing to wait for.
-        assert_eq!(t.from_host(&from_host(0, false), ms(6)), Decision::Pass);
-        t.to_host(&to_host(1), ms(7));
-        assert_eq!(t.from_host(&from_host(0, true), ms(8)), Decision::Pass);
+        assert_eq!(t.from_host(&c.ack(), ms(6)), Decision::Pass);
+        t.to_host(&c.to_host(1), ms(7));
+        assert_eq!(t.from_host(&c.from_host(0, true, 0), ms(8)), Decision::Pass);
+    }
+
+    #[test]
+    fn a_packet_sent_before_data_arrived_does_not_acknowledge_it() {
+        let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
+        // BGP: the peer's KEEPALIVE leaves while BIRD's is still on its way to it.
+        t.to_host(&c.to_host(19), ms(10));
+        assert_eq!(
+            t.from_host(&c.from_host(19, false, 19), ms(9)),
+            Decision::Pass
+        );
+        // The ACK of BIRD's KEEPALIVE is still the peer's timer's.
+        assert_eq!(t.from_host(&c.ack(), ms(50)), Decision::Hold(ms(210)));
     }
 
     #[test]
     fn the_timer_runs_from_the_first_waiting_segment() {
-        let mut t = AckTimer::new(ms(200), 1448);
-        t.to_host(&to_host(10), ms(100));
-        t.to_host(&to_host(10), ms(150));
-        assert_eq!(
-            t.from_host(&from_host(0, false), ms(160)),
-            Decision::Hold(ms(300))
-        );
+        let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
+        t.to_host(&c.to_host(10), ms(100));
+        t.to_host(&c.to_host(10), ms(150));
+        assert_eq!(t.from_host(&c.ack(), ms(160)), Decision::Hold(ms(300)));
         // An ACK Linux sends after the timer would have fired is not held longer.
-        t.to_host(&to_host(10), ms(400));
-        assert_eq!(
-            t.from_host(&from_host(0, false), ms(700)),
-            Decision::Hold(ms(700))
-        );
+        t.to_host(&c.to_host(10), ms(400));
+        assert_eq!(t.from_host(&c.ack(), ms(700)), Decision::Hold(ms(700)));
     }
 
     #[test]
     fn flows_are_apart() {
         let mut t = AckTimer::new(ms(200), 1448);
-        t.to_host(&to_host(10), ms(0));
-        let other = Segment {
-            src: HOST,
-            dst: (OTHER.0, 40001),
-            payload: 0,
-            control: false,
-        };
-        assert_eq!(t.from_host(&other, ms(40)), Decision::Pass);
-        assert_eq!(
-            t.from_host(&from_host(0, false), ms(40)),
-            Decision::Hold(ms(200))
-        );
+        let (mut c, mut d) = (Conv::new(), Conv::new());
+        d.port += 1;
+        t.to_host(&c.to_host(10), ms(0));
+        d.to_host(0);
+        assert_eq!(t.from_host(&d.ack(), ms(40)), Decision::Pass);
+        assert_eq!(t.from_host(&c.ack(), ms(40)), Decision::Hold(ms(200)));
     }
 
     #[test]
@@ -257,7 +312,7 @@ mod tests {
         let s = Segment::parse(&p).unwrap();
         assert_eq!(s.src, (Ipv4Addr::new(10, 0, 0, 1), 40000));
         assert_eq!(s.dst, (Ipv4Addr::new(10, 0, 0, 2), 179));
-        assert_eq!((s.payload, s.control), (3, false));
+        assert_eq!((s.payload, s.control, s.ack), (3, false, Some(0)));
         let mut syn = p.clone();
         syn[33] = 0x02;
         assert!(Segment::parse(&syn).unwrap().control);
