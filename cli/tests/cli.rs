@@ -204,6 +204,49 @@ fn seeds_put_each_source_figure_beside_ours() {
         .find(|l| l.contains("lab:") && l.contains("x nagle's bytes"))
         .unwrap();
     assert!(line.contains("nagless"), "{line}");
+    // Each source's verdict in its text's conditions: within 3x of the text, and nagless
+    // ahead of the text's own fix on time or packets. 000's conditions (a peer with a 200 ms
+    // timer on a 3.7 ms path) need the emulated path, so root; 004 needs Debian's wrk.
+    let verdicts: Vec<&str> = out.lines().filter(|l| l.contains("verdict:")).collect();
+    assert_eq!(verdicts.len(), 5, "{out}");
+    let wrk = common::have_tool("wrk");
+    for (i, v) in verdicts.iter().enumerate() {
+        let needs = match i {
+            0 => common::is_root(),
+            // 002's figure (10 overlapping requests without NODELAY) is not yet steady on
+            // --quick's short runs: one late ACK in a run of a few MB moves it several fold.
+            2 => {
+                assert!(v.contains("of the text"), "{v}");
+                continue;
+            }
+            // 004's ratio (cork over the default, a server spending 350 us of CPU per
+            // request) still moves with the machine's load: printed, not yet asserted.
+            4 => {
+                assert!(!wrk || v.contains("of the text"), "{v}");
+                continue;
+            }
+            _ => true,
+        };
+        if needs {
+            assert!(v.contains(": within 3x)"), "{v}\n{out}");
+        } else {
+            assert!(v.contains("verdict: none"), "{v}");
+        }
+    }
+    // (004's, against cork, is printed but not yet asserted: see above.)
+    let fixes: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("against the text's fix") && !l.contains("fix (cork)"))
+        .collect();
+    assert_eq!(
+        fixes.len(),
+        3 + usize::from(common::is_root()),
+        "{fixes:#?}"
+    );
+    assert!(
+        fixes.iter().all(|l| !l.contains("(not better)")),
+        "{fixes:#?}"
+    );
 }
 
 #[test]
@@ -300,6 +343,15 @@ fn lab_path_options_are_checked() {
         (&["lab", "--rate", "100mbit"][..], "--rtt"),
         (&["lab", "--rtt", "5ms", "--loss", "150%"][..], "loss"),
         (&["lab", "--rtt", "5ms", "--rate", "fast"][..], "rate"),
+        (&["lab", "--peer-ack-delay", "200ms"][..], "--rtt"),
+        (
+            &["lab", "--rtt", "5ms", "--peer-ack-delay", "2ms"][..],
+            "8ms..=1s",
+        ),
+        (
+            &["lab", "--rtt", "5ms", "--peer-ack-delay", "linux"][..],
+            "windows",
+        ),
     ] {
         let o = nagless(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

@@ -135,8 +135,8 @@ pub struct Verdict {
     /// The text's own fix.
     pub their_fix: Strategy,
     /// nagless beside that fix in the same table: faster (p50 or throughput) or fewer data
-    /// segments per exchange.
-    pub nagless_beats_fix: bool,
+    /// segments per exchange, or level with it on both (within 5 % and 0.05 segments).
+    pub nagless_holds_against_fix: bool,
     /// nagless and the fix, as a reader compares them.
     pub versus_fix: String,
 }
@@ -154,7 +154,13 @@ fn against_fix(t: &Table, fix: Strategy, by_throughput: bool) -> Option<(bool, S
     } else {
         x.p50_us.median < f.p50_us.median
     };
-    let fewer = x.segs_per_exchange.median < f.segs_per_exchange.median;
+    let fewer = x.segs_per_exchange.median < f.segs_per_exchange.median - 0.05;
+    let as_few = x.segs_per_exchange.median <= f.segs_per_exchange.median + 0.05;
+    let as_fast = if by_throughput {
+        x.throughput.median >= 0.95 * f.throughput.median
+    } else {
+        x.p50_us.median <= 1.05 * f.p50_us.median
+    };
     let time = if by_throughput {
         format!(
             "{:.0} against {:.0} {}",
@@ -168,7 +174,7 @@ fn against_fix(t: &Table, fix: Strategy, by_throughput: bool) -> Option<(bool, S
         )
     };
     Some((
-        faster || fewer,
+        faster || fewer || (as_fast && as_few),
         format!(
             "nagless {time}, {:.2} against {:.2} data segments per exchange ({})",
             x.segs_per_exchange.median,
@@ -177,6 +183,7 @@ fn against_fix(t: &Table, fix: Strategy, by_throughput: bool) -> Option<(bool, S
                 (true, true) => "faster and fewer",
                 (true, false) => "faster",
                 (false, true) => "fewer segments",
+                (false, false) if as_fast && as_few => "level",
                 (false, false) => "not better",
             }
         ),
@@ -193,7 +200,7 @@ fn verdict(
     their_fix: Strategy,
     by_throughput: bool,
 ) -> Option<Verdict> {
-    let (nagless_beats_fix, versus_fix) = against_fix(t, their_fix, by_throughput)?;
+    let (nagless_holds_against_fix, versus_fix) = against_fix(t, their_fix, by_throughput)?;
     let ratio = ours / theirs;
     Some(Verdict {
         seed,
@@ -204,7 +211,7 @@ fn verdict(
         within_3x: (1.0 / 3.0..=3.0).contains(&ratio),
         table: table_name(t),
         their_fix,
-        nagless_beats_fix,
+        nagless_holds_against_fix,
         versus_fix,
     })
 }
@@ -373,7 +380,7 @@ pub fn report(tables: &[Table]) -> String {
         }
     };
     let mut bgp = Vec::new();
-    for t in find_all(tables, |c| is_bird(c)) {
+    for t in find_all(tables, is_bird) {
         let g = |s| row(t, s).map(|r| (r.p50_us.median, r.segs_per_exchange.median));
         if let (Some(n), Some(d), Some(x)) = (
             g(Strategy::Nagle),
@@ -497,4 +504,136 @@ pub fn report(tables: &[Table]) -> String {
         "the http-wrk tables did not run (is wrk installed?)",
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Row, Spread};
+
+    fn spread(v: f64) -> Spread {
+        Spread {
+            median: v,
+            min: v,
+            max: v,
+        }
+    }
+
+    /// A row whose p50 (µs), throughput and data segments per exchange are given.
+    fn row_of(strategy: Strategy, p50_us: f64, throughput: f64, segs: f64) -> Row {
+        let z = spread(0.0);
+        Row {
+            strategy,
+            runs: 1,
+            exchanges: 1,
+            p50_us: spread(p50_us),
+            p99_us: spread(p50_us),
+            max_us: spread(p50_us),
+            stalls: z,
+            elapsed_s: z,
+            throughput: spread(throughput),
+            segs_per_exchange: spread(segs),
+            client_data_segs: z,
+            server_data_segs: z,
+            client_bytes: z,
+            server_bytes: z,
+            wire_bytes_per_exchange: z,
+            syscalls_per_exchange: z,
+            cpu_us_per_exchange: z,
+            cdf: Vec::new(),
+        }
+    }
+
+    fn table(case: Case, path: Path, rows: Vec<Row>) -> Table {
+        Table {
+            scenario: case.scenario().into(),
+            params: case.params(),
+            unit: case.unit().into(),
+            case,
+            path,
+            rows,
+            best_latency: None,
+            fewest_segments: None,
+            verdict: None,
+            errors: Vec::new(),
+        }
+    }
+
+    fn bird_table(nagle_us: f64) -> Table {
+        let path = Path {
+            mss: None,
+            link: Some(crate::harness::Link {
+                peer_ack_delay_us: Some(BIRD_PEER_ACK_DELAY_US),
+                ..link(BIRD_RTT_US)
+            }),
+        };
+        table(
+            bird(1),
+            path,
+            vec![
+                row_of(Strategy::Nagle, nagle_us, 0.0, 6.0),
+                row_of(Strategy::Nodelay, 7_500.0, 0.0, 7.0),
+                row_of(Strategy::Nagless, 7_600.0, 0.0, 4.0),
+            ],
+        )
+    }
+
+    #[test]
+    fn verdicts_are_computed_from_the_tables() {
+        let v = verdicts(&[bird_table(210_000.0)]);
+        assert_eq!(v.len(), 1);
+        let b = &v[0];
+        assert_eq!(b.seed, "000");
+        assert!((b.ours - 28.0).abs() < 1e-9, "{b:?}");
+        assert!(b.within_3x);
+        // Fewer segments than NODELAY, though slower: nagless beats the text's fix.
+        assert!(b.nagless_holds_against_fix, "{b:?}");
+        assert!(b.versus_fix.contains("fewer segments"), "{b:?}");
+        // The same table with a Linux-like 44 ms stall is no longer the text's figure.
+        let v = verdicts(&[bird_table(44_000.0)]);
+        assert!(!v[0].within_3x, "{:?}", v[0]);
+        assert!(report(&[bird_table(44_000.0)]).contains("NOT within 3x"));
+    }
+
+    #[test]
+    fn a_case_that_did_not_run_has_no_verdict_and_says_why() {
+        // The text's conditions for 000 need the emulated path: loopback alone is no verdict.
+        let lo = table(
+            bird(1),
+            Path::LOOPBACK,
+            vec![
+                row_of(Strategy::Nagle, 44_000.0, 0.0, 6.0),
+                row_of(Strategy::Nodelay, 80.0, 0.0, 7.0),
+                row_of(Strategy::Nagless, 70.0, 0.0, 4.0),
+            ],
+        );
+        assert!(verdicts(std::slice::from_ref(&lo)).is_empty());
+        let r = report(&[lo]);
+        assert!(r.contains("need the emulated path: run as root"), "{r}");
+        assert!(r.contains("is wrk installed?"), "{r}");
+    }
+
+    #[test]
+    fn puma_is_judged_by_requests_per_second_with_cork_over_without() {
+        let t = table(
+            Case::HttpWrk {
+                conns: 10,
+                work_us: PUMA_WORK_US,
+            },
+            Path::LOOPBACK,
+            vec![
+                row_of(Strategy::Nagle, 40_000.0, 240.0, 3.0),
+                row_of(Strategy::Cork, 400.0, 2_400.0, 2.0),
+                row_of(Strategy::Nagless, 380.0, 2_500.0, 2.0),
+            ],
+        );
+        let v = verdicts(&[t]);
+        assert_eq!(v[0].seed, "004");
+        assert!((v[0].ours - 10.0).abs() < 1e-9);
+        assert!(
+            v[0].within_3x && v[0].nagless_holds_against_fix,
+            "{:?}",
+            v[0]
+        );
+    }
 }

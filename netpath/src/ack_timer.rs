@@ -194,7 +194,7 @@ mod tests {
         }
 
         /// A segment of `len` bytes to the host.
-        fn to_host(&mut self, len: usize) -> Segment {
+        fn send(&mut self, len: usize) -> Segment {
             let seq = self.next;
             self.next = self.next.wrapping_add(len as u32);
             Segment {
@@ -208,7 +208,7 @@ mod tests {
         }
 
         /// A packet from the host acknowledging everything sent so far (less `behind`).
-        fn from_host(&self, payload: usize, control: bool, behind: u32) -> Segment {
+        fn reply(&self, payload: usize, control: bool, behind: u32) -> Segment {
             Segment {
                 src: HOST,
                 dst: (OTHER.0, self.port),
@@ -220,7 +220,7 @@ mod tests {
         }
 
         fn ack(&self) -> Segment {
-            self.from_host(0, false, 0)
+            self.reply(0, false, 0)
         }
     }
 
@@ -231,7 +231,7 @@ mod tests {
     #[test]
     fn a_lone_small_segment_is_acknowledged_at_the_timer() {
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
-        t.to_host(&c.to_host(19), ms(10));
+        t.to_host(&c.send(19), ms(10));
         // Linux's own delayed ACK at 40 ms is held to 200 ms after the data arrived.
         assert_eq!(t.from_host(&c.ack(), ms(50)), Decision::Hold(ms(210)));
         // Nothing waits any more: a later pure ACK (a window update) passes.
@@ -241,36 +241,30 @@ mod tests {
     #[test]
     fn two_full_segments_are_acknowledged_at_once() {
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
-        t.to_host(&c.to_host(1448), ms(1));
-        t.to_host(&c.to_host(1448), ms(2));
+        t.to_host(&c.send(1448), ms(1));
+        t.to_host(&c.send(1448), ms(2));
         assert_eq!(t.from_host(&c.ack(), ms(2)), Decision::Pass);
-        t.to_host(&c.to_host(1448), ms(3));
+        t.to_host(&c.send(1448), ms(3));
         assert_eq!(t.from_host(&c.ack(), ms(3)), Decision::Hold(ms(203)));
     }
 
     #[test]
     fn data_from_the_host_carries_the_ack() {
         let (mut t, mut c) = (AckTimer::new(ms(100), 1448), Conv::new());
-        t.to_host(&c.to_host(100), ms(0));
-        assert_eq!(
-            t.from_host(&c.from_host(50, false, 0), ms(5)),
-            Decision::Pass
-        );
+        t.to_host(&c.send(100), ms(0));
+        assert_eq!(t.from_host(&c.reply(50, false, 0), ms(5)), Decision::Pass);
         // The data acknowledged everything: the next pure ACK has nothing to wait for.
         assert_eq!(t.from_host(&c.ack(), ms(6)), Decision::Pass);
-        t.to_host(&c.to_host(1), ms(7));
-        assert_eq!(t.from_host(&c.from_host(0, true, 0), ms(8)), Decision::Pass);
+        t.to_host(&c.send(1), ms(7));
+        assert_eq!(t.from_host(&c.reply(0, true, 0), ms(8)), Decision::Pass);
     }
 
     #[test]
     fn a_packet_sent_before_data_arrived_does_not_acknowledge_it() {
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
         // BGP: the peer's KEEPALIVE leaves while BIRD's is still on its way to it.
-        t.to_host(&c.to_host(19), ms(10));
-        assert_eq!(
-            t.from_host(&c.from_host(19, false, 19), ms(9)),
-            Decision::Pass
-        );
+        t.to_host(&c.send(19), ms(10));
+        assert_eq!(t.from_host(&c.reply(19, false, 19), ms(9)), Decision::Pass);
         // The ACK of BIRD's KEEPALIVE is still the peer's timer's.
         assert_eq!(t.from_host(&c.ack(), ms(50)), Decision::Hold(ms(210)));
     }
@@ -278,11 +272,11 @@ mod tests {
     #[test]
     fn the_timer_runs_from_the_first_waiting_segment() {
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
-        t.to_host(&c.to_host(10), ms(100));
-        t.to_host(&c.to_host(10), ms(150));
+        t.to_host(&c.send(10), ms(100));
+        t.to_host(&c.send(10), ms(150));
         assert_eq!(t.from_host(&c.ack(), ms(160)), Decision::Hold(ms(300)));
         // An ACK Linux sends after the timer would have fired is not held longer.
-        t.to_host(&c.to_host(10), ms(400));
+        t.to_host(&c.send(10), ms(400));
         assert_eq!(t.from_host(&c.ack(), ms(700)), Decision::Hold(ms(700)));
     }
 
@@ -291,8 +285,8 @@ mod tests {
         let mut t = AckTimer::new(ms(200), 1448);
         let (mut c, mut d) = (Conv::new(), Conv::new());
         d.port += 1;
-        t.to_host(&c.to_host(10), ms(0));
-        d.to_host(0);
+        t.to_host(&c.send(10), ms(0));
+        d.send(0);
         assert_eq!(t.from_host(&d.ack(), ms(40)), Decision::Pass);
         assert_eq!(t.from_host(&c.ack(), ms(40)), Decision::Hold(ms(200)));
     }
