@@ -213,18 +213,7 @@ fn seeds_put_each_source_figure_beside_ours() {
     for (i, v) in verdicts.iter().enumerate() {
         let needs = match i {
             0 => common::is_root(),
-            // 002's figure (10 overlapping requests without NODELAY) is not yet steady on
-            // --quick's short runs: one late ACK in a run of a few MB moves it several fold.
-            2 => {
-                assert!(v.contains("of the text"), "{v}");
-                continue;
-            }
-            // 004's ratio (cork over the default, a server spending 350 us of CPU per
-            // request) still moves with the machine's load: printed, not yet asserted.
-            4 => {
-                assert!(!wrk || v.contains("of the text"), "{v}");
-                continue;
-            }
+            4 => wrk,
             _ => true,
         };
         if needs {
@@ -233,16 +222,12 @@ fn seeds_put_each_source_figure_beside_ours() {
             assert!(v.contains("verdict: none"), "{v}");
         }
     }
-    // (004's, against cork, is printed but not yet asserted: see above.)
     let fixes: Vec<&str> = out
         .lines()
-        .filter(|l| l.contains("against the text's fix") && !l.contains("fix (cork)"))
+        .filter(|l| l.contains("against the text's fix"))
         .collect();
-    assert_eq!(
-        fixes.len(),
-        3 + usize::from(common::is_root()),
-        "{fixes:#?}"
-    );
+    let expected = 3 + usize::from(common::is_root()) + usize::from(wrk);
+    assert_eq!(fixes.len(), expected, "{fixes:#?}");
     assert!(
         fixes.iter().all(|l| !l.contains("(not better)")),
         "{fixes:#?}"

@@ -46,10 +46,12 @@ pub fn cases(scale: Scale) -> Vec<(Case, Path)> {
             lo,
         ));
     }
+    // The text moved a whole tarball: a few late ACKs per connection are amortised over
+    // 32 MiB, as they were over its file, even on --quick (at depth 10 that is ~0.1 s).
     for depth in [1, 2, 10] {
         v.push((
             Case::PipelinedRead {
-                total: if quick { 4 } else { 32 } * 1024 * 1024,
+                total: 32 * 1024 * 1024,
                 block: 8192,
                 depth,
             },
