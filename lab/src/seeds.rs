@@ -136,8 +136,9 @@ pub struct Verdict {
     pub table: String,
     /// The text's own fix.
     pub their_fix: Strategy,
-    /// nagless beside that fix in the same table: faster (p50 or throughput) or fewer data
-    /// segments per exchange, or level with it on both (within 5 % and 0.05 segments).
+    /// nagless beside that fix in the same table: faster (p50 or throughput, by more than
+    /// 5 %) or fewer data segments per exchange (by more than 0.05), or level with it on
+    /// both.
     pub nagless_holds_against_fix: bool,
     /// nagless and the fix, as a reader compares them.
     pub versus_fix: String,
@@ -151,10 +152,11 @@ fn table_name(t: &Table) -> String {
 /// and data segments per exchange.
 fn against_fix(t: &Table, fix: Strategy, by_throughput: bool) -> Option<(bool, String)> {
     let (x, f) = (row(t, Strategy::Nagless)?, row(t, fix)?);
+    // Faster by more than 5 %; fewer by more than 0.05 segments per exchange.
     let faster = if by_throughput {
-        x.throughput.median > f.throughput.median
+        x.throughput.median > 1.05 * f.throughput.median
     } else {
-        x.p50_us.median < f.p50_us.median
+        x.p50_us.median * 1.05 < f.p50_us.median
     };
     let fewer = x.segs_per_exchange.median < f.segs_per_exchange.median - 0.05;
     let as_few = x.segs_per_exchange.median <= f.segs_per_exchange.median + 0.05;
