@@ -39,6 +39,8 @@ pub mod queue;
 pub mod stream;
 pub mod sys;
 pub mod tcp_info;
+#[cfg(feature = "tls")]
+pub mod tls;
 #[cfg(feature = "tokio")]
 pub mod tokio_adapter;
 
