@@ -43,6 +43,8 @@ pub mod tcp_info;
 pub mod tls;
 #[cfg(feature = "tokio")]
 pub mod tokio_adapter;
+#[cfg(all(feature = "tls", feature = "tokio"))]
+pub mod tokio_tls;
 
 pub use crate::coalescer::{drive, Coalescer, Drive, Stats, Transmit, Transport};
 pub use crate::policy::{FlushPolicy, FlushReason, Urgency};
