@@ -230,7 +230,7 @@ impl<C: TlsConnection> Engine<C> {
                     return Ok(Drive::Blocked);
                 }
                 let due = self.core.poll_transmit(now).is_some();
-                if !(handshake && due) || !self.conn.wants_read() {
+                if !(handshake && due && self.conn.wants_read()) {
                     return Ok(Drive::Idle);
                 }
                 match self.read_input(io)? {
