@@ -590,7 +590,12 @@ impl<C: TlsConnection, S: AsOsSocket + Read> Read for TlsStream<C, S> {
         }
         loop {
             if let Some(r) = self.engine.read_plain(buf) {
-                if r.is_ok() {
+                if matches!(r, Ok(0)) && self.engine.core.pending() > 0 {
+                    // The peer ended its side: flush before reporting it, as a read that
+                    // would wait does.
+                    self.engine.core.before_read();
+                    self.pump_deferring(now());
+                } else if r.is_ok() {
                     // Input keeps coming: still honour the linger bound of our output.
                     if let Some(d) = self.engine.core.poll_timeout() {
                         if !self.clock.certainly_before(d) {

@@ -435,7 +435,17 @@ where
         if let Some(r) = g.engine.read_plain(buf.initialize_unfilled()) {
             let n = r?;
             buf.advance(n);
-            ensure_flusher(arc, &mut g, now());
+            let now = now();
+            if n == 0 && g.engine.core.pending() > 0 {
+                // The peer ended its side: flush before reporting it.
+                g.engine.core.before_read();
+                match g.pump(cx, now, false) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => g.defer(e),
+                }
+            }
+            ensure_flusher(arc, &mut g, now);
             return Poll::Ready(Ok(()));
         }
         // More input is needed: read what is there without flushing first.
