@@ -327,6 +327,27 @@ impl<S: Read> Read for SockIo<'_, S> {
     }
 }
 
+/// The std transport for a read that must not wait: `recv(MSG_DONTWAIT)`.
+struct NoWait<'a, S>(&'a mut S);
+
+impl<S: AsOsSocket> Read for NoWait<'_, S> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        sys::recv_nowait(self.0.as_os_socket(), buf)
+    }
+}
+
+impl<S: AsOsSocket> Write for NoWait<'_, S> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        SockIo(self.0).write(buf)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        SockIo(self.0).write_vectored(bufs)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// A TLS connection over a socket whose output is coalesced: each flush seals the queued
 /// plaintext as one TLS record (or full records) and sends it with one `sendmsg`.
 ///
@@ -389,7 +410,9 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
         self.engine.core.pending()
     }
 
-    /// Plaintext counters (writes, flushes by reason).
+    /// Plaintext counters: writes, flushes by reason; here `bytes_sent` counts plaintext
+    /// handed to rustls and `syscalls` counts seals and input checks (the socket's sends are
+    /// in [`wire_stats`](Self::wire_stats)).
     pub fn stats(&self) -> &Stats {
         self.engine.core.stats()
     }
@@ -606,10 +629,23 @@ impl<C: TlsConnection, S: AsOsSocket + Read> Read for TlsStream<C, S> {
                 return r;
             }
             if self.engine.core.pending() > 0 || self.engine.conn.wants_write() {
+                // Input already there is read without flushing (one `recv(MSG_DONTWAIT)`), so
+                // answers to pipelined requests still coalesce; when none is, the read would
+                // wait: everything pending leaves first (before-read).
                 self.engine.core.on_input_check();
-                let waiting = sys::readable_bytes(self.sock.as_os_socket()).is_some_and(|n| n > 0);
-                if !waiting {
-                    self.engine.core.before_read();
+                match self.engine.read_input(&mut NoWait(&mut self.sock)) {
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.engine.core.before_read();
+                    }
+                    Err(e) if sys::is_not_socket(&e) => {
+                        // Not a socket: ask how much is buffered instead.
+                        let fd = self.sock.as_os_socket();
+                        if sys::readable_bytes(fd).is_none_or(|n| n == 0) {
+                            self.engine.core.before_read();
+                        }
+                    }
+                    Err(e) => return Err(e),
                 }
                 // A full non-blocking socket still lets us read; the rest stays queued.
                 self.pump_deferring(now());

@@ -197,7 +197,9 @@ where
         lock(&self.shared).engine.core.pending()
     }
 
-    /// Plaintext counters (writes, flushes by reason).
+    /// Plaintext counters: writes, flushes by reason; here `bytes_sent` counts plaintext
+    /// handed to rustls and `syscalls` counts seals and input checks (the socket's sends are
+    /// in [`wire_stats`](Self::wire_stats)).
     pub fn stats(&self) -> Stats {
         lock(&self.shared).engine.core.stats().clone()
     }

@@ -15,6 +15,7 @@ use nagless::tls::TlsStream;
 use nagless::FlushReason;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
+#[cfg_attr(not(unix), allow(dead_code))] // the PEM files are for the `openssl` command
 struct Pki {
     server: Arc<rustls::ServerConfig>,
     client: Arc<rustls::ClientConfig>,
@@ -813,8 +814,9 @@ mod with_tokio {
         }
     }
 
-    /// Random-size writes (12 MB) to a slow reader, a key update of ours in the middle and
-    /// `shutdown` at the end: every byte, in order, then close_notify.
+    /// Random-size writes (12 MB) to a reader that first reads nothing (the socket fills up:
+    /// writes wait) and then reads slowly, key updates both ways in the middle and `shutdown`
+    /// at the end: every byte, in order, then close_notify.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tokio_large_writes_key_update_and_shutdown() {
         let pki = pki();
@@ -829,11 +831,14 @@ mod with_tokio {
             data.extend(rng.bytes(n));
         }
         let expect = data.clone();
+        let (blocked_tx, blocked_rx) = std::sync::mpsc::channel::<()>();
         let client = std::thread::spawn({
             let cfg = pki.client.clone();
             move || {
                 let mut p = Peer::connect(addr, cfg);
                 p.write(b"go");
+                // Read nothing until the server met a full socket (at most 20 s).
+                let _ = blocked_rx.recv_timeout(Duration::from_secs(20));
                 let mut got = Vec::new();
                 let mut reads = 0u32;
                 let clean = loop {
@@ -856,19 +861,29 @@ mod with_tokio {
             }
         });
         let (tcp, _) = l.accept().await.unwrap();
+        // A fixed send buffer: 12 MB cannot all fit in the socket buffers.
+        socket2::SockRef::from(&tcp)
+            .set_send_buffer_size(64 * 1024)
+            .unwrap();
         let conn = rustls::ServerConnection::new(pki.server).unwrap();
         let mut tls = TlsStream::new(conn, tcp).unwrap();
         let mut go = [0u8; 2];
         tls.read_exact(&mut go).await.unwrap();
         let mut at = 0;
+        let mut signalled = false;
         for (i, n) in sizes.iter().enumerate() {
             tls.write_all(&data[at..at + n]).await.unwrap();
             at += n;
             if i == sizes.len() / 2 {
                 tls.refresh_traffic_keys().await.unwrap();
             }
+            if !signalled && tls.wire_stats().would_block > 0 {
+                signalled = true;
+                blocked_tx.send(()).unwrap();
+            }
         }
         tls.shutdown().await.unwrap();
+        assert!(signalled, "the socket never filled up");
         let (got, clean) = tokio::task::spawn_blocking(move || client.join().unwrap())
             .await
             .unwrap();
@@ -923,7 +938,9 @@ mod with_tokio {
     }
 
     /// The hyper example, served through the tokio TLS layer, answers a rustls client's
-    /// keep-alive requests correctly.
+    /// keep-alive requests correctly. (`cargo test` builds the example; `scripts/wine-test`
+    /// builds the tests only, hence Unix.)
+    #[cfg(unix)]
     #[test]
     fn hyper_tls_example_answers_requests() {
         use std::io::BufRead;
