@@ -17,7 +17,8 @@
 //! headers. Per answer it reports: TLS records, data segments the server sent (`TCP_INFO`),
 //! TCP payload bytes the server sent (`TCP_INFO` `bytes_sent`), the server thread's CPU time
 //! (`getrusage(RUSAGE_THREAD)`, user + system), and the client's round-trip latency (p50,
-//! p99). With `--runs N` the modes are run in turn N times and each figure is the median.
+//! p99). With `--runs N` the modes are run in turn N times and each figure is the median;
+//! `--only MODE` measures one of them (for a profiler).
 
 #[cfg(target_os = "linux")]
 #[allow(clippy::disallowed_methods)] // a benchmark reads the clock
@@ -71,7 +72,7 @@ mod bench {
         tv(ru.ru_utime) + tv(ru.ru_stime)
     }
 
-    #[derive(Debug, Clone, Copy)]
+    #[derive(Debug, Clone)]
     pub struct Row {
         pub records: f64,
         pub segments: f64,
@@ -79,6 +80,7 @@ mod bench {
         pub cpu_us: f64,
         pub p50_us: f64,
         pub p99_us: f64,
+        pub suite: String,
     }
 
     /// What the server side measured.
@@ -208,7 +210,7 @@ mod bench {
         addr: std::net::SocketAddr,
         cfg: Arc<rustls::ClientConfig>,
         answers: usize,
-    ) -> (u64, Vec<Duration>) {
+    ) -> (u64, Vec<Duration>, String) {
         let mut tcp = TcpStream::connect(addr).expect("connect");
         tcp.set_nodelay(true).expect("nodelay");
         let mut conn =
@@ -248,7 +250,10 @@ mod bench {
             round(&mut conn, &mut tcp, &mut scan);
             lat.push(t.elapsed());
         }
-        (scan.records - before, lat)
+        let suite = conn
+            .negotiated_cipher_suite()
+            .map_or("none".into(), |s| format!("{:?}", s.suite()));
+        (scan.records - before, lat, suite)
     }
 
     pub fn measure(
@@ -265,7 +270,7 @@ mod bench {
         let s = std::thread::spawn(move || serve(&mode_owned, tcp, server_cfg, answers))
             .join()
             .expect("server");
-        let (records, mut lat) = c.join().expect("client");
+        let (records, mut lat, suite) = c.join().expect("client");
         lat.sort();
         let n = answers as f64;
         Row {
@@ -275,6 +280,7 @@ mod bench {
             cpu_us: s.cpu.as_secs_f64() * 1e6 / n,
             p50_us: lat[lat.len() / 2].as_secs_f64() * 1e6,
             p99_us: lat[lat.len() * 99 / 100].as_secs_f64() * 1e6,
+            suite,
         }
     }
 }
@@ -300,9 +306,17 @@ fn main() {
         ),
         ("layer", "`nagless::tls::TlsStream` (the TLS layer)"),
     ];
+    // `--only MODE` measures one stack (for a profiler).
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
     let mut rows: Vec<Vec<bench::Row>> = vec![Vec::new(); modes.len()];
     for _ in 0..runs {
         for (i, (mode, _)) in modes.iter().enumerate() {
+            if only.is_some_and(|o| o != mode) {
+                continue;
+            }
             rows[i].push(bench::measure(
                 mode,
                 server.clone(),
@@ -316,12 +330,20 @@ fn main() {
         xs.sort_by(f64::total_cmp);
         xs[xs.len() / 2]
     };
-    println!("answers={answers} runs={runs} (medians of the runs; per answer of 3 writes: 20+200+20 bytes)");
+    let suite = rows
+        .iter()
+        .flatten()
+        .next()
+        .map_or("", |r| r.suite.as_str());
+    println!("answers={answers} runs={runs} suite={suite} (medians of the runs; per answer of 3 writes: 20+200+20 bytes)");
     println!();
     println!("| stack | TLS records | data segments | TCP payload bytes | server CPU µs | p50 µs | p99 µs |");
     println!("|---|---|---|---|---|---|---|");
     for (i, (_, name)) in modes.iter().enumerate() {
         let r = &rows[i];
+        if r.is_empty() {
+            continue;
+        }
         println!(
             "| {name} | {:.2} | {:.2} | {:.0} | {:.1} | {:.1} | {:.1} |",
             median(r, |r| r.records),
