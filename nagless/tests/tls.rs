@@ -554,6 +554,59 @@ fn close_notify_follows_the_last_bytes() {
     drop(tls);
 }
 
+/// Without a read, a flush or an urgent write, the linger bound still releases the queued
+/// plaintext (checked on the next call: here `poll_deadline`, as an event loop makes it), and
+/// a `SendNow` write leaves at once with what was queued before it.
+#[test]
+fn linger_bound_and_send_now_release_without_a_read() {
+    let pki = pki();
+    let (l, addr) = listen();
+    let (got_tx, got_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let client = std::thread::spawn({
+        let cfg = pki.client.clone();
+        move || {
+            let mut p = Peer::connect(addr, cfg);
+            p.write(b"go");
+            for n in [5, 8] {
+                got_tx.send(p.read_exact(n)).unwrap();
+            }
+            let mut rest = Vec::new();
+            p.read_to_end(4096, &mut rest)
+        }
+    });
+    let (tcp, _) = l.accept().unwrap();
+    let policy = nagless::FlushPolicy::default().linger(Some(Duration::from_millis(50)));
+    let conn = rustls::ServerConnection::new(pki.server).unwrap();
+    let mut tls = TlsStream::with_policy(conn, tcp, policy).unwrap();
+    let mut go = [0u8; 2];
+    tls.read_exact(&mut go).unwrap();
+    tls.write_all(b"li").unwrap();
+    tls.write_all(b"ng").unwrap();
+    tls.write_all(b"r").unwrap();
+    assert_eq!(tls.pending(), 5, "sent before any flush point");
+    let deadline = tls.next_deadline().expect("a linger deadline");
+    std::thread::sleep(
+        deadline.saturating_duration_since(Instant::now()) + Duration::from_millis(1),
+    );
+    tls.poll_deadline().unwrap();
+    assert_eq!(tls.pending(), 0);
+    let first = got_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("linger release");
+    assert_eq!(first, b"lingr");
+    tls.write_all(b"send").unwrap();
+    tls.write_with(b"-now", nagless::Urgency::SendNow).unwrap();
+    assert_eq!(tls.pending(), 0);
+    let second = got_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("urgent write");
+    assert_eq!(second, b"send-now");
+    assert_eq!(tls.stats().flushes_for(FlushReason::Linger), 1);
+    assert_eq!(tls.stats().flushes_for(FlushReason::Urgent), 1);
+    tls.close().unwrap();
+    assert!(client.join().unwrap(), "no close_notify");
+}
+
 /// Interop with a TLS stack we did not write: Debian's `openssl` command.
 #[cfg(unix)]
 mod openssl {
