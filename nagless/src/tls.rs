@@ -12,15 +12,21 @@
 //!   bound, on [`flush`](Write::flush), on a [`Urgency::SendNow`] write, on close) the due
 //!   plaintext is handed to rustls in **one** `write_vectored` call, which rustls seals as one
 //!   record (or, past the record size limit of 16 KiB, as full records and one tail), and the
-//!   records leave in one gathered send (`sendmsg`; `WSASend` on Windows). Threshold flushes
-//!   seal whole records only: the core's "segment" is the record's plaintext size.
+//!   records leave in one gathered send (`sendmsg`; `WSASend` on Windows). Only a flush of
+//!   more than 64 queued slices, or more than rustls's buffer limit (64 KiB by default), takes
+//!   more calls; one send carries at most 64 records. Threshold flushes seal whole records
+//!   only: the core's "segment" is the record's plaintext size.
 //! - **TLS's own messages never wait**: handshake flights, alerts, key update answers and
 //!   session tickets are sent as soon as rustls produces them (after every batch of input it
 //!   processes), not held by the linger. Plaintext waits until the handshake is complete, so
-//!   rustls never buffers it as early data.
+//!   rustls never buffers it as early data: written during the handshake, it leaves at the
+//!   first flush point once the handshake is done (a flush, or a read, completes it; the
+//!   linger bound alone does not).
 //!
 //! # How to drive it
-//! Wrap a connected socket and a rustls connection ([`TlsStream::new`]); use it as any
+//! Wrap a connected socket and a rustls connection ([`TlsStream::new`]: a
+//! `rustls::ServerConnection` or `ClientConnection`; the `rustls::Connection` enum does not
+//! dereference to a `ConnectionCommon` and is not accepted); use it as any
 //! `Read + Write`. The handshake is driven by the first read or flush (or
 //! [`TlsStream::complete_handshake`]). On a non-blocking socket every call may return
 //! `WouldBlock`: retry it when the socket is ready (`flush` when writable, `read` when

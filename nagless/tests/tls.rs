@@ -975,6 +975,8 @@ mod with_tokio {
         )
         .unwrap();
         let mut tls = TlsStream::new(conn, tcp).unwrap();
+        tls.handshake().await.unwrap();
+        assert!(tls.with_conn(|c| !c.is_handshaking()));
         for i in 0..20u32 {
             let msg = format!("message {i}\n");
             tls.write_all(msg.as_bytes()).await.unwrap();
