@@ -25,8 +25,8 @@
 //!
 //! # How to drive it
 //! Wrap a connected socket and a rustls connection ([`TlsStream::new`]: a
-//! `rustls::ServerConnection` or `ClientConnection`; the `rustls::Connection` enum does not
-//! dereference to a `ConnectionCommon` and is not accepted); use it as any
+//! `rustls::ServerConnection`, a `ClientConnection` or the `rustls::Connection` enum of
+//! both); use it as any
 //! `Read + Write`. The handshake is driven by the first read or flush (or
 //! [`TlsStream::complete_handshake`]). On a non-blocking socket every call may return
 //! `WouldBlock`: retry it when the socket is ready (`flush` when writable, `read` when
@@ -48,10 +48,7 @@
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::Shutdown;
-use std::ops::DerefMut;
 use std::time::Instant;
-
-use rustls::{ConnectionCommon, SideData};
 
 use crate::coalescer::{Coalescer, Drive, Stats, MAX_IOV};
 use crate::policy::{FlushPolicy, Urgency};
@@ -100,8 +97,8 @@ mod sealed {
 }
 
 /// A rustls connection the TLS layer can drive: `rustls::ServerConnection`,
-/// `rustls::ClientConnection`, and anything that dereferences to a rustls
-/// `ConnectionCommon` (as `rustls::StreamOwned` accepts). Sealed: implemented here only.
+/// `rustls::ClientConnection` and the `rustls::Connection` enum of both. Sealed:
+/// implemented here only.
 pub trait TlsConnection: sealed::Sealed {
     #[doc(hidden)]
     fn wants_write(&self) -> bool;
@@ -125,18 +122,53 @@ pub trait TlsConnection: sealed::Sealed {
     fn refresh_traffic_keys(&mut self) -> Result<(), rustls::Error>;
 }
 
-impl<C, SD> sealed::Sealed for C
-where
-    C: DerefMut<Target = ConnectionCommon<SD>>,
-    SD: SideData,
-{
+/// `ServerConnection` and `ClientConnection` dereference to a `ConnectionCommon`.
+macro_rules! impl_tls_connection {
+    ($ty:ty) => {
+        impl sealed::Sealed for $ty {}
+
+        impl TlsConnection for $ty {
+            fn wants_write(&self) -> bool {
+                (**self).wants_write()
+            }
+            fn wants_read(&self) -> bool {
+                (**self).wants_read()
+            }
+            fn is_handshaking(&self) -> bool {
+                (**self).is_handshaking()
+            }
+            fn write_tls(&mut self, wr: &mut dyn Write) -> io::Result<usize> {
+                (**self).write_tls(wr)
+            }
+            fn read_tls(&mut self, rd: &mut dyn Read) -> io::Result<usize> {
+                (**self).read_tls(rd)
+            }
+            fn process_new_packets(&mut self) -> Result<(), rustls::Error> {
+                (**self).process_new_packets().map(drop)
+            }
+            fn write_plain(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+                (**self).writer().write_vectored(bufs)
+            }
+            fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                (**self).reader().read(buf)
+            }
+            fn send_close_notify(&mut self) {
+                (**self).send_close_notify()
+            }
+            fn refresh_traffic_keys(&mut self) -> Result<(), rustls::Error> {
+                (**self).refresh_traffic_keys()
+            }
+        }
+    };
 }
 
-impl<C, SD> TlsConnection for C
-where
-    C: DerefMut<Target = ConnectionCommon<SD>>,
-    SD: SideData,
-{
+impl_tls_connection!(rustls::ServerConnection);
+impl_tls_connection!(rustls::ClientConnection);
+
+impl sealed::Sealed for rustls::Connection {}
+
+/// The enum of both sides, for code that holds either.
+impl TlsConnection for rustls::Connection {
     fn wants_write(&self) -> bool {
         (**self).wants_write()
     }
@@ -147,25 +179,25 @@ where
         (**self).is_handshaking()
     }
     fn write_tls(&mut self, wr: &mut dyn Write) -> io::Result<usize> {
-        (**self).write_tls(wr)
+        rustls::Connection::write_tls(self, wr)
     }
     fn read_tls(&mut self, rd: &mut dyn Read) -> io::Result<usize> {
-        (**self).read_tls(rd)
+        rustls::Connection::read_tls(self, rd)
     }
     fn process_new_packets(&mut self) -> Result<(), rustls::Error> {
-        (**self).process_new_packets().map(drop)
+        rustls::Connection::process_new_packets(self).map(drop)
     }
     fn write_plain(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        (**self).writer().write_vectored(bufs)
+        self.writer().write_vectored(bufs)
     }
     fn read_plain(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        (**self).reader().read(buf)
+        self.reader().read(buf)
     }
     fn send_close_notify(&mut self) {
         (**self).send_close_notify()
     }
     fn refresh_traffic_keys(&mut self) -> Result<(), rustls::Error> {
-        (**self).refresh_traffic_keys()
+        rustls::Connection::refresh_traffic_keys(self)
     }
 }
 
@@ -357,8 +389,8 @@ impl<S: AsOsSocket> Write for NoWait<'_, S> {
 /// A TLS connection over a socket whose output is coalesced: each flush seals the queued
 /// plaintext as one TLS record (or full records) and sends it with one `sendmsg`.
 ///
-/// `C` is a `rustls::ServerConnection` or `rustls::ClientConnection` (or anything that
-/// dereferences to its `ConnectionCommon`), `S` the socket (`TcpStream`, `&TcpStream`, a
+/// `C` is a `rustls::ServerConnection`, a `rustls::ClientConnection` or a
+/// `rustls::Connection` ([`TlsConnection`]), `S` the socket (`TcpStream`, `&TcpStream`, a
 /// `UnixStream`: anything [`AsOsSocket`] whose `Read` reads the descriptor).
 ///
 /// Flushes come at the [`FlushPolicy`]'s points: before a read that would wait for input, at

@@ -522,7 +522,8 @@ fn key_updates_mid_stream_keep_bytes_intact() {
     assert!(got == expect);
 }
 
-/// The peer sees close_notify (a clean end), after the last bytes.
+/// The peer sees close_notify (a clean end), after the last bytes. (The server's connection
+/// is the `rustls::Connection` enum here.)
 #[test]
 fn close_notify_follows_the_last_bytes() {
     let pki = pki();
@@ -538,7 +539,8 @@ fn close_notify_follows_the_last_bytes() {
         }
     });
     let (tcp, _) = l.accept().unwrap();
-    let mut tls = TlsStream::new(rustls::ServerConnection::new(pki.server).unwrap(), tcp).unwrap();
+    let conn = rustls::Connection::from(rustls::ServerConnection::new(pki.server).unwrap());
+    let mut tls = TlsStream::new(conn, tcp).unwrap();
     let mut hi = [0u8; 2];
     tls.read_exact(&mut hi).unwrap();
     tls.write_all(b"bye ").unwrap();
