@@ -19,6 +19,11 @@
 //!   segment size. Its module docs have the table of what each OS uses.
 //! - [`NaglessStream`]: the std wrapper (`Read + Write`), and [`Sender`] for event loops.
 //! - `nagless::tokio_adapter::NaglessStream` (feature `tokio`): `AsyncRead + AsyncWrite`.
+//! - `nagless::tls::TlsStream` (feature `tls`): rustls driven by the coalescer, so that each
+//!   flush seals the queued plaintext as one TLS record (or full records) and sends it with
+//!   one `sendmsg`; `nagless::tokio_tls::TlsStream` (features `tls` and `tokio`) is its async
+//!   twin, for hyper and the other tokio stacks. Handshake, alerts and key updates are sent at
+//!   once; close_notify follows every byte.
 //!
 //! ## Example
 //! ```no_run
@@ -39,8 +44,12 @@ pub mod queue;
 pub mod stream;
 pub mod sys;
 pub mod tcp_info;
+#[cfg(feature = "tls")]
+pub mod tls;
 #[cfg(feature = "tokio")]
 pub mod tokio_adapter;
+#[cfg(all(feature = "tls", feature = "tokio"))]
+pub mod tokio_tls;
 
 pub use crate::coalescer::{drive, Coalescer, Drive, Stats, Transmit, Transport};
 pub use crate::policy::{FlushPolicy, FlushReason, Urgency};

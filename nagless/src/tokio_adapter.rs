@@ -62,17 +62,17 @@ impl<T: AsyncWrite> Transport for PollTransport<'_, '_, T> {
 
 /// The tasks waiting for the socket to take bytes; woken all at once.
 #[derive(Default)]
-struct WriteWaiters(Mutex<Vec<Waker>>);
+pub(crate) struct WriteWaiters(Mutex<Vec<Waker>>);
 
 impl WriteWaiters {
-    fn register(&self, waker: &Waker) {
+    pub(crate) fn register(&self, waker: &Waker) {
         let mut v = lock(&self.0);
         if !v.iter().any(|w| w.will_wake(waker)) {
             v.push(waker.clone());
         }
     }
 
-    fn unregister(&self, waker: &Waker) {
+    pub(crate) fn unregister(&self, waker: &Waker) {
         lock(&self.0).retain(|w| !w.will_wake(waker));
     }
 }
@@ -208,7 +208,7 @@ pub struct NaglessStream<T: AsyncWrite + Unpin + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing panics while holding the lock; if something did, the state is still consistent
     // (every mutation is a single call into the core), so keep going.
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -335,7 +335,7 @@ pub async fn accept(
 /// Whether the current runtime has tokio's time driver (true outside a runtime, where no
 /// timer is ever started). The linger timer needs it; a runtime built without it would panic
 /// inside the timer task, so the constructors ask first.
-fn has_time_driver() -> bool {
+pub(crate) fn has_time_driver() -> bool {
     ::tokio::runtime::Handle::try_current().is_err()
         || quietly_succeeds(|| drop(::tokio::time::sleep(Duration::ZERO)))
 }
