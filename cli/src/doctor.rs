@@ -69,7 +69,7 @@ pub fn command(args: DoctorArgs) -> ExitCode {
     match diagnose(&args) {
         Ok(code) => code,
         Err(msg) => {
-            eprintln!("nagless doctor: {msg}");
+            errln!("nagless doctor: {msg}");
             ExitCode::from(2)
         }
     }
@@ -110,14 +110,14 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
         ));
     }
     if d.flows_judged_early > 0 {
-        eprintln!(
+        errln!(
             "nagless doctor: warning: more than {} flows were open at once in {name}: {} were judged before they ended (a later packet of one starts a new flow)",
             nagless_doctor::analysis::MAX_LIVE_FLOWS,
             d.flows_judged_early
         );
     }
     if let Some(why) = &d.damage {
-        eprintln!(
+        errln!(
             "nagless doctor: warning: {name} is cut or damaged; analysed the {} frames before it: {why}",
             d.frames
         );
@@ -146,7 +146,7 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
         } else {
             format!("none of its {} frames is a TCP segment", d.frames)
         };
-        eprintln!("nagless doctor: {name}: nothing to judge: {why}");
+        errln!("nagless doctor: {name}: nothing to judge: {why}");
         return Ok(ExitCode::from(NOTHING_TO_JUDGE));
     }
     let out = if args.json {

@@ -113,11 +113,11 @@ pub fn command(a: FixArgs) -> ExitCode {
     match run(a) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<crate::Usage>() => {
-            eprintln!("nagless fix: {e}");
+            errln!("nagless fix: {e}\nTry 'nagless fix --help'.");
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("nagless fix: {e:#}");
+            errln!("nagless fix: {e:#}");
             ExitCode::FAILURE
         }
     }
@@ -152,7 +152,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
                 a.observe
             ))
         })?;
-        println!(
+        outln!(
             "nagless fix: in {:?}, {} stall(s) of its own writes and {} of local peers waiting for its ACKs: {}",
             a.observe,
             seen.own,
@@ -190,7 +190,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     let mut seen = BTreeSet::new();
     let first = existing::fix(&t.pids, &action, &ports, &mut seen);
     for n in &first.notes {
-        eprintln!("nagless fix: {n}");
+        errln!("nagless fix: {n}");
     }
     let what = action.describe();
     let scope = match &t.cgroup {
@@ -201,7 +201,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
             t.pids.len()
         ),
     };
-    println!(
+    outln!(
         "nagless fix: {what} on {scope}: {} existing connection(s) changed{}",
         first.changed.len(),
         if t.cgroup.is_some() {
@@ -211,7 +211,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         }
     );
     if let Some(dir) = pinned {
-        println!(
+        outln!(
             "nagless fix: pinned at {} (stays after this command; `nagless fix --remove` undoes it; existing connections keep the options)",
             dir.display()
         );
@@ -225,7 +225,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         if attached.is_none() {
             // The process's own connections: look again for new ones, until it exits.
             let Ok(now) = target::resolve(&sel) else {
-                println!("nagless fix: process {} exited", a.pid.unwrap_or(0));
+                outln!("nagless fix: process {} exited", a.pid.unwrap_or(0));
                 break;
             };
             changed.extend(existing::fix(&now.pids, &action, &ports, &mut seen).changed);
@@ -248,7 +248,7 @@ fn finish(attached: Option<Attached>, changed: &[existing::Changed]) {
         }
         None => String::new(),
     };
-    println!(
+    outln!(
         "nagless fix: undone: {restored} of {} changed connection(s) put back (the others had closed){new}",
         changed.len()
     );
@@ -258,7 +258,7 @@ fn list() -> anyhow::Result<()> {
     let root = target::cgroup2_root().context("cgroup v2")?;
     let all = attach::pinned(&root);
     if all.is_empty() {
-        println!("no pinned fix");
+        outln!("no pinned fix");
     }
     for p in all {
         let (what, ports) = p
@@ -271,7 +271,7 @@ fn list() -> anyhow::Result<()> {
         } else {
             format!("ports {:?}", ports.as_slice())
         };
-        println!(
+        outln!(
             "{}: {} on {} ({ports}): {} new connection(s) selected",
             p.dir.display(),
             what,
@@ -304,7 +304,7 @@ fn remove(sel: Option<&Selector>) -> anyhow::Result<()> {
             continue;
         }
         attach::remove(&p).with_context(|| format!("removing {}", p.dir.display()))?;
-        println!("removed {}", p.dir.display());
+        outln!("removed {}", p.dir.display());
         removed += 1;
     }
     if removed == 0 {

@@ -4,10 +4,28 @@
 //! finds them live from the kernel's socket state. One module per
 //! subcommand; this file parses the command line and maps results to exit statuses.
 
+/// `println!` that a closed stdout ends quietly ([`pipe`]).
+macro_rules! outln {
+    ($($t:tt)*) => { $crate::pipe::write(false, format_args!($($t)*), true) };
+}
+/// `print!` that a closed stdout ends quietly.
+macro_rules! out {
+    ($($t:tt)*) => { $crate::pipe::write(false, format_args!($($t)*), false) };
+}
+/// `eprintln!` that a closed stderr ends quietly.
+macro_rules! errln {
+    ($($t:tt)*) => { $crate::pipe::write(true, format_args!($($t)*), true) };
+}
+/// `eprint!` that a closed stderr ends quietly.
+macro_rules! err {
+    ($($t:tt)*) => { $crate::pipe::write(true, format_args!($($t)*), false) };
+}
+
 mod doctor;
 mod elf;
 mod fix;
 mod lab;
+mod pipe;
 mod run;
 mod sys;
 mod watch;
@@ -128,6 +146,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return parse_failed(e),
     };
+    // (Usage errors below come from `lab`: the others map their own.)
     let result = match cli.command {
         Command::Lab(args) => lab::command(*args),
         Command::Doctor(args) => return doctor::command(args),
@@ -138,15 +157,15 @@ fn main() -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("nagless: some runs failed (see 'error:' lines above)");
+            errln!("nagless: some runs failed (see 'error:' lines above)");
             ExitCode::from(1)
         }
         Err(e) if e.is::<Usage>() => {
-            eprintln!("nagless: {e}\nTry 'nagless --help'.");
+            errln!("nagless lab: {e}\nTry 'nagless lab --help'.");
             ExitCode::from(2)
         }
         Err(e) => {
-            eprintln!("nagless: {e:#}");
+            errln!("nagless: {e:#}");
             ExitCode::from(1)
         }
     }

@@ -364,11 +364,11 @@ pub fn command(args: RunArgs) -> std::process::ExitCode {
     if args.print_shim {
         return match find_shim() {
             Ok(path) => {
-                println!("{}", path.display());
+                outln!("{}", path.display());
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("nagless run: {e}");
+                errln!("nagless run: {e}");
                 ExitCode::from(2)
             }
         };
@@ -381,6 +381,6 @@ pub fn command(args: RunArgs) -> std::process::ExitCode {
         linger_us: args.linger_us,
     };
     let Err(e) = run(&opts, &args.cmd);
-    eprintln!("nagless run: {e}");
+    errln!("nagless run: {e}");
     ExitCode::from(2)
 }

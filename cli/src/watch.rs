@@ -449,20 +449,20 @@ fn json_rows(rows: &[Row], secs: f64) -> Vec<serde_json::Value> {
 /// Runs the watch; the exit status says whether stalls were seen.
 pub fn command(args: WatchArgs) -> ExitCode {
     if args.interval.is_zero() || args.refresh < args.interval {
-        eprintln!("nagless watch: --interval must be > 0 and no longer than --refresh");
+        errln!("nagless watch: --interval must be > 0 and no longer than --refresh");
         return ExitCode::from(2);
     }
     if args.forget_after < args.refresh {
-        eprintln!("nagless watch: --forget-after must be at least --refresh");
+        errln!("nagless watch: --forget-after must be at least --refresh");
         return ExitCode::from(2);
     }
     if args.scan_interval < args.interval || args.scan_interval > Duration::from_secs(10) {
-        eprintln!("nagless watch: --scan-interval must be between --interval and 10s");
+        errln!("nagless watch: --scan-interval must be between --interval and 10s");
         return ExitCode::from(2);
     }
     if let Some(pid) = args.pid {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            eprintln!("nagless watch: --pid {pid}: no such process");
+            errln!("nagless watch: --pid {pid}: no such process");
             return ExitCode::from(2);
         }
     }
@@ -482,12 +482,12 @@ pub fn command(args: WatchArgs) -> ExitCode {
     };
     let mut w = match Backend::open(choice, filter) {
         Ok((mut w, why)) => {
-            eprintln!("nagless watch: {why}");
+            errln!("nagless watch: {why}");
             w.set_scan_interval(args.scan_interval);
             w
         }
         Err(e) => {
-            eprintln!("nagless watch: {e}");
+            errln!("nagless watch: {e}");
             return ExitCode::from(2);
         }
     };
@@ -507,7 +507,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
             Some(path) => match WebConfig::load(path) {
                 Ok(w) => w,
                 Err(e) => {
-                    eprintln!("nagless watch: --web-config {e}");
+                    errln!("nagless watch: --web-config {e}");
                     return ExitCode::from(2);
                 }
             },
@@ -519,12 +519,12 @@ pub fn command(args: WatchArgs) -> ExitCode {
             ""
         };
         match Exporter::start(addr, web, m.page()) {
-            Ok(e) => eprintln!(
+            Ok(e) => errln!(
                 "nagless watch: serving Prometheus metrics on {scheme}://{}/metrics{auth}",
                 e.addr()
             ),
             Err(e) => {
-                eprintln!("nagless watch: --serve: {e}");
+                errln!("nagless watch: --serve: {e}");
                 return ExitCode::from(2);
             }
         }
@@ -535,14 +535,14 @@ pub fn command(args: WatchArgs) -> ExitCode {
     }
     nagless_netpath::on_interrupt();
     if nagless_watch::procs::euid() != Some(0) && w.denied_processes() > 0 {
-        eprintln!(
+        errln!(
             "nagless watch: not root: {} processes' sockets cannot be attributed (shown as `uid N`), and other network namespaces (containers) cannot be entered; run as root, or with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_SYS_ADMIN, to see them",
             w.denied_processes()
         );
     }
     let (_, not_entered, why) = w.namespaces();
     if not_entered > 0 {
-        eprintln!(
+        errln!(
             "nagless watch: {not_entered} network namespaces (containers) not entered ({}): {}; run as root, or with CAP_SYS_ADMIN and CAP_SYS_PTRACE",
             why.map_or_else(|| "unknown".to_owned(), |k| io::Error::from(k).to_string()),
             match w {
@@ -648,7 +648,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         }
     }
     if let Some(e) = error {
-        eprintln!("nagless watch: sampling failed: {e}");
+        errln!("nagless watch: sampling failed: {e}");
         return ExitCode::from(2);
     }
     let elapsed = start.elapsed().as_secs_f64();

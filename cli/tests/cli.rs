@@ -61,6 +61,15 @@ fn bad_input_exits_2_with_a_clear_message() {
         (&["lab", "custom"], "custom needs --client"),
         (&["lab", "--mss", "5"], "--mss must be"),
         (&["lab", "--repeat", "0"], "--repeat must be"),
+        (
+            &["lab", "bgp-burst", "--rounds", "5"],
+            "--rounds applies to",
+        ),
+        (
+            &["lab", "split-write", "--client", "w1"],
+            "custom scenario only",
+        ),
+        (&["lab", "http-keepalive", "--k", "3"], "--k applies to"),
         (&["frobnicate"], "unrecognized subcommand"),
     ];
     for (args, msg) in cases {
@@ -387,4 +396,47 @@ fn an_rtt_sweep_is_one_table_with_rtt_down_the_side_and_a_chart() {
     let page = std::fs::read_to_string(&html).unwrap();
     let _ = std::fs::remove_file(&html);
     assert!(page.contains("sweep: custom") && page.contains("latency against round-trip time"));
+}
+
+#[test]
+fn a_report_file_that_cannot_be_written_is_refused_before_the_run() {
+    let o = nagless(&[
+        "lab",
+        "split-write",
+        "--quick",
+        "--html",
+        "/nonexistent-nagless-dir/report.html",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--html"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nagless lab --help"), "{}", stderr(&o));
+    // Nothing ran: no table was printed.
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+#[test]
+fn a_closed_stdout_ends_the_lab_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args([
+            "lab",
+            "split-write",
+            "--quick",
+            "--strategy",
+            "nagle,nodelay",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the report is written, as `| head -1` does after a line.
+    drop(child.stdout.take());
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(status.code(), Some(141), "{err}");
 }
