@@ -231,7 +231,7 @@ pub(crate) fn listener(setup: &Setup<'_>) -> io::Result<TcpListener> {
     }
 }
 
-fn connect(setup: &Setup<'_>, addr: SocketAddr) -> io::Result<TcpStream> {
+pub(crate) fn connect(setup: &Setup<'_>, addr: SocketAddr) -> io::Result<TcpStream> {
     let make = || -> io::Result<TcpStream> {
         let sock = socket(setup.path)?;
         sock.connect(&addr.into())?;

@@ -62,6 +62,27 @@ fn read_request(conn: &mut Conn, len: &mut Option<usize>) -> io::Result<()> {
     }
 }
 
+/// Writes the `done()` script to a file of its own (created new: never through a link
+/// someone left in the temporary folder).
+fn script_file() -> io::Result<std::path::PathBuf> {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static SERIAL: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "nagless-lab-wrk-{}-{}.lua",
+        std::process::id(),
+        SERIAL.fetch_add(1, Ordering::Relaxed)
+    );
+    let path = std::env::temp_dir().join(name);
+    let _ = std::fs::remove_file(&path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    f.write_all(SCRIPT.as_bytes())?;
+    Ok(path)
+}
+
 /// One connection's server: requests until wrk closes it.
 fn serve(
     listener: &TcpListener,
@@ -135,11 +156,12 @@ fn parse(out: &str) -> io::Result<WrkOutput> {
         let f: Vec<&str> = line.split_whitespace().collect();
         match f.as_slice() {
             ["NAGLESS", "requests", n, "duration", _] => {
-                w.requests = n.parse().map_err(|_| bad(line))?
+                w.requests = n.parse::<f64>().map_err(|_| bad(line))?.round() as u64
             }
             ["NAGLESS", "latency", v, c] => {
-                let v: u64 = v.parse().map_err(|_| bad(line))?;
-                let c: usize = c.parse().map_err(|_| bad(line))?;
+                // (LuaJIT prints whole numbers bare; another Lua may print `40.0`.)
+                let v = v.parse::<f64>().map_err(|_| bad(line))?.round() as u64;
+                let c = c.parse::<f64>().map_err(|_| bad(line))?.round() as usize;
                 w.latencies_us
                     .extend(std::iter::repeat_n(v, c.min(10_000_000)));
             }
@@ -165,8 +187,7 @@ pub fn run(
 ) -> io::Result<(ClientReport, SideCost, SideCost)> {
     let listener = crate::harness::listener(&setup)?;
     let addr = listener.local_addr()?;
-    let script = std::env::temp_dir().join(format!("nagless-lab-wrk-{}.lua", std::process::id()));
-    std::fs::write(&script, SCRIPT)?;
+    let script = script_file()?;
     let secs = limit.as_secs().max(1);
     let mut cmd = match setup.net {
         Some(net) => {
@@ -194,11 +215,11 @@ pub fn run(
             .map(|_| scope.spawn(|| serve(&listener, strategy, work, setup.pin)))
             .collect();
         let out = cmd.output();
-        if out.is_err() {
-            // wrk never ran: unblock the servers still waiting in accept.
-            for _ in 0..conns {
-                let _ = std::net::TcpStream::connect(addr);
-            }
+        // Servers wrk never connected to (it failed, or ended early) still wait in accept:
+        // one connection each, from the client's side of the path, closed at once, ends them.
+        // (Where wrk connected them all these wait unaccepted and go with the listener.)
+        for _ in 0..conns {
+            drop(crate::harness::connect(&setup, addr));
         }
         let costs: Vec<_> = servers
             .into_iter()
@@ -259,5 +280,7 @@ mod tests {
         );
         assert!(parse("NAGLESS requests 0 duration 1\n").is_err());
         assert!(parse("NAGLESS latency x 1\nNAGLESS requests 1 duration 1").is_err());
+        let lua53 = "NAGLESS requests 2.0 duration 1.0\nNAGLESS latency 40.0 2.0\n";
+        assert_eq!(parse(lua53).unwrap().latencies_us, vec![40, 40]);
     }
 }

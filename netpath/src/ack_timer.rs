@@ -96,12 +96,19 @@ pub enum Decision {
     Hold(Duration),
 }
 
-/// Segments sent to the host and not yet acknowledged by a packet that left it: (end of the
-/// segment's sequence range, when it reaches the host, payload bytes), in sending order.
-type Waiting = std::collections::VecDeque<(u32, Duration, usize)>;
+/// One flow's state at the host.
+#[derive(Debug, Default)]
+struct FlowState {
+    /// Segments sent to the host and not yet acknowledged by a packet it sent: (end of the
+    /// segment's sequence range, when it reaches the host, payload bytes, FIN), in order.
+    waiting: std::collections::VecDeque<(u32, Duration, usize, bool)>,
+    /// What the ACK the path holds for this flow acknowledges, until a packet of the flow
+    /// leaves: (when the first of it reached the host, payload bytes).
+    held: Option<(Duration, usize)>,
+}
 
 /// Segments waiting per flow at most (older ones count as acknowledged).
-const MAX_WAITING: usize = 4096;
+const MAX_WAITING: usize = 256;
 
 /// `a` at or before `b` in sequence space.
 fn seq_le(a: u32, b: u32) -> bool {
@@ -113,11 +120,11 @@ fn seq_le(a: u32, b: u32) -> bool {
 pub struct AckTimer {
     delay: Duration,
     mss: usize,
-    flows: HashMap<Flow, Waiting>,
+    flows: HashMap<Flow, FlowState>,
 }
 
 /// Flows remembered at most; beyond, the table starts again (a held ACK then passes early).
-const MAX_FLOWS: usize = 65_536;
+const MAX_FLOWS: usize = 4096;
 
 impl AckTimer {
     /// A host that delays its ACKs up to `delay`, with segments of `mss` payload bytes.
@@ -131,17 +138,20 @@ impl AckTimer {
 
     /// A segment will reach the host at `at`.
     pub fn to_host(&mut self, seg: &Segment, at: Duration) {
-        if seg.payload == 0 {
+        if seg.payload == 0 && !seg.control {
             return;
         }
         if self.flows.len() >= MAX_FLOWS {
             self.flows.clear();
         }
-        let w = self.flows.entry(seg.receivers_view()).or_default();
+        let w = &mut self.flows.entry(seg.receivers_view()).or_default().waiting;
         if w.len() >= MAX_WAITING {
             w.pop_front();
         }
-        w.push_back((seg.seq.wrapping_add(seg.payload as u32), at, seg.payload));
+        // SYN and FIN take a sequence number each; an acknowledgement of a FIN (or SYN)
+        // leaves at once.
+        let len = seg.payload as u32 + u32::from(seg.control);
+        w.push_back((seg.seq.wrapping_add(len), at, seg.payload, seg.control));
     }
 
     /// The host sent `seg`, seen by the path at `now`.
@@ -150,24 +160,42 @@ impl AckTimer {
         let Some(ack) = seg.ack else {
             return Decision::Pass;
         };
-        let Some(w) = self.flows.get_mut(&seg.senders_view()) else {
+        let flow = seg.senders_view();
+        let Some(f) = self.flows.get_mut(&flow) else {
             return Decision::Pass;
         };
-        // What this packet newly acknowledges.
-        let (mut since, mut bytes) = (None::<Duration>, 0);
-        while let Some(&(end, at, len)) = w.front() {
+        // What this packet newly acknowledges, with what the held ACK acknowledged.
+        let (mut since, mut bytes) = f.held.map_or((None, 0), |(s, b)| (Some(s), b));
+        let mut control = false;
+        while let Some(&(end, at, len, ctl)) = f.waiting.front() {
             if !seq_le(end, ack) {
                 break;
             }
-            since = Some(since.map_or(at, |s| s.min(at)));
+            since = Some(since.map_or(at, |s: Duration| s.min(at)));
             bytes += len;
-            w.pop_front();
+            control |= ctl;
+            f.waiting.pop_front();
         }
         match since {
-            Some(since) if pure_ack && bytes < 2 * self.mss => {
+            Some(since) if pure_ack && !control && bytes < 2 * self.mss => {
+                f.held = Some((since, bytes));
                 Decision::Hold((since + self.delay).max(now))
             }
-            _ => Decision::Pass,
+            _ => {
+                f.held = None;
+                if seg.control {
+                    // The host closes or resets: nothing of this flow waits any more.
+                    self.flows.remove(&flow);
+                }
+                Decision::Pass
+            }
+        }
+    }
+
+    /// The ACK held for `seg`'s flow (a packet the host sent) left at its timer.
+    pub fn released(&mut self, seg: &Segment) {
+        if let Some(f) = self.flows.get_mut(&seg.senders_view()) {
+            f.held = None;
         }
     }
 }
@@ -234,8 +262,11 @@ mod tests {
         t.to_host(&c.send(19), ms(10));
         // Linux's own delayed ACK at 40 ms is held to 200 ms after the data arrived.
         assert_eq!(t.from_host(&c.ack(), ms(50)), Decision::Hold(ms(210)));
-        // Nothing waits any more: a later pure ACK (a window update) passes.
-        assert_eq!(t.from_host(&c.ack(), ms(60)), Decision::Pass);
+        // A later pure ACK (a window update) while it is held takes its place and its time.
+        assert_eq!(t.from_host(&c.ack(), ms(60)), Decision::Hold(ms(210)));
+        // Once it left, nothing waits: the next window update passes.
+        t.released(&c.ack());
+        assert_eq!(t.from_host(&c.ack(), ms(250)), Decision::Pass);
     }
 
     #[test]
@@ -278,6 +309,33 @@ mod tests {
         // An ACK Linux sends after the timer would have fired is not held longer.
         t.to_host(&c.send(10), ms(400));
         assert_eq!(t.from_host(&c.ack(), ms(700)), Decision::Hold(ms(700)));
+    }
+
+    #[test]
+    fn a_held_ack_counts_towards_two_full_segments() {
+        // Linux acknowledges each segment of a first flight; a Windows host would acknowledge
+        // the second at once.
+        let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
+        t.to_host(&c.send(1448), ms(1));
+        assert_eq!(t.from_host(&c.ack(), ms(1)), Decision::Hold(ms(201)));
+        t.to_host(&c.send(1448), ms(2));
+        assert_eq!(t.from_host(&c.ack(), ms(2)), Decision::Pass);
+        // After the held ACK left at its timer, counting starts again.
+        t.to_host(&c.send(100), ms(3));
+        assert_eq!(t.from_host(&c.ack(), ms(3)), Decision::Hold(ms(203)));
+        t.released(&c.ack());
+        t.to_host(&c.send(100), ms(300));
+        assert_eq!(t.from_host(&c.ack(), ms(300)), Decision::Hold(ms(500)));
+    }
+
+    #[test]
+    fn a_fin_is_acknowledged_at_once() {
+        let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
+        let mut fin = c.send(10);
+        fin.control = true;
+        c.next = c.next.wrapping_add(1);
+        t.to_host(&fin, ms(1));
+        assert_eq!(t.from_host(&c.ack(), ms(2)), Decision::Pass);
     }
 
     #[test]

@@ -171,6 +171,7 @@ pub enum PathError {
 
 /// Counters of both directions together.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PathStats {
     /// Packets delivered.
     pub delivered: u64,
@@ -365,9 +366,20 @@ impl EmulatedPath {
                             .map(|(k, _)| *k)
                             .collect();
                         for k in due {
-                            if let Some((_, pkt)) = held.remove(&k) {
-                                if let Verdict::Deliver(at) = link.on_packet(now, pkt.len()) {
-                                    queue.push_back((at, pkt));
+                            let Some((_, pkt)) = held.remove(&k) else {
+                                continue;
+                            };
+                            if let (Some(t), Some(seg)) = (&timers.of_sender, Segment::parse(&pkt))
+                            {
+                                t.lock().unwrap_or_else(|e| e.into_inner()).released(&seg);
+                            }
+                            match link.on_packet(now, pkt.len()) {
+                                Verdict::Deliver(at) => queue.push_back((at, pkt)),
+                                Verdict::Lost => {
+                                    counters.lost.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Verdict::QueueFull => {
+                                    counters.queue_drops.fetch_add(1, Ordering::Relaxed);
                                 }
                             }
                         }

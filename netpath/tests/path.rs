@@ -323,7 +323,8 @@ fn bad_settings_are_refused_before_anything_is_made() {
 
 /// Median time (ms) of 3 rounds in which the client writes a request as two 10-byte writes
 /// (the second waits, under Nagle, for the first one's ACK) and reads a 1-byte answer.
-fn split_request_round_ms(spec: PathSpec) -> Option<f64> {
+/// Also gives the pure ACKs the path held.
+fn split_request_round_ms(spec: PathSpec) -> Option<(f64, u64)> {
     let p = path(spec)?;
     let server = p.server_addr();
     let listener = p
@@ -356,7 +357,7 @@ fn split_request_round_ms(spec: PathSpec) -> Option<f64> {
         })
         .unwrap();
     answerer.join().unwrap();
-    Some(median(rounds))
+    Some((median(rounds), p.stats().acks_held))
 }
 
 #[test]
@@ -366,10 +367,10 @@ fn a_server_with_a_200_ms_ack_timer_releases_a_held_write_at_200_ms() {
         rtt: Duration::from_millis(2),
         ..PathSpec::default()
     };
-    let Some(linux) = split_request_round_ms(spec.clone()) else {
+    let Some((linux, none_held)) = split_request_round_ms(spec.clone()) else {
         return;
     };
-    let slow = split_request_round_ms(PathSpec {
+    let (slow, held) = split_request_round_ms(PathSpec {
         server_ack_delay: Some(Duration::from_millis(200)),
         ..spec
     })
@@ -381,4 +382,6 @@ fn a_server_with_a_200_ms_ack_timer_releases_a_held_write_at_200_ms() {
         (150.0..400.0).contains(&slow),
         "a 200 ms timer: {slow:.1} ms per round"
     );
+    assert_eq!(none_held, 0);
+    assert!(held >= 3, "{held} ACKs held");
 }
