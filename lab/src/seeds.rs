@@ -278,22 +278,21 @@ pub fn verdicts(tables: &[Table]) -> Vec<Verdict> {
             ));
         }
     }
-    // 002: "increasing the number of overlapping requests to 10 achieves almost the same
-    // performance as with TCP_NODELAY": depth 10 without NODELAY over depth 1 with it, ~1.
-    let pr = |d: usize| {
-        find(
-            tables,
-            move |c| matches!(c, Case::PipelinedRead { depth, .. } if *depth == d),
-        )
-    };
-    if let (Some(d1), Some(d10)) = (pr(1), pr(10)) {
-        if let (Some(n10), Some(d)) = (tput(d10, Strategy::Nagle), tput(d1, Strategy::Nodelay)) {
+    // 002: "increasing the number of overlapping requests to something large (10) achieves
+    // almost the same performance as with TCP_NODELAY. With TCP_NODELAY, overlapping requests
+    // does not make a noticeable difference": depth 10 without NODELAY over depth 10 with it,
+    // ~1 (the same depth on both sides: a busy machine slows both alike).
+    if let Some(d10) = find(
+        tables,
+        |c| matches!(c, Case::PipelinedRead { depth, .. } if *depth == 10),
+    ) {
+        if let (Some(n10), Some(d)) = (tput(d10, Strategy::Nagle), tput(d10, Strategy::Nodelay)) {
             v.extend(verdict(
                 "002",
-                "MB/s of 10 overlapping requests without NODELAY / one request with NODELAY",
+                "MB/s of 10 overlapping requests, without NODELAY / with NODELAY",
                 1.0,
                 n10 / d.max(1e-9),
-                d1,
+                d10,
                 Strategy::Nodelay,
                 true,
             ));
