@@ -179,6 +179,18 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         Some(cg) => Some(attach::attach(cg, &plan::Config::new(&action, &ports))?),
         None => None,
     };
+    nagless_netpath::on_interrupt();
+    let mut seen = BTreeSet::new();
+    let first = existing::fix(&t.pids, &action, &ports, &mut seen);
+    for n in &first.notes {
+        errln!("nagless fix: {n}");
+    }
+    if !first.blocked.is_empty() {
+        // Not half done: what was changed is put back and the program detached.
+        finish(attached, &first.changed);
+        let why: Vec<&str> = first.blocked.iter().map(String::as_str).collect();
+        anyhow::bail!("{}", why.join("; "));
+    }
     let pinned = match (a.persist, attached.take()) {
         (true, Some(at)) => Some(at.persist()?),
         (_, at) => {
@@ -186,12 +198,6 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
             None
         }
     };
-    nagless_netpath::on_interrupt();
-    let mut seen = BTreeSet::new();
-    let first = existing::fix(&t.pids, &action, &ports, &mut seen);
-    for n in &first.notes {
-        errln!("nagless fix: {n}");
-    }
     let what = action.describe();
     let scope = match &t.cgroup {
         Some(cg) => format!("cgroup {} ({} processes)", cg.display(), t.pids.len()),

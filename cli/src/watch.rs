@@ -326,8 +326,8 @@ struct Pin {
 }
 
 impl Pin {
-    /// Every fix on this host: pinned ones (their options and ports known), then running
-    /// ones (a `nagless fix` attached to a cgroup; options not known: taken as covering).
+    /// Every fix on this host that sets TCP_NODELAY: pinned ones, then running ones (a
+    /// `nagless fix` attached to a cgroup), each with its ports, read from its own map.
     /// None when there is no cgroup v2.
     fn all() -> Vec<Pin> {
         let Ok(root) = nagless_fix::target::cgroup2_root() else {
@@ -352,18 +352,23 @@ impl Pin {
             .iter()
             .filter_map(|p| nagless_fix::attach::cgroup_id(p.cgroup.as_ref()?).ok())
             .collect();
-        for id in nagless_fix::attach::attached_cgroups() {
-            if pinned_ids.contains(&id) {
+        for run in nagless_fix::attach::running() {
+            if pinned_ids.contains(&run.cgroup) {
                 continue;
             }
-            let Some(dir) = nagless_fix::attach::find_cgroup(&root, id) else {
+            // A fix whose options cannot be read, or that sets no TCP_NODELAY (a delayed-ACK
+            // bound), covers no held write: its row is told the command as usual.
+            let Some((action, ports)) = run.config.map(|c| c.action()) else {
                 continue;
             };
-            if let Some(cgroup) = relative(&dir) {
+            let Some(dir) = nagless_fix::attach::find_cgroup(&root, run.cgroup) else {
+                continue;
+            };
+            if let (true, Some(cgroup)) = (action.nodelay, relative(&dir)) {
                 pins.push(Pin {
-                    what: format!("running on {}", dir.display()),
+                    what: format!("running: {} on {}", action.describe(), dir.display()),
                     cgroup,
-                    ports: Vec::new(),
+                    ports: ports.as_slice().to_vec(),
                 });
             }
         }

@@ -332,18 +332,89 @@ fn static_and_setuid_binaries_are_reached() {
         args.extend(["nc", "-ll", "-p", &p, "-e", bin, "cat"]);
         let pid = cg.spawn(program, &args, &dir);
         wait_for_port(port);
+        let echo = |conn: &mut TcpStream| {
+            conn.write_all(b"hi\n").unwrap();
+            let mut echo = [0u8; 3];
+            conn.read_exact(&mut echo).unwrap();
+        };
         let mut conn = connect(port);
-        conn.write_all(b"hi\n").unwrap();
-        let mut echo = [0u8; 3];
-        conn.read_exact(&mut echo).unwrap();
-        let o = fix(&["--pid", &pid.to_string(), "--nodelay", "--duration", "0.5s"]);
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(o.status.success(), "{what}: {o:?}");
+        echo(&mut conn);
+        // The kernel's own state of the program's socket, not nagless's report of it.
+        assert_eq!(nodelay_in(&cg), [0], "{what}: before");
+        let (child, line) =
+            start_fix(&["--pid", &pid.to_string(), "--nodelay", "--duration", "2s"]);
         assert!(
-            out.contains("1 existing connection(s) changed") && out.contains("undone: 1 of 1"),
-            "{what}: {out}"
+            line.contains("1 existing connection(s) changed"),
+            "{what}: {line}"
         );
+        assert_eq!(nodelay_in(&cg), [1], "{what}: the existing connection");
+        // A new connection, accepted while the fix runs, gets it from the kernel program.
+        let mut second = connect(port);
+        echo(&mut second);
+        let mut both = nodelay_in(&cg);
+        both.sort();
+        assert_eq!(both, [1, 1], "{what}: with a new connection");
+        finish_fix(child);
+        drop(second);
+        std::thread::sleep(Duration::from_millis(200));
+        // The existing connection is put back (a new one keeps what it was given).
+        echo(&mut conn);
+        assert_eq!(nodelay_in(&cg), [0], "{what}: after the undo");
     }
+}
+
+/// TCP_NODELAY of every connected TCP socket of the processes in `cg`, read through a copy of
+/// each descriptor (`pidfd_getfd`): the kernel's own state, whatever nagless says. One value
+/// per socket, however many descriptors share it.
+fn nodelay_in(cg: &Cgroup) -> Vec<i32> {
+    let procs = std::fs::read_to_string(cg.dir.join("cgroup.procs")).unwrap();
+    let mut found = std::collections::BTreeMap::new();
+    for pid in procs.split_whitespace() {
+        let pid: i32 = pid.parse().unwrap();
+        // SAFETY: pidfd_open(pid, 0) returns a new descriptor owned here, or -1.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+        if pidfd < 0 {
+            continue; // exited meanwhile
+        }
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten();
+        for e in fds.flatten() {
+            let Ok(link) = std::fs::read_link(e.path()) else {
+                continue;
+            };
+            let link = link.to_string_lossy().into_owned();
+            let Some(fd) = e.file_name().to_str().and_then(|f| f.parse::<i32>().ok()) else {
+                continue;
+            };
+            if !link.starts_with("socket:[") || found.contains_key(&link) {
+                continue;
+            }
+            // SAFETY: pidfd_getfd(pidfd, fd, 0) returns a new descriptor owned here, or -1.
+            let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) } as i32;
+            if copy < 0 {
+                continue;
+            }
+            let get = |level: i32, name: i32| -> Option<i32> {
+                let mut v: libc::c_int = 0;
+                let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                // SAFETY: `v` is a c_int of the length passed; `copy` is open until closed below.
+                let r =
+                    unsafe { libc::getsockopt(copy, level, name, (&raw mut v).cast(), &mut len) };
+                (r == 0).then_some(v)
+            };
+            let listening = get(libc::SOL_SOCKET, libc::SO_ACCEPTCONN);
+            let nodelay = get(libc::IPPROTO_TCP, libc::TCP_NODELAY);
+            // SAFETY: `copy` is a descriptor this function opened and closes once.
+            unsafe { libc::close(copy) };
+            if let (Some(0), Some(n)) = (listening, nodelay) {
+                found.insert(link, n.min(1));
+            }
+        }
+        // SAFETY: `pidfd` is a descriptor this function opened and closes once.
+        unsafe { libc::close(pidfd) };
+    }
+    found.into_values().collect()
 }
 
 /// `--container` and `--unit` find their cgroups the way `nagless watch` names them: a
@@ -598,4 +669,177 @@ fn bad_requests_are_refused_before_anything_is_attached() {
         assert_eq!(o.status.code(), Some(1), "{o:?}");
         assert!(err.contains("needs root"), "{err}");
     }
+}
+
+/// A new connection made from inside `cg` to 127.0.0.1:`port` by an unmodified python3:
+/// its TCP_NODELAY as the program itself sees it (1 set, 0 not).
+fn nodelay_of_a_new_connection(cg: &Cgroup, port: u16) -> String {
+    const PROBE: &str = "import socket, sys\n\
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)\n\
+import time; time.sleep(0.05)\n\
+print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))\n";
+    let out = Command::new("timeout")
+        .args([
+            "10",
+            "sh",
+            "-c",
+            r#"echo $$ > "$0/cgroup.procs" && exec "$@""#,
+        ])
+        .arg(&cg.dir)
+        .args(["python3", "-c", PROBE, &port.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Two listeners that accept and hold whatever connects, until the test ends.
+fn two_listeners() -> [u16; 2] {
+    [0, 1].map(|_| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for s in l.incoming().take(16).flatten() {
+                held.push(s);
+            }
+        });
+        port
+    })
+}
+
+#[test]
+fn options_change_only_inside_the_selection_and_go_when_a_signal_ends_the_fix() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    let (target, neighbour) = (Cgroup::new("selected"), Cgroup::new("beside"));
+    let [selected, other] = two_listeners();
+    let cgroup = target.dir.display().to_string();
+    // Before: the kernel's default on every new connection.
+    assert_eq!(nodelay_of_a_new_connection(&target, selected), "0");
+    let (mut child, _) = start_fix(&[
+        "--cgroup",
+        &cgroup,
+        "--port",
+        &selected.to_string(),
+        "--nodelay",
+    ]);
+    // Inside the selection: set by the fix, seen by the program.
+    assert_eq!(nodelay_of_a_new_connection(&target, selected), "1");
+    // What the running fix sets is read back from its own map (as `nagless watch` reads it
+    // to mark the rows it covers).
+    let id = nagless_fix::attach::cgroup_id(&target.dir).unwrap();
+    let running = nagless_fix::attach::running();
+    let ours = running
+        .iter()
+        .find(|r| r.cgroup == id)
+        .expect("a running fix");
+    let (action, ports) = ours.config.expect("its config map").action();
+    assert!(action.nodelay);
+    assert_eq!(ports.as_slice(), [selected]);
+    // The same cgroup to another port, and the neighbouring cgroup to the selected port: as
+    // they were.
+    assert_eq!(nodelay_of_a_new_connection(&target, other), "0");
+    assert_eq!(nodelay_of_a_new_connection(&neighbour, selected), "0");
+    // SIGTERM (as systemd or kill sends it) ends the fix cleanly and detaches the program.
+    // SAFETY: kill(2) on the PID of a child this test started and has not yet waited for.
+    let r = unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(r, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nagless fix did not end on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "nagless fix after SIGTERM: {status}");
+    assert_eq!(nodelay_of_a_new_connection(&target, selected), "0");
+    let listed = fix(&["--list"]);
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains(&cgroup),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+}
+
+/// An unmodified python3 in `cg` holding one connection to 127.0.0.1:`port`; each line it
+/// reads, it answers with that socket's TCP_NODELAY.
+struct Holder {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Holder {
+    fn start(cg: &Cgroup, port: u16) -> Holder {
+        const HOLD: &str = "import socket, sys\n\
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)\n\
+print('ready', flush=True)\n\
+for _ in sys.stdin:\n    print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n";
+        let mut child = Command::new("sh")
+            .args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec "$@""#])
+            .arg(&cg.dir)
+            .args(["python3", "-c", HOLD, &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        Holder { child, out }
+    }
+
+    fn nodelay(&mut self) -> String {
+        self.child
+            .stdin
+            .as_mut()
+            .unwrap()
+            .write_all(b"?\n")
+            .unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_pid_that_shares_its_cgroup_is_fixed_alone() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    let shared = Cgroup::new("shared");
+    let [port, _] = two_listeners();
+    let (mut target, mut beside) = (Holder::start(&shared, port), Holder::start(&shared, port));
+    assert_eq!(
+        (target.nodelay().as_str(), beside.nodelay().as_str()),
+        ("0", "0")
+    );
+    let pid = target.child.id().to_string();
+    let (child, line) = start_fix(&["--pid", &pid, "--nodelay", "--duration", "2s"]);
+    assert!(line.contains("their cgroup holds others"), "{line}");
+    // The selected process's existing connection is changed; its neighbour's is not.
+    assert_eq!(target.nodelay(), "1", "{line}");
+    assert_eq!(beside.nodelay(), "0");
+    finish_fix(child);
+    // The undo puts the option back.
+    assert_eq!(target.nodelay(), "0");
 }

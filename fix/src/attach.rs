@@ -227,9 +227,18 @@ pub fn pinned(cgroup_root: &Path) -> Vec<Pinned> {
     out
 }
 
-/// The cgroups (by id) that a `nagless fix` program is attached to now, pinned or running:
-/// every sock_ops link of the host whose program is `fix_sockops`.
-pub fn attached_cgroups() -> Vec<u64> {
+/// A `nagless fix` program attached on this host now, pinned or running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Running {
+    /// The cgroup (by id) it is attached to.
+    pub cgroup: u64,
+    /// Its configuration, read from its `config` map (`None` if that could not be read).
+    pub config: Option<Config>,
+}
+
+/// Every `nagless fix` program attached now: every sock_ops link of the host whose program
+/// is `fix_sockops`, with what it sets.
+pub fn running() -> Vec<Running> {
     let mut out = Vec::new();
     let mut id = 0;
     while let Some(next) = sys::link_next_id(id) {
@@ -240,15 +249,43 @@ pub fn attached_cgroups() -> Vec<u64> {
         let Ok((attach_type, cgroup)) = sys::cgroup_link_info(link.as_fd()) else {
             continue;
         };
-        let ours = sys::is_sock_ops(attach_type)
-            && sys::link_prog_id(link.as_fd())
-                .and_then(sys::prog_name)
-                .is_ok_and(|n| n == "fix_sockops");
-        if ours {
-            out.push(cgroup);
+        if !sys::is_sock_ops(attach_type) {
+            continue;
+        }
+        let Ok(prog) = sys::link_prog_id(link.as_fd()) else {
+            continue;
+        };
+        if sys::prog_name(prog).is_ok_and(|n| n == "fix_sockops") {
+            out.push(Running {
+                cgroup,
+                config: config_of(prog),
+            });
         }
     }
     out
+}
+
+/// The cgroups (by id) that a `nagless fix` program is attached to now, pinned or running.
+pub fn attached_cgroups() -> Vec<u64> {
+    running().into_iter().map(|r| r.cgroup).collect()
+}
+
+/// The configuration of the loaded program `prog_id`, from its map named `config`.
+fn config_of(prog_id: u32) -> Option<Config> {
+    let info = aya::programs::loaded_programs()
+        .flatten()
+        .find(|p| p.id() == prog_id)?;
+    for id in info.map_ids().ok()?? {
+        let Ok(map) = MapData::from_id(id) else {
+            continue;
+        };
+        if map.info().ok()?.name_as_str() != Some("config") {
+            continue;
+        }
+        let array = Array::<_, [u8; CONFIG_LEN]>::try_from(aya::maps::Map::Array(map)).ok()?;
+        return array.get(&0, 0).ok().map(|b| Config::from_bytes(&b));
+    }
+    None
 }
 
 /// Removes a pinned fix: its link goes (the program detaches), then its maps.

@@ -40,6 +40,33 @@ pub struct Pass {
     /// Why something could not be done (a process gone, a kernel without an option): each
     /// reason once.
     pub notes: BTreeSet<String>,
+    /// Why some selected process's sockets could not be reached at all (no privilege, a
+    /// kernel without pidfd): each reason once. The fix is then refused, not half done.
+    pub blocked: BTreeSet<String>,
+}
+
+/// What an error of `pidfd_open` or `pidfd_getfd` means for the fix.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// The process exited, or the descriptor was closed, since /proc was read: nothing to do.
+    Gone,
+    /// The sockets cannot be reached, for this reason.
+    Blocked(String),
+}
+
+/// Classifies an error of `call` (`pidfd_open` or `pidfd_getfd`) on process `pid`.
+pub(crate) fn reach(call: &str, pid: u32, e: &std::io::Error) -> Reach {
+    match e.raw_os_error() {
+        Some(libc::ESRCH) | Some(libc::EBADF) => Reach::Gone,
+        Some(libc::EPERM) | Some(libc::EACCES) => Reach::Blocked(format!(
+            "cannot reach process {pid}'s sockets ({call}: {e}): it takes root, or CAP_SYS_PTRACE"
+        )),
+        Some(libc::ENOSYS) => Reach::Blocked(format!(
+            "this kernel has no {call} (it came in Linux {}): existing connections cannot be reached",
+            if call == "pidfd_open" { "5.3" } else { "5.6" }
+        )),
+        _ => Reach::Blocked(format!("cannot reach process {pid}'s sockets ({call}: {e})")),
+    }
 }
 
 /// The TCP connections of `pids` selected by `ports`, changed as `action` says; sockets
@@ -47,8 +74,14 @@ pub struct Pass {
 pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64>) -> Pass {
     let mut pass = Pass::default();
     for &pid in pids {
-        let Ok(pidfd) = sys::pidfd_open(pid) else {
-            continue; // exited meanwhile
+        let pidfd = match sys::pidfd_open(pid) {
+            Ok(p) => p,
+            Err(e) => {
+                if let Reach::Blocked(why) = reach("pidfd_open", pid, &e) {
+                    pass.blocked.insert(why);
+                }
+                continue;
+            }
         };
         for (fd, inode) in sockets(pid) {
             if seen.contains(&inode) {
@@ -56,13 +89,12 @@ pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64
             }
             let copy = match sys::pidfd_getfd(pidfd.as_fd(), fd) {
                 Ok(c) => c,
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-                    pass.notes.insert(format!(
-                        "cannot reach process {pid}'s sockets ({e}): it takes root, or CAP_SYS_PTRACE"
-                    ));
+                Err(e) => {
+                    if let Reach::Blocked(why) = reach("pidfd_getfd", pid, &e) {
+                        pass.blocked.insert(why);
+                    }
                     continue;
                 }
-                Err(_) => continue, // closed meanwhile
             };
             // The descriptor may have been closed and reused since /proc was read.
             if inode_of(&copy) != Some(inode) {
@@ -210,4 +242,38 @@ pub fn undo(changed: &[Changed]) -> usize {
         restored += usize::from(ok);
     }
     restored
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(n: i32) -> std::io::Error {
+        std::io::Error::from_raw_os_error(n)
+    }
+
+    #[test]
+    fn a_process_or_descriptor_gone_is_nothing_to_do_and_the_rest_blocks_the_fix() {
+        assert_eq!(reach("pidfd_open", 7, &err(libc::ESRCH)), Reach::Gone);
+        assert_eq!(reach("pidfd_getfd", 7, &err(libc::EBADF)), Reach::Gone);
+        let Reach::Blocked(why) = reach("pidfd_getfd", 7, &err(libc::EPERM)) else {
+            panic!("EPERM must block");
+        };
+        assert!(
+            why.contains("process 7") && why.contains("CAP_SYS_PTRACE"),
+            "{why}"
+        );
+        let Reach::Blocked(why) = reach("pidfd_getfd", 7, &err(libc::ENOSYS)) else {
+            panic!("ENOSYS must block");
+        };
+        assert!(why.contains("Linux 5.6"), "{why}");
+        let Reach::Blocked(why) = reach("pidfd_open", 7, &err(libc::ENOSYS)) else {
+            panic!("ENOSYS must block");
+        };
+        assert!(why.contains("Linux 5.3"), "{why}");
+        assert!(matches!(
+            reach("pidfd_open", 7, &err(libc::EMFILE)),
+            Reach::Blocked(_)
+        ));
+    }
 }
