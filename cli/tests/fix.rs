@@ -1,10 +1,12 @@
-//! `nagless fix` on unmodified programs from Debian, in cgroups the tests create and remove:
-//! a running server fixed with no restart (its existing keep-alive connection and every new
-//! one stop stalling, a neighbouring cgroup's do not, and the undo puts the stall back); a
-//! client that cannot be changed, fixed from its server's side by bounding the server's
-//! delayed ACK; a static and a setuid binary reached all the same; the pinned fix listed and
-//! removed; and the errors. Root only (BPF, cgroups, pidfd_getfd); skipped otherwise (a
-//! failure under CI).
+//! `nagless fix` on unmodified programs from Debian, in cgroups (and a network namespace) the
+//! tests create and remove: a running server fixed with no restart (its existing keep-alive
+//! connection and every new one stop stalling, a neighbouring cgroup's do not, and the undo
+//! puts the stall back); a client that cannot be changed, fixed from its server's side by
+//! bounding the server's delayed ACK; a static and a setuid binary reached all the same (their
+//! sockets read through pidfd_getfd); the selection's port and cgroup kept to, and SIGTERM
+//! ending the fix; a pid sharing its cgroup fixed alone; a program in its own network
+//! namespace; the pinned fix listed and removed; and the errors. Root only (BPF, cgroups,
+//! pidfd_getfd); skipped otherwise (a failure under CI).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -842,4 +844,70 @@ fn a_pid_that_shares_its_cgroup_is_fixed_alone() {
     finish_fix(child);
     // The undo puts the option back.
     assert_eq!(target.nodelay(), "0");
+}
+
+/// A network namespace made for one test (as a container has its own), removed when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(name: &str) -> Netns {
+        let ns = format!("nagless-fix-{name}-{}", std::process::id());
+        let ok = |args: &[&str]| {
+            let st = Command::new("ip").args(args).status().unwrap();
+            assert!(st.success(), "ip {args:?}");
+        };
+        ok(&["netns", "add", &ns]);
+        let n = Netns(ns);
+        ok(&["-n", &n.0, "link", "set", "lo", "up"]);
+        n
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn a_program_in_its_own_network_namespace_is_reached_through_its_cgroup() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    let (cg, ns) = (Cgroup::new("container"), Netns::new("container"));
+    // An unmodified python3 inside the namespace and the cgroup, as in a container: a server
+    // and a client of its own on the namespace's loopback; TCP_NODELAY of the client's socket.
+    const PROBE: &str = "import socket\n\
+l = socket.create_server(('127.0.0.1', 0))\n\
+c = socket.create_connection(l.getsockname(), timeout=5)\n\
+s, _ = l.accept()\n\
+print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))\n";
+    let probe = || {
+        // Into the cgroup first: `ip netns exec` mounts the namespace's own /sys.
+        let out = Command::new("timeout")
+            .args([
+                "10",
+                "sh",
+                "-c",
+                r#"echo $$ > "$0/cgroup.procs" && exec "$@""#,
+            ])
+            .arg(&cg.dir)
+            .args(["ip", "netns", "exec", &ns.0, "python3", "-c", PROBE])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(probe(), "0 0");
+    let cgroup = cg.dir.display().to_string();
+    let (child, _) = start_fix(&["--cgroup", &cgroup, "--nodelay", "--duration", "2s"]);
+    // Both ends of a connection made and accepted in the namespace.
+    assert_eq!(probe(), "1 1");
+    finish_fix(child);
+    assert_eq!(probe(), "0 0");
 }
