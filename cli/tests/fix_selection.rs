@@ -1,0 +1,139 @@
+//! What a `nagless fix` selects and what it leaves alone, read from the programs' own sockets:
+//! a port and a cgroup kept to, and SIGTERM ending the fix and detaching it; a pid that shares
+//! its cgroup fixed alone and undone; a program in its own network namespace (as in a
+//! container) reached through its cgroup. Root only; skipped otherwise (a failure under CI).
+
+mod fix_support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use fix_support::*;
+use nagless_test_support::{exclusive, root_or_skip};
+
+#[test]
+fn options_change_only_inside_the_selection_and_go_when_a_signal_ends_the_fix() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    let (target, neighbour) = (Cgroup::new("selected"), Cgroup::new("beside"));
+    let [selected, other] = two_listeners();
+    let cgroup = target.dir.display().to_string();
+    // Before: the kernel's default on every new connection.
+    assert_eq!(nodelay_of_a_new_connection(&target, selected), "0");
+    let (mut child, _) = start_fix(&[
+        "--cgroup",
+        &cgroup,
+        "--port",
+        &selected.to_string(),
+        "--nodelay",
+    ]);
+    // Inside the selection: set by the fix, seen by the program.
+    assert_eq!(nodelay_of_a_new_connection(&target, selected), "1");
+    // What the running fix sets is read back from its own map (as `nagless watch` reads it
+    // to mark the rows it covers).
+    let id = nagless_fix::attach::cgroup_id(&target.dir).unwrap();
+    let running = nagless_fix::attach::running();
+    let ours = running
+        .iter()
+        .find(|r| r.cgroup == id)
+        .expect("a running fix");
+    let (action, ports) = ours.config.expect("its config map").action();
+    assert!(action.nodelay);
+    assert_eq!(ports.as_slice(), [selected]);
+    // The same cgroup to another port, and the neighbouring cgroup to the selected port: as
+    // they were.
+    assert_eq!(nodelay_of_a_new_connection(&target, other), "0");
+    assert_eq!(nodelay_of_a_new_connection(&neighbour, selected), "0");
+    // SIGTERM (as systemd or kill sends it) ends the fix cleanly and detaches the program.
+    // SAFETY: kill(2) on the PID of a child this test started and has not yet waited for.
+    let r = unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(r, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nagless fix did not end on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "nagless fix after SIGTERM: {status}");
+    assert_eq!(nodelay_of_a_new_connection(&target, selected), "0");
+    let listed = fix(&["--list"]);
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains(&cgroup),
+        "{}",
+        String::from_utf8_lossy(&listed.stdout)
+    );
+}
+
+#[test]
+fn a_pid_that_shares_its_cgroup_is_fixed_alone() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    let shared = Cgroup::new("shared");
+    let [port, _] = two_listeners();
+    let (mut target, mut beside) = (Holder::start(&shared, port), Holder::start(&shared, port));
+    assert_eq!(
+        (target.nodelay().as_str(), beside.nodelay().as_str()),
+        ("0", "0")
+    );
+    let pid = target.child.id().to_string();
+    let (child, line) = start_fix(&["--pid", &pid, "--nodelay", "--duration", "2s"]);
+    assert!(line.contains("their cgroup holds others"), "{line}");
+    // The selected process's existing connection is changed; its neighbour's is not.
+    assert_eq!(target.nodelay(), "1", "{line}");
+    assert_eq!(beside.nodelay(), "0");
+    finish_fix(child);
+    // The undo puts the option back.
+    assert_eq!(target.nodelay(), "0");
+}
+
+#[test]
+fn a_program_in_its_own_network_namespace_is_reached_through_its_cgroup() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    let (cg, ns) = (Cgroup::new("container"), Netns::new("container"));
+    // An unmodified python3 inside the namespace and the cgroup, as in a container: a server
+    // and a client of its own on the namespace's loopback; TCP_NODELAY of the client's socket.
+    const PROBE: &str = "import socket\n\
+l = socket.create_server(('127.0.0.1', 0))\n\
+c = socket.create_connection(l.getsockname(), timeout=5)\n\
+s, _ = l.accept()\n\
+print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))\n";
+    let probe = || {
+        // Into the cgroup first: `ip netns exec` mounts the namespace's own /sys.
+        let out = Command::new("timeout")
+            .args([
+                "10",
+                "sh",
+                "-c",
+                r#"echo $$ > "$0/cgroup.procs" && exec "$@""#,
+            ])
+            .arg(&cg.dir)
+            .args(["ip", "netns", "exec", &ns.0, "python3", "-c", PROBE])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(probe(), "0 0");
+    let cgroup = cg.dir.display().to_string();
+    let (child, _) = start_fix(&["--cgroup", &cgroup, "--nodelay", "--duration", "2s"]);
+    // Both ends of a connection made and accepted in the namespace.
+    assert_eq!(probe(), "1 1");
+    finish_fix(child);
+    assert_eq!(probe(), "0 0");
+}
