@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod bgp;
 pub mod harness;
 pub mod pattern;
 pub mod report;
