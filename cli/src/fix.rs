@@ -143,8 +143,8 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         ack_delay_max: a.ack_delay_max,
     };
     if !action.nodelay && action.ack_delay_max.is_none() {
-        nagless_netpath::on_interrupt();
-        let seen = observe::observe(&t, &ports, a.observe, nagless_netpath::interrupted)
+        crate::sys::catch_interrupts();
+        let seen = observe::observe(&t, &ports, a.observe, crate::sys::interrupted)
             .map_err(|e| anyhow!("watching the target to choose the fix: {e}"))?;
         action = seen.action(nagless_fix::tick()).ok_or_else(|| {
             crate::usage(format!(
@@ -179,7 +179,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         Some(cg) => Some(attach::attach(cg, &plan::Config::new(&action, &ports))?),
         None => None,
     };
-    nagless_netpath::on_interrupt();
+    crate::sys::catch_interrupts();
     let mut seen = BTreeSet::new();
     let first = existing::fix(&t.pids, &action, &ports, &mut seen);
     for n in &first.notes {
@@ -225,8 +225,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     }
     let mut changed = first.changed;
     let start = Instant::now();
-    while !nagless_netpath::interrupted() && (a.duration.is_zero() || start.elapsed() < a.duration)
-    {
+    while !crate::sys::interrupted() && (a.duration.is_zero() || start.elapsed() < a.duration) {
         std::thread::sleep(Duration::from_millis(200));
         if attached.is_none() {
             // The process's own connections: look again for new ones, until it exits.

@@ -397,7 +397,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
     if !nets.is_empty() {
         // Ctrl-C stops after the run in progress; the paths' namespaces are removed on the
         // way out.
-        nagless_netpath::on_interrupt();
+        crate::sys::catch_interrupts();
     }
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let total = plan.run_count();
@@ -416,7 +416,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
     let tables = run_plan(
         &plan,
         &nets,
-        &nagless_netpath::interrupted,
+        &crate::sys::interrupted,
         &mut |done, _, what| {
             bar.set_position(done as u64);
             bar.set_message(what.to_string());
@@ -429,7 +429,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
         },
     );
     bar.finish_and_clear();
-    if nagless_netpath::interrupted() {
+    if crate::sys::interrupted() {
         errln!("nagless lab: interrupted; the emulated paths are removed");
         return Ok(false);
     }

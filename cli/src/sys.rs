@@ -27,3 +27,33 @@ pub fn effective_uid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
+
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Catches the first SIGINT, SIGTERM and SIGHUP (a second one acts as usual):
+/// [`interrupted`] turns true and the program can stop and undo what it set up (drop its
+/// paths, which removes the namespaces; detach and restore what `nagless fix` changed), also
+/// when the terminal or ssh session it ran in goes away. (`nagless lab`, `watch` and `fix`.)
+pub fn catch_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction with a plain handler, SA_RESETHAND so that the next
+        // signal has its default action; the handler only stores an atomic.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Whether a caught SIGINT/SIGTERM arrived.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
+}

@@ -538,7 +538,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
     if metrics.is_some() || args.stalls {
         w.keep_stalls();
     }
-    nagless_netpath::on_interrupt();
+    crate::sys::catch_interrupts();
     if nagless_watch::procs::euid() != Some(0) && w.denied_processes() > 0 {
         errln!(
             "nagless watch: not root: {} processes' sockets cannot be attributed (shown as `uid N`), and other network namespaces (containers) cannot be entered; run as root, or with CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_SYS_ADMIN, to see them",
@@ -638,7 +638,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
             }
             let _ = stdout.flush();
         }
-        if nagless_netpath::interrupted() || (!duration.is_zero() && start.elapsed() >= duration) {
+        if crate::sys::interrupted() || (!duration.is_zero() && start.elapsed() >= duration) {
             break;
         }
         // Nothing busy: nothing to look at until the next listing (sampling; eBPF drains

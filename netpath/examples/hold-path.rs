@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use nagless_netpath::{interrupted, on_interrupt, EmulatedPath, PathSpec};
+use nagless_netpath::{EmulatedPath, PathSpec};
 
 fn main() -> std::process::ExitCode {
     let Some(Ok(ms)) = std::env::args().nth(1).map(|a| a.parse::<u64>()) else {
@@ -17,7 +17,7 @@ fn main() -> std::process::ExitCode {
         ..PathSpec::default()
     };
     // (Before the namespaces exist: a signal during set-up still lets the path be removed.)
-    on_interrupt();
+    let signals = block_interrupts();
     let path = match EmulatedPath::new(&spec) {
         Ok(p) => p,
         Err(e) => {
@@ -27,8 +27,27 @@ fn main() -> std::process::ExitCode {
     };
     let (c, s) = path.namespaces();
     println!("ready {c} {s} {}", path.server_addr());
-    while !interrupted() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut sig = 0;
+    // SAFETY: `signals` is an initialised set, blocked in this (only) thread; `sig` is a
+    // writable int. sigwait returns when one of them is pending.
+    unsafe { libc::sigwait(&signals, &mut sig) };
+    // Dropping the path removes the namespaces.
+    drop(path);
     std::process::ExitCode::SUCCESS
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP, so that they wait for `sigwait` instead of ending
+/// the process before the path is removed.
+fn block_interrupts() -> libc::sigset_t {
+    // SAFETY: sigemptyset and sigaddset initialise and fill a set on the stack;
+    // pthread_sigmask blocks it for this thread (threads started later inherit the mask).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
 }

@@ -47,17 +47,6 @@ use crate::link::{Link, LinkSpec, Verdict};
 /// How close to a packet's delivery time the forwarder stops sleeping and polls instead.
 const SPIN: Duration = Duration::from_micros(250);
 
-/// Catches the first SIGINT/SIGTERM/SIGHUP so that a program can stop, drop its paths (removing the
-/// namespaces) and exit; a second signal acts as usual. See [`interrupted`].
-pub fn on_interrupt() {
-    sys::catch_interrupts();
-}
-
-/// Whether a SIGINT/SIGTERM caught by [`on_interrupt`] arrived.
-pub fn interrupted() -> bool {
-    sys::interrupted()
-}
-
 /// The client's address on the path.
 pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
 /// The server's address on the path.
