@@ -6,7 +6,7 @@
 mod fix_support;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fix_support::*;
 use nagless_test_support::{exclusive, root_or_skip};
@@ -50,17 +50,8 @@ fn options_change_only_inside_the_selection_and_go_when_a_signal_ends_the_fix() 
     // SAFETY: kill(2) on the PID of a child this test started and has not yet waited for.
     let r = unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert_eq!(r, 0);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nagless fix did not end on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = nagless_test_support::wait_at_most(&mut child, Duration::from_secs(20))
+        .expect("nagless fix did not end on SIGTERM");
     assert!(status.success(), "nagless fix after SIGTERM: {status}");
     assert_eq!(nodelay_of_a_new_connection(&target, selected), "0");
     let listed = fix(&["--list"]);

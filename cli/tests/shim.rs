@@ -786,10 +786,7 @@ fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
     let _ = Command::new("kill")
         .args(["-QUIT", &server.0.id().to_string()])
         .status();
-    let start = Instant::now();
-    while server.0.try_wait().unwrap().is_none() && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let _ = common::wait_at_most(&mut server.0, Duration::from_secs(10));
     drop(server);
     let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
@@ -900,14 +897,7 @@ impl ServerGroup {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let start = Instant::now();
-        while start.elapsed() < Duration::from_secs(10) {
-            if self.child.try_wait().unwrap().is_some() {
-                self.exited = true;
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.exited = common::wait_at_most(&mut self.child, Duration::from_secs(10)).is_some();
     }
 }
 

@@ -421,17 +421,8 @@ fn no_byte_is_lost_or_reordered_under_stress() {
                 cmd.env("LD_PRELOAD", shim()).env("NAGLESS_MODE", "nagless");
             }
             let mut child = common::Started(cmd.spawn().unwrap());
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let status = loop {
-                if let Some(s) = child.0.try_wait().unwrap() {
-                    break s;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "seed {seed}: still running after 60 s"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            };
+            let status = common::wait_at_most(&mut child.0, Duration::from_secs(60))
+                .unwrap_or_else(|| panic!("seed {seed}: still running after 60 s"));
             let mut out = String::new();
             child
                 .0

@@ -325,14 +325,8 @@ fn prometheus_scrapes(backend: &str) {
     let mut watch = watch;
     let w = &mut watch.0;
     sigterm(w);
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = w.try_wait().unwrap() {
-            break s;
-        }
-        assert!(t.elapsed() < Duration::from_secs(10), "watch did not stop");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status =
+        nagless_test_support::wait_at_most(w, Duration::from_secs(10)).expect("watch did not stop");
     assert_eq!(status.code(), Some(0));
     drop((s1, s2, prometheus));
 }

@@ -166,6 +166,21 @@ impl Drop for Started {
     }
 }
 
+/// Waits for `child` to exit, at most `limit`: its status, or `None` if it still runs (it is
+/// left running: the caller decides).
+pub fn wait_at_most(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let t = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if t.elapsed() >= limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Sends SIGINT to the child by its PID (tcpdump then writes out its last packets and prints
 /// its counts; Python exits normally) and waits for it to exit, at most 10 s: then it is
 /// killed. Whether it exited by itself.
@@ -173,12 +188,8 @@ pub fn interrupt(child: &mut Child) -> bool {
     let _ = Command::new("kill")
         .args(["-INT", &child.id().to_string()])
         .status();
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(10) {
-        if let Ok(Some(_)) = child.try_wait() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if wait_at_most(child, Duration::from_secs(10)).is_some() {
+        return true;
     }
     let _ = child.kill();
     let _ = child.wait();

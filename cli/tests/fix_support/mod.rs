@@ -139,15 +139,9 @@ pub fn start_fix(args: &[&str]) -> (Child, String) {
 
 /// Waits (at most 20 s) for a `nagless fix` to end by itself; its exit must be clean.
 pub fn finish_fix(mut child: Child) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            assert!(st.success(), "nagless fix: {st}");
-            return;
-        }
-        assert!(Instant::now() < deadline, "nagless fix did not end");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let st = nagless_test_support::wait_at_most(&mut child, Duration::from_secs(20))
+        .expect("nagless fix did not end");
+    assert!(st.success(), "nagless fix: {st}");
 }
 
 pub fn fix(args: &[&str]) -> Output {
