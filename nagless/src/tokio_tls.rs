@@ -16,10 +16,14 @@
 //!   runtime needs its time driver for a linger policy.
 //! - **One socket, several waiters**: the socket is always polled for write readiness with
 //!   one fan-out waker that wakes every task waiting for socket space (the writer, the reader
-//!   and the timer task), so none is forgotten.
+//!   and the timer task), so none is forgotten. Input is polled with the waker of the task
+//!   that asks: while the handshake is incomplete a flush may read too, so a stream split
+//!   into a reading and a writing task should complete the handshake first
+//!   ([`TlsStream::handshake`]), or a waiter for input may be forgotten.
 //! - **Closing**: `shutdown().await` seals everything, sends close_notify after it, then
 //!   shuts the write side down. Dropping the stream sends what the socket takes at once and
 //!   hands the rest to a background task (at most [`DRAIN_LIMIT`]); no close_notify.
+//!   Plaintext written while the handshake is still incomplete is lost on drop.
 //! - **TLS's own messages** (handshake, alerts, key update answers) are sent as soon as rustls
 //!   produces them.
 
@@ -460,8 +464,10 @@ where
             write_cx: &mut wcx,
         };
         match g2.engine.read_input(&mut io) {
-            // Bytes, or the end of the stream (reported by the reader next round).
-            Ok(_) => {}
+            // Bytes, or the end of the stream (reported by the reader next round). They may
+            // have completed the handshake, letting plaintext queued during it leave: the next
+            // wait flushes again.
+            Ok(_) => flushed = false,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !flushed => {
                 // About to wait: seal and send pending plaintext first (before-read), then
                 // read again, so that the read waker is registered after the flush.

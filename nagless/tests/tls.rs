@@ -994,6 +994,47 @@ mod with_tokio {
         assert!(lingered >= 20, "{lingered} linger flushes for 20 echoes");
     }
 
+    /// A request written before the handshake completes, then a read with no flush: the
+    /// request leaves once the handshake is done (the read's wait flushes it), twenty times
+    /// over on the multi-thread runtime. (The handshake ending inside one poll, after that
+    /// poll's flush, is a window too narrow to hit on purpose; this holds the path.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokio_a_request_written_during_the_handshake_leaves_before_the_read_waits() {
+        let pki = pki();
+        let (l, addr) = tokio_listen().await;
+        const ROUNDS: usize = 20;
+        let server = tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let (tcp, _) = l.accept().await.unwrap();
+                let conn = rustls::ServerConnection::new(pki.server.clone()).unwrap();
+                let mut tls = TlsStream::new(conn, tcp).unwrap();
+                let mut req = [0u8; 4];
+                tls.read_exact(&mut req).await.unwrap();
+                assert_eq!(&req, b"ping");
+                tls.write_all(b"pong").await.unwrap();
+                tls.shutdown().await.unwrap();
+            }
+        });
+        for round in 0..ROUNDS {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let conn = rustls::ClientConnection::new(
+                pki.client.clone(),
+                ServerName::try_from("localhost").unwrap(),
+            )
+            .unwrap();
+            let mut tls = TlsStream::new(conn, tcp).unwrap();
+            // Queued: the handshake has not even started.
+            tls.write_all(b"ping").await.unwrap();
+            let mut back = [0u8; 4];
+            tokio::time::timeout(Duration::from_secs(10), tls.read_exact(&mut back))
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: the request never left"))
+                .unwrap();
+            assert_eq!(&back, b"pong");
+        }
+        server.await.unwrap();
+    }
+
     /// The hyper example, served through the tokio TLS layer, answers a rustls client's
     /// keep-alive requests correctly. (`cargo test` builds the example; `scripts/wine-test`
     /// builds the tests only, hence Unix.)

@@ -212,10 +212,24 @@ pub fn recv_nowait(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
 /// Waits until `fd` can take more output (`poll` for `POLLOUT`), at most `timeout` (`None`:
 /// no limit). Returns false on timeout. Retries `EINTR`.
 pub fn wait_writable(fd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    wait_for(fd, libc::POLLOUT, timeout)
+}
+
+/// Waits until `fd` has input (or its end) to read (`poll` for `POLLIN`), at most `timeout`.
+/// Returns false on timeout. Retries `EINTR`.
+pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> io::Result<bool> {
+    wait_for(fd, libc::POLLIN, timeout)
+}
+
+fn wait_for(
+    fd: BorrowedFd<'_>,
+    events: libc::c_short,
+    timeout: Option<std::time::Duration>,
+) -> io::Result<bool> {
     let ms = timeout.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as libc::c_int);
     let mut p = libc::pollfd {
         fd: fd.as_raw_fd(),
-        events: libc::POLLOUT,
+        events,
         revents: 0,
     };
     // SAFETY: `p` is one valid pollfd for the duration of the call.

@@ -244,10 +244,20 @@ pub fn check_open(s: RawSock) -> io::Result<()> {
 /// Waits until the socket can take more output (`WSAPoll` for `POLLWRNORM`), at most
 /// `timeout` (`None`: no limit). Returns false on timeout.
 pub fn wait_writable(s: BorrowedSocket<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+    wait_for(s, ws::POLLWRNORM, timeout)
+}
+
+/// Waits until the socket has input (or its end) to read (`WSAPoll` for `POLLRDNORM`), at
+/// most `timeout`. Returns false on timeout.
+pub fn wait_readable(s: BorrowedSocket<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+    wait_for(s, ws::POLLRDNORM, timeout)
+}
+
+fn wait_for(s: BorrowedSocket<'_>, events: i16, timeout: Option<Duration>) -> io::Result<bool> {
     let ms = timeout.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
     let mut p = ws::WSAPOLLFD {
         fd: raw(s),
-        events: ws::POLLWRNORM,
+        events,
         revents: 0,
     };
     // SAFETY: `p` is one valid WSAPOLLFD for the duration of the call.

@@ -16,12 +16,13 @@
 //!   more than 64 queued slices, or more than rustls's buffer limit (64 KiB by default), takes
 //!   more calls; one send carries at most 64 records. Threshold flushes seal whole records
 //!   only: the core's "segment" is the record's plaintext size.
-//! - **TLS's own messages never wait**: handshake flights, alerts, key update answers and
+//! - **TLS's own messages never wait**: handshake flights, alerts, key updates we ask for and
 //!   session tickets are sent as soon as rustls produces them (after every batch of input it
 //!   processes), not held by the linger. Plaintext waits until the handshake is complete, so
 //!   rustls never buffers it as early data: written during the handshake, it leaves at the
 //!   first flush point once the handshake is done (a flush, or a read, completes it; the
-//!   linger bound alone does not).
+//!   linger bound alone does not). (rustls itself holds its answer to a peer's
+//!   "update requested" until our next record: it leaves with the next flush.)
 //!
 //! # How to drive it
 //! Wrap a connected socket and a rustls connection ([`TlsStream::new`]: a
@@ -137,6 +138,8 @@ impl<S: AsOsSocket> Write for NoWait<'_, S> {
 /// Dropping the stream sends pending plaintext on a blocking socket (best effort, errors
 /// lost) but no close_notify: end with [`close`](Self::close) or
 /// [`send_close_notify`](Self::send_close_notify) where the peer must see a clean end.
+/// Plaintext written while the handshake is still incomplete is lost on drop (a drop does
+/// not wait for the peer): flush, read or close first.
 pub struct TlsStream<C: TlsConnection, S: AsOsSocket + Read> {
     engine: Engine<C>,
     sock: S,
@@ -342,7 +345,14 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
         loop {
             match self.send_close_notify() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    sys::wait_writable(self.sock.as_os_socket(), None)?;
+                    // A handshake still waiting for the peer blocks on input, not on room
+                    // to write (waiting for room would return at once and spin).
+                    let conn = &self.engine.conn;
+                    if conn.is_handshaking() && !conn.wants_write() {
+                        sys::wait_readable(self.sock.as_os_socket(), None)?;
+                    } else {
+                        sys::wait_writable(self.sock.as_os_socket(), None)?;
+                    }
                 }
                 other => return other,
             }

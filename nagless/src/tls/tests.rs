@@ -1,6 +1,3 @@
-//! The engine over an in-memory transport: records per flush, and no byte lost or
-//! reordered through partial sends and `WouldBlock`.
-
 //! The engine against an in-memory transport that takes a scripted number of bytes per
 //! send (0: `WouldBlock`), with a real rustls client decrypting what it sent.
 use super::*;
