@@ -4,10 +4,10 @@
 
 use super::candidates::Collector;
 use super::direction::Direction;
+use super::endpoint::{self, Endpoint};
 use super::judge::{self, Findings};
 use super::output::{At, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
 use super::sequence::{self, Sequence};
-use super::table::{self, Endpoint};
 use super::verdict;
 use crate::packet::{flags, Segment};
 use crate::rule::AckTimer;
@@ -55,7 +55,7 @@ impl Flow {
         every_stall: bool,
     ) -> Flow {
         let side = |a| Side {
-            addr: table::addr(a),
+            addr: endpoint::addr(a),
             ..Side::default()
         };
         Flow {

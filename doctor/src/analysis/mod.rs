@@ -32,6 +32,7 @@
 mod analyzer;
 mod candidates;
 pub mod direction;
+mod endpoint;
 mod flow;
 mod judge;
 pub mod options;

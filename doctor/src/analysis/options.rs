@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::table::Endpoint;
+use super::endpoint::Endpoint;
 
 /// Which flows to analyse and what to keep.
 #[derive(Debug, Clone, Default)]

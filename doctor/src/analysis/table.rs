@@ -12,17 +12,6 @@ use crate::packet::Segment;
 /// doubling (both tables live at once) costs little, not a copy of every flow.
 pub(super) type FlowTable = HashMap<FlowKey, Box<Flow>, KeyHashing>;
 
-/// An address and port.
-pub(super) type Endpoint = (IpAddr, u16);
-
-/// `ip:port`, IPv6 as `[ip]:port`.
-pub(super) fn addr(a: Endpoint) -> String {
-    match a.0 {
-        IpAddr::V4(v) => format!("{v}:{}", a.1),
-        IpAddr::V6(v) => format!("[{v}]:{}", a.1),
-    }
-}
-
 /// A flow's 4-tuple in one order for both directions, packed for fast hashing.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) struct FlowKey {
