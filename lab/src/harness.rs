@@ -203,8 +203,16 @@ impl RunResult {
     }
 }
 
+/// Whether `e` is the peer ending the connection (closed, possibly with bytes unread: RST).
+pub(crate) fn peer_ended(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe
+    )
+}
+
 /// Safety net: no lab socket waits longer than this for a byte.
-const IO_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A TCP socket with the path's MSS set (before listen or connect, as the kernel needs).
 fn socket(path: Path) -> io::Result<Socket> {
@@ -243,7 +251,7 @@ pub(crate) fn connect(setup: &Setup<'_>, addr: SocketAddr) -> io::Result<TcpStre
     }
 }
 
-fn side_cost(conn: &Conn, cpu_start: u64) -> io::Result<SideCost> {
+pub(crate) fn side_cost(conn: &Conn, cpu_start: u64) -> io::Result<SideCost> {
     let info = conn.tcp_info()?;
     Ok(SideCost {
         data_segs: info.data_segs_out.unwrap_or(0) as u64,
@@ -281,13 +289,7 @@ where
             match server(&mut conn) {
                 Ok(()) => {}
                 // The client ends a session by closing, possibly with replies unread (RST).
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::UnexpectedEof
-                            | io::ErrorKind::ConnectionReset
-                            | io::ErrorKind::BrokenPipe
-                    ) => {}
+                Err(e) if peer_ended(&e) => {}
                 Err(e) => return Err(e),
             }
             // The peer may be gone already: flushing what it will never read is no error.

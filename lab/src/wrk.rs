@@ -95,22 +95,13 @@ fn serve(
     }
     let cpu0 = sys::thread_cpu_us();
     let (tcp, _) = listener.accept()?;
-    tcp.set_read_timeout(Some(Duration::from_secs(20)))?;
+    tcp.set_read_timeout(Some(crate::harness::IO_TIMEOUT))?;
     let mut conn = Conn::new(tcp, strategy)?;
     let mut len = None;
     loop {
         match read_request(&mut conn, &mut len) {
             Ok(()) => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::UnexpectedEof
-                        | io::ErrorKind::ConnectionReset
-                        | io::ErrorKind::BrokenPipe
-                ) =>
-            {
-                break
-            }
+            Err(e) if crate::harness::peer_ended(&e) => break,
             Err(e) => return Err(e),
         }
         spend(work);
@@ -123,14 +114,8 @@ fn serve(
         }
     }
     let _ = conn.finish();
+    let server = crate::harness::side_cost(&conn, cpu0)?;
     let info = conn.tcp_info()?;
-    let server = SideCost {
-        data_segs: info.data_segs_out.unwrap_or(0) as u64,
-        segs: info.segs_out.unwrap_or(0) as u64,
-        bytes: info.bytes_sent.unwrap_or(0),
-        syscalls: conn.syscalls(),
-        cpu_us: sys::thread_cpu_us().saturating_sub(cpu0),
-    };
     // What wrk sent on this connection, as the server received it.
     let client = SideCost {
         data_segs: info.data_segs_in.unwrap_or(0) as u64,
