@@ -5,7 +5,6 @@
 
 mod fix_support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use fix_support::*;
@@ -100,26 +99,8 @@ l = socket.create_server(('127.0.0.1', 0))\n\
 c = socket.create_connection(l.getsockname(), timeout=5)\n\
 s, _ = l.accept()\n\
 print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))\n";
-    let probe = || {
-        // Into the cgroup first: `ip netns exec` mounts the namespace's own /sys.
-        let out = Command::new("timeout")
-            .args([
-                "10",
-                "sh",
-                "-c",
-                r#"echo $$ > "$0/cgroup.procs" && exec "$@""#,
-            ])
-            .arg(&cg.dir)
-            .args(["ip", "netns", "exec", &ns.0, "python3", "-c", PROBE])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    // Into the cgroup first: `ip netns exec` mounts the namespace's own /sys.
+    let probe = || cg.run(&["ip", "netns", "exec", &ns.0, "python3", "-c", PROBE]);
     assert_eq!(probe(), "0 0");
     let cgroup = cg.dir.display().to_string();
     let (child, _) = start_fix(&["--cgroup", &cgroup, "--nodelay", "--duration", "2s"]);

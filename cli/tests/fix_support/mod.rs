@@ -13,6 +13,9 @@ pub fn nagless() -> &'static str {
     env!("CARGO_BIN_EXE_nagless")
 }
 
+/// `sh -c` that moves itself into the cgroup `$0`, then execs `$@`.
+const INTO_CGROUP: &str = r#"echo $$ > "$0/cgroup.procs" && exec "$@""#;
+
 /// A cgroup (v2) made for one test, removed (with what runs in it) when dropped.
 pub struct Cgroup {
     pub dir: PathBuf,
@@ -35,12 +38,35 @@ impl Cgroup {
         }
     }
 
+    /// A command that moves itself into the cgroup, then execs the program and arguments
+    /// added to it: `cg.command().args(["python3", ...])`.
+    pub fn command(&self) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(INTO_CGROUP).arg(&self.dir);
+        c
+    }
+
+    /// Runs `program_and_args` inside the cgroup, at most 10 s; it must succeed. Its output,
+    /// trimmed.
+    pub fn run(&self, program_and_args: &[&str]) -> String {
+        let out = Command::new("timeout")
+            .args(["10", "sh", "-c", INTO_CGROUP])
+            .arg(&self.dir)
+            .args(program_and_args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
     /// Starts `cmd` inside the cgroup (it moves itself in, then execs).
     pub fn spawn(&mut self, program: &str, args: &[&str], cwd: &Path) -> u32 {
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
-            .arg(&self.dir)
+        let child = self
+            .command()
             .arg(program)
             .args(args)
             .current_dir(cwd)
@@ -213,23 +239,7 @@ pub fn nodelay_of_a_new_connection(cg: &Cgroup, port: u16) -> String {
 s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)\n\
 import time; time.sleep(0.05)\n\
 print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))\n";
-    let out = Command::new("timeout")
-        .args([
-            "10",
-            "sh",
-            "-c",
-            r#"echo $$ > "$0/cgroup.procs" && exec "$@""#,
-        ])
-        .arg(&cg.dir)
-        .args(["python3", "-c", PROBE, &port.to_string()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    cg.run(&["python3", "-c", PROBE, &port.to_string()])
 }
 
 /// Two listeners that accept and hold whatever connects, until the test ends.
@@ -260,9 +270,8 @@ impl Holder {
 s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)\n\
 print('ready', flush=True)\n\
 for _ in sys.stdin:\n    print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n";
-        let mut child = Command::new("sh")
-            .args(["-c", r#"echo $$ > "$0/cgroup.procs" && exec "$@""#])
-            .arg(&cg.dir)
+        let mut child = cg
+            .command()
             .args(["python3", "-c", HOLD, &port.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
