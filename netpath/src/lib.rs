@@ -180,6 +180,24 @@ struct Counters {
     acks_held: AtomicU64,
 }
 
+impl Counters {
+    /// Counts a packet the link lost or dropped; gives the delivery time of one it takes.
+    fn admitted(&self, v: Verdict) -> Option<Duration> {
+        match v {
+            Verdict::Deliver(at) => return Some(at),
+            Verdict::Lost => self.lost.fetch_add(1, Ordering::Relaxed),
+            Verdict::QueueFull => self.queue_drops.fetch_add(1, Ordering::Relaxed),
+        };
+        None
+    }
+}
+
+/// An end's timer, whoever else held its lock when panicking (the model stays consistent:
+/// each call leaves it whole).
+fn timer(t: &Mutex<AckTimer>) -> std::sync::MutexGuard<'_, AckTimer> {
+    t.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The delayed-ACK timers a forwarder consults: the one of the end it delivers to (which
 /// learns when data reaches that end) and the one of the end it reads from (which decides
 /// whether a pure ACK waits).
@@ -294,9 +312,12 @@ impl EmulatedPath {
         #[allow(clippy::disallowed_methods)] // the forwarders run on real time
         let start = Instant::now();
         let mss = spec.mtu as usize - 52;
-        let timer = |d: Option<Duration>| d.map(|d| Arc::new(Mutex::new(AckTimer::new(d, mss))));
-        let (client_timer, server_timer) =
-            (timer(spec.client_ack_delay), timer(spec.server_ack_delay));
+        let make_timer =
+            |d: Option<Duration>| d.map(|d| Arc::new(Mutex::new(AckTimer::new(d, mss))));
+        let (client_timer, server_timer) = (
+            make_timer(spec.client_ack_delay),
+            make_timer(spec.server_ack_delay),
+        );
         let to_server = Timers {
             of_receiver: server_timer.clone(),
             of_sender: client_timer.clone(),
@@ -360,16 +381,10 @@ impl EmulatedPath {
                             };
                             if let (Some(t), Some(seg)) = (&timers.of_sender, Segment::parse(&pkt))
                             {
-                                t.lock().unwrap_or_else(|e| e.into_inner()).released(&seg);
+                                timer(t).released(&seg);
                             }
-                            match link.on_packet(now, pkt.len()) {
-                                Verdict::Deliver(at) => queue.push_back((at, pkt)),
-                                Verdict::Lost => {
-                                    counters.lost.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Verdict::QueueFull => {
-                                    counters.queue_drops.fetch_add(1, Ordering::Relaxed);
-                                }
+                            if let Some(at) = counters.admitted(link.on_packet(now, pkt.len())) {
+                                queue.push_back((at, pkt));
                             }
                         }
                     }
@@ -417,10 +432,7 @@ impl EmulatedPath {
                             None
                         };
                         if let (Some(t), Some(seg)) = (&timers.of_sender, &seg) {
-                            let decision = t
-                                .lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .from_host(seg, arrival);
+                            let decision = timer(t).from_host(seg, arrival);
                             match decision {
                                 Decision::Hold(at) => {
                                     counters.acks_held.fetch_add(1, Ordering::Relaxed);
@@ -436,19 +448,11 @@ impl EmulatedPath {
                                 }
                             }
                         }
-                        match link.on_packet(arrival, n) {
-                            Verdict::Deliver(at) => {
-                                if let (Some(t), Some(seg)) = (&timers.of_receiver, &seg) {
-                                    t.lock().unwrap_or_else(|e| e.into_inner()).to_host(seg, at);
-                                }
-                                queue.push_back((at, buf[..n].to_vec()))
+                        if let Some(at) = counters.admitted(link.on_packet(arrival, n)) {
+                            if let (Some(t), Some(seg)) = (&timers.of_receiver, &seg) {
+                                timer(t).to_host(seg, at);
                             }
-                            Verdict::Lost => {
-                                counters.lost.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Verdict::QueueFull => {
-                                counters.queue_drops.fetch_add(1, Ordering::Relaxed);
-                            }
+                            queue.push_back((at, buf[..n].to_vec()));
                         }
                     }
                 }
