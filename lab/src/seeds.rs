@@ -259,12 +259,7 @@ pub fn verdicts(tables: &[Table]) -> Vec<Verdict> {
         }
     }
     // 001: time per message through the misaligned window, "delays of 40 ms on each message".
-    let fw = |w: usize| {
-        find(
-            tables,
-            move |c| matches!(c, Case::FramedWindow { window, .. } if *window == w),
-        )
-    };
+    let fw = |w| framed_window(tables, w);
     if let Some(t) = fw(4096) {
         if let Some(n) = tput(t, Strategy::Nagle) {
             v.extend(verdict(
@@ -282,10 +277,7 @@ pub fn verdicts(tables: &[Table]) -> Vec<Verdict> {
     // almost the same performance as with TCP_NODELAY. With TCP_NODELAY, overlapping requests
     // does not make a noticeable difference": depth 10 without NODELAY over depth 10 with it,
     // ~1 (the same depth on both sides: a busy machine slows both alike).
-    if let Some(d10) = find(
-        tables,
-        |c| matches!(c, Case::PipelinedRead { depth, .. } if *depth == 10),
-    ) {
+    if let Some(d10) = pipelined_read(tables, 10) {
         if let (Some(n10), Some(d)) = (tput(d10, Strategy::Nagle), tput(d10, Strategy::Nodelay)) {
             v.extend(verdict(
                 "002",
@@ -342,6 +334,22 @@ pub fn verdicts(tables: &[Table]) -> Vec<Verdict> {
 
 fn find(tables: &[Table], f: impl Fn(&Case) -> bool) -> Option<&Table> {
     tables.iter().find(|t| f(&t.case) && t.path.link.is_none())
+}
+
+/// The loopback framed-window table with this receiver window.
+fn framed_window(tables: &[Table], w: usize) -> Option<&Table> {
+    find(
+        tables,
+        move |c| matches!(c, Case::FramedWindow { window, .. } if *window == w),
+    )
+}
+
+/// The loopback pipelined-read table with this many requests in flight.
+fn pipelined_read(tables: &[Table], d: usize) -> Option<&Table> {
+    find(
+        tables,
+        move |c| matches!(c, Case::PipelinedRead { depth, .. } if *depth == d),
+    )
 }
 
 /// Every table of a case, loopback first, then each emulated path.
@@ -405,12 +413,7 @@ pub fn report(tables: &[Table]) -> String {
         "000",
         "the text's conditions (a 3.7 ms path to a peer with a 200 ms timer) need the emulated path: run as root",
     );
-    let fw = |w: usize| {
-        find(
-            tables,
-            move |c| matches!(c, Case::FramedWindow { window, .. } if *window == w),
-        )
-    };
+    let fw = |w| framed_window(tables, w);
     let mut beep = Vec::new();
     if let (Some(tiny), Some(aligned)) = (fw(4096), fw(4098)) {
         let tp = |t: &Table, s| row(t, s).map(|r| r.throughput.median);
@@ -432,12 +435,7 @@ pub fn report(tables: &[Table]) -> String {
         "001",
         "the framed-window tables did not run",
     );
-    let pr = |d: usize| {
-        find(
-            tables,
-            move |c| matches!(c, Case::PipelinedRead { depth, .. } if *depth == d),
-        )
-    };
+    let pr = |d| pipelined_read(tables, d);
     let mut sftp = Vec::new();
     if let (Some(d1), Some(d2), Some(d10)) = (pr(1), pr(2), pr(10)) {
         let tp = |t: &Table, s| row(t, s).map(|r| r.throughput.median).unwrap_or(0.0);
