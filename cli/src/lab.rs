@@ -399,7 +399,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
         // way out.
         crate::sys::catch_interrupts();
     }
-    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let info = report::RunInfo::here(&std::env::args().collect::<Vec<_>>().join(" "), &plan);
     let total = plan.run_count();
     let bar = if args.no_progress || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         ProgressBar::hidden()
@@ -453,22 +453,14 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
         }
     }
     if let Some(path) = &args.json {
-        let meta = serde_json::json!({
-            "command": command,
-            "repeats": plan.repeats,
-            "limit_ms": plan.limit.as_millis() as u64,
-            "limit_fixed": plan.limit_fixed,
-            "pin": plan.pin,
-            "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
-        });
-        let doc = report::json(&tables, meta);
+        let doc = report::json(&tables, serde_json::to_value(&info)?);
         write_out(path, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
     }
     if let Some(path) = &args.csv {
         write_out(path, &report::csv(&tables))?;
     }
     if let Some(path) = &args.html {
-        let page = report::html(&tables, &command).map_err(anyhow::Error::msg)?;
+        let page = report::html(&tables, &info).map_err(anyhow::Error::msg)?;
         write_out(path, &page)?;
     }
     Ok(tables.iter().all(|t| t.errors.is_empty()))

@@ -100,6 +100,14 @@ fn json_follows_the_documented_schema() {
     assert_eq!(doc["schema"], 1);
     assert!(doc["tool"].as_str().unwrap().starts_with("nagless-lab"));
     assert!(doc["meta"]["repeats"].as_u64() == Some(2));
+    // The run's machine and date (added fields; the older ones keep their names).
+    let meta = &doc["meta"];
+    for key in ["command", "kernel", "cpu_model", "date"] {
+        assert!(meta[key].is_string(), "meta.{key}: {meta}");
+    }
+    assert!(meta["cpus"].as_u64().unwrap() >= 1, "{meta}");
+    assert!(meta["limit_ms"].is_u64() && meta["limit_fixed"].is_boolean());
+    assert!(meta["date"].as_str().unwrap().ends_with('Z'), "{meta}");
     let tables = doc["tables"].as_array().unwrap();
     assert_eq!(tables.len(), 1);
     let t = &tables[0];
@@ -179,6 +187,18 @@ fn csv_and_html_are_written() {
         .starts_with("scenario,params,path,strategy"));
     let html = std::fs::read_to_string(html).unwrap();
     assert!(html.contains("<svg") && html.contains("latency CDF") && html.contains("nagless"));
+    // It opens with the run, the contents and the overview.
+    for part in [
+        "<dt>kernel</dt>",
+        "<dt>machine</dt>",
+        "<dt>date</dt>",
+        "id=\"contents\"",
+        "id=\"overview\"",
+        "href=\"#case-1\"",
+        "id=\"case-1\"",
+    ] {
+        assert!(html.contains(part), "no {part}");
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 

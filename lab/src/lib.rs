@@ -247,6 +247,10 @@ pub struct Row {
 pub struct Verdict {
     /// nagless's median p50 and p99 are each within 1.1 x the best (+20 µs).
     pub latency_ok: bool,
+    /// nagless's median p50 is within 1.1 x the best (+20 µs).
+    pub p50_ok: bool,
+    /// nagless's median p99 is within 1.1 x the best (+20 µs).
+    pub p99_ok: bool,
     /// nagless's data segments per exchange are within 1.05 x the fewest.
     pub segments_ok: bool,
     /// Both.
@@ -467,6 +471,8 @@ pub fn verdict(rows: &[Row]) -> Option<Verdict> {
     }
     Some(Verdict {
         latency_ok,
+        p50_ok,
+        p99_ok,
         segments_ok,
         on_corner,
         corner_reachable,
