@@ -357,6 +357,19 @@ fn the_report_loads_in_chromium_with_every_chart_labelled() {
             }
         }
     }
+    // No text of any chart (labels, ticks, legends, titles) covers another.
+    for c in charts {
+        let all = texts(c);
+        for (i, (s, b)) in all.iter().enumerate() {
+            for (s2, b2) in &all[..i] {
+                assert!(
+                    b.overlap(b2) <= 2.0,
+                    "{}: \"{s}\" and \"{s2}\" overlap: {b:?} {b2:?}",
+                    c["id"]
+                );
+            }
+        }
+    }
     // Two strategies on one spot share one label.
     assert!(
         texts(chart("case-2-scatter"))

@@ -2,6 +2,7 @@
 //! segments (a dot per strategy, labelled beside it by [`super::labels`]), latency CDFs and
 //! latency against RTT, whose legends sit beside the plot, off the curves.
 
+use plotters::coord::combinators::WithKeyPoints;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -29,6 +30,21 @@ const INK: RGBColor = RGBColor(60, 60, 60);
 pub(crate) fn color(s: Strategy) -> RGBColor {
     COLORS[Strategy::ALL.iter().position(|x| *x == s).unwrap_or(0)]
 }
+
+/// A log axis over `lo..hi`, about `px` pixels long, labelled at [`labels::log_ticks`] at
+/// least `gap` pixels apart, with a light grid line at each of 1..9 times a power of ten.
+fn log_axis(lo: f64, hi: f64, px: f64, gap: f64) -> WithKeyPoints<LogCoord<f64>> {
+    let (bold, light) = labels::log_ticks(lo, hi, px, gap);
+    (lo..hi)
+        .log_scale()
+        .with_key_points(bold)
+        .with_light_points(light)
+}
+
+/// The least distance between two tick labels of a log axis, pixels: across ("100.0 ms"
+/// takes about 45) and up.
+const X_GAP: f64 = 60.0;
+const Y_GAP: f64 = 18.0;
 
 /// Width of the legend beside a plot, pixels.
 const LEGEND_W: u32 = 105;
@@ -81,8 +97,8 @@ pub(crate) fn sweep_svg(sw: &Sweep<'_>) -> Result<String, String> {
             .x_label_area_size(35)
             .y_label_area_size(60)
             .build_cartesian_2d(
-                ((xlo / 1.3)..(xhi * 1.3)).log_scale(),
-                ((lo / 1.5)..(hi * 1.5)).log_scale(),
+                log_axis(xlo / 1.3, xhi * 1.3, 560.0, X_GAP),
+                log_axis(lo / 1.5, hi * 1.5, 300.0, Y_GAP),
             )
             .map_err(|e| e.to_string())?;
         chart
@@ -127,7 +143,10 @@ const DOT: i32 = 5;
 /// width and height it is assumed to take per character and per line, pixels.
 const LABEL_FONT: f64 = 14.0;
 const CHAR_W: f64 = 6.6;
-const LINE_H: f64 = 12.0;
+const LINE_H: f64 = 15.0;
+/// Where the text's top is drawn below its box's top: a browser draws the glyphs of a text
+/// at y (dy 0.76em) from about y - 2 to y + 12, so the box keeps 2 px free above and 1 below.
+const TEXT_DY: f64 = 3.0;
 
 /// Latency (p50, log scale) against data segments per exchange: one dot per strategy, and
 /// one label per place (strategies on the same spot share it: "cork, msgmore").
@@ -157,7 +176,7 @@ pub(crate) fn scatter_svg(t: &Table) -> Result<String, String> {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..xmax, (ymin..ymax).log_scale())
+            .build_cartesian_2d(0.0..xmax, log_axis(ymin, ymax, 240.0, Y_GAP))
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
@@ -235,7 +254,7 @@ pub(crate) fn scatter_svg(t: &Table) -> Result<String, String> {
             }
             root.draw(&Text::new(
                 name.clone(),
-                (r.x as i32, r.y as i32),
+                (r.x as i32, (r.y + TEXT_DY) as i32),
                 ("sans-serif", LABEL_FONT).into_font().color(&c),
             ))
             .map_err(|e| e.to_string())?;
@@ -275,11 +294,13 @@ pub(crate) fn cdf_svg(t: &Table) -> Result<String, String> {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(45)
-            .build_cartesian_2d(((lo as f64 / 1.5)..(hi as f64 * 1.5)).log_scale(), 0.0..1.0)
+            .build_cartesian_2d(
+                log_axis(lo as f64 / 1.5, hi as f64 * 1.5, 335.0, X_GAP),
+                0.0..1.0,
+            )
             .map_err(|e| e.to_string())?;
         chart
             .configure_mesh()
-            .x_labels(4)
             .x_desc("latency per exchange")
             .y_desc("fraction of exchanges")
             .x_label_formatter(&|v| fmt_us(*v))

@@ -1,6 +1,7 @@
-//! Where a scatter chart's labels go, in pixels: points that coincide share one label, and
-//! each label sits beside its dot, off every dot and every other label where there is room.
-//! Pure: no drawing, so the placement is tested on its own.
+//! Where a chart's labels go, in pixels: a scatter's points that coincide share one label,
+//! and each label sits beside its dot, off every dot and every other label where there is
+//! room; a log axis's tick labels keep their distance. Pure: no drawing, so the placement is
+//! tested on its own.
 
 /// A box in pixels: left, top, width, height.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -77,17 +78,17 @@ pub(crate) struct Placed {
     pub far: bool,
 }
 
-/// Places each label of `wants` beside its dot (dots of radius `r`, all of `dots`): the first
-/// of the positions around it, nearest first, whose box stays in `area` and covers no dot and
-/// no label placed before it; failing that, the one covering least.
+/// Places each label of `wants` beside its dot (dots of radius `r` and a pixel around, all of
+/// `dots`): the first of the positions around it, nearest first, whose box stays in `area`
+/// and covers no dot and no label placed before it; failing that, the one covering least.
 pub(crate) fn place(wants: &[Want], dots: &[(f64, f64)], r: f64, area: Rect) -> Vec<Placed> {
     let dot_boxes: Vec<Rect> = dots
         .iter()
         .map(|&(x, y)| Rect {
-            x: x - r,
-            y: y - r,
-            w: 2.0 * r,
-            h: 2.0 * r,
+            x: x - r - 1.0,
+            y: y - r - 1.0,
+            w: 2.0 * r + 2.0,
+            h: 2.0 * r + 2.0,
         })
         .collect();
     let mut placed: Vec<Placed> = Vec::new();
@@ -144,6 +145,34 @@ fn candidates(want: &Want, r: f64) -> Vec<(Rect, bool)> {
     out
 }
 
+/// Ticks of a log axis over `lo..hi`, about `px` pixels long: labelled values at least `gap`
+/// pixels apart (powers of ten first, then 2 and 5 times them, then the other 1..9 times),
+/// ascending, and every 1..9 times a power of ten in the range (for light grid lines).
+pub(crate) fn log_ticks(lo: f64, hi: f64, px: f64, gap: f64) -> (Vec<f64>, Vec<f64>) {
+    let pos = |v: f64| (v.ln() - lo.ln()) / (hi.ln() - lo.ln()) * px;
+    let mut all = Vec::new();
+    for e in (lo.log10().floor() as i32)..=(hi.log10().ceil() as i32) {
+        for m in 1..=9 {
+            // Rounded to 4 significant digits: 0.30000000000000004 prints as 0.3.
+            let v = f64::from(m) * 10f64.powi(e);
+            let v = format!("{v:.3e}").parse::<f64>().unwrap_or(v);
+            if (lo..=hi).contains(&v) {
+                all.push((m, v));
+            }
+        }
+    }
+    let mut bold: Vec<f64> = Vec::new();
+    for tier in [&[1][..], &[2, 5], &[3, 4, 6, 7, 8, 9]] {
+        for &(_, v) in all.iter().filter(|(m, _)| tier.contains(m)) {
+            if bold.iter().all(|&b| (pos(b) - pos(v)).abs() >= gap) {
+                bold.push(v);
+            }
+        }
+    }
+    bold.sort_by(f64::total_cmp);
+    (bold, all.into_iter().map(|(_, v)| v).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +183,20 @@ mod tests {
         w: 400.0,
         h: 300.0,
     };
+
+    #[test]
+    fn log_ticks_keep_their_distance() {
+        // Four decades on 400 px: 100 px a decade, so 1, 2, 5 (30 and 40 px apart) fit.
+        let (bold, light) = log_ticks(0.1, 1000.0, 400.0, 25.0);
+        assert_eq!(bold[..4], [0.1, 0.2, 0.5, 1.0]);
+        assert_eq!(light.len(), 4 * 9 + 1);
+        // With 60 px between labels only the powers of ten.
+        let (bold, _) = log_ticks(0.1, 1000.0, 400.0, 60.0);
+        assert_eq!(bold, [0.1, 1.0, 10.0, 100.0, 1000.0]);
+        // Under a decade on a long axis: every 1..9.
+        let (bold, _) = log_ticks(0.7, 1.44, 300.0, 20.0);
+        assert_eq!(bold, [0.7, 0.8, 0.9, 1.0]);
+    }
 
     #[test]
     fn points_within_reach_of_each_other_are_one_group() {

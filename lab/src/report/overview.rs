@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{esc, fmt_num, fmt_us, title};
+use super::{esc, fmt_num, fmt_us, labels, title};
 use crate::{Row, Strategy, Table};
 
 /// nagless's median of one measure against the best (lowest) other strategy's.
@@ -193,7 +193,7 @@ viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\">\
         lx += 18.0 + name.len() as f64 * LABEL_CHAR_W + 24.0;
     }
     s.push('\n');
-    for tick in ticks(lo, hi) {
+    for tick in labels::log_ticks(lo, hi, x1 - x0, 40.0).0 {
         let tx = x(tick);
         let _ = write!(
             s,
@@ -250,29 +250,9 @@ viewBox=\"0 0 {WIDTH} {height}\" font-family=\"sans-serif\">\
     s
 }
 
-/// Ticks of a log axis from `lo` to `hi`: 1, 2 and 5 times powers of ten.
-fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let mut out = Vec::new();
-    for e in -4..=4 {
-        for m in [1.0, 2.0, 5.0] {
-            let t = m * 10f64.powi(e);
-            if (lo..=hi).contains(&t) {
-                // Round away float noise (0.30000000000000004 prints as 0.3).
-                out.push((t * 1e4).round() / 1e4);
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ticks_are_one_two_five() {
-        assert_eq!(ticks(0.3, 12.0), vec![0.5, 1.0, 2.0, 5.0, 10.0]);
-    }
 
     #[test]
     fn a_ratio_against_zero_is_none_unless_both_are_zero() {

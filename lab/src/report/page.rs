@@ -13,7 +13,7 @@ const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:2em auto;max-w
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}\
 td:first-child,th:first-child{text-align:left}.best{font-weight:bold;color:#0a6}\
 table.overview :is(td,th):nth-child(2),table.overview :is(td,th):nth-child(3){text-align:left}\
-figure{margin:0}.charts{display:flex;flex-wrap:wrap;gap:8px}.ok{color:#0a6}.near{color:#a60}.bad{color:#c00}\
+figure{margin:0}pre{overflow-x:auto}.charts{display:flex;flex-wrap:wrap;gap:8px}.ok{color:#0a6}.near{color:#a60}.bad{color:#c00}\
 code{background:#f4f4f4;padding:1px 4px}dl.run{display:grid;grid-template-columns:max-content auto;gap:2px 12px;font-size:14px}\
 dl.run dt{font-weight:bold}dl.run dd{margin:0}nav ol{columns:2;font-size:13px}\
 section{border-top:2px solid #eee;margin-top:1.5em}";
