@@ -1,5 +1,5 @@
 //! Which backend finds the stalls: the kernel's events ([`crate::ebpf`]) where BPF loads,
-//! else sampling every socket's `tcp_info` ([`crate::Watcher`]). Both give the same rows.
+//! else sampling every socket's `tcp_info` ([`crate::sampling`]). Both give the same rows.
 
 use std::io;
 

@@ -31,7 +31,8 @@ use netlink_packet_sock_diag::inet::StateFlags;
 use crate::detect::{HeldWrite, Stall};
 use crate::diag::SocketRow;
 use crate::netns::{netns_of, Namespaces};
-use crate::{add_to, rows, Filter, GroupKey, Groups, Row, SampleStats, StallEvent, Tally, Who};
+use crate::board::{Board, GroupKey, Row, Who};
+use crate::{Filter, SampleStats, StallEvent};
 
 /// The compiled BPF object (built from watch/bpf/holds.bpf.c by `scripts/build-bpf`).
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/holds.bpf.o");
@@ -237,41 +238,6 @@ static NOBODY: Who = Who {
     container: None,
 };
 
-/// Stall tallies of a group and the connections they came from.
-#[derive(Default)]
-struct Group {
-    who: Who,
-    tally: Tally,
-    conns: HashSet<u64>,
-}
-
-fn add_group(
-    groups: &mut HashMap<GroupKey, Group>,
-    key: &GroupKey,
-    who: &Who,
-    cookie: u64,
-    s: &Stall,
-) {
-    let g = groups.entry(key.clone()).or_default();
-    if g.who.cmd.is_none() {
-        g.who.clone_from(who);
-    }
-    g.tally.add(s);
-    g.conns.insert(cookie);
-}
-
-fn group_rows(groups: &HashMap<GroupKey, Group>) -> Vec<Row> {
-    let mut g = Groups::new();
-    for (k, v) in groups {
-        let t = Tally {
-            conns: v.conns.len() as u64,
-            ..v.tally
-        };
-        add_to(&mut g, k, &v.who, &t);
-    }
-    rows(g)
-}
-
 /// The eBPF watcher: call [`sample`](Self::sample) now and then (every 50 ms or so: the ring
 /// buffer holds about 7,700 reports) to drain the kernel's reports.
 pub struct EbpfWatcher {
@@ -292,8 +258,9 @@ pub struct EbpfWatcher {
     namespaces_at: Option<Instant>,
     /// Per writer pid: its network namespace (0 if unknown) and who it is.
     owners: HashMap<u32, (u64, Who)>,
-    window: HashMap<GroupKey, Group>,
-    total: HashMap<GroupKey, Group>,
+    /// The stalls of this window, and of the whole watch.
+    window: Board,
+    total: Board,
     /// Stalls since the last [`take_stalls`](Self::take_stalls), when kept.
     stalls: Option<Vec<StallEvent>>,
     /// Keeps the kernel's BPF run-time statistics on while the watch runs.
@@ -354,8 +321,8 @@ impl EbpfWatcher {
             counted_at: None,
             namespaces_at: None,
             owners: HashMap::new(),
-            window: HashMap::new(),
-            total: HashMap::new(),
+            window: Board::default(),
+            total: Board::default(),
             stalls: None,
             _stats: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
             events: 0,
@@ -467,8 +434,8 @@ impl EbpfWatcher {
             serves,
             netns,
         };
-        add_group(&mut self.window, &key, who, e.cookie, &stall);
-        add_group(&mut self.total, &key, who, e.cookie, &stall);
+        self.window.add_stall(&key, who, e.cookie, &stall);
+        self.total.add_stall(&key, who, e.cookie, &stall);
         if let Some(v) = &mut self.stalls {
             v.push(StallEvent {
                 key,
@@ -530,12 +497,12 @@ impl EbpfWatcher {
 
     /// The rows of the window since the last call (stalling groups first); starts a new one.
     pub fn take_window(&mut self) -> Vec<Row> {
-        group_rows(&std::mem::take(&mut self.window))
+        std::mem::take(&mut self.window).rows()
     }
 
     /// The rows of the whole watch, stalling groups first.
     pub fn totals(&self) -> Vec<Row> {
-        group_rows(&self.total)
+        self.total.rows()
     }
 
     /// The kernel programs' counters so far.
