@@ -2,7 +2,9 @@
 //! report each one an ACK released late (watch/bpf/holds.bpf.c says how); this module loads
 //! them (with aya: no clang or libbpf needed at run time, the object is built by
 //! `scripts/build-bpf` and committed), drains their ring buffer and judges every report with
-//! [`nagless_stall_rule::judge`], the rule `nagless doctor` applies to captures.
+//! [`nagless_stall_rule::judge`], the rule `nagless doctor` applies to captures. Each report
+//! is an [`Event`], read out of the ring buffer through a `#[repr(C)]` mirror of the C
+//! `struct event` (ebpf/event.rs, which asserts its layout).
 //!
 //! Its cost follows held writes, not sockets: nothing is read per socket, the kernel programs
 //! run per write and per received segment (a hash lookup that misses unless the socket holds
@@ -18,9 +20,12 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+mod event;
+
+pub use event::{Event, EVENT_SIZE};
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramInfo};
@@ -28,10 +33,10 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use nagless_stall_rule::DELAYED_ACK_MIN_US;
 use netlink_packet_sock_diag::inet::StateFlags;
 
-use crate::detect::{HeldWrite, Stall};
+use crate::board::{Board, GroupKey, Row, Who};
+use crate::detect::Stall;
 use crate::diag::SocketRow;
 use crate::netns::{netns_of, Namespaces};
-use crate::board::{Board, GroupKey, Row, Who};
 use crate::{Filter, SampleStats, StallEvent};
 
 /// The compiled BPF object (built from watch/bpf/holds.bpf.c by `scripts/build-bpf`).
@@ -105,122 +110,6 @@ pub struct Counters {
     pub reported: u64,
     /// Reports lost to a full ring buffer.
     pub lost: u64,
-}
-
-/// One report from the kernel: a write held until an ACK released it, at least
-/// [`DELAYED_ACK_MIN_US`] later.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    /// The socket's cookie (unique while the system runs).
-    pub cookie: u64,
-    /// From the held write to the ACK that released it, ns.
-    pub hold_ns: u64,
-    /// The writer's cgroup id.
-    pub cgroup: u64,
-    /// The writer's process and thread ids, uid.
-    pub pid: u32,
-    /// Thread id.
-    pub tid: u32,
-    /// User id.
-    pub uid: u32,
-    /// Most bytes held at once.
-    pub held: u32,
-    /// The sender's MSS.
-    pub mss: u32,
-    /// The path's round trip (the windowed minimum), µs.
-    pub min_rtt_us: u32,
-    /// The smoothed round trip, µs.
-    pub srtt_us: u32,
-    /// Local address and port.
-    pub local: (IpAddr, u16),
-    /// Remote address and port.
-    pub remote: (IpAddr, u16),
-    /// The peer advertised a zero window during the hold.
-    pub zero_window: bool,
-    /// The socket was in loss recovery during the hold.
-    pub loss_recovery: bool,
-    /// The writing task's name.
-    pub comm: String,
-    /// From the last segment that arrived during the hold to the release, µs (0 if none did).
-    pub release_gap_us: u32,
-    /// From the sending of the newest segment in flight when the hold began (the one whose
-    /// ACK the write waited for) to the release, ns (0 if unknown).
-    pub wait_ns: u64,
-    /// When an ACK released the write (`bpf_ktime_get_ns`: `CLOCK_MONOTONIC`), ns.
-    pub released_ns: u64,
-}
-
-/// Size of `struct event` in holds.bpf.c.
-pub const EVENT_SIZE: usize = 128;
-
-impl Event {
-    /// Parses a `struct event` (native byte order); `None` if `b` is too short.
-    pub fn parse(b: &[u8]) -> Option<Event> {
-        if b.len() < EVENT_SIZE {
-            return None;
-        }
-        let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().unwrap_or_default());
-        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap_or_default());
-        let u16_at = |o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap_or_default());
-        let addr = |o: usize| -> IpAddr {
-            if u16_at(52) == 2 {
-                IpAddr::V4(Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]))
-            } else {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(&b[o..o + 16]);
-                IpAddr::V6(Ipv6Addr::from(a))
-            }
-        };
-        let comm = &b[92..108];
-        let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-        Some(Event {
-            cookie: u64_at(0),
-            hold_ns: u64_at(8),
-            cgroup: u64_at(16),
-            pid: u32_at(24),
-            tid: u32_at(28),
-            uid: u32_at(32),
-            held: u32_at(36),
-            mss: u32_at(40),
-            min_rtt_us: u32_at(44),
-            srtt_us: u32_at(48),
-            local: (addr(60), u16_at(54)),
-            remote: (addr(76), u16_at(56)),
-            zero_window: b[58] != 0,
-            loss_recovery: b[59] != 0,
-            comm: crate::procs::printable(&String::from_utf8_lossy(&comm[..end])),
-            release_gap_us: u32_at(108),
-            wait_ns: u64_at(112),
-            released_ns: u64_at(120),
-        })
-    }
-
-    /// The stall this hold was, judged by the stall rule; `None` if it was not one.
-    pub fn stall(&self, at_us: u64) -> Option<Stall> {
-        let rtt_us = if self.min_rtt_us > 0 && self.min_rtt_us != u32::MAX {
-            self.min_rtt_us
-        } else {
-            self.srtt_us
-        };
-        // How late the ACK came counts from when the segment it acknowledges left, as the
-        // doctor counts it: that can be before the held write (a busy writer writes its second
-        // part late), never after.
-        HeldWrite {
-            held: self.held,
-            mss: self.mss,
-            hold_us: self.hold_ns.max(self.wait_ns) / 1000,
-            rtt_us: u64::from(rtt_us),
-            release_gap_us: u64::from(self.release_gap_us),
-            zero_window: self.zero_window,
-            loss_recovery: self.loss_recovery,
-        }
-        .judge(at_us)
-    }
-}
-
-/// An address as sampling shows it: IPv4-mapped IPv6 as IPv4.
-fn canonical((ip, port): (IpAddr, u16)) -> std::net::SocketAddr {
-    std::net::SocketAddr::new(ip.to_canonical(), port)
 }
 
 /// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns`.
@@ -441,8 +330,8 @@ impl EbpfWatcher {
                 key,
                 comm: who.comm.clone(),
                 container: who.container.clone(),
-                local: canonical(e.local),
-                remote: canonical(e.remote),
+                local: e.local_addr(),
+                remote: e.remote_addr(),
                 at: crate::wall_clock_ago(Duration::from_nanos(
                     now_mono_ns.saturating_sub(e.released_ns),
                 )),
@@ -543,65 +432,5 @@ impl EbpfWatcher {
     /// Reports received.
     pub fn events(&self) -> u64 {
         self.events
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn raw() -> Vec<u8> {
-        let mut b = vec![0u8; EVENT_SIZE];
-        b[0..8].copy_from_slice(&7u64.to_ne_bytes());
-        b[8..16].copy_from_slice(&44_000_000u64.to_ne_bytes());
-        b[24..28].copy_from_slice(&1234u32.to_ne_bytes());
-        b[36..40].copy_from_slice(&100u32.to_ne_bytes());
-        b[40..44].copy_from_slice(&65483u32.to_ne_bytes());
-        b[44..48].copy_from_slice(&20u32.to_ne_bytes());
-        b[52..54].copy_from_slice(&2u16.to_ne_bytes());
-        b[54..56].copy_from_slice(&8000u16.to_ne_bytes());
-        b[56..58].copy_from_slice(&40000u16.to_ne_bytes());
-        b[60..64].copy_from_slice(&[127, 0, 0, 1]);
-        b[76..80].copy_from_slice(&[127, 0, 0, 2]);
-        b[92..98].copy_from_slice(b"python");
-        b
-    }
-
-    #[test]
-    fn an_event_parses_and_is_judged_by_the_stall_rule() {
-        let mut b = raw();
-        b[120..128].copy_from_slice(&9_000_000_000u64.to_ne_bytes());
-        let e = Event::parse(&b).unwrap();
-        assert_eq!(e.cookie, 7);
-        assert_eq!(e.released_ns, 9_000_000_000);
-        assert_eq!(e.pid, 1234);
-        assert_eq!(e.local, (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 8000));
-        assert_eq!(e.remote, (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 40000));
-        assert_eq!(e.comm, "python");
-        let s = e.stall(5).unwrap();
-        assert_eq!(s.lost_us, 44_000 - 20);
-        assert_eq!(s.held, 100);
-        // A full segment, loss recovery, a zero window: not stalls.
-        for (held, loss, zw) in [
-            (65483, false, false),
-            (100, true, false),
-            (100, false, true),
-        ] {
-            let e = Event {
-                held,
-                loss_recovery: loss,
-                zero_window: zw,
-                ..e.clone()
-            };
-            assert!(e.stall(5).is_none(), "{e:?}");
-        }
-        assert!(Event::parse(&raw()[..EVENT_SIZE - 1]).is_none());
-        // The ACK's lateness counts from when the segment it acknowledges was sent, when that
-        // was before the held write; a short hold behind a late ACK is a stall.
-        let mut b = raw();
-        b[8..16].copy_from_slice(&25_000_000u64.to_ne_bytes());
-        b[112..120].copy_from_slice(&50_000_000u64.to_ne_bytes());
-        let e = Event::parse(&b).unwrap();
-        assert_eq!(e.stall(5).unwrap().lost_us, 50_000 - 20);
     }
 }
