@@ -33,6 +33,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use nagless_stall_rule::DELAYED_ACK_MIN_US;
 use netlink_packet_sock_diag::inet::StateFlags;
 
+use crate::backend::{KernelReport, Run, Source};
 use crate::board::{Board, GroupKey, Row, Who};
 use crate::detect::Stall;
 use crate::diag::SocketRow;
@@ -127,7 +128,7 @@ static NOBODY: Who = Who {
     container: None,
 };
 
-/// The eBPF watcher: call [`sample`](Self::sample) now and then (every 50 ms or so: the ring
+/// The eBPF watcher: call [`sample`](Source::sample) now and then (every 50 ms or so: the ring
 /// buffer holds about 7,700 reports) to drain the kernel's reports.
 pub struct EbpfWatcher {
     // The programs stay attached while this lives.
@@ -150,7 +151,7 @@ pub struct EbpfWatcher {
     /// The stalls of this window, and of the whole watch.
     window: Board,
     total: Board,
-    /// Stalls since the last [`take_stalls`](Self::take_stalls), when kept.
+    /// Stalls since the last [`take_stalls`](Source::take_stalls), when kept.
     stalls: Option<Vec<StallEvent>>,
     /// Keeps the kernel's BPF run-time statistics on while the watch runs.
     _stats: Option<std::os::fd::OwnedFd>,
@@ -279,27 +280,6 @@ impl EbpfWatcher {
             .0
     }
 
-    /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls) (which must then be
-    /// called often: they pile up until it is).
-    pub fn keep_stalls(&mut self) {
-        self.stalls.get_or_insert_with(Vec::new);
-    }
-
-    /// The stalls that ended since the last call (none unless [`keep_stalls`](Self::keep_stalls)).
-    pub fn take_stalls(&mut self) -> Vec<StallEvent> {
-        self.stalls.as_mut().map(std::mem::take).unwrap_or_default()
-    }
-
-    /// The network namespaces whose listeners are known: how many, how many could not be
-    /// entered and why (their stalls are still seen; only whether a row serves its port is
-    /// not known there).
-    pub fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
-        self.nets.as_ref().map_or((0, 0, None), |n| {
-            let (not, why) = n.not_entered();
-            (n.present().len(), not, why)
-        })
-    }
-
     /// Takes one report into the tallies; returns the stall if it was one.
     fn take(&mut self, e: &Event, now_mono_ns: u64) -> Option<Stall> {
         let (lport, rport) = (e.local.1, e.remote.1);
@@ -341,25 +321,6 @@ impl EbpfWatcher {
         Some(stall)
     }
 
-    /// Drains the kernel's reports and judges them.
-    pub fn sample(&mut self) -> io::Result<SampleStats> {
-        let mut stats = SampleStats::default();
-        let mut got = Vec::new();
-        while let Some(item) = self.ring.next() {
-            got.extend(Event::parse(&item));
-        }
-        let now_mono_ns = monotonic_ns();
-        for e in &got {
-            self.events += 1;
-            stats.watched += 1;
-            if self.take(e, now_mono_ns).is_some() {
-                stats.stalls += 1;
-            }
-        }
-        self.count_sockets(&mut stats);
-        Ok(stats)
-    }
-
     /// Once a second: the TCP sockets in use in every namespace (the kernel's own count, read
     /// per namespace, not per socket), as a full sample's `sockets`; the namespaces are found
     /// again every ten seconds.
@@ -382,16 +343,6 @@ impl EbpfWatcher {
         }
         stats.sockets = n.tcp_in_use();
         stats.full = true;
-    }
-
-    /// The rows of the window since the last call (stalling groups first); starts a new one.
-    pub fn take_window(&mut self) -> Vec<Row> {
-        std::mem::take(&mut self.window).rows()
-    }
-
-    /// The rows of the whole watch, stalling groups first.
-    pub fn totals(&self) -> Vec<Row> {
-        self.total.rows()
     }
 
     /// The kernel programs' counters so far.
@@ -432,5 +383,99 @@ impl EbpfWatcher {
     /// Reports received.
     pub fn events(&self) -> u64 {
         self.events
+    }
+}
+
+impl Source for EbpfWatcher {
+    fn name(&self) -> &'static str {
+        "ebpf"
+    }
+
+    /// Drains the kernel's reports and judges them.
+    fn sample(&mut self) -> io::Result<SampleStats> {
+        let mut stats = SampleStats::default();
+        let mut got = Vec::new();
+        while let Some(item) = self.ring.next() {
+            got.extend(Event::parse(&item));
+        }
+        let now_mono_ns = monotonic_ns();
+        for e in &got {
+            self.events += 1;
+            stats.watched += 1;
+            if self.take(e, now_mono_ns).is_some() {
+                stats.stalls += 1;
+            }
+        }
+        self.count_sockets(&mut stats);
+        Ok(stats)
+    }
+
+    /// The rows of the window since the last call (stalling groups first); starts a new one.
+    fn take_window(&mut self) -> Vec<Row> {
+        std::mem::take(&mut self.window).rows()
+    }
+
+    /// The rows of the whole watch, stalling groups first.
+    fn totals(&self) -> Vec<Row> {
+        self.total.rows()
+    }
+
+    /// Keeps every stall from now on, for [`take_stalls`](Source::take_stalls) (which must then be
+    /// called often: they pile up until it is).
+    fn keep_stalls(&mut self) {
+        self.stalls.get_or_insert_with(Vec::new);
+    }
+
+    /// The stalls that ended since the last call (none unless [`keep_stalls`](Source::keep_stalls)).
+    fn take_stalls(&mut self) -> Vec<StallEvent> {
+        self.stalls.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The network namespaces whose listeners are known: how many, how many could not be
+    /// entered and why (their stalls are still seen; only whether a row serves its port is
+    /// not known there).
+    fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
+        self.nets.as_ref().map_or((0, 0, None), |n| {
+            let (not, why) = n.not_entered();
+            (n.present().len(), not, why)
+        })
+    }
+
+    fn not_entered_means(&self) -> &'static str {
+        "their stalls are seen, but not which ports they serve"
+    }
+
+    /// At least 50 ms: each report carries the kernel's time.
+    fn interval(&self, asked: Duration) -> Duration {
+        asked.max(Duration::from_millis(50))
+    }
+
+    fn status(&self, _run: &Run) -> String {
+        format!("{} kernel reports (eBPF)", self.events())
+    }
+
+    fn cost(&self, run: &Run) -> String {
+        let c = self.counters();
+        let elapsed = run.elapsed_s;
+        let kernel = self.kernel_cost().map_or(String::new(), |(t, runs)| {
+            format!(
+                "; in the kernel {runs} program runs, {:.1} ms ({:.3}% of one core)",
+                t.as_secs_f64() * 1000.0,
+                t.as_secs_f64() / elapsed * 100.0
+            )
+        });
+        format!(
+            "eBPF in {elapsed:.1} s, on the whole host: {} held writes followed, {} released by an ACK, {} sent without one, {} long holds reported ({} lost); watcher CPU {:.1}% of one core{kernel}",
+            c.holds, c.released, c.sent_without_ack, c.reported, c.lost, run.cpu_percent
+        )
+    }
+
+    fn kernel(&self) -> Option<KernelReport> {
+        let cost = self.kernel_cost();
+        Some(KernelReport {
+            counters: self.counters(),
+            program_runs: cost.map(|c| c.1),
+            program_ms: cost.map(|c| c.0.as_secs_f64() * 1000.0),
+        })
     }
 }

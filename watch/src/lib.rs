@@ -63,7 +63,7 @@ pub struct SampleStats {
 }
 
 /// One stall as it ended, for exporters that need each one (a histogram of durations): see
-/// [`Watcher::keep_stalls`].
+/// [`Source::keep_stalls`](backend::Source::keep_stalls).
 #[derive(Debug, Clone)]
 pub struct StallEvent {
     /// The group of the socket that stalled.

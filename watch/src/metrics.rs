@@ -355,7 +355,7 @@ impl Metrics {
         self.durations.get_or_create(&l).observe(secs);
     }
 
-    /// The groups seen in the last window (see [`Watcher::take_window`](crate::Watcher::take_window)):
+    /// The groups seen in the last window (see [`Source::take_window`](crate::backend::Source::take_window)):
     /// sets their connection counts, makes their stall series exist (at 0 if new), and forgets
     /// the groups unseen for [`Limits::forget_after`].
     pub fn window(&mut self, rows: &[Row]) {

@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::time::Instant;
 
+use crate::backend::{Run, Source};
 use crate::board::{Board, GroupKey, Row, Tally, Who};
 use crate::detect::HoldTracker;
 use crate::diag::{state, SocketRow};
@@ -36,7 +37,7 @@ struct Tracked {
 /// How long a socket stays busy after it last had data in flight.
 const BUSY_US: u64 = 2_000_000;
 
-/// The watcher: call [`sample`](Self::sample) every interval.
+/// The watcher: call [`sample`](Source::sample) every interval.
 pub struct Watcher {
     /// The namespaces, until the listing thread takes them.
     nets: Option<Namespaces>,
@@ -61,7 +62,7 @@ pub struct Watcher {
     /// Tallies of sockets gone, by their group: this window's and the whole watch's.
     gone_window: Board,
     gone_total: Board,
-    /// Stalls since the last [`Watcher::take_stalls`], when kept.
+    /// Stalls since the last [`take_stalls`](Source::take_stalls), when kept.
     events: Option<Vec<StallEvent>>,
 }
 
@@ -97,112 +98,6 @@ impl Watcher {
             gone_total: Board::default(),
             events: None,
         })
-    }
-
-    /// How often to list every established socket (default 100 ms); between listings,
-    /// [`sample`](Self::sample) looks up only the sockets busy lately.
-    pub fn set_scan_interval(&mut self, every: std::time::Duration) {
-        self.scan_interval = every;
-    }
-
-    /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls) (which must then be
-    /// called often: they pile up until it is).
-    pub fn keep_stalls(&mut self) {
-        self.events.get_or_insert_with(Vec::new);
-    }
-
-    /// The stalls that ended since the last call (none unless [`keep_stalls`](Self::keep_stalls)).
-    pub fn take_stalls(&mut self) -> Vec<StallEvent> {
-        self.events.as_mut().map(std::mem::take).unwrap_or_default()
-    }
-
-    /// The rows of the window since the last call (stalling groups first); starts a new one.
-    pub fn take_window(&mut self) -> Vec<Row> {
-        let mut g = std::mem::take(&mut self.gone_window);
-        for t in self.sockets.values_mut() {
-            if t.window.conns > 0 {
-                g.add(&t.key, &t.who, &t.window);
-            }
-            t.window = Tally::default();
-        }
-        g.rows()
-    }
-
-    /// The rows of the whole watch, stalling groups first.
-    pub fn totals(&self) -> Vec<Row> {
-        let mut g = self.gone_total.clone();
-        for t in self.sockets.values() {
-            g.add(&t.key, &t.who, &t.total);
-        }
-        g.rows()
-    }
-
-    /// Processes whose sockets could not be attributed (not root).
-    pub fn denied_processes(&self) -> usize {
-        self.denied
-    }
-
-    /// The network namespaces: how many are listed, how many could not be entered and why.
-    pub fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
-        self.ns_info
-    }
-
-    /// Takes one sample and updates the board: exact lookups of the sockets that had data in
-    /// flight in the last two seconds (none at all when none had), and the listing of every
-    /// established socket that a thread of its own takes every [scan
-    /// interval](Self::set_scan_interval), when one is ready (the first sample waits for it).
-    pub fn sample(&mut self) -> io::Result<SampleStats> {
-        let mut stats = SampleStats::default();
-        let listing = match (&self.listings, self.nets.take(), self.procs.take()) {
-            (None, Some(nets), Some(procs)) => {
-                let rx = lister::spawn(nets, procs, self.scan_interval)?;
-                let first = rx.recv();
-                self.listings = Some(rx);
-                Some(first.map_err(|_| io::Error::other("the listing thread stopped"))?)
-            }
-            (Some(rx), _, _) => match rx.try_recv() {
-                Ok(l) => Some(l),
-                Err(std::sync::mpsc::TryRecvError::Empty) => None,
-                Err(_) => return Err(io::Error::other("the listing thread stopped")),
-            },
-            _ => None,
-        };
-        if let Some(l) = listing {
-            let l = l?;
-            if let Some(set) = l.listening {
-                self.listening = set;
-            }
-            for (ns, d) in l.lookups {
-                self.lookups.add(ns, d);
-            }
-            self.lookups.retain(|ns| l.present.contains(&ns));
-            self.ns_info = (l.present.len(), l.not_entered.0, l.not_entered.1);
-            self.denied = l.denied;
-            self.owners.extend(l.owners);
-            let live: HashSet<u32> = l.rows.iter().map(|r| r.inode).collect();
-            self.owners.retain(|i, _| live.contains(i));
-            self.rows = l.rows;
-            let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
-            self.process(true, at_us, &mut stats);
-            stats.sockets = self.rows.len();
-            stats.full = true;
-        }
-        let now_us = self.start.elapsed().as_micros() as u64;
-        let busy: Vec<&SocketRow> = self
-            .sockets
-            .values()
-            .filter(|t| t.busy_until_us >= now_us)
-            .map(|t| &t.id)
-            .collect();
-        if !busy.is_empty() {
-            let mut rows = std::mem::take(&mut self.rows);
-            rows.clear();
-            self.lookups.lookup(&busy, &mut rows)?;
-            self.rows = rows;
-            let at_us = self.start.elapsed().as_micros() as u64;
-            self.process(false, at_us, &mut stats);
-        }
-        Ok(stats)
     }
 
     /// Observes `self.rows`, taken at `at_us`: a listing of every socket if `full`, else
@@ -336,5 +231,146 @@ impl Watcher {
                 live
             });
         }
+    }
+}
+
+impl Source for Watcher {
+    fn name(&self) -> &'static str {
+        "sampling"
+    }
+
+    /// Takes one sample and updates the board: exact lookups of the sockets that had data in
+    /// flight in the last two seconds (none at all when none had), and the listing of every
+    /// established socket that a thread of its own takes every [scan
+    /// interval](Source::set_scan_interval), when one is ready (the first sample waits for it).
+    fn sample(&mut self) -> io::Result<SampleStats> {
+        let mut stats = SampleStats::default();
+        let listing = match (&self.listings, self.nets.take(), self.procs.take()) {
+            (None, Some(nets), Some(procs)) => {
+                let rx = lister::spawn(nets, procs, self.scan_interval)?;
+                let first = rx.recv();
+                self.listings = Some(rx);
+                Some(first.map_err(|_| io::Error::other("the listing thread stopped"))?)
+            }
+            (Some(rx), _, _) => match rx.try_recv() {
+                Ok(l) => Some(l),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                Err(_) => return Err(io::Error::other("the listing thread stopped")),
+            },
+            _ => None,
+        };
+        if let Some(l) = listing {
+            let l = l?;
+            if let Some(set) = l.listening {
+                self.listening = set;
+            }
+            for (ns, d) in l.lookups {
+                self.lookups.add(ns, d);
+            }
+            self.lookups.retain(|ns| l.present.contains(&ns));
+            self.ns_info = (l.present.len(), l.not_entered.0, l.not_entered.1);
+            self.denied = l.denied;
+            self.owners.extend(l.owners);
+            let live: HashSet<u32> = l.rows.iter().map(|r| r.inode).collect();
+            self.owners.retain(|i, _| live.contains(i));
+            self.rows = l.rows;
+            let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
+            self.process(true, at_us, &mut stats);
+            stats.sockets = self.rows.len();
+            stats.full = true;
+        }
+        let now_us = self.start.elapsed().as_micros() as u64;
+        let busy: Vec<&SocketRow> = self
+            .sockets
+            .values()
+            .filter(|t| t.busy_until_us >= now_us)
+            .map(|t| &t.id)
+            .collect();
+        if !busy.is_empty() {
+            let mut rows = std::mem::take(&mut self.rows);
+            rows.clear();
+            self.lookups.lookup(&busy, &mut rows)?;
+            self.rows = rows;
+            let at_us = self.start.elapsed().as_micros() as u64;
+            self.process(false, at_us, &mut stats);
+        }
+        Ok(stats)
+    }
+
+    /// The rows of the window since the last call (stalling groups first); starts a new one.
+    fn take_window(&mut self) -> Vec<Row> {
+        let mut g = std::mem::take(&mut self.gone_window);
+        for t in self.sockets.values_mut() {
+            if t.window.conns > 0 {
+                g.add(&t.key, &t.who, &t.window);
+            }
+            t.window = Tally::default();
+        }
+        g.rows()
+    }
+
+    /// The rows of the whole watch, stalling groups first.
+    fn totals(&self) -> Vec<Row> {
+        let mut g = self.gone_total.clone();
+        for t in self.sockets.values() {
+            g.add(&t.key, &t.who, &t.total);
+        }
+        g.rows()
+    }
+
+    /// Keeps every stall from now on, for [`take_stalls`](Source::take_stalls) (which must then be
+    /// called often: they pile up until it is).
+    fn keep_stalls(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// The stalls that ended since the last call (none unless [`keep_stalls`](Source::keep_stalls)).
+    fn take_stalls(&mut self) -> Vec<StallEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The network namespaces: how many are listed, how many could not be entered and why.
+    fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
+        self.ns_info
+    }
+
+    /// Processes whose sockets could not be attributed (not root).
+    fn denied_processes(&self) -> usize {
+        self.denied
+    }
+
+    /// How often to list every established socket (default 100 ms); between listings,
+    /// [`sample`](Source::sample) looks up only the sockets busy lately.
+    fn set_scan_interval(&mut self, every: std::time::Duration) {
+        self.scan_interval = every;
+    }
+
+    fn not_entered_means(&self) -> &'static str {
+        "their sockets are not watched"
+    }
+
+    fn idle(&self, s: &SampleStats) -> bool {
+        s.busy == 0
+    }
+
+    fn status(&self, run: &Run) -> String {
+        format!(
+            "{} sockets, sampled every {:?} ({} samples)",
+            run.sockets_max, run.interval, run.samples
+        )
+    }
+
+    fn cost(&self, run: &Run) -> String {
+        let (listed, _, _) = self.namespaces();
+        format!(
+            "{} samples of up to {} sockets ({} full listings, the rest lookups of busy sockets) in {listed} network namespace(s) in {:.1} s: {:.2} ms per sample, {} late; watcher CPU {:.1}% of one core",
+            run.samples,
+            run.sockets_max,
+            run.full_samples,
+            run.elapsed_s,
+            run.sample_ms_mean(),
+            run.late,
+            run.cpu_percent
+        )
     }
 }
