@@ -1,9 +1,9 @@
-//! The sampling backend: every scan interval a thread of its own ([`lister`](crate::lister))
+//! The sampling backend: every scan interval a thread of its own (`lister`)
 //! lists every established socket in every network namespace through netlink `sock_diag`,
 //! with the owners /proc names; every interval the sockets with data in flight lately are
 //! looked up one by one ([`Lookups`]), so the cost follows the busy sockets. Each socket's
 //! held writes are followed ([`HoldTracker`]) and its stalls tallied, then added to its
-//! group's on the [`Board`] when the rows are made.
+//! group's on the board ([`crate::board`]) when the rows are made.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
