@@ -2,7 +2,9 @@
 //! report each one an ACK released late (watch/bpf/holds.bpf.c says how); this module loads
 //! them (with aya: no clang or libbpf needed at run time, the object is built by
 //! `scripts/build-bpf` and committed), drains their ring buffer and judges every report with
-//! [`nagless_stall_rule::judge`], the rule `nagless doctor` applies to captures.
+//! [`nagless_stall_rule::judge`], the rule `nagless doctor` applies to captures. Each report
+//! is an [`Event`], read out of the ring buffer through a `#[repr(C)]` mirror of the C
+//! `struct event` (ebpf/event.rs, which asserts its layout).
 //!
 //! Its cost follows held writes, not sockets: nothing is read per socket, the kernel programs
 //! run per write and per received segment (a hash lookup that misses unless the socket holds
@@ -18,9 +20,12 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+mod event;
+
+pub use event::{Event, EVENT_SIZE};
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramInfo};
@@ -28,10 +33,12 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use nagless_stall_rule::DELAYED_ACK_MIN_US;
 use netlink_packet_sock_diag::inet::StateFlags;
 
-use crate::detect::{HeldWrite, Stall};
+use crate::backend::{KernelReport, Run, Source};
+use crate::board::{Board, GroupKey, Row, Who};
+use crate::detect::Stall;
 use crate::diag::SocketRow;
 use crate::netns::{netns_of, Namespaces};
-use crate::{add_to, rows, Filter, GroupKey, Groups, Row, SampleStats, StallEvent, Tally, Who};
+use crate::{Filter, SampleStats, StallEvent};
 
 /// The compiled BPF object (built from watch/bpf/holds.bpf.c by `scripts/build-bpf`).
 pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/holds.bpf.o");
@@ -106,122 +113,6 @@ pub struct Counters {
     pub lost: u64,
 }
 
-/// One report from the kernel: a write held until an ACK released it, at least
-/// [`DELAYED_ACK_MIN_US`] later.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
-    /// The socket's cookie (unique while the system runs).
-    pub cookie: u64,
-    /// From the held write to the ACK that released it, ns.
-    pub hold_ns: u64,
-    /// The writer's cgroup id.
-    pub cgroup: u64,
-    /// The writer's process and thread ids, uid.
-    pub pid: u32,
-    /// Thread id.
-    pub tid: u32,
-    /// User id.
-    pub uid: u32,
-    /// Most bytes held at once.
-    pub held: u32,
-    /// The sender's MSS.
-    pub mss: u32,
-    /// The path's round trip (the windowed minimum), µs.
-    pub min_rtt_us: u32,
-    /// The smoothed round trip, µs.
-    pub srtt_us: u32,
-    /// Local address and port.
-    pub local: (IpAddr, u16),
-    /// Remote address and port.
-    pub remote: (IpAddr, u16),
-    /// The peer advertised a zero window during the hold.
-    pub zero_window: bool,
-    /// The socket was in loss recovery during the hold.
-    pub loss_recovery: bool,
-    /// The writing task's name.
-    pub comm: String,
-    /// From the last segment that arrived during the hold to the release, µs (0 if none did).
-    pub release_gap_us: u32,
-    /// From the sending of the newest segment in flight when the hold began (the one whose
-    /// ACK the write waited for) to the release, ns (0 if unknown).
-    pub wait_ns: u64,
-    /// When an ACK released the write (`bpf_ktime_get_ns`: `CLOCK_MONOTONIC`), ns.
-    pub released_ns: u64,
-}
-
-/// Size of `struct event` in holds.bpf.c.
-pub const EVENT_SIZE: usize = 128;
-
-impl Event {
-    /// Parses a `struct event` (native byte order); `None` if `b` is too short.
-    pub fn parse(b: &[u8]) -> Option<Event> {
-        if b.len() < EVENT_SIZE {
-            return None;
-        }
-        let u64_at = |o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().unwrap_or_default());
-        let u32_at = |o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap_or_default());
-        let u16_at = |o: usize| u16::from_ne_bytes(b[o..o + 2].try_into().unwrap_or_default());
-        let addr = |o: usize| -> IpAddr {
-            if u16_at(52) == 2 {
-                IpAddr::V4(Ipv4Addr::new(b[o], b[o + 1], b[o + 2], b[o + 3]))
-            } else {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(&b[o..o + 16]);
-                IpAddr::V6(Ipv6Addr::from(a))
-            }
-        };
-        let comm = &b[92..108];
-        let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
-        Some(Event {
-            cookie: u64_at(0),
-            hold_ns: u64_at(8),
-            cgroup: u64_at(16),
-            pid: u32_at(24),
-            tid: u32_at(28),
-            uid: u32_at(32),
-            held: u32_at(36),
-            mss: u32_at(40),
-            min_rtt_us: u32_at(44),
-            srtt_us: u32_at(48),
-            local: (addr(60), u16_at(54)),
-            remote: (addr(76), u16_at(56)),
-            zero_window: b[58] != 0,
-            loss_recovery: b[59] != 0,
-            comm: crate::procs::printable(&String::from_utf8_lossy(&comm[..end])),
-            release_gap_us: u32_at(108),
-            wait_ns: u64_at(112),
-            released_ns: u64_at(120),
-        })
-    }
-
-    /// The stall this hold was, judged by the stall rule; `None` if it was not one.
-    pub fn stall(&self, at_us: u64) -> Option<Stall> {
-        let rtt_us = if self.min_rtt_us > 0 && self.min_rtt_us != u32::MAX {
-            self.min_rtt_us
-        } else {
-            self.srtt_us
-        };
-        // How late the ACK came counts from when the segment it acknowledges left, as the
-        // doctor counts it: that can be before the held write (a busy writer writes its second
-        // part late), never after.
-        HeldWrite {
-            held: self.held,
-            mss: self.mss,
-            hold_us: self.hold_ns.max(self.wait_ns) / 1000,
-            rtt_us: u64::from(rtt_us),
-            release_gap_us: u64::from(self.release_gap_us),
-            zero_window: self.zero_window,
-            loss_recovery: self.loss_recovery,
-        }
-        .judge(at_us)
-    }
-}
-
-/// An address as sampling shows it: IPv4-mapped IPv6 as IPv4.
-fn canonical((ip, port): (IpAddr, u16)) -> std::net::SocketAddr {
-    std::net::SocketAddr::new(ip.to_canonical(), port)
-}
-
 /// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns`.
 fn monotonic_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
@@ -237,42 +128,7 @@ static NOBODY: Who = Who {
     container: None,
 };
 
-/// Stall tallies of a group and the connections they came from.
-#[derive(Default)]
-struct Group {
-    who: Who,
-    tally: Tally,
-    conns: HashSet<u64>,
-}
-
-fn add_group(
-    groups: &mut HashMap<GroupKey, Group>,
-    key: &GroupKey,
-    who: &Who,
-    cookie: u64,
-    s: &Stall,
-) {
-    let g = groups.entry(key.clone()).or_default();
-    if g.who.cmd.is_none() {
-        g.who.clone_from(who);
-    }
-    g.tally.add(s);
-    g.conns.insert(cookie);
-}
-
-fn group_rows(groups: &HashMap<GroupKey, Group>) -> Vec<Row> {
-    let mut g = Groups::new();
-    for (k, v) in groups {
-        let t = Tally {
-            conns: v.conns.len() as u64,
-            ..v.tally
-        };
-        add_to(&mut g, k, &v.who, &t);
-    }
-    rows(g)
-}
-
-/// The eBPF watcher: call [`sample`](Self::sample) now and then (every 50 ms or so: the ring
+/// The eBPF watcher: call [`sample`](Source::sample) now and then (every 50 ms or so: the ring
 /// buffer holds about 7,700 reports) to drain the kernel's reports.
 pub struct EbpfWatcher {
     // The programs stay attached while this lives.
@@ -292,9 +148,10 @@ pub struct EbpfWatcher {
     namespaces_at: Option<Instant>,
     /// Per writer pid: its network namespace (0 if unknown) and who it is.
     owners: HashMap<u32, (u64, Who)>,
-    window: HashMap<GroupKey, Group>,
-    total: HashMap<GroupKey, Group>,
-    /// Stalls since the last [`take_stalls`](Self::take_stalls), when kept.
+    /// The stalls of this window, and of the whole watch.
+    window: Board,
+    total: Board,
+    /// Stalls since the last [`take_stalls`](Source::take_stalls), when kept.
     stalls: Option<Vec<StallEvent>>,
     /// Keeps the kernel's BPF run-time statistics on while the watch runs.
     _stats: Option<std::os::fd::OwnedFd>,
@@ -354,8 +211,8 @@ impl EbpfWatcher {
             counted_at: None,
             namespaces_at: None,
             owners: HashMap::new(),
-            window: HashMap::new(),
-            total: HashMap::new(),
+            window: Board::default(),
+            total: Board::default(),
             stalls: None,
             _stats: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
             events: 0,
@@ -423,27 +280,6 @@ impl EbpfWatcher {
             .0
     }
 
-    /// Keeps every stall from now on, for [`take_stalls`](Self::take_stalls) (which must then be
-    /// called often: they pile up until it is).
-    pub fn keep_stalls(&mut self) {
-        self.stalls.get_or_insert_with(Vec::new);
-    }
-
-    /// The stalls that ended since the last call (none unless [`keep_stalls`](Self::keep_stalls)).
-    pub fn take_stalls(&mut self) -> Vec<StallEvent> {
-        self.stalls.as_mut().map(std::mem::take).unwrap_or_default()
-    }
-
-    /// The network namespaces whose listeners are known: how many, how many could not be
-    /// entered and why (their stalls are still seen; only whether a row serves its port is
-    /// not known there).
-    pub fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
-        self.nets.as_ref().map_or((0, 0, None), |n| {
-            let (not, why) = n.not_entered();
-            (n.present().len(), not, why)
-        })
-    }
-
     /// Takes one report into the tallies; returns the stall if it was one.
     fn take(&mut self, e: &Event, now_mono_ns: u64) -> Option<Stall> {
         let (lport, rport) = (e.local.1, e.remote.1);
@@ -467,15 +303,15 @@ impl EbpfWatcher {
             serves,
             netns,
         };
-        add_group(&mut self.window, &key, who, e.cookie, &stall);
-        add_group(&mut self.total, &key, who, e.cookie, &stall);
+        self.window.add_stall(&key, who, e.cookie, &stall);
+        self.total.add_stall(&key, who, e.cookie, &stall);
         if let Some(v) = &mut self.stalls {
             v.push(StallEvent {
                 key,
                 comm: who.comm.clone(),
                 container: who.container.clone(),
-                local: canonical(e.local),
-                remote: canonical(e.remote),
+                local: e.local_addr(),
+                remote: e.remote_addr(),
                 at: crate::wall_clock_ago(Duration::from_nanos(
                     now_mono_ns.saturating_sub(e.released_ns),
                 )),
@@ -483,25 +319,6 @@ impl EbpfWatcher {
             });
         }
         Some(stall)
-    }
-
-    /// Drains the kernel's reports and judges them.
-    pub fn sample(&mut self) -> io::Result<SampleStats> {
-        let mut stats = SampleStats::default();
-        let mut got = Vec::new();
-        while let Some(item) = self.ring.next() {
-            got.extend(Event::parse(&item));
-        }
-        let now_mono_ns = monotonic_ns();
-        for e in &got {
-            self.events += 1;
-            stats.watched += 1;
-            if self.take(e, now_mono_ns).is_some() {
-                stats.stalls += 1;
-            }
-        }
-        self.count_sockets(&mut stats);
-        Ok(stats)
     }
 
     /// Once a second: the TCP sockets in use in every namespace (the kernel's own count, read
@@ -526,16 +343,6 @@ impl EbpfWatcher {
         }
         stats.sockets = n.tcp_in_use();
         stats.full = true;
-    }
-
-    /// The rows of the window since the last call (stalling groups first); starts a new one.
-    pub fn take_window(&mut self) -> Vec<Row> {
-        group_rows(&std::mem::take(&mut self.window))
-    }
-
-    /// The rows of the whole watch, stalling groups first.
-    pub fn totals(&self) -> Vec<Row> {
-        group_rows(&self.total)
     }
 
     /// The kernel programs' counters so far.
@@ -579,62 +386,96 @@ impl EbpfWatcher {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn raw() -> Vec<u8> {
-        let mut b = vec![0u8; EVENT_SIZE];
-        b[0..8].copy_from_slice(&7u64.to_ne_bytes());
-        b[8..16].copy_from_slice(&44_000_000u64.to_ne_bytes());
-        b[24..28].copy_from_slice(&1234u32.to_ne_bytes());
-        b[36..40].copy_from_slice(&100u32.to_ne_bytes());
-        b[40..44].copy_from_slice(&65483u32.to_ne_bytes());
-        b[44..48].copy_from_slice(&20u32.to_ne_bytes());
-        b[52..54].copy_from_slice(&2u16.to_ne_bytes());
-        b[54..56].copy_from_slice(&8000u16.to_ne_bytes());
-        b[56..58].copy_from_slice(&40000u16.to_ne_bytes());
-        b[60..64].copy_from_slice(&[127, 0, 0, 1]);
-        b[76..80].copy_from_slice(&[127, 0, 0, 2]);
-        b[92..98].copy_from_slice(b"python");
-        b
+impl Source for EbpfWatcher {
+    fn name(&self) -> &'static str {
+        "ebpf"
     }
 
-    #[test]
-    fn an_event_parses_and_is_judged_by_the_stall_rule() {
-        let mut b = raw();
-        b[120..128].copy_from_slice(&9_000_000_000u64.to_ne_bytes());
-        let e = Event::parse(&b).unwrap();
-        assert_eq!(e.cookie, 7);
-        assert_eq!(e.released_ns, 9_000_000_000);
-        assert_eq!(e.pid, 1234);
-        assert_eq!(e.local, (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 8000));
-        assert_eq!(e.remote, (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 40000));
-        assert_eq!(e.comm, "python");
-        let s = e.stall(5).unwrap();
-        assert_eq!(s.lost_us, 44_000 - 20);
-        assert_eq!(s.held, 100);
-        // A full segment, loss recovery, a zero window: not stalls.
-        for (held, loss, zw) in [
-            (65483, false, false),
-            (100, true, false),
-            (100, false, true),
-        ] {
-            let e = Event {
-                held,
-                loss_recovery: loss,
-                zero_window: zw,
-                ..e.clone()
-            };
-            assert!(e.stall(5).is_none(), "{e:?}");
+    /// Drains the kernel's reports and judges them.
+    fn sample(&mut self) -> io::Result<SampleStats> {
+        let mut stats = SampleStats::default();
+        let mut got = Vec::new();
+        while let Some(item) = self.ring.next() {
+            got.extend(Event::parse(&item));
         }
-        assert!(Event::parse(&raw()[..EVENT_SIZE - 1]).is_none());
-        // The ACK's lateness counts from when the segment it acknowledges was sent, when that
-        // was before the held write; a short hold behind a late ACK is a stall.
-        let mut b = raw();
-        b[8..16].copy_from_slice(&25_000_000u64.to_ne_bytes());
-        b[112..120].copy_from_slice(&50_000_000u64.to_ne_bytes());
-        let e = Event::parse(&b).unwrap();
-        assert_eq!(e.stall(5).unwrap().lost_us, 50_000 - 20);
+        let now_mono_ns = monotonic_ns();
+        for e in &got {
+            self.events += 1;
+            stats.watched += 1;
+            if self.take(e, now_mono_ns).is_some() {
+                stats.stalls += 1;
+            }
+        }
+        self.count_sockets(&mut stats);
+        Ok(stats)
+    }
+
+    /// The rows of the window since the last call (stalling groups first); starts a new one.
+    fn take_window(&mut self) -> Vec<Row> {
+        std::mem::take(&mut self.window).rows()
+    }
+
+    /// The rows of the whole watch, stalling groups first.
+    fn totals(&self) -> Vec<Row> {
+        self.total.rows()
+    }
+
+    /// Keeps every stall from now on, for [`take_stalls`](Source::take_stalls) (which must then be
+    /// called often: they pile up until it is).
+    fn keep_stalls(&mut self) {
+        self.stalls.get_or_insert_with(Vec::new);
+    }
+
+    /// The stalls that ended since the last call (none unless [`keep_stalls`](Source::keep_stalls)).
+    fn take_stalls(&mut self) -> Vec<StallEvent> {
+        self.stalls.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The network namespaces whose listeners are known: how many, how many could not be
+    /// entered and why (their stalls are still seen; only whether a row serves its port is
+    /// not known there).
+    fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
+        self.nets.as_ref().map_or((0, 0, None), |n| {
+            let (not, why) = n.not_entered();
+            (n.present().len(), not, why)
+        })
+    }
+
+    fn not_entered_means(&self) -> &'static str {
+        "their stalls are seen, but not which ports they serve"
+    }
+
+    /// At least 50 ms: each report carries the kernel's time.
+    fn interval(&self, asked: Duration) -> Duration {
+        asked.max(Duration::from_millis(50))
+    }
+
+    fn status(&self, _run: &Run) -> String {
+        format!("{} kernel reports (eBPF)", self.events())
+    }
+
+    fn cost(&self, run: &Run) -> String {
+        let c = self.counters();
+        let elapsed = run.elapsed_s;
+        let kernel = self.kernel_cost().map_or(String::new(), |(t, runs)| {
+            format!(
+                "; in the kernel {runs} program runs, {:.1} ms ({:.3}% of one core)",
+                t.as_secs_f64() * 1000.0,
+                t.as_secs_f64() / elapsed * 100.0
+            )
+        });
+        format!(
+            "eBPF in {elapsed:.1} s, on the whole host: {} held writes followed, {} released by an ACK, {} sent without one, {} long holds reported ({} lost); watcher CPU {:.1}% of one core{kernel}",
+            c.holds, c.released, c.sent_without_ack, c.reported, c.lost, run.cpu_percent
+        )
+    }
+
+    fn kernel(&self) -> Option<KernelReport> {
+        let cost = self.kernel_cost();
+        Some(KernelReport {
+            counters: self.counters(),
+            program_runs: cost.map(|c| c.1),
+            program_ms: cost.map(|c| c.0.as_secs_f64() * 1000.0),
+        })
     }
 }

@@ -32,6 +32,19 @@
 //! and beyond `max_series` groups the rest share one series with `role="overflow"`.
 //!
 //! [`crate::serve::Exporter`] serves the page over HTTP.
+//!
+//! Beside the families and their bounds here: `labels` makes a group's [`Labels`], `process`
+//! the watcher's own `process_*` gauges, `text_format` the page for clients that do not ask
+//! for OpenMetrics ([`text_format()`]).
+
+mod labels;
+mod process;
+mod text_format;
+
+pub use labels::Labels;
+pub use text_format::text_format;
+
+use process::ProcessGauges;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -49,51 +62,6 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::own_process::OwnProcess;
 use crate::role::EphemeralPorts;
 use crate::{Row, StallEvent};
-
-/// The labels of a group's series.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct Labels {
-    /// Command name (`/proc/PID/comm`), empty if unknown.
-    pub process: String,
-    /// The served local port (`role="serves"`) or the remote port (`role="connects"`);
-    /// `ephemeral` for a port the host may hand out to clients (see [`crate::role`]).
-    pub port: String,
-    /// `serves`, `connects`, or `overflow` (the series that gathers the groups beyond
-    /// [`Limits::max_series`]).
-    pub role: &'static str,
-    /// Container id (its first 12 hex digits), empty on the host.
-    pub container: String,
-}
-
-impl Labels {
-    fn new(
-        port: u16,
-        serves: bool,
-        comm: Option<&str>,
-        container: Option<&str>,
-        ephemeral: &EphemeralPorts,
-    ) -> Labels {
-        Labels {
-            process: comm.unwrap_or_default().to_owned(),
-            port: crate::role::label(port, ephemeral),
-            role: if serves { "serves" } else { "connects" },
-            // The short id, as `docker ps` and `crictl ps` show it.
-            container: container
-                .map(|c| c.chars().take(12).collect())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// The series that gathers every group beyond the cap.
-    fn overflow() -> Labels {
-        Labels {
-            process: String::new(),
-            port: String::new(),
-            role: "overflow",
-            container: String::new(),
-        }
-    }
-}
 
 /// How many series the metrics may hold, and for how long one nobody sees is kept.
 #[derive(Debug, Clone, Copy)]
@@ -133,73 +101,6 @@ impl MetricConstructor<Histogram> for Buckets {
 
 type FloatCounter = Counter<f64, AtomicU64>;
 type FloatGauge = Gauge<f64, AtomicU64>;
-
-/// The `process_*` metrics every Prometheus client library publishes (node_exporter's among
-/// them), so that the usual dashboards and alerts work on the watcher too.
-struct ProcessGauges {
-    rss: Gauge,
-    virt: Gauge,
-    open_fds: Gauge,
-    max_fds: Gauge,
-    start: FloatGauge,
-}
-
-impl ProcessGauges {
-    /// Registers them; `cpu` (the watcher's CPU counter) is published under the standard
-    /// name too.
-    fn register(r: &mut Registry, cpu: &FloatCounter) -> ProcessGauges {
-        let g = ProcessGauges {
-            rss: Gauge::default(),
-            virt: Gauge::default(),
-            open_fds: Gauge::default(),
-            max_fds: Gauge::default(),
-            start: FloatGauge::default(),
-        };
-        r.register_with_unit(
-            "process_cpu",
-            "Total user and system CPU time spent in seconds",
-            Unit::Seconds,
-            cpu.clone(),
-        );
-        r.register_with_unit(
-            "process_resident_memory",
-            "Resident memory size in bytes",
-            Unit::Bytes,
-            g.rss.clone(),
-        );
-        r.register_with_unit(
-            "process_virtual_memory",
-            "Virtual memory size in bytes",
-            Unit::Bytes,
-            g.virt.clone(),
-        );
-        r.register(
-            "process_open_fds",
-            "Number of open file descriptors",
-            g.open_fds.clone(),
-        );
-        r.register(
-            "process_max_fds",
-            "Maximum number of open file descriptors",
-            g.max_fds.clone(),
-        );
-        r.register_with_unit(
-            "process_start_time",
-            "Start time of the process since unix epoch in seconds",
-            Unit::Seconds,
-            g.start.clone(),
-        );
-        g
-    }
-
-    fn set(&self, p: &OwnProcess) {
-        self.rss.set(p.rss_bytes as i64);
-        self.virt.set(p.virtual_bytes as i64);
-        self.open_fds.set(p.open_fds as i64);
-        self.max_fds.set(p.max_fds.map_or(-1, |m| m as i64));
-        self.start.set(p.start_time_unix_s);
-    }
-}
 
 /// The watch's metrics: fed by the watch loop, read by the [`Exporter`](crate::serve::Exporter).
 ///
@@ -355,7 +256,7 @@ impl Metrics {
         self.durations.get_or_create(&l).observe(secs);
     }
 
-    /// The groups seen in the last window (see [`Watcher::take_window`](crate::Watcher::take_window)):
+    /// The groups seen in the last window (see [`Source::take_window`](crate::backend::Source::take_window)):
     /// sets their connection counts, makes their stall series exist (at 0 if new), and forgets
     /// the groups unseen for [`Limits::forget_after`].
     pub fn window(&mut self, rows: &[Row]) {
@@ -457,51 +358,6 @@ impl Metrics {
         let r = Arc::clone(&self.registry);
         move || encode_registry(&r)
     }
-}
-
-/// The OpenMetrics page `om` in Prometheus's text format 0.0.4, for clients that do not ask for
-/// OpenMetrics (`curl`, `promtool check metrics`, older scrapers): no `# UNIT` lines and no
-/// `# EOF`; a counter's family takes its samples' name (`_total`); OpenMetrics's `info` and
-/// `unknown` types become `gauge` and `untyped`.
-pub fn text_format(om: &str) -> String {
-    let mut out = String::with_capacity(om.len());
-    let lines: Vec<&str> = om.lines().collect();
-    let mut i = 0;
-    while i < lines.len() {
-        let line = lines[i];
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            i += 1;
-            continue;
-        }
-        // A family: its HELP line, then its TYPE line.
-        if let Some(rest) = line.strip_prefix("# HELP ") {
-            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
-            let ty = lines
-                .get(i + 1)
-                .and_then(|l| l.strip_prefix("# TYPE "))
-                .and_then(|t| t.split_once(' '))
-                .filter(|(n, _)| *n == name)
-                .map(|(_, t)| t);
-            let (name, ty) = match ty {
-                Some("counter") => (format!("{name}_total"), "counter"),
-                Some("info") => (format!("{name}_info"), "gauge"),
-                Some("unknown") => (name.to_owned(), "untyped"),
-                Some(t) => (name.to_owned(), t),
-                None => (name.to_owned(), ""),
-            };
-            out.push_str(&format!("# HELP {name} {help}\n"));
-            if !ty.is_empty() {
-                out.push_str(&format!("# TYPE {name} {ty}\n"));
-                i += 1;
-            }
-            i += 1;
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-        i += 1;
-    }
-    out
 }
 
 #[cfg(test)]

@@ -15,8 +15,11 @@
 //! With a [`WebConfig`] it speaks TLS and asks for basic authentication, as Prometheus's
 //! exporters do; a bcrypt check waits at most until the request's deadline, and gives up when
 //! its connection is closed for a newer one.
+//!
+//! Beside the server here: `conn` bounds a connection (plain or TLS) by its deadline and
+//! reads its request's head, `request` reads that head (request line, headers, `Accept`).
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,6 +28,12 @@ use std::time::{Duration, Instant};
 use rustls::{ServerConnection, StreamOwned};
 
 use crate::web_config::WebConfig;
+
+mod conn;
+mod request;
+
+use conn::{read_head, Conn, Deadlined};
+use request::{accepts_openmetrics, header, request_line};
 
 /// Connections served at once; a new one beyond closes the oldest still reading its request.
 pub const MAX_CONNECTIONS: usize = 128;
@@ -178,87 +187,6 @@ impl Exporter {
     }
 }
 
-/// The request line of an HTTP request: method and path.
-fn request_line(head: &str) -> Option<(&str, &str)> {
-    let mut w = head.lines().next()?.split_whitespace();
-    let method = w.next()?;
-    let target = w.next()?;
-    w.next()?.starts_with("HTTP/").then_some((method, target))
-}
-
-/// Whether the request's `Accept` header asks for OpenMetrics (Prometheus does, first); any
-/// other client gets Prometheus's text format.
-fn accepts_openmetrics(head: &str) -> bool {
-    header(head, "accept").is_some_and(|v| {
-        v.split(',').any(|range| {
-            let mut parts = range.split(';').map(str::trim);
-            let refused = |p: &str| {
-                p.split_once('=').is_some_and(|(k, q)| {
-                    k.trim().eq_ignore_ascii_case("q") && q.trim().parse::<f32>() == Ok(0.0)
-                })
-            };
-            parts
-                .next()
-                .is_some_and(|t| t.eq_ignore_ascii_case("application/openmetrics-text"))
-                && !parts.any(refused)
-        })
-    })
-}
-
-/// A socket each of whose reads and writes is given only the time left before `deadline`,
-/// and fails with `TimedOut` once it has passed: TLS's handshake and record reads, which make
-/// several reads of their own, are bounded as a whole.
-struct Deadlined {
-    sock: TcpStream,
-    deadline: Instant,
-}
-
-impl Deadlined {
-    fn left(&self) -> io::Result<Duration> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            Err(io::ErrorKind::TimedOut.into())
-        } else {
-            Ok(left)
-        }
-    }
-}
-
-impl Read for Deadlined {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.sock.set_read_timeout(Some(self.left()?))?;
-        self.sock.read(buf)
-    }
-}
-
-impl Write for Deadlined {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.sock.set_write_timeout(Some(self.left()?))?;
-        self.sock.write(buf)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.sock.flush()
-    }
-}
-
-/// A connection: plain, or TLS over the socket.
-trait Conn: Read + Write {
-    fn deadlined(&mut self) -> &mut Deadlined;
-}
-
-impl Conn for Deadlined {
-    fn deadlined(&mut self) -> &mut Deadlined {
-        self
-    }
-}
-
-impl Conn for StreamOwned<ServerConnection, Deadlined> {
-    fn deadlined(&mut self) -> &mut Deadlined {
-        &mut self.sock
-    }
-}
-
 /// Serves one connection: plain or TLS, as `web` says.
 fn serve(s: TcpStream, st: &State, web: &WebConfig, page: &Page) -> io::Result<()> {
     let d = Deadlined {
@@ -278,31 +206,6 @@ fn serve(s: TcpStream, st: &State, web: &WebConfig, page: &Page) -> io::Result<(
             t.flush()
         }
     }
-}
-
-/// The value of header `name` in the request head (up to its blank line), if present.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines()
-        .skip(1)
-        .take_while(|l| !l.is_empty())
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-        })
-}
-
-/// Reads the request's head (up to its blank line, at most [`MAX_HEAD`]).
-fn read_head(s: &mut impl Conn) -> io::Result<Vec<u8>> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < MAX_HEAD {
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    Ok(head)
 }
 
 fn respond(s: &mut impl Conn, st: &State, web: &WebConfig, page: &Page) -> io::Result<()> {
@@ -377,6 +280,7 @@ fn respond(s: &mut impl Conn, st: &State, web: &WebConfig, page: &Page) -> io::R
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
+    use std::io::Read;
 
     fn get(addr: SocketAddr, req: &str) -> String {
         let mut s = TcpStream::connect(addr).unwrap();

@@ -1,0 +1,78 @@
+//! The end of the watch: the summary of the whole watch (the stalled rows, their fixes and
+//! what the watch cost), as text or as a JSON line.
+
+use std::io::Write;
+
+use nagless_watch::backend::{Backend, Run};
+use nagless_watch::Row;
+
+use super::json::json_rows;
+use super::live::View;
+use super::pin::Pin;
+use super::table::{stalled_lines, table};
+use super::WatchArgs;
+
+/// Writes the summary; whether any stall was seen.
+pub(super) fn write(
+    w: &Backend,
+    args: &WatchArgs,
+    run: &Run,
+    view: &View,
+    stdout: &mut impl Write,
+) -> bool {
+    let elapsed = run.elapsed_s;
+    let (listed, not_entered, _) = w.namespaces();
+    let totals = w.totals();
+    let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
+    let res = if args.json {
+        let line = serde_json::json!({
+            "type": "summary",
+            "backend": w.name(),
+            "kernel": w.kernel(),
+            "duration_s": elapsed,
+            "samples": run.samples,
+            "full_listings": run.full_samples,
+            "sockets_max": run.sockets_max,
+            "namespaces": listed,
+            "matched": !totals.is_empty(),
+            "namespaces_not_entered": not_entered,
+            "sample_ms_mean": run.sample_ms_mean(),
+            "late_samples": run.late,
+            "cpu_percent": run.cpu_percent,
+            "rows": json_rows(&totals, elapsed),
+        });
+        writeln!(stdout, "{line}")
+    } else {
+        let mut out = String::new();
+        if view.live {
+            out += "\x1b[H\x1b[J";
+        }
+        out += &format!("nagless watch: summary of {elapsed:.1} s\n\n");
+        if totals.is_empty() && (args.port.is_some() || args.pid.is_some()) {
+            out += &format!(
+                "nothing matched: no connection{}{} was seen\n",
+                args.port
+                    .map(|p| format!(" with port {p}"))
+                    .unwrap_or_default(),
+                args.pid
+                    .map(|p| format!(" of process {p}"))
+                    .unwrap_or_default()
+            );
+        } else if stalled.is_empty() {
+            out += "no Nagle/delayed-ACK stall seen";
+            out += &match args.port {
+                Some(p) => format!(" on port {p}"),
+                None => String::new(),
+            };
+            out += "\n";
+        } else {
+            table(&stalled, elapsed, view.own_netns, false, &mut out);
+            out += "\n";
+            stalled_lines(&stalled, view.own_netns, &Pin::all(), &mut out);
+        }
+        out += &format!("\n{}\n", w.cost(run));
+        write!(stdout, "{out}")
+    };
+    let _ = res.and_then(|_| stdout.flush());
+    !stalled.is_empty()
+}

@@ -1,0 +1,283 @@
+//! The watch's text: the table of rows (each row's process, port, counters and which fix
+//! fits it) and the summary's lines on the rows that stalled.
+
+use nagless_watch::{procs, Row};
+
+use super::pin::{fix_command, Pin};
+
+/// What names a row's process, in at most `width` characters: its container, or its network
+/// namespace when not ours; its pid; its program ([`procs::program_name`]: the script,
+/// module or main class, then the arguments), and outside containers its systemd unit
+/// (` (nginx.service)`). Too long, the program's end is cut (`...`), so the unit stays.
+fn who(r: &Row, own_netns: u64, width: usize) -> String {
+    let mut w = match &r.container {
+        Some(c) => format!("[{}] ", &c[..c.len().min(12)]),
+        // (0: unknown, an eBPF row whose process is gone.)
+        None if r.netns != own_netns && r.netns != 0 => format!("[netns {}] ", r.netns),
+        None => String::new(),
+    };
+    let Some(pid) = r.pid else {
+        return cut(&format!("{w}uid {} (pid not readable)", r.uid), width);
+    };
+    let unit = match &r.container {
+        Some(_) => None,
+        None => r.cgroup.as_deref().and_then(procs::unit),
+    }
+    .map_or_else(String::new, |u| format!(" ({u})"));
+    w += &pid.to_string();
+    // (No program: an eBPF row whose process is gone, named `[task]` by its cmd.)
+    if let Some(p) = r.program.as_ref().or(r.cmd.as_ref()) {
+        let used = w.chars().count() + 1 + unit.chars().count();
+        w = format!("{w} {}", cut(p, width.saturating_sub(used).max(16)));
+    }
+    cut(&(w + &unit), width)
+}
+
+/// `s` in at most `n` characters: cut from the right, ending in `...`.
+fn cut(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        return s.to_owned();
+    }
+    s.chars().take(n.saturating_sub(3)).collect::<String>() + "..."
+}
+
+/// The distinct fixes of the stalling rows, in the order they first come: rows that share
+/// one (the same peer timer) point to one line (`[1]`), rather than each repeating it.
+fn fixes(rows: &[Row]) -> Vec<&str> {
+    let mut v: Vec<&str> = Vec::new();
+    for r in rows.iter().filter(|r| r.stalls > 0 && !r.advice.is_empty()) {
+        if !v.contains(&r.advice.as_str()) {
+            v.push(&r.advice);
+        }
+    }
+    v
+}
+
+fn port(r: &Row) -> String {
+    if r.serves {
+        format!(":{}", r.port)
+    } else {
+        format!("->:{}", r.port)
+    }
+}
+
+/// The table of `rows` over `secs`: per row its process ([`who`]), port, counters and, if it
+/// stalled, which of the [`fixes`] fits it (`[1]`); with `notes`, each fix once under it (the
+/// summary gives them with its own lines instead).
+pub(super) fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &mut String) {
+    use std::fmt::Write as _;
+    let fixes = fixes(rows);
+    let _ = writeln!(
+        out,
+        "{:<44} {:>8} {:>6} {:>9} {:>11} {:>9}  fix",
+        "process", "port", "conns", "stalls/s", "lost ms/s", "worst ms"
+    );
+    for r in rows {
+        let fix = match fixes.iter().position(|f| r.stalls > 0 && *f == r.advice) {
+            Some(i) => format!("[{}]", i + 1),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<44} {:>8} {:>6} {:>9.1} {:>11.1} {:>9.1}  {fix}",
+            who(r, own_netns, 44),
+            port(r),
+            r.connections,
+            r.stalls as f64 / secs,
+            r.lost_ms / secs,
+            r.worst_ms
+        );
+    }
+    if notes && !fixes.is_empty() {
+        out.push('\n');
+        for (i, f) in fixes.iter().enumerate() {
+            let _ = writeln!(out, "[{}] {f}", i + 1);
+        }
+    }
+}
+
+/// The summary's lines on the rows that stalled: each row's process (in full), port, stalls
+/// and time lost, grouped by fix; under each group, once, its peers' timer and the fix,
+/// numbered as in the table.
+pub(super) fn stalled_lines(stalled: &[Row], own_netns: u64, pins: &[Pin], out: &mut String) {
+    use std::fmt::Write as _;
+    let fixes = fixes(stalled);
+    // (Rows without a fix, whose timer was not judged, last.)
+    for (i, fix) in fixes.iter().map(|f| Some(*f)).chain([None]).enumerate() {
+        let rows: Vec<&Row> = stalled
+            .iter()
+            .filter(|r| fix.map_or(!fixes.contains(&r.advice.as_str()), |f| r.advice == f))
+            .collect();
+        for r in &rows {
+            let _ = writeln!(
+                out,
+                "{} {}: {} stall(s), {:.1} ms lost",
+                who(r, own_netns, usize::MAX),
+                port(r),
+                r.stalls,
+                r.lost_ms
+            );
+            match pins.iter().find(|p| p.covers(r)) {
+                Some(p) => {
+                    let _ = writeln!(
+                        out,
+                        "  a `nagless fix` covers its new connections ({})",
+                        p.what
+                    );
+                }
+                None => {
+                    if let Some(cmd) = fix_command(r) {
+                        let _ = writeln!(out, "  repair it live: {cmd}");
+                    }
+                }
+            }
+        }
+        if let (Some(fix), Some(r)) = (fix, rows.first()) {
+            let timer = r.ack_timer.map_or("a delayed-ACK timer", |t| t.describe());
+            let peers = if rows.len() == 1 {
+                "peer ACKs"
+            } else {
+                "peers ACK"
+            };
+            let _ = writeln!(out, "  {peers} with {timer}.\n  fix [{}]: {fix}", i + 1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nagless_doctor::rule::AckTimer;
+
+    fn row(pid: u32, program: &str, port: u16, stalls: u64, timer: Option<AckTimer>) -> Row {
+        Row {
+            pid: Some(pid),
+            cmd: Some(format!("/usr/local/bin/long/path/to/{program}")),
+            program: Some(program.into()),
+            port,
+            serves: true,
+            netns: 1,
+            cgroup: Some("/".into()),
+            connections: 1,
+            stalls,
+            lost_ms: stalls as f64 * 40.0,
+            ack_timer: timer,
+            advice: timer.map_or(String::new(), |t| format!("fix for {t:?}")),
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn the_process_column_names_the_program_then_cuts_its_arguments() {
+        let mut r = row(
+            4242,
+            "python3 app.py --workers 4 --port 8080 --verbose",
+            80,
+            0,
+            None,
+        );
+        assert_eq!(
+            who(&r, 1, 44),
+            "4242 python3 app.py --workers 4 --port 80..."
+        );
+        assert_eq!(
+            who(&r, 1, usize::MAX),
+            "4242 python3 app.py --workers 4 --port 8080 --verbose"
+        );
+        // A systemd unit stays when the program is cut.
+        r.cgroup = Some("/system.slice/app.service".into());
+        assert_eq!(
+            who(&r, 1, 44),
+            "4242 python3 app.py --worke... (app.service)"
+        );
+        // A container names it instead.
+        r.container = Some("0123456789abcdef".repeat(4));
+        r.cgroup = Some(format!(
+            "/system.slice/docker-{}.scope",
+            "0123456789abcdef".repeat(4)
+        ));
+        r.program = Some("nginx".into());
+        assert_eq!(who(&r, 1, 44), "[0123456789ab] 4242 nginx");
+        // Another network namespace; a process that is gone (its cmd: `[task]`).
+        let gone = Row {
+            program: None,
+            cmd: Some("[java]".into()),
+            netns: 7,
+            ..row(77, "", 80, 0, None)
+        };
+        assert_eq!(who(&gone, 1, 44), "[netns 7] 77 [java]");
+        let unknown = Row {
+            pid: None,
+            uid: 1000,
+            ..Row::default()
+        };
+        assert_eq!(who(&unknown, 0, 44), "uid 1000 (pid not readable)");
+    }
+
+    #[test]
+    fn each_fix_is_given_once_for_the_rows_it_fits() {
+        let linux = Some(AckTimer::Linux40ms);
+        let rows = [
+            row(1, "python3 a.py", 8000, 10, linux),
+            row(
+                2,
+                "java com.example.Main",
+                9000,
+                5,
+                Some(AckTimer::Classic200ms),
+            ),
+            row(3, "node server.js", 3000, 2, linux),
+            row(4, "redis-server", 6379, 0, None),
+        ];
+        let mut t = String::new();
+        table(&rows, 1.0, 1, true, &mut t);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[0].ends_with("  fix"), "{t}");
+        assert!(
+            lines[1].starts_with("1 python3 a.py ") && lines[1].ends_with("  [1]"),
+            "{t}"
+        );
+        assert!(lines[2].ends_with("  [2]"), "{t}");
+        assert!(lines[3].ends_with("  [1]"), "{t}");
+        assert!(
+            lines[4].ends_with("0.0  "),
+            "no fix for a row without stalls: {t}"
+        );
+        assert_eq!(
+            &lines[5..],
+            ["", "[1] fix for Linux40ms", "[2] fix for Classic200ms"]
+        );
+        assert_eq!(t.matches("fix for Linux40ms").count(), 1, "{t}");
+
+        let mut s = String::new();
+        // A fix pinned on node's cgroup covers it; the others are told the command.
+        let pins = [Pin {
+            cgroup: "/apps".into(),
+            ports: vec![3000],
+            what: "pinned: TCP_NODELAY on /sys/fs/bpf/nagless-fix/7".into(),
+        }];
+        let mut rows = rows;
+        rows[2].cgroup = Some("/apps/node".into());
+        rows[1].cgroup = Some("/system.slice/java.service".into());
+        stalled_lines(&rows[..3], 1, &pins, &mut s);
+        assert_eq!(
+            s,
+            "1 python3 a.py :8000: 10 stall(s), 400.0 ms lost\n  \
+             repair it live: nagless fix --pid 1 --port 8000 --nodelay\n\
+             3 node server.js :3000: 2 stall(s), 80.0 ms lost\n  \
+             a `nagless fix` covers its new connections (pinned: TCP_NODELAY on /sys/fs/bpf/nagless-fix/7)\n  \
+             peers ACK with a 40 ms delayed-ACK timer, as Linux and FreeBSD (since 2020) have.\n  \
+             fix [1]: fix for Linux40ms\n\
+             2 java com.example.Main (java.service) :9000: 5 stall(s), 200.0 ms lost\n  \
+             repair it live: nagless fix --unit java.service --port 9000 --nodelay\n  \
+             peer ACKs with a 100-200 ms delayed-ACK timer, as Windows (200 ms) and macOS (100 ms) have.\n  \
+             fix [2]: fix for Classic200ms\n"
+        );
+        let mut t = String::new();
+        table(&rows[..3], 1.0, 1, false, &mut t);
+        assert!(
+            !t.contains("fix for"),
+            "the summary's table points to its lines: {t}"
+        );
+    }
+}

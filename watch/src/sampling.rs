@@ -1,0 +1,376 @@
+//! The sampling backend: every scan interval a thread of its own (`lister`)
+//! lists every established socket in every network namespace through netlink `sock_diag`,
+//! with the owners /proc names; every interval the sockets with data in flight lately are
+//! looked up one by one ([`Lookups`]), so the cost follows the busy sockets. Each socket's
+//! held writes are followed ([`HoldTracker`]) and its stalls tallied, then added to its
+//! group's on the board ([`crate::board`]) when the rows are made.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::time::Instant;
+
+use crate::backend::{Run, Source};
+use crate::board::{Board, GroupKey, Row, Tally, Who};
+use crate::detect::HoldTracker;
+use crate::diag::{state, SocketRow};
+use crate::netns::{Lookups, Namespaces};
+use crate::procs::{ProcMap, Process};
+use crate::{lister, role, wall_clock_ago, Filter, SampleStats, StallEvent};
+
+/// What the watcher keeps per socket.
+struct Tracked {
+    tracker: HoldTracker,
+    key: GroupKey,
+    who: Who,
+    last_us: u64,
+    /// This window's stalls (`conns` 1 once seen in it) and the whole watch's.
+    window: Tally,
+    total: Tally,
+    /// When it was last observed (µs).
+    observed_us: u64,
+    /// Its identity, for exact lookups.
+    id: SocketRow,
+    /// It had data in flight lately: looked up every interval until then (µs).
+    busy_until_us: u64,
+}
+
+/// How long a socket stays busy after it last had data in flight.
+const BUSY_US: u64 = 2_000_000;
+
+/// The watcher: call [`sample`](Source::sample) every interval.
+pub struct Watcher {
+    /// The namespaces, until the listing thread takes them.
+    nets: Option<Namespaces>,
+    listings: Option<std::sync::mpsc::Receiver<io::Result<lister::Listing>>>,
+    lookups: Lookups,
+    ns_info: (usize, usize, Option<io::ErrorKind>),
+    scan_interval: std::time::Duration,
+    listening: HashSet<(u64, u16)>,
+    /// The host's ephemeral ports (see [`role`]).
+    ephemeral: role::EphemeralPorts,
+    /// The /proc scanner, until the listing thread takes it.
+    procs: Option<ProcMap>,
+    /// Owners of socket inodes, as the listing thread found them.
+    owners: HashMap<u32, Process>,
+    denied: usize,
+    filter: Filter,
+    start: Instant,
+    /// Per socket, by namespace and cookie.
+    sockets: HashMap<(u64, u64), Tracked>,
+    rows: Vec<SocketRow>,
+    last_gc_us: u64,
+    /// Tallies of sockets gone, by their group: this window's and the whole watch's.
+    gone_window: Board,
+    gone_total: Board,
+    /// Stalls since the last [`take_stalls`](Source::take_stalls), when kept.
+    events: Option<Vec<StallEvent>>,
+}
+
+impl Watcher {
+    /// Opens a netlink socket in every network namespace it can enter and scans /proc once.
+    pub fn new(filter: Filter) -> io::Result<Watcher> {
+        let mut procs = ProcMap::default();
+        procs.rescan();
+        let mut nets = Namespaces::new(true)?;
+        nets.refresh();
+        let mut lookups = Lookups::new(nets.own())?;
+        for (ns, d) in nets.take_lookups() {
+            lookups.add(ns, d);
+        }
+        let (n, why) = nets.not_entered();
+        Ok(Watcher {
+            ns_info: (nets.present().len(), n, why),
+            nets: Some(nets),
+            listings: None,
+            lookups,
+            scan_interval: std::time::Duration::from_millis(100),
+            listening: HashSet::new(),
+            ephemeral: role::EphemeralPorts::of_host(),
+            denied: procs.denied,
+            procs: Some(procs),
+            owners: HashMap::new(),
+            filter,
+            start: Instant::now(),
+            sockets: HashMap::new(),
+            rows: Vec::new(),
+            last_gc_us: 0,
+            gone_window: Board::default(),
+            gone_total: Board::default(),
+            events: None,
+        })
+    }
+
+    /// Observes `self.rows`, taken at `at_us`: a listing of every socket if `full`, else
+    /// lookups of the busy ones.
+    fn process(&mut self, full: bool, at_us: u64, stats: &mut SampleStats) {
+        let listening = &self.listening;
+        let port_ok = |r: &SocketRow| {
+            r.state != state::LISTEN
+                && self
+                    .filter
+                    .port
+                    .is_none_or(|p| p == r.local.port() || p == r.remote.port())
+        };
+        for r in &self.rows {
+            if !port_ok(r) {
+                continue;
+            }
+            // New, or not attributed yet while /proc now names its owner (sockets waiting in
+            // an accept queue have no inode yet; a scan may also miss a socket made during it).
+            let id = (r.netns, r.cookie);
+            let resolve = match self.sockets.get(&id) {
+                None => true,
+                Some(t) => {
+                    t.key.pid.is_none() && r.inode != 0 && self.owners.contains_key(&r.inode)
+                }
+            };
+            if resolve {
+                let owner = self.owners.get(&r.inode).cloned();
+                let (serves, port) = role::role(
+                    listening.contains(&(r.netns, r.local.port())),
+                    r.local.port(),
+                    r.remote.port(),
+                    &self.ephemeral,
+                );
+                let key = GroupKey {
+                    pid: owner.as_ref().map(|o| o.pid),
+                    uid: r.uid,
+                    port,
+                    serves,
+                    netns: r.netns,
+                };
+                let t = self.sockets.entry(id).or_insert_with(|| Tracked {
+                    tracker: HoldTracker::default(),
+                    key: key.clone(),
+                    who: Who::default(),
+                    id: SocketRow {
+                        info: None,
+                        ..r.clone()
+                    },
+                    busy_until_us: 0,
+                    observed_us: 0,
+                    last_us: at_us,
+                    window: Tally::default(),
+                    total: Tally::connection(),
+                });
+                t.key = key;
+                t.who = owner.map_or_else(Who::default, |o| Who {
+                    cmd: Some(o.cmd),
+                    program: Some(o.program),
+                    comm: Some(o.comm),
+                    cgroup: Some(o.cgroup),
+                    container: o.container,
+                });
+            }
+            let Some(t) = self.sockets.get_mut(&id) else {
+                continue;
+            };
+            if self.filter.pid.is_some_and(|p| t.key.pid != Some(p)) {
+                continue;
+            }
+            if full {
+                stats.watched += 1;
+            }
+            t.last_us = t.last_us.max(at_us);
+            t.window.conns = 1;
+            // A listing carries no tcp_info: a socket with data in flight in it becomes busy,
+            // and is looked up at once (in this same sample) and then every interval.
+            let Some(info) = &r.info else {
+                if r.send_queue > 0 {
+                    t.busy_until_us = t.busy_until_us.max(at_us + BUSY_US);
+                }
+                continue;
+            };
+            if at_us <= t.observed_us {
+                continue;
+            }
+            t.observed_us = at_us;
+            let stall = t.tracker.observe(at_us, info);
+            if info.unacked > 0 || info.notsent_bytes.is_some_and(|n| n > 0) || t.tracker.holding()
+            {
+                t.busy_until_us = at_us + BUSY_US;
+            }
+            if t.busy_until_us >= at_us {
+                stats.busy += 1;
+            }
+            if let Some(stall) = stall {
+                stats.stalls += 1;
+                t.window.add(&stall);
+                t.total.add(&stall);
+                if let Some(ev) = &mut self.events {
+                    ev.push(StallEvent {
+                        key: t.key.clone(),
+                        comm: t.who.comm.clone(),
+                        container: t.who.container.clone(),
+                        local: t.id.local,
+                        remote: t.id.remote,
+                        at: wall_clock_ago(
+                            self.start
+                                .elapsed()
+                                .saturating_sub(std::time::Duration::from_micros(stall.at_us)),
+                        ),
+                        stall,
+                    });
+                }
+            }
+        }
+        // Once a second: sockets unseen for a second (or three listings) leave their tallies
+        // to their group.
+        let gone_us = (3 * self.scan_interval.as_micros() as u64).max(1_000_000);
+        if full && self.last_gc_us + 1_000_000 <= at_us {
+            self.last_gc_us = at_us;
+            let (gw, gt) = (&mut self.gone_window, &mut self.gone_total);
+            self.sockets.retain(|_, t| {
+                let live = at_us.saturating_sub(t.last_us) <= gone_us;
+                if !live {
+                    if t.window.conns > 0 {
+                        gw.add(&t.key, &t.who, &t.window);
+                    }
+                    gt.add(&t.key, &t.who, &t.total);
+                }
+                live
+            });
+        }
+    }
+}
+
+impl Source for Watcher {
+    fn name(&self) -> &'static str {
+        "sampling"
+    }
+
+    /// Takes one sample and updates the board: exact lookups of the sockets that had data in
+    /// flight in the last two seconds (none at all when none had), and the listing of every
+    /// established socket that a thread of its own takes every [scan
+    /// interval](Source::set_scan_interval), when one is ready (the first sample waits for it).
+    fn sample(&mut self) -> io::Result<SampleStats> {
+        let mut stats = SampleStats::default();
+        let listing = match (&self.listings, self.nets.take(), self.procs.take()) {
+            (None, Some(nets), Some(procs)) => {
+                let rx = lister::spawn(nets, procs, self.scan_interval)?;
+                let first = rx.recv();
+                self.listings = Some(rx);
+                Some(first.map_err(|_| io::Error::other("the listing thread stopped"))?)
+            }
+            (Some(rx), _, _) => match rx.try_recv() {
+                Ok(l) => Some(l),
+                Err(std::sync::mpsc::TryRecvError::Empty) => None,
+                Err(_) => return Err(io::Error::other("the listing thread stopped")),
+            },
+            _ => None,
+        };
+        if let Some(l) = listing {
+            let l = l?;
+            if let Some(set) = l.listening {
+                self.listening = set;
+            }
+            for (ns, d) in l.lookups {
+                self.lookups.add(ns, d);
+            }
+            self.lookups.retain(|ns| l.present.contains(&ns));
+            self.ns_info = (l.present.len(), l.not_entered.0, l.not_entered.1);
+            self.denied = l.denied;
+            self.owners.extend(l.owners);
+            let live: HashSet<u32> = l.rows.iter().map(|r| r.inode).collect();
+            self.owners.retain(|i, _| live.contains(i));
+            self.rows = l.rows;
+            let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
+            self.process(true, at_us, &mut stats);
+            stats.sockets = self.rows.len();
+            stats.full = true;
+        }
+        let now_us = self.start.elapsed().as_micros() as u64;
+        let busy: Vec<&SocketRow> = self
+            .sockets
+            .values()
+            .filter(|t| t.busy_until_us >= now_us)
+            .map(|t| &t.id)
+            .collect();
+        if !busy.is_empty() {
+            let mut rows = std::mem::take(&mut self.rows);
+            rows.clear();
+            self.lookups.lookup(&busy, &mut rows)?;
+            self.rows = rows;
+            let at_us = self.start.elapsed().as_micros() as u64;
+            self.process(false, at_us, &mut stats);
+        }
+        Ok(stats)
+    }
+
+    /// The rows of the window since the last call (stalling groups first); starts a new one.
+    fn take_window(&mut self) -> Vec<Row> {
+        let mut g = std::mem::take(&mut self.gone_window);
+        for t in self.sockets.values_mut() {
+            if t.window.conns > 0 {
+                g.add(&t.key, &t.who, &t.window);
+            }
+            t.window = Tally::default();
+        }
+        g.rows()
+    }
+
+    /// The rows of the whole watch, stalling groups first.
+    fn totals(&self) -> Vec<Row> {
+        let mut g = self.gone_total.clone();
+        for t in self.sockets.values() {
+            g.add(&t.key, &t.who, &t.total);
+        }
+        g.rows()
+    }
+
+    /// Keeps every stall from now on, for [`take_stalls`](Source::take_stalls) (which must then be
+    /// called often: they pile up until it is).
+    fn keep_stalls(&mut self) {
+        self.events.get_or_insert_with(Vec::new);
+    }
+
+    /// The stalls that ended since the last call (none unless [`keep_stalls`](Source::keep_stalls)).
+    fn take_stalls(&mut self) -> Vec<StallEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The network namespaces: how many are listed, how many could not be entered and why.
+    fn namespaces(&self) -> (usize, usize, Option<io::ErrorKind>) {
+        self.ns_info
+    }
+
+    /// Processes whose sockets could not be attributed (not root).
+    fn denied_processes(&self) -> usize {
+        self.denied
+    }
+
+    /// How often to list every established socket (default 100 ms); between listings,
+    /// [`sample`](Source::sample) looks up only the sockets busy lately.
+    fn set_scan_interval(&mut self, every: std::time::Duration) {
+        self.scan_interval = every;
+    }
+
+    fn not_entered_means(&self) -> &'static str {
+        "their sockets are not watched"
+    }
+
+    fn idle(&self, s: &SampleStats) -> bool {
+        s.busy == 0
+    }
+
+    fn status(&self, run: &Run) -> String {
+        format!(
+            "{} sockets, sampled every {:?} ({} samples)",
+            run.sockets_max, run.interval, run.samples
+        )
+    }
+
+    fn cost(&self, run: &Run) -> String {
+        let (listed, _, _) = self.namespaces();
+        format!(
+            "{} samples of up to {} sockets ({} full listings, the rest lookups of busy sockets) in {listed} network namespace(s) in {:.1} s: {:.2} ms per sample, {} late; watcher CPU {:.1}% of one core",
+            run.samples,
+            run.sockets_max,
+            run.full_samples,
+            run.elapsed_s,
+            run.sample_ms_mean(),
+            run.late,
+            run.cpu_percent
+        )
+    }
+}
