@@ -201,13 +201,13 @@ forward!(
 forward!(
     /// `dup2(2)`: `new` is closed by the call, so its burst ends first.
     fn dup2(old: c_int, new: c_int) -> c_int {
-        sys::on_read(new)
+        sys::release_socket(new)
     } => after(|r| sys::on_dup(old, r))
 );
 forward!(
     /// `dup3(2)`: as `dup2`.
     fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-        sys::on_read(new)
+        sys::release_socket(new)
     } => after(|r| sys::on_dup(old, r))
 );
 
@@ -453,7 +453,7 @@ forward!(
         len: size_t,
         flags: c_uint,
     ) -> ssize_t {
-        sys::on_read(fd_in)
+        sys::release_socket(fd_in)
     } => writing(
         fd_out,
         if flags & libc::SPLICE_F_MORE != 0 { libc::MSG_MORE } else { 0 }
@@ -470,19 +470,19 @@ forward!(
 forward!(
     /// `read(2)`.
     fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(
     /// `readv(2)`.
     fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(
     /// `recv(2)`.
     fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(
@@ -495,13 +495,13 @@ forward!(
         addr: *mut sockaddr,
         len: *mut socklen_t,
     ) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(
     /// `recvmsg(2)`.
     fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 
@@ -509,13 +509,13 @@ forward!(
 forward!(
     /// `__read_chk`.
     fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(
     /// `__recv_chk`.
     fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(
@@ -529,7 +529,7 @@ forward!(
         addr: *mut sockaddr,
         len: *mut socklen_t,
     ) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(
@@ -541,14 +541,14 @@ forward!(
         flags: c_int,
         timeout: *mut libc::timespec,
     ) -> c_int {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 
 forward!(
     /// `shutdown(2)`: the socket's burst ends, as at a read.
     fn shutdown(fd: c_int, how: c_int) -> c_int {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 
@@ -1057,7 +1057,7 @@ forward!(
     /// `recvmsg` with 64-bit time (its control messages may carry timestamps).
     #[cfg(target_pointer_width = "32")]
     fn __recvmsg64(fd: c_int, msg: *mut c_void, flags: c_int) -> ssize_t {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(
@@ -1070,7 +1070,7 @@ forward!(
         flags: c_int,
         timeout: *mut c_void,
     ) -> c_int {
-        sys::on_read(fd)
+        sys::release_socket(fd)
     }
 );
 forward!(

@@ -240,10 +240,12 @@ pub fn program_view(fd: c_int, nodelay: bool) -> Option<bool> {
     quietly(|| shim_anywhere().and_then(|s| s.program_view(fd, nodelay)))
 }
 
-/// The program reads, receives on or shuts down `fd`: its burst ends.
-pub fn on_read(fd: c_int) {
+/// `fd` is about to be read, received on, shut down, spliced from, or replaced by
+/// `dup2`/`dup3`: the burst of its socket ends, on every descriptor that names it (see
+/// [`Shim::release_socket`]).
+pub fn release_socket(fd: c_int) {
     if let Some(s) = shim() {
-        quietly(|| s.reader_waits(&Libc, fd));
+        quietly(|| s.release_socket(&Libc, fd));
     }
 }
 

@@ -23,8 +23,9 @@
 //!   on). If [`WriteStep::wake_flusher`]: [`Shim::claim_flusher_start`]
 //!   says whether to start the flusher, else wake it on [`Shim::park_word`].
 //! - **Ends**: [`Shim::release_thread`] before a wait that would block;
-//!   [`Shim::reader_waits`] before a read, receive or shutdown; [`Shim::release_all`] (and
-//!   the thread's own [`Shim::release_thread`]) before `fork`, `exec`, `_exit`, and at exit.
+//!   [`Shim::release_socket`] before a read, receive, shutdown or `splice` from it, or a
+//!   `dup2` over it; [`Shim::release_all`] (and the thread's own [`Shim::release_thread`])
+//!   before `fork`, `exec`, `_exit`, and at exit.
 //! - **The program's options**: [`Shim::program_cork_begins`], the program's
 //!   `setsockopt(TCP_CORK)`, [`Shim::program_cork_done`], then [`Shim::program_holds`] if it
 //!   set the cork; [`Shim::program_nodelay`] after its `TCP_NODELAY`;
@@ -106,7 +107,7 @@
 //! | `MSG_MORE` write returns | [`Shim::after_write`] | pushes its own bytes if its burst ended meanwhile or its last write is on its way |
 //! | a wait that would block (poll, select, epoll families, sleeps, signal waits, `waitpid`) | [`Shim::release_thread`] | ends the bursts this thread noted (stale notes ignored); learns their shape |
 //! | a wait that would not block (zero timeout, events ready) | none | nothing: the bursts go on |
-//! | `read`, `recv*`, `shutdown` | [`Shim::reader_waits`] | ends the socket's burst, whoever wrote it; learns its shape |
+//! | `read`, `recv*`, `shutdown`, `splice` from it, `dup2`/`dup3` over it | [`Shim::release_socket`] | ends the socket's burst, whoever wrote it; learns its shape |
 //! | `close` (and `close_range`, `syscall(SYS_close)`) | [`Shim::release`], [`Shim::forget`] | ends the burst; the descriptor becomes nobody's; generation bumped |
 //! | `dup`, `dup2`, `dup3` | [`Shim::duplicate`] | the target number is forgotten (as `close`), then shares the source's owner and program cork; each keeps its own burst, and the two are linked as one socket: a read of either ends both |
 //! | start-up, a TCP socket as stdin, stdout or stderr | [`Shim::adopt_inherited`] | adopted; linked to the other inherited descriptors of the same socket |
@@ -861,11 +862,13 @@ impl Shim {
             .filter(|s| s.generation.load(Acquire) == generation)
     }
 
-    /// The program reads from, receives on or shuts down `fd`: its burst ends, in a wait.
-    /// A descriptor shared with others (see [`Shim::duplicate`]) ends theirs too: `TCP_CORK`
-    /// belongs to the socket, and a program that reads its stdin and writes its stdout, both
-    /// one socket, waits on the one for what the other holds.
-    pub fn reader_waits(&self, k: &impl Kernel, fd: i32) {
+    /// Ends the burst of the socket `fd` names, and learns its shape: the program reads from,
+    /// receives on, shuts down or splices from `fd`, or `dup2`s over it (it waits on the
+    /// socket, or is done with this descriptor of it). A descriptor shared with others (see
+    /// [`Shim::duplicate`]) ends theirs too: `TCP_CORK` belongs to the socket, and a program
+    /// that reads its stdin and writes its stdout, both one socket, waits on the one for
+    /// what the other holds.
+    pub fn release_socket(&self, k: &impl Kernel, fd: i32) {
         let Some(slot) = self.slot(fd) else { return };
         slot.learn();
         self.release(k, fd);

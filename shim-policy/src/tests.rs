@@ -499,7 +499,7 @@ fn a_one_write_shape_is_never_corked() {
     let (s, k) = shim();
     for _ in 0..LEARN_AFTER {
         write(&s, &k, 3, &mut t);
-        s.reader_waits(&k, 3);
+        s.release_socket(&k, 3);
     }
     write(&s, &k, 3, &mut t);
     assert!(!s.is_corked(3));
@@ -580,7 +580,7 @@ fn a_write_held_by_msg_more_into_a_burst_that_ended_meanwhile_pushes_itself() {
     // the socket (the burst ends and its bytes are pushed).
     let step = s.before_write(&k, 3, &mut a, true);
     assert!(step.more);
-    s.reader_waits(&k, 3);
+    s.release_socket(&k, 3);
     k.send(3, step.more);
     assert_eq!(k.unsent(3), 1, "queued behind MSG_MORE after the push");
     s.after_write(&k, 3, step, false);
@@ -671,7 +671,7 @@ fn a_last_write_whose_burst_ended_meanwhile_leaves_a_newer_one_alone() {
     // behind the flag.
     let last = s.before_write(&k, 3, &mut a, true);
     k.send(3, false);
-    s.reader_waits(&k, 3);
+    s.release_socket(&k, 3);
     let slot = s.slot(3).unwrap();
     s.corked.fetch_add(1, AcqRel);
     assert_eq!(slot.flags.start(HoldBy::More, || {}), Start::Started);
@@ -681,7 +681,7 @@ fn a_last_write_whose_burst_ended_meanwhile_leaves_a_newer_one_alone() {
     assert!(s.is_corked(3), "X's burst was ended without a push");
     slot.generation.fetch_add(1, AcqRel);
     s.release_thread(&k, &mut x);
-    s.reader_waits(&k, 3);
+    s.release_socket(&k, 3);
     assert_eq!(k.unsent(3), 0);
     assert_eq!(s.held(), 0);
 }
@@ -945,7 +945,7 @@ fn a_read_on_one_descriptor_of_a_socket_ends_the_burst_held_on_another() {
     s.duplicate(&k, 3, 7);
     write(&s, &k, 7, &mut t);
     assert!(s.is_corked(7));
-    s.reader_waits(&k, 3);
+    s.release_socket(&k, 3);
     assert!(
         !s.is_corked(7),
         "a read of the socket's other descriptor ends its burst"
@@ -953,7 +953,7 @@ fn a_read_on_one_descriptor_of_a_socket_ends_the_burst_held_on_another() {
     assert_eq!(k.unsent(7), 0);
     // A socket that is not shared is not touched by another's read.
     write(&s, &k, 4, &mut t);
-    s.reader_waits(&k, 3);
+    s.release_socket(&k, 3);
     assert!(s.is_corked(4));
 }
 
@@ -975,7 +975,7 @@ fn inherited_stdin_and_stdout_of_one_socket_are_adopted_as_one() {
     write(&s, &k, 1, &mut t);
     write(&s, &k, 2, &mut t);
     assert!(s.is_corked(1));
-    s.reader_waits(&k, 0);
+    s.release_socket(&k, 0);
     assert!(
         !s.is_corked(1),
         "reading stdin ends the burst held on stdout"
@@ -984,7 +984,7 @@ fn inherited_stdin_and_stdout_of_one_socket_are_adopted_as_one() {
     // Closing the read side leaves the write side shared with nothing live; it still works.
     s.forget(&k, 0);
     write(&s, &k, 1, &mut t);
-    s.reader_waits(&k, 1);
+    s.release_socket(&k, 1);
     assert!(!s.is_corked(1));
 }
 
@@ -997,18 +997,18 @@ fn a_descriptor_whose_duplicates_are_closed_stops_scanning() {
     s.duplicate(&k, 3, 7);
     s.forget(&k, 3);
     assert!(s.slot(7).unwrap().shared.load(Relaxed) != 0);
-    s.reader_waits(&k, 7);
+    s.release_socket(&k, 7);
     assert!(
         s.slot(7).unwrap().shared.load(Relaxed) == 0,
         "no other descriptor of the socket is left: no more scans"
     );
     write(&s, &k, 7, &mut t);
-    s.reader_waits(&k, 7);
+    s.release_socket(&k, 7);
     assert!(!s.is_corked(7));
     // A new duplicate links it again.
     k.ids.borrow_mut().insert(8, 3);
     s.duplicate(&k, 7, 8);
     write(&s, &k, 8, &mut t);
-    s.reader_waits(&k, 7);
+    s.release_socket(&k, 7);
     assert!(!s.is_corked(8));
 }
