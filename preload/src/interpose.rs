@@ -1,13 +1,15 @@
 //! The interposed libc functions. Each hook finds the next definition of its symbol with
-//! `dlsym(RTLD_NEXT)`, tells the burst policy what the program is doing (through `sys`, which
-//! saves and restores `errno`), calls the real function, and returns what it returned. Nothing
-//! here panics: a missing real symbol reads as `ENOSYS`.
+//! `dlsym(RTLD_NEXT)`, tells the burst policy what the program is doing (through `hooks` and
+//! `waits`, which save and restore `errno`), calls the real function, and returns what it
+//! returned. Nothing here panics: a missing real symbol reads as `ENOSYS`.
 #![allow(unsafe_code)]
 #![allow(clippy::missing_safety_doc)] // the hooks' contracts are libc's own
 
 use libc::{c_int, c_long, c_uint, c_void, size_t, sockaddr, socklen_t, ssize_t};
 
-use crate::sys::{self, next, set_errno, Wait};
+use crate::hooks;
+use crate::sys::{self, next, set_errno};
+use crate::waits::{self, Wait};
 
 fn enosys<T: From<i8>>() -> T {
     set_errno(libc::ENOSYS);
@@ -25,7 +27,7 @@ fn enosys<T: From<i8>>() -> T {
 /// - `fn f(..) -> R { before } => writing(fd, flags)`: the call is a write of `fd` (see
 ///   [`writing`]);
 /// - `fn f(..) -> R => waits(kind, never, [sets(n, r, w, e),] probe(args))`: the call is a wait
-///   (see [`sys::waiting`]), probed with `args`.
+///   (see [`waits::waiting`]), probed with `args`.
 macro_rules! forward {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $before:expr }) => {
         forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
@@ -60,7 +62,7 @@ macro_rules! forward {
             else {
                 return enosys();
             };
-            sys::waiting(
+            waits::waiting(
                 $kind,
                 || $never,
                 || forward!(@probe real; $(sets($n, $r, $w, $e);)? ($($probe),*)),
@@ -76,7 +78,7 @@ macro_rules! forward {
     (@probe $real:ident; sets($n:ident, $r:ident, $w:ident, $e:ident); ($($probe:expr),*)) => {
         // SAFETY: the probe is given copies of the caller's sets (or null), and a zero
         // timeout.
-        sys::select_probe($n, $r, $w, $e, |$r, $w, $e| unsafe { $real($($probe),*) })
+        waits::select_probe($n, $r, $w, $e, |$r, $w, $e| unsafe { $real($($probe),*) })
     };
     (@hook $(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;
         |$call:ident| $body:block) => {
@@ -109,34 +111,34 @@ forward!(
     /// (inside libc, by a raw syscall) must not keep that socket's slot (a UDP socket sent
     /// `MSG_MORE` merges datagrams).
     fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_int {}
-    => after(|fd| if is_tcp(domain, ty, protocol) { sys::adopt(fd) } else { sys::forget(fd) })
+    => after(|fd| if is_tcp(domain, ty, protocol) { hooks::adopt(fd) } else { hooks::forget(fd) })
 );
 
 forward!(
     /// `accept(2)`.
     fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {}
-    => after(|new| sys::adopt_accepted(fd, new))
+    => after(|new| hooks::adopt_accepted(fd, new))
 );
 forward!(
     /// `accept4(2)`.
     fn accept4(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t, flags: c_int) -> c_int {}
-    => after(|new| sys::adopt_accepted(fd, new))
+    => after(|new| hooks::adopt_accepted(fd, new))
 );
 
 forward!(
     /// `connect(2)`: adopts sockets the shim did not see created (inherited, raw syscalls).
     fn connect(fd: c_int, addr: *const sockaddr, len: socklen_t) -> c_int {}
     => after(|r| if (r == 0 || sys::errno() == libc::EINPROGRESS)
-        && sys::shim().is_some_and(|s| !s.is_managed(fd))
+        && hooks::shim().is_some_and(|s| !s.is_managed(fd))
     {
-        sys::adopt(fd)
+        hooks::adopt(fd)
     })
 );
 
 forward!(
     /// `close(2)`: the burst ends, the counters are taken, the slot is freed.
     fn close(fd: c_int) -> c_int {
-        sys::on_close(fd)
+        hooks::on_close(fd)
     }
 );
 
@@ -151,11 +153,11 @@ forward!(
 /// close-on-exec).
 fn close_managed_in_range(first: c_uint, last: c_uint, flags: c_int) {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        if let Some(s) = sys::shim() {
+        if let Some(s) = hooks::shim() {
             let end = last.min(1 << 20);
             for fd in first..=end {
                 if s.is_managed(fd as c_int) {
-                    sys::on_close(fd as c_int);
+                    hooks::on_close(fd as c_int);
                 }
             }
         }
@@ -185,7 +187,7 @@ pub unsafe extern "C" fn syscall(
         return enosys();
     };
     if number == libc::SYS_close {
-        sys::on_close(a1 as c_int);
+        hooks::on_close(a1 as c_int);
     } else if number == libc::SYS_close_range {
         close_managed_in_range(a1 as c_uint, a2 as c_uint, a3 as c_int);
     }
@@ -196,19 +198,19 @@ pub unsafe extern "C" fn syscall(
 forward!(
     /// `dup(2)`.
     fn dup(fd: c_int) -> c_int {}
-    => after(|new| sys::on_dup(fd, new))
+    => after(|new| hooks::on_dup(fd, new))
 );
 forward!(
     /// `dup2(2)`: `new` is closed by the call, so its burst ends first.
     fn dup2(old: c_int, new: c_int) -> c_int {
-        sys::release_socket(new)
-    } => after(|r| sys::on_dup(old, r))
+        hooks::release_socket(new)
+    } => after(|r| hooks::on_dup(old, r))
 );
 forward!(
     /// `dup3(2)`: as `dup2`.
     fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-        sys::release_socket(new)
-    } => after(|r| sys::on_dup(old, r))
+        hooks::release_socket(new)
+    } => after(|r| hooks::on_dup(old, r))
 );
 
 /// Defines an `fcntl` hook (`fcntl`, and `fcntl64`, which programs built against glibc 2.28
@@ -230,7 +232,7 @@ macro_rules! fcntl_hook {
             // SAFETY: forwarding the caller's arguments unchanged.
             let r = unsafe { real(fd, cmd, arg) };
             if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
-                sys::on_dup(fd, r);
+                hooks::on_dup(fd, r);
             }
             r
         }
@@ -259,12 +261,12 @@ fn writing<R: Copy + Default + PartialOrd>(
     f: impl FnOnce(c_int) -> R,
 ) -> R {
     if flags & libc::MSG_MORE != 0 {
-        sys::program_holds(fd);
+        hooks::program_holds(fd);
     }
-    let step = sys::on_write(fd, carries_more);
+    let step = hooks::on_write(fd, carries_more);
     let r = f(if step.more { libc::MSG_MORE } else { 0 });
     // An error or 0: nothing was queued, so nothing held before was pushed by this call.
-    sys::after_write(fd, step, r <= R::default());
+    hooks::after_write(fd, step, r <= R::default());
     r
 }
 
@@ -287,7 +289,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
         if more != 0 {
             if let Some(send) = next!("send", SendFn) {
                 // SAFETY: the caller's buffer and length, to send(2) on the same socket.
-                if let Some(r) = sys::held_send(fd, || unsafe { send(fd, buf, n, more) }) {
+                if let Some(r) = hooks::held_send(fd, || unsafe { send(fd, buf, n, more) }) {
                     return r;
                 }
             }
@@ -351,7 +353,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) 
                 msg.msg_iovlen = cnt as _;
                 // SAFETY: the caller's vector, unchanged, in a header that lives across the
                 // call.
-                if let Some(r) = sys::held_send(fd, || unsafe { sendmsg(fd, &msg, more) }) {
+                if let Some(r) = hooks::held_send(fd, || unsafe { sendmsg(fd, &msg, more) }) {
                     return r;
                 }
             }
@@ -453,7 +455,7 @@ forward!(
         len: size_t,
         flags: c_uint,
     ) -> ssize_t {
-        sys::release_socket(fd_in)
+        hooks::release_socket(fd_in)
     } => writing(
         fd_out,
         if flags & libc::SPLICE_F_MORE != 0 { libc::MSG_MORE } else { 0 }
@@ -470,19 +472,19 @@ forward!(
 forward!(
     /// `read(2)`.
     fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
     /// `readv(2)`.
     fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
     /// `recv(2)`.
     fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
@@ -495,13 +497,13 @@ forward!(
         addr: *mut sockaddr,
         len: *mut socklen_t,
     ) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
     /// `recvmsg(2)`.
     fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 
@@ -509,13 +511,13 @@ forward!(
 forward!(
     /// `__read_chk`.
     fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
     /// `__recv_chk`.
     fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
@@ -529,7 +531,7 @@ forward!(
         addr: *mut sockaddr,
         len: *mut socklen_t,
     ) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
@@ -541,20 +543,20 @@ forward!(
         flags: c_int,
         timeout: *mut libc::timespec,
     ) -> c_int {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 
 forward!(
     /// `shutdown(2)`: the socket's burst ends, as at a read.
     fn shutdown(fd: c_int, how: c_int) -> c_int {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 
 // ---- waits of the poll, select and epoll families ---------------------------------------
 //
-// Each is made through `sys::waiting`: a wait that would not put the thread to sleep (a zero
+// Each is made through `waits::waiting`: a wait that would not put the thread to sleep (a zero
 // timeout, or events already ready, which the probe, the same call with a zero timeout, finds)
 // does not end the thread's bursts. `never` says the call's own timeout is zero.
 
@@ -581,8 +583,8 @@ forward!(
         timeout: *const libc::timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<libc::time_t>()),
-        probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask))
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<libc::time_t>()),
+        probe(fds, n, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `__ppoll_chk` (fortified `ppoll`).
@@ -593,8 +595,8 @@ forward!(
         mask: *const libc::sigset_t,
         fdslen: size_t,
     ) -> c_int
-        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<libc::time_t>()),
-        probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask, fdslen))
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<libc::time_t>()),
+        probe(fds, n, waits::ZERO_TIME.as_ptr().cast(), mask, fdslen))
 );
 forward!(
     /// `select(2)`.
@@ -605,7 +607,7 @@ forward!(
         e: *mut libc::fd_set,
         timeout: *mut libc::timeval,
     ) -> c_int
-        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<libc::time_t>().cast_const()),
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<libc::time_t>().cast_const()),
         sets(n, r, w, e), probe(n, r, w, e, &mut libc::timeval { tv_sec: 0, tv_usec: 0 }))
 );
 forward!(
@@ -618,8 +620,8 @@ forward!(
         timeout: *const libc::timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<libc::time_t>()),
-        sets(n, r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<libc::time_t>()),
+        sets(n, r, w, e), probe(n, r, w, e, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `epoll_wait(2)`.
@@ -651,8 +653,8 @@ forward!(
         timeout: *const libc::timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Epoll, sys::is_zero_time(timeout.cast::<libc::time_t>()),
-        probe(epfd, events, max, sys::ZERO_TIME.as_ptr().cast(), mask))
+        => waits(Wait::Epoll, waits::is_zero_time(timeout.cast::<libc::time_t>()),
+        probe(epfd, events, max, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
 
 // ---- other waits: the thread's bursts end -----------------------------------------------
@@ -666,7 +668,7 @@ forward!(
 forward!(
     /// `nanosleep(2)`.
     fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
@@ -677,25 +679,25 @@ forward!(
         req: *const libc::timespec,
         rem: *mut libc::timespec,
     ) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
     /// `usleep(3)`.
     fn usleep(us: libc::useconds_t) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
     /// `sigwait(3)`.
     fn sigwait(set: *const libc::sigset_t, sig: *mut c_int) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
     /// `sigwaitinfo(2)`.
     fn sigwaitinfo(set: *const libc::sigset_t, info: *mut libc::siginfo_t) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
@@ -705,31 +707,31 @@ forward!(
         info: *mut libc::siginfo_t,
         t: *const libc::timespec,
     ) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
     /// `sigsuspend(2)`: nginx's master waits here.
     fn sigsuspend(mask: *const libc::sigset_t) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
     /// `pause(2)`.
     fn pause() -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
     /// `waitpid(2)`.
     fn waitpid(pid: libc::pid_t, status: *mut c_int, options: c_int) -> libc::pid_t {
-        sys::on_wait_unless_nohang(options)
+        waits::on_wait_unless_nohang(options)
     }
 );
 forward!(
     /// `wait(2)`.
     fn wait(status: *mut c_int) -> libc::pid_t {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
@@ -740,7 +742,7 @@ forward!(
         options: c_int,
         usage: *mut libc::rusage,
     ) -> libc::pid_t {
-        sys::on_wait_unless_nohang(options)
+        waits::on_wait_unless_nohang(options)
     }
 );
 forward!(
@@ -751,14 +753,14 @@ forward!(
         info: *mut libc::siginfo_t,
         options: c_int,
     ) -> c_int {
-        sys::on_wait_unless_nohang(options)
+        waits::on_wait_unless_nohang(options)
     }
 );
 
 /// `sleep(3)` (returns unsigned, so it cannot share the macro's `-1` on a missing symbol).
 #[no_mangle]
 pub unsafe extern "C" fn sleep(seconds: c_uint) -> c_uint {
-    sys::on_wait(Wait::Other);
+    waits::on_wait(Wait::Other);
     let Some(real) = next!("sleep", unsafe extern "C" fn(c_uint) -> c_uint) else {
         return seconds;
     };
@@ -777,7 +779,7 @@ macro_rules! exit_hook {
         $(#[$attr])*
         #[no_mangle]
         pub unsafe extern "C" fn $name(status: c_int) -> ! {
-            sys::release_everything();
+            hooks::release_everything();
             if let Some(real) = next!(stringify!($name), unsafe extern "C" fn(c_int) -> !) {
                 // SAFETY: forwarding the caller's argument unchanged.
                 unsafe { real(status) }
@@ -803,7 +805,7 @@ forward!(
     /// child's flusher restarts from the pthread_atfork handler's mark, also for daemon()
     /// and other internal forks).
     fn fork() -> libc::pid_t {
-        sys::release_everything()
+        hooks::release_everything()
     }
 );
 // exec, in all its forms, and the calls that exec inside libc: `exec.rs`.
@@ -865,17 +867,17 @@ unsafe fn program_setsockopt(
     call: impl FnOnce() -> c_int,
 ) -> c_int {
     let cork = level == libc::IPPROTO_TCP && name == libc::TCP_CORK;
-    let was = cork && sys::program_cork_begins(fd);
+    let was = cork && hooks::program_cork_begins(fd);
     let r = call();
     let v = (r == 0 && !value.is_null() && len as usize >= 4)
         // SAFETY: the kernel just read an int from `value` (len >= 4) without fault.
         .then(|| unsafe { value.cast::<c_int>().read_unaligned() });
     if cork {
-        sys::program_cork_done(fd, was, v.map(|v| v != 0));
+        hooks::program_cork_done(fd, was, v.map(|v| v != 0));
     }
     match (level == libc::IPPROTO_TCP, v) {
-        (true, Some(v)) if name == libc::TCP_CORK && v != 0 => sys::program_holds(fd),
-        (true, Some(v)) if name == libc::TCP_NODELAY => sys::program_nodelay(fd, v != 0),
+        (true, Some(v)) if name == libc::TCP_CORK && v != 0 => hooks::program_holds(fd),
+        (true, Some(v)) if name == libc::TCP_NODELAY => hooks::program_nodelay(fd, v != 0),
         _ => {}
     }
     r
@@ -943,7 +945,7 @@ unsafe fn program_getsockopt(
     {
         return;
     }
-    let Some(on) = sys::program_view(fd, name == libc::TCP_NODELAY) else {
+    let Some(on) = hooks::program_view(fd, name == libc::TCP_NODELAY) else {
         return;
     };
     let bytes = c_int::from(on).to_ne_bytes();
@@ -968,8 +970,8 @@ forward!(
         timeout: *const c_void,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<i64>()),
-        probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask))
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<i64>()),
+        probe(fds, n, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `select` with 64-bit time.
@@ -981,7 +983,7 @@ forward!(
         e: *mut libc::fd_set,
         timeout: *mut c_void,
     ) -> c_int
-        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<i64>().cast_const()),
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<i64>().cast_const()),
         sets(n, r, w, e), probe(n, r, w, e, [0i64; 2].as_mut_ptr().cast()))
 );
 forward!(
@@ -995,8 +997,8 @@ forward!(
         timeout: *const c_void,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<i64>()),
-        sets(n, r, w, e), probe(n, r, w, e, sys::ZERO_TIME.as_ptr().cast(), mask))
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<i64>()),
+        sets(n, r, w, e), probe(n, r, w, e, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `epoll_pwait2` with 64-bit time.
@@ -1008,14 +1010,14 @@ forward!(
         timeout: *const c_void,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Epoll, sys::is_zero_time(timeout.cast::<i64>()),
-        probe(epfd, events, max, sys::ZERO_TIME.as_ptr().cast(), mask))
+        => waits(Wait::Epoll, waits::is_zero_time(timeout.cast::<i64>()),
+        probe(epfd, events, max, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
     /// `nanosleep` with 64-bit time.
     #[cfg(target_pointer_width = "32")]
     fn __nanosleep64(req: *const c_void, rem: *mut c_void) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
@@ -1027,7 +1029,7 @@ forward!(
         req: *const c_void,
         rem: *mut c_void,
     ) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
@@ -1038,7 +1040,7 @@ forward!(
         info: *mut libc::siginfo_t,
         timeout: *const c_void,
     ) -> c_int {
-        sys::on_wait(Wait::Other)
+        waits::on_wait(Wait::Other)
     }
 );
 forward!(
@@ -1050,14 +1052,14 @@ forward!(
         options: c_int,
         usage: *mut c_void,
     ) -> libc::pid_t {
-        sys::on_wait_unless_nohang(options)
+        waits::on_wait_unless_nohang(options)
     }
 );
 forward!(
     /// `recvmsg` with 64-bit time (its control messages may carry timestamps).
     #[cfg(target_pointer_width = "32")]
     fn __recvmsg64(fd: c_int, msg: *mut c_void, flags: c_int) -> ssize_t {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
@@ -1070,7 +1072,7 @@ forward!(
         flags: c_int,
         timeout: *mut c_void,
     ) -> c_int {
-        sys::release_socket(fd)
+        hooks::release_socket(fd)
     }
 );
 forward!(
@@ -1083,8 +1085,8 @@ forward!(
         mask: *const libc::sigset_t,
         fdslen: size_t,
     ) -> c_int
-        => waits(Wait::Poll, sys::is_zero_time(timeout.cast::<i64>()),
-        probe(fds, n, sys::ZERO_TIME.as_ptr().cast(), mask, fdslen))
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<i64>()),
+        probe(fds, n, waits::ZERO_TIME.as_ptr().cast(), mask, fdslen))
 );
 forward!(
     /// `sendmmsg` with 64-bit time.
