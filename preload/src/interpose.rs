@@ -96,6 +96,63 @@ macro_rules! forward {
     };
 }
 
+// ---- 32-bit programs built with 64-bit time ---------------------------------------------
+
+// A 32-bit program built with `_TIME_BITS=64` (the only way past 2038 on i386 and armhf, and
+// the default of newer distributions there) calls other glibc names for the calls whose
+// arguments carry a time (directly, or in what they point to: a `timespec`, `timeval`,
+// `rusage`, or the control messages of a `msghdr`, which may carry timestamps): the same
+// calls, with 64-bit times, which the shim passes through untouched. Each such hook is
+// defined once, with its time-carrying types named by the aliases below, and
+// `with_time64_twin!` defines it twice: under its own name with libc's types, and, in 32-bit
+// builds (the twins exist in 32-bit glibc only), under the 64-bit-time name with opaque
+// pointers.
+
+/// A hook's time-carrying argument types in its own form: libc's.
+mod native_time {
+    pub type Timespec = libc::timespec;
+    pub type Timeval = libc::timeval;
+    /// A time's integer (what `waits::is_zero_time` reads).
+    pub type TimeT = libc::time_t;
+    pub type Rusage = libc::rusage;
+    pub type Msghdr = libc::msghdr;
+    pub type Mmsghdr = libc::mmsghdr;
+}
+
+/// A hook's time-carrying argument types in its 64-bit-time twin: opaque (passed through),
+/// times read as 64-bit integers.
+#[cfg(target_pointer_width = "32")]
+mod time64 {
+    use libc::c_void;
+    pub type Timespec = c_void;
+    pub type Timeval = c_void;
+    pub type TimeT = i64;
+    pub type Rusage = c_void;
+    pub type Msghdr = c_void;
+    pub type Mmsghdr = c_void;
+}
+
+/// Defines a hook as [`forward!`] does, written with the aliases `Timespec`, `Timeval`,
+/// `TimeT`, `Rusage`, `Msghdr`, `Mmsghdr` for its time-carrying types: `fn name / name64(..)`
+/// defines `name` with libc's types ([`native_time`]) and, in 32-bit builds, `name64`, its
+/// 64-bit-time twin, with opaque ones (`time64`).
+macro_rules! with_time64_twin {
+    ($(#[$doc:meta])* fn $name:ident / $name64:ident $($rest:tt)*) => {
+        const _: () = {
+            use self::native_time::*;
+            forward!($(#[$doc])* fn $name $($rest)*);
+        };
+        #[cfg(target_pointer_width = "32")]
+        const _: () = {
+            use self::time64::*;
+            forward!(
+                #[doc = concat!("`", stringify!($name), "` in a 32-bit program built with 64-bit time.")]
+                fn $name64 $($rest)*
+            );
+        };
+    };
+}
+
 // ---- sockets come and go: adopted, duplicated, forgotten --------------------------------
 
 /// Whether `socket(domain, ty, protocol)` makes a TCP stream socket (any flags in `ty`).
@@ -461,9 +518,9 @@ forward!(
         if flags & libc::SPLICE_F_MORE != 0 { libc::MSG_MORE } else { 0 }
     )
 );
-forward!(
+with_time64_twin!(
     /// `sendmmsg(2)`.
-    fn sendmmsg(fd: c_int, msgs: *mut libc::mmsghdr, n: c_uint, flags: c_int) -> c_int {
+    fn sendmmsg / __sendmmsg64(fd: c_int, msgs: *mut Mmsghdr, n: c_uint, flags: c_int) -> c_int {
     } => writing(fd, flags)
 );
 
@@ -500,9 +557,9 @@ forward!(
         hooks::release_socket(fd)
     }
 );
-forward!(
+with_time64_twin!(
     /// `recvmsg(2)`.
-    fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> ssize_t {
+    fn recvmsg / __recvmsg64(fd: c_int, msg: *mut Msghdr, flags: c_int) -> ssize_t {
         hooks::release_socket(fd)
     }
 );
@@ -534,14 +591,14 @@ forward!(
         hooks::release_socket(fd)
     }
 );
-forward!(
+with_time64_twin!(
     /// `recvmmsg(2)`.
-    fn recvmmsg(
+    fn recvmmsg / __recvmmsg64(
         fd: c_int,
-        msgs: *mut libc::mmsghdr,
+        msgs: *mut Mmsghdr,
         n: c_uint,
         flags: c_int,
-        timeout: *mut libc::timespec,
+        timeout: *mut Timespec,
     ) -> c_int {
         hooks::release_socket(fd)
     }
@@ -575,52 +632,52 @@ forward!(
     ) -> c_int
     => waits(Wait::Poll, Some(timeout == 0), probe(fds, n, 0, fdslen))
 );
-forward!(
+with_time64_twin!(
     /// `ppoll(2)`.
-    fn ppoll(
+    fn ppoll / __ppoll64(
         fds: *mut libc::pollfd,
         n: libc::nfds_t,
-        timeout: *const libc::timespec,
+        timeout: *const Timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<libc::time_t>()),
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<TimeT>()),
         probe(fds, n, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
-forward!(
+with_time64_twin!(
     /// `__ppoll_chk` (fortified `ppoll`).
-    fn __ppoll_chk(
+    fn __ppoll_chk / __ppoll64_chk(
         fds: *mut libc::pollfd,
         n: libc::nfds_t,
-        timeout: *const libc::timespec,
+        timeout: *const Timespec,
         mask: *const libc::sigset_t,
         fdslen: size_t,
     ) -> c_int
-        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<libc::time_t>()),
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<TimeT>()),
         probe(fds, n, waits::ZERO_TIME.as_ptr().cast(), mask, fdslen))
 );
-forward!(
+with_time64_twin!(
     /// `select(2)`.
-    fn select(
+    fn select / __select64(
         n: c_int,
         r: *mut libc::fd_set,
         w: *mut libc::fd_set,
         e: *mut libc::fd_set,
-        timeout: *mut libc::timeval,
+        timeout: *mut Timeval,
     ) -> c_int
-        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<libc::time_t>().cast_const()),
-        sets(n, r, w, e), probe(n, r, w, e, &mut libc::timeval { tv_sec: 0, tv_usec: 0 }))
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<TimeT>().cast_const()),
+        sets(n, r, w, e), probe(n, r, w, e, [0i64; 2].as_mut_ptr().cast()))
 );
-forward!(
+with_time64_twin!(
     /// `pselect(2)`.
-    fn pselect(
+    fn pselect / __pselect64(
         n: c_int,
         r: *mut libc::fd_set,
         w: *mut libc::fd_set,
         e: *mut libc::fd_set,
-        timeout: *const libc::timespec,
+        timeout: *const Timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<libc::time_t>()),
+        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<TimeT>()),
         sets(n, r, w, e), probe(n, r, w, e, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
 forward!(
@@ -644,16 +701,16 @@ forward!(
     ) -> c_int
     => waits(Wait::Epoll, Some(timeout == 0), probe(epfd, events, max, 0, mask))
 );
-forward!(
+with_time64_twin!(
     /// `epoll_pwait2(2)`.
-    fn epoll_pwait2(
+    fn epoll_pwait2 / __epoll_pwait2_time64(
         epfd: c_int,
         events: *mut libc::epoll_event,
         max: c_int,
-        timeout: *const libc::timespec,
+        timeout: *const Timespec,
         mask: *const libc::sigset_t,
     ) -> c_int
-        => waits(Wait::Epoll, waits::is_zero_time(timeout.cast::<libc::time_t>()),
+        => waits(Wait::Epoll, waits::is_zero_time(timeout.cast::<TimeT>()),
         probe(epfd, events, max, waits::ZERO_TIME.as_ptr().cast(), mask))
 );
 
@@ -665,19 +722,19 @@ forward!(
 // writes of one response. Releasing there split python http.server's responses (1.50 data
 // segments per response under wrk -c10, against 1.17 without); the linger bound covers a
 // thread pool's hand-back instead.
-forward!(
+with_time64_twin!(
     /// `nanosleep(2)`.
-    fn nanosleep(req: *const libc::timespec, rem: *mut libc::timespec) -> c_int {
+    fn nanosleep / __nanosleep64(req: *const Timespec, rem: *mut Timespec) -> c_int {
         waits::on_wait(Wait::Other)
     }
 );
-forward!(
+with_time64_twin!(
     /// `clock_nanosleep(2)`.
-    fn clock_nanosleep(
+    fn clock_nanosleep / __clock_nanosleep_time64(
         clock: libc::clockid_t,
         flags: c_int,
-        req: *const libc::timespec,
-        rem: *mut libc::timespec,
+        req: *const Timespec,
+        rem: *mut Timespec,
     ) -> c_int {
         waits::on_wait(Wait::Other)
     }
@@ -700,12 +757,12 @@ forward!(
         waits::on_wait(Wait::Other)
     }
 );
-forward!(
+with_time64_twin!(
     /// `sigtimedwait(2)`.
-    fn sigtimedwait(
+    fn sigtimedwait / __sigtimedwait64(
         set: *const libc::sigset_t,
         info: *mut libc::siginfo_t,
-        t: *const libc::timespec,
+        t: *const Timespec,
     ) -> c_int {
         waits::on_wait(Wait::Other)
     }
@@ -734,13 +791,13 @@ forward!(
         waits::on_wait(Wait::Other)
     }
 );
-forward!(
+with_time64_twin!(
     /// `wait4(2)`.
-    fn wait4(
+    fn wait4 / __wait4_time64(
         pid: libc::pid_t,
         status: *mut c_int,
         options: c_int,
-        usage: *mut libc::rusage,
+        usage: *mut Rusage,
     ) -> libc::pid_t {
         waits::on_wait_unless_nohang(options)
     }
@@ -846,7 +903,7 @@ setsockopt_hook!(
     setsockopt
 );
 setsockopt_hook!(
-    /// `setsockopt` in a 32-bit program built with 64-bit time (see the end of this file).
+    /// `setsockopt` in a 32-bit program built with 64-bit time (see `with_time64_twin!`).
     #[cfg(target_pointer_width = "32")]
     __setsockopt64
 );
@@ -954,143 +1011,3 @@ unsafe fn program_getsockopt(
     // SAFETY: the kernel just wrote `n` bytes at `value` without fault.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), value.cast::<u8>(), n) };
 }
-
-// ---- 32-bit programs built with 64-bit time ---------------------------------------------
-
-// A 32-bit program built with `_TIME_BITS=64` (the only way past 2038 on i386 and armhf, and
-// the default of newer distributions there) calls these glibc names instead of the waits
-// above: same waits, with 64-bit `timespec`/`timeval`/`rusage` arguments, which the shim
-// passes through untouched (hence opaque pointers). They exist in 32-bit glibc only.
-forward!(
-    /// `ppoll` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __ppoll64(
-        fds: *mut libc::pollfd,
-        n: libc::nfds_t,
-        timeout: *const c_void,
-        mask: *const libc::sigset_t,
-    ) -> c_int
-        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<i64>()),
-        probe(fds, n, waits::ZERO_TIME.as_ptr().cast(), mask))
-);
-forward!(
-    /// `select` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __select64(
-        n: c_int,
-        r: *mut libc::fd_set,
-        w: *mut libc::fd_set,
-        e: *mut libc::fd_set,
-        timeout: *mut c_void,
-    ) -> c_int
-        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<i64>().cast_const()),
-        sets(n, r, w, e), probe(n, r, w, e, [0i64; 2].as_mut_ptr().cast()))
-);
-forward!(
-    /// `pselect` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __pselect64(
-        n: c_int,
-        r: *mut libc::fd_set,
-        w: *mut libc::fd_set,
-        e: *mut libc::fd_set,
-        timeout: *const c_void,
-        mask: *const libc::sigset_t,
-    ) -> c_int
-        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<i64>()),
-        sets(n, r, w, e), probe(n, r, w, e, waits::ZERO_TIME.as_ptr().cast(), mask))
-);
-forward!(
-    /// `epoll_pwait2` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __epoll_pwait2_time64(
-        epfd: c_int,
-        events: *mut libc::epoll_event,
-        max: c_int,
-        timeout: *const c_void,
-        mask: *const libc::sigset_t,
-    ) -> c_int
-        => waits(Wait::Epoll, waits::is_zero_time(timeout.cast::<i64>()),
-        probe(epfd, events, max, waits::ZERO_TIME.as_ptr().cast(), mask))
-);
-forward!(
-    /// `nanosleep` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __nanosleep64(req: *const c_void, rem: *mut c_void) -> c_int {
-        waits::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `clock_nanosleep` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __clock_nanosleep_time64(
-        clock: libc::clockid_t,
-        flags: c_int,
-        req: *const c_void,
-        rem: *mut c_void,
-    ) -> c_int {
-        waits::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `sigtimedwait` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __sigtimedwait64(
-        set: *const libc::sigset_t,
-        info: *mut libc::siginfo_t,
-        timeout: *const c_void,
-    ) -> c_int {
-        waits::on_wait(Wait::Other)
-    }
-);
-forward!(
-    /// `wait4` with a 64-bit-time `rusage`.
-    #[cfg(target_pointer_width = "32")]
-    fn __wait4_time64(
-        pid: libc::pid_t,
-        status: *mut c_int,
-        options: c_int,
-        usage: *mut c_void,
-    ) -> libc::pid_t {
-        waits::on_wait_unless_nohang(options)
-    }
-);
-forward!(
-    /// `recvmsg` with 64-bit time (its control messages may carry timestamps).
-    #[cfg(target_pointer_width = "32")]
-    fn __recvmsg64(fd: c_int, msg: *mut c_void, flags: c_int) -> ssize_t {
-        hooks::release_socket(fd)
-    }
-);
-forward!(
-    /// `recvmmsg` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __recvmmsg64(
-        fd: c_int,
-        msgs: *mut c_void,
-        n: c_uint,
-        flags: c_int,
-        timeout: *mut c_void,
-    ) -> c_int {
-        hooks::release_socket(fd)
-    }
-);
-forward!(
-    /// `ppoll` with 64-bit time, fortified.
-    #[cfg(target_pointer_width = "32")]
-    fn __ppoll64_chk(
-        fds: *mut libc::pollfd,
-        n: libc::nfds_t,
-        timeout: *const c_void,
-        mask: *const libc::sigset_t,
-        fdslen: size_t,
-    ) -> c_int
-        => waits(Wait::Poll, waits::is_zero_time(timeout.cast::<i64>()),
-        probe(fds, n, waits::ZERO_TIME.as_ptr().cast(), mask, fdslen))
-);
-forward!(
-    /// `sendmmsg` with 64-bit time.
-    #[cfg(target_pointer_width = "32")]
-    fn __sendmmsg64(fd: c_int, msgs: *mut c_void, n: c_uint, flags: c_int) -> c_int {
-    } => writing(fd, flags)
-);
