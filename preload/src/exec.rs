@@ -10,7 +10,8 @@
 
 use libc::{c_char, c_int};
 
-use crate::sys::{self, next, set_errno};
+use crate::hooks;
+use crate::sys::{next, set_errno};
 
 /// Defines a hook that ends every burst, then makes the call unchanged (`$fail`: what it
 /// returns if libc has no such function).
@@ -19,7 +20,7 @@ macro_rules! releasing {
         $(#[$attr])*
         #[no_mangle]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-            sys::release_everything();
+            hooks::release_everything();
             let Some(real) = next!(stringify!($name), unsafe extern "C" fn($($ty),*) -> $ret)
             else {
                 set_errno(libc::ENOSYS);

@@ -51,11 +51,22 @@
 //!
 //! The policy (when a burst starts and ends, what is learned) is the crate
 //! `nagless-shim-policy`, safe code tested with a fake kernel; this crate only forwards the
-//! program's calls to it (`interpose`, the hooks) and gives it the real kernel (`sys`).
+//! program's calls to it (`interpose`, `exec` and `signals`, the hooks, through `hooks` and
+//! `waits`) and gives it the real kernel (`sys`, the crate's one module of kernel calls). The
+//! flusher thread is `flusher`; start-up and exit `init`; the exit report and stats file
+//! `report`; the debug log `debug_log`.
 
 // The hooks would interpose the test runner itself: unit tests build without them.
 #[cfg(not(test))]
+mod debug_log;
+#[cfg(not(test))]
 mod exec;
+#[cfg(not(test))]
+mod flusher;
+#[cfg(not(test))]
+mod hooks;
+#[cfg(not(test))]
+mod init;
 #[cfg(not(test))]
 mod interpose;
 #[cfg(not(test))]
@@ -68,3 +79,5 @@ mod symbols;
 mod sys;
 #[cfg(not(test))]
 mod user_memory;
+#[cfg(not(test))]
+mod waits;

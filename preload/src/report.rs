@@ -53,7 +53,7 @@ pub fn account(s: &Shim, fd: c_int) {
         return;
     }
     if s.config.mode == nagless_shim_policy::Mode::Nagless {
-        crate::sys::nudge_flusher(s);
+        crate::flusher::nudge_flusher(s);
     } else if !crate::signals::in_handler() {
         refresh(s);
     }

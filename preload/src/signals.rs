@@ -1,7 +1,7 @@
 //! Knowing when a hook runs inside a signal handler of the program. A handler may interrupt
 //! the program anywhere, inside `malloc` or holding a libc lock: there the shim must not
 //! allocate, start a thread or look up a symbol, so its hooks pass the call through and hold
-//! nothing (`sys::shim()` is `None` there), except the steps that only release bursts.
+//! nothing (`hooks::shim()` is `None` there), except the steps that only release bursts.
 //!
 //! The program's handlers are installed as given, behind one trampoline of ours that counts,
 //! per thread, how deep in handlers it is: the hooks of `sigaction`, `signal`, `sysv_signal`,

@@ -151,7 +151,7 @@ fn check(s: &Shim, k: &Kern) {
             assert!(!sock.cork, "the shim's TCP_CORK left on after its burst");
         }
     });
-    s.reader_waits(k, FD);
+    s.release_socket(k, FD);
     assert_eq!(s.held(), 0);
     k.sock(|sock| assert!(sock.programs_cork || (sock.unsent == 0 && !sock.cork)));
 }
@@ -214,8 +214,8 @@ fn loom_reader_ending_a_burst_while_another_starts_one() {
             let reader = {
                 let (s, k) = (s.clone(), k.clone());
                 thread::spawn(move || {
-                    s.reader_waits(&*k, FD);
-                    s.reader_waits(&*k, FD);
+                    s.release_socket(&*k, FD);
+                    s.release_socket(&*k, FD);
                 })
             };
             let mut t = ThreadBursts::new();
@@ -321,7 +321,7 @@ fn loom_reader_ending_a_burst_while_the_program_corks() {
                 s.program_holds(&*k, FD);
             })
         };
-        s.reader_waits(&*k, FD);
+        s.release_socket(&*k, FD);
         program.join().unwrap();
         assert!(
             k.sock(|sock| sock.cork),
@@ -412,7 +412,7 @@ fn loom_a_read_of_the_original_racing_a_write_on_a_duplicate() {
             }
             let reader = {
                 let (s, k) = (s.clone(), k.clone());
-                thread::spawn(move || s.reader_waits(&*k, FD))
+                thread::spawn(move || s.release_socket(&*k, FD))
             };
             s.duplicate(&*k, FD, DUP);
             let mut t = ThreadBursts::new();
@@ -421,7 +421,7 @@ fn loom_a_read_of_the_original_racing_a_write_on_a_duplicate() {
             s.after_write(&*k, DUP, step, false);
             reader.join().unwrap();
             assert!(s.is_managed(DUP));
-            s.reader_waits(&*k, FD);
+            s.release_socket(&*k, FD);
             assert_eq!(
                 s.held(),
                 0,
@@ -447,7 +447,7 @@ fn loom_a_new_duplicate_racing_the_clearing_of_an_old_link() {
         s.forget(&*k, OLD);
         let reader = {
             let (s, k) = (s.clone(), k.clone());
-            thread::spawn(move || s.reader_waits(&*k, FD))
+            thread::spawn(move || s.release_socket(&*k, FD))
         };
         s.duplicate(&*k, FD, NEW);
         let mut t = ThreadBursts::new();
@@ -455,7 +455,7 @@ fn loom_a_new_duplicate_racing_the_clearing_of_an_old_link() {
         k.send(step.more);
         s.after_write(&*k, NEW, step, false);
         reader.join().unwrap();
-        s.reader_waits(&*k, FD);
+        s.release_socket(&*k, FD);
         assert_eq!(s.held(), 0, "the new duplicate's link was lost");
         check(&s, &k);
     });

@@ -1,0 +1,90 @@
+//! The flusher thread: it enforces the linger bound on bursts nobody ends (a program that
+//! writes and then neither reads nor waits), parks on a futex while no burst is held, and
+//! keeps the stats file current (`report`). Started on the first held burst; if it cannot
+//! start, or fails, the shim holds nothing in the process from then on.
+
+use nagless_shim_policy::{FlusherStep, Shim};
+
+use crate::debug_log::{log, write_formatted};
+use crate::sys::{self, Libc};
+
+/// Starts the flusher before the first burst is held, if none runs yet.
+pub fn ensure_flusher(s: &'static Shim) {
+    if s.claim_flusher_start() {
+        start_or_hold_nothing(s);
+    }
+}
+
+/// Starts the flusher; if it cannot start, the shim holds nothing in this process.
+fn start_or_hold_nothing(s: &'static Shim) {
+    if !start_flusher(s) {
+        s.flusher_cannot_run(&Libc);
+        log(format_args!(
+            "cannot start the flusher thread: holding nothing"
+        ));
+    }
+}
+
+/// Wakes the flusher if it is parked (for a burst, or to write a stale stats file).
+pub fn nudge_flusher(s: &Shim) {
+    sys::futex_wake(s.park_word());
+}
+
+/// Wakes the flusher for a burst, starting it if none runs yet.
+pub fn wake_flusher(s: &'static Shim) {
+    if s.claim_flusher_start() {
+        start_or_hold_nothing(s);
+    } else {
+        nudge_flusher(s);
+    }
+}
+
+/// Starts the flusher with every signal blocked, so that signals the program blocks in its
+/// own threads (sigwait, signalfd, sigsuspend loops) are never delivered to it.
+fn start_flusher(s: &'static Shim) -> bool {
+    let spawned = sys::with_signals_blocked(|| {
+        std::thread::Builder::new()
+            .name("nagless-flusher".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                // A panic must not leave bursts held with nobody to release them.
+                if std::panic::catch_unwind(|| flusher_loop(s)).is_err() {
+                    s.flusher_cannot_run(&Libc);
+                    write_formatted(
+                        2,
+                        format_args!(
+                            "nagless: the flusher thread failed; holding nothing from now on\n"
+                        ),
+                    );
+                }
+            })
+    });
+    spawned.is_ok()
+}
+
+/// The flusher's life: what the policy's tick says, sleep or park, forever.
+fn flusher_loop(s: &'static Shim) -> ! {
+    let mut idle = nagless_shim_policy::FlusherState::default();
+    loop {
+        match s.flusher_tick(&Libc, &mut idle) {
+            FlusherStep::Sleep(d) => {
+                // Never while bursts are held: a slow file system must not delay them.
+                if s.park_word().load(std::sync::atomic::Ordering::Acquire) == 0 {
+                    crate::report::refresh(s);
+                }
+                std::thread::sleep(d)
+            }
+            FlusherStep::Park => {
+                crate::report::refresh(s);
+                // A stats file not yet current: wake once more to write it.
+                let stale = crate::report::stale(s);
+                // Parked while no burst is held (the word reads 0).
+                sys::futex_wait(
+                    s.park_word(),
+                    stale.then_some(crate::report::STATS_FILE_EVERY),
+                );
+                s.flusher_unparked();
+            }
+        }
+    }
+}

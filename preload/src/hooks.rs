@@ -1,0 +1,220 @@
+//! What the hooks call: the shim's process-wide state ([`shim`], this thread's burst list),
+//! and the steps that tell the burst policy what the program does with its descriptors
+//! (adopted, written, duplicated, read, closed) and its own socket options. Waits are in
+//! `waits`, the flusher thread in `flusher`, start-up in `init`; the kernel is `sys`.
+//!
+//! Rules for everything here, since it runs inside the program's own calls: `errno` is saved
+//! and restored around bookkeeping ([`quietly`]), nothing panics, nothing allocates after
+//! start-up except starting the flusher thread once per process.
+
+use std::cell::RefCell;
+use std::sync::OnceLock;
+
+use libc::c_int;
+
+use nagless_shim_policy::{Shim, ThreadBursts, WriteStep};
+
+use crate::debug_log::log;
+use crate::flusher::{ensure_flusher, wake_flusher};
+use crate::sys::{errno, quietly, set_errno, Libc};
+
+static SHIM: OnceLock<Shim> = OnceLock::new();
+
+/// The shim, once initialised, outside the program's signal handlers: inside one (see
+/// `signals`) every hook passes its call through and holds nothing.
+pub fn shim() -> Option<&'static Shim> {
+    SHIM.get().filter(|_| !crate::signals::in_handler())
+}
+
+/// The shim, even inside a signal handler: for the steps that allocate nothing and start
+/// nothing (ending bursts at close, fork, exec and exit; what the program sets and reads of
+/// its own options).
+pub fn shim_anywhere() -> Option<&'static Shim> {
+    SHIM.get()
+}
+
+thread_local! {
+    /// The bursts the current thread wrote to.
+    static MINE: RefCell<ThreadBursts> = const { RefCell::new(ThreadBursts::new()) };
+}
+
+/// Runs `f` with this thread's burst list. A signal handler that writes while this thread is
+/// inside a hook finds the list borrowed: its write is simply not noted (the linger bound
+/// still holds for it).
+pub fn with_mine(f: impl FnOnce(&mut ThreadBursts)) {
+    let _ = MINE.try_with(|m| {
+        if let Ok(mut m) = m.try_borrow_mut() {
+            f(&mut m);
+        }
+    });
+}
+
+/// Sets the shim up (once, at start-up): `None` if it already was.
+pub fn install(shim: Shim) -> Option<&'static Shim> {
+    SHIM.set(shim).ok()?;
+    SHIM.get()
+}
+
+// ---- descriptors and writes --------------------------------------------------------------
+
+/// A new descriptor exists: manage it if it is a TCP stream socket.
+pub fn adopt(fd: c_int) {
+    if fd >= 0 {
+        if let Some(s) = shim() {
+            quietly(|| s.adopt(&Libc, fd));
+            log(format_args!("adopt fd {fd}"));
+        }
+    }
+}
+
+/// `fd` was accepted on `listener`.
+pub fn adopt_accepted(listener: c_int, fd: c_int) {
+    if fd >= 0 {
+        if let Some(s) = shim() {
+            quietly(|| s.adopt_accepted(&Libc, listener, fd));
+            log(format_args!("adopt fd {fd} (accepted on {listener})"));
+        }
+    }
+}
+
+/// The calling thread writes to `fd`; `carries_more`: the call can be made with `MSG_MORE`.
+pub fn on_write(fd: c_int, carries_more: bool) -> WriteStep {
+    let Some(s) = shim() else {
+        return WriteStep::default();
+    };
+    quietly(|| {
+        if s.needs_flusher(fd) {
+            ensure_flusher(s);
+        }
+        let mut step = WriteStep::default();
+        with_mine(|m| step = s.before_write(&Libc, fd, m, carries_more));
+        if step.wake_flusher {
+            wake_flusher(s);
+        }
+        step
+    })
+}
+
+/// The write `step` was made for returned (`failed`: with an error).
+pub fn after_write(fd: c_int, step: WriteStep, failed: bool) {
+    if step.needs_after() {
+        if let Some(s) = shim() {
+            quietly(|| s.after_write(&Libc, fd, step, failed));
+        }
+    }
+}
+
+/// The program is about to set TCP_CORK on `fd`: see [`Shim::program_cork_begins`].
+pub fn program_cork_begins(fd: c_int) -> bool {
+    shim_anywhere().is_some_and(|s| s.program_cork_begins(fd))
+}
+
+/// The program's TCP_CORK call on `fd` returned (`on`: the value set, `None`: it failed).
+pub fn program_cork_done(fd: c_int, was: bool, on: Option<bool>) {
+    if let Some(s) = shim_anywhere() {
+        s.program_cork_done(fd, was, on);
+    }
+}
+
+/// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on).
+pub fn program_holds(fd: c_int) {
+    if let Some(s) = shim_anywhere() {
+        quietly(|| s.program_holds(&Libc, fd));
+        log(format_args!("fd {fd}: the program holds its own bytes"));
+    }
+}
+
+/// The program set `TCP_NODELAY` to `on` on `fd`: see [`Shim::program_nodelay`].
+pub fn program_nodelay(fd: c_int, on: bool) {
+    if let Some(s) = shim_anywhere() {
+        quietly(|| s.program_nodelay(&Libc, fd, on));
+        log(format_args!(
+            "fd {fd}: the program set TCP_NODELAY {}",
+            on as u8
+        ));
+    }
+}
+
+/// What the program sees of `TCP_NODELAY` (`nodelay`) or `TCP_CORK` on `fd`: see
+/// [`Shim::program_view`].
+pub fn program_view(fd: c_int, nodelay: bool) -> Option<bool> {
+    quietly(|| shim_anywhere().and_then(|s| s.program_view(fd, nodelay)))
+}
+
+/// `fd` is about to be read, received on, shut down, spliced from, or replaced by
+/// `dup2`/`dup3`: the burst of its socket ends, on every descriptor that names it (see
+/// [`Shim::release_socket`]).
+pub fn release_socket(fd: c_int) {
+    if let Some(s) = shim() {
+        quietly(|| s.release_socket(&Libc, fd));
+    }
+}
+
+/// Before fork and exec: no burst may be half-held across them.
+pub fn release_everything() {
+    if let Some(s) = shim_anywhere() {
+        quietly(|| {
+            s.release_all(&Libc);
+            // Not in a signal handler, where the thread-local may allocate on a thread's
+            // first access: what the list holds is only a hint, and `release_all` ended
+            // every burst it names.
+            if !crate::signals::in_handler() {
+                with_mine(|m| s.release_thread(&Libc, m));
+            }
+        });
+    }
+}
+
+/// `fd` is being closed: end its burst, count what it sent, forget it.
+pub fn on_close(fd: c_int) {
+    if let Some(s) = shim_anywhere() {
+        quietly(|| {
+            if s.is_managed(fd) {
+                // The held tail leaves first, so that the count includes it.
+                s.release(&Libc, fd);
+                crate::report::account(s, fd);
+            }
+            s.forget(&Libc, fd);
+        });
+    }
+}
+
+/// Makes `send`, the `MSG_MORE` form the shim chose for a program's `write`/`writev` on
+/// `fd`: its result, or `None` if the descriptor is no socket any more (closed unseen, its
+/// number reused by a file or pipe: `ENOTSOCK`, which has no side effects). The shim then
+/// forgets it, errno is as before, and the caller makes the plain call.
+pub fn held_send<R: Default + PartialOrd>(fd: c_int, send: impl FnOnce() -> R) -> Option<R> {
+    let saved = errno();
+    let r = send();
+    if r >= R::default() || errno() != libc::ENOTSOCK {
+        return Some(r);
+    }
+    if let Some(s) = shim() {
+        quietly(|| s.forget(&Libc, fd));
+        log(format_args!(
+            "fd {fd}: no socket any more (closed unseen), forgotten"
+        ));
+    }
+    set_errno(saved);
+    None
+}
+
+/// `fd` is a new descriptor the shim does not manage (a socket other than TCP): whatever its
+/// slot says of an earlier descriptor of that number is forgotten (no system call unless it
+/// was managed).
+pub fn forget(fd: c_int) {
+    if fd >= 0 {
+        if let Some(s) = shim() {
+            quietly(|| s.forget(&Libc, fd));
+        }
+    }
+}
+
+/// `new` now refers to what `old` refers to.
+pub fn on_dup(old: c_int, new: c_int) {
+    if new >= 0 {
+        if let Some(s) = shim() {
+            quietly(|| s.duplicate(&Libc, old, new));
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Writes: a burst starts or grows (`write`, `writev`, `send*`, `sendfile`, `splice` into a
+//! socket), each made between the policy's two steps, with `MSG_MORE` when the policy holds
+//! the burst by that flag.
+
+use super::*;
+
+/// Makes the write `f` on `fd` between the policy's two steps (a send with `MSG_MORE`
+/// means the program packs its own bursts). `f` gets the flags the shim adds to the call:
+/// `MSG_MORE` when the policy holds the burst by that flag (see
+/// [`Shim::before_write`](nagless_shim_policy::Shim::before_write)), else 0; `carries_more` says
+/// whether `f` can add them (`sendfile` and `splice` cannot).
+fn writing<R: Copy + Default + PartialOrd>(
+    fd: c_int,
+    flags: c_int,
+    carries_more: bool,
+    f: impl FnOnce(c_int) -> R,
+) -> R {
+    if flags & libc::MSG_MORE != 0 {
+        hooks::program_holds(fd);
+    }
+    let step = hooks::on_write(fd, carries_more);
+    let r = f(if step.more { libc::MSG_MORE } else { 0 });
+    // An error or 0: nothing was queued, so nothing held before was pushed by this call.
+    hooks::after_write(fd, step, r <= R::default());
+    r
+}
+
+type SendFn = unsafe extern "C" fn(c_int, *const c_void, size_t, c_int) -> ssize_t;
+type SendMsgFn = unsafe extern "C" fn(c_int, *const libc::msghdr, c_int) -> ssize_t;
+
+/// `write(2)`. Held by `MSG_MORE`, it is made as `send(2)` with that flag (the same call on
+/// a socket, with flags). If the descriptor is no socket any more (closed where the shim
+/// could not see it, inside libc by `fclose`, and reused), `send` refuses at once with
+/// `ENOTSOCK`, the shim forgets the descriptor and makes the write as asked.
+#[no_mangle]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    let Some(real) = next!(
+        "write",
+        unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t
+    ) else {
+        return enosys();
+    };
+    writing(fd, 0, true, |more| {
+        if more != 0 {
+            if let Some(send) = next!("send", SendFn) {
+                // SAFETY: the caller's buffer and length, to send(2) on the same socket.
+                if let Some(r) = hooks::held_send(fd, || unsafe { send(fd, buf, n, more) }) {
+                    return r;
+                }
+            }
+        }
+        // SAFETY: forwarding the caller's arguments unchanged.
+        unsafe { real(fd, buf, n) }
+    })
+}
+
+/// `writev(2)`. Held by `MSG_MORE`, it is made as `sendmsg(2)` of the same vector (and as
+/// `writev` if the descriptor turns out to be no socket, as for `write`).
+#[no_mangle]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
+    let Some(real) = next!(
+        "writev",
+        unsafe extern "C" fn(c_int, *const libc::iovec, c_int) -> ssize_t
+    ) else {
+        return enosys();
+    };
+    writing(fd, 0, true, |more| {
+        // Made as sendmsg only where the two calls agree: writev refuses more than IOV_MAX
+        // entries with EINVAL (sendmsg with EMSGSIZE), and returns 0 for an empty vector
+        // without looking at the socket (sendmsg may report its error, and raise SIGPIPE).
+        // Looked at only when the write is to be held (a managed socket), as writev would.
+        // The vector is read as the kernel reads it: one that cannot be read (a bad pointer)
+        // is no fault here, and makes the plain writev, which reports EFAULT as it would.
+        let nonempty = || {
+            if !(1..=1024).contains(&cnt) {
+                return false;
+            }
+            const AT_ONCE: usize = 64;
+            let mut entries = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; AT_ONCE];
+            let mut at = 0;
+            while at < cnt as usize {
+                let k = (cnt as usize - at).min(AT_ONCE);
+                // SAFETY: `entries` is plain data, writable for `k` iovecs.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        entries.as_mut_ptr().cast::<u8>(),
+                        k * std::mem::size_of::<libc::iovec>(),
+                    )
+                };
+                if !crate::user_memory::read_bytes(iov.wrapping_add(at).cast(), dst) {
+                    return false;
+                }
+                if entries[..k].iter().any(|v| v.iov_len > 0) {
+                    return true;
+                }
+                at += k;
+            }
+            false
+        };
+        if more != 0 && nonempty() {
+            if let Some(sendmsg) = next!("sendmsg", SendMsgFn) {
+                // SAFETY: an all-zero msghdr is valid (no name, no control data).
+                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+                msg.msg_iov = iov.cast_mut();
+                msg.msg_iovlen = cnt as _;
+                // SAFETY: the caller's vector, unchanged, in a header that lives across the
+                // call.
+                if let Some(r) = hooks::held_send(fd, || unsafe { sendmsg(fd, &msg, more) }) {
+                    return r;
+                }
+            }
+        }
+        // SAFETY: forwarding the caller's arguments unchanged.
+        unsafe { real(fd, iov, cnt) }
+    })
+}
+
+/// `send(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+    let Some(real) = next!("send", SendFn) else {
+        return enosys();
+    };
+    // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
+    writing(fd, flags, true, |more| unsafe {
+        real(fd, buf, n, flags | more)
+    })
+}
+
+/// `sendto(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sendto(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    flags: c_int,
+    addr: *const sockaddr,
+    len: socklen_t,
+) -> ssize_t {
+    let Some(real) = next!(
+        "sendto",
+        unsafe extern "C" fn(
+            c_int,
+            *const c_void,
+            size_t,
+            c_int,
+            *const sockaddr,
+            socklen_t,
+        ) -> ssize_t
+    ) else {
+        return enosys();
+    };
+    // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
+    writing(fd, flags, true, |more| unsafe {
+        real(fd, buf, n, flags | more, addr, len)
+    })
+}
+
+/// Defines a `sendmsg` hook (`sendmsg`, and `__sendmsg64` in 32-bit programs built with
+/// 64-bit time: the same `msghdr`, whose control messages may carry 64-bit timestamps).
+macro_rules! sendmsg_hook {
+    ($(#[$attr:meta])* $name:ident) => {
+        $(#[$attr])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            fd: c_int,
+            msg: *const libc::msghdr,
+            flags: c_int,
+        ) -> ssize_t {
+            let Some(real) = next!(stringify!($name), SendMsgFn) else {
+                return enosys();
+            };
+            // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
+            writing(fd, flags, true, |more| unsafe { real(fd, msg, flags | more) })
+        }
+    };
+}
+sendmsg_hook!(
+    /// `sendmsg(2)`.
+    sendmsg
+);
+sendmsg_hook!(
+    /// `sendmsg` with 64-bit time.
+    #[cfg(target_pointer_width = "32")]
+    __sendmsg64
+);
+
+// Writes of file bodies: part of the burst (nginx sends headers with writev, then the body).
+forward!(
+    /// `sendfile(2)`.
+    fn sendfile(out: c_int, inp: c_int, off: *mut libc::off_t, n: size_t) -> ssize_t {
+    } => writing(out, 0)
+);
+forward!(
+    /// `sendfile64`.
+    fn sendfile64(out: c_int, inp: c_int, off: *mut libc::off64_t, n: size_t) -> ssize_t {
+    } => writing(out, 0)
+);
+forward!(
+    /// `splice(2)`: out of a socket it is a read (that socket's burst ends), into one a write
+    /// (part of the burst; `SPLICE_F_MORE` is the program's own `MSG_MORE`).
+    fn splice(
+        fd_in: c_int,
+        off_in: *mut libc::loff_t,
+        fd_out: c_int,
+        off_out: *mut libc::loff_t,
+        len: size_t,
+        flags: c_uint,
+    ) -> ssize_t {
+        hooks::release_socket(fd_in)
+    } => writing(
+        fd_out,
+        if flags & libc::SPLICE_F_MORE != 0 { libc::MSG_MORE } else { 0 }
+    )
+);
+with_time64_twin!(
+    /// `sendmmsg(2)`.
+    fn sendmmsg / __sendmmsg64(fd: c_int, msgs: *mut Mmsghdr, n: c_uint, flags: c_int) -> c_int {
+    } => writing(fd, flags)
+);

@@ -1,0 +1,104 @@
+//! One descriptor's state ([`Slot`]): its owner and burst bits, the burst in progress, and
+//! the shape learned from its bursts (how many writes one has, once [`LEARN_AFTER`] in a row
+//! ended in a wait with as many), with the patience given to a writer that pauses inside
+//! its bursts ([`SHAPE_PATIENCE`]).
+
+use crate::state::State;
+use crate::sync::Ordering::*;
+use crate::sync::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8};
+
+/// Bursts of the same number of writes, each ended by a wait, before that number is
+/// learned as the socket's shape.
+pub const LEARN_AFTER: u8 = 3;
+
+/// How many linger bounds a burst short of its learned shape may wait for its remaining
+/// writes, on a socket whose writer was seen pausing inside its bursts (a burst split by the
+/// plain bound, then completed to its shape). An interpreter's thread can lose its global
+/// lock between a response's writes for a whole switch interval (CPython's is 5 ms): sending
+/// the first part alone at the plain bound costs a segment and gains nothing, the response
+/// being complete only with its last write.
+pub const SHAPE_PATIENCE: u64 = 5;
+
+/// Per-descriptor state.
+#[derive(Default)]
+pub(crate) struct Slot {
+    /// Owner and burst bits, changed only by [`State`]'s transitions.
+    pub(crate) flags: State,
+    /// Generation of the burst in progress (or of the last one).
+    pub(crate) generation: AtomicU32,
+    pub(crate) corked_at_us: AtomicU64,
+    /// Writes since the socket's last burst ended in a wait.
+    pub(crate) writes: AtomicU16,
+    /// Writes of the last burst that ended in a wait, and how many in a row had as many.
+    pub(crate) last_len: AtomicU16,
+    pub(crate) streak: AtomicU8,
+    /// The learned shape: the write that brings `writes` to this leaves at once (0: none).
+    pub(crate) shape: AtomicU16,
+    /// The linger bound released part of the burst in progress before its shape was complete.
+    pub(crate) split: AtomicBool,
+    /// A burst of this socket was split by the linger bound and then completed its shape: its
+    /// writer pauses between writes (an interpreter's lock), so bursts short of the shape are
+    /// given [`SHAPE_PATIENCE`] bounds.
+    pub(crate) patient: AtomicBool,
+    /// The `TCP_NODELAY` the program sees (`getsockopt`): the value it set itself, or the
+    /// kernel's default (off) when it set none, never the shim's own `TCP_NODELAY`. An accepted
+    /// socket inherits its listener's, as the kernel's option does.
+    pub(crate) program_nodelay: AtomicBool,
+    /// Uncorks of the shim's on their way to the kernel (see [`Shim::set_cork`]).
+    pub(crate) uncorking: AtomicU16,
+    /// Nonzero when another managed descriptor refers to the same socket (a `dup`, or
+    /// descriptors inherited as stdin and stdout): a read on this one ends the bursts of
+    /// every one. Bumped at each link ([`Shim::share`]), so that a reader that finds no
+    /// other descriptor left clears it only if no link was made meanwhile.
+    pub(crate) shared: AtomicU32,
+    /// The socket's identity ([`Kernel::socket_id`]), known for shared descriptors.
+    pub(crate) socket: AtomicU64,
+}
+
+impl Slot {
+    /// The descriptor now names another socket (or none): older thread-list entries go
+    /// stale, and what was learned of the old one is forgotten.
+    pub(crate) fn renew(&self) {
+        self.generation.fetch_add(1, AcqRel);
+        self.writes.store(0, Relaxed);
+        self.last_len.store(0, Relaxed);
+        self.streak.store(0, Relaxed);
+        self.shape.store(0, Relaxed);
+        self.split.store(false, Relaxed);
+        self.patient.store(false, Relaxed);
+        self.program_nodelay.store(false, Relaxed);
+        self.shared.store(0, Release);
+        self.socket.store(0, Relaxed);
+    }
+
+    /// The burst in progress has fewer writes than its learned shape.
+    pub(crate) fn short_of_its_shape(&self) -> bool {
+        let shape = self.shape.load(Relaxed);
+        shape != 0 && self.writes.load(Relaxed) < shape
+    }
+
+    /// A burst ended in a wait: learn from its number of writes. Races between threads
+    /// sharing a socket only blur the guess; a guess never holds bytes longer.
+    pub(crate) fn learn(&self) {
+        // Most reads find no writes since the last one: a plain load, no locked swap.
+        if self.writes.load(Relaxed) == 0 {
+            return;
+        }
+        let n = self.writes.swap(0, Relaxed);
+        self.split.store(false, Relaxed);
+        if n == 0 {
+            return;
+        }
+        let streak = if self.last_len.swap(n, Relaxed) == n {
+            self.streak.load(Relaxed).saturating_add(1)
+        } else {
+            1
+        };
+        self.streak.store(streak, Relaxed);
+        let shape = if streak >= LEARN_AFTER { n } else { 0 };
+        self.shape.store(shape, Relaxed);
+        if shape == 0 {
+            self.patient.store(false, Relaxed);
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The policy's unit tests: a scripted fake kernel, one thread or hooks run inside a
+//! kernel call to stand for another thread (the loom models check real interleavings).
+//! Here the fake kernel, its helpers and the configuration's test; the rest by the policy's
+//! modules: `bursts`, `shapes` (learned shapes and `MSG_MORE`), `program_options`,
+//! `flusher`.
+use super::*;
+use crate::state::{HoldBy, Start};
+use crate::sync::Ordering::*;
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+mod bursts;
+mod flusher;
+mod program_options;
+mod shapes;
+
+/// A fake kernel: every descriptor below 100 is a TCP socket; records cork calls.
+#[derive(Default)]
+struct Fake {
+    corked: RefCell<Vec<i32>>,
+    cork_calls: Cell<u32>,
+    uncork_calls: Cell<u32>,
+    now: Cell<u64>,
+    refuse_cork: Cell<bool>,
+    nodelay_calls: Cell<u32>,
+    /// Writes queued and not yet sent (held by TCP_CORK or MSG_MORE), by descriptor.
+    unsent: RefCell<std::collections::HashMap<i32, u32>>,
+    /// Run once, inside the next `set_cork(_, true)`: another party acting in the middle
+    /// of a corked start.
+    on_cork: RefCell<Option<CorkHook>>,
+    /// Socket identities that differ from the descriptor number (descriptors of one socket).
+    ids: RefCell<std::collections::HashMap<i32, u64>>,
+}
+
+type CorkHook = Box<dyn FnOnce(&Fake)>;
+
+impl Fake {
+    /// The kernel's side of one write: queued, then sent unless TCP_CORK or MSG_MORE
+    /// holds it (a plain write pushes what MSG_MORE held before it).
+    fn send(&self, fd: i32, more: bool) {
+        let mut u = self.unsent.borrow_mut();
+        let n = u.entry(fd).or_default();
+        if more || self.corked.borrow().contains(&fd) {
+            *n += 1;
+        } else {
+            *n = 0;
+        }
+    }
+
+    fn unsent(&self, fd: i32) -> u32 {
+        self.unsent.borrow().get(&fd).copied().unwrap_or(0)
+    }
+}
+
+impl Kernel for Fake {
+    fn is_tcp_stream(&self, fd: i32) -> bool {
+        fd < 100
+    }
+    fn set_nodelay(&self, _: i32) -> bool {
+        self.nodelay_calls.set(self.nodelay_calls.get() + 1);
+        true
+    }
+    fn set_cork(&self, fd: i32, on: bool) -> bool {
+        if self.refuse_cork.get() {
+            return false;
+        }
+        let mut c = self.corked.borrow_mut();
+        if on {
+            self.cork_calls.set(self.cork_calls.get() + 1);
+            c.push(fd);
+            drop(c);
+            let hook = self.on_cork.borrow_mut().take();
+            if let Some(hook) = hook {
+                hook(self);
+            }
+        } else {
+            self.uncork_calls.set(self.uncork_calls.get() + 1);
+            c.retain(|&x| x != fd);
+            // Clearing TCP_CORK pushes whatever is queued, held by MSG_MORE too.
+            self.unsent.borrow_mut().remove(&fd);
+        }
+        true
+    }
+    fn now_us(&self) -> u64 {
+        self.now.get()
+    }
+    fn socket_id(&self, fd: i32) -> Option<u64> {
+        Some(self.ids.borrow().get(&fd).copied().unwrap_or(fd as u64))
+    }
+}
+
+/// One write of the program, with the policy's steps around it; true if it asked for
+/// the flusher.
+fn write(s: &Shim, k: &Fake, fd: i32, t: &mut ThreadBursts) -> bool {
+    let step = s.before_write(k, fd, t, true);
+    k.send(fd, step.more);
+    s.after_write(k, fd, step, false);
+    let programs = s
+        .slot(fd)
+        .is_some_and(|sl| sl.flags.peek().owner() == state::Owner::Program);
+    assert!(
+        s.is_corked(fd) || programs || k.unsent(fd) == 0,
+        "fd {fd}: bytes left unsent by a burst that is not held"
+    );
+    step.wake_flusher
+}
+
+fn shim() -> (Shim, Fake) {
+    let s = Shim::new(Config::default(), 256);
+    let k = Fake::default();
+    for fd in [3, 4, 5, 6, 150] {
+        s.adopt(&k, fd);
+    }
+    (s, k)
+}
+
+/// [`shim`], shareable with a hook the fake kernel runs inside a call.
+fn shared_shim() -> (std::sync::Arc<Shim>, Fake) {
+    let (s, k) = shim();
+    (std::sync::Arc::new(s), k)
+}
+
+#[test]
+fn environment_values_are_checked() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let (c, bad) = Config::from_env(env(&[
+        ("NAGLESS_MODE", "cork"),
+        ("NAGLESS_LINGER_US", "200"),
+    ]));
+    assert_eq!(
+        (c.mode, c.linger, bad.len()),
+        (Mode::Cork, Duration::from_micros(200), 0)
+    );
+    let (c, bad) = Config::from_env(env(&[
+        ("NAGLESS_MODE", "fast"),
+        ("NAGLESS_LINGER_US", "1ms"),
+    ]));
+    assert_eq!((c.mode, c.linger), (Mode::Nagless, DEFAULT_LINGER));
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    let (_, bad) = Config::from_env(env(&[("NAGLESS_LINGER_US", "5")]));
+    assert_eq!(bad.len(), 1);
+}
