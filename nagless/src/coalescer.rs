@@ -16,7 +16,8 @@ use crate::queue::SendQueue;
 /// Segment size assumed until the I/O layer reports the socket's MSS (an Ethernet path).
 pub const DEFAULT_SEGMENT: usize = 1448;
 
-/// Most slices handed to one `writev`/`sendmsg` (Linux `IOV_MAX` is 1024).
+/// Most slices handed to one gathered send (`sendmsg`, `writev`, `WSASend`): the only limit on
+/// slices in the crate (well below `IOV_MAX`, 1024 on Linux, macOS and the BSDs).
 pub const MAX_IOV: usize = 64;
 
 /// Per-stream counters.
@@ -94,6 +95,15 @@ pub struct Coalescer {
     deadline: Option<Instant>,
     /// Set when the transmit in progress is the first of a flush (for counting flushes).
     flush_open: bool,
+    /// The quiet lane ([`write_if_nothing_due`](Self::write_if_nothing_due)): normal writes
+    /// may fill the queue's tail buffer up to below this length with nothing becoming due and
+    /// no time needed.
+    ///
+    /// Invariant (recomputed by `refresh_quiet` after every other change, asserted in debug
+    /// builds): 0 (closed) if bytes are due or a linger window needs opening (linger on and
+    /// zero, or no window open); else one more than the tail's length plus the bytes that keep
+    /// the queue below the threshold and the high-water mark and fit the tail buffer.
+    quiet_end: usize,
     stats: Stats,
 }
 
@@ -109,6 +119,7 @@ impl Coalescer {
             oldest_unflushed: None,
             deadline: None,
             flush_open: false,
+            quiet_end: 0,
             stats: Stats::default(),
         }
     }
@@ -122,11 +133,13 @@ impl Coalescer {
     pub fn set_policy(&mut self, policy: FlushPolicy) {
         self.policy = policy;
         self.set_oldest_unflushed(self.oldest_unflushed);
+        self.refresh_quiet();
     }
 
     /// Sets the segment size the threshold rounds to (the socket's send MSS).
     pub fn set_segment_size(&mut self, mss: usize) {
         self.segment = mss.max(1);
+        self.refresh_quiet();
     }
 
     /// The segment size in use.
@@ -165,6 +178,7 @@ impl Coalescer {
     pub fn write(&mut self, data: &[u8], urgency: Urgency, now: Instant) {
         self.queue.push_copy(data);
         self.after_write(data.len(), urgency, now);
+        self.refresh_quiet();
     }
 
     /// Queues an owned buffer; large ones are sent later without another copy.
@@ -172,6 +186,7 @@ impl Coalescer {
         let len = data.len();
         self.queue.push_owned(data);
         self.after_write(len, urgency, now);
+        self.refresh_quiet();
     }
 
     /// The fast path of a normal write, for a caller that knows the pending deadline (if any,
@@ -179,29 +194,43 @@ impl Coalescer {
     /// if that makes nothing due, so that no time and no transmit check are needed. Returns
     /// false without queuing anything when the write needs the full path: it would open a
     /// linger window (its arrival time matters), reach the threshold or the high-water mark,
-    /// or bytes are already due.
+    /// need a new buffer, or bytes are already due.
+    ///
+    /// Its cost is one comparison with a limit every other call keeps up to date, and the
+    /// copy.
     #[inline]
     pub fn write_if_nothing_due(&mut self, data: &[u8]) -> bool {
-        let after = self.queue.len() + data.len();
-        let threshold = self
-            .policy
-            .threshold
-            .map_or(usize::MAX, |t| t.max(self.segment));
+        if !self.queue.push_within(data, self.quiet_end) {
+            return false;
+        }
+        self.stats.writes += 1;
+        self.stats.bytes_written += data.len() as u64;
+        debug_assert_eq!(self.quiet_end, self.quiet_end_now());
+        true
+    }
+
+    /// Recomputes the quiet lane's end (see the field's invariant).
+    fn refresh_quiet(&mut self) {
+        self.quiet_end = self.quiet_end_now();
+    }
+
+    /// The quiet lane's end as the state stands.
+    fn quiet_end_now(&self) -> usize {
         let needs_time = match self.policy.linger {
             None => false,
             Some(d) => d.is_zero() || self.oldest_unflushed.is_none(),
         };
-        if self.must_send != 0
-            || needs_time
-            || after >= threshold
-            || after >= self.policy.high_water
-        {
-            return false;
+        let threshold = self
+            .policy
+            .threshold
+            .map_or(usize::MAX, |t| t.max(self.segment));
+        // A write of `n` makes nothing due while `pending + n < min(threshold, high water)`.
+        let limit = threshold.min(self.policy.high_water);
+        if self.must_send != 0 || needs_time || self.queue.len() >= limit {
+            return 0;
         }
-        self.queue.push_copy(data);
-        self.stats.writes += 1;
-        self.stats.bytes_written += data.len() as u64;
-        true
+        let room = (limit - self.queue.len()).min(self.queue.tail_room() + 1);
+        self.queue.tail_len() + room
     }
 
     fn after_write(&mut self, len: usize, urgency: Urgency, now: Instant) {
@@ -246,6 +275,7 @@ impl Coalescer {
             self.must_reason = reason;
         }
         self.set_oldest_unflushed(None);
+        self.refresh_quiet();
     }
 
     /// When the linger deadline of the oldest unflushed byte passes, if one is pending.
@@ -326,6 +356,7 @@ impl Coalescer {
         if self.queue.is_empty() {
             self.set_oldest_unflushed(None);
         }
+        self.refresh_quiet();
     }
 
     /// The socket would block: due bytes stay queued until it is writable.

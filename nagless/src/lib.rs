@@ -38,6 +38,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod clock;
 pub mod coalescer;
 pub mod policy;
 pub mod queue;

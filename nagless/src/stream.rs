@@ -14,100 +14,11 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
+use crate::clock::{now, Clock};
 use crate::coalescer::{drive, Coalescer, Drive, Stats, Transport};
 use crate::policy::{FlushPolicy, Urgency};
 use crate::sys::{self, AsOsSocket, Sock};
 use crate::tcp_info::TcpInfo;
-
-/// The clock of the I/O layers (the core never reads one).
-#[allow(clippy::disallowed_methods)]
-pub(crate) fn now() -> Instant {
-    Instant::now()
-}
-
-/// The std stream's clock: reads the system clock only when a deadline could have passed.
-///
-/// Each precise reading is kept with a cycle-counter reading beside it ([`sys::fast_ticks`]).
-/// The counter ticks at least once per nanosecond, so while fewer ticks than nanoseconds to
-/// the deadline have passed since that reading, the deadline has certainly not passed and
-/// the kept reading serves as "now" (it is earlier than the true time: only "not yet" is ever
-/// concluded from it). A counter found slower than that is never trusted again.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Clock {
-    anchor: Instant,
-    anchor_ticks: Option<u64>,
-    /// A deadline and the counter value before which it has certainly not passed.
-    tick_deadline: Option<(Instant, u64)>,
-}
-
-/// Set when the cycle counter was seen running slower than one tick per nanosecond.
-static SLOW_TICKS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-impl Clock {
-    pub(crate) fn new() -> Self {
-        // The counter first: time that passes between the two reads then counts as
-        // elapsed (a "not yet" verdict can only come early, never late).
-        let anchor_ticks = sys::fast_ticks();
-        Clock {
-            anchor: now(),
-            anchor_ticks,
-            tick_deadline: None,
-        }
-    }
-
-    /// The true time, read now.
-    pub(crate) fn precise(&mut self) -> Instant {
-        use std::sync::atomic::Ordering::Relaxed;
-        // The counter first, as in `new`.
-        let ticks = sys::fast_ticks();
-        let t = now();
-        if let (Some(a), Some(b)) = (self.anchor_ticks, ticks) {
-            let ns = t.duration_since(self.anchor).as_nanos();
-            if ns >= 1_000_000 && u128::from(b.wrapping_sub(a)) < ns {
-                SLOW_TICKS.store(true, Relaxed);
-            }
-        }
-        self.anchor = t;
-        self.anchor_ticks = ticks;
-        t
-    }
-
-    /// True if `deadline` has certainly not passed, judged by the cycle counter alone (one
-    /// counter read; the conversion is done once per deadline).
-    #[inline]
-    pub(crate) fn certainly_before(&mut self, deadline: Instant) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        if SLOW_TICKS.load(Relaxed) {
-            return false;
-        }
-        let limit = match self.tick_deadline {
-            Some((d, limit)) if d == deadline => limit,
-            _ => {
-                let Some(a) = self.anchor_ticks else {
-                    return false;
-                };
-                let room = deadline.saturating_duration_since(self.anchor).as_nanos();
-                let limit = a.saturating_add(u64::try_from(room).unwrap_or(u64::MAX));
-                self.tick_deadline = Some((deadline, limit));
-                limit
-            }
-        };
-        // `anchor_ticks` is only ever set from `fast_ticks`, which vetted the counter.
-        sys::ticks_now().is_some_and(|t| t < limit)
-    }
-
-    /// A time good enough for a write: the kept reading while `deadline` (if any) certainly
-    /// has not passed, else the true time. With no deadline pending, `start_window` says
-    /// whether this write opens a linger window (then its arrival time matters).
-    pub(crate) fn for_write(&mut self, deadline: Option<Instant>, start_window: bool) -> Instant {
-        match deadline {
-            None if start_window => self.precise(),
-            None => self.anchor,
-            Some(d) if self.certainly_before(d) => self.anchor,
-            Some(_) => self.precise(),
-        }
-    }
-}
 
 /// Sends through a socket with the OS's gathered send (`sendmsg`, `WSASend`).
 pub(crate) struct FdTransport<'a>(pub Sock<'a>);
@@ -335,7 +246,7 @@ impl<S: AsOsSocket> NaglessStream<S> {
         queue: impl FnOnce(&mut Coalescer, usize, Instant),
     ) -> io::Result<usize> {
         self.take_deferred()?;
-        let now = self.write_time();
+        let now = self.clock.for_write(&self.core);
         if self.core.room() == 0 && len > 0 {
             self.pump(now)?;
             if self.core.room() == 0 {
@@ -346,15 +257,6 @@ impl<S: AsOsSocket> NaglessStream<S> {
         queue(&mut self.core, take, now);
         self.pump_deferring(now);
         Ok(take)
-    }
-
-    /// The time a write needs: read from the system clock only when the write opens a linger
-    /// window or the pending deadline could have passed.
-    fn write_time(&mut self) -> Instant {
-        let deadline = self.core.poll_timeout();
-        let lingers = self.core.policy().linger.is_some_and(|d| !d.is_zero());
-        self.clock
-            .for_write(deadline, lingers && deadline.is_none())
     }
 
     /// Queues `buf` (or as much as fits below the high-water mark) with an explicit
@@ -370,8 +272,9 @@ impl<S: AsOsSocket> NaglessStream<S> {
     }
 
     /// The fast path of a normal write: a write into an open linger window whose deadline
-    /// has certainly not passed, that makes nothing due, is queued with no clock reading and
-    /// no transmit check. False (nothing queued) when the write needs the full path.
+    /// has not passed (as [`Clock::joining_write_in_time`] judges), that makes nothing due, is
+    /// queued with no clock reading and no transmit check. False (nothing queued) when the
+    /// write needs the full path.
     #[inline]
     fn write_fast(&mut self, buf: &[u8]) -> bool {
         if self.deferred_error.is_some() {

@@ -34,9 +34,10 @@ use std::time::{Duration, Instant};
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::clock::{now, Clock};
 use crate::coalescer::{drive, Coalescer, Drive, Stats, Transport};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::stream::{now, queue_vectored, refresh_segment, set_nodelay_if_tcp};
+use crate::stream::{queue_vectored, refresh_segment, set_nodelay_if_tcp};
 use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 
@@ -141,6 +142,9 @@ fn local_spawner<T: AsyncWrite + Unpin + 'static>() -> Spawner<T> {
 struct Shared<T> {
     io: T,
     core: Coalescer,
+    /// Judges, for writes that join an open window, whether its deadline may have passed
+    /// (the flusher cannot run while a task on its runtime's thread keeps writing).
+    clock: Clock,
     deferred_error: Option<io::Error>,
     flusher_running: bool,
     /// The flusher's waker while it sleeps towards a linger deadline: a write that makes bytes
@@ -184,6 +188,21 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
 
     fn take_deferred(&mut self) -> io::Result<()> {
         self.deferred_error.take().map_or(Ok(()), Err)
+    }
+
+    /// The fast path of a normal write, as the std stream's: a write that joins an open
+    /// window in time and makes nothing due is queued with no clock reading, no send and no
+    /// flusher check. False (nothing queued) when the write needs the full path.
+    #[inline]
+    fn write_fast(&mut self, buf: &[u8]) -> bool {
+        if self.deferred_error.is_some() {
+            return false;
+        }
+        let in_time = match self.core.poll_timeout() {
+            Some(deadline) => self.clock.certainly_before(deadline),
+            None => true,
+        };
+        in_time && self.core.write_if_nothing_due(buf)
     }
 
     fn defer(&mut self, e: io::Error) {
@@ -300,6 +319,7 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
             shared: Arc::new(Mutex::new(Shared {
                 io,
                 core,
+                clock: Clock::new(),
                 deferred_error: None,
                 flusher_running: false,
                 flusher_sleeping: None,
@@ -459,15 +479,24 @@ async fn flusher<T: AsyncWrite + Unpin + 'static>(weak: Weak<Mutex<Shared<T>>>) 
 
 /// Queues as much of one message as fits below the high-water mark; waits (registering the
 /// writer) only when nothing fits.
+///
+/// `fast`: the bytes of a normal write, which may take the fast path.
 fn poll_write_shared<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
     cx: &mut Context<'_>,
     len: usize,
+    fast: Option<&[u8]>,
     queue: impl FnOnce(&mut Coalescer, usize, Instant),
 ) -> Poll<io::Result<usize>> {
     let mut g = lock(arc);
+    if fast.is_some_and(|buf| g.write_fast(buf)) {
+        return Poll::Ready(Ok(len));
+    }
     g.take_deferred()?;
-    let now = now();
+    let now = {
+        let g = &mut *g;
+        g.clock.for_write(&g.core)
+    };
     if g.core.room() == 0 && len > 0 {
         g.drive(Some(cx.waker()), now)?;
         if g.core.room() == 0 {
@@ -582,7 +611,8 @@ macro_rules! impl_async_write {
                 buf: &[u8],
                 urgency: Urgency,
             ) -> Poll<io::Result<usize>> {
-                poll_write_shared(&self.shared, cx, buf.len(), |core, n, now| {
+                let fast = (urgency == Urgency::Normal).then_some(buf);
+                poll_write_shared(&self.shared, cx, buf.len(), fast, |core, n, now| {
                     core.write(&buf[..n], urgency, now)
                 })
             }
@@ -627,7 +657,7 @@ macro_rules! impl_async_write {
                 bufs: &[IoSlice<'_>],
             ) -> Poll<io::Result<usize>> {
                 let total = bufs.iter().map(|b| b.len()).sum();
-                poll_write_shared(&self.shared, cx, total, |core, n, now| {
+                poll_write_shared(&self.shared, cx, total, None, |core, n, now| {
                     queue_vectored(core, bufs, n, now)
                 })
             }

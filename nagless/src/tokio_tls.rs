@@ -35,9 +35,10 @@ use std::time::Instant;
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use crate::clock::now;
 use crate::coalescer::{Coalescer, Drive, Stats};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::stream::{now, queue_vectored, set_nodelay_if_tcp};
+use crate::stream::{queue_vectored, set_nodelay_if_tcp};
 use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 use crate::tls::{Engine, TlsConnection, WireStats};

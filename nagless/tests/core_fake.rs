@@ -380,6 +380,56 @@ proptest! {
         prop_assert_eq!(sock.out, input);
     }
 
+    /// The fast path changes nothing but its speed: a twin that takes every write the full
+    /// way sends the same bytes in the same calls at the same moments, and a write the fast
+    /// path accepts made nothing due.
+    #[test]
+    fn the_fast_path_sends_what_the_full_path_sends(policy in policy(), seg in 1usize..3000, ops in proptest::collection::vec(op(), 0..80)) {
+        let t0 = Instant::now();
+        let mut now = t0;
+        let (mut fast, mut full) = (Coalescer::new(policy.clone()), Coalescer::new(policy));
+        fast.set_segment_size(seg);
+        full.set_segment_size(seg);
+        let (mut fast_sock, mut full_sock) = (FakeSocket::default(), FakeSocket::default());
+        for op in ops {
+            match op {
+                Op::Write(v, u) => {
+                    let in_time = fast.poll_timeout().is_none_or(|d| now < d);
+                    let joined = urgency(u) == Urgency::Normal && in_time && fast.write_if_nothing_due(&v);
+                    if joined {
+                        full.write(&v, Urgency::Normal, now);
+                        prop_assert_eq!(full.poll_transmit(now), None, "a fast write made bytes due");
+                    } else {
+                        fast.write(&v, urgency(u), now);
+                        full.write(&v, urgency(u), now);
+                    }
+                }
+                Op::WriteOwned(n, u) => {
+                    let v: Vec<u8> = (0..n).map(|i| i as u8).collect();
+                    fast.write_owned(v.clone(), urgency(u), now);
+                    full.write_owned(v, urgency(u), now);
+                }
+                Op::Flush => { fast.flush(); full.flush(); }
+                Op::BeforeRead => { fast.before_read(); full.before_read(); }
+                Op::Advance(us) => now += Duration::from_micros(us),
+                Op::Drive(script) => {
+                    fast_sock.script = script.iter().copied().collect();
+                    full_sock.script = script.into_iter().collect();
+                    let a = drive(&mut fast, &mut fast_sock, now).map_err(|e| e.kind());
+                    let b = drive(&mut full, &mut full_sock, now).map_err(|e| e.kind());
+                    prop_assert_eq!(a, b);
+                    fast_sock.script.clear();
+                    full_sock.script.clear();
+                }
+            }
+            prop_assert_eq!(&fast_sock.out, &full_sock.out);
+            prop_assert_eq!(&fast_sock.calls, &full_sock.calls);
+            prop_assert_eq!(fast.pending_bytes(), full.pending_bytes());
+            prop_assert_eq!(fast.must_send(), full.must_send());
+            prop_assert_eq!(fast.poll_timeout(), full.poll_timeout());
+        }
+    }
+
     /// With a socket that takes everything, no byte is ever older than the linger deadline
     /// after a drive at any later time.
     #[test]
@@ -415,14 +465,34 @@ fn the_fast_write_path_queues_only_when_nothing_can_become_due() {
     assert_eq!(c.pending(), 105);
     // Reaching the threshold would make segments due: full path.
     assert!(!c.write_if_nothing_due(&[0u8; 4000]));
+    assert!(c.write_if_nothing_due(b"y"));
     // Bytes already due (a flush met a full socket): full path.
     c.flush();
     assert!(!c.write_if_nothing_due(b"x"));
+    assert_eq!(c.pending(), 106);
     // Under the immediate policy every write is due.
     let mut i = Coalescer::new(FlushPolicy::immediate());
+    i.write(b"a", Urgency::Normal, t0);
     assert!(!i.write_if_nothing_due(b"x"));
-    // Without linger, no time is ever needed.
+    // Without linger, no time is ever needed: once a buffer exists, writes join it.
     let mut e = Coalescer::new(FlushPolicy::explicit_only());
-    assert!(e.write_if_nothing_due(b"x"));
-    assert_eq!(e.pending_bytes(), b"x");
+    assert!(!e.write_if_nothing_due(b"x"), "the first write allocates");
+    e.write(b"x", Urgency::Normal, t0);
+    assert!(e.write_if_nothing_due(b"y"));
+    assert_eq!(e.pending_bytes(), b"xy");
+    assert_eq!(e.stats().writes, 2);
+    assert_eq!(e.stats().bytes_written, 2);
+    // A full buffer takes the full path (which gives it room), then joining resumes.
+    let mut f = Coalescer::new(FlushPolicy::explicit_only());
+    f.write(b"x", Urgency::Normal, t0);
+    let mut joined = 0;
+    while f.write_if_nothing_due(&[1; 100]) {
+        joined += 1;
+    }
+    assert!(
+        joined > 0 && f.pending() < 64 * 1024,
+        "{joined} writes joined"
+    );
+    f.write(&[1; 100], Urgency::Normal, t0);
+    assert!(f.write_if_nothing_due(&[1; 100]));
 }

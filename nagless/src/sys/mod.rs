@@ -79,10 +79,6 @@ impl<T: std::os::windows::io::AsSocket + ?Sized> AsOsSocket for T {
     }
 }
 
-/// The most slices one gathered send passes (`IOV_MAX` on Linux, macOS and the BSDs; Windows
-/// has no documented limit and gets the same).
-pub(crate) const MAX_SLICES: usize = 1024;
-
 /// A cheap cycle counter that never runs slower than one tick per nanosecond, for the stream's
 /// "has a deadline possibly passed?" test: x86-64's invariant TSC (~7 ns to read, against
 /// ~20 ns for the system clock), when CPUID says the TSC is invariant (it runs at a constant

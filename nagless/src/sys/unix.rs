@@ -37,22 +37,32 @@ const MORE: libc::c_int = libc::MSG_MORE;
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const MORE: libc::c_int = 0;
 
-/// One gathering send: `sendmsg` with `MSG_NOSIGNAL` (and, on Linux, `MSG_MORE` when `more`);
-/// a descriptor that is not a socket falls back to `writev`. At most 1024 slices (`IOV_MAX`)
-/// per call. Retries `EINTR`.
+/// One gathering send: `send` for one slice, else `sendmsg`, with `MSG_NOSIGNAL` (and, on
+/// Linux, `MSG_MORE` when `more`);
+/// a descriptor that is not a socket falls back to `writev`. At most
+/// [`MAX_IOV`](crate::coalescer::MAX_IOV) slices per call. Retries `EINTR`.
 pub fn send_vectored(fd: BorrowedFd<'_>, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
-    let iovcnt = bufs.len().min(super::MAX_SLICES);
+    let iovcnt = bufs.len().min(crate::coalescer::MAX_IOV);
     let flags = NOSIGNAL | if more { MORE } else { 0 };
-    let res = retry_eintr(|| {
-        // SAFETY: an all-zero msghdr is valid (no name, no control data).
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        // IoSlice is guaranteed ABI-compatible with iovec on Unix; sendmsg only reads them.
-        msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
-        msg.msg_iovlen = iovcnt as _;
-        // SAFETY: fd is a live descriptor borrowed for this call; msg points at `iovcnt`
-        // valid iovecs borrowed from `bufs` for the duration of the call.
-        unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) as libc::c_long }
-    });
+    let res = if let [one] = bufs {
+        // One slice (the common flush): `send`, which spares the kernel the message header.
+        retry_eintr(|| {
+            // SAFETY: fd is a live descriptor borrowed for this call; `one` is valid for
+            // reads of its length for the duration of the call.
+            unsafe { libc::send(fd.as_raw_fd(), one.as_ptr().cast(), one.len(), flags) as _ }
+        })
+    } else {
+        retry_eintr(|| {
+            // SAFETY: an all-zero msghdr is valid (no name, no control data).
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            // IoSlice is guaranteed ABI-compatible with iovec on Unix; sendmsg only reads them.
+            msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+            msg.msg_iovlen = iovcnt as _;
+            // SAFETY: fd is a live descriptor borrowed for this call; msg points at `iovcnt`
+            // valid iovecs borrowed from `bufs` for the duration of the call.
+            unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) as libc::c_long }
+        })
+    };
     match res {
         Err(e) if e.raw_os_error() == Some(libc::ENOTSOCK) => retry_eintr(|| {
             // SAFETY: as above; writev reads `iovcnt` iovecs from `bufs`.

@@ -5,7 +5,7 @@
 //!
 //! Winsock has no `MSG_MORE`, no `MSG_DONTWAIT`, no cork and no quick-ACK option:
 //! - "more follows" between the calls of one flush is not passed on (a flush is one `WSASend`
-//!   unless it has more than 1024 slices or the socket takes it in parts);
+//!   unless it has more than `MAX_IOV` slices or the socket takes it in parts);
 //! - reading without waiting is `FIONREAD` then `recv` of what it counted;
 //! - [`set_cork`], [`set_quickack`] and [`set_notsent_lowat`] return `Unsupported`.
 //!
@@ -37,11 +37,11 @@ fn cvt(ret: i32) -> io::Result<usize> {
     }
 }
 
-/// One gathering send: `WSASend` with one `WSABUF` per slice (at most 1024), blocking or not
+/// One gathering send: `WSASend` with one `WSABUF` per slice (at most `MAX_IOV`), blocking or not
 /// as the socket is. `more` has no Winsock counterpart and is ignored.
 pub fn send_vectored(s: BorrowedSocket<'_>, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
     let _ = more;
-    let count = bufs.len().min(super::MAX_SLICES);
+    let count = bufs.len().min(crate::coalescer::MAX_IOV);
     let mut sent: u32 = 0;
     // SAFETY: IoSlice is guaranteed ABI-compatible with WSABUF on Windows, and WSASend only
     // reads the `count` buffers, borrowed from `bufs` for the call; `sent` is valid for

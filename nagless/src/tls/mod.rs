@@ -51,9 +51,10 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::time::Instant;
 
+use crate::clock::{now, Clock};
 use crate::coalescer::{Coalescer, Drive, Stats};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::stream::{now, queue_vectored, set_nodelay_if_tcp, Clock};
+use crate::stream::{queue_vectored, set_nodelay_if_tcp};
 use crate::sys::{self, AsOsSocket};
 
 mod engine;
@@ -249,16 +250,7 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
     ) -> io::Result<usize> {
         self.take_deferred()?;
         self.engine.check_open()?;
-        let deadline = self.engine.core.poll_timeout();
-        let lingers = self
-            .engine
-            .core
-            .policy()
-            .linger_deadline()
-            .is_some_and(|d| !d.is_zero());
-        let now = self
-            .clock
-            .for_write(deadline, lingers && deadline.is_none());
+        let now = self.clock.for_write(&self.engine.core);
         if self.engine.core.room() == 0 && len > 0 {
             self.pump(now, true)?;
             if self.engine.core.room() == 0 {
