@@ -20,19 +20,46 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
 use libc::{c_int, c_void, size_t, ssize_t};
-use nagless::sys::{self, AsOsSocket, Sock};
-use nagless::{FlushPolicy, NaglessStream, Urgency};
+use nagless::{AsOsSocket, FlushPolicy, NaglessStream, Sock, Urgency};
 
 pub use os::{iovec, NaglessSocket};
 use os::{EAGAIN, EBADF, EINVAL, EIO, ETIMEDOUT};
 
-/// What differs per OS: the socket's C type, `struct iovec`, and the error codes.
+/// What differs per OS: the socket's C type, `struct iovec`, the error codes, and the two
+/// calls the API makes on the caller's socket itself (the rest goes through the library).
 #[cfg(unix)]
 mod os {
+    use std::io;
+
     /// The caller's socket (`nagless_socket_t` in C): a descriptor, `int`, on Unix.
     pub type NaglessSocket = libc::c_int;
     pub use libc::iovec;
     pub(crate) use libc::{EAGAIN, EBADF, EINVAL, EIO, ETIMEDOUT};
+
+    /// The OS's number for the caller's socket.
+    pub(crate) type RawSock = std::os::fd::RawFd;
+
+    /// `read(2)` on the caller's descriptor, retrying `EINTR`.
+    pub(crate) fn read(fd: RawSock, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: `buf` is valid for `buf.len()` bytes of writes, all read(2) may write.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Whether `fd` is an open descriptor.
+    pub(crate) fn is_open(fd: NaglessSocket) -> bool {
+        // SAFETY: F_GETFD only reads the flags of the descriptor number; a closed or invalid
+        // number gives EBADF, nothing else.
+        fd >= 0 && unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1
+    }
 }
 
 /// What differs per OS: the socket's C type, `struct iovec`, and the error codes.
@@ -54,6 +81,39 @@ mod os {
         pub iov_base: *mut libc::c_void,
         /// Its length in bytes.
         pub iov_len: libc::size_t,
+    }
+
+    /// The OS's number for the caller's socket.
+    pub(crate) type RawSock = std::os::windows::io::RawSocket;
+
+    /// `recv` on the caller's socket.
+    pub(crate) fn read(s: RawSock, buf: &mut [u8]) -> std::io::Result<usize> {
+        let len = buf.len().min(i32::MAX as usize);
+        // SAFETY: `buf` is valid for `len` bytes of writes, all recv may write.
+        let n = unsafe { ws::recv(s as ws::SOCKET, buf.as_mut_ptr(), len as i32, 0) };
+        if n == ws::SOCKET_ERROR {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Whether `s` is an open socket: asks for its `SO_TYPE`.
+    pub(crate) fn is_open(s: NaglessSocket) -> bool {
+        let mut value: i32 = 0;
+        let mut len = std::mem::size_of::<i32>() as i32;
+        // SAFETY: `value` and `len` are valid for writes; an invalid or closed handle gives
+        // WSAENOTSOCK, nothing else.
+        let ret = unsafe {
+            ws::getsockopt(
+                s as ws::SOCKET,
+                ws::SOL_SOCKET,
+                ws::SO_TYPE,
+                (&mut value as *mut i32).cast(),
+                &mut len,
+            )
+        };
+        ret == 0
     }
 
     pub(crate) const EAGAIN: i32 = ws::WSAEWOULDBLOCK;
@@ -114,7 +174,7 @@ pub struct NaglessStats {
 }
 
 /// A socket the caller owns: borrowed for every call, never closed here.
-struct CallerFd(sys::RawSock);
+struct CallerFd(os::RawSock);
 
 impl AsOsSocket for CallerFd {
     fn as_os_socket(&self) -> Sock<'_> {
@@ -126,7 +186,7 @@ impl AsOsSocket for CallerFd {
 
 impl Read for CallerFd {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        sys::read(self.as_os_socket(), buf)
+        os::read(self.0, buf)
     }
 }
 
@@ -261,11 +321,7 @@ pub unsafe extern "C" fn nagless_new(
 ) -> *mut Nagless {
     guard(std::ptr::null_mut(), || {
         let made = (|| {
-            #[cfg(unix)]
-            let open = fd >= 0 && sys::check_open(fd).is_ok();
-            #[cfg(windows)]
-            let open = sys::check_open(fd as sys::RawSock).is_ok();
-            if !open {
+            if !os::is_open(fd) {
                 return Err(io::Error::from_raw_os_error(EBADF));
             }
             // SAFETY: `policy` is NULL or points to a readable nagless_policy.
@@ -273,7 +329,7 @@ pub unsafe extern "C" fn nagless_new(
                 None => FlushPolicy::default(),
                 Some(p) => policy_from_c(p)?,
             };
-            let stream = NaglessStream::with_policy(CallerFd(fd as sys::RawSock), policy)?;
+            let stream = NaglessStream::with_policy(CallerFd(fd as os::RawSock), policy)?;
             Ok(Box::into_raw(Box::new(Nagless { stream })))
         })();
         made.unwrap_or_else(|e| {

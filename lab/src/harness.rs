@@ -3,7 +3,6 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
@@ -218,7 +217,7 @@ pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(20);
 fn socket(path: Path) -> io::Result<Socket> {
     let sock = Socket::new(Domain::IPV4, Type::STREAM, None)?;
     if let Some(mss) = path.mss {
-        nagless::sys::set_maxseg(sock.as_fd(), mss)?;
+        sock.set_tcp_mss(mss)?;
     }
     Ok(sock)
 }

@@ -4,12 +4,15 @@
 //! follows" or "last of the burst") and [`Conn::recv_exact`]; the [`Strategy`] alone decides
 //! which socket options and syscalls carry it. Both ends of a connection use the same one.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::str::FromStr;
 
-use nagless::{sys, NaglessStream, TcpInfo};
+use nagless::{NaglessStream, TcpInfo};
+use socket2::SockRef;
+
+use crate::sys;
 
 /// One way of putting a scenario's bytes on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -127,13 +130,13 @@ impl Conn {
             }
             (Io::Plain(s), Strategy::Cork) => {
                 if !self.corked {
-                    sys::set_cork(s.as_fd(), true)?;
+                    SockRef::from(&*s).set_tcp_cork(true)?;
                     self.syscalls += 1;
                     self.corked = true;
                 }
                 self.syscalls += write_all_counted(s, buf, false)?;
                 if last {
-                    sys::set_cork(s.as_fd(), false)?;
+                    SockRef::from(&*s).set_tcp_cork(false)?;
                     self.syscalls += 1;
                     self.corked = false;
                 }
@@ -167,7 +170,7 @@ impl Conn {
             self.syscalls += 1;
             got += n;
             if self.strategy == Strategy::Quickack {
-                sys::set_quickack(self.tcp().as_fd(), true)?;
+                SockRef::from(self.tcp()).set_tcp_quickack(true)?;
                 self.syscalls += 1;
             }
         }
@@ -185,7 +188,7 @@ impl Conn {
             s.flush()?;
         }
         if self.corked {
-            sys::set_cork(self.tcp().as_fd(), false)?;
+            SockRef::from(self.tcp()).set_tcp_cork(false)?;
             self.corked = false;
         }
         Ok(())
@@ -205,11 +208,15 @@ impl Conn {
     }
 }
 
-/// Writes all of `buf` with `sendmsg` (`MSG_MORE` if `more`); returns the syscalls made.
+/// Writes all of `buf` with `send` (`MSG_MORE` if `more`); returns the syscalls made.
 fn write_all_counted(s: &TcpStream, mut buf: &[u8], more: bool) -> io::Result<u64> {
+    let flags = libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
     let mut calls = 0;
     while !buf.is_empty() {
-        let n = sys::send_vectored(s.as_fd(), &[IoSlice::new(buf)], more)?;
+        let n = match SockRef::from(s).send_with_flags(buf, flags) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            r => r?,
+        };
         calls += 1;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());

@@ -1,4 +1,5 @@
-//! The lab's only unsafe code: per-thread CPU time.
+//! The lab's only unsafe code: per-thread CPU time, CPU pinning, and the bytes waiting to
+//! be read on a socket.
 #![allow(unsafe_code)]
 
 /// CPU time (user + system) used by the calling thread so far, µs; 0 if unavailable.
@@ -26,4 +27,14 @@ pub fn pin_to_cpu(cpu: usize) {
     unsafe { libc::CPU_SET(cpu % libc::CPU_SETSIZE as usize, &mut set) };
     // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t of the size passed.
     let _ = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+}
+
+/// Bytes waiting to be read on `fd` (`FIONREAD`), or `None` if the kernel does not say.
+pub fn readable_bytes(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which is valid for writes; the
+    // descriptor is borrowed for the call.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    (ret == 0 && n >= 0).then_some(n as usize)
 }

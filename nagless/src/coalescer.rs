@@ -255,6 +255,12 @@ impl Coalescer {
         }
     }
 
+    /// The application asked for everything pending to leave now, whatever the policy (a
+    /// flush that is never a hint: `flush_now`).
+    pub fn flush_all(&mut self) {
+        self.make_all_due(FlushReason::Explicit);
+    }
+
     /// The application is about to wait for input: under a before-read policy, everything
     /// pending is due. (The I/O layers call it when a read would wait, not for input that is
     /// already buffered.)

@@ -13,10 +13,10 @@
 //! deadline, or when the caller says so.
 //!
 //! ## Layers
-//! - [`Coalescer`] (module `coalescer`): the sans-IO state machine, pure and deterministic.
-//! - [`sys`]: the thin syscall layer, one file per OS family (Linux; macOS and the BSDs;
-//!   Windows through Winsock): the gathered send, socket options, "input waiting", the
-//!   segment size. Its module docs have the table of what each OS uses.
+//! - [`Coalescer`]: the sans-IO state machine, pure and deterministic.
+//! - A thin syscall layer (private), one file per OS family (Linux; macOS and the BSDs;
+//!   Windows through Winsock): the gathered send, `TCP_NODELAY`, "input waiting", the segment
+//!   size.
 //! - [`NaglessStream`]: the std wrapper (`Read + Write`), and [`Sender`] for event loops.
 //! - `nagless::tokio_adapter::NaglessStream` (feature `tokio`): `AsyncRead + AsyncWrite`.
 //! - `nagless::tls::TlsStream` (feature `tls`): rustls driven by the coalescer, so that each
@@ -38,13 +38,17 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+// The modules are private: the items a user needs are re-exported below, each at one path
+// (`tests/public_api.rs` checks the list against `public-api.txt`). The async and TLS streams
+// keep modules of their own, as their types share the std stream's names.
 mod clock;
-pub mod coalescer;
-pub mod policy;
-pub mod queue;
-pub mod stream;
-pub mod sys;
-pub mod tcp_info;
+mod coalescer;
+mod io_glue;
+mod policy;
+mod queue;
+mod stream;
+mod sys;
+mod tcp_info;
 #[cfg(feature = "tls")]
 pub mod tls;
 #[cfg(feature = "tokio")]
@@ -52,10 +56,12 @@ pub mod tokio_adapter;
 #[cfg(all(feature = "tls", feature = "tokio"))]
 pub mod tokio_tls;
 
-pub use crate::coalescer::{drive, Coalescer, Drive, Stats, Transmit, Transport};
-pub use crate::policy::{FlushPolicy, FlushReason, Urgency};
+pub use crate::coalescer::{drive, Coalescer, Drive, Stats, Transmit, Transport, MAX_IOV};
+pub use crate::policy::{
+    FlushPolicy, FlushReason, Urgency, DEFAULT_HIGH_WATER, DEFAULT_LINGER, DEFAULT_THRESHOLD,
+};
 pub use crate::stream::{IntoInnerError, NaglessStream, Sender};
-pub use crate::sys::AsOsSocket;
+pub use crate::sys::{AsOsSocket, Sock};
 pub use crate::tcp_info::TcpInfo;
 
 /// The README's Rust examples, compiled as doc tests so that they cannot drift from the API.

@@ -66,7 +66,8 @@ impl SendQueue {
     }
 
     /// Number of separate slices the pending bytes occupy.
-    pub fn chunk_count(&self) -> usize {
+    #[cfg(test)]
+    fn chunk_count(&self) -> usize {
         self.sealed.len() + usize::from(!self.tail.remaining().is_empty())
     }
 

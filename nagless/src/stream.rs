@@ -15,30 +15,11 @@ use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
 use crate::clock::{now, Clock};
-use crate::coalescer::{drive, Coalescer, Drive, Stats, Transport};
+use crate::coalescer::{drive, Coalescer, Drive, Stats};
+use crate::io_glue::{queue_vectored, refresh_segment, set_nodelay_if_tcp, FdTransport};
 use crate::policy::{FlushPolicy, Urgency};
 use crate::sys::{self, AsOsSocket, Sock};
 use crate::tcp_info::TcpInfo;
-
-/// Sends through a socket with the OS's gathered send (`sendmsg`, `WSASend`).
-pub(crate) struct FdTransport<'a>(pub Sock<'a>);
-
-impl Transport for FdTransport<'_> {
-    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
-        sys::send_vectored(self.0, bufs, more)
-    }
-}
-
-/// Reads the socket's send MSS into the core, when the kernel tells it (Linux: `TCP_INFO`;
-/// macOS and the BSDs: `TCP_MAXSEG`; Windows: `SIO_TCP_INFO`, else `TCP_MAXSEG`).
-pub(crate) fn refresh_segment(core: &mut Coalescer, fd: Sock<'_>) {
-    core.on_segment_check();
-    if let Ok(mss) = sys::segment_size(fd) {
-        if mss > 0 {
-            core.set_segment_size(mss as usize);
-        }
-    }
-}
 
 /// A TCP stream (or any socket-backed `Read + Write`) whose output is coalesced.
 ///
@@ -301,7 +282,7 @@ impl<S: AsOsSocket> NaglessStream<S> {
     /// [`FlushPolicy::explicit_flush`]); `WouldBlock` when a non-blocking socket is full.
     pub fn flush_now(&mut self) -> io::Result<()> {
         self.take_deferred()?;
-        self.core.close();
+        self.core.flush_all();
         self.send_due()
     }
 
@@ -368,6 +349,7 @@ impl<S: AsOsSocket> NaglessStream<S> {
     /// the error with every unsent byte still queued: nothing is lost.
     #[allow(clippy::result_large_err)] // the stream comes back by value, as BufWriter's does
     pub fn close(mut self) -> Result<(), IntoInnerError<Self>> {
+        self.core.close();
         match self.flush_wait(None) {
             Ok(()) => {
                 // Everything was sent: dropping closes the socket without another send.
@@ -401,12 +383,6 @@ impl<S: AsOsSocket> NaglessStream<S> {
         let inner = self.inner.take().expect("stream used after into_parts");
         (inner, bytes)
     }
-}
-
-/// Sets `TCP_NODELAY` on TCP sockets; other descriptors (pipes, UNIX sockets) are fine as
-/// they are. (On macOS and the BSDs but FreeBSD, also `SO_NOSIGPIPE`: see [`sys::prepare`].)
-pub(crate) fn set_nodelay_if_tcp(fd: Sock<'_>) -> io::Result<()> {
-    sys::prepare(fd)
 }
 
 impl<S: AsOsSocket> Write for NaglessStream<S> {
@@ -452,32 +428,6 @@ fn write_all_slow(w: &mut impl Write, mut buf: &[u8]) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Queues the first `limit` bytes of `bufs` as one message: every slice but the last one
-/// queued is [`Urgency::MoreFollows`].
-pub(crate) fn queue_vectored(
-    core: &mut Coalescer,
-    bufs: &[IoSlice<'_>],
-    limit: usize,
-    now: Instant,
-) {
-    let mut left = limit;
-    let mut parts = bufs.iter().filter(|b| !b.is_empty()).peekable();
-    while let Some(b) = parts.next() {
-        let take = b.len().min(left);
-        left -= take;
-        let last = left == 0 || parts.peek().is_none();
-        let urgency = if last {
-            Urgency::Normal
-        } else {
-            Urgency::MoreFollows
-        };
-        core.write(&b[..take], urgency, now);
-        if last {
-            break;
-        }
-    }
 }
 
 /// The socket's number, for `Debug`.

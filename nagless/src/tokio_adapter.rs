@@ -36,8 +36,8 @@ use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::clock::{now, Clock};
 use crate::coalescer::{drive, Coalescer, Drive, Stats, Transport};
+use crate::io_glue::{queue_vectored, refresh_segment, set_nodelay_if_tcp};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::stream::{queue_vectored, refresh_segment, set_nodelay_if_tcp};
 use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 

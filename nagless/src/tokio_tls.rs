@@ -37,8 +37,8 @@ use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::clock::now;
 use crate::coalescer::{Coalescer, Drive, Stats};
+use crate::io_glue::{queue_vectored, set_nodelay_if_tcp};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::stream::{queue_vectored, set_nodelay_if_tcp};
 use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 use crate::tls::{Engine, TlsConnection, WireStats};

@@ -496,3 +496,19 @@ fn the_fast_write_path_queues_only_when_nothing_can_become_due() {
     f.write(&[1; 100], Urgency::Normal, t0);
     assert!(f.write_if_nothing_due(&[1; 100]));
 }
+
+#[test]
+fn a_flush_that_is_no_hint_counts_as_explicit_and_a_close_as_close() {
+    let t0 = Instant::now();
+    let mut c = Coalescer::new(FlushPolicy::explicit_only().explicit_flush(false));
+    c.write(b"a", Urgency::Normal, t0);
+    c.flush();
+    assert_eq!(c.poll_transmit(t0), None, "flush is a hint");
+    c.flush_all();
+    let tx = c.poll_transmit(t0).unwrap();
+    assert_eq!(tx.reason, FlushReason::Explicit);
+    c.on_sent(tx.len);
+    c.write(b"b", Urgency::Normal, t0);
+    c.close();
+    assert_eq!(c.poll_transmit(t0).unwrap().reason, FlushReason::Close);
+}

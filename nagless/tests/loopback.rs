@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(target_os = "linux")]
 use nagless::TcpInfo;
-use nagless::{AsOsSocket, FlushPolicy, NaglessStream, Urgency};
+use nagless::{FlushPolicy, NaglessStream, Urgency};
 
 const ROUNDS: usize = 50;
 
@@ -309,7 +309,7 @@ fn answers_to_pipelined_requests_coalesce() {
     let mut server = NaglessStream::with_policy(tcp, policy).unwrap();
     // Ten requests arrive at once.
     client.write_all(&[b'q'; 10 * 20]).unwrap();
-    while nagless::sys::readable_bytes(server.get_ref().as_os_socket()).unwrap_or(0) < 200 {
+    while server.get_ref().peek(&mut [0u8; 200]).unwrap() < 200 {
         thread::yield_now();
     }
     let mut req = [0u8; 20];
@@ -357,23 +357,10 @@ fn shutdown_flushes_then_sends_fin() {
 
 #[cfg(target_os = "linux")]
 #[test]
-fn socket_option_helpers_and_tcp_info_snapshot() {
+fn tcp_info_snapshots_what_the_socket_sent_and_had_acknowledged() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let tcp = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let (mut peer, _) = listener.accept().unwrap();
-    let fd = tcp.as_os_socket();
-    nagless::sys::set_cork(fd, true).unwrap();
-    nagless::sys::set_cork(fd, false).unwrap();
-    nagless::sys::set_quickack(fd, true).unwrap();
-    nagless::sys::set_notsent_lowat(fd, 16 * 1024).unwrap();
-    nagless::sys::set_nodelay(fd, false).unwrap();
-    assert!(!nagless::sys::nodelay(fd).unwrap());
-    let s = NaglessStream::new(&tcp).unwrap();
-    assert!(
-        nagless::sys::nodelay(fd).unwrap(),
-        "wrapping sets TCP_NODELAY"
-    );
-    drop(s);
     (&tcp).write_all(&[1u8; 3000]).unwrap();
     let mut buf = [0u8; 3000];
     peer.read_exact(&mut buf).unwrap();
@@ -393,38 +380,21 @@ fn socket_option_helpers_and_tcp_info_snapshot() {
     }
 }
 
-/// What every OS has (`TCP_NODELAY`, set by wrapping) works; what it lacks says so with
-/// `ErrorKind::Unsupported`, never a wrong answer.
+/// Wrapping sets `TCP_NODELAY` on every OS; `TCP_INFO`, which only Linux has, says so
+/// elsewhere with `ErrorKind::Unsupported`, never a wrong answer.
 #[test]
-fn socket_options_work_or_say_unsupported_on_every_os() {
+fn wrapping_sets_nodelay_on_every_os_and_tcp_info_is_linux_only() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let tcp = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
     let _peer = listener.accept().unwrap();
-    let fd = tcp.as_os_socket();
-    nagless::sys::set_nodelay(fd, false).unwrap();
-    assert!(!nagless::sys::nodelay(fd).unwrap());
+    tcp.set_nodelay(false).unwrap();
     let s = NaglessStream::new(&tcp).unwrap();
-    assert!(
-        nagless::sys::nodelay(fd).unwrap(),
-        "wrapping sets TCP_NODELAY"
-    );
+    assert!(tcp.nodelay().unwrap(), "wrapping sets TCP_NODELAY");
     let linux = cfg!(any(target_os = "linux", target_os = "android"));
-    let unsupported = |r: io::Result<()>| r.is_err_and(|e| e.kind() == io::ErrorKind::Unsupported);
-    assert_eq!(nagless::sys::set_quickack(fd, true).is_ok(), linux);
-    assert_eq!(unsupported(nagless::sys::set_quickack(fd, true)), !linux);
-    assert_eq!(
-        unsupported(nagless::sys::set_notsent_lowat(fd, 1 << 14)),
-        !linux
-    );
     assert_eq!(s.tcp_info().is_ok(), linux);
     if !linux {
         assert_eq!(s.tcp_info().unwrap_err().kind(), io::ErrorKind::Unsupported);
     }
-    // The cork is TCP_CORK on Linux, TCP_NOPUSH on macOS and the BSDs; Windows has none.
-    assert_eq!(
-        unsupported(nagless::sys::set_cork(fd, false)),
-        cfg!(windows)
-    );
 }
 
 #[test]
@@ -486,4 +456,27 @@ fn segment_size_queries_are_counted_as_syscalls() {
         st.syscalls >= st.flushes + st.input_checks + st.segment_checks,
         "{st:?}"
     );
+}
+
+/// Each flush is counted by what started it: `flush_now` is an explicit flush even under a
+/// policy whose `flush` is a hint, not a close.
+#[test]
+fn flushes_are_counted_by_what_started_them() {
+    use nagless::FlushReason;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hint = FlushPolicy::explicit_only().explicit_flush(false);
+    let mut s = NaglessStream::with_policy(TcpStream::connect(addr).unwrap(), hint).unwrap();
+    let (mut peer, _) = listener.accept().unwrap();
+    s.write_all(b"one").unwrap();
+    s.flush().unwrap();
+    assert_eq!(s.pending(), 3, "flush is a hint here");
+    s.flush_now().unwrap();
+    s.write_all(b"two").unwrap();
+    assert_eq!(s.stats().flushes_for(FlushReason::Explicit), 1);
+    assert_eq!(s.stats().flushes_for(FlushReason::Close), 0);
+    s.close().unwrap();
+    let mut got = Vec::new();
+    peer.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"onetwo");
 }

@@ -13,7 +13,7 @@
 //! Sampling sees a hold only if it lasts longer than the interval; at the default 2 ms every
 //! 40 ms stall is seen about 20 times, and its length is known to within an interval.
 
-use nagless::tcp_info::TcpInfo;
+use nagless::TcpInfo;
 use nagless_stall_rule::{self as rule, AckTimer, HoldEvidence};
 
 /// A stall found on one socket.

@@ -6,7 +6,7 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
-use nagless::tcp_info::TcpInfo;
+use nagless::TcpInfo;
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };

@@ -4,30 +4,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use super::{cvt, setsockopt_int};
-
-/// Sets or clears `TCP_CORK`: partial segments are held until uncorked. (On macOS and the
-/// BSDs this is `TCP_NOPUSH`; on Windows, `Unsupported`.)
-pub fn set_cork(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK, on as libc::c_int)
-}
-
-/// Sets `TCP_QUICKACK`. The kernel clears it again after the next prompt reply: re-arm it
-/// after every read to keep ACKs immediate. (Linux only: `Unsupported` elsewhere.)
-pub fn set_quickack(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, on as libc::c_int)
-}
-
-/// Sets `TCP_NOTSENT_LOWAT`: caps unsent bytes the kernel accepts. (Linux only:
-/// `Unsupported` elsewhere.)
-pub fn set_notsent_lowat(fd: BorrowedFd<'_>, bytes: u32) -> io::Result<()> {
-    setsockopt_int(
-        fd,
-        libc::IPPROTO_TCP,
-        libc::TCP_NOTSENT_LOWAT,
-        bytes.min(i32::MAX as u32) as libc::c_int,
-    )
-}
+use super::cvt;
 
 /// Reads the raw `struct tcp_info` into `buf`; returns the length the kernel filled.
 pub(crate) fn tcp_info_raw(fd: BorrowedFd<'_>, buf: &mut [u8; 512]) -> io::Result<usize> {

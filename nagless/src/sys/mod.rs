@@ -7,10 +7,7 @@
 //! | `unix.rs` + `bsd.rs` | macOS, iOS, FreeBSD and the other BSDs | `sendmsg` (`writev`) | none | `TCP_MAXSEG` | `recv(MSG_DONTWAIT)`, `FIONREAD` |
 //! | `windows.rs` | Windows | `WSASend` with one `WSABUF` per slice | none | `SIO_TCP_INFO` `Mss`, else `TCP_MAXSEG` | `ioctlsocket(FIONREAD)` |
 //!
-//! Every OS sets `TCP_NODELAY` the same way. Where an OS lacks a primitive the function says
-//! what it does instead: the Linux-only options ([`set_quickack`], [`set_notsent_lowat`] and,
-//! on Windows, [`set_cork`]) return `ErrorKind::Unsupported`; [`set_cork`] is `TCP_NOPUSH` on
-//! macOS and the BSDs.
+//! Every OS sets `TCP_NODELAY` the same way.
 //!
 //! Sockets are named by [`Sock`] (`BorrowedFd` on Unix, `BorrowedSocket` on Windows), and the
 //! library's types accept anything [`AsOsSocket`]: every `AsFd` type on Unix, every `AsSocket`
@@ -28,15 +25,11 @@ pub use unix::*;
 mod linux;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 pub(crate) use linux::{segment_size, tcp_info_raw};
-#[cfg(any(target_os = "linux", target_os = "android"))]
-pub use linux::{set_cork, set_notsent_lowat, set_quickack};
 
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 mod bsd;
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 pub(crate) use bsd::{segment_size, tcp_info_raw};
-#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
-pub use bsd::{set_cork, set_notsent_lowat, set_quickack};
 
 #[cfg(windows)]
 mod windows;

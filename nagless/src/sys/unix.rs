@@ -123,16 +123,6 @@ pub fn set_nodelay(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, on as libc::c_int)
 }
 
-/// Reads `TCP_NODELAY`.
-pub fn nodelay(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    getsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY).map(|v| v != 0)
-}
-
-/// Sets `TCP_MAXSEG` (before connect or listen, to emulate an Ethernet path on loopback).
-pub fn set_maxseg(fd: BorrowedFd<'_>, mss: u32) -> io::Result<()> {
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_MAXSEG, mss as libc::c_int)
-}
-
 /// Reads `TCP_MAXSEG`: the connection's maximum segment size.
 #[allow(dead_code)] // Linux reads the send MSS from TCP_INFO instead
 pub(crate) fn maxseg(fd: BorrowedFd<'_>) -> io::Result<u32> {
@@ -165,22 +155,6 @@ fn not_tcp(e: &io::Error) -> bool {
 /// True for the error of a socket call on a descriptor that is not a socket (`ENOTSOCK`).
 pub fn is_not_socket(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::ENOTSOCK)
-}
-
-/// `read(2)`: waits for input like the descriptor's own `read`. Retries `EINTR`.
-pub fn read(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    retry_eintr(|| {
-        // SAFETY: `buf` is valid for `buf.len()` bytes of writes; fd is borrowed for the call.
-        unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) as libc::c_long }
-    })
-}
-
-/// Whether `fd` is an open descriptor (`EBADF` if not).
-pub fn check_open(fd: super::RawSock) -> io::Result<()> {
-    // SAFETY: F_GETFD only reads the flags of the descriptor number; a closed or invalid
-    // number gives EBADF, nothing else.
-    let ret = unsafe { libc::fcntl(fd, libc::F_GETFD) };
-    cvt(ret as libc::c_long).map(drop)
 }
 
 /// `shutdown(2)` on a socket descriptor.
@@ -227,6 +201,7 @@ pub fn wait_writable(fd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -
 
 /// Waits until `fd` has input (or its end) to read (`poll` for `POLLIN`), at most `timeout`.
 /// Returns false on timeout. Retries `EINTR`.
+#[cfg_attr(not(feature = "tls"), allow(dead_code))] // the TLS layer's close waits with it
 pub fn wait_readable(fd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> io::Result<bool> {
     wait_for(fd, libc::POLLIN, timeout)
 }

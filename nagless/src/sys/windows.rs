@@ -6,8 +6,7 @@
 //! Winsock has no `MSG_MORE`, no `MSG_DONTWAIT`, no cork and no quick-ACK option:
 //! - "more follows" between the calls of one flush is not passed on (a flush is one `WSASend`
 //!   unless it has more than `MAX_IOV` slices or the socket takes it in parts);
-//! - reading without waiting is `FIONREAD` then `recv` of what it counted;
-//! - [`set_cork`], [`set_quickack`] and [`set_notsent_lowat`] return `Unsupported`.
+//! - reading without waiting is `FIONREAD` then `recv` of what it counted.
 //!
 //! Errors are Winsock's own codes (`WSAGetLastError`), in `io::Error::raw_os_error`.
 
@@ -18,7 +17,7 @@ use std::time::Duration;
 
 use windows_sys::Win32::Networking::WinSock as ws;
 
-use super::{unsupported, RawSock};
+use super::unsupported;
 
 /// The socket as Winsock's `SOCKET`.
 fn raw(s: BorrowedSocket<'_>) -> ws::SOCKET {
@@ -96,21 +95,6 @@ pub fn set_nodelay(s: BorrowedSocket<'_>, on: bool) -> io::Result<()> {
     setsockopt_int(s, ws::IPPROTO_TCP, ws::TCP_NODELAY, on as i32)
 }
 
-/// Reads `TCP_NODELAY`.
-pub fn nodelay(s: BorrowedSocket<'_>) -> io::Result<bool> {
-    getsockopt_int(s, ws::IPPROTO_TCP, ws::TCP_NODELAY).map(|v| v & 0xff != 0)
-}
-
-/// Sets `TCP_MAXSEG` (Windows 10 and later; before connect).
-pub fn set_maxseg(s: BorrowedSocket<'_>, mss: u32) -> io::Result<()> {
-    setsockopt_int(
-        s,
-        ws::IPPROTO_TCP,
-        ws::TCP_MAXSEG,
-        mss.min(i32::MAX as u32) as i32,
-    )
-}
-
 /// Readies a socket for the library: sets `TCP_NODELAY` (a socket that is not TCP is left as
 /// it is).
 pub fn prepare(s: BorrowedSocket<'_>) -> io::Result<()> {
@@ -130,21 +114,6 @@ pub fn prepare(s: BorrowedSocket<'_>) -> io::Result<()> {
 /// True for the error of a socket call on a handle that is not a socket (`WSAENOTSOCK`).
 pub fn is_not_socket(e: &io::Error) -> bool {
     e.raw_os_error() == Some(ws::WSAENOTSOCK)
-}
-
-/// `TCP_CORK` has no Winsock counterpart: `ErrorKind::Unsupported`.
-pub fn set_cork(_: BorrowedSocket<'_>, _: bool) -> io::Result<()> {
-    unsupported("TCP_CORK")
-}
-
-/// `TCP_QUICKACK` is Linux-only: `ErrorKind::Unsupported`.
-pub fn set_quickack(_: BorrowedSocket<'_>, _: bool) -> io::Result<()> {
-    unsupported("TCP_QUICKACK")
-}
-
-/// `TCP_NOTSENT_LOWAT` is Linux-only: `ErrorKind::Unsupported`.
-pub fn set_notsent_lowat(_: BorrowedSocket<'_>, _: u32) -> io::Result<()> {
-    unsupported("TCP_NOTSENT_LOWAT")
 }
 
 /// Linux's `struct tcp_info` does not exist on Windows: `Unsupported`.
@@ -216,31 +185,6 @@ pub fn recv_nowait(s: BorrowedSocket<'_>, buf: &mut [u8]) -> io::Result<usize> {
     cvt(unsafe { ws::recv(raw(s), buf.as_mut_ptr(), len as i32, 0) })
 }
 
-/// `recv`: waits for input as the socket's own `read` does.
-pub fn read(s: BorrowedSocket<'_>, buf: &mut [u8]) -> io::Result<usize> {
-    let len = buf.len().min(i32::MAX as usize);
-    // SAFETY: `buf` is valid for `len` bytes of writes; the socket is borrowed for the call.
-    cvt(unsafe { ws::recv(raw(s), buf.as_mut_ptr(), len as i32, 0) })
-}
-
-/// Whether `s` is an open socket (`WSAENOTSOCK` if not): asks for its `SO_TYPE`.
-pub fn check_open(s: RawSock) -> io::Result<()> {
-    let mut value: i32 = 0;
-    let mut len = std::mem::size_of::<i32>() as i32;
-    // SAFETY: `value` and `len` are valid for writes; an invalid or closed handle gives
-    // WSAENOTSOCK, nothing else.
-    let ret = unsafe {
-        ws::getsockopt(
-            s as ws::SOCKET,
-            ws::SOL_SOCKET,
-            ws::SO_TYPE,
-            (&mut value as *mut i32).cast(),
-            &mut len,
-        )
-    };
-    cvt(ret).map(drop)
-}
-
 /// Waits until the socket can take more output (`WSAPoll` for `POLLWRNORM`), at most
 /// `timeout` (`None`: no limit). Returns false on timeout.
 pub fn wait_writable(s: BorrowedSocket<'_>, timeout: Option<Duration>) -> io::Result<bool> {
@@ -249,6 +193,7 @@ pub fn wait_writable(s: BorrowedSocket<'_>, timeout: Option<Duration>) -> io::Re
 
 /// Waits until the socket has input (or its end) to read (`WSAPoll` for `POLLRDNORM`), at
 /// most `timeout`. Returns false on timeout.
+#[cfg_attr(not(feature = "tls"), allow(dead_code))] // the TLS layer's close waits with it
 pub fn wait_readable(s: BorrowedSocket<'_>, timeout: Option<Duration>) -> io::Result<bool> {
     wait_for(s, ws::POLLRDNORM, timeout)
 }

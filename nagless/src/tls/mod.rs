@@ -43,7 +43,7 @@
 //! - Memory is bounded: the plaintext queue by the policy's high-water mark (a write past it
 //!   flushes first and may return `WouldBlock`), ciphertext by rustls's buffer limit (64 KiB
 //!   by default: sealing pauses while the socket drains it).
-//! - No `unsafe` here; the syscalls are [`crate::sys`]'s.
+//! - No `unsafe` here; the syscalls are the crate's syscall layer's.
 //!
 //! The async twin, for tokio, is `nagless::tokio_tls` (features `tls` and `tokio`).
 
@@ -53,8 +53,8 @@ use std::time::Instant;
 
 use crate::clock::{now, Clock};
 use crate::coalescer::{Coalescer, Drive, Stats};
+use crate::io_glue::{queue_vectored, set_nodelay_if_tcp};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::stream::{queue_vectored, set_nodelay_if_tcp};
 use crate::sys::{self, AsOsSocket};
 
 mod engine;
@@ -274,7 +274,7 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
     /// non-blocking socket is full (the rest stays queued).
     pub fn flush_now(&mut self) -> io::Result<()> {
         self.take_deferred()?;
-        self.engine.core.close();
+        self.engine.core.flush_all();
         self.send_due()
     }
 

@@ -1,0 +1,62 @@
+//! What the std stream, the tokio adapter and the TLS layers share between the core and a
+//! socket: sending through the OS, the segment size, `TCP_NODELAY`, and one vectored write
+//! queued as one message.
+
+use std::io::{self, IoSlice};
+use std::time::Instant;
+
+use crate::coalescer::{Coalescer, Transport};
+use crate::policy::Urgency;
+use crate::sys::{self, Sock};
+
+/// Sends through a socket with the OS's gathered send (`sendmsg`, `WSASend`).
+pub(crate) struct FdTransport<'a>(pub Sock<'a>);
+
+impl Transport for FdTransport<'_> {
+    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        sys::send_vectored(self.0, bufs, more)
+    }
+}
+
+/// Reads the socket's send MSS into the core, when the kernel tells it (Linux: `TCP_INFO`;
+/// macOS and the BSDs: `TCP_MAXSEG`; Windows: `SIO_TCP_INFO`, else `TCP_MAXSEG`).
+pub(crate) fn refresh_segment(core: &mut Coalescer, fd: Sock<'_>) {
+    core.on_segment_check();
+    if let Ok(mss) = sys::segment_size(fd) {
+        if mss > 0 {
+            core.set_segment_size(mss as usize);
+        }
+    }
+}
+
+/// Sets `TCP_NODELAY` on TCP sockets; other descriptors (pipes, UNIX sockets) are fine as
+/// they are. (On macOS and the BSDs but FreeBSD, also `SO_NOSIGPIPE`: see [`sys::prepare`].)
+pub(crate) fn set_nodelay_if_tcp(fd: Sock<'_>) -> io::Result<()> {
+    sys::prepare(fd)
+}
+
+/// Queues the first `limit` bytes of `bufs` as one message: every slice but the last one
+/// queued is [`Urgency::MoreFollows`].
+pub(crate) fn queue_vectored(
+    core: &mut Coalescer,
+    bufs: &[IoSlice<'_>],
+    limit: usize,
+    now: Instant,
+) {
+    let mut left = limit;
+    let mut parts = bufs.iter().filter(|b| !b.is_empty()).peekable();
+    while let Some(b) = parts.next() {
+        let take = b.len().min(left);
+        left -= take;
+        let last = left == 0 || parts.peek().is_none();
+        let urgency = if last {
+            Urgency::Normal
+        } else {
+            Urgency::MoreFollows
+        };
+        core.write(&b[..take], urgency, now);
+        if last {
+            break;
+        }
+    }
+}
