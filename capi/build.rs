@@ -10,8 +10,9 @@ fn main() {
     println!("cargo:rerun-if-changed=cbindgen.toml");
     let config =
         cbindgen::Config::from_file(format!("{dir}/cbindgen.toml")).expect("cbindgen.toml");
-    // The one source file, parsed alone: no `cargo metadata` (which a packaged crate, an
-    // offline build or a dependency not yet published would make fail).
+    // The crate's own sources (lib.rs and its modules), parsed alone: no `cargo metadata`
+    // (which a packaged crate, an offline build or a dependency not yet published would make
+    // fail).
     cbindgen::Builder::new()
         .with_src(format!("{dir}/src/lib.rs"))
         .with_config(config)

@@ -22,106 +22,12 @@ use std::time::Duration;
 use libc::{c_int, c_void, size_t, ssize_t};
 use nagless::{AsOsSocket, FlushPolicy, NaglessStream, Sock, Urgency};
 
+mod convert;
+mod os;
+
+use convert::{policy_from_c, policy_to_c, stats_to_c};
 pub use os::{iovec, NaglessSocket};
 use os::{EAGAIN, EBADF, EINVAL, EIO, ETIMEDOUT};
-
-/// What differs per OS: the socket's C type, `struct iovec`, the error codes, and the two
-/// calls the API makes on the caller's socket itself (the rest goes through the library).
-#[cfg(unix)]
-mod os {
-    use std::io;
-
-    /// The caller's socket (`nagless_socket_t` in C): a descriptor, `int`, on Unix.
-    pub type NaglessSocket = libc::c_int;
-    pub use libc::iovec;
-    pub(crate) use libc::{EAGAIN, EBADF, EINVAL, EIO, ETIMEDOUT};
-
-    /// The OS's number for the caller's socket.
-    pub(crate) type RawSock = std::os::fd::RawFd;
-
-    /// `read(2)` on the caller's descriptor, retrying `EINTR`.
-    pub(crate) fn read(fd: RawSock, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            // SAFETY: `buf` is valid for `buf.len()` bytes of writes, all read(2) may write.
-            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-    }
-
-    /// Whether `fd` is an open descriptor.
-    pub(crate) fn is_open(fd: NaglessSocket) -> bool {
-        // SAFETY: F_GETFD only reads the flags of the descriptor number; a closed or invalid
-        // number gives EBADF, nothing else.
-        fd >= 0 && unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1
-    }
-}
-
-/// What differs per OS: the socket's C type, `struct iovec`, and the error codes.
-#[cfg(windows)]
-mod os {
-    use windows_sys::Win32::Foundation::ERROR_INTERNAL_ERROR;
-    use windows_sys::Win32::Networking::WinSock as ws;
-
-    /// The caller's socket (`nagless_socket_t` in C): a `SOCKET`, `uintptr_t`, on Windows.
-    pub type NaglessSocket = usize;
-
-    /// One buffer of `nagless_writev`: the header declares `struct iovec` on Windows, which
-    /// has none, with the layout it has on Unix.
-    #[repr(C)]
-    #[allow(non_camel_case_types)]
-    #[derive(Debug, Clone, Copy)]
-    pub struct iovec {
-        /// Start of the buffer.
-        pub iov_base: *mut libc::c_void,
-        /// Its length in bytes.
-        pub iov_len: libc::size_t,
-    }
-
-    /// The OS's number for the caller's socket.
-    pub(crate) type RawSock = std::os::windows::io::RawSocket;
-
-    /// `recv` on the caller's socket.
-    pub(crate) fn read(s: RawSock, buf: &mut [u8]) -> std::io::Result<usize> {
-        let len = buf.len().min(i32::MAX as usize);
-        // SAFETY: `buf` is valid for `len` bytes of writes, all recv may write.
-        let n = unsafe { ws::recv(s as ws::SOCKET, buf.as_mut_ptr(), len as i32, 0) };
-        if n == ws::SOCKET_ERROR {
-            Err(std::io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
-    }
-
-    /// Whether `s` is an open socket: asks for its `SO_TYPE`.
-    pub(crate) fn is_open(s: NaglessSocket) -> bool {
-        let mut value: i32 = 0;
-        let mut len = std::mem::size_of::<i32>() as i32;
-        // SAFETY: `value` and `len` are valid for writes; an invalid or closed handle gives
-        // WSAENOTSOCK, nothing else.
-        let ret = unsafe {
-            ws::getsockopt(
-                s as ws::SOCKET,
-                ws::SOL_SOCKET,
-                ws::SO_TYPE,
-                (&mut value as *mut i32).cast(),
-                &mut len,
-            )
-        };
-        ret == 0
-    }
-
-    pub(crate) const EAGAIN: i32 = ws::WSAEWOULDBLOCK;
-    pub(crate) const EBADF: i32 = ws::WSAENOTSOCK;
-    pub(crate) const EINVAL: i32 = ws::WSAEINVAL;
-    pub(crate) const EIO: i32 = ERROR_INTERNAL_ERROR as i32;
-    pub(crate) const ETIMEDOUT: i32 = ws::WSAETIMEDOUT;
-}
 
 /// Let the policy decide.
 pub const NAGLESS_NORMAL: c_int = 0;
@@ -264,45 +170,12 @@ unsafe fn bytes<'a>(buf: *const c_void, len: size_t) -> io::Result<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(buf.cast(), len) })
 }
 
-fn policy_from_c(p: &NaglessPolicy) -> io::Result<FlushPolicy> {
-    let flag = |v: c_int| match v {
-        0 => Ok(false),
-        1 => Ok(true),
-        _ => einval(),
-    };
-    let linger = match p.linger_us {
-        -1 => None,
-        us if us >= 0 => Some(Duration::from_micros(us as u64)),
-        _ => return einval(),
-    };
-    if p.high_water == 0 {
-        return einval();
-    }
-    Ok(FlushPolicy::default()
-        .before_read(flag(p.before_read)?)
-        .threshold((p.threshold > 0).then_some(p.threshold))
-        .linger(linger)
-        .high_water(p.high_water)
-        .msg_more(flag(p.msg_more)?)
-        .explicit_flush(flag(p.explicit_flush)?))
-}
-
 /// Fills `*policy` with the defaults (before-read on, threshold 64 KiB, linger 500 µs,
 /// high-water 4 MiB, MSG_MORE on, explicit flush on). Does nothing if `policy` is NULL.
 /// Thread-safe.
 #[no_mangle]
 pub unsafe extern "C" fn nagless_policy_default(policy: *mut NaglessPolicy) {
-    let d = FlushPolicy::default();
-    let p = NaglessPolicy {
-        before_read: c_int::from(d.is_before_read()),
-        threshold: d.threshold_bytes().unwrap_or(0),
-        linger_us: d
-            .linger_deadline()
-            .map_or(-1, |l| l.as_micros().min(i64::MAX as u128) as i64),
-        high_water: d.high_water_bytes(),
-        msg_more: 1,
-        explicit_flush: c_int::from(d.is_explicit_flush()),
-    };
+    let p = policy_to_c(&FlushPolicy::default());
     // SAFETY: `policy` is NULL or points to a writable nagless_policy (the caller's contract).
     if let Some(out) = unsafe { policy.as_mut() } {
         *out = p;
@@ -579,16 +452,7 @@ pub unsafe extern "C" fn nagless_get_stats(h: *const Nagless, out: *mut NaglessS
         set_errno(EINVAL);
         return -1;
     };
-    let s = n.stream.stats();
-    *out = NaglessStats {
-        writes: s.writes,
-        bytes_written: s.bytes_written,
-        flushes: s.flushes,
-        syscalls: s.syscalls,
-        would_block: s.would_block,
-        bytes_sent: s.bytes_sent,
-        pending: n.stream.pending() as u64,
-    };
+    *out = stats_to_c(n.stream.stats(), n.stream.pending());
     0
 }
 
