@@ -256,7 +256,7 @@ impl<S: AsOsSocket> NaglessStream<S> {
     /// has not passed (as [`Clock::joining_write_in_time`] judges), that makes nothing due, is
     /// queued with no clock reading and no transmit check. False (nothing queued) when the
     /// write needs the full path.
-    #[inline]
+    #[inline(always)]
     fn write_fast(&mut self, buf: &[u8]) -> bool {
         if self.deferred_error.is_some() {
             return false;
