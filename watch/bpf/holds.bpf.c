@@ -67,7 +67,7 @@ struct hold {
 	char comm[16];
 };
 
-/* What userspace reads; watch/src/ebpf.rs parses it by these offsets. */
+/* What userspace reads; watch/src/ebpf/event.rs mirrors it, offsets asserted. */
 struct event {
 	__u64 cookie;      /* 0: the socket's cookie */
 	__u64 hold_ns;     /* 8: from the held write to its release */
