@@ -94,7 +94,7 @@ enum BackendArg {
 /// Runs the watch; the exit status says whether stalls were seen.
 pub fn command(args: WatchArgs) -> ExitCode {
     if let Err(e) = check(&args) {
-        errln!("nagless watch: {e}");
+        errln!("nagless watch: {e}\nTry 'nagless watch --help'.");
         return ExitCode::from(2);
     }
     let duration = args.duration.unwrap_or(if args.serve.is_some() {

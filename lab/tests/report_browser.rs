@@ -161,14 +161,10 @@ fn dump_dom(chromium: &FsPath, page: &FsPath, profile: &FsPath) -> String {
         let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
         s
     });
-    let start = Instant::now();
-    while child.try_wait().expect("wait for chromium").is_none() {
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if nagless_test_support::wait_at_most(&mut child, Duration::from_secs(60)).is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("chromium did not finish within 60 s");
     }
     reader.join().expect("read chromium's output")
 }

@@ -39,7 +39,7 @@
 #![warn(missing_docs)]
 
 // The modules are private: the items a user needs are re-exported below, each at one path
-// (`tests/public_api.rs` checks the list against `public-api.txt`). The async and TLS streams
+// (`scripts/public-api`, run by CI, checks the list against `public-api.txt`). The async and TLS streams
 // keep modules of their own, as their types share the std stream's names.
 mod clock;
 mod coalescer;
