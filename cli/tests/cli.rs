@@ -77,6 +77,22 @@ fn bad_input_exits_2_with_a_clear_message() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(msg), "{args:?}: {}", stderr(&o));
     }
+    // A usage error names the subcommand's own help.
+    for (args, help) in [
+        (&["lab", "no-such"][..], "Try 'nagless lab --help'."),
+        (
+            &["watch", "--interval", "0s"][..],
+            "Try 'nagless watch --help'.",
+        ),
+        (
+            &["watch", "--scan-interval", "60s"][..],
+            "Try 'nagless watch --help'.",
+        ),
+    ] {
+        let o = nagless(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(help), "{args:?}: {}", stderr(&o));
+    }
 }
 
 #[test]
