@@ -1,0 +1,253 @@
+//! `nagless watch --backend ebpf` on real programs: a stalling Python `http.server` under wrk
+//! is flagged and counted, stall by stall, like `nagless doctor` counts it in a capture (95 %
+//! on loopback, 90 % across a 20 ms path to a server in another namespace); its twin under
+//! `nagless run --mode nodelay` and a bulk transfer are not flagged. Needs root, eBPF, wrk and
+//! tcpdump: skipped with a note outside CI, a failure under CI.
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
+mod watch_support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nagless_test_support::stall_match::Window;
+use nagless_test_support::{exclusive, free_port, have_tool, skip, watch_ebpf_or_skip, Started};
+use watch_support::{
+    against_doctor, flagged, http_server, http_server_under, json_lines, stalls_of, stop, tcpdump,
+    wait_for, wait_ready, watch_by, wrk, www, NAGLESS,
+};
+
+fn ebpf_or_skip() -> bool {
+    watch_ebpf_or_skip(NAGLESS)
+}
+
+/// Rows of `port` served (the server's side), their stalls summed.
+fn served_stalls(rows: &serde_json::Value, port: u16) -> u64 {
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["port"] == port && r["serves"] == true)
+        .map(|r| r["stalls"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn ebpf_backend_counts_the_stalling_server_like_the_doctor_counts() {
+    let _one = exclusive();
+    if !have_tool("wrk") || !have_tool("tcpdump") || !ebpf_or_skip() {
+        return;
+    }
+    let dir = www("ebpf-stalls");
+    let port = free_port();
+    let server = http_server(&dir, port, false);
+    let pid = server.0.id();
+    let cap = dir.join("cap.pcap");
+    let dump = tcpdump(port, &cap);
+    let mut w = watch_by("ebpf", Some(port), 5.0);
+    let t0 = Instant::now();
+    let ready = wait_ready(&mut w);
+    assert!(ready.contains("backend ebpf"), "{ready}");
+    let started_at = t0.elapsed().as_secs_f64();
+    wrk(port, "/f.txt", 3);
+    let (lines, code) = json_lines(w);
+    std::thread::sleep(Duration::from_millis(300));
+    stop(dump);
+    let (summary, row, _) = flagged(&lines, code, pid, started_at);
+    assert_eq!(summary["backend"], "ebpf", "{summary}");
+    let watched = stalls_of(&summary["rows"], pid);
+    assert_eq!(row["ack_timer"], "linux40ms", "{row}");
+    // Events, not samples: the same stalls as the doctor's, stall by stall (the capture and
+    // the watch start and stop at slightly different moments).
+    let m = against_doctor(&lines, &cap, Window::EITHER_WAY, "eBPF");
+    assert!(
+        m.recall() >= 0.95 && m.precision() >= 0.95,
+        "eBPF watch {m}; summary rows {watched}: {summary}"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn ebpf_backend_flags_the_server_but_not_its_nodelay_twin_nor_a_bulk_transfer() {
+    let _one = exclusive();
+    if !have_tool("wrk") || !ebpf_or_skip() {
+        return;
+    }
+    let dir = www("ebpf-nodelay");
+    let (stalling, nodelay) = (free_port(), free_port());
+    let s1 = http_server(&dir, stalling, false);
+    let s2 = http_server_under(&dir, nodelay, Some(&["--mode", "nodelay"]));
+    let mut w = watch_by("ebpf", None, 4.0);
+    wait_ready(&mut w);
+    let a = std::thread::spawn(move || wrk(stalling, "/f.txt", 2));
+    wrk(nodelay, "/f.txt", 2);
+    a.join().unwrap();
+    // Bulk: 64 MB in one write, read as fast as it comes.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let bulk = l.local_addr().unwrap().port();
+    let sink = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break n,
+                Ok(k) => n += k,
+            }
+        }
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", bulk)).unwrap();
+    c.write_all(&vec![7u8; 64 << 20]).unwrap();
+    drop(c);
+    assert_eq!(sink.join().unwrap(), 64 << 20);
+    let (lines, _) = json_lines(w);
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["backend"], "ebpf", "{summary}");
+    let rows = &summary["rows"];
+    assert!(
+        served_stalls(rows, stalling) >= 10,
+        "the stalling server is flagged: {summary}"
+    );
+    assert_eq!(
+        served_stalls(rows, nodelay),
+        0,
+        "the NODELAY server is not: {summary}"
+    );
+    let bulk_stalls: u64 = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["port"] == bulk)
+        .map(|r| r["stalls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(bulk_stalls, 0, "the bulk transfer is not: {summary}");
+    drop((s1, s2));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
+    let _one = exclusive();
+    // The server runs in a network namespace of its own (as in a container) behind an
+    // emulated 20 ms path; the watcher runs outside it and still sees every stall.
+    if !have_tool("wrk") || !have_tool("tcpdump") || !ebpf_or_skip() {
+        return;
+    }
+    let spec = nagless_netpath::PathSpec {
+        rtt: Duration::from_millis(20),
+        ..nagless_netpath::PathSpec::default()
+    };
+    let p = match nagless_netpath::EmulatedPath::new(&spec) {
+        Ok(p) => p,
+        Err(e) => {
+            skip(&format!("cannot make an emulated path: {e}"));
+            return;
+        }
+    };
+    let (cns, sns) = p.namespaces();
+    let server = p.server_addr();
+    let port = 8000;
+    let dir = www("ebpf-path");
+    // Under a 1448-byte MSS a 2000-byte body is a full segment and a tail, which the client
+    // ACKs at once (two segments); a body under one MSS stalls.
+    std::fs::write(dir.join("s.txt"), [b'x'; 500]).unwrap();
+    let in_ns = |ns: &str| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns]);
+        c
+    };
+    let srv = in_ns(sns)
+        .args([
+            "python3",
+            "-m",
+            "http.server",
+            "--protocol",
+            "HTTP/1.1",
+            "--bind",
+        ])
+        .arg(server.to_string())
+        .arg(port.to_string())
+        .current_dir(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let srv = Started(srv);
+    let t = Instant::now();
+    while p
+        .run_in_client(|| TcpStream::connect((server, port)))
+        .unwrap()
+        .is_err()
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "http.server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // tcpdump at the server's end (`ip netns exec` execs it: its PID is tcpdump's).
+    let cap = dir.join("path.pcap");
+    let mut dump = in_ns(sns)
+        .args([
+            "tcpdump",
+            "-i",
+            "any",
+            "-s",
+            "128",
+            "-U",
+            "--immediate-mode",
+            "-w",
+        ])
+        .arg(&cap)
+        .arg(format!("tcp port {port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let listening = wait_for(&mut dump, "listening on");
+    assert!(listening.contains("listening on"), "tcpdump: {listening}");
+    let dump = Started(dump);
+    let mut w = watch_by("ebpf", Some(port), 7.0);
+    wait_ready(&mut w);
+    let o = in_ns(cns)
+        .args(["wrk", "-t1", "-c2", "-d4s"])
+        .arg(format!("http://{server}:{port}/s.txt"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let (lines, _) = json_lines(w);
+    stop(dump);
+    let summary = lines.last().unwrap();
+    // By the server's pid; its row serves its port, judged from the listeners of the
+    // server's own namespace, which it names.
+    let watched = stalls_of(&summary["rows"], srv.0.id());
+    let own = nagless_watch::netns::netns_of("self").unwrap();
+    assert!(
+        summary["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["pid"] == srv.0.id()
+                && r["serves"] == true
+                && r["port"] == port
+                && r["netns"].as_u64().is_some_and(|n| n != own && n != 0)),
+        "the server's row serves :{port} in its own namespace: {summary}"
+    );
+    let m = against_doctor(
+        &lines,
+        &cap,
+        Window::EITHER_WAY,
+        "20 ms path: eBPF, the doctor at the server's end",
+    );
+    // (About 90 stalls: one or two the doctor does not call stalls are 2 %; the benchmark's
+    // 5,600 across this path are the finer measure.)
+    assert!(
+        m.recall() >= 0.9 && m.precision() >= 0.9,
+        "eBPF watch {m}; summary rows {watched}: {summary}"
+    );
+    drop(srv);
+    drop(p);
+    let _ = std::fs::remove_dir_all(dir);
+}

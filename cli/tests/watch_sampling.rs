@@ -1,0 +1,128 @@
+//! `nagless watch --backend sampling` on real programs: Python's `http.server` (which sends
+//! each response as a header write then a body write) under wrk stalls on every request;
+//! watch flags it within 2 s and reports, stall by stall (same socket, at about the same
+//! time), at least 80 % of the stalls `nagless doctor` finds in a capture taken at the same
+//! time, and hardly any it does not. The same server under `nagless run`, and a bulk transfer,
+//! are not flagged. Needs wrk and tcpdump (`./scripts/test` installs them) and root for
+//! tcpdump: skipped with a note outside CI, a failure under CI.
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
+mod watch_support;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use nagless_test_support::stall_match::Window;
+use nagless_test_support::{exclusive, free_port, have_tool, root_or_skip};
+use watch_support::{
+    against_doctor, flagged, http_server, json_lines, stalls_of, stop, tcpdump, watch, wrk, www,
+};
+
+#[test]
+fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
+    let _one = exclusive();
+    if !have_tool("wrk") || !have_tool("tcpdump") || !root_or_skip("tcpdump") {
+        return;
+    }
+    let dir = www("stalls");
+    let port = free_port();
+    let server = http_server(&dir, port, false);
+    let pid = server.0.id();
+    let cap = dir.join("cap.pcap");
+    let dump = tcpdump(port, &cap);
+    let w = watch(port, 6.0);
+    std::thread::sleep(Duration::from_millis(700));
+    let t_wrk = Instant::now();
+    wrk(port, "/f.txt", 3);
+    let wrk_secs = t_wrk.elapsed().as_secs_f64();
+    let (lines, code) = json_lines(w);
+    std::thread::sleep(Duration::from_millis(300));
+    stop(dump);
+    let started_at = 0.7; // wrk began 0.7 s after the watch
+    let (summary, row, t_first) = flagged(&lines, code, pid, started_at);
+    let watched = stalls_of(&summary["rows"], pid);
+    assert!(row["advice"].as_str().unwrap().contains("nagless run"));
+    // (Sampling's time is the sample that saw the ACK: late, by more on a busy machine.)
+    let m = against_doctor(&lines, &cap, Window::LATE, "sampling");
+    eprintln!("wrk for {wrk_secs:.1} s: first flagged {t_first:.2} s into the watch");
+    // Sampling sees a hold from its samples (2 ms apart, late on a busy machine): at least
+    // 80 % of the doctor's stalls, and almost nothing the doctor did not see.
+    assert!(
+        m.recall() >= 0.8 && m.precision() >= 0.9,
+        "watch {m}; summary rows {watched}: {summary}"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_same_server_under_nagless_run_and_a_bulk_transfer_are_not_flagged() {
+    let _one = exclusive();
+    if !have_tool("wrk") {
+        return;
+    }
+    let dir = www("fixed");
+    let port = free_port();
+    let server = http_server(&dir, port, true);
+    let w = watch(port, 3.5);
+    std::thread::sleep(Duration::from_millis(300));
+    wrk(port, "/f.txt", 2);
+    let (lines, code) = json_lines(w);
+    let summary = lines.last().unwrap();
+    let stalls: u64 = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["stalls"].as_u64().unwrap())
+        .sum();
+    assert_eq!(stalls, 0, "{summary}");
+    assert_eq!(code, Some(0));
+    // It did watch the server's connections.
+    let pid = server.0.id();
+    let conns: u64 = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["serves"] == true)
+        .map(|r| r["connections"].as_u64().unwrap())
+        .sum();
+    assert!(
+        conns >= 2,
+        "the server's connections were seen (pid {pid}): {summary}"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(dir);
+
+    // Bulk: 256 MB in one write, read as fast as it comes.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let w = watch(port, 2.5);
+    std::thread::sleep(Duration::from_millis(300));
+    let sink = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0;
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break n,
+                Ok(k) => n += k,
+            }
+        }
+    });
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let data = vec![7u8; 256 << 20];
+    c.write_all(&data).unwrap();
+    drop(c);
+    assert_eq!(sink.join().unwrap(), 256 << 20);
+    let (lines, code) = json_lines(w);
+    let summary = lines.last().unwrap();
+    assert_eq!(code, Some(0), "{summary}");
+    let conns: u64 = summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["connections"].as_u64().unwrap())
+        .sum();
+    assert!(conns >= 2, "both ends of the transfer were seen: {summary}");
+}

@@ -1,0 +1,260 @@
+//! What the TLS layer's test files share: a self-signed PKI and configs that trust it
+//! ([`pki`]), a rustls client on a plain socket that counts the TLS records it receives
+//! ([`Peer`], [`RecordScan`]), the request/answer client of the record and segment tests
+//! ([`answer_client`]), a loopback listener, the kernel's segment count and a deterministic
+//! random generator.
+#![allow(dead_code)] // each test file uses its own part
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+
+#[cfg_attr(not(unix), allow(dead_code))] // the PEM files are for the `openssl` command
+pub struct Pki {
+    pub server: Arc<rustls::ServerConfig>,
+    pub client: Arc<rustls::ClientConfig>,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// A self-signed certificate for "localhost" and configs that trust it. The server sends no
+/// session tickets, so that every application-data record after the handshake is ours.
+pub fn pki() -> Pki {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let cert = CertificateDer::from(ck.cert.der().to_vec());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
+    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .unwrap();
+    server.send_tls13_tickets = 0;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let client = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Pki {
+        server: Arc::new(server),
+        client: Arc::new(client),
+        cert_pem: pem("CERTIFICATE", ck.cert.der()),
+        key_pem: pem("PRIVATE KEY", &ck.key_pair.serialize_der()),
+    }
+}
+
+/// PEM armour for DER bytes (base64 in 64-column lines).
+fn pem(label: &str, der: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b64 = String::new();
+    for c in der.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                b64.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                b64.push('=');
+            }
+        }
+    }
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap());
+        out.push('\n');
+    }
+    out + &format!("-----END {label}-----\n")
+}
+
+/// Counts TLS records in a byte stream by their 5-byte headers.
+#[derive(Default)]
+pub struct RecordScan {
+    header: Vec<u8>,
+    skip: usize,
+    /// Records of content type application_data (23): in TLS 1.3 every record after the
+    /// handshake, alerts and key updates included.
+    pub app_records: u64,
+}
+
+impl RecordScan {
+    fn feed(&mut self, mut b: &[u8]) {
+        while !b.is_empty() {
+            if self.skip > 0 {
+                let n = self.skip.min(b.len());
+                self.skip -= n;
+                b = &b[n..];
+                continue;
+            }
+            let n = (5 - self.header.len()).min(b.len());
+            self.header.extend_from_slice(&b[..n]);
+            b = &b[n..];
+            if self.header.len() == 5 {
+                if self.header[0] == 23 {
+                    self.app_records += 1;
+                }
+                self.skip = usize::from(u16::from_be_bytes([self.header[3], self.header[4]]));
+                self.header.clear();
+            }
+        }
+    }
+}
+
+/// A rustls client on a plain socket that sees every byte it receives.
+pub struct Peer {
+    tcp: TcpStream,
+    pub conn: rustls::ClientConnection,
+    pub scan: RecordScan,
+    pub plain: Vec<u8>,
+    pub eof: Option<bool>,
+}
+
+impl Peer {
+    pub fn connect(addr: std::net::SocketAddr, cfg: Arc<rustls::ClientConfig>) -> Peer {
+        let tcp = TcpStream::connect(addr).unwrap();
+        tcp.set_nodelay(true).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let conn =
+            rustls::ClientConnection::new(cfg, ServerName::try_from("localhost").unwrap()).unwrap();
+        let mut p = Peer {
+            tcp,
+            conn,
+            scan: RecordScan::default(),
+            plain: Vec::new(),
+            eof: None,
+        };
+        while p.conn.is_handshaking() {
+            p.send();
+            if p.conn.is_handshaking() {
+                p.receive(64 * 1024);
+            }
+        }
+        p.send();
+        p
+    }
+
+    pub fn send(&mut self) {
+        while self.conn.wants_write() {
+            self.conn.write_tls(&mut self.tcp).unwrap();
+        }
+    }
+
+    pub fn write(&mut self, data: &[u8]) {
+        self.conn.writer().write_all(data).unwrap();
+        self.send();
+    }
+
+    /// One socket read of at most `max` bytes, fed to the scanner and to rustls.
+    pub fn receive(&mut self, max: usize) {
+        let mut buf = vec![0u8; max];
+        let n = self.tcp.read(&mut buf).expect("peer read");
+        self.scan.feed(&buf[..n]);
+        let mut rest = &buf[..n];
+        loop {
+            self.conn.read_tls(&mut rest).unwrap();
+            self.conn.process_new_packets().expect("peer: TLS error");
+            match self.conn.reader().read_to_end(&mut self.plain) {
+                Ok(_) => self.eof = Some(true),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => self.eof = Some(false),
+                Err(e) => panic!("peer: {e}"),
+            }
+            if rest.is_empty() {
+                break;
+            }
+        }
+        if n == 0 && self.eof.is_none() {
+            self.eof = Some(false);
+        }
+        self.send();
+    }
+
+    /// Reads until `n` plaintext bytes are there; returns them.
+    pub fn read_exact(&mut self, n: usize) -> Vec<u8> {
+        while self.plain.len() < n {
+            assert!(self.eof.is_none(), "peer: end of stream");
+            self.receive(64 * 1024);
+        }
+        self.plain.drain(..n).collect()
+    }
+
+    /// Reads to the end; true if it ended with close_notify.
+    pub fn read_to_end(&mut self, chunk: usize, out: &mut Vec<u8>) -> bool {
+        loop {
+            out.append(&mut self.plain);
+            if let Some(clean) = self.eof {
+                return clean;
+            }
+            self.receive(chunk);
+        }
+    }
+}
+
+pub fn listen() -> (TcpListener, std::net::SocketAddr) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    (l, a)
+}
+
+/// Data segments the socket sent so far (Linux), 0 elsewhere.
+pub fn segs_out(s: &TcpStream) -> u64 {
+    nagless::TcpInfo::of(s)
+        .ok()
+        .and_then(|i| i.data_segs_out)
+        .map_or(0, u64::from)
+}
+
+pub const ROUNDS: usize = 40;
+pub const ANSWER: [&[u8]; 3] = [&[b'h'; 20], &[b'b'; 200], &[b't'; 20]];
+pub const ANSWER_LEN: usize = 240;
+
+/// The client of the request/answer tests: `ROUNDS` requests, each read back, then
+/// close_notify. Returns the application-data records received per answer.
+pub fn answer_client(addr: std::net::SocketAddr, cfg: Arc<rustls::ClientConfig>) -> f64 {
+    let mut p = Peer::connect(addr, cfg);
+    // A first round that is not counted (the handshake's last flight may share it).
+    p.write(b"GET\n");
+    assert_eq!(p.read_exact(ANSWER_LEN).len(), ANSWER_LEN);
+    let before = p.scan.app_records;
+    for _ in 0..ROUNDS {
+        p.write(b"GET\n");
+        let a = p.read_exact(ANSWER_LEN);
+        assert_eq!(&a[..20], ANSWER[0]);
+        assert_eq!(&a[20..220], ANSWER[1]);
+        assert_eq!(&a[220..], ANSWER[2]);
+    }
+    let records = p.scan.app_records - before;
+    p.conn.send_close_notify();
+    p.send();
+    records as f64 / ROUNDS as f64
+}
+
+/// A deterministic pseudo-random generator (xorshift64*).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    pub fn below(&mut self, n: u64) -> usize {
+        (self.next() % n) as usize
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Bounds a reading loop.
+pub fn out_of_reads(reads: &mut u32) {
+    *reads += 1;
+    assert!(*reads < 1_000_000, "too many reads");
+}
