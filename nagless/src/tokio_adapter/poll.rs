@@ -4,7 +4,7 @@
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -24,6 +24,7 @@ use crate::tcp_info::TcpInfo;
 /// writer) only when nothing fits.
 ///
 /// `fast`: the bytes of a normal write, which may take the fast path.
+#[inline]
 fn poll_write_shared<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
     cx: &mut Context<'_>,
@@ -35,6 +36,18 @@ fn poll_write_shared<T: AsyncWrite + Unpin + 'static>(
     if fast.is_some_and(|buf| g.write_fast(buf)) {
         return Poll::Ready(Ok(len));
     }
+    poll_write_full(arc, g, cx, len, queue)
+}
+
+/// The full path of [`poll_write_shared`], kept out of line so that the fast path inlines.
+#[inline(never)]
+fn poll_write_full<T: AsyncWrite + Unpin + 'static>(
+    arc: &Arc<Mutex<Shared<T>>>,
+    mut g: MutexGuard<'_, Shared<T>>,
+    cx: &mut Context<'_>,
+    len: usize,
+    queue: impl FnOnce(&mut Coalescer, usize, Instant),
+) -> Poll<io::Result<usize>> {
     g.take_deferred()?;
     let now = {
         let g = &mut *g;

@@ -121,7 +121,7 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
     /// The fast path of a normal write, as the std stream's: a write that joins an open
     /// window in time and makes nothing due is queued with no clock reading, no send and no
     /// flusher check. False (nothing queued) when the write needs the full path.
-    #[inline]
+    #[inline(always)]
     pub(super) fn write_fast(&mut self, buf: &[u8]) -> bool {
         if self.deferred_error.is_some() {
             return false;
