@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+mod bytes;
 pub mod capture;
 pub mod input;
 pub mod packet;

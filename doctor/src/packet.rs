@@ -7,6 +7,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use crate::bytes::{be16, be32};
+
 /// TCP flags we look at.
 pub mod flags {
     /// FIN.
@@ -71,15 +73,6 @@ pub fn supported_linktype(lt: u32) -> bool {
             | LINKTYPE_IPV6
             | LINKTYPE_LINUX_SLL2
     ) || LINKTYPE_RAW_ALT.contains(&lt)
-}
-
-fn be16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
-}
-
-fn be32(b: &[u8], at: usize) -> Option<u32> {
-    let s = b.get(at..at + 4)?;
-    Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 /// Decodes a frame of link type `linktype`.

@@ -57,17 +57,14 @@ pub struct TcpInfo {
     pub snd_wnd: Option<u32>,
 }
 
+/// The kernel's `__u32` at `off` (native order), if the kernel's struct reaches it.
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
-    b.get(off..off + 4)
-        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+    Some(u32::from_ne_bytes(*b.get(off..)?.first_chunk()?))
 }
 
+/// The kernel's `__u64` at `off` (native order), if the kernel's struct reaches it.
 fn u64_at(b: &[u8], off: usize) -> Option<u64> {
-    b.get(off..off + 8).map(|s| {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        u64::from_ne_bytes(a)
-    })
+    Some(u64::from_ne_bytes(*b.get(off..)?.first_chunk()?))
 }
 
 /// Size of the original (pre-4.x) struct, which every Linux kernel fills.

@@ -20,6 +20,7 @@ use std::fmt;
 use std::io::Read;
 use std::ops::Range;
 
+use crate::bytes::{u16_at, u32_at, Order};
 use buffer::ReadBuffer;
 pub use pcapng::MAX_INTERFACES;
 
@@ -114,21 +115,12 @@ const MAX_RECORD: usize = 16 * 1024 * 1024;
 
 /// A 32-bit field in the file's byte order (the caller checked there are 4 bytes).
 fn int32(b: &[u8], little: bool) -> u32 {
-    let a = [b[0], b[1], b[2], b[3]];
-    if little {
-        u32::from_le_bytes(a)
-    } else {
-        u32::from_be_bytes(a)
-    }
+    u32_at(b, 0, Order::of_file(little)).unwrap_or_default()
 }
 
 /// A 16-bit field in the file's byte order (the caller checked there are 2 bytes).
 fn int16(b: &[u8], little: bool) -> u16 {
-    if little {
-        u16::from_le_bytes([b[0], b[1]])
-    } else {
-        u16::from_be_bytes([b[0], b[1]])
-    }
+    u16_at(b, 0, Order::of_file(little)).unwrap_or_default()
 }
 
 impl<R: Read> CaptureReader<R> {
