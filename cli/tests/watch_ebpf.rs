@@ -7,7 +7,7 @@
 
 mod watch_support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use nagless_test_support::stall_match::Window;
 use nagless_test_support::{exclusive, free_port, have_tool, skip, watch_ebpf_or_skip, Started};
 use watch_support::{
-    against_doctor, flagged, http_server, http_server_under, json_lines, stalls_of, stop, tcpdump,
-    wait_for, wait_ready, watch_by, wrk, www, NAGLESS,
+    against_doctor, drain, flagged, http_server, http_server_under, json_lines, stalls_of, stop,
+    tcpdump, wait_for, wait_ready, watch_by, wrk, www, NAGLESS,
 };
 
 fn ebpf_or_skip() -> bool {
@@ -87,17 +87,7 @@ fn ebpf_backend_flags_the_server_but_not_its_nodelay_twin_nor_a_bulk_transfer() 
     // Bulk: 64 MB in one write, read as fast as it comes.
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let bulk = l.local_addr().unwrap().port();
-    let sink = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut n = 0;
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => break n,
-                Ok(k) => n += k,
-            }
-        }
-    });
+    let sink = drain(l);
     let mut c = TcpStream::connect(("127.0.0.1", bulk)).unwrap();
     c.write_all(&vec![7u8; 64 << 20]).unwrap();
     drop(c);

@@ -9,14 +9,15 @@
 
 mod watch_support;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use nagless_test_support::stall_match::Window;
 use nagless_test_support::{exclusive, free_port, have_tool, root_or_skip};
 use watch_support::{
-    against_doctor, flagged, http_server, json_lines, stalls_of, stop, tcpdump, watch, wrk, www,
+    against_doctor, drain, flagged, http_server, json_lines, stalls_of, stop, tcpdump, watch, wrk,
+    www,
 };
 
 #[test]
@@ -99,17 +100,7 @@ fn the_same_server_under_nagless_run_and_a_bulk_transfer_are_not_flagged() {
     let port = l.local_addr().unwrap().port();
     let w = watch(port, 2.5);
     std::thread::sleep(Duration::from_millis(300));
-    let sink = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut n = 0;
-        loop {
-            match s.read(&mut buf) {
-                Ok(0) | Err(_) => break n,
-                Ok(k) => n += k,
-            }
-        }
-    });
+    let sink = drain(l);
     let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let data = vec![7u8; 256 << 20];
     c.write_all(&data).unwrap();

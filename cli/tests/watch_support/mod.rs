@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each test file uses its own part
 
 use std::ffi::OsString;
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -210,4 +210,20 @@ pub fn tcpdump(port: u16, file: &Path) -> Started {
     args.push(format!("tcp port {port}").into());
     let (child, _) = start_tcpdump(&args).unwrap_or_else(|e| panic!("tcpdump did not start: {e}"));
     child
+}
+
+/// Accepts one connection on `l` and reads it to its end as fast as it comes; the thread
+/// returns the bytes read.
+pub fn drain(l: TcpListener) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0;
+        loop {
+            match std::io::Read::read(&mut s, &mut buf) {
+                Ok(0) | Err(_) => break n,
+                Ok(k) => n += k,
+            }
+        }
+    })
 }
