@@ -55,21 +55,31 @@ impl Segment {
         if pkt[0] >> 4 != 4 || ihl < 20 || pkt.len() < ihl + 20 || pkt[9] != 6 {
             return None;
         }
-        let total = usize::from(u16::from_be_bytes([pkt[2], pkt[3]]));
+        // Fields of the header, in network order (the lengths are checked above and below).
+        let field = |b: &[u8], at: usize| -> [u8; 4] {
+            b.get(at..)
+                .and_then(<[u8]>::first_chunk)
+                .copied()
+                .unwrap_or_default()
+        };
+        let half = |b: &[u8], at: usize| -> u16 {
+            b.get(at..)
+                .and_then(<[u8]>::first_chunk)
+                .map_or(0, |a| u16::from_be_bytes(*a))
+        };
+        let total = usize::from(half(pkt, 2));
         let tcp = pkt.get(ihl..total.min(pkt.len()))?;
         let doff = usize::from(tcp.get(12)? >> 4) * 4;
         if doff < 20 || tcp.len() < doff {
             return None;
         }
-        let ip = |at: usize| Ipv4Addr::new(pkt[at], pkt[at + 1], pkt[at + 2], pkt[at + 3]);
-        let port = |at: usize| u16::from_be_bytes([tcp[at], tcp[at + 1]]);
-        let word = |at: usize| u32::from_be_bytes([tcp[at], tcp[at + 1], tcp[at + 2], tcp[at + 3]]);
+        let word = |at: usize| u32::from_be_bytes(field(tcp, at));
         Some(Segment {
             seq: word(4),
             // ACK 0x10.
             ack: (tcp[13] & 0x10 != 0).then(|| word(8)),
-            src: (ip(12), port(0)),
-            dst: (ip(16), port(2)),
+            src: (Ipv4Addr::from(field(pkt, 12)), half(tcp, 0)),
+            dst: (Ipv4Addr::from(field(pkt, 16)), half(tcp, 2)),
             payload: tcp.len() - doff,
             // FIN 0x01, SYN 0x02, RST 0x04.
             control: tcp[13] & 0x07 != 0,
