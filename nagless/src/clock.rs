@@ -88,6 +88,19 @@ impl Clock {
         sys::ticks_now().is_some_and(|t| t < limit)
     }
 
+    /// The fast path of a normal write to `core`: queues `buf` if it joins an open linger
+    /// window whose deadline certainly has not passed (one counter read) and makes nothing
+    /// due, with no clock reading and no transmit check. False, with nothing queued, when the
+    /// write needs the full path.
+    #[inline(always)]
+    pub(crate) fn join_burst(&mut self, core: &mut Coalescer, buf: &[u8]) -> bool {
+        let in_time = match core.poll_timeout() {
+            Some(deadline) => self.certainly_before(deadline),
+            None => true,
+        };
+        in_time && core.write_if_nothing_due(buf)
+    }
+
     /// A time good enough for a write to `core`: the kept reading while the pending deadline
     /// (if any) certainly has not passed, else the true time. With no deadline pending, the
     /// true time only if this write may open a linger window (its arrival time matters).

@@ -252,20 +252,12 @@ impl<S: AsOsSocket> NaglessStream<S> {
         })
     }
 
-    /// The fast path of a normal write: a write into an open linger window whose deadline
-    /// has not passed (as [`Clock::joining_write_in_time`] judges), that makes nothing due, is
-    /// queued with no clock reading and no transmit check. False (nothing queued) when the
-    /// write needs the full path.
+    /// The fast path of a normal write ([`Clock::join_burst`]), unless an error waits to be
+    /// returned. False (nothing queued) when the write needs the full path.
     #[inline(always)]
     fn write_fast(&mut self, buf: &[u8]) -> bool {
-        if self.deferred_error.is_some() {
-            return false;
-        }
-        let in_time = match self.core.poll_timeout() {
-            Some(deadline) => self.clock.certainly_before(deadline),
-            None => true,
-        };
-        in_time && self.core.write_if_nothing_due(buf)
+        // A deferred error must meet the next write.
+        self.deferred_error.is_none() && self.clock.join_burst(&mut self.core, buf)
     }
 
     /// Queues an owned buffer whole (its memory is already spent, so the high-water mark does

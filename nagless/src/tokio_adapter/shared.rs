@@ -118,19 +118,13 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
         self.deferred_error.take().map_or(Ok(()), Err)
     }
 
-    /// The fast path of a normal write, as the std stream's: a write that joins an open
-    /// window in time and makes nothing due is queued with no clock reading, no send and no
-    /// flusher check. False (nothing queued) when the write needs the full path.
+    /// The fast path of a normal write, as the std stream's ([`Clock::join_burst`]: no clock
+    /// reading, no send, no flusher check), unless an error waits to be returned. False
+    /// (nothing queued) when the write needs the full path.
     #[inline(always)]
     pub(super) fn write_fast(&mut self, buf: &[u8]) -> bool {
-        if self.deferred_error.is_some() {
-            return false;
-        }
-        let in_time = match self.core.poll_timeout() {
-            Some(deadline) => self.clock.certainly_before(deadline),
-            None => true,
-        };
-        in_time && self.core.write_if_nothing_due(buf)
+        // A deferred error must meet the next write.
+        self.deferred_error.is_none() && self.clock.join_burst(&mut self.core, buf)
     }
 
     pub(super) fn defer(&mut self, e: io::Error) {
