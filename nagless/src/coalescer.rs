@@ -216,6 +216,18 @@ impl Coalescer {
 
     /// The quiet lane's end as the state stands.
     fn quiet_end_now(&self) -> usize {
+        match self.quiet_room() {
+            0 => 0,
+            room => self.queue.tail_len() + room.min(self.queue.tail_room() + 1),
+        }
+    }
+
+    /// One more than the bytes that normal writes, in any number, may add with nothing
+    /// becoming due and no time needed; 0 if none may (bytes are due, or a linger window
+    /// needs opening). The quiet lane is this room cut to the tail buffer; an I/O layer may
+    /// also hold back up to this many bytes of normal writes and hand them over later with
+    /// [`write_staged`](Self::write_staged), if nothing else can act on the queue meanwhile.
+    pub(crate) fn quiet_room(&self) -> usize {
         let needs_time = match self.policy.linger {
             None => false,
             Some(d) => d.is_zero() || self.oldest_unflushed.is_none(),
@@ -229,8 +241,22 @@ impl Coalescer {
         if self.must_send != 0 || needs_time || self.queue.len() >= limit {
             return 0;
         }
-        let room = (limit - self.queue.len()).min(self.queue.tail_room() + 1);
-        self.queue.tail_len() + room
+        limit - self.queue.len()
+    }
+
+    /// Queues `data`, the bytes of `writes` normal writes an I/O layer held back (at most
+    /// [`quiet_room`](Self::quiet_room) − 1 of them, taken while nothing else acted on the
+    /// queue), counted as that many writes; large buffers are queued without a copy. Nothing
+    /// becomes due.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn write_staged(&mut self, data: Vec<u8>, writes: u64, now: Instant) {
+        let len = data.len();
+        debug_assert!(writes > 0 && len < self.quiet_room());
+        self.queue.push_owned(data);
+        self.after_write(len, Urgency::Normal, now);
+        self.stats.writes += writes.saturating_sub(1);
+        self.refresh_quiet();
+        debug_assert_eq!(self.must_send, 0, "held-back writes made nothing due");
     }
 
     fn after_write(&mut self, len: usize, urgency: Urgency, now: Instant) {

@@ -166,7 +166,7 @@ async fn send_now_leaves_without_a_flush() {
     let addr = listener.local_addr().unwrap();
     let tcp = TcpStream::connect(addr).await.unwrap();
     let (mut peer, _) = listener.accept().await.unwrap();
-    let c = NaglessStream::with_policy(tcp, FlushPolicy::explicit_only()).unwrap();
+    let mut c = NaglessStream::with_policy(tcp, FlushPolicy::explicit_only()).unwrap();
     c.write_with(b"queued ", nagless::Urgency::Normal)
         .await
         .unwrap();
@@ -190,7 +190,7 @@ async fn an_error_met_by_the_timer_flush_is_reported_to_the_next_call() {
     let (peer, _) = listener.accept().await.unwrap();
     drop(peer);
     let policy = FlushPolicy::default().linger(Some(Duration::from_micros(500)));
-    let c = NaglessStream::with_policy(tcp, policy).unwrap();
+    let mut c = NaglessStream::with_policy(tcp, policy).unwrap();
     // Only the timer ever sends; the error it meets must surface at a later call.
     let mut failure = None;
     for _ in 0..200 {

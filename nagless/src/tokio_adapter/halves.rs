@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use ::tokio::io::AsyncWrite;
 
+use super::lane::Lane;
 use super::shared::{lock, Shared};
 use super::tasks::flush_on_drop;
 use super::NaglessStream;
@@ -20,6 +21,7 @@ pub struct ReadHalf<T: AsyncWrite + Unpin + 'static> {
 /// The write half of a split [`NaglessStream`].
 pub struct WriteHalf<T: AsyncWrite + Unpin + 'static> {
     pub(super) shared: Arc<Mutex<Shared<T>>>,
+    pub(super) lane: Lane,
 }
 
 /// The halves given to [`WriteHalf::reunite`] came from different streams.
@@ -37,7 +39,10 @@ impl<T: AsyncWrite + Unpin + 'static> WriteHalf<T> {
         lock(&shared).handles += 1;
         drop(read);
         drop(self);
-        Ok(NaglessStream { shared })
+        Ok(NaglessStream {
+            shared,
+            lane: Lane::new(false),
+        })
     }
 }
 

@@ -15,6 +15,11 @@
 //!   for write readiness, yet the writer, the read half (which flushes before it waits) and the
 //!   timer task all send. The socket is therefore always polled with one fan-out waker that
 //!   wakes every task waiting for socket space, so none of them can be forgotten.
+//! - **The owner's lane.** Under a policy without linger, a normal write that makes nothing
+//!   due is kept by the writing handle itself, without the shared lock, as long as no other
+//!   party could act on it (no flusher, no waiting error, and no read half that flushes before
+//!   it reads); the handle's next other call, or dropping it, hands it over first. Bytes leave
+//!   at the same moments; a small write costs about what one to tokio's `BufWriter` costs.
 //! - Streams that are not `Send` (a `LocalSet` program's) are made with
 //!   [`NaglessStream::from_io_local`]; their background tasks are started with `spawn_local`.
 //! - [`NaglessStream::into_split`] gives halves that share one queue, so the read half still
@@ -26,6 +31,7 @@
 //!   socket, as the kernel does with a closed socket's send queue.
 
 mod halves;
+mod lane;
 mod poll;
 mod shared;
 mod tasks;
@@ -47,6 +53,7 @@ pub use self::halves::{ReadHalf, ReuniteError, WriteHalf};
 pub(crate) use self::shared::{lock, WriteWaiters};
 pub(crate) use self::tasks::has_time_driver;
 
+use self::lane::Lane;
 use self::shared::Shared;
 use self::tasks::{local_spawner, quietly_succeeds, runtime_spawner, Spawner};
 
@@ -58,6 +65,7 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// [`WriteHalf`]) share one queue.
 pub struct NaglessStream<T: AsyncWrite + Unpin + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
+    lane: Lane,
 }
 
 impl NaglessStream<::tokio::net::TcpStream> {
@@ -156,6 +164,7 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
                 fanout: Waker::from(Arc::clone(&waiters)),
                 waiters,
             })),
+            lane: Lane::new(false),
         })
     }
 
@@ -166,7 +175,11 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
         let other = Arc::clone(&self.shared);
         let shared = Arc::clone(&self.shared);
         drop(self);
-        (ReadHalf { shared }, WriteHalf { shared: other })
+        let write = WriteHalf {
+            shared: other,
+            lane: Lane::new(true),
+        };
+        (ReadHalf { shared }, write)
     }
 }
 
@@ -183,7 +196,7 @@ impl<T: AsyncWrite + Unpin + 'static> std::fmt::Debug for NaglessStream<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let g = lock(&self.shared);
         f.debug_struct("NaglessStream")
-            .field("pending", &g.core.pending())
+            .field("pending", &(g.core.pending() + self.lane.len()))
             .field("policy", g.core.policy())
             .finish_non_exhaustive()
     }

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::lane::Lane;
 use super::shared::{lock, Shared};
 use super::tasks::{ensure_flusher, flush_on_drop};
 use super::{NaglessStream, ReadHalf, WriteHalf};
@@ -21,36 +22,43 @@ use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 
 /// Queues as much of one message as fits below the high-water mark; waits (registering the
-/// writer) only when nothing fits.
+/// writer) only when nothing fits. What `lane` holds goes first, and the lane is opened again
+/// afterwards if the state allows.
 ///
 /// `fast`: the bytes of a normal write, which may take the fast path.
 #[inline]
 fn poll_write_shared<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
+    lane: &mut Lane,
     cx: &mut Context<'_>,
     len: usize,
     fast: Option<&[u8]>,
     queue: impl FnOnce(&mut Coalescer, usize, Instant),
 ) -> Poll<io::Result<usize>> {
     let mut g = lock(arc);
-    if fast.is_some_and(|buf| g.write_fast(buf)) {
-        return Poll::Ready(Ok(len));
-    }
-    poll_write_full(arc, g, cx, len, queue)
+    g.take_lane(lane);
+    let r = if fast.is_some_and(|buf| g.write_fast(buf)) {
+        Poll::Ready(Ok(len))
+    } else {
+        poll_write_full(arc, &mut g, cx, len, queue)
+    };
+    let quiet = g.others_quiet();
+    lane.open(&g.core, quiet);
+    r
 }
 
 /// The full path of [`poll_write_shared`], kept out of line so that the fast path inlines.
 #[inline(never)]
 fn poll_write_full<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
-    mut g: MutexGuard<'_, Shared<T>>,
+    g: &mut MutexGuard<'_, Shared<T>>,
     cx: &mut Context<'_>,
     len: usize,
     queue: impl FnOnce(&mut Coalescer, usize, Instant),
 ) -> Poll<io::Result<usize>> {
     g.take_deferred()?;
     let now = {
-        let g = &mut *g;
+        let g = &mut **g;
         g.clock.for_write(&g.core)
     };
     if g.core.room() == 0 && len > 0 {
@@ -64,16 +72,18 @@ fn poll_write_full<T: AsyncWrite + Unpin + 'static>(
     if let Err(e) = g.drive(None, now) {
         g.defer(e);
     }
-    ensure_flusher(arc, &mut g, now);
+    ensure_flusher(arc, g, now);
     Poll::Ready(Ok(take))
 }
 
 fn poll_flush_shared<T: AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
+    lane: &mut Lane,
     cx: &mut Context<'_>,
     closing: bool,
 ) -> Poll<io::Result<()>> {
     let mut g = lock(arc);
+    g.take_lane(lane);
     g.take_deferred()?;
     if closing {
         g.core.close();
@@ -93,12 +103,17 @@ fn poll_flush_shared<T: AsyncWrite + Unpin + 'static>(
     }
 }
 
+/// `lane`: the writing handle's, when it reads too (the unsplit stream).
 fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + 'static>(
     arc: &Arc<Mutex<Shared<T>>>,
+    lane: Option<&mut Lane>,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
 ) -> Poll<io::Result<()>> {
     let mut g = lock(arc);
+    if let Some(lane) = lane {
+        g.take_lane(lane);
+    }
     let now = now();
     // Try the read first: input that is already there is read without flushing, so output
     // keeps coalescing; pending output stays bounded by the linger timer.
@@ -131,31 +146,43 @@ macro_rules! impl_async_write {
             /// [`Urgency`] (the async twin of [`crate::NaglessStream::write_with`]); waits
             /// only when nothing fits below the high-water mark.
             pub fn poll_write_with(
-                &self,
+                &mut self,
                 cx: &mut Context<'_>,
                 buf: &[u8],
                 urgency: Urgency,
             ) -> Poll<io::Result<usize>> {
-                let fast = (urgency == Urgency::Normal).then_some(buf);
-                poll_write_shared(&self.shared, cx, buf.len(), fast, |core, n, now| {
-                    core.write(&buf[..n], urgency, now)
-                })
+                let normal = urgency == Urgency::Normal;
+                if normal && self.lane.push(buf) {
+                    return Poll::Ready(Ok(buf.len()));
+                }
+                let fast = normal.then_some(buf);
+                poll_write_shared(
+                    &self.shared,
+                    &mut self.lane,
+                    cx,
+                    buf.len(),
+                    fast,
+                    |core, n, now| core.write(&buf[..n], urgency, now),
+                )
             }
 
             /// Queues `buf` with an explicit [`Urgency`], e.g. `SendNow` for a keepalive;
             /// returns how many bytes were accepted.
-            pub async fn write_with(&self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
+            pub async fn write_with(&mut self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
                 std::future::poll_fn(|cx| self.poll_write_with(cx, buf, urgency)).await
             }
 
             /// Bytes accepted but not yet taken by the socket.
             pub fn pending(&self) -> usize {
-                lock(&self.shared).core.pending()
+                lock(&self.shared).core.pending() + self.lane.len()
             }
 
             /// Per-stream counters.
             pub fn stats(&self) -> Stats {
-                lock(&self.shared).core.stats().clone()
+                let mut stats = lock(&self.shared).core.stats().clone();
+                stats.writes += self.lane.writes();
+                stats.bytes_written += self.lane.len() as u64;
+                stats
             }
         }
 
@@ -167,12 +194,13 @@ macro_rules! impl_async_write {
         }
 
         impl<T: AsyncWrite + Unpin + 'static> AsyncWrite for $ty<T> {
+            #[inline]
             fn poll_write(
                 self: Pin<&mut Self>,
                 cx: &mut Context<'_>,
                 buf: &[u8],
             ) -> Poll<io::Result<usize>> {
-                self.poll_write_with(cx, buf, Urgency::Normal)
+                self.get_mut().poll_write_with(cx, buf, Urgency::Normal)
             }
             /// Queues the slices as one message, as many bytes as fit below the high-water
             /// mark: hyper and rustls hand whole responses over this way.
@@ -182,37 +210,34 @@ macro_rules! impl_async_write {
                 bufs: &[IoSlice<'_>],
             ) -> Poll<io::Result<usize>> {
                 let total = bufs.iter().map(|b| b.len()).sum();
-                poll_write_shared(&self.shared, cx, total, None, |core, n, now| {
-                    queue_vectored(core, bufs, n, now)
-                })
+                let this = self.get_mut();
+                poll_write_shared(
+                    &this.shared,
+                    &mut this.lane,
+                    cx,
+                    total,
+                    None,
+                    |core, n, now| queue_vectored(core, bufs, n, now),
+                )
             }
             fn is_write_vectored(&self) -> bool {
                 true
             }
             fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                poll_flush_shared(&self.shared, cx, false)
+                let this = self.get_mut();
+                poll_flush_shared(&this.shared, &mut this.lane, cx, false)
             }
             fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                poll_flush_shared(&self.shared, cx, true)
+                let this = self.get_mut();
+                poll_flush_shared(&this.shared, &mut this.lane, cx, true)
             }
         }
         impl<T: AsyncWrite + Unpin + 'static> Drop for $ty<T> {
             fn drop(&mut self) {
+                if self.lane.writes() > 0 {
+                    lock(&self.shared).take_lane(&mut self.lane);
+                }
                 flush_on_drop(&self.shared);
-            }
-        }
-    };
-}
-
-macro_rules! impl_async_read {
-    ($ty:ident) => {
-        impl<T: AsyncRead + AsyncWrite + Unpin + 'static> AsyncRead for $ty<T> {
-            fn poll_read(
-                self: Pin<&mut Self>,
-                cx: &mut Context<'_>,
-                buf: &mut ReadBuf<'_>,
-            ) -> Poll<io::Result<()>> {
-                poll_read_shared(&self.shared, cx, buf)
             }
         }
     };
@@ -220,5 +245,24 @@ macro_rules! impl_async_read {
 
 impl_async_write!(NaglessStream);
 impl_async_write!(WriteHalf);
-impl_async_read!(NaglessStream);
-impl_async_read!(ReadHalf);
+
+impl<T: AsyncRead + AsyncWrite + Unpin + 'static> AsyncRead for NaglessStream<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        poll_read_shared(&this.shared, Some(&mut this.lane), cx, buf)
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + 'static> AsyncRead for ReadHalf<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        poll_read_shared(&self.shared, None, cx, buf)
+    }
+}

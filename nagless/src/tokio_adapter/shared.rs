@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use ::tokio::io::AsyncWrite;
 
+use super::lane::Lane;
 use super::tasks::Spawner;
 use crate::clock::Clock;
 use crate::coalescer::{drive, Coalescer, Drive, Transport};
@@ -125,6 +126,20 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
     pub(super) fn write_fast(&mut self, buf: &[u8]) -> bool {
         // A deferred error must meet the next write.
         self.deferred_error.is_none() && self.clock.join_burst(&mut self.core, buf)
+    }
+
+    /// Nobody but the writing handle can act on the queue for now: no linger deadline (no
+    /// timer task), no flusher, no error waiting to be returned (see [`Lane`]'s invariant).
+    pub(super) fn others_quiet(&self) -> bool {
+        self.core.policy().linger.is_none()
+            && !self.flusher_running
+            && self.deferred_error.is_none()
+    }
+
+    /// Takes what `lane` holds into the queue (before anything else the handle does).
+    #[inline]
+    pub(super) fn take_lane(&mut self, lane: &mut Lane) {
+        lane.hand_over(&mut self.core, &mut self.clock);
     }
 
     pub(super) fn defer(&mut self, e: io::Error) {
