@@ -36,13 +36,14 @@ impl<T: AsyncWrite + Unpin + 'static> WriteHalf<T> {
             return Err(ReuniteError(read, self));
         }
         let shared = Arc::clone(&self.shared);
-        lock(&shared).handles += 1;
+        let lane = {
+            let mut g = lock(&shared);
+            g.handles += 1;
+            Lane::new(g.core.policy(), false)
+        };
         drop(read);
         drop(self);
-        Ok(NaglessStream {
-            shared,
-            lane: Lane::new(false),
-        })
+        Ok(NaglessStream { shared, lane })
     }
 }
 

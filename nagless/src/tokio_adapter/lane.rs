@@ -2,8 +2,12 @@
 //! write half) keeps itself, without taking the shared lock, while no other party could need
 //! them before that handle's next call.
 
+use ::tokio::io::AsyncWrite;
+
+use super::shared::Shared;
 use crate::clock::Clock;
 use crate::coalescer::Coalescer;
+use crate::policy::FlushPolicy;
 
 /// Most bytes the lane holds before it hands them over (one copy into the shared queue).
 const LANE_MAX: usize = 64 * 1024;
@@ -12,8 +16,8 @@ const LANE_MAX: usize = 64 * 1024;
 ///
 /// Invariant: the lane holds bytes only while it is open, and it is opened (under the shared
 /// lock) only when nobody but its handle can act on those bytes before that handle's next
-/// call: the policy has no linger (no timer task would need them), no flusher runs, no error
-/// waits, and either the policy does not flush before reads or no other handle reads. It
+/// call: the policy has no linger (no timer task would need them) and either does not flush
+/// before reads or no other handle reads, no flusher runs and no error waits. It
 /// takes at most what [`Coalescer::quiet_room`] allows, so writing them could not have made
 /// anything due. Every other call of the handle hands the bytes over first (order is kept),
 /// under the same lock, and so does dropping it.
@@ -27,19 +31,21 @@ pub(super) struct Lane {
     /// The capacity the last handed-over buffer had: the next one starts there (the lane
     /// keeps no memory while it holds nothing).
     hint: usize,
-    /// Another handle (a read half) flushes the shared queue before it reads.
-    reader_elsewhere: bool,
+    /// The policy allows the lane for this handle: no linger, and no other handle (a read
+    /// half) that flushes the shared queue before it reads. (A tokio stream's policy is set
+    /// once, at its making.)
+    usable: bool,
 }
 
 impl Lane {
-    /// A closed lane; `reader_elsewhere` for a write half.
-    pub(super) const fn new(reader_elsewhere: bool) -> Self {
+    /// A closed lane for a handle under `policy`; `reader_elsewhere` for a write half.
+    pub(super) fn new(policy: &FlushPolicy, reader_elsewhere: bool) -> Self {
         Self {
             bytes: Vec::new(),
             end: 0,
             writes: 0,
             hint: 0,
-            reader_elsewhere,
+            usable: policy.linger.is_none() && !(reader_elsewhere && policy.before_read),
         }
     }
 
@@ -95,15 +101,12 @@ impl Lane {
             .reserve_exact(want.min(LANE_MAX) - self.bytes.len());
     }
 
-    /// Opens the lane if the state allows (see the invariant); `others_quiet`: no linger, no
-    /// flusher, no waiting error.
-    pub(super) fn open(&mut self, core: &Coalescer, others_quiet: bool) {
+    /// Opens the lane if the state allows (see the invariant), under the shared lock.
+    #[inline]
+    pub(super) fn open<T: AsyncWrite + Unpin>(&mut self, shared: &Shared<T>) {
         debug_assert_eq!(self.writes, 0, "opened while holding bytes");
-        let reads_flush = self.reader_elsewhere && core.policy().before_read;
-        self.end = if others_quiet && !reads_flush {
-            core.quiet_room().min(LANE_MAX)
-        } else {
-            0
-        };
+        if self.usable && shared.others_quiet() {
+            self.end = shared.core.quiet_room().min(LANE_MAX);
+        }
     }
 }

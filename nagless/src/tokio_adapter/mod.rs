@@ -150,6 +150,7 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
             ));
         }
         let waiters = Arc::new(WriteWaiters::default());
+        let lane = Lane::new(core.policy(), false);
         Ok(Self {
             shared: Arc::new(Mutex::new(Shared {
                 io,
@@ -164,20 +165,24 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
                 fanout: Waker::from(Arc::clone(&waiters)),
                 waiters,
             })),
-            lane: Lane::new(false),
+            lane,
         })
     }
 
     /// Splits into a read half and a write half sharing one queue: reading through the read
     /// half still flushes what the write half queued.
     pub fn into_split(self) -> (ReadHalf<T>, WriteHalf<T>) {
-        lock(&self.shared).handles += 2;
+        let lane = {
+            let mut g = lock(&self.shared);
+            g.handles += 2;
+            Lane::new(g.core.policy(), true)
+        };
         let other = Arc::clone(&self.shared);
         let shared = Arc::clone(&self.shared);
         drop(self);
         let write = WriteHalf {
             shared: other,
-            lane: Lane::new(true),
+            lane,
         };
         (ReadHalf { shared }, write)
     }

@@ -42,8 +42,7 @@ fn poll_write_shared<T: AsyncWrite + Unpin + 'static>(
     } else {
         poll_write_full(arc, &mut g, cx, len, queue)
     };
-    let quiet = g.others_quiet();
-    lane.open(&g.core, quiet);
+    lane.open(&g);
     r
 }
 
@@ -145,6 +144,9 @@ macro_rules! impl_async_write {
             /// Queues `buf` (or as much as fits below the high-water mark) with an explicit
             /// [`Urgency`] (the async twin of [`crate::NaglessStream::write_with`]); waits
             /// only when nothing fits below the high-water mark.
+            // Always inlined: the lane, and the shared fast path under the lock, are the cost
+            // of a small write; the full path stays out of line.
+            #[inline(always)]
             pub fn poll_write_with(
                 &mut self,
                 cx: &mut Context<'_>,

@@ -128,12 +128,11 @@ impl<T: AsyncWrite + Unpin> Shared<T> {
         self.deferred_error.is_none() && self.clock.join_burst(&mut self.core, buf)
     }
 
-    /// Nobody but the writing handle can act on the queue for now: no linger deadline (no
-    /// timer task), no flusher, no error waiting to be returned (see [`Lane`]'s invariant).
+    /// No background flusher runs and no error waits to be returned (with a policy the lane
+    /// is usable under, see [`Lane`]'s invariant: nobody but the writing handle can act on
+    /// the queue for now).
     pub(super) fn others_quiet(&self) -> bool {
-        self.core.policy().linger.is_none()
-            && !self.flusher_running
-            && self.deferred_error.is_none()
+        !self.flusher_running && self.deferred_error.is_none()
     }
 
     /// Takes what `lane` holds into the queue (before anything else the handle does).
