@@ -4,7 +4,9 @@
 //!
 //! - the std stream against `std::io::BufWriter<TcpStream>` (`write_all`);
 //! - the tokio adapter against `tokio::io::BufWriter<TcpStream>` (`write_all(..).await`);
-//! - the C API (`nagless_write`, called as a C program calls it) against `BufWriter`;
+//! - the C API (`nagless_write`, called as a C program calls it) against `BufWriter`, and
+//!   against C's own buffered writer, stdio (glibc's `fwrite_unlocked`, the fastest stdio
+//!   write) on a fully buffered `FILE` over the socket;
 //!
 //! with the default policy and with `explicit_only` (no linger deadline). Every socket has
 //! `TCP_NODELAY` (nagless sets it; the buffered writers' sockets get it too), so that the
@@ -121,12 +123,18 @@ fn per_write_stdio() -> f64 {
     let f = unsafe { libc::fdopen(fd, c"w".as_ptr()) };
     assert!(!f.is_null(), "fdopen: {}", std::io::Error::last_os_error());
     // SAFETY: `f` is a fresh FILE with no I/O done yet; a NULL buffer lets stdio allocate it.
-    assert_eq!(unsafe { libc::setvbuf(f, std::ptr::null_mut(), libc::_IOFBF, 64 * 1024) }, 0);
+    assert_eq!(
+        unsafe { libc::setvbuf(f, std::ptr::null_mut(), libc::_IOFBF, 64 * 1024) },
+        0
+    );
     let start = Instant::now();
     for i in 0..WRITES {
         let m = std::hint::black_box(&MESSAGE);
         // SAFETY: `f` is open; `m` is readable for its length.
-        assert_eq!(unsafe { fwrite_unlocked(m.as_ptr().cast(), 1, m.len(), f) }, 16);
+        assert_eq!(
+            unsafe { fwrite_unlocked(m.as_ptr().cast(), 1, m.len(), f) },
+            16
+        );
         if i % 1024 == 1023 {
             // SAFETY: `f` is open.
             assert_eq!(unsafe { fflush_unlocked(f) }, 0);
