@@ -123,21 +123,18 @@ fn per_write_stdio() -> f64 {
     let f = unsafe { libc::fdopen(fd, c"w".as_ptr()) };
     assert!(!f.is_null(), "fdopen: {}", std::io::Error::last_os_error());
     // SAFETY: `f` is a fresh FILE with no I/O done yet; a NULL buffer lets stdio allocate it.
-    assert_eq!(
-        unsafe { libc::setvbuf(f, std::ptr::null_mut(), libc::_IOFBF, 64 * 1024) },
-        0
-    );
+    let set = unsafe { libc::setvbuf(f, std::ptr::null_mut(), libc::_IOFBF, 64 * 1024) };
+    assert_eq!(set, 0);
     let start = Instant::now();
     for i in 0..WRITES {
         let m = std::hint::black_box(&MESSAGE);
         // SAFETY: `f` is open; `m` is readable for its length.
-        assert_eq!(
-            unsafe { fwrite_unlocked(m.as_ptr().cast(), 1, m.len(), f) },
-            16
-        );
+        let n = unsafe { fwrite_unlocked(m.as_ptr().cast(), 1, m.len(), f) };
+        assert_eq!(n, 16);
         if i % 1024 == 1023 {
             // SAFETY: `f` is open.
-            assert_eq!(unsafe { fflush_unlocked(f) }, 0);
+            let flushed = unsafe { fflush_unlocked(f) };
+            assert_eq!(flushed, 0);
         }
     }
     let ns = start.elapsed().as_nanos() as f64 / WRITES as f64;
