@@ -1,7 +1,8 @@
 //! What the workspace's integration tests share: finding the system tools they drive,
 //! skipping (or, under CI, failing) when a tool or root is missing, child processes stopped
-//! by their PID, tcpdump started and stopped, free loopback ports, and a lock that runs a
-//! test binary's timing-sensitive tests one at a time.
+//! by their PID, tcpdump started and stopped, free loopback ports, a lock that runs a test
+//! binary's timing-sensitive tests one at a time, and the check that a committed BPF object
+//! is built from its source ([`bpf_object`]).
 //!
 //! **Skip or fail.** `./scripts/test` (and so CI) installs every tool the tests drive and
 //! runs them as root. A plain `cargo test` on a machine without a tool, or without root,
@@ -11,6 +12,7 @@
 //! Dev-only (`publish = false`): used as a `[dev-dependencies]` entry by the crates whose
 //! tests need it.
 
+pub mod bpf_object;
 pub mod stall_match;
 
 use std::ffi::OsStr;
