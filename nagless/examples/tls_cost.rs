@@ -21,6 +21,13 @@
 //! `--only MODE` measures one of them (for a profiler).
 
 #[cfg(target_os = "linux")]
+#[path = "../tests/tls_support/pki.rs"]
+mod pki;
+#[cfg(target_os = "linux")]
+#[path = "../tests/tls_support/records.rs"]
+mod records;
+
+#[cfg(target_os = "linux")]
 #[allow(clippy::disallowed_methods)] // a benchmark reads the clock
 mod bench {
     use std::io::{Read, Write};
@@ -29,32 +36,19 @@ mod bench {
     use std::time::{Duration, Instant};
 
     use nagless::{FlushPolicy, NaglessStream, TcpInfo};
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use rustls::pki_types::ServerName;
 
     const PARTS: [usize; 3] = [20, 200, 20];
     const ANSWER: usize = 240;
 
+    use super::pki;
+    use super::records::RecordScan as Scan;
+
+    /// Configs for "localhost"; the server sends no session tickets, so every
+    /// application-data record the client counts is an answer's.
     pub fn configs() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).expect("cert");
-        let cert = CertificateDer::from(ck.cert.der().to_vec());
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
-        let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.clone()], key)
-            .expect("server config");
-        // No session tickets: every application-data record the client counts is an answer's.
-        server.send_tls13_tickets = 0;
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert).expect("root");
-        let client = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        (Arc::new(server), Arc::new(client))
+        let pki = pki::pki();
+        (pki.server, pki.client)
     }
 
     /// CPU time (user + system) of the calling thread.
@@ -176,35 +170,6 @@ mod bench {
         }
     }
 
-    /// Counts TLS records of type application_data by their headers.
-    #[derive(Default)]
-    struct Scan {
-        header: Vec<u8>,
-        skip: usize,
-        records: u64,
-    }
-
-    impl Scan {
-        fn feed(&mut self, mut b: &[u8]) {
-            while !b.is_empty() {
-                if self.skip > 0 {
-                    let n = self.skip.min(b.len());
-                    self.skip -= n;
-                    b = &b[n..];
-                    continue;
-                }
-                let n = (5 - self.header.len()).min(b.len());
-                self.header.extend_from_slice(&b[..n]);
-                b = &b[n..];
-                if self.header.len() == 5 {
-                    self.records += u64::from(self.header[0] == 23);
-                    self.skip = usize::from(u16::from_be_bytes([self.header[3], self.header[4]]));
-                    self.header.clear();
-                }
-            }
-        }
-    }
-
     /// The client: returns (records, latencies) of the counted answers.
     fn client(
         addr: std::net::SocketAddr,
@@ -243,7 +208,7 @@ mod bench {
             };
         // The warm-up round (the handshake's last flight may share it) is not counted.
         round(&mut conn, &mut tcp, &mut scan);
-        let before = scan.records;
+        let before = scan.app_records;
         let mut lat = Vec::with_capacity(answers);
         for _ in 0..answers {
             let t = Instant::now();
@@ -253,7 +218,7 @@ mod bench {
         let suite = conn
             .negotiated_cipher_suite()
             .map_or("none".into(), |s| format!("{:?}", s.suite()));
-        (scan.records - before, lat, suite)
+        (scan.app_records - before, lat, suite)
     }
 
     pub fn measure(

@@ -2,8 +2,7 @@
 //! send (0: `WouldBlock`), with a real rustls client decrypting what it sent.
 use super::*;
 use proptest::prelude::*;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use std::sync::Arc;
+use rustls::pki_types::ServerName;
 
 /// Server-to-client bytes, limited per send by `budgets` (cycled); client-to-server bytes
 /// read until empty (then `WouldBlock`).
@@ -49,28 +48,14 @@ impl Read for Pipe {
     }
 }
 
+#[path = "../../tests/tls_support/pki.rs"]
+mod pki;
+
 fn pair() -> (rustls::ServerConnection, rustls::ClientConnection) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let cert = CertificateDer::from(ck.cert.der().to_vec());
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
-    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], key)
-        .unwrap();
-    server.send_tls13_tickets = 0;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let pki = pki::pki();
     (
-        rustls::ServerConnection::new(Arc::new(server)).unwrap(),
-        rustls::ClientConnection::new(Arc::new(client), ServerName::try_from("localhost").unwrap())
+        rustls::ServerConnection::new(pki.server).unwrap(),
+        rustls::ClientConnection::new(pki.client, ServerName::try_from("localhost").unwrap())
             .unwrap(),
     )
 }

@@ -10,101 +10,13 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::ServerName;
 
-#[cfg_attr(not(unix), allow(dead_code))] // the PEM files are for the `openssl` command
-pub struct Pki {
-    pub server: Arc<rustls::ServerConfig>,
-    pub client: Arc<rustls::ClientConfig>,
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-/// A self-signed certificate for "localhost" and configs that trust it. The server sends no
-/// session tickets, so that every application-data record after the handshake is ours.
-pub fn pki() -> Pki {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    let cert = CertificateDer::from(ck.cert.der().to_vec());
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
-    let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], key)
-        .unwrap();
-    server.send_tls13_tickets = 0;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).unwrap();
-    let client = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Pki {
-        server: Arc::new(server),
-        client: Arc::new(client),
-        cert_pem: pem("CERTIFICATE", ck.cert.der()),
-        key_pem: pem("PRIVATE KEY", &ck.key_pair.serialize_der()),
-    }
-}
-
-/// PEM armour for DER bytes (base64 in 64-column lines).
-fn pem(label: &str, der: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut b64 = String::new();
-    for c in der.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                b64.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                b64.push('=');
-            }
-        }
-    }
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).unwrap());
-        out.push('\n');
-    }
-    out + &format!("-----END {label}-----\n")
-}
-
-/// Counts TLS records in a byte stream by their 5-byte headers.
-#[derive(Default)]
-pub struct RecordScan {
-    header: Vec<u8>,
-    skip: usize,
-    /// Records of content type application_data (23): in TLS 1.3 every record after the
-    /// handshake, alerts and key updates included.
-    pub app_records: u64,
-}
-
-impl RecordScan {
-    fn feed(&mut self, mut b: &[u8]) {
-        while !b.is_empty() {
-            if self.skip > 0 {
-                let n = self.skip.min(b.len());
-                self.skip -= n;
-                b = &b[n..];
-                continue;
-            }
-            let n = (5 - self.header.len()).min(b.len());
-            self.header.extend_from_slice(&b[..n]);
-            b = &b[n..];
-            if self.header.len() == 5 {
-                if self.header[0] == 23 {
-                    self.app_records += 1;
-                }
-                self.skip = usize::from(u16::from_be_bytes([self.header[3], self.header[4]]));
-                self.header.clear();
-            }
-        }
-    }
-}
+mod pki;
+mod records;
+#[allow(unused_imports)] // `Pki` is named by some test files only
+pub use pki::{pki, Pki};
+pub use records::RecordScan;
 
 /// A rustls client on a plain socket that sees every byte it receives.
 pub struct Peer {
