@@ -126,7 +126,7 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
         if d.flows.is_empty() {
             return Err(format!(
                 "no flow {n} in {name} ({} flow(s) match; give a number from the report)",
-                d.flows_total
+                d.flows_matching
             ));
         }
     }

@@ -146,6 +146,18 @@ fn a_capture_with_nothing_to_judge_exits_3_and_says_why() {
         let _ = w.write_all(&tcp());
     });
     assert_eq!(r.code, Some(0), "{}", r.stderr);
+    // A flow number the capture does not have: the error counts the flows it does have.
+    for n in ["0", "2"] {
+        let r = doctor(&["--flow", n], move |w| {
+            let _ = w.write_all(&tcp());
+        });
+        assert_eq!(r.code, Some(2), "{}", r.stderr);
+        assert!(
+            r.stderr.contains(&format!("no flow {n} in")) && r.stderr.contains("(1 flow(s) match"),
+            "{}",
+            r.stderr
+        );
+    }
 }
 
 /// A million distinct SYNs (each a flow of its own, none ending; the hostile capture):

@@ -94,7 +94,7 @@ pub fn diagnose_reader(
             }
             continue;
         }
-        if let Some(s) = packet::decode(rec.linktype, rec.data) {
+        if let Some(s) = packet::decode(rec.linktype, rec.data, rec.orig_len) {
             tcp_segments += 1;
             let us = rec.ts_ns.saturating_sub(origin) / 1000;
             analyzer.push(rec.frame, us, &s);

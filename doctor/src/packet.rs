@@ -75,8 +75,8 @@ pub fn supported_linktype(lt: u32) -> bool {
     ) || LINKTYPE_RAW_ALT.contains(&lt)
 }
 
-/// Decodes a frame of link type `linktype`.
-pub fn decode(linktype: u32, frame: &[u8]) -> Option<Segment> {
+/// Decodes a frame of link type `linktype` that was `wire_len` bytes long on the wire.
+pub fn decode(linktype: u32, frame: &[u8], wire_len: u32) -> Option<Segment> {
     let ip = match linktype {
         LINKTYPE_ETHERNET => {
             let mut et = be16(frame, 12)?;
@@ -100,14 +100,26 @@ pub fn decode(linktype: u32, frame: &[u8]) -> Option<Segment> {
         LINKTYPE_RAW | LINKTYPE_IPV4 | LINKTYPE_IPV6 => frame,
         _ => return None,
     };
-    decode_ip(ip)
+    // The IP packet's length on the wire: the frame's, less the link header.
+    let link_header = frame.len() - ip.len();
+    let ip_wire_len = usize::try_from(wire_len)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(link_header);
+    decode_ip(ip, ip_wire_len)
 }
 
-fn decode_ip(ip: &[u8]) -> Option<Segment> {
+/// Decodes an IP packet `wire_len` bytes long on the wire. An IP length of 0 is read as
+/// segmentation offload (TSO/GSO: a sender-side capture sees the large segment before the
+/// NIC cuts it, its length field left 0, as Wireshark reports it): the length is the
+/// packet's on the wire.
+fn decode_ip(ip: &[u8], wire_len: usize) -> Option<Segment> {
     match ip.first()? >> 4 {
         4 => {
             let ihl = usize::from(ip[0] & 0x0f) * 4;
-            let total = usize::from(be16(ip, 2)?);
+            let total = match usize::from(be16(ip, 2)?) {
+                0 => wire_len,
+                n => n,
+            };
             let frag = be16(ip, 6)?;
             if *ip.get(9)? != 6 || frag & 0x3fff != 0 || ihl < 20 || total < ihl {
                 return None;
@@ -117,7 +129,10 @@ fn decode_ip(ip: &[u8]) -> Option<Segment> {
             tcp(ip.get(ihl..)?, total - ihl, src.into(), dst.into())
         }
         6 => {
-            let payload = usize::from(be16(ip, 4)?);
+            let payload = match usize::from(be16(ip, 4)?) {
+                0 => wire_len.checked_sub(40)?,
+                n => n,
+            };
             let mut next = *ip.get(6)?;
             let src: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
             let dst: [u8; 16] = ip.get(24..40)?.try_into().ok()?;
@@ -223,14 +238,15 @@ pub(crate) mod tests {
         sll2.extend_from_slice(&ip);
         let mut null = 2u32.to_le_bytes().to_vec();
         null.extend_from_slice(&ip);
-        let want = decode(LINKTYPE_RAW, &ip).unwrap();
+        let want = decode(LINKTYPE_RAW, &ip, 140).unwrap();
         assert_eq!(
             want.len, 100,
             "payload length from the IP header, none captured"
         );
         assert_eq!(want.src.1, 1234);
         for (lt, f) in [(1, eth), (113, sll), (276, sll2), (0, null)] {
-            assert_eq!(decode(lt, &f), Some(want), "linktype {lt}");
+            let wire = 140 + (f.len() - ip.len()) as u32;
+            assert_eq!(decode(lt, &f, wire), Some(want), "linktype {lt}");
         }
     }
 
@@ -244,13 +260,37 @@ pub(crate) mod tests {
         ip6.extend_from_slice(&[
             0x1f, 0x90, 0x04, 0xd2, 0, 0, 0, 1, 0, 0, 0, 2, 0x50, 0x12, 0, 0, 0, 0, 0, 0,
         ]);
-        let s = decode(LINKTYPE_RAW, &ip6).unwrap();
+        let s = decode(LINKTYPE_RAW, &ip6, 60).unwrap();
         assert_eq!(s.src.1, 8080);
         assert_eq!(s.len, 0);
         assert_eq!(s.flags, 0x12);
         let mut udp = ipv4_tcp(1, 2, 0, 0);
         udp[9] = 17;
-        assert_eq!(decode(LINKTYPE_RAW, &udp), None);
-        assert_eq!(decode(LINKTYPE_ETHERNET, &[0; 5]), None);
+        assert_eq!(decode(LINKTYPE_RAW, &udp, 40), None);
+        assert_eq!(decode(LINKTYPE_ETHERNET, &[0; 5], 5), None);
+    }
+
+    /// A sender-side capture of a segmentation-offload segment: IP length 0, the segment's
+    /// length from the frame's on the wire (its payload need not be captured).
+    #[test]
+    fn an_offloaded_segment_counts_its_length_on_the_wire() {
+        let mut ip = ipv4_tcp(1234, 80, flags::ACK, 0);
+        ip[2..4].copy_from_slice(&[0, 0]);
+        let mut eth = vec![0; 12];
+        eth.extend_from_slice(&[0x08, 0x00]);
+        eth.extend_from_slice(&ip);
+        let s = decode(LINKTYPE_ETHERNET, &eth, 14 + 40 + 4096).unwrap();
+        assert_eq!(s.len, 4096);
+        assert_eq!(decode(LINKTYPE_RAW, &ip, 40 + 4000).unwrap().len, 4000);
+
+        let mut ip6 = vec![0x60, 0, 0, 0, 0, 0, 6, 64];
+        ip6.extend_from_slice(&[0; 32]);
+        ip6.extend_from_slice(&ip[20..]);
+        assert_eq!(
+            decode(LINKTYPE_RAW, &ip6, 40 + 20 + 9000).unwrap().len,
+            9000
+        );
+        // A frame whose wire length does not even hold the headers is not a segment.
+        assert_eq!(decode(LINKTYPE_RAW, &ip, 30), None);
     }
 }

@@ -145,6 +145,7 @@ impl Analyzer {
     }
 
     fn finish_flow(&mut self, f: Flow) {
+        self.outcome.flows_matching += 1;
         if self.opts.flow.is_some_and(|n| n != f.index) {
             return;
         }

@@ -210,8 +210,11 @@ pub struct Service {
 /// fields at its top level).
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Outcome {
-    /// Flows analysed (after filters).
+    /// Flows analysed (after filters; with `--flow`, the one it names).
     pub flows_total: u64,
+    /// Flows that matched the filters, the one `--flow` names or not (for its error).
+    #[serde(skip)]
+    pub flows_matching: u64,
     /// Flows with stalls.
     pub flows_with_stalls: u64,
     /// Stalls in all flows.
