@@ -1,6 +1,7 @@
 //! What `nagless run` reads of a program before starting it: whether it is an ELF file that
 //! asks for a dynamic loader (a preloaded library needs one) and whether it is a Go program
-//! (Go makes its socket calls without libc). Only the headers are read: the ELF header, the
+//! (Go makes its socket calls without libc), and what it runs on (a loader preloads only a
+//! library built for the same). Only the headers are read: the ELF header, the
 //! program headers and the section headers with their names, a few kilobytes whatever the
 //! program's size (reading a whole 100 MB binary made every `nagless run` of it slow).
 
@@ -14,6 +15,29 @@ pub struct Elf {
     /// It carries Go's build information (a `.go.buildinfo` section, or, in a file without
     /// section headers, Go's build-info magic anywhere).
     pub is_go: bool,
+    /// What it runs on: 64-bit (ELF class 2), and its machine (`e_machine`).
+    pub arch: Arch,
+}
+
+/// An ELF file's class and machine: a loader only preloads a library of its program's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arch {
+    pub is64: bool,
+    pub machine: u64,
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bits = if self.is64 { 64 } else { 32 };
+        match self.machine {
+            3 => write!(f, "32-bit x86"),
+            62 => write!(f, "x86-64"),
+            40 => write!(f, "32-bit ARM"),
+            183 => write!(f, "AArch64"),
+            243 => write!(f, "{bits}-bit RISC-V"),
+            m => write!(f, "{bits}-bit ELF machine {m}"),
+        }
+    }
 }
 
 /// Most program headers and section headers read, the largest entry size believed, and most
@@ -82,6 +106,10 @@ impl Elf {
         } else {
             (x.get(&h, 0x1c, 4)?, x.get(&h, 0x20, 4)?)
         };
+        let arch = Arch {
+            is64,
+            machine: x.get(&h, 0x12, 2)?,
+        };
         let at = if is64 { 0x36 } else { 0x2a };
         let phentsize = x.get(&h, at, 2)?.min(MAX_ENTRY);
         let phnum = x.get(&h, at + 2, 2)?.min(MAX_HEADERS);
@@ -100,7 +128,11 @@ impl Elf {
             // A broken section table says nothing of Go; what the program headers said holds.
             go_section(&img, &x, is64, shoff, shentsize, shnum, shstrndx).unwrap_or(false)
         };
-        Some(Elf { has_interp, is_go })
+        Some(Elf {
+            has_interp,
+            is_go,
+            arch,
+        })
     }
 }
 

@@ -193,6 +193,23 @@ pub fn unreachable_reason(path: &Path) -> Option<String> {
     None
 }
 
+/// Why the loader would skip `shim` for the program at `path`, if it would: they are built
+/// for different machines (a 32-bit program and a 64-bit shim). The loader would print an
+/// error of its own on the program's stderr and run it without the shim.
+fn arch_mismatch(path: &Path, shim: &Path) -> Option<String> {
+    let arch = |p: &Path| Some(crate::elf::Elf::read(&std::fs::File::open(p).ok()?)?.arch);
+    let (program, lib) = (arch(path)?, arch(shim)?);
+    (program != lib).then(|| {
+        format!(
+            "{} is a {program} program and the shim ({}) is built for {lib}: the loader would \
+             not load it. Build the shim for {program} and name it in NAGLESS_PRELOAD (see \
+             docs/shim.md)",
+            path.display(),
+            shim.display()
+        )
+    })
+}
+
 /// Why the loader would run `path` in secure-execution mode, where it ignores `LD_PRELOAD`
 /// (the kernel's rule: a set-user-ID program of another user than the real one, a
 /// set-group-ID program of another group than the real one, or one with file capabilities
@@ -276,6 +293,9 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
         .map(stats_file_path)
         .transpose()?;
     let shim = find_shim()?;
+    if let Some(reason) = arch_mismatch(&path, &shim) {
+        return Err(reason);
+    }
     let mut preload = OsString::from(shim.as_os_str());
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         preload.push(":");

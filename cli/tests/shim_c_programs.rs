@@ -442,3 +442,33 @@ fn a_select_on_sets_sized_by_nfds_is_probed_within_them() {
     let ready: u64 = run.stats().iter().map(|s| s["ready"]).sum();
     assert!(ready >= 1, "the probe found the descriptor ready: {stderr}");
 }
+
+/// A 32-bit program under the 64-bit shim `nagless` carries is refused with the fix (exit 2),
+/// not started with the loader's "wrong ELF class" error on its stderr and no shim.
+#[test]
+fn a_program_built_for_another_machine_is_refused_with_the_fix() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("m32-refused");
+    std::fs::create_dir_all(&dir).unwrap();
+    let program = dir.join("shim_cases");
+    let gcc = compile_c("shim_cases", &program, &["-m32"]);
+    if !gcc.status.success() {
+        common::skip(&format!(
+            "gcc -m32 did not build shim_cases.c (is gcc-multilib installed?): {}",
+            String::from_utf8_lossy(&gcc.stderr)
+        ));
+        return;
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args(["run", "--"])
+        .arg(&program)
+        .env_remove("NAGLESS_PRELOAD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is a 32-bit x86 program") && stderr.contains("NAGLESS_PRELOAD"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("ld.so"), "{stderr}");
+}

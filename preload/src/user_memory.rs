@@ -49,6 +49,37 @@ fn probes(p: usize, len: usize) -> impl Iterator<Item = usize> {
         .chain(std::iter::once(last))
 }
 
+/// Pages a hook call already found readable (or writable): a later probe of the same call
+/// whose 8 bytes lie in them is skipped. Access is granted page by page, and one call's
+/// regions often share a page (the first and last 8 bytes of a small region; a `select`'s
+/// three sets, side by side on the program's stack): one probe per page, not per region end.
+#[derive(Default)]
+pub struct Checked {
+    /// (page number, found writable), the first few found.
+    pages: [(usize, bool); 6],
+    n: usize,
+}
+
+impl Checked {
+    fn has(&self, page: usize, write: bool) -> bool {
+        self.pages[..self.n].contains(&(page, write))
+    }
+
+    /// Whether the probe at `a` would only check pages already found good.
+    fn covers(&self, a: usize, write: bool) -> bool {
+        self.has(a / PAGE, write) && self.has((a + PROBE - 1) / PAGE, write)
+    }
+
+    fn add(&mut self, a: usize, write: bool) {
+        for page in [a / PAGE, (a + PROBE - 1) / PAGE] {
+            if self.n < self.pages.len() && !self.has(page, write) {
+                self.pages[self.n] = (page, write);
+                self.n += 1;
+            }
+        }
+    }
+}
+
 /// Whether the probe at `a` (reading there, or writing there if `write`) succeeds.
 fn probe_ok(a: usize, write: bool) -> bool {
     crate::sys::quietly(|| {
@@ -65,7 +96,7 @@ fn probe_ok(a: usize, write: bool) -> bool {
 /// shorter than a probe (a 32-bit program's `select` set of one `long`) is readable if the 8
 /// bytes from its start, or the 8 bytes that end with it, are: either covers every page it
 /// touches.
-fn readable(src: *const u8, len: usize) -> bool {
+fn readable(checked: &mut Checked, src: *const u8, len: usize) -> bool {
     let p = src as usize;
     if len == 0 {
         return true;
@@ -73,10 +104,20 @@ fn readable(src: *const u8, len: usize) -> bool {
     if p.checked_add(len.max(PROBE)).is_none() {
         return false;
     }
+    let mut probe = |a: usize| {
+        if checked.covers(a, false) {
+            return true;
+        }
+        let ok = probe_ok(a, false);
+        if ok {
+            checked.add(a, false);
+        }
+        ok
+    };
     if len < PROBE {
-        return probe_ok(p, false) || (p + len >= PROBE && probe_ok(p + len - PROBE, false));
+        return probe(p) || (p + len >= PROBE && probe(p + len - PROBE));
     }
-    probes(p, len).all(|a| probe_ok(a, false))
+    probes(p, len).all(probe)
 }
 
 /// Whether the 4 bytes at `dst` can be written: `getresuid` writes a 4-byte ID to each of its
@@ -100,7 +141,7 @@ fn writable4(dst: *mut u8, saved: &[u8]) -> bool {
 
 /// Whether `len` bytes at `dst` can be written by the program, probed by writes undone at
 /// once from `saved` (what the region holds now, `len` bytes, read first).
-fn writable(dst: *mut u8, len: usize, saved: &[u8]) -> bool {
+fn writable(checked: &mut Checked, dst: *mut u8, len: usize, saved: &[u8]) -> bool {
     debug_assert_eq!(saved.len(), len);
     if len < PROBE {
         // Only a 32-bit `long` comes this small; anything else is refused (the caller then
@@ -111,12 +152,16 @@ fn writable(dst: *mut u8, len: usize, saved: &[u8]) -> bool {
         return false;
     }
     probes(dst as usize, len).all(|a| {
+        if checked.covers(a, true) {
+            return true;
+        }
         let ok = probe_ok(a, true);
         if ok {
             let at = a - dst as usize;
             // SAFETY: the probe just wrote these 8 bytes: they are writable; `saved` holds
             // what was there (the region was read before).
             unsafe { std::ptr::copy_nonoverlapping(saved[at..].as_ptr(), a as *mut u8, PROBE) };
+            checked.add(a, true);
         }
         ok
     })
@@ -125,7 +170,13 @@ fn writable(dst: *mut u8, len: usize, saved: &[u8]) -> bool {
 /// Copies `dst.len()` bytes from the program's address `src`; false if any of them cannot be
 /// read.
 pub fn read_bytes(src: *const u8, dst: &mut [u8]) -> bool {
-    if !readable(src, dst.len()) {
+    read_bytes_in(&mut Checked::default(), src, dst)
+}
+
+/// [`read_bytes`], one of several regions a hook call reads: pages `checked` holds are not
+/// probed again, and the pages found readable join it.
+pub fn read_bytes_in(checked: &mut Checked, src: *const u8, dst: &mut [u8]) -> bool {
+    if !readable(checked, src, dst.len()) {
         return false;
     }
     // SAFETY: every page of the region was just found readable; `dst` is ours.
@@ -134,9 +185,10 @@ pub fn read_bytes(src: *const u8, dst: &mut [u8]) -> bool {
 }
 
 /// Copies `src` to the program's address `dst`, whose bytes are now `was` (read before);
-/// false if any byte cannot be written.
-pub fn write_bytes(dst: *mut u8, src: &[u8], was: &[u8]) -> bool {
-    if !writable(dst, src.len(), was) {
+/// false if any byte cannot be written. One of several regions a hook call writes: as
+/// [`read_bytes_in`], pages `checked` holds are not probed again.
+pub fn write_bytes_in(checked: &mut Checked, dst: *mut u8, src: &[u8], was: &[u8]) -> bool {
+    if !writable(checked, dst, src.len(), was) {
         return false;
     }
     // SAFETY: every page of the region was just found writable.

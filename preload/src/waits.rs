@@ -120,6 +120,8 @@ pub fn select_probe(
         // SAFETY: an fd_set is plain bytes, `set_size` >= `bytes` of them.
         unsafe { std::slice::from_raw_parts_mut((c as *mut libc::fd_set).cast::<u8>(), bytes) }
     };
+    // One probe per page for the three sets (they usually share one), not two per set.
+    let mut checked = crate::user_memory::Checked::default();
     let mut sets = [None, None, None];
     for (set, p) in sets.iter_mut().zip([r, w, e]) {
         if p.is_null() {
@@ -127,7 +129,11 @@ pub fn select_probe(
         }
         // SAFETY: an all-zero fd_set is valid.
         let mut c: libc::fd_set = unsafe { std::mem::zeroed() };
-        if !crate::user_memory::read_bytes(p.cast::<u8>().cast_const(), as_bytes(&mut c)) {
+        if !crate::user_memory::read_bytes_in(
+            &mut checked,
+            p.cast::<u8>().cast_const(),
+            as_bytes(&mut c),
+        ) {
             return 0;
         }
         *set = Some(c);
@@ -142,8 +148,8 @@ pub fn select_probe(
     if ready > 0 {
         for ((to, from), mut was) in [r, w, e].into_iter().zip(sets.iter_mut()).zip(was) {
             if let (Some(from), Some(was)) = (from, was.as_mut()) {
-                if !crate::user_memory::write_bytes(to.cast::<u8>(), as_bytes(from), as_bytes(was))
-                {
+                let (to, from, was) = (to.cast::<u8>(), as_bytes(from), as_bytes(was));
+                if !crate::user_memory::write_bytes_in(&mut checked, to, from, was) {
                     set_errno(libc::EFAULT);
                     return -1;
                 }
