@@ -19,23 +19,31 @@ pub struct Elf {
     pub arch: Arch,
 }
 
-/// An ELF file's class and machine: a loader only preloads a library of its program's own.
+/// An ELF file's class, byte order and machine: a loader only preloads a library built for
+/// the same as its program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arch {
     pub is64: bool,
+    pub little_endian: bool,
     pub machine: u64,
 }
 
 impl std::fmt::Display for Arch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let bits = if self.is64 { 64 } else { 32 };
-        match self.machine {
-            3 => write!(f, "32-bit x86"),
-            62 => write!(f, "x86-64"),
-            40 => write!(f, "32-bit ARM"),
-            183 => write!(f, "AArch64"),
-            243 => write!(f, "{bits}-bit RISC-V"),
-            m => write!(f, "{bits}-bit ELF machine {m}"),
+        let order = if self.little_endian {
+            ""
+        } else {
+            ", big-endian"
+        };
+        match (self.machine, self.is64) {
+            (3, false) => write!(f, "32-bit x86"),
+            (62, true) => write!(f, "x86-64"),
+            (62, false) => write!(f, "x32 (x86-64 with 32-bit pointers)"),
+            (40, false) => write!(f, "32-bit ARM{order}"),
+            (183, true) => write!(f, "AArch64{order}"),
+            (243, _) => write!(f, "{bits}-bit RISC-V"),
+            (m, _) => write!(f, "{bits}-bit ELF machine {m}{order}"),
         }
     }
 }
@@ -108,6 +116,7 @@ impl Elf {
         };
         let arch = Arch {
             is64,
+            little_endian: x.le,
             machine: x.get(&h, 0x12, 2)?,
         };
         let at = if is64 { 0x36 } else { 0x2a };

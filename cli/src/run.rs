@@ -201,8 +201,8 @@ fn arch_mismatch(path: &Path, shim: &Path) -> Option<String> {
     let (program, lib) = (arch(path)?, arch(shim)?);
     (program != lib).then(|| {
         format!(
-            "{} is a {program} program and the shim ({}) is built for {lib}: the loader would \
-             not load it. Build the shim for {program} and name it in NAGLESS_PRELOAD (see \
+            "{} is built for {program} and the shim ({}) for {lib}: the loader would not \
+             load it. Build the shim for {program} and name it in NAGLESS_PRELOAD (see \
              docs/shim.md)",
             path.display(),
             shim.display()

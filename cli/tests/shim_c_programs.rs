@@ -467,7 +467,8 @@ fn a_program_built_for_another_machine_is_refused_with_the_fix() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("is a 32-bit x86 program") && stderr.contains("NAGLESS_PRELOAD"),
+        stderr.contains("is built for 32-bit x86 and the shim")
+            && stderr.contains("NAGLESS_PRELOAD"),
         "{stderr}"
     );
     assert!(!stderr.contains("ld.so"), "{stderr}");

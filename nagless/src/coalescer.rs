@@ -246,13 +246,14 @@ impl Coalescer {
 
     /// Queues `data`, the bytes of `writes` normal writes an I/O layer held back (at most
     /// [`quiet_room`](Self::quiet_room) − 1 of them, taken while nothing else acted on the
-    /// queue), counted as that many writes; large buffers are queued without a copy. Nothing
-    /// becomes due.
+    /// queue), counted as that many writes. They are copied as the writes would have been
+    /// (into the tail buffer: the queue's slices are the same as without holding them back).
+    /// Nothing becomes due.
     #[cfg(feature = "tokio")]
-    pub(crate) fn write_staged(&mut self, data: Vec<u8>, writes: u64, now: Instant) {
+    pub(crate) fn write_staged(&mut self, data: &[u8], writes: u64, now: Instant) {
         let len = data.len();
         debug_assert!(writes > 0 && len < self.quiet_room());
-        self.queue.push_owned(data);
+        self.queue.push_copy(data);
         self.after_write(len, Urgency::Normal, now);
         self.stats.writes += writes.saturating_sub(1);
         self.refresh_quiet();

@@ -185,93 +185,124 @@ fn urgency(u: u8) -> Urgency {
     }
 }
 
+/// Runs `ops` on a stream under `policy` and on the bare core, comparing after every step.
+fn against_the_core(policy: FlushPolicy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let rec = Recorder::default();
+    let mut h = Handles::Whole(NaglessStream::from_io(rec.clone(), policy.clone()).unwrap());
+    let mut r = Reference {
+        core: Coalescer::new(policy),
+        wire: Wire::default(),
+    };
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut fill = 0u8;
+    let mut bytes = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                fill = fill.wrapping_add(1);
+                fill
+            })
+            .collect()
+    };
+    for op in ops {
+        match op {
+            Op::Write(n, u) => {
+                let data = bytes(n);
+                let got = match &mut h {
+                    Handles::Whole(s) => s.poll_write_with(&mut cx, &data, urgency(u)),
+                    Handles::Split(_, w) => w.poll_write_with(&mut cx, &data, urgency(u)),
+                    Handles::Gone => unreachable!(),
+                };
+                let want = r.write(&[data], Some(urgency(u)));
+                prop_assert!(
+                    matches!(got, Poll::Ready(Ok(n)) if n == want),
+                    "{got:?}, want {want}"
+                );
+            }
+            Op::Vectored(lens) => {
+                let parts: Vec<Vec<u8>> = lens.into_iter().map(&mut bytes).collect();
+                let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
+                let got = match &mut h {
+                    Handles::Whole(s) => Pin::new(s).poll_write_vectored(&mut cx, &slices),
+                    Handles::Split(_, w) => Pin::new(w).poll_write_vectored(&mut cx, &slices),
+                    Handles::Gone => unreachable!(),
+                };
+                let want = r.write(&parts, None);
+                prop_assert!(
+                    matches!(got, Poll::Ready(Ok(n)) if n == want),
+                    "{got:?}, want {want}"
+                );
+            }
+            Op::Flush => {
+                let got = match &mut h {
+                    Handles::Whole(s) => Pin::new(s).poll_flush(&mut cx),
+                    Handles::Split(_, w) => Pin::new(w).poll_flush(&mut cx),
+                    Handles::Gone => unreachable!(),
+                };
+                prop_assert!(matches!(got, Poll::Ready(Ok(()))));
+                r.core.flush();
+                r.drive();
+            }
+            Op::Read => {
+                let mut buf = [0u8; 16];
+                let mut rb = ReadBuf::new(&mut buf);
+                let got = match &mut h {
+                    Handles::Whole(s) => Pin::new(s).poll_read(&mut cx, &mut rb),
+                    Handles::Split(rh, _) => Pin::new(rh).poll_read(&mut cx, &mut rb),
+                    Handles::Gone => unreachable!(),
+                };
+                prop_assert!(got.is_pending());
+                r.core.before_read();
+                r.drive();
+            }
+            Op::Split => {
+                h = match std::mem::replace(&mut h, Handles::Gone) {
+                    Handles::Whole(s) => {
+                        let (rh, w) = s.into_split();
+                        Handles::Split(rh, w)
+                    }
+                    Handles::Split(rh, w) => Handles::Whole(w.reunite(rh).unwrap()),
+                    Handles::Gone => unreachable!(),
+                };
+            }
+        }
+        let (pending, stats) = match &h {
+            Handles::Whole(s) => (s.pending(), s.stats()),
+            Handles::Split(_, w) => (w.pending(), w.stats()),
+            Handles::Gone => unreachable!(),
+        };
+        let wire = rec.0.lock().unwrap();
+        prop_assert_eq!(&wire.out, &r.wire.out);
+        prop_assert_eq!(&wire.calls, &r.wire.calls);
+        prop_assert_eq!(pending, r.core.pending());
+        prop_assert_eq!(stats.writes, r.core.stats().writes);
+        prop_assert_eq!(stats.bytes_written, r.core.stats().bytes_written);
+    }
+    // Dropping the last handle sends everything, the lane's bytes included.
+    drop(h);
+    r.core.close();
+    r.drive();
+    prop_assert_eq!(&rec.0.lock().unwrap().out, &r.wire.out);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn the_lane_sends_what_the_core_alone_sends(policy in policy(), ops in proptest::collection::vec(op(), 0..120)) {
-        let rec = Recorder::default();
-        let mut h = Handles::Whole(NaglessStream::from_io(rec.clone(), policy.clone()).unwrap());
-        let mut r = Reference { core: Coalescer::new(policy), wire: Wire::default() };
-        let mut cx = Context::from_waker(Waker::noop());
-        let mut fill = 0u8;
-        let mut bytes = |n: usize| -> Vec<u8> {
-            (0..n).map(|_| { fill = fill.wrapping_add(1); fill }).collect()
-        };
-        for op in ops {
-            match op {
-                Op::Write(n, u) => {
-                    let data = bytes(n);
-                    let got = match &mut h {
-                        Handles::Whole(s) => s.poll_write_with(&mut cx, &data, urgency(u)),
-                        Handles::Split(_, w) => w.poll_write_with(&mut cx, &data, urgency(u)),
-                        Handles::Gone => unreachable!(),
-                    };
-                    let want = r.write(&[data], Some(urgency(u)));
-                    prop_assert!(matches!(got, Poll::Ready(Ok(n)) if n == want), "{got:?}, want {want}");
-                }
-                Op::Vectored(lens) => {
-                    let parts: Vec<Vec<u8>> = lens.into_iter().map(&mut bytes).collect();
-                    let slices: Vec<IoSlice<'_>> = parts.iter().map(|p| IoSlice::new(p)).collect();
-                    let got = match &mut h {
-                        Handles::Whole(s) => Pin::new(s).poll_write_vectored(&mut cx, &slices),
-                        Handles::Split(_, w) => Pin::new(w).poll_write_vectored(&mut cx, &slices),
-                        Handles::Gone => unreachable!(),
-                    };
-                    let want = r.write(&parts, None);
-                    prop_assert!(matches!(got, Poll::Ready(Ok(n)) if n == want), "{got:?}, want {want}");
-                }
-                Op::Flush => {
-                    let got = match &mut h {
-                        Handles::Whole(s) => Pin::new(s).poll_flush(&mut cx),
-                        Handles::Split(_, w) => Pin::new(w).poll_flush(&mut cx),
-                        Handles::Gone => unreachable!(),
-                    };
-                    prop_assert!(matches!(got, Poll::Ready(Ok(()))));
-                    r.core.flush();
-                    r.drive();
-                }
-                Op::Read => {
-                    let mut buf = [0u8; 16];
-                    let mut rb = ReadBuf::new(&mut buf);
-                    let got = match &mut h {
-                        Handles::Whole(s) => Pin::new(s).poll_read(&mut cx, &mut rb),
-                        Handles::Split(rh, _) => Pin::new(rh).poll_read(&mut cx, &mut rb),
-                        Handles::Gone => unreachable!(),
-                    };
-                    prop_assert!(got.is_pending());
-                    r.core.before_read();
-                    r.drive();
-                }
-                Op::Split => {
-                    h = match std::mem::replace(&mut h, Handles::Gone) {
-                        Handles::Whole(s) => {
-                            let (rh, w) = s.into_split();
-                            Handles::Split(rh, w)
-                        }
-                        Handles::Split(rh, w) => Handles::Whole(w.reunite(rh).unwrap()),
-                        Handles::Gone => unreachable!(),
-                    };
-                }
-            }
-            let (pending, stats) = match &h {
-                Handles::Whole(s) => (s.pending(), s.stats()),
-                Handles::Split(_, w) => (w.pending(), w.stats()),
-                Handles::Gone => unreachable!(),
-            };
-            let wire = rec.0.lock().unwrap();
-            prop_assert_eq!(&wire.out, &r.wire.out);
-            prop_assert_eq!(&wire.calls, &r.wire.calls);
-            prop_assert_eq!(pending, r.core.pending());
-            prop_assert_eq!(stats.writes, r.core.stats().writes);
-            prop_assert_eq!(stats.bytes_written, r.core.stats().bytes_written);
-        }
-        // Dropping the last handle sends everything, the lane's bytes included.
-        drop(h);
-        r.core.close();
-        r.drive();
-        prop_assert_eq!(&rec.0.lock().unwrap().out, &r.wire.out);
+        against_the_core(policy, ops)?;
     }
+}
+
+/// A lane that held more than a chunk's worth (4 KiB) hands its bytes over as the writes
+/// would have queued them: into the tail buffer, so a flush sends one slice, not two.
+#[test]
+fn a_full_lane_is_queued_as_its_writes_would_have_been() {
+    let policy = FlushPolicy::explicit_only().high_water(12_000);
+    let mut ops = vec![Op::Write(100, 0)];
+    ops.extend(std::iter::repeat_n(Op::Write(650, 0), 12));
+    ops.push(Op::Flush);
+    against_the_core(policy, ops).unwrap();
 }
 
 /// A write half with before-read on and no linger keeps nothing from its read half: the

@@ -86,9 +86,11 @@ impl Lane {
     fn hand_over_slow(&mut self, core: &mut Coalescer, clock: &mut Clock) {
         // No linger while the lane was open: the time is only the core's input, never read.
         let now = clock.for_write(core);
-        self.hint = self.bytes.capacity();
-        core.write_staged(std::mem::take(&mut self.bytes), self.writes, now);
+        core.write_staged(&self.bytes, self.writes, now);
         self.writes = 0;
+        // Freed: a handle that goes idle keeps no buffer; the next one starts this large.
+        self.hint = self.bytes.capacity();
+        self.bytes = Vec::new();
     }
 
     /// Makes room for `more` bytes: at least the last buffer's capacity, else doubling.
