@@ -7,12 +7,11 @@
 
 mod tls_support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use nagless::tokio_tls::TlsStream;
 use nagless::FlushReason;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use tls_support::{answer_client, out_of_reads, pki, Peer, Rng, ANSWER, ROUNDS};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -268,15 +267,17 @@ fn hyper_tls_example_answers_requests() {
         .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
         .collect();
     let mut roots = rustls::RootCertStore::empty();
-    roots.add(CertificateDer::from(der)).unwrap();
-    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+    roots
+        .add(rustls::pki_types::CertificateDer::from(der))
+        .unwrap();
+    let cfg = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let mut p = Peer::connect(addr, Arc::new(cfg));
+    let mut p = Peer::connect(addr, std::sync::Arc::new(cfg));
     let before = p.scan.app_records;
     for _ in 0..10 {
         p.write(b"GET / HTTP/1.1\r\nhost: localhost\r\n\r\n");
