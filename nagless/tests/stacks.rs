@@ -50,44 +50,32 @@ fn rustls_records_of_one_answer_leave_in_one_segment() {
 }
 
 #[cfg(feature = "tokio")]
+#[path = "tls_support/pki.rs"]
+mod pki;
+
+#[cfg(feature = "tokio")]
 mod with_tokio {
     use super::*;
     use std::io::{BufRead, BufReader, Read, Write};
     use std::net::TcpStream;
     use std::process::{Child, Stdio};
-    use std::sync::Arc;
 
     use nagless::tokio_adapter::NaglessStream;
     use nagless::TcpInfo;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use rustls::pki_types::ServerName;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tokio_rustls_records_of_one_answer_leave_in_one_segment() {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        let cert = CertificateDer::from(ck.cert.der().to_vec());
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
-        let server_cfg = rustls::ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.clone()], key)
-            .unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert).unwrap();
-        let client_cfg = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let pki = super::pki::pki();
+        let (server_cfg, client_cfg) = (pki.server, pki.client);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         const ROUNDS: u32 = 50;
         let client = tokio::spawn(async move {
             let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
             tcp.set_nodelay(true).unwrap();
-            let connector = tokio_rustls::TlsConnector::from(Arc::new(client_cfg));
+            let connector = tokio_rustls::TlsConnector::from(client_cfg);
             let name = ServerName::try_from("localhost").unwrap();
             let mut tls = connector.connect(name, tcp).await.unwrap();
             let mut answer = [0u8; 300];
@@ -99,7 +87,7 @@ mod with_tokio {
         });
         let (tcp, _) = listener.accept().await.unwrap();
         // tokio-rustls writes records without flushing, so the default policy is enough.
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_cfg));
+        let acceptor = tokio_rustls::TlsAcceptor::from(server_cfg);
         let mut tls = acceptor
             .accept(NaglessStream::new(tcp).unwrap())
             .await
