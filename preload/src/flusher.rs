@@ -3,10 +3,19 @@
 //! keeps the stats file current (`report`). Started on the first held burst; if it cannot
 //! start, or fails, the shim holds nothing in the process from then on.
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+
 use nagless_shim_policy::{FlusherStep, Shim};
 
 use crate::debug_log::{log, write_formatted};
 use crate::sys::{self, Libc};
+
+/// The flusher thread of this process (its `pthread_t`), 0 if none runs.
+static THREAD: AtomicUsize = AtomicUsize::new(0);
+/// Asks the flusher to end (see [`stop`]).
+static STOP: AtomicBool = AtomicBool::new(false);
+/// The flusher saw [`STOP`] and is ending.
+static ENDING: AtomicBool = AtomicBool::new(false);
 
 /// Starts the flusher before the first burst is held, if none runs yet.
 pub fn ensure_flusher(s: &'static Shim) {
@@ -39,9 +48,39 @@ pub fn wake_flusher(s: &'static Shim) {
     }
 }
 
+/// Stops the flusher thread, if one runs, and waits until it has ended: the process is then
+/// as it was before the shim started it (one thread fewer; a program may now `unshare` a user
+/// namespace, or install a seccomp filter that would refuse the thread's calls). The caller
+/// first makes sure that nothing is held, or will be, that needs it.
+pub fn stop(s: &Shim) {
+    let t = THREAD.swap(0, AcqRel);
+    if t == 0 {
+        return;
+    }
+    STOP.store(true, SeqCst);
+    // Woken until it says it is ending: a wake that comes just before it parks is lost, so
+    // it is sent again (it sleeps at most a few linger bounds otherwise).
+    while !ENDING.load(SeqCst) {
+        nudge_flusher(s);
+        sys::nap(std::time::Duration::from_micros(100));
+    }
+    sys::join_thread(t);
+    ENDING.store(false, SeqCst);
+    STOP.store(false, SeqCst);
+}
+
+/// In a child made by `fork` (or `_Fork`, or `clone` without `CLONE_VM`): the parent's
+/// flusher is not here.
+pub fn forget_in_child() {
+    THREAD.store(0, Relaxed);
+    STOP.store(false, Relaxed);
+    ENDING.store(false, Relaxed);
+}
+
 /// Starts the flusher with every signal blocked, so that signals the program blocks in its
 /// own threads (sigwait, signalfd, sigsuspend loops) are never delivered to it.
 fn start_flusher(s: &'static Shim) -> bool {
+    use std::os::unix::thread::JoinHandleExt;
     let spawned = sys::with_signals_blocked(|| {
         std::thread::Builder::new()
             .name("nagless-flusher".into())
@@ -49,6 +88,7 @@ fn start_flusher(s: &'static Shim) -> bool {
             .spawn(move || {
                 // A panic must not leave bursts held with nobody to release them.
                 if std::panic::catch_unwind(|| flusher_loop(s)).is_err() {
+                    ENDING.store(true, SeqCst);
                     s.flusher_cannot_run(&Libc);
                     write_formatted(
                         2,
@@ -59,13 +99,23 @@ fn start_flusher(s: &'static Shim) -> bool {
                 }
             })
     });
-    spawned.is_ok()
+    match spawned {
+        Ok(handle) => {
+            THREAD.store(handle.into_pthread_t() as usize, Release);
+            true
+        }
+        Err(_) => false,
+    }
 }
 
-/// The flusher's life: what the policy's tick says, sleep or park, forever.
-fn flusher_loop(s: &'static Shim) -> ! {
+/// The flusher's life: what the policy's tick says, sleep or park, until [`stop`].
+fn flusher_loop(s: &'static Shim) {
     let mut idle = nagless_shim_policy::FlusherState::default();
     loop {
+        if STOP.load(SeqCst) {
+            ENDING.store(true, SeqCst);
+            return;
+        }
         match s.flusher_tick(&Libc, &mut idle) {
             FlusherStep::Sleep(d) => {
                 // Never while bursts are held: a slow file system must not delay them.

@@ -23,14 +23,47 @@ static SHIM: OnceLock<Shim> = OnceLock::new();
 /// The shim, once initialised, outside the program's signal handlers: inside one (see
 /// `signals`) every hook passes its call through and holds nothing.
 pub fn shim() -> Option<&'static Shim> {
-    SHIM.get().filter(|_| !crate::signals::in_handler())
+    shim_anywhere().filter(|_| !crate::signals::in_handler())
 }
 
 /// The shim, even inside a signal handler: for the steps that allocate nothing and start
 /// nothing (ending bursts at close, fork, exec and exit; what the program sets and reads of
-/// its own options).
+/// its own options). `None` where the shim steps aside: under a seccomp filter (`sandbox`),
+/// and in a child that shares the process's memory (`children`: a `vfork` child, whose
+/// descriptor table is its own while the shim's table is the parent's).
 pub fn shim_anywhere() -> Option<&'static Shim> {
-    SHIM.get()
+    SHIM.get().filter(|_| present())
+}
+
+/// Whether the shim acts in the calling process (see [`shim_anywhere`]).
+pub fn present() -> bool {
+    !crate::sandbox::aside() && !crate::children::in_shared_child()
+}
+
+/// Holds nothing from now on, and stops the flusher: every burst ends, no burst starts, and
+/// the thread is gone when this returns (a seccomp filter comes: `sandbox`).
+pub fn stop_holding() {
+    if let Some(s) = shim_anywhere() {
+        quietly(|| {
+            s.flusher_cannot_run(&Libc);
+            crate::flusher::stop(s);
+            // A burst a racing write began before it saw the first release.
+            s.release_all(&Libc);
+        });
+    }
+}
+
+/// Stops the flusher for a call that a multithreaded process cannot make (`unshare` of a user
+/// namespace, `setns`): every burst ends first, and the next burst starts the flusher again.
+pub fn pause_flusher() {
+    if let Some(s) = shim() {
+        quietly(|| {
+            s.flusher_cannot_run(&Libc);
+            crate::flusher::stop(s);
+            s.release_all(&Libc);
+            s.flusher_stopped();
+        });
+    }
 }
 
 thread_local! {
@@ -71,7 +104,14 @@ pub fn adopt(fd: c_int) {
 pub fn adopt_accepted(listener: c_int, fd: c_int) {
     if fd >= 0 {
         if let Some(s) = shim() {
-            quietly(|| s.adopt_accepted(&Libc, listener, fd));
+            quietly(|| {
+                s.adopt_accepted(&Libc, listener, fd, || {
+                    let on = |name| {
+                        crate::sys::sockopt_int(fd, libc::IPPROTO_TCP, name).is_some_and(|v| v != 0)
+                    };
+                    (on(libc::TCP_NODELAY), on(libc::TCP_CORK))
+                })
+            });
             log(format_args!("adopt fd {fd} (accepted on {listener})"));
         }
     }
@@ -136,9 +176,10 @@ pub fn program_nodelay(fd: c_int, on: bool) {
 }
 
 /// What the program sees of `TCP_NODELAY` (`nodelay`) or `TCP_CORK` on `fd`: see
-/// [`Shim::program_view`].
+/// [`Shim::program_view`]. Read from memory only, so also where the shim steps aside (its own
+/// `TCP_NODELAY`, set before, stays invisible there too).
 pub fn program_view(fd: c_int, nodelay: bool) -> Option<bool> {
-    quietly(|| shim_anywhere().and_then(|s| s.program_view(fd, nodelay)))
+    SHIM.get().and_then(|s| s.program_view(fd, nodelay))
 }
 
 /// `fd` is about to be read, received on, shut down, spliced from, or replaced by
@@ -147,6 +188,18 @@ pub fn program_view(fd: c_int, nodelay: bool) -> Option<bool> {
 pub fn release_socket(fd: c_int) {
     if let Some(s) = shim() {
         quietly(|| s.release_socket(&Libc, fd));
+    }
+}
+
+/// The program sends on `fd`, which the shim does not manage, a message whose control data
+/// (`has_control`, asked only if a burst is held) may pass descriptors (`SCM_RIGHTS`): the
+/// process that receives them knows nothing of a burst held here, so every burst ends
+/// first (a segment early at worst).
+pub fn before_passing(fd: c_int, has_control: impl FnOnce() -> bool) {
+    if let Some(s) = shim() {
+        if s.holds_any() && !s.is_managed(fd) && has_control() {
+            quietly(|| s.release_all(&Libc));
+        }
     }
 }
 

@@ -43,9 +43,7 @@ fn adopt_inherited(s: &Shim) {
 /// In the child after a fork: the flusher is gone, and restarts at the next held burst.
 extern "C" fn after_fork_child() {
     // Also after a fork made in a signal handler: only atomics are stored.
-    if let Some(s) = shim_anywhere() {
-        s.after_fork_child();
-    }
+    crate::children::after_fork_child();
 }
 
 /// At exit: every burst ends, and the report is made.
@@ -61,6 +59,16 @@ extern "C" fn at_exit() {
 extern "C" fn init_hook() {
     quietly(|| {
         crate::symbols::resolve_all();
+        if crate::sandbox::filter_at_start() {
+            // Born under a seccomp filter (or unable to tell): no call of ours from here on.
+            if let Ok(path) = std::env::var("NAGLESS_LOG") {
+                crate::debug_log::open(&path);
+            }
+            log(format_args!(
+                "a seccomp filter is (or may be) in force: stepping aside"
+            ));
+            return;
+        }
         let _ = sys::epoch();
         let (config, complaints) = Config::from_env(|k| std::env::var(k).ok());
         if let Ok(path) = std::env::var("NAGLESS_LOG") {

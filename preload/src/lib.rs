@@ -58,6 +58,8 @@
 
 // The hooks would interpose the test runner itself: unit tests build without them.
 #[cfg(not(test))]
+mod children;
+#[cfg(not(test))]
 mod debug_log;
 #[cfg(not(test))]
 mod exec;
@@ -71,6 +73,7 @@ mod init;
 mod interpose;
 #[cfg(not(test))]
 mod report;
+mod sandbox;
 #[cfg(not(test))]
 mod signals;
 #[cfg(not(test))]

@@ -110,7 +110,9 @@ pub unsafe extern "C" fn sigaction(
     };
     let before = (HANDLERS[i].load(Relaxed), FLAGS[i].load(Relaxed));
     let mut wrapped = None;
-    if !act.is_null() {
+    // Where the shim steps aside (a seccomp filter, a `vfork` child on the parent's table),
+    // the action is installed as given: no probe, and the table stays as the parent left it.
+    if !act.is_null() && crate::hooks::present() {
         // An unreadable action: the real call reports EFAULT, as it would.
         if let Some(mut a) = user_memory::read(act) {
             if catches(a.sa_sigaction) {
@@ -180,7 +182,8 @@ macro_rules! signal_hook {
                 set_errno(libc::ENOSYS);
                 return libc::SIG_ERR;
             };
-            let Some(i) = index(sig).filter(|_| catches(handler)) else {
+            let Some(i) = index(sig).filter(|_| catches(handler) && crate::hooks::present())
+            else {
                 // A disposition (or a number the kernel refuses): made as asked.
                 let before = index(sig).map_or(0, |i| HANDLERS[i].load(Relaxed));
                 // SAFETY: forwarding the caller's arguments unchanged.

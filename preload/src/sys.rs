@@ -137,6 +137,39 @@ pub fn write_all_raw(fd: c_int, mut buf: &[u8]) -> bool {
     true
 }
 
+/// Reads the start of the file at `path` into `buf` with `open`, `read` and `close` (the calls
+/// the loader makes): the bytes read, or `None` if it cannot be opened or read.
+pub fn read_file(path: &std::ffi::CStr, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: a NUL-terminated path; flags only.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return None;
+    }
+    // libc's own, not the shim's hooks of them.
+    let read = next!(
+        "read",
+        unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t
+    );
+    let close = next!("close", unsafe extern "C" fn(c_int) -> c_int);
+    let mut n = 0;
+    while let Some(read) = read.filter(|_| n < buf.len()) {
+        // SAFETY: `buf[n..]` is valid for writes of its length.
+        let r = unsafe { read(fd, buf[n..].as_mut_ptr().cast(), buf.len() - n) };
+        if r < 0 && errno() == libc::EINTR {
+            continue;
+        }
+        if r <= 0 {
+            break;
+        }
+        n += r as usize;
+    }
+    if let Some(close) = close {
+        // SAFETY: closing the descriptor opened above.
+        unsafe { close(fd) };
+    }
+    (n > 0).then_some(n)
+}
+
 /// `fstat` of `fd`: `None` if it is not open.
 pub fn fstat(fd: c_int) -> Option<libc::stat> {
     // SAFETY: fstat fills a zeroed stat for a descriptor number; failure is handled.
@@ -194,6 +227,23 @@ pub fn futex_wait(word: &AtomicU32, timeout: Option<Duration>) {
                 .map_or(std::ptr::null(), |t| t as *const libc::timespec),
         )
     };
+}
+
+/// The calling process's ID (a system call each time: glibc keeps no copy).
+pub fn pid() -> libc::pid_t {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { libc::getpid() }
+}
+
+/// Sleeps the calling thread for `d` (the shim's own waits: `std`'s sleep, no hook sees it).
+pub fn nap(d: Duration) {
+    std::thread::sleep(d);
+}
+
+/// Waits for the thread `t` (a `pthread_t` of the shim's own, never detached) to end.
+pub fn join_thread(t: usize) {
+    // SAFETY: `t` is a joinable thread of ours, joined once (its owner gave it up).
+    unsafe { libc::pthread_join(t as libc::pthread_t, std::ptr::null_mut()) };
 }
 
 /// Runs `f` with every signal blocked in the calling thread (a thread `f` starts inherits

@@ -81,10 +81,37 @@ impl Shim {
     /// untouched (no `TCP_NODELAY` of ours), if the listener was: an accepted socket inherits
     /// the listener's `TCP_NODELAY` and `TCP_CORK`, so a server that set them there, as
     /// memcached does, chose for its connections too.
-    pub fn adopt_accepted(&self, k: &impl Kernel, listener: i32, fd: i32) {
-        let from = self.slot(listener).filter(|_| listener != fd);
+    ///
+    /// A listener the shim never saw made (inherited: a service manager's, as systemd's
+    /// `NoDelay=yes` sets `TCP_NODELAY` on it) says nothing of what the program chose, so
+    /// `found` tells what the kernel gave the new socket: `(TCP_NODELAY, TCP_CORK)`, read
+    /// before any option of the shim's. Either on, and the socket is left as the program got
+    /// it (what it reads of its options is then the kernel's, as natively).
+    pub fn adopt_accepted(
+        &self,
+        k: &impl Kernel,
+        listener: i32,
+        fd: i32,
+        found: impl FnOnce() -> (bool, bool),
+    ) {
+        let from = self
+            .slot(listener)
+            .filter(|l| listener != fd && l.flags.peek().is_managed());
         let flags = from.map_or(Flags::default(), |l| l.flags.get());
-        self.adopt_as(k, fd, flags.owner() == state::Owner::Program);
+        let found = from.is_none().then(found);
+        let chosen = match found {
+            None => flags.owner() == state::Owner::Program,
+            Some((nodelay, cork)) => nodelay || cork,
+        };
+        self.adopt_as(k, fd, chosen);
+        if let (Some((nodelay, cork)), Some(to)) = (found, self.slot(fd)) {
+            if to.flags.get().is_managed() {
+                to.program_nodelay.store(nodelay, Relaxed);
+                if cork {
+                    to.flags.program_corks();
+                }
+            }
+        }
         // The connection inherits the listener's options, so what the program sees of them.
         if let (Some(from), Some(to)) = (from, self.slot(fd)) {
             if to.flags.get().is_managed() {
@@ -190,10 +217,19 @@ impl Shim {
             self.note(k, mine, fd, slot.generation.load(Acquire));
             return none;
         }
-        let by = if learned && nth < shape && carries_more {
-            HoldBy::More
-        } else {
-            HoldBy::Cork
+        let by = match self.config.mode {
+            // Held by the flag alone: nothing is left in the socket that only the shim's
+            // code would clear. A `TCP_CORK` outlives a process that dies, stops, or hands
+            // the socket on, and slows every later writer of that socket; a `MSG_MORE` tail
+            // goes with the next plain write, whoever makes it.
+            Mode::Nagless if carries_more => HoldBy::More,
+            Mode::Nagless => {
+                // `sendfile`, `splice`: cannot carry the flag, so it goes out plainly (and
+                // sends nothing held: none is). Noted, so that the wait still teaches.
+                self.note(k, mine, fd, slot.generation.load(Acquire));
+                return none;
+            }
+            _ => HoldBy::Cork,
         };
         self.start_burst(k, fd, slot, mine, by)
     }

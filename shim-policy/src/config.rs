@@ -10,7 +10,8 @@ pub enum Mode {
     /// Cork each burst, release only when the program reads this socket or polls
     /// (libautocork's rule; the kernel's ~200 ms cork limit bounds the rest).
     Cork,
-    /// Cork each burst; release when a writing thread waits, and within the linger bound.
+    /// Hold each burst (`MSG_MORE` on its writes); release when a writing thread waits, and
+    /// within the linger bound.
     Nagless,
 }
 

@@ -47,6 +47,12 @@ impl Shim {
     /// In a child after fork: it has no flusher thread (the next burst starts one) and
     /// inherits no burst (the parent released them before forking).
     pub fn after_fork_child(&self) {
+        self.flusher_stopped();
+    }
+
+    /// The flusher thread was stopped (and nothing is held: see
+    /// [`Shim::flusher_cannot_run`]): the next burst starts one again.
+    pub fn flusher_stopped(&self) {
         self.flusher_parked.store(false, Release);
         self.flusher_missing.store(true, Release);
         self.hold_nothing.store(false, Release);

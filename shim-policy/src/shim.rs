@@ -94,9 +94,23 @@ impl Shim {
             .take_while(move |(fd, _)| (*fd as usize) < high)
     }
 
+    /// The managed descriptors in `first..=last` (a `close_range`): only as far as the highest
+    /// descriptor ever managed, whatever the range's end.
+    pub fn managed_in(&self, first: u32, last: u32) -> impl Iterator<Item = i32> + '_ {
+        let end = (last as usize).min(self.high.load(Relaxed).saturating_sub(1));
+        (first as usize..=end)
+            .map(|fd| fd as i32)
+            .filter(|&fd| fd >= 0 && self.is_managed(fd))
+    }
+
     /// Whether `fd` is a socket we manage.
     pub fn is_managed(&self, fd: i32) -> bool {
         self.slot(fd).is_some_and(|s| s.flags.peek().is_managed())
+    }
+
+    /// Whether any burst is held in the process.
+    pub fn holds_any(&self) -> bool {
+        self.corked.load(Acquire) != 0
     }
 
     /// Whether the shim currently holds a burst on `fd`.

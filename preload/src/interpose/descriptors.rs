@@ -1,6 +1,7 @@
 //! Sockets come and go: made, accepted, connected (adopted), duplicated (`dup*`,
 //! `fcntl(F_DUPFD)`), closed (`close`, `close_range`, `syscall(SYS_close)`), or any other
-//! socket's number forgotten.
+//! socket's number forgotten. (libc's `syscall()` is hooked here; besides closes, it also
+//! watches for `seccomp`, `unshare` and `setns` made through it: see `process`.)
 
 use super::*;
 
@@ -60,11 +61,8 @@ forward!(
 fn close_managed_in_range(first: c_uint, last: c_uint, flags: c_int) {
     if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         if let Some(s) = hooks::shim() {
-            let end = last.min(1 << 20);
-            for fd in first..=end {
-                if s.is_managed(fd as c_int) {
-                    hooks::on_close(fd as c_int);
-                }
+            for fd in s.managed_in(first, last) {
+                hooks::on_close(fd);
             }
         }
     }
@@ -96,6 +94,11 @@ pub unsafe extern "C" fn syscall(
         hooks::on_close(a1 as c_int);
     } else if number == libc::SYS_close_range {
         close_managed_in_range(a1 as c_uint, a2 as c_uint, a3 as c_int);
+    } else if number == libc::SYS_seccomp {
+        // libseccomp's way (and a program's own) to install a filter.
+        crate::sandbox::before_filter("seccomp(2)");
+    } else if number == libc::SYS_unshare || number == libc::SYS_setns {
+        hooks::pause_flusher();
     }
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(number, a1, a2, a3, a4, a5, a6) }

@@ -173,6 +173,11 @@ macro_rules! sendmsg_hook {
             let Some(real) = next!(stringify!($name), SendMsgFn) else {
                 return enosys();
             };
+            // Descriptors passed away (a header that cannot be read: the call fails as it
+            // would).
+            hooks::before_passing(fd, || {
+                crate::user_memory::read(msg).is_some_and(|m| m.msg_controllen > 0)
+            });
             // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
             writing(fd, flags, true, |more| unsafe { real(fd, msg, flags | more) })
         }
@@ -217,7 +222,9 @@ forward!(
     )
 );
 with_time64_twin!(
-    /// `sendmmsg(2)`.
+    /// `sendmmsg(2)`: as `sendmsg`, on a socket the shim does not manage every burst ends
+    /// first (its messages may pass descriptors; not looked into).
     fn sendmmsg / __sendmmsg64(fd: c_int, msgs: *mut Mmsghdr, n: c_uint, flags: c_int) -> c_int {
+        hooks::before_passing(fd, || true)
     } => writing(fd, flags)
 );

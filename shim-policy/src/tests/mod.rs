@@ -114,9 +114,20 @@ fn shim() -> (Shim, Fake) {
     (s, k)
 }
 
-/// [`shim`], shareable with a hook the fake kernel runs inside a call.
-fn shared_shim() -> (std::sync::Arc<Shim>, Fake) {
-    let (s, k) = shim();
+/// A shim in `--mode cork` (libautocork's rule), the one mode that holds by `TCP_CORK`,
+/// shareable with a hook the fake kernel runs inside its cork call.
+fn shared_cork_shim() -> (std::sync::Arc<Shim>, Fake) {
+    let s = Shim::new(
+        Config {
+            mode: Mode::Cork,
+            ..Config::default()
+        },
+        256,
+    );
+    let k = Fake::default();
+    for fd in [3, 4, 5, 6, 150] {
+        s.adopt(&k, fd);
+    }
     (std::sync::Arc::new(s), k)
 }
 

@@ -18,7 +18,7 @@ fn a_learned_shape_sends_its_last_write_at_once() {
     let (s, k) = shim();
     let mut t = ThreadBursts::new();
     bursts(&s, &k, &mut t, 2, LEARN_AFTER as usize);
-    let cycles = k.cork_calls.get();
+    let cycles = (k.cork_calls.get(), k.uncork_calls.get());
     write(&s, &k, 3, &mut t);
     assert!(s.is_corked(3), "the first write of two is held");
     write(&s, &k, 3, &mut t);
@@ -29,7 +29,7 @@ fn a_learned_shape_sends_its_last_write_at_once() {
     assert_eq!(s.held(), 0);
     assert_eq!(
         (k.cork_calls.get(), k.uncork_calls.get()),
-        (cycles, cycles),
+        cycles,
         "held by MSG_MORE on its first write and sent by its plain last one: no setsockopt"
     );
     assert_eq!(k.unsent(3), 0);
@@ -241,42 +241,8 @@ fn a_last_write_whose_burst_ended_meanwhile_leaves_a_newer_one_alone() {
 }
 
 #[test]
-fn a_corked_burst_started_beside_a_msg_more_one_is_uncorked_at_its_end() {
-    let (s, k) = shared_shim();
-    let mut a = ThreadBursts::new();
-    bursts(&s, &k, &mut a, 3, LEARN_AFTER as usize);
-    // B starts a corked burst (a file body first: no MSG_MORE); while its cork goes on,
-    // A starts a MSG_MORE one and queues its first write.
-    let (s2, a_first) = (s.clone(), std::rc::Rc::new(Cell::new(None)));
-    let a_step = a_first.clone();
-    *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| {
-        let mut a = ThreadBursts::new();
-        let step = s2.before_write(k, 3, &mut a, true);
-        k.send(3, step.more);
-        a_step.set(Some(step));
-    }));
-    let mut b = ThreadBursts::new();
-    let sendfile = s.before_write(&k, 3, &mut b, false);
-    k.send(3, false);
-    s.after_write(&k, 3, sendfile, false);
-    let first = a_first.get().unwrap();
-    assert!(first.more, "A's burst is held by MSG_MORE");
-    s.after_write(&k, 3, first, false);
-    assert_eq!(s.held(), 1, "B joined A's burst");
-    // A's third write completes the shape (B's was the second).
-    write(&s, &k, 3, &mut a);
-    assert!(!s.is_corked(3), "sent at its shape");
-    assert!(
-        !k.corked.borrow().contains(&3),
-        "B's TCP_CORK left on after the burst ended"
-    );
-    assert_eq!(k.unsent(3), 0);
-    assert_eq!(s.held(), 0);
-}
-
-#[test]
 fn a_corked_start_that_loses_its_socket_to_the_program_undoes_only_itself() {
-    let (s, k) = shared_shim();
+    let (s, k) = shared_cork_shim();
     // While the shim corks for a new burst, the program chooses TCP_NODELAY itself.
     let s2 = s.clone();
     *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| s2.program_holds(k, 3)));
@@ -287,7 +253,7 @@ fn a_corked_start_that_loses_its_socket_to_the_program_undoes_only_itself() {
     assert!(!k.corked.borrow().contains(&3), "the shim's cork stayed on");
     // While the shim corks, the program corks the socket itself: the shim's undo must not
     // clear the program's cork.
-    let (s, k) = shared_shim();
+    let (s, k) = shared_cork_shim();
     let s2 = s.clone();
     *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| {
         let was = s2.program_cork_begins(3);
@@ -326,9 +292,9 @@ fn a_burst_started_while_a_socket_is_forgotten_is_counted_out() {
     s.forget(&k, 3);
     assert_eq!(s.held(), 0);
     assert!(!k.corked.borrow().contains(&3));
-    // Forgotten (closed) while a write starts a corked burst on it: the start undoes
-    // itself, counting nothing.
-    let (s, k) = shared_shim();
+    // Forgotten (closed) while a write starts a corked burst on it (`--mode cork`): the
+    // start undoes itself, counting nothing.
+    let (s, k) = shared_cork_shim();
     let s2 = s.clone();
     *k.on_cork.borrow_mut() = Some(Box::new(move |k: &Fake| {
         s2.forget(k, 4);
