@@ -27,8 +27,8 @@ pub fn find_shim() -> Result<PathBuf, String> {
     }
     let name = format!("libnagless_preload-{}.so", env!("NAGLESS_SHIM_HASH"));
     let mut tried = Vec::new();
-    for dir in cache_dirs() {
-        match unpack_shim(&dir, &name) {
+    for (dir, shared) in cache_dirs() {
+        match unpack_shim(&dir, &name, shared) {
             Ok((path, written)) => {
                 mark_used(&path);
                 if written {
@@ -45,28 +45,37 @@ pub fn find_shim() -> Result<PathBuf, String> {
     ))
 }
 
-/// Private directories for the unpacked shim, best first.
-fn cache_dirs() -> Vec<PathBuf> {
+/// Directories for the unpacked shim, best first, each with whether others may read it.
+/// Root's come first in system directories every user can read (writable by root only): a
+/// command that drops its privileges (`setpriv`, `runuser`, `su`, `gosu`, `su-exec`, as
+/// containers and init scripts start daemons) must still find the shim its `LD_PRELOAD`
+/// names. Other users' are private.
+fn cache_dirs() -> Vec<(PathBuf, bool)> {
     let mut dirs = Vec::new();
+    if crate::sys::effective_uid() == 0 {
+        dirs.push((PathBuf::from("/var/cache/nagless"), true));
+        dirs.push((PathBuf::from("/run/nagless"), true));
+    }
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        dirs.push(PathBuf::from(d).join("nagless"));
+        dirs.push((PathBuf::from(d).join("nagless"), false));
     }
     if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        dirs.push(PathBuf::from(h).join(".cache/nagless"));
+        dirs.push((PathBuf::from(h).join(".cache/nagless"), false));
     }
     let user = std::env::var("USER").unwrap_or_else(|_| "user".into());
-    dirs.push(std::env::temp_dir().join(format!("nagless-{user}")));
+    dirs.push((std::env::temp_dir().join(format!("nagless-{user}")), false));
     dirs
 }
 
 /// Writes the embedded shim as `dir/name` unless it is already there; the directory must be
-/// ours and writable by nobody else (a preloaded library runs inside every program).
-fn unpack_shim(dir: &Path, name: &str) -> std::io::Result<(PathBuf, bool)> {
+/// ours and writable by nobody else (a preloaded library runs inside every program), and
+/// readable by all if `shared`.
+fn unpack_shim(dir: &Path, name: &str, shared: bool) -> std::io::Result<(PathBuf, bool)> {
     use std::io::Write;
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(if shared { 0o755 } else { 0o700 })
         .create(dir)?;
     // The directory itself, not what a symlink of that name points to (another user may
     // have made the name a link to a directory of ours, and can point it elsewhere later).
@@ -254,6 +263,55 @@ pub struct RunOptions {
 
 /// `--stats-file FILE` as the shim will use it: an absolute path (the program may change its
 /// directory), in a directory that exists.
+/// Commands that run the program as another user (how containers and init scripts drop
+/// privileges): it must be able to read the shim.
+const PRIVILEGE_DROPPERS: &[&str] = &[
+    "setpriv",
+    "runuser",
+    "su",
+    "sudo",
+    "gosu",
+    "su-exec",
+    "chpst",
+    "s6-setuidgid",
+    "setuidgid",
+];
+
+/// Why the shim would not reach the program that `name ARGS` starts, if it would not: a
+/// launcher that drops privileges, with a shim only its caller can read; `inetd` started
+/// without `-E` (openbsd-inetd removes `LD_PRELOAD` from its services' environment).
+fn launcher_reason(name: &str, args: &[OsString], shim: &Path) -> Option<String> {
+    let base = Path::new(name).file_name()?.to_string_lossy().into_owned();
+    if PRIVILEGE_DROPPERS.contains(&base.as_str()) && !readable_by_all(shim) {
+        return Some(format!(
+            "{base} runs the program as another user, who cannot read the shim ({}): run \
+             nagless as root (it then unpacks the shim to /var/cache/nagless, which every user \
+             can read), or set NAGLESS_PRELOAD to a copy every user can read",
+            shim.display()
+        ));
+    }
+    let has_e = |a: &OsString| {
+        let a = a.to_string_lossy();
+        a.starts_with('-') && !a.starts_with("--") && a.contains('E')
+    };
+    if base == "inetd" && !args.iter().any(has_e) {
+        return Some(
+            "inetd removes LD_PRELOAD from its services' environment unless started with -E: \
+             run `nagless run -- inetd -E ...`"
+                .into(),
+        );
+    }
+    None
+}
+
+/// Whether every user can read `path` (the file readable, every directory above it
+/// searchable, by others).
+fn readable_by_all(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.permissions().mode());
+    mode(path) & 0o004 != 0 && path.ancestors().skip(1).all(|d| mode(d) & 0o001 != 0)
+}
+
 fn stats_file_path(f: &Path) -> Result<PathBuf, String> {
     let dir = match f.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -294,6 +352,9 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
         .transpose()?;
     let shim = find_shim()?;
     if let Some(reason) = arch_mismatch(&path, &shim) {
+        return Err(reason);
+    }
+    if let Some(reason) = launcher_reason(&name, &cmd[1..], &shim) {
         return Err(reason);
     }
     let mut preload = OsString::from(shim.as_os_str());

@@ -309,6 +309,85 @@ fn a_setuid_program_of_another_user_is_refused() {
     );
 }
 
+/// Containers and init scripts start daemons through a command that drops privileges
+/// (`setpriv`, `runuser`, `su`, `gosu`): the program then runs as a user who must still be
+/// able to read the shim `LD_PRELOAD` names. Run by root, `nagless run` unpacks it where
+/// every user can read it, so the shim is loaded in the program; a shim only its owner can
+/// read is refused with the way out, never silently absent.
+#[test]
+fn a_program_started_as_another_user_still_gets_the_shim() {
+    if !common::root_or_skip("another user") || !have_tool("setpriv") {
+        return;
+    }
+    let python = "/usr/bin/python3";
+    let drop = ["--reuid=65534", "--regid=65534", "--clear-groups"];
+    let out = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args(["run", "--", "setpriv"])
+        .args(drop)
+        .args([python, "-c"])
+        .arg(
+            "import os; print(os.getuid(), 'libnagless_preload' in open('/proc/self/maps').read())",
+        )
+        .env_remove("NAGLESS_PRELOAD")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("cannot be preloaded"), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "65534 True",
+        "{err}"
+    );
+    // A copy in a directory nobody else may enter: refused, with the way out.
+    let dir = std::env::temp_dir().join(format!("nagless-private-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let private = dir.join("libnagless_preload.so");
+    std::fs::copy(shim(), &private).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args(["run", "--", "setpriv"])
+        .args(drop)
+        .arg("/bin/true")
+        .env("NAGLESS_PRELOAD", &private)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot read the shim"), "{err}");
+}
+
+/// openbsd-inetd removes `LD_PRELOAD` from its services' environment unless it is started
+/// with `-E`: `nagless run -- inetd` without it is refused with the way out.
+#[test]
+fn inetd_without_its_environment_flag_is_refused() {
+    let dir = std::env::temp_dir().join(format!("nagless-inetd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let inetd = dir.join("inetd");
+    std::fs::copy("/bin/true", &inetd).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_nagless"))
+            .args(["run", "--"])
+            .arg(&inetd)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let refused = run(&["-d"]);
+    let with_e = run(&["-dE"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(err.contains("-E"), "{err}");
+    assert!(
+        with_e.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with_e.stderr)
+    );
+}
+
 /// The cache fallback `/tmp/nagless-$USER` made a symlink (by another user, to a directory
 /// of ours): `nagless run` refuses it rather than follow it.
 #[test]
@@ -319,7 +398,16 @@ fn a_symlinked_cache_directory_is_refused() {
     let user = format!("symlinked{}", std::process::id());
     let link = base.join(format!("nagless-{user}"));
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_nagless"))
+    // Root unpacks to a system directory first: the fallback is another user's.
+    let mut cmd = if common::is_root() && have_tool("setpriv") {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_nagless"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_nagless"))
+    };
+    let out = cmd
         .args(["run", "--print-shim"])
         .env_remove("HOME")
         .env_remove("XDG_CACHE_HOME")

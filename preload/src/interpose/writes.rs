@@ -204,23 +204,43 @@ forward!(
     fn sendfile64(out: c_int, inp: c_int, off: *mut libc::off64_t, n: size_t) -> ssize_t {
     } => writing(out, 0)
 );
-forward!(
-    /// `splice(2)`: out of a socket it is a read (that socket's burst ends), into one a write
-    /// (part of the burst; `SPLICE_F_MORE` is the program's own `MSG_MORE`).
-    fn splice(
-        fd_in: c_int,
-        off_in: *mut libc::loff_t,
-        fd_out: c_int,
-        off_out: *mut libc::loff_t,
-        len: size_t,
-        flags: c_uint,
-    ) -> ssize_t {
-        hooks::release_socket(fd_in)
-    } => writing(
-        fd_out,
-        if flags & libc::SPLICE_F_MORE != 0 { libc::MSG_MORE } else { 0 }
-    )
-);
+/// `splice(2)`: out of a socket it is a read (that socket's burst ends), into one a write
+/// (part of the burst; `SPLICE_F_MORE` is the program's own `MSG_MORE`, and the shim's
+/// `MSG_MORE` goes as `SPLICE_F_MORE`, which the kernel turns into it).
+#[no_mangle]
+pub unsafe extern "C" fn splice(
+    fd_in: c_int,
+    off_in: *mut libc::loff_t,
+    fd_out: c_int,
+    off_out: *mut libc::loff_t,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    let Some(real) = next!(
+        "splice",
+        unsafe extern "C" fn(
+            c_int,
+            *mut libc::loff_t,
+            c_int,
+            *mut libc::loff_t,
+            size_t,
+            c_uint,
+        ) -> ssize_t
+    ) else {
+        return enosys();
+    };
+    hooks::release_socket(fd_in);
+    let programs = if flags & libc::SPLICE_F_MORE != 0 {
+        libc::MSG_MORE
+    } else {
+        0
+    };
+    writing(fd_out, programs, true, |more| {
+        let more = if more != 0 { libc::SPLICE_F_MORE } else { 0 };
+        // SAFETY: forwarding the caller's arguments, with the shim's SPLICE_F_MORE.
+        unsafe { real(fd_in, off_in, fd_out, off_out, len, flags | more) }
+    })
+}
 with_time64_twin!(
     /// `sendmmsg(2)`: as `sendmsg`, on a socket the shim does not manage every burst ends
     /// first (its messages may pass descriptors; not looked into).
