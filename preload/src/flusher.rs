@@ -24,8 +24,16 @@ pub fn ensure_flusher(s: &'static Shim) {
     }
 }
 
-/// Starts the flusher; if it cannot start, the shim holds nothing in this process.
+/// Starts the flusher; if it cannot start, or would count against a tight task limit
+/// (`task_limit`), the shim holds nothing in this process.
 fn start_or_hold_nothing(s: &'static Shim) {
+    if crate::task_limit::tight() {
+        s.flusher_cannot_run(&Libc);
+        log(format_args!(
+            "a tight task limit: no flusher thread, holding nothing"
+        ));
+        return;
+    }
     if !start_flusher(s) {
         s.flusher_cannot_run(&Libc);
         log(format_args!(

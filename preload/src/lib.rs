@@ -80,6 +80,7 @@ mod signals;
 mod symbols;
 #[cfg(not(test))]
 mod sys;
+mod task_limit;
 #[cfg(not(test))]
 mod user_memory;
 #[cfg(not(test))]

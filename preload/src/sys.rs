@@ -117,6 +117,27 @@ pub fn fd_limit() -> usize {
     r.rlim_max.max(r.rlim_cur).min(usize::MAX as libc::rlim_t) as usize
 }
 
+/// This user's limit on tasks (`RLIMIT_NPROC`), if one applies: none for root (the kernel
+/// does not count it) or when unlimited.
+pub fn nproc_limit() -> Option<u64> {
+    // SAFETY: getuid has no arguments and cannot fail.
+    if unsafe { libc::getuid() } == 0 {
+        return None;
+    }
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)] // 32-bit on 32-bit targets
+    Some(r.rlim_cur as u64)
+}
+
 /// Writes all of `buf` to `fd` through libc's own `write` (stats and logs only); false if it
 /// could not.
 pub fn write_all_raw(fd: c_int, mut buf: &[u8]) -> bool {
