@@ -45,7 +45,8 @@ setsockopt_hook!(
 /// The program's `setsockopt`, made by `call`. `TCP_CORK` either way: from before the call
 /// the shim never clears it (its own uncork would undo the program's), until the program
 /// clears it itself. `TCP_CORK` on, or any `TCP_NODELAY` choice: the program packetizes its
-/// own output on `fd`, and the shim stops holding it.
+/// own output on `fd`, and the shim stops holding it. So it does on a socket given an
+/// upper-layer protocol (`TCP_ULP`: kTLS).
 ///
 /// # Safety
 /// `call` makes the program's call with these arguments.
@@ -69,6 +70,10 @@ unsafe fn program_setsockopt(
     match (level == libc::IPPROTO_TCP, v) {
         (true, Some(v)) if name == libc::TCP_CORK && v != 0 => hooks::program_holds(fd),
         (true, Some(v)) if name == libc::TCP_NODELAY => hooks::program_nodelay(fd, v != 0),
+        // An upper-layer protocol on the socket (kTLS's "tls", which seals records as they
+        // are written): what a held tail does there is the ULP's, so the socket is left
+        // to the program.
+        (true, _) if name == libc::TCP_ULP && r == 0 => hooks::program_holds(fd),
         _ => {}
     }
     r
