@@ -1,7 +1,10 @@
 //! One descriptor's state ([`Slot`]): its owner and burst bits, the burst in progress, and
-//! the shape learned from its bursts (how many writes one has, once [`LEARN_AFTER`] in a row
-//! ended in a wait with as many), with the patience given to a writer that pauses inside
-//! its bursts ([`SHAPE_PATIENCE`]).
+//! the shape learned from its bursts (how many writes the next one has: as many as the last,
+//! once [`LEARN_AFTER`] in a row ended in a wait with as many; or, on a socket whose bursts
+//! alternate between two lengths (an MQTT broker's two-write SUBACK and one-write PUBLISH),
+//! as many as the one before the last, once [`LEARN_AFTER`] in a row had as many as the one
+//! two before), with the patience given to a writer that pauses inside its bursts
+//! ([`SHAPE_PATIENCE`]).
 
 use crate::state::State;
 use crate::sync::Ordering::*;
@@ -32,6 +35,10 @@ pub(crate) struct Slot {
     /// Writes of the last burst that ended in a wait, and how many in a row had as many.
     pub(crate) last_len: AtomicU16,
     pub(crate) streak: AtomicU8,
+    /// Writes of the burst before that one, and how many bursts in a row had as many as the
+    /// one two before them, and not as many as the one before (a period of two).
+    pub(crate) before_last: AtomicU16,
+    pub(crate) alternations: AtomicU8,
     /// The learned shape: the write that brings `writes` to this leaves at once (0: none).
     pub(crate) shape: AtomicU16,
     /// The linger bound released part of the burst in progress before its shape was complete.
@@ -63,6 +70,8 @@ impl Slot {
         self.writes.store(0, Relaxed);
         self.last_len.store(0, Relaxed);
         self.streak.store(0, Relaxed);
+        self.before_last.store(0, Relaxed);
+        self.alternations.store(0, Relaxed);
         self.shape.store(0, Relaxed);
         self.split.store(false, Relaxed);
         self.patient.store(false, Relaxed);
@@ -89,13 +98,28 @@ impl Slot {
         if n == 0 {
             return;
         }
-        let streak = if self.last_len.swap(n, Relaxed) == n {
+        let last = self.last_len.swap(n, Relaxed);
+        let before = self.before_last.swap(last, Relaxed);
+        let streak = if last == n {
             self.streak.load(Relaxed).saturating_add(1)
         } else {
             1
         };
         self.streak.store(streak, Relaxed);
-        let shape = if streak >= LEARN_AFTER { n } else { 0 };
+        let alternations = if before == n && last != n && last != 0 {
+            self.alternations.load(Relaxed).saturating_add(1)
+        } else {
+            0
+        };
+        self.alternations.store(alternations, Relaxed);
+        let shape = if streak >= LEARN_AFTER {
+            n
+        } else if alternations >= LEARN_AFTER {
+            // ...a, b, a, b, a: the next is b.
+            last
+        } else {
+            0
+        };
         self.shape.store(shape, Relaxed);
         if shape == 0 {
             self.patient.store(false, Relaxed);

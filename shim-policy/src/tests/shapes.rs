@@ -42,6 +42,38 @@ fn a_learned_shape_sends_its_last_write_at_once() {
 }
 
 #[test]
+fn bursts_that_alternate_between_two_lengths_are_learned() {
+    let (s, k) = shim();
+    let mut t = ThreadBursts::new();
+    // An MQTT broker: a two-write answer, then a one-write message, again and again.
+    for _ in 0..3 {
+        bursts(&s, &k, &mut t, 2, 1);
+        bursts(&s, &k, &mut t, 1, 1);
+    }
+    let calls = k.uncork_calls.get();
+    for _ in 0..5 {
+        write(&s, &k, 3, &mut t);
+        assert!(s.is_corked(3), "the first write of two is held");
+        write(&s, &k, 3, &mut t);
+        assert!(!s.is_corked(3), "the second sends it, before any wait");
+        s.release_thread(&k, &mut t);
+        write(&s, &k, 3, &mut t);
+        assert!(!s.is_corked(3), "a one-write burst is never held");
+        s.release_thread(&k, &mut t);
+    }
+    assert_eq!(k.uncork_calls.get(), calls, "no push at any wait");
+    assert_eq!(k.unsent(3), 0);
+    // The pattern breaks: a wrong guess costs a segment, never time (the wait sends it).
+    bursts(&s, &k, &mut t, 2, 1);
+    write(&s, &k, 3, &mut t);
+    write(&s, &k, 3, &mut t);
+    write(&s, &k, 3, &mut t);
+    s.release_thread(&k, &mut t);
+    assert_eq!(k.unsent(3), 0);
+    assert_eq!(s.held(), 0);
+}
+
+#[test]
 fn a_one_write_shape_is_never_corked() {
     let (s, k) = shim();
     let mut t = ThreadBursts::new();
