@@ -412,7 +412,8 @@ pub struct RunArgs {
     /// poll/select only), nodelay (set TCP_NODELAY only).
     #[arg(long, default_value = "nagless", value_parser = ["nagless", "cork", "nodelay"])]
     mode: String,
-    /// Print per-process counters to stderr at exit.
+    /// Print per-process counters to stderr at exit (not where stderr is a socket, as in an
+    /// inetd service: use --stats-file there).
     #[arg(long)]
     stats: bool,
     /// Append a debug trace to FILE.

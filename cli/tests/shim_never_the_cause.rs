@@ -359,6 +359,43 @@ fn a_program_started_as_another_user_still_gets_the_shim() {
     assert!(err.contains("cannot read the shim"), "{err}");
 }
 
+/// A service whose stderr is its connection (inetd's, vsftpd's sessions): `--stats` must not
+/// write its line there, where the peer would read it as part of the program's stream.
+#[test]
+fn the_stats_line_never_goes_into_a_connection() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // The service: connected, its connection as stdin, stdout and stderr, then a program that
+    // writes two lines and leaves by `exit` (where the shim's report is made).
+    let launcher = format!(
+        "import os, socket, sys\n\
+         s = socket.create_connection(('127.0.0.1', {port}))\n\
+         for fd in (0, 1, 2): os.dup2(s.fileno(), fd)\n\
+         s.close()\n\
+         os.execvp(sys.argv[1], sys.argv[1:])\n"
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args(["run", "--stats", "--", "python3", "-c", &launcher])
+        .args([
+            "python3",
+            "-c",
+            "import os; os.write(1, b'one\\n'); os.write(1, b'two\\n')",
+        ])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (mut conn, _) = listener.accept().unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut got = String::new();
+    conn.read_to_string(&mut got).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(
+        got, "one\ntwo\n",
+        "the peer read more than the program wrote"
+    );
+}
+
 /// openbsd-inetd removes `LD_PRELOAD` from its services' environment unless it is started
 /// with `-E`: `nagless run -- inetd` without it is refused with the way out.
 #[test]

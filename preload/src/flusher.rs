@@ -98,12 +98,14 @@ fn start_flusher(s: &'static Shim) -> bool {
                 if std::panic::catch_unwind(|| flusher_loop(s)).is_err() {
                     ENDING.store(true, SeqCst);
                     s.flusher_cannot_run(&Libc);
-                    write_formatted(
-                        2,
-                        format_args!(
-                            "nagless: the flusher thread failed; holding nothing from now on\n"
-                        ),
-                    );
+                    if sys::stderr_takes_our_lines() {
+                        write_formatted(
+                            2,
+                            format_args!(
+                                "nagless: the flusher thread failed; holding nothing from now on\n"
+                            ),
+                        );
+                    }
                 }
             })
     });

@@ -210,7 +210,7 @@ pub fn at_exit(s: &Shim) {
     }
     let mut line = [0u8; 640];
     let n = format(s, false, &mut line);
-    if s.config.stats {
+    if s.config.stats && crate::sys::stderr_takes_our_lines() {
         write_all_raw(2, &line[..n]);
     }
     // What the open sockets sent is in the totals now: the file says what stderr says, and

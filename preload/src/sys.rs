@@ -191,6 +191,13 @@ pub fn read_file(path: &std::ffi::CStr, buf: &mut [u8]) -> Option<usize> {
     (n > 0).then_some(n)
 }
 
+/// Whether the shim may write its own lines to stderr: it is open and no socket (an inetd
+/// service's, or vsftpd's sessions', is their connection: a line there would reach the peer
+/// as part of the program's stream).
+pub fn stderr_takes_our_lines() -> bool {
+    fstat(2).is_some_and(|st| st.st_mode & libc::S_IFMT != libc::S_IFSOCK)
+}
+
 /// `fstat` of `fd`: `None` if it is not open.
 pub fn fstat(fd: c_int) -> Option<libc::stat> {
     // SAFETY: fstat fills a zeroed stat for a descriptor number; failure is handled.
