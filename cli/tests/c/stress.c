@@ -22,6 +22,24 @@
  *   exec      bytes written, then each exec variant (execl, execle, execlp, execv, execvp,
  *             execvpe, fexecve, execveat in a forked child; posix_spawn, system, popen from
  *             the writer itself) starts `stress continue`, which writes more on the same socket.
+ *
+ * Timed scenarios, each in a process of its own forked for it (so the shim's state there is a
+ * fresh fork's), all five at once: every write's time (taken just before the call) and every
+ * read of the verifier (with the offset it reached) are logged in shared memory, and each
+ * write's delay is the time from its call to the read that brought its last byte. The worst
+ * per scenario is printed on the summary line (`worst_ms_vfork=` ...), with `hung_children=`
+ * (children that had not ended 1 s after they were told to, and were killed).
+ *   vfork     a vfork child writes the stream's ID and some bytes before the process held
+ *             any burst, and _exits; the process writes, then writes once and blocks 150 ms
+ *             in a condition variable (no wait the shim sees: only the flusher releases it);
+ *             then a second vfork child writes, after the process's bursts (the last ended
+ *             by a wait), and the same block follows.
+ *   clone     the same with clone(fn, stack, SIGCHLD, arg), and _Fork with glibc's _Fork():
+ *   _Fork     each child writes, then blocks 150 ms in read() of a pipe before it ends.
+ *   passed    process A writes, hands the socket to B with SCM_RIGHTS and SIGKILLs itself at
+ *             once; B writes ten times, 20 ms apart.
+ *   stopped   the writer stops itself with SIGSTOP just after a write; its parent sends
+ *             SIGCONT 300 ms later; it writes the rest.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -31,12 +49,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sched.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sendfile.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/uio.h>
@@ -45,6 +65,7 @@
 #include <unistd.h>
 
 extern char **environ;
+extern pid_t _Fork(void);
 
 #define PATTERN_FILE_BYTES (1 << 20)
 #define SLOW_ID_BIT 0x80000000u
@@ -53,6 +74,53 @@ static uint8_t pattern(uint32_t id, uint64_t i) {
     uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ ((uint64_t)id << 32);
     x ^= x >> 29;
     return (uint8_t)(x * 0xBF58476D1CE4E5B9ull >> 56);
+}
+
+struct timed;
+
+struct stream {
+    int fd;
+    uint32_t id;
+    uint64_t off;
+    pthread_mutex_t lock;
+    struct timed *tm; /* where its writes are logged, for a timed stream */
+};
+
+/* ---- timed streams: every write and every read of the verifier logged, in memory shared
+ * by every process of the run (made before the verifier is forked) ---- */
+
+enum { T_VFORK, T_CLONE, T_FORK, T_PASSED, T_STOPPED, T_N };
+static const char *const timed_name[T_N] = {"vfork", "clone", "_Fork", "passed", "stopped"};
+#define TIMED_ID(k) (600u + 4u * (k)) /* 0 mod 4: never the program's own MSG_MORE */
+#define LOG_N 2048
+
+struct rec { uint64_t off; int64_t t; };
+
+struct timed {
+    struct stream s; /* the stream, written by several processes in turn */
+    uint64_t expect; /* its length, set by its last writer */
+    int hung;        /* children killed because they had not ended */
+    uint32_t nw, nr;
+    struct rec w[LOG_N]; /* off: the stream's length after the write (0: the ID) */
+    struct rec r[LOG_N]; /* off: the bytes after the ID read so far */
+};
+
+static struct timed *timed;
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static struct timed *timed_of(uint32_t id) {
+    for (int k = 0; k < T_N; k++)
+        if (timed && id == TIMED_ID(k)) return &timed[k];
+    return NULL;
+}
+
+static void log_rec(struct rec *log, uint32_t *n, uint64_t off, int64_t t) {
+    if (*n < LOG_N) log[(*n)++] = (struct rec){off, t};
 }
 
 /* ---- the verifier ---- */
@@ -66,12 +134,15 @@ static void verify_one(int c) {
         got += n;
     }
     int slow = (id & SLOW_ID_BIT) != 0;
+    struct timed *tm = timed_of(id);
+    if (tm) log_rec(tm->r, &tm->nr, 0, now_ns());
     uint64_t off = 0;
     uint8_t buf[16384];
     for (;;) {
         ssize_t n = read(c, buf, slow ? 4096 : sizeof buf);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
+        if (tm) log_rec(tm->r, &tm->nr, off + n, now_ns());
         for (ssize_t k = 0; k < n; k++, off++) {
             if (buf[k] != pattern(id, off)) {
                 printf("BAD stream %u at %llu\n", id, (unsigned long long)off);
@@ -111,12 +182,6 @@ static struct sockaddr_in target;
 static int pattern_fd = -1; /* a file holding pattern(PFILE_ID, 0..) */
 #define PFILE_ID 0u
 
-struct stream {
-    int fd;
-    uint32_t id;
-    uint64_t off;
-    pthread_mutex_t lock;
-};
 
 static unsigned rnd(unsigned *s) {
     *s ^= *s << 13; *s ^= *s >> 17; *s ^= *s << 5;
@@ -145,6 +210,7 @@ static int open_stream(struct stream *s, uint32_t id) {
     if (s->fd < 0 || connect(s->fd, (struct sockaddr *)&target, sizeof target)) return -1;
     s->id = id;
     s->off = 0;
+    s->tm = NULL;
     pthread_mutex_init(&s->lock, NULL);
     return write_all(s->fd, &id, 4);
 }
@@ -162,6 +228,7 @@ static ssize_t one_op(struct stream *s, unsigned *seed, size_t max) {
     uint8_t buf[8192];
     size_t len = 1 + rnd(seed) % (max < sizeof buf ? max : sizeof buf);
     for (size_t k = 0; k < len; k++) buf[k] = pattern(s->id, s->off + k);
+    int64_t t0 = now_ns();
     ssize_t n;
     int call = rnd(seed) % 8;
     if ((call == 6 && s->id != PFILE_ID) || (call == 6 && pattern_fd < 0)) call = 0;
@@ -212,6 +279,7 @@ static ssize_t one_op(struct stream *s, unsigned *seed, size_t max) {
     }
     if (n < 0) return -1;
     s->off += n;
+    if (s->tm && n > 0) log_rec(s->tm->w, &s->tm->nw, s->off, t0);
     return n;
 }
 
@@ -403,6 +471,292 @@ static int continue_stream(int argc, char **argv) {
     return write_some(&s, &seed, 5000, 500) ? 1 : 0;
 }
 
+/* ---- the timed scenarios ---- */
+
+/* Connects a timed stream; the ID is written by timed_id (by whoever writes first). */
+static int timed_connect(struct timed *tm, uint32_t id) {
+    struct stream *s = &tm->s;
+    s->fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (s->fd < 0 || connect(s->fd, (struct sockaddr *)&target, sizeof target)) return -1;
+    s->id = id;
+    s->off = 0;
+    s->tm = tm;
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutex_init(&s->lock, &a);
+    return 0;
+}
+
+static int timed_id(struct timed *tm) {
+    int64_t t = now_ns();
+    if (write_all(tm->s.fd, &tm->s.id, 4)) return -1;
+    log_rec(tm->w, &tm->nw, 0, t);
+    return 0;
+}
+
+/* What a child the shim is not told about does: `ops` plain writes (write, writev or send),
+ * no waits; async-signal-safe, for a vfork child. */
+static int child_writes(struct stream *s, unsigned seed, int ops) {
+    for (int k = 0; k < ops; k++) {
+        uint8_t buf[700];
+        size_t len = 1 + rnd(&seed) % sizeof buf;
+        for (size_t i = 0; i < len; i++) buf[i] = pattern(s->id, s->off + i);
+        int64_t t = now_ns();
+        size_t done = 0;
+        while (done < len) {
+            ssize_t n;
+            struct iovec v[2] = {{buf + done, (len - done) / 2}, {buf + done + (len - done) / 2, len - done - (len - done) / 2}};
+            switch (rnd(&seed) % 3) {
+            case 0: n = write(s->fd, buf + done, len - done); break;
+            case 1: n = writev(s->fd, v, 2); break;
+            default: n = send(s->fd, buf + done, len - done, 0); break;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) return -1;
+            done += n;
+        }
+        s->off += len;
+        log_rec(s->tm->w, &s->tm->nw, s->off, t);
+    }
+    return 0;
+}
+
+/* Blocks ms milliseconds in a condition variable: no wait the shim sees. */
+static void cond_block(int ms) {
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_cond_t c;
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&c, &a);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_nsec += (long)ms * 1000000;
+    until.tv_sec += until.tv_nsec / 1000000000;
+    until.tv_nsec %= 1000000000;
+    pthread_mutex_lock(&m);
+    while (pthread_cond_timedwait(&c, &m, &until) != ETIMEDOUT) {
+    }
+    pthread_mutex_unlock(&m);
+    pthread_cond_destroy(&c);
+}
+
+/* Waits for pid at most ms milliseconds, then kills it: its exit status, -1 if killed. */
+static int wait_bounded(pid_t pid, int ms) {
+    int st;
+    int64_t until = now_ns() + (int64_t)ms * 1000000;
+    while (now_ns() < until) {
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (r < 0) return -2;
+        usleep(2000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+struct child_arg {
+    struct timed *tm;
+    unsigned seed;
+    int with_id;
+    int done_w, block_r, block_w;
+};
+
+/* A clone or _Fork child: writes, says so, blocks in read() of a pipe until its parent
+ * closes the other end, ends. */
+static int timed_child(void *p) {
+    struct child_arg *a = p;
+    close(a->block_w);
+    int r = (a->with_id && timed_id(a->tm)) || child_writes(&a->tm->s, a->seed, 4);
+    char b = 1;
+    (void)!write(a->done_w, &b, 1);
+    while (read(a->block_r, &b, 1) < 0 && errno == EINTR) {
+    }
+    return r ? 1 : 0;
+}
+
+/* One child of kind `how` writes on the stream (its ID first if with_id); the child has
+ * ended, or was killed, when this returns. */
+static int timed_children_one(int how, struct timed *tm, unsigned seed, int with_id) {
+    static char stack[256 * 1024] __attribute__((aligned(16)));
+    int done[2], block[2];
+    if (pipe(done)) return -1;
+    if (pipe(block)) return -1;
+    struct child_arg a = {tm, seed, with_id, done[1], block[0], block[1]};
+    pid_t pid;
+    if (how == T_VFORK) {
+        pid = vfork();
+        if (pid == 0) {
+            if (with_id && timed_id(tm)) _exit(1);
+            _exit(child_writes(&tm->s, seed, 4) ? 1 : 0);
+        }
+    } else if (how == T_CLONE) {
+        pid = clone(timed_child, stack + sizeof stack, SIGCHLD, &a);
+    } else {
+        pid = _Fork();
+        if (pid == 0) _exit(timed_child(&a));
+    }
+    close(done[1]);
+    close(block[0]);
+    if (pid < 0) { close(done[0]); close(block[1]); return -1; }
+    if (how != T_VFORK) {
+        char b;
+        (void)!read(done[0], &b, 1);
+        cond_block(150); /* the child's bytes are on their own now */
+    }
+    close(block[1]);
+    close(done[0]);
+    int st = wait_bounded(pid, 1000);
+    if (st == -1) tm->hung++;
+    return st == 0 || st == -1 ? 0 : -1;
+}
+
+/* The process writes once and blocks 150 ms in no wait the shim sees: only a flusher can
+ * release that write. */
+static int parent_probe(struct timed *tm, unsigned *seed) {
+    if (one_op(&tm->s, seed, 700) < 0) return -1;
+    cond_block(150);
+    return 0;
+}
+
+static int timed_children(int how, unsigned seed) {
+    struct timed *tm = &timed[how];
+    if (timed_connect(tm, TIMED_ID(how))) return -1;
+    /* Before this process held any burst: a fork's fresh state. */
+    if (timed_children_one(how, tm, seed + 1, 1)) return -1;
+    if (write_some(&tm->s, &seed, 3000, 700) || parent_probe(tm, &seed)) return -1;
+    /* After its bursts (its flusher runs), ended by a wait: a burst of the process's own
+     * still held would be released by its flusher, and the child's bytes with it. */
+    if (write_some(&tm->s, &seed, 2000, 700)) return -1;
+    poll(NULL, 0, 1);
+    if (timed_children_one(how, tm, seed + 2, 0)) return -1;
+    if (parent_probe(tm, &seed) || write_some(&tm->s, &seed, 2000, 700)) return -1;
+    tm->expect = tm->s.off;
+    close(tm->s.fd);
+    return 0;
+}
+
+static int send_fd(int via, int fd) {
+    char byte = 'F';
+    struct iovec v = {&byte, 1};
+    union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    return sendmsg(via, &m, 0) == 1 ? 0 : -1;
+}
+
+static int recv_fd(int via) {
+    char byte;
+    struct iovec v = {&byte, 1};
+    union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
+    struct msghdr m = {.msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    if (recvmsg(via, &m, 0) != 1) return -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    if (!c || c->cmsg_type != SCM_RIGHTS) return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+static int timed_passed(unsigned seed) {
+    struct timed *tm = &timed[T_PASSED];
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sp)) return -1;
+    pid_t b = fork();
+    if (b == 0) {
+        close(sp[0]);
+        int fd = recv_fd(sp[1]);
+        if (fd < 0) _exit(1);
+        tm->s.fd = fd;
+        seed += 3;
+        for (int k = 0; k < 10; k++) {
+            if (one_op(&tm->s, &seed, 500) < 0) _exit(1);
+            usleep(20000);
+        }
+        tm->expect = tm->s.off;
+        close(fd);
+        _exit(0);
+    }
+    pid_t a = fork();
+    if (a == 0) {
+        close(sp[1]);
+        if (timed_connect(tm, TIMED_ID(T_PASSED)) || timed_id(tm)) _exit(1);
+        if (write_some(&tm->s, &seed, 5000, 700) || one_op(&tm->s, &seed, 700) < 0) _exit(1);
+        if (send_fd(sp[0], tm->s.fd)) _exit(1);
+        kill(getpid(), SIGKILL); /* nothing of the shim's runs in A again */
+        _exit(1);
+    }
+    close(sp[0]);
+    close(sp[1]);
+    int sa = wait_bounded(a, 10000), sb = wait_bounded(b, 10000);
+    return sa == 128 + SIGKILL && sb == 0 ? 0 : -1;
+}
+
+static int timed_stopped(unsigned seed) {
+    struct timed *tm = &timed[T_STOPPED];
+    pid_t w = fork();
+    if (w == 0) {
+        if (timed_connect(tm, TIMED_ID(T_STOPPED)) || timed_id(tm)) _exit(1);
+        if (write_some(&tm->s, &seed, 5000, 700) || one_op(&tm->s, &seed, 700) < 0) _exit(1);
+        kill(getpid(), SIGSTOP); /* just after a write; SIGCONT 300 ms later */
+        if (write_some(&tm->s, &seed, 3000, 700)) _exit(1);
+        tm->expect = tm->s.off;
+        close(tm->s.fd);
+        _exit(0);
+    }
+    int st;
+    if (waitpid(w, &st, WUNTRACED) != w) return -1;
+    if (WIFSTOPPED(st)) {
+        usleep(300000);
+        kill(w, SIGCONT);
+        if (waitpid(w, &st, 0) != w) return -1;
+    }
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Runs the timed scenarios at once, each in a process forked for it; the number that
+ * failed. */
+static int timed_scenarios(unsigned seed) {
+    pid_t pid[T_N];
+    for (int k = 0; k < T_N; k++) {
+        pid[k] = fork();
+        if (pid[k] == 0) {
+            unsigned sd = seed * 17 + k;
+            int r = k <= T_FORK ? timed_children(k, sd) : k == T_PASSED ? timed_passed(sd) : timed_stopped(sd);
+            _exit(r ? 1 : 0);
+        }
+    }
+    int failed = 0;
+    for (int k = 0; k < T_N; k++) {
+        int st;
+        failed += pid[k] < 0 || waitpid(pid[k], &st, 0) != pid[k] || !WIFEXITED(st) || WEXITSTATUS(st);
+        expect_stream(TIMED_ID(k), timed[k].expect);
+    }
+    return failed;
+}
+
+/* The worst delay of a write of timed stream k (from its call to the read that brought its
+ * last byte), in ms rounded up; -1 if some write's bytes never arrived. */
+static long long worst_ms(int k) {
+    struct timed *tm = &timed[k];
+    int64_t worst = 0;
+    uint32_t r = 0;
+    for (uint32_t w = 0; w < tm->nw; w++) {
+        while (r < tm->nr && tm->r[r].off < tm->w[w].off) r++;
+        if (r == tm->nr) return -1;
+        int64_t d = tm->r[r].t - tm->w[w].t;
+        if (d > worst) worst = d;
+    }
+    return (worst + 999999) / 1000000;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     self_path = argv[0];
@@ -421,6 +775,9 @@ int main(int argc, char **argv) {
     static uint8_t filebuf[PATTERN_FILE_BYTES];
     for (size_t k = 0; k < sizeof filebuf; k++) filebuf[k] = pattern(PFILE_ID, k);
     if (write_all(pattern_fd, filebuf, sizeof filebuf)) return 2;
+
+    timed = mmap(NULL, T_N * sizeof *timed, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (timed == MAP_FAILED) return 2;
 
     int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     target.sin_family = AF_INET;
@@ -445,6 +802,7 @@ int main(int argc, char **argv) {
     streams += 2; failed += signals(seed) != 0;
     streams++; failed += nonblocking(seed) != 0;
     for (int v = 0; v < 11; v++) { streams++; failed += exec_variant(v, seed + v) != 0; }
+    streams += T_N; failed += timed_scenarios(seed);
 
     shutdown(l, SHUT_RDWR);
     close(l);
@@ -465,6 +823,10 @@ int main(int argc, char **argv) {
     }
     int st;
     waitpid(ver, &st, 0);
-    printf("streams=%d ok=%d bad=%d writer_failures=%d bytes=%llu\n", streams, ok, bad, failed, bytes);
+    printf("streams=%d ok=%d bad=%d writer_failures=%d bytes=%llu", streams, ok, bad, failed, bytes);
+    for (int k = 0; k < T_N; k++) printf(" worst_ms_%s=%lld", timed_name[k], worst_ms(k));
+    int hung = 0;
+    for (int k = 0; k < T_N; k++) hung += timed[k].hung;
+    printf(" hung_children=%d\n", hung);
     return 0;
 }
