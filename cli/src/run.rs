@@ -46,18 +46,18 @@ pub fn find_shim() -> Result<PathBuf, String> {
 }
 
 /// Directories for the unpacked shim, best first, each with whether others may read it.
-/// Root's come first in system directories every user can read (writable by root only): a
-/// command that drops its privileges (`setpriv`, `runuser`, `su`, `gosu`, `su-exec`, as
-/// containers and init scripts start daemons) must still find the shim its `LD_PRELOAD`
-/// names. Other users' are private.
+/// `XDG_CACHE_HOME`, when set, is the user's choice. Then root's are system directories every
+/// user can read (writable by root only): a command that drops its privileges (`setpriv`,
+/// `runuser`, `su`, `gosu`, `su-exec`, as containers and init scripts start daemons) must
+/// still find the shim its `LD_PRELOAD` names. Other users' are private.
 fn cache_dirs() -> Vec<(PathBuf, bool)> {
     let mut dirs = Vec::new();
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        dirs.push((PathBuf::from(d).join("nagless"), false));
+    }
     if crate::sys::effective_uid() == 0 {
         dirs.push((PathBuf::from("/var/cache/nagless"), true));
         dirs.push((PathBuf::from("/run/nagless"), true));
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        dirs.push((PathBuf::from(d).join("nagless"), false));
     }
     if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
         dirs.push((PathBuf::from(h).join(".cache/nagless"), false));

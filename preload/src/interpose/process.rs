@@ -66,7 +66,12 @@ extern "C" fn clone_child(p: *mut c_void) -> c_int {
     // SAFETY: `p` points to the `CloneChild` on the parent's stack at the moment of the
     // clone, of which this child has its own copy (no CLONE_VM).
     let c = unsafe { &*p.cast::<CloneChild>() };
-    (c.f)(c.arg)
+    let r = (c.f)(c.arg);
+    // glibc ends the child's thread when its function returns (`exit`, not `exit_group`):
+    // a flusher of ours would keep the process alive. Its bursts end and the flusher stops
+    // first, so that the process ends there, as natively.
+    crate::hooks::pause_flusher();
+    r
 }
 
 /// `clone(3)`, glibc's wrapper: `fn` runs in the child on `stack`. Declared with the three
