@@ -19,8 +19,11 @@ WHAT IT DOES
   program attached to the selection's cgroup (v2), which sets the options as each connection
   is established. It stays while the command runs (--duration, or until Ctrl-C, SIGTERM or
   SIGHUP), then it is undone: the program detaches, and the connections that were open at the
-  start get their options back (those made meanwhile keep them). --persist pins the program in
-  bpffs instead, to stay until `nagless fix --remove`.
+  start get their options back (those made meanwhile keep them), each only where it still has
+  the value the fix set and the program did not set it itself meanwhile (a second BPF program
+  notes the program's own setsockopt calls). --persist pins the program in bpffs instead, to
+  stay until `nagless fix --remove`. A fix whose target another fix in force covers is refused,
+  naming that fix: the first to end would undo the other's options.
 
   --nodelay          the sender's stall: TCP_NODELAY (what `nagless watch` or `doctor` names as
                      \"sends each request as two or more writes\"). Costs packets: each small write
@@ -39,12 +42,17 @@ SELECTION
   --unit NAME        a systemd unit's cgroup (nginx or nginx.service)
   --container ID     a container's cgroup (Docker, containerd, CRI-O, Podman; 12+ hex digits)
   --port P           only connections with this local or remote port (repeat: up to 16)
+  --all              mean everything: --pid 1 or the root cgroup (every process of the host),
+                     or with --remove every pinned fix
+  --dry-run          show the processes, cgroup and connections the fix would change; change
+                     nothing
 
 EXAMPLES
   nagless fix --pid 4242 --nodelay                # until Ctrl-C
   nagless fix --unit api --port 8080 --nodelay --persist
   nagless fix --container 0123456789ab --ack-delay-max 8ms --duration 10m
-  nagless fix --list;  nagless fix --remove --unit api;  nagless fix --remove
+  nagless fix --pid 4242 --nodelay --dry-run      # what it would change
+  nagless fix --list;  nagless fix --remove --unit api;  nagless fix --remove --all
 
 NEEDS
   Root (or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_PTRACE), cgroup v2; Linux 5.7 (BPF links),
@@ -52,8 +60,11 @@ NEEDS
 
 EXIT STATUS
   0 done (and undone); 2 bad arguments, or nothing to select (no such process, cgroup, unit
-  or container); 1 the kernel refused (not root, no BPF, an old kernel: the message names
-  what is missing). Nothing is left half-attached when it fails.";
+  or container; a kernel thread; every process of the host without --all; no stall seen);
+  1 it could not act on what it selected (not root, no BPF, an old kernel, another user's
+  process, another fix in force: the message names what and why). Nothing is left
+  half-attached when it fails, and a fix that changed nothing it could reach never says it
+  succeeded.";
 
 #[derive(clap::Args)]
 pub struct FixArgs {
@@ -88,12 +99,28 @@ pub struct FixArgs {
     /// Pin the fix in bpffs so it outlives this command (new connections only; see --list).
     #[arg(long, conflicts_with = "duration")]
     persist: bool,
-    /// List the pinned fixes.
-    #[arg(long, conflicts_with_all = ["nodelay", "ack_delay_max", "persist", "remove"])]
+    /// List every fix in force on this host: running and pinned.
+    #[arg(long, conflicts_with_all = ["nodelay", "ack_delay_max", "persist", "remove", "dry_run"])]
     list: bool,
-    /// Remove the pinned fix of the selection (all pinned fixes without one).
-    #[arg(long, conflicts_with_all = ["nodelay", "ack_delay_max", "persist"])]
+    /// Remove the pinned fix of the selection (with --all: every pinned fix).
+    #[arg(long, conflicts_with_all = ["nodelay", "ack_delay_max", "persist", "dry_run"])]
     remove: bool,
+    /// Mean everything: a selection that covers every process of the host (--pid 1, the
+    /// root cgroup), or with --remove every pinned fix.
+    #[arg(long)]
+    all: bool,
+    /// Show what the selection covers (processes, cgroup, connections) and change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// "1 process", "3 processes".
+fn processes(n: usize) -> String {
+    if n == 1 {
+        "1 process".into()
+    } else {
+        format!("{n} processes")
+    }
 }
 
 fn selector(a: &FixArgs) -> Option<Selector> {
@@ -116,6 +143,10 @@ pub fn command(a: FixArgs) -> ExitCode {
             errln!("nagless fix: {e}\nTry 'nagless fix --help'.");
             ExitCode::from(2)
         }
+        Err(e) if e.is::<crate::Refused>() => {
+            errln!("nagless fix: {e}");
+            ExitCode::from(2)
+        }
         Err(e) => {
             errln!("nagless fix: {e:#}");
             ExitCode::FAILURE
@@ -129,6 +160,11 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         return list();
     }
     if a.remove {
+        if sel.is_none() && !a.all {
+            return Err(crate::usage(
+                "say which pinned fix to remove (--pid, --cgroup, --unit or --container), or --all for every one",
+            ));
+        }
         return remove(sel.as_ref());
     }
     let sel =
@@ -136,18 +172,24 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     let ports = Ports::new(&a.port).map_err(|e| crate::usage(e.to_string()))?;
     let t = target::resolve(&sel).map_err(|e| match e {
         target::TargetError::Io(e) => anyhow!(e),
-        e => crate::usage(e.to_string()),
+        e => crate::refused(e.to_string()),
     })?;
+    target::check_scope(&sel, &t, a.all).map_err(|e| crate::refused(e.to_string()))?;
     let mut action = Action {
         nodelay: a.nodelay,
         ack_delay_max: a.ack_delay_max,
     };
     if !action.nodelay && action.ack_delay_max.is_none() {
+        outln!(
+            "nagless fix: watching {} for {:?} to choose the fix (Ctrl-C stops sooner)",
+            processes(t.pids.len()),
+            a.observe
+        );
         crate::sys::catch_interrupts();
         let seen = observe::observe(&t, &ports, a.observe, crate::sys::interrupted)
             .map_err(|e| anyhow!("watching the target to choose the fix: {e}"))?;
         action = seen.action(nagless_fix::tick()).ok_or_else(|| {
-            crate::usage(format!(
+            crate::refused(format!(
                 "nothing to do: no stall of the target in {:?} of watching; give --nodelay (its writes wait) or --ack-delay-max DUR (its peers' writes wait for its ACKs)",
                 a.observe
             ))
@@ -163,22 +205,30 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     action
         .check(nagless_fix::tick())
         .map_err(|e| crate::usage(e.to_string()))?;
-    if t.cgroup.is_some() {
-        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-        if let Some(have) = plan::parse_release(&release) {
-            plan::check_kernel(&action, have).map_err(|e| anyhow!(e))?;
-        }
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    if let Some(have) = plan::parse_release(&release) {
+        plan::check_kernel(&action, have).map_err(|e| anyhow!(e))?;
+    }
+    if a.dry_run {
+        dry_run(&t, &action, &ports, a.pid);
+        return Ok(());
     }
     if a.persist && t.cgroup.is_none() {
         return Err(crate::usage(
             "--persist needs a whole cgroup: this process shares its cgroup with others (give --cgroup, --unit or --container)",
         ));
     }
-    // The kernel half first: if it cannot attach (or pin), nothing has been changed.
-    let mut attached = match &t.cgroup {
-        Some(cg) => Some(attach::attach(cg, &plan::Config::new(&action, &ports))?),
-        None => None,
+    refuse_overlap(&t, a.pid)?;
+    // The kernel half first: if it cannot attach (or pin), nothing has been changed. For a
+    // process that shares its cgroup, only the program that notes its own choices.
+    let mut config = plan::Config::new(&action, &ports);
+    config.fixer_tgid = std::process::id();
+    config.target_pid = if t.cgroup.is_some() {
+        0
+    } else {
+        a.pid.unwrap_or(0)
     };
+    let mut attached = Some(attach::attach(&t.home, &config, t.cgroup.is_some())?);
     crate::sys::catch_interrupts();
     let mut seen = BTreeSet::new();
     let first = existing::fix(&t.pids, &action, &ports, &mut seen);
@@ -200,11 +250,11 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     };
     let what = action.describe();
     let scope = match &t.cgroup {
-        Some(cg) => format!("cgroup {} ({} processes)", cg.display(), t.pids.len()),
+        Some(cg) => format!("cgroup {} ({})", cg.display(), processes(t.pids.len())),
         None => format!(
-            "process {} and its children ({} processes; their cgroup holds others, so new connections are found every 200 ms)",
+            "process {} and its children ({}; their cgroup holds others, so new connections are found every 200 ms)",
             a.pid.unwrap_or(t.pids[0]),
-            t.pids.len()
+            processes(t.pids.len())
         ),
     };
     outln!(
@@ -227,7 +277,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     let start = Instant::now();
     while !crate::sys::interrupted() && (a.duration.is_zero() || start.elapsed() < a.duration) {
         std::thread::sleep(Duration::from_millis(200));
-        if attached.is_none() {
+        if t.cgroup.is_none() {
             // The process's own connections: look again for new ones, until it exits.
             let Ok(now) = target::resolve(&sel) else {
                 outln!("nagless fix: process {} exited", a.pid.unwrap_or(0));
@@ -241,8 +291,10 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
 }
 
 fn finish(attached: Option<Attached>, changed: &[existing::Changed]) {
-    let restored = existing::undo(changed);
-    let new = match attached {
+    let restored = existing::undo(changed, |sock, option| {
+        attached.as_ref().is_some_and(|at| at.chose(sock, option))
+    });
+    let new = match attached.filter(|at| at.sets_new_connections()) {
         Some(at) => {
             let c = at.counters();
             drop(at); // the link's last descriptor: the program detaches
@@ -259,11 +311,110 @@ fn finish(attached: Option<Attached>, changed: &[existing::Changed]) {
     );
 }
 
+/// Refuses a fix whose selection another fix in force covers too (the first to end would
+/// undo the other's options, or both would undo each other's), naming that fix.
+fn refuse_overlap(t: &target::Target, pid: Option<u32>) -> anyhow::Result<()> {
+    let root = target::cgroup2_root().context("cgroup v2")?;
+    for r in attach::running() {
+        let Some(dir) = attach::find_cgroup(&root, r.cgroup) else {
+            continue;
+        };
+        let related = dir.starts_with(&t.home) || t.home.starts_with(&dir);
+        let theirs = r.config.map_or(0, |c| c.target_pid);
+        let same_process = theirs != 0 && pid == Some(theirs);
+        let covers = r.whole || t.cgroup.is_some() || same_process;
+        if !related || !covers {
+            continue;
+        }
+        let who = match r.config.map(|c| c.fixer_tgid).filter(|&p| p != 0) {
+            Some(p) if std::path::Path::new(&format!("/proc/{p}")).exists() => {
+                format!("nagless fix (pid {p})")
+            }
+            _ => "a pinned fix (`nagless fix --list`)".to_string(),
+        };
+        anyhow::bail!(
+            "{who} is in force on {} already: end it first (its end would undo this one's options, or this one's its)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// `--dry-run`: what the fix would cover, changing nothing.
+fn dry_run(t: &target::Target, action: &Action, ports: &Ports, pid: Option<u32>) {
+    let scope = match &t.cgroup {
+        Some(cg) => format!(
+            "cgroup {} and every cgroup below it: the connections open now, and every new one",
+            cg.display()
+        ),
+        None => format!(
+            "process {} and its children (their cgroup {} holds others): their connections",
+            pid.unwrap_or(0),
+            t.home.display()
+        ),
+    };
+    outln!(
+        "nagless fix --dry-run: would set {} on {scope}; {}",
+        action.describe(),
+        processes(t.pids.len())
+    );
+    for &p in &t.pids {
+        let name = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        let line = match existing::connections(p) {
+            Ok(c) => {
+                let c: Vec<_> = c
+                    .into_iter()
+                    .filter(|&(l, r)| ports.selects(l, r))
+                    .map(|(l, r)| format!("{l}->{r}"))
+                    .collect();
+                format!("{} connection(s) to change now {}", c.len(), c.join(" "))
+            }
+            Err(existing::Reach::Gone) => "exited".into(),
+            Err(existing::Reach::Blocked(why)) => why,
+        };
+        outln!("  {p} {}: {}", name.trim(), line.trim_end());
+    }
+}
+
 fn list() -> anyhow::Result<()> {
     let root = target::cgroup2_root().context("cgroup v2")?;
     let all = attach::pinned(&root);
-    if all.is_empty() {
-        outln!("no pinned fix");
+    let pinned_ids: Vec<u64> = all
+        .iter()
+        .filter_map(|p| attach::cgroup_id(p.cgroup.as_ref()?).ok())
+        .collect();
+    // Fixes running now (a `nagless fix` process), by their programs: a fix of a whole
+    // cgroup has a sock_ops program, every fix a note_choice one.
+    let mut running = 0;
+    for r in attach::running() {
+        if pinned_ids.contains(&r.cgroup)
+            || (!r.whole && r.config.is_some_and(|c| c.target_pid == 0))
+        {
+            continue;
+        }
+        let Some(c) = r.config else { continue };
+        let (action, ports) = c.action();
+        let ports = if ports.as_slice().is_empty() {
+            "every port".to_string()
+        } else {
+            format!("ports {:?}", ports.as_slice())
+        };
+        let dir = attach::find_cgroup(&root, r.cgroup)
+            .map_or("a cgroup that is gone".into(), |d| d.display().to_string());
+        let on = if r.whole {
+            format!("cgroup {dir}")
+        } else {
+            format!("process {} and its children (in {dir})", c.target_pid)
+        };
+        outln!(
+            "running (nagless fix pid {}): {} on {on} ({ports})",
+            c.fixer_tgid,
+            action.describe()
+        );
+        running += 1;
+    }
+    if all.is_empty() && running == 0 {
+        outln!("no fix in force");
     }
     for p in all {
         let (what, ports) = p
@@ -277,7 +428,7 @@ fn list() -> anyhow::Result<()> {
             format!("ports {:?}", ports.as_slice())
         };
         outln!(
-            "{}: {} on {} ({ports}): {} new connection(s) selected",
+            "pinned at {}: {} on {} ({ports}): {} new connection(s) selected",
             p.dir.display(),
             what,
             p.cgroup

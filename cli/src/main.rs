@@ -110,12 +110,13 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a duration such as 20ms"))?;
     let secs = match unit {
+        "h" => v * 3600.0,
         "m" => v * 60.0,
         "s" => v,
         "ms" => v / 1e3,
         "us" | "µs" => v / 1e6,
         "" if v == 0.0 => 0.0,
-        _ => return Err(format!("{s:?}: the unit must be m, s, ms or us")),
+        _ => return Err(format!("{s:?}: the unit must be h, m, s, ms or us")),
     };
     std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
@@ -133,6 +134,22 @@ impl std::error::Error for Usage {}
 
 pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
     Usage(msg.into()).into()
+}
+
+/// A refusal that is no misuse of the command (nothing to select, nothing to do): exit
+/// status 2, with no pointer to `--help`.
+#[derive(Debug)]
+pub(crate) struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Refused {}
+
+pub(crate) fn refused(msg: impl Into<String>) -> anyhow::Error {
+    Refused(msg.into()).into()
 }
 
 fn main() -> ExitCode {

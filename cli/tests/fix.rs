@@ -257,7 +257,7 @@ fn containers_and_units_are_found_by_their_cgroups() {
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{name}: {o:?}");
         assert!(
-            out.contains(&format!("on cgroup {} (1 processes)", cg.dir.display())),
+            out.contains(&format!("on cgroup {} (1 process)", cg.dir.display())),
             "{name}: {out}"
         );
     }
@@ -394,7 +394,15 @@ fn the_fix_is_chosen_from_what_watch_sees() {
         ]);
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(o.status.success(), "{o:?}");
-        let first = out.lines().next().unwrap_or("");
+        // After the line that says it watches: what it saw and chose.
+        let first = out.lines().nth(1).unwrap_or("");
+        assert!(
+            out.lines()
+                .next()
+                .unwrap_or("")
+                .contains("watching 1 process for 2s"),
+            "{out}"
+        );
         assert!(
             first.contains("stall(s) of its own writes")
                 && first.contains(&format!("ACKs: {want}")),
@@ -446,7 +454,8 @@ fn bad_requests_are_refused_before_anything_is_attached() {
     let o = fix(&["--pid", "999999999", "--nodelay"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("no process 999999999"));
-    let o = fix(&["--pid", "1", "--ack-delay-max", "1ms"]);
+    let me = std::process::id().to_string();
+    let o = fix(&["--pid", &me, "--ack-delay-max", "1ms"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("timer ticks"));
     let o = fix(&["--list", "--nodelay"]);

@@ -15,6 +15,12 @@
  * Connections that exist already are reached from userspace (fix/src/existing.rs).
  * Nothing runs per packet: the kernel calls it a few times per connection (its init
  * callbacks, then established), and it acts once.
+ *
+ * A second program, note_choice (cgroup/setsockopt, Linux 5.3), runs at every setsockopt a
+ * process of the cgroup makes, and notes in `chosen` (per socket) the options of the fix's
+ * that the program set itself: the fix's undo (fix/src/existing.rs) leaves those alone, so
+ * that ending a fix never takes back a program's own TCP_NODELAY. The fix's own calls (made
+ * on copies of the program's descriptors, by `fixer_tgid`) are not the program's.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -24,6 +30,7 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 #define SOL_TCP 6
 #define TCP_NODELAY 1
+#define TCP_DELACK_MAX_US 46
 #define MAX_PORTS 16
 
 /* Mirrored by fix/src/plan.rs's `Config` (#[repr(C)], size asserted there). */
@@ -32,6 +39,8 @@ struct config {
 	__u32 delack_max_us; /* 0: leave the delayed ACK alone; else TCP_BPF_DELACK_MAX */
 	__u32 nports;        /* 0: every connection; else only these ports (local or remote) */
 	__u16 ports[MAX_PORTS];
+	__u32 fixer_tgid;    /* the nagless fix process: its setsockopt calls are not the program's */
+	__u32 target_pid;    /* the process (and children) fixed; 0: the whole cgroup */
 };
 
 struct {
@@ -110,5 +119,42 @@ int fix_sockops(struct bpf_sock_ops *ops)
 		else
 			count(REFUSED);
 	}
+	return 1;
+}
+
+/* Bits of `chosen`: the options a program set itself (read by fix/src/attach.rs). */
+#define CHOSE_NODELAY 1
+#define CHOSE_DELACK_MAX 2
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u32);
+} chosen SEC(".maps");
+
+SEC("cgroup/setsockopt")
+int note_choice(struct bpf_sockopt *ctx)
+{
+	if (ctx->level != SOL_TCP)
+		return 1;
+	__u32 bit = ctx->optname == TCP_NODELAY	      ? CHOSE_NODELAY :
+		    ctx->optname == TCP_DELACK_MAX_US ? CHOSE_DELACK_MAX :
+							0;
+	if (!bit)
+		return 1;
+	__u32 zero = 0;
+	struct config *c = bpf_map_lookup_elem(&config, &zero);
+	if (c && (__u32)(bpf_get_current_pid_tgid() >> 32) == c->fixer_tgid)
+		return 1;
+	struct bpf_sock *sk = ctx->sk;
+	if (!sk)
+		return 1;
+	__u32 *v = bpf_sk_storage_get(&chosen, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	/* Setting the bit twice is harmless; two threads setting two options on one socket at
+	 * the same instant could lose one (no 32-bit atomic OR before BPF ISA v3). */
+	if (v)
+		*v |= bit;
+	/* 1: the kernel makes the call as asked (the buffer untouched). */
 	return 1;
 }

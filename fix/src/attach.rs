@@ -1,16 +1,20 @@
-//! The kernel half's life: loaded with aya, configured, attached to a cgroup as a BPF link
-//! (gone when the link's last descriptor closes, whatever ends the process), or pinned in
-//! bpffs to outlive it (`--persist`), listed and removed from there.
+//! The kernel half's life: loaded with aya, configured, attached to a cgroup as BPF links
+//! (gone when a link's last descriptor closes, whatever ends the process), or pinned in
+//! bpffs to outlive it (`--persist`), listed and removed from there. Two programs: the
+//! sock_ops one sets the options on every new connection of a whole cgroup; the
+//! cgroup/setsockopt one notes the options the program sets itself, which the undo leaves
+//! alone (attached for every fix, also one of a process that shares its cgroup).
 
 use std::fs;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, MapData, PerCpuArray};
-use aya::programs::SockOps;
+use aya::programs::{CgroupSockopt, SockOps};
 use aya::{Ebpf, EbpfLoader};
 
+use crate::existing::TcpOption;
 use crate::plan::Config;
 use crate::sys;
 
@@ -41,7 +45,7 @@ pub struct Counters {
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
     /// Not allowed to load BPF programs.
-    #[error("loading a BPF sock_ops program needs root, or CAP_BPF and CAP_NET_ADMIN ({0})")]
+    #[error("loading nagless fix's BPF programs needs root, or CAP_BPF and CAP_NET_ADMIN ({0})")]
     NoPermission(String),
     /// The kernel refused the object or the program.
     #[error("the kernel refused nagless fix's BPF program (bpf_setsockopt of TCP_NODELAY needs Linux 6.1, of TCP_BPF_DELACK_MAX Linux 5.10): {0}")]
@@ -71,7 +75,10 @@ fn load_error(e: impl std::fmt::Display + std::fmt::Debug) -> AttachError {
 /// The kernel half attached to one cgroup.
 pub struct Attached {
     bpf: Ebpf,
-    link: OwnedFd,
+    /// The sock_ops program's link: a fix of the whole cgroup.
+    link: Option<OwnedFd>,
+    /// The note_choice program's link.
+    _observer: OwnedFd,
     cgroup: PathBuf,
 }
 
@@ -80,10 +87,15 @@ pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
     fs::metadata(dir).map(|m| m.ino())
 }
 
-/// Loads the program with `config` and attaches it to `cgroup`: from now on every connection
-/// a process of it (or of a cgroup under it) makes or accepts gets the options.
-pub fn attach(cgroup: &Path, config: &Config) -> Result<Attached, AttachError> {
-    let mut bpf = EbpfLoader::new().load(OBJECT).map_err(load_error)?;
+/// Loads the programs with `config` and attaches them to `cgroup`: from now on the options a
+/// program of it sets itself are noted, and, if `whole` (the fix is the cgroup's), every
+/// connection a process of it (or of a cgroup under it) makes or accepts gets the options.
+pub fn attach(cgroup: &Path, config: &Config, whole: bool) -> Result<Attached, AttachError> {
+    // `chosen`, a socket-storage map, is a kind aya 0.13 does not wrap: it is read by hand.
+    let mut bpf = EbpfLoader::new()
+        .allow_unsupported_maps()
+        .load(OBJECT)
+        .map_err(load_error)?;
     {
         let map = bpf
             .map_mut("config")
@@ -92,22 +104,35 @@ pub fn attach(cgroup: &Path, config: &Config) -> Result<Attached, AttachError> {
             Array::try_from(map).map_err(load_error)?;
         array.set(0, config.to_bytes(), 0).map_err(load_error)?;
     }
-    let prog: &mut SockOps = bpf
-        .program_mut("fix_sockops")
-        .ok_or_else(|| AttachError::Load("no fix_sockops program".into()))?
-        .try_into()
-        .map_err(load_error)?;
-    prog.load().map_err(load_error)?;
     let link_err = |e: std::io::Error| AttachError::Link {
         cgroup: cgroup.to_path_buf(),
         error: e.to_string(),
     };
     let dir = fs::File::open(cgroup).map_err(link_err)?;
-    let prog_fd = prog.fd().map_err(load_error)?;
-    let link = sys::link_sock_ops(prog_fd.as_fd(), dir.as_fd()).map_err(link_err)?;
+    let observer: &mut CgroupSockopt = bpf
+        .program_mut("note_choice")
+        .ok_or_else(|| AttachError::Load("no note_choice program".into()))?
+        .try_into()
+        .map_err(load_error)?;
+    observer.load().map_err(load_error)?;
+    let observer_fd = observer.fd().map_err(load_error)?;
+    let observer = sys::link_setsockopt(observer_fd.as_fd(), dir.as_fd()).map_err(link_err)?;
+    let link = if whole {
+        let prog: &mut SockOps = bpf
+            .program_mut("fix_sockops")
+            .ok_or_else(|| AttachError::Load("no fix_sockops program".into()))?
+            .try_into()
+            .map_err(load_error)?;
+        prog.load().map_err(load_error)?;
+        let prog_fd = prog.fd().map_err(load_error)?;
+        Some(sys::link_sock_ops(prog_fd.as_fd(), dir.as_fd()).map_err(link_err)?)
+    } else {
+        None
+    };
     Ok(Attached {
         bpf,
         link,
+        _observer: observer,
         cgroup: cgroup.to_path_buf(),
     })
 }
@@ -125,6 +150,25 @@ fn counters_of<T: std::borrow::Borrow<MapData>>(map: PerCpuArray<T, u64>) -> Cou
 }
 
 impl Attached {
+    /// Whether the program set `option` on the socket `sock` (a copy of its descriptor)
+    /// itself since the fix began (`note_choice`). Unknown reads as no.
+    pub fn chose(&self, sock: BorrowedFd<'_>, option: TcpOption) -> bool {
+        let bit = match option {
+            TcpOption::Nodelay => 1,
+            TcpOption::DelackMax => 2,
+        };
+        let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("chosen") else {
+            return false;
+        };
+        sys::sk_storage_u32(map.fd().as_fd(), sock).is_ok_and(|v| v.is_some_and(|v| v & bit != 0))
+    }
+
+    /// Whether it sets options on every new connection of its cgroup (a fix of the whole
+    /// cgroup), not only notes the program's choices.
+    pub fn sets_new_connections(&self) -> bool {
+        self.link.is_some()
+    }
+
     /// What the program did so far.
     pub fn counters(&self) -> Counters {
         self.bpf
@@ -143,6 +187,11 @@ impl Attached {
     /// not): the fix stays when this process ends, until `nagless fix --remove`.
     pub fn persist(self) -> Result<PathBuf, AttachError> {
         let pin = |e: std::io::Error| AttachError::Pin(e.to_string());
+        let Some(link) = self.link else {
+            return Err(AttachError::Pin(
+                "only a fix of a whole cgroup can be pinned".into(),
+            ));
+        };
         let bpffs = Path::new("/sys/fs/bpf");
         if !sys::is_bpffs(bpffs).unwrap_or(false) {
             fs::create_dir_all(bpffs).map_err(pin)?;
@@ -151,13 +200,13 @@ impl Attached {
         let dir = Path::new(PIN_ROOT).join(cgroup_id(&self.cgroup).map_err(pin)?.to_string());
         if dir.exists() {
             return Err(AttachError::Pin(format!(
-                "{} is pinned already: `nagless fix --remove` it first",
-                dir.display()
+                "{} is pinned already: `nagless fix --remove --cgroup {}` it first",
+                dir.display(),
+                self.cgroup.display()
             )));
         }
         fs::create_dir_all(&dir).map_err(pin)?;
         let mut bpf = self.bpf;
-        let link = self.link;
         let pinned = (|| -> Result<(), AttachError> {
             for name in ["config", "counters"] {
                 if let Some(m) = bpf.map_mut(name) {
@@ -234,10 +283,14 @@ pub struct Running {
     pub cgroup: u64,
     /// Its configuration, read from its `config` map (`None` if that could not be read).
     pub config: Option<Config>,
+    /// It sets options on every new connection of the cgroup (`fix_sockops`); else it only
+    /// notes the program's choices for a fix of some of its processes (`note_choice`).
+    pub whole: bool,
 }
 
 /// Every `nagless fix` program attached now: every sock_ops link of the host whose program
-/// is `fix_sockops`, with what it sets.
+/// is `fix_sockops` (with what it sets), and every cgroup/setsockopt link whose program is
+/// `note_choice` (a fix running, of a whole cgroup or of a process in it).
 pub fn running() -> Vec<Running> {
     let mut out = Vec::new();
     let mut id = 0;
@@ -249,25 +302,35 @@ pub fn running() -> Vec<Running> {
         let Ok((attach_type, cgroup)) = sys::cgroup_link_info(link.as_fd()) else {
             continue;
         };
-        if !sys::is_sock_ops(attach_type) {
+        let (whole, name) = if sys::is_sock_ops(attach_type) {
+            (true, "fix_sockops")
+        } else if sys::is_setsockopt(attach_type) {
+            (false, "note_choice")
+        } else {
             continue;
-        }
+        };
         let Ok(prog) = sys::link_prog_id(link.as_fd()) else {
             continue;
         };
-        if sys::prog_name(prog).is_ok_and(|n| n == "fix_sockops") {
+        if sys::prog_name(prog).is_ok_and(|n| n == name) {
             out.push(Running {
                 cgroup,
                 config: config_of(prog),
+                whole,
             });
         }
     }
     out
 }
 
-/// The cgroups (by id) that a `nagless fix` program is attached to now, pinned or running.
+/// The cgroups (by id) whose new connections a `nagless fix` program sets options on now,
+/// pinned or running.
 pub fn attached_cgroups() -> Vec<u64> {
-    running().into_iter().map(|r| r.cgroup).collect()
+    running()
+        .into_iter()
+        .filter(|r| r.whole)
+        .map(|r| r.cgroup)
+        .collect()
 }
 
 /// The configuration of the loaded program `prog_id`, from its map named `config`.

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
 use crate::plan::{Action, Ports};
@@ -30,6 +30,8 @@ pub struct Changed {
     pub nodelay_was: Option<i32>,
     /// TCP_DELACK_MAX_US before, if the fix set it.
     pub delack_was: Option<i32>,
+    /// The TCP_DELACK_MAX_US the fix set (the kernel's rounding of what was asked).
+    pub delack_set: Option<i32>,
 }
 
 /// What a pass over the selected processes did.
@@ -47,7 +49,7 @@ pub struct Pass {
 
 /// What an error of `pidfd_open` or `pidfd_getfd` means for the fix.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Reach {
+pub enum Reach {
     /// The process exited, or the descriptor was closed, since /proc was read: nothing to do.
     Gone,
     /// The sockets cannot be reached, for this reason.
@@ -59,7 +61,8 @@ pub(crate) fn reach(call: &str, pid: u32, e: &std::io::Error) -> Reach {
     match e.raw_os_error() {
         Some(libc::ESRCH) | Some(libc::EBADF) => Reach::Gone,
         Some(libc::EPERM) | Some(libc::EACCES) => Reach::Blocked(format!(
-            "cannot reach process {pid}'s sockets ({call}: {e}): it takes root, or CAP_SYS_PTRACE"
+            "cannot reach process {pid}'s sockets ({}: {e}): it takes root, or CAP_SYS_PTRACE",
+            call.replace("PID", &pid.to_string())
         )),
         Some(libc::ENOSYS) => Reach::Blocked(format!(
             "this kernel has no {call} (it came in Linux {}): existing connections cannot be reached",
@@ -83,7 +86,15 @@ pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64
                 continue;
             }
         };
-        for (fd, inode) in sockets(pid) {
+        let found = match sockets(pid) {
+            Ok(found) => found,
+            Err(Reach::Gone) => continue,
+            Err(Reach::Blocked(why)) => {
+                pass.blocked.insert(why);
+                continue;
+            }
+        };
+        for (fd, inode) in found {
             if seen.contains(&inode) {
                 continue;
             }
@@ -116,12 +127,46 @@ pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64
     pass
 }
 
-/// A process's socket descriptors and their inodes.
-pub(crate) fn sockets(pid: u32) -> BTreeMap<i32, u64> {
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return BTreeMap::new();
+/// The established TCP connections of process `pid` (local and remote port), from its
+/// network namespace's tables matched to its sockets; as [`sockets`] when they cannot be read.
+pub fn connections(pid: u32) -> Result<Vec<(u16, u16)>, Reach> {
+    let inodes: BTreeSet<u64> = sockets(pid)?.into_values().collect();
+    let mut out = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        out.extend(established_rows(&text, &inodes));
+    }
+    Ok(out)
+}
+
+/// The (local, remote) ports of the established rows of a `/proc/net/tcp` text whose inode
+/// is in `inodes`.
+fn established_rows(text: &str, inodes: &BTreeSet<u64>) -> Vec<(u16, u16)> {
+    let port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let inode: u64 = f.get(9)?.parse().ok()?;
+            let established = *f.get(3)? == "01";
+            (established && inodes.contains(&inode)).then_some((port(f.get(1)?)?, port(f.get(2)?)?))
+        })
+        .collect()
+}
+
+/// A process's socket descriptors and their inodes; `Gone` if it exited, `Blocked` if its
+/// descriptors cannot be listed (another user's process, without root or `CAP_SYS_PTRACE`):
+/// never an empty list that would read as "no sockets".
+pub(crate) fn sockets(pid: u32) -> Result<BTreeMap<i32, u64>, Reach> {
+    let dir = match fs::read_dir(format!("/proc/{pid}/fd")) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Reach::Gone),
+        Err(e) => return Err(reach("/proc/PID/fd", pid, &e)),
     };
-    dir.flatten()
+    Ok(dir
+        .flatten()
         .filter_map(|e| {
             let fd = e.file_name().to_str()?.parse().ok()?;
             let link = fs::read_link(e.path()).ok()?;
@@ -133,7 +178,7 @@ pub(crate) fn sockets(pid: u32) -> BTreeMap<i32, u64> {
                 .ok()?;
             Some((fd, inode))
         })
-        .collect()
+        .collect())
 }
 
 /// The inode of the socket a descriptor refers to.
@@ -144,6 +189,15 @@ fn inode_of(fd: &OwnedFd) -> Option<u64> {
     ))
     .ok()
     .map(|m| m.ino())
+}
+
+/// An option a fix sets (what [`undo`] asks the program's choices about).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpOption {
+    /// `TCP_NODELAY`.
+    Nodelay,
+    /// `TCP_DELACK_MAX_US`.
+    DelackMax,
 }
 
 /// What a look at one socket came to.
@@ -188,6 +242,7 @@ fn change(
         ports: p,
         nodelay_was: None,
         delack_was: None,
+        delack_set: None,
     };
     if action.nodelay {
         if let Ok(was) = sys::getsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY) {
@@ -200,7 +255,8 @@ fn change(
         let us = d.as_micros().min(i32::MAX as u128) as i32;
         match sys::getsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US) {
             Ok(was) if sys::setsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, us).is_ok() => {
-                c.delack_was = Some(was)
+                c.delack_was = Some(was);
+                c.delack_set = sys::getsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US).ok();
             }
             _ => {
                 notes.insert(
@@ -218,8 +274,10 @@ fn change(
 }
 
 /// Puts each changed socket back as it was, if its process still holds it on the same
-/// descriptor; returns how many were put back.
-pub fn undo(changed: &[Changed]) -> usize {
+/// descriptor: each option only where it still has the value the fix set, and the program
+/// did not set it itself meanwhile (`chose`: asked of the socket, a copy of the program's
+/// descriptor, and the option); returns how many were put back.
+pub fn undo(changed: &[Changed], chose: impl Fn(BorrowedFd<'_>, TcpOption) -> bool) -> usize {
     let mut restored = 0;
     for c in changed {
         let Ok(pidfd) = sys::pidfd_open(c.pid) else {
@@ -233,11 +291,19 @@ pub fn undo(changed: &[Changed]) -> usize {
         }
         let f = copy.as_fd();
         let mut ok = true;
-        if let Some(v) = c.nodelay_was {
+        let ours = |name, set: i32, which| {
+            sys::getsockopt_int(f, libc::IPPROTO_TCP, name).ok() == Some(set) && !chose(f, which)
+        };
+        if let Some(v) = c
+            .nodelay_was
+            .filter(|_| ours(libc::TCP_NODELAY, 1, TcpOption::Nodelay))
+        {
             ok &= sys::setsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY, v).is_ok();
         }
-        if let Some(v) = c.delack_was {
-            ok &= sys::setsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, v).is_ok();
+        if let (Some(v), Some(set)) = (c.delack_was, c.delack_set) {
+            if ours(TCP_DELACK_MAX_US, set, TcpOption::DelackMax) {
+                ok &= sys::setsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, v).is_ok();
+            }
         }
         restored += usize::from(ok);
     }

@@ -38,7 +38,7 @@ impl Seen {
 pub fn local_ports(pids: &[u32]) -> BTreeSet<u16> {
     let mut out = BTreeSet::new();
     for &pid in pids {
-        let inodes: BTreeSet<u64> = sockets(pid).into_values().collect();
+        let inodes: BTreeSet<u64> = sockets(pid).unwrap_or_default().into_values().collect();
         for table in ["tcp", "tcp6"] {
             let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
                 continue;

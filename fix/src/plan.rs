@@ -23,7 +23,7 @@ pub enum PlanError {
     #[error("nothing to do: give --nodelay, --ack-delay-max DUR, or both")]
     Nothing,
     /// The kernel refuses delayed-ACK bounds that round up to fewer than two timer ticks.
-    #[error("--ack-delay-max {asked:?} is no more than one of this kernel's timer ticks ({tick:?}); the kernel takes only bounds that round up to two ticks or more")]
+    #[error("--ack-delay-max {} is no more than one of this kernel's timer ticks ({}); the kernel takes only bounds that round up to two ticks or more", human(*.asked), human(*.tick))]
     AckDelayTooShort {
         /// What was asked.
         asked: Duration,
@@ -31,11 +31,14 @@ pub enum PlanError {
         tick: Duration,
     },
     /// More than 200 ms would lengthen the delayed ACK, not bound it.
-    #[error("--ack-delay-max {0:?} is more than the 200 ms delayed ACKs wait at most: it would bound nothing")]
+    #[error("--ack-delay-max {} is more than the 200 ms delayed ACKs wait at most: it would bound nothing", human(*.0))]
     AckDelayTooLong(Duration),
     /// Too many ports.
     #[error("at most {MAX_PORTS} --port values")]
     TooManyPorts,
+    /// Port 0 names no connection.
+    #[error("--port 0 names no connection (ports are 1 to 65535)")]
+    PortZero,
     /// The running kernel lacks something the fix needs.
     #[error("{what} needs Linux {}.{} or later; this kernel is {}.{}", .needs.0, .needs.1, .have.0, .have.1)]
     KernelTooOld {
@@ -46,6 +49,20 @@ pub enum PlanError {
         /// The running one.
         have: (u32, u32),
     },
+}
+
+/// A duration for people: "0 ms", "4 ms", "500 µs", "1.5 s".
+pub fn human(d: Duration) -> String {
+    let us = d.as_micros();
+    if us == 0 {
+        "0 ms".into()
+    } else if us < 1000 {
+        format!("{us} µs")
+    } else if us < 1_000_000 {
+        format!("{} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{} s", d.as_secs_f64())
+    }
 }
 
 /// The major and minor version of a kernel release string (`6.18.0-1-amd64`: (6, 18)).
@@ -119,6 +136,9 @@ impl Ports {
         if ports.len() > MAX_PORTS {
             return Err(PlanError::TooManyPorts);
         }
+        if ports.contains(&0) {
+            return Err(PlanError::PortZero);
+        }
         Ok(Ports(ports.to_vec()))
     }
 
@@ -145,10 +165,23 @@ pub struct Config {
     pub nports: u32,
     /// The ports, host order.
     pub ports: [u16; MAX_PORTS],
+    /// The `nagless fix` process: the program's choices it notes are not its own.
+    pub fixer_tgid: u32,
+    /// The process (and its children) fixed; 0: the whole cgroup.
+    pub target_pid: u32,
 }
 
-// The C struct: three u32 and sixteen u16, no padding.
-const _: () = assert!(std::mem::size_of::<Config>() == 12 + 2 * MAX_PORTS);
+// The C struct: three u32, sixteen u16, two u32, no padding; each field where C has it.
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Config>() == 12 + 2 * MAX_PORTS + 8);
+    assert!(offset_of!(Config, nodelay) == 0);
+    assert!(offset_of!(Config, delack_max_us) == 4);
+    assert!(offset_of!(Config, nports) == 8);
+    assert!(offset_of!(Config, ports) == 12);
+    assert!(offset_of!(Config, fixer_tgid) == 12 + 2 * MAX_PORTS);
+    assert!(offset_of!(Config, target_pid) == 16 + 2 * MAX_PORTS);
+};
 
 impl Config {
     /// The configuration for `action` on `ports`.
@@ -160,6 +193,8 @@ impl Config {
                 .map_or(0, |d| d.as_micros().min(u128::from(u32::MAX)) as u32),
             nports: ports.0.len() as u32,
             ports: [0; MAX_PORTS],
+            fixer_tgid: 0,
+            target_pid: 0,
         };
         c.ports[..ports.0.len()].copy_from_slice(&ports.0);
         c
@@ -180,28 +215,45 @@ impl Config {
 
     /// The bytes the kernel map holds.
     pub fn to_bytes(&self) -> [u8; std::mem::size_of::<Config>()] {
+        use std::mem::offset_of;
         let mut b = [0u8; std::mem::size_of::<Config>()];
-        b[0..4].copy_from_slice(&self.nodelay.to_ne_bytes());
-        b[4..8].copy_from_slice(&self.delack_max_us.to_ne_bytes());
-        b[8..12].copy_from_slice(&self.nports.to_ne_bytes());
+        let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+        put(offset_of!(Config, nodelay), &self.nodelay.to_ne_bytes());
+        put(
+            offset_of!(Config, delack_max_us),
+            &self.delack_max_us.to_ne_bytes(),
+        );
+        put(offset_of!(Config, nports), &self.nports.to_ne_bytes());
         for (i, p) in self.ports.iter().enumerate() {
-            b[12 + 2 * i..14 + 2 * i].copy_from_slice(&p.to_ne_bytes());
+            put(offset_of!(Config, ports) + 2 * i, &p.to_ne_bytes());
         }
+        put(
+            offset_of!(Config, fixer_tgid),
+            &self.fixer_tgid.to_ne_bytes(),
+        );
+        put(
+            offset_of!(Config, target_pid),
+            &self.target_pid.to_ne_bytes(),
+        );
         b
     }
 
     /// A configuration from the kernel map's bytes.
     pub fn from_bytes(b: &[u8; std::mem::size_of::<Config>()]) -> Config {
+        use std::mem::offset_of;
         let u = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().unwrap());
         let mut ports = [0u16; MAX_PORTS];
         for (i, p) in ports.iter_mut().enumerate() {
-            *p = u16::from_ne_bytes([b[12 + 2 * i], b[13 + 2 * i]]);
+            let at = offset_of!(Config, ports) + 2 * i;
+            *p = u16::from_ne_bytes([b[at], b[at + 1]]);
         }
         Config {
-            nodelay: u(0),
-            delack_max_us: u(4),
-            nports: u(8),
+            nodelay: u(offset_of!(Config, nodelay)),
+            delack_max_us: u(offset_of!(Config, delack_max_us)),
+            nports: u(offset_of!(Config, nports)),
             ports,
+            fixer_tgid: u(offset_of!(Config, fixer_tgid)),
+            target_pid: u(offset_of!(Config, target_pid)),
         }
     }
 }

@@ -120,7 +120,9 @@ const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_CGROUP_SOCK_OPS: u32 = 3;
+const BPF_CGROUP_SETSOCKOPT: u32 = 22;
 
 fn put_u32(attr: &mut [u8; 128], at: usize, v: u32) {
     attr[at..at + 4].copy_from_slice(&v.to_ne_bytes());
@@ -133,11 +135,36 @@ fn put_u64(attr: &mut [u8; 128], at: usize, v: u64) {
 /// Attaches the sock_ops program `prog` to the cgroup `cgroup` as a BPF link (Linux 5.7): it
 /// stays attached while the returned descriptor (or a pin of it) lives, and goes with it.
 pub fn link_sock_ops(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Result<OwnedFd> {
+    link_cgroup(prog, cgroup, BPF_CGROUP_SOCK_OPS)
+}
+
+/// Attaches the cgroup/setsockopt program `prog` to `cgroup` as a BPF link (Linux 5.7), as
+/// [`link_sock_ops`].
+pub fn link_setsockopt(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Result<OwnedFd> {
+    link_cgroup(prog, cgroup, BPF_CGROUP_SETSOCKOPT)
+}
+
+fn link_cgroup(prog: BorrowedFd, cgroup: BorrowedFd, attach_type: u32) -> io::Result<OwnedFd> {
     let mut attr = [0u8; 128];
     put_u32(&mut attr, 0, prog.as_raw_fd() as u32); // prog_fd
     put_u32(&mut attr, 4, cgroup.as_raw_fd() as u32); // target_fd
-    put_u32(&mut attr, 8, BPF_CGROUP_SOCK_OPS); // attach_type
+    put_u32(&mut attr, 8, attach_type); // attach_type
     owned(bpf(BPF_LINK_CREATE, &mut attr)?)
+}
+
+/// The `u32` a socket-storage map holds for the socket `sock` (`None`: nothing stored).
+pub fn sk_storage_u32(map: BorrowedFd, sock: BorrowedFd) -> io::Result<Option<u32>> {
+    let key: i32 = sock.as_raw_fd();
+    let mut value: u32 = 0;
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, map.as_raw_fd() as u32); // map_fd
+    put_u64(&mut attr, 8, &key as *const i32 as u64); // key: the socket's descriptor
+    put_u64(&mut attr, 16, &mut value as *mut u32 as u64); // value
+    match bpf(BPF_MAP_LOOKUP_ELEM, &mut attr) {
+        Ok(_) => Ok(Some(value)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn c_path(path: &Path) -> io::Result<CString> {
@@ -226,6 +253,11 @@ pub fn prog_name(id: u32) -> io::Result<String> {
 /// Whether `attach_type` is the sock_ops one.
 pub fn is_sock_ops(attach_type: u32) -> bool {
     attach_type == BPF_CGROUP_SOCK_OPS
+}
+
+/// Whether `attach_type` is the cgroup/setsockopt one.
+pub fn is_setsockopt(attach_type: u32) -> bool {
+    attach_type == BPF_CGROUP_SETSOCKOPT
 }
 
 /// Mounts a BPF filesystem at `dir` (which must exist).

@@ -28,6 +28,9 @@ pub struct Target {
     /// its descendants'), when the selection is a whole cgroup; `None` when the selected
     /// process shares its cgroup with others (then only its own connections are changed).
     pub cgroup: Option<PathBuf>,
+    /// The cgroup the selection lives in (the whole cgroup, or the one the selected process
+    /// shares): where the program's own choices of options are noted.
+    pub home: PathBuf,
     /// Processes whose existing connections are changed.
     pub pids: Vec<u32>,
 }
@@ -53,6 +56,12 @@ pub enum TargetError {
     /// Reading /proc or the cgroup tree failed.
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// A kernel thread: it has no connections.
+    #[error("process {0} is a kernel thread: it has no connections of its own")]
+    KernelThread(u32),
+    /// The selection is every process of the host, not asked for by name.
+    #[error("{0} selects every process on this host ({1} processes): give --all to mean that, or --dry-run to see them")]
+    Everything(String, usize),
 }
 
 /// The cgroup v2 mount point, from a `/proc/self/mountinfo` text.
@@ -80,6 +89,43 @@ fn cgroup_of(pid: u32) -> Result<String, TargetError> {
         .find_map(|l| l.strip_prefix("0::"))
         .unwrap_or("/")
         .to_string())
+}
+
+/// Whether process `pid` is a kernel thread (`PF_KTHREAD` in its flags).
+fn kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // `pid (comm) state ppid pgrp session tty tpgid flags ...`, read after comm's `)`.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok())
+            .is_some_and(|flags| flags & PF_KTHREAD != 0)
+    })
+}
+
+/// Refuses a selection that means more than a user names by it: a kernel thread (no
+/// connections), or every process of the host (`--pid 1`, the cgroup tree's root), unless
+/// `all` says so.
+pub fn check_scope(sel: &Selector, t: &Target, all: bool) -> Result<(), TargetError> {
+    if let Selector::Pid(pid) = sel {
+        if kernel_thread(*pid) {
+            return Err(TargetError::KernelThread(*pid));
+        }
+    }
+    if all {
+        return Ok(());
+    }
+    let root = cgroup2_root()?;
+    let everything = match sel {
+        Selector::Pid(1) => Some("--pid 1 (init, and so every process under it)".to_string()),
+        _ if t.cgroup.as_deref() == Some(root.as_path()) => {
+            Some(format!("the root cgroup ({})", root.display()))
+        }
+        _ => None,
+    };
+    match everything {
+        Some(what) => Err(TargetError::Everything(what, t.pids.len())),
+        None => Ok(()),
+    }
 }
 
 /// Whether process `pid` is gone or a zombie (exited, not yet reaped by its parent).
@@ -168,7 +214,8 @@ pub fn resolve(sel: &Selector) -> Result<Target, TargetError> {
         }
         let pids = procs_under(&dir).into_iter().collect();
         Ok(Target {
-            cgroup: Some(dir),
+            cgroup: Some(dir.clone()),
+            home: dir,
             pids,
         })
     };
@@ -187,6 +234,7 @@ pub fn resolve(sel: &Selector) -> Result<Target, TargetError> {
             } else {
                 Ok(Target {
                     cgroup: None,
+                    home: dir,
                     pids: mine.into_iter().collect(),
                 })
             }

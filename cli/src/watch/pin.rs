@@ -39,7 +39,7 @@ impl Pin {
             .filter_map(|p| nagless_fix::attach::cgroup_id(p.cgroup.as_ref()?).ok())
             .collect();
         for run in nagless_fix::attach::running() {
-            if pinned_ids.contains(&run.cgroup) {
+            if !run.whole || pinned_ids.contains(&run.cgroup) {
                 continue;
             }
             // A fix whose options cannot be read, or that sets no TCP_NODELAY (a delayed-ACK

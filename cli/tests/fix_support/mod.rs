@@ -178,7 +178,7 @@ pub fn fix(args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// TCP_NODELAY of every connected TCP socket of the processes in `cg`, read through a copy of
+/// TCP_NODELAY of every established TCP connection of the processes in `cg`, read through a copy of
 /// each descriptor (`pidfd_getfd`): the kernel's own state, whatever nagless says. One value
 /// per socket, however many descriptors share it.
 pub fn nodelay_in(cg: &Cgroup) -> Vec<i32> {
@@ -220,9 +220,24 @@ pub fn nodelay_in(cg: &Cgroup) -> Vec<i32> {
             };
             let listening = get(libc::SOL_SOCKET, libc::SO_ACCEPTCONN);
             let nodelay = get(libc::IPPROTO_TCP, libc::TCP_NODELAY);
+            // Established only: a connection its peer closed (a server's child still
+            // finishing with `wait_for_port`'s probe, on a busy machine) is no connection.
+            let mut info = [0u8; 8];
+            let mut len = info.len() as libc::socklen_t;
+            // SAFETY: `info` is writable for `len` bytes; TCP_INFO writes at most that.
+            let r = unsafe {
+                libc::getsockopt(
+                    copy,
+                    libc::IPPROTO_TCP,
+                    libc::TCP_INFO,
+                    info.as_mut_ptr().cast(),
+                    &mut len,
+                )
+            };
+            let established = r == 0 && info[0] == 1;
             // SAFETY: `copy` is a descriptor this function opened and closes once.
             unsafe { libc::close(copy) };
-            if let (Some(0), Some(n)) = (listening, nodelay) {
+            if let (Some(0), Some(n), true) = (listening, nodelay, established) {
                 found.insert(link, n.min(1));
             }
         }
@@ -258,7 +273,8 @@ pub fn two_listeners() -> [u16; 2] {
 }
 
 /// An unmodified python3 in `cg` holding one connection to 127.0.0.1:`port`; each line it
-/// reads, it answers with that socket's TCP_NODELAY.
+/// reads, it answers with that socket's TCP_NODELAY (after setting it first to the line's
+/// 0 or 1, if that is what it reads: the program's own choice).
 pub struct Holder {
     pub child: Child,
     out: BufReader<std::process::ChildStdout>,
@@ -269,7 +285,7 @@ impl Holder {
         const HOLD: &str = "import socket, sys\n\
 s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)\n\
 print('ready', flush=True)\n\
-for _ in sys.stdin:\n    print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n";
+for line in sys.stdin:\n    if line.strip() in ('0', '1'):\n        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(line))\n    print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n";
         let mut child = cg
             .command()
             .args(["python3", "-c", HOLD, &port.to_string()])
@@ -285,12 +301,16 @@ for _ in sys.stdin:\n    print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODEL
     }
 
     pub fn nodelay(&mut self) -> String {
-        self.child
-            .stdin
-            .as_mut()
-            .unwrap()
-            .write_all(b"?\n")
-            .unwrap();
+        self.ask(b"?\n")
+    }
+
+    /// The program sets TCP_NODELAY to `v` itself; what it reads back.
+    pub fn set_nodelay(&mut self, v: bool) -> String {
+        self.ask(if v { b"1\n" } else { b"0\n" })
+    }
+
+    fn ask(&mut self, line: &[u8]) -> String {
+        self.child.stdin.as_mut().unwrap().write_all(line).unwrap();
         let mut line = String::new();
         self.out.read_line(&mut line).unwrap();
         line.trim().to_string()
