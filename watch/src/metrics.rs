@@ -15,6 +15,10 @@
 //! | `nagless_watch_series_groups` | gauge | groups that have series of their own now |
 //! | `nagless_watch_groups_overflowed_total` | counter | refreshes and stalls of groups beyond the cap |
 //! | `nagless_watch_groups_forgotten_total` | counter | groups whose series were removed, unseen |
+//! | `nagless_watch_events_lost_total` | counter | eBPF reports of long holds lost to a full ring buffer |
+//! | `nagless_watch_late_samples_total` | counter | samples (or drains) that started late |
+//! | `nagless_watch_namespaces_not_entered` | gauge | network namespaces (containers) the watcher could not enter |
+//! | `nagless_watch_processes_unattributed` | gauge | processes whose sockets could not be attributed (not root) |
 //! | `nagless_build_info` | gauge | always 1; labels `version`, `backend` |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, ... | | the watcher's own, as every exporter publishes them |
 //!
@@ -100,6 +104,77 @@ impl MetricConstructor<Histogram> for Buckets {
 }
 
 type FloatCounter = Counter<f64, AtomicU64>;
+
+/// What a watch could not see, counted since it started: each a metric of its own, present
+/// at zero from the first scrape (an alert on it needs the series to exist).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlindSpots {
+    /// eBPF reports of long holds lost to a full ring buffer.
+    pub events_lost: u64,
+    /// Samples (or drains of the kernel's reports) that started late: the one before overran
+    /// its interval.
+    pub late_samples: u64,
+    /// Network namespaces (containers) not entered.
+    pub namespaces_not_entered: usize,
+    /// Processes whose sockets could not be attributed (sampling without root).
+    pub processes_unattributed: usize,
+}
+
+/// The families of [`BlindSpots`], and the counts the counters last reached.
+struct BlindGauges {
+    events_lost: Counter,
+    late_samples: Counter,
+    namespaces: Gauge,
+    unattributed: Gauge,
+    last: BlindSpots,
+}
+
+impl BlindGauges {
+    fn register(r: &mut Registry) -> BlindGauges {
+        let g = BlindGauges {
+            events_lost: Counter::default(),
+            late_samples: Counter::default(),
+            namespaces: Gauge::default(),
+            unattributed: Gauge::default(),
+            last: BlindSpots::default(),
+        };
+        r.register(
+            "nagless_watch_events_lost",
+            "eBPF reports of long holds lost to a full ring buffer: stalls the watch did not see",
+            g.events_lost.clone(),
+        );
+        r.register(
+            "nagless_watch_late_samples",
+            "Samples (or drains of the kernel's reports) that started late because the one before overran its interval",
+            g.late_samples.clone(),
+        );
+        r.register(
+            "nagless_watch_namespaces_not_entered",
+            "Network namespaces (containers) the watcher could not enter: their connections are not watched",
+            g.namespaces.clone(),
+        );
+        r.register(
+            "nagless_watch_processes_unattributed",
+            "Processes whose sockets could not be attributed to them (the watcher is not root)",
+            g.unattributed.clone(),
+        );
+        g
+    }
+
+    fn set(&mut self, b: BlindSpots) {
+        self.events_lost
+            .inc_by(b.events_lost.saturating_sub(self.last.events_lost));
+        self.late_samples
+            .inc_by(b.late_samples.saturating_sub(self.last.late_samples));
+        self.namespaces.set(b.namespaces_not_entered as i64);
+        self.unattributed.set(b.processes_unattributed as i64);
+        self.last = BlindSpots {
+            events_lost: b.events_lost.max(self.last.events_lost),
+            late_samples: b.late_samples.max(self.last.late_samples),
+            ..b
+        };
+    }
+}
 type FloatGauge = Gauge<f64, AtomicU64>;
 
 /// The watch's metrics: fed by the watch loop, read by the [`Exporter`](crate::serve::Exporter).
@@ -120,6 +195,7 @@ pub struct Metrics {
     series: Gauge,
     overflowed: Counter,
     forgotten: Counter,
+    blind: BlindGauges,
     limits: Limits,
     ephemeral: EphemeralPorts,
     /// When each group with series was last refreshed or stalled.
@@ -194,6 +270,7 @@ impl Metrics {
             forgotten.clone(),
         );
         let process = ProcessGauges::register(&mut r, &cpu);
+        let blind = BlindGauges::register(&mut r);
         Metrics {
             registry: Arc::new(r),
             stalls,
@@ -207,6 +284,7 @@ impl Metrics {
             series,
             overflowed,
             forgotten,
+            blind,
             limits,
             ephemeral: EphemeralPorts::of_host(),
             seen: HashMap::new(),
@@ -310,6 +388,11 @@ impl Metrics {
             self.process.set(&p);
         }
         self.sockets.set(sockets as i64);
+    }
+
+    /// What the watcher could not see so far (each count since it started).
+    pub fn blind_spots(&mut self, b: BlindSpots) {
+        self.blind.set(b);
     }
 
     /// The metrics in the OpenMetrics text format.
@@ -437,6 +520,37 @@ mod tests {
             "# EOF".into(),
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn what_the_watch_cannot_see_is_exported_from_zero() {
+        let mut m = metrics(1000);
+        let text = m.encode();
+        for want in [
+            "nagless_watch_events_lost_total 0",
+            "nagless_watch_late_samples_total 0",
+            "nagless_watch_namespaces_not_entered 0",
+            "nagless_watch_processes_unattributed 0",
+        ] {
+            assert!(text.contains(want), "no {want} in\n{text}");
+        }
+        let seen = |lost, late, ns, procs| BlindSpots {
+            events_lost: lost,
+            late_samples: late,
+            namespaces_not_entered: ns,
+            processes_unattributed: procs,
+        };
+        m.blind_spots(seen(5, 2, 3, 1));
+        m.blind_spots(seen(7, 2, 1, 0));
+        let text = m.encode();
+        for want in [
+            "nagless_watch_events_lost_total 7",
+            "nagless_watch_late_samples_total 2",
+            "nagless_watch_namespaces_not_entered 1",
+            "nagless_watch_processes_unattributed 0",
+        ] {
+            assert!(text.contains(want), "no {want} in\n{text}");
         }
     }
 

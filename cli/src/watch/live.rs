@@ -74,6 +74,12 @@ pub(super) fn run(
             if let Some(m) = &mut metrics {
                 m.window(&rows);
                 m.watcher(nagless_watch::own_process::read(), last_sockets);
+                m.blind_spots(nagless_watch::metrics::BlindSpots {
+                    events_lost: w.kernel().map_or(0, |k| k.counters.lost),
+                    late_samples: run.late,
+                    namespaces_not_entered: w.namespaces().1,
+                    processes_unattributed: w.denied_processes(),
+                });
             }
             let t_s = now.duration_since(start).as_secs_f64();
             if refresh(w, args, &run, view, &rows, (t_s, secs), stdout).is_err() {
