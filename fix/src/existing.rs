@@ -128,7 +128,8 @@ pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64
 }
 
 /// The established TCP connections of process `pid` (local and remote port), from its
-/// network namespace's tables matched to its sockets; as [`sockets`] when they cannot be read.
+/// network namespace's tables matched to its sockets; `Gone` or `Blocked` as for its socket
+/// descriptors when they cannot be read.
 pub fn connections(pid: u32) -> Result<Vec<(u16, u16)>, Reach> {
     let inodes: BTreeSet<u64> = sockets(pid)?.into_values().collect();
     let mut out = Vec::new();
