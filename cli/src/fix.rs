@@ -207,7 +207,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         .map_err(|e| crate::usage(e.to_string()))?;
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     if let Some(have) = plan::parse_release(&release) {
-        plan::check_kernel(&action, have).map_err(|e| anyhow!(e))?;
+        plan::check_kernel(&action, have, t.cgroup.is_some()).map_err(|e| anyhow!(e))?;
     }
     if a.dry_run {
         dry_run(&t, &action, &ports, a.pid);
@@ -231,7 +231,12 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     let mut attached = Some(attach::attach(&t.home, &config, t.cgroup.is_some())?);
     crate::sys::catch_interrupts();
     let mut seen = BTreeSet::new();
-    let first = existing::fix(&t.pids, &action, &ports, &mut seen);
+    let forget = |sock: std::os::fd::BorrowedFd<'_>| {
+        if let Some(at) = &attached {
+            at.forget_choices(sock);
+        }
+    };
+    let first = existing::fix(&t.pids, &action, &ports, &mut seen, &forget);
     for n in &first.notes {
         errln!("nagless fix: {n}");
     }
@@ -283,7 +288,12 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
                 outln!("nagless fix: process {} exited", a.pid.unwrap_or(0));
                 break;
             };
-            changed.extend(existing::fix(&now.pids, &action, &ports, &mut seen).changed);
+            let forget = |sock: std::os::fd::BorrowedFd<'_>| {
+                if let Some(at) = &attached {
+                    at.forget_choices(sock);
+                }
+            };
+            changed.extend(existing::fix(&now.pids, &action, &ports, &mut seen, &forget).changed);
         }
     }
     finish(attached, &changed);
@@ -306,7 +316,7 @@ fn finish(attached: Option<Attached>, changed: &[existing::Changed]) {
         None => String::new(),
     };
     outln!(
-        "nagless fix: undone: {restored} of {} changed connection(s) put back (the others had closed){new}",
+        "nagless fix: undone: {restored} of {} changed connection(s) put back (the others had closed, or the program set the option itself){new}",
         changed.len()
     );
 }
@@ -321,9 +331,12 @@ fn refuse_overlap(t: &target::Target, pid: Option<u32>) -> anyhow::Result<()> {
         };
         let related = dir.starts_with(&t.home) || t.home.starts_with(&dir);
         let theirs = r.config.map_or(0, |c| c.target_pid);
-        let same_process = theirs != 0 && pid == Some(theirs);
-        let covers = r.whole || t.cgroup.is_some() || same_process;
-        if !related || !covers {
+        // A fix of a process covers its tree, which may reach into other cgroups.
+        let shared_processes = theirs != 0
+            && !target::process_tree(theirs).is_disjoint(&t.pids.iter().copied().collect());
+        let covers = shared_processes || (related && (r.whole || t.cgroup.is_some()));
+        let _ = pid;
+        if !covers {
             continue;
         }
         let who = match r.config.map(|c| c.fixer_tgid).filter(|&p| p != 0) {
@@ -414,7 +427,13 @@ fn list() -> anyhow::Result<()> {
         running += 1;
     }
     if all.is_empty() && running == 0 {
-        outln!("no fix in force");
+        if nagless_fix::attach::can_list() {
+            outln!("no fix in force");
+        } else {
+            anyhow::bail!(
+                "cannot list the BPF programs of this host: it takes root (or CAP_SYS_ADMIN)"
+            );
+        }
     }
     for p in all {
         let (what, ports) = p
@@ -464,7 +483,7 @@ fn remove(sel: Option<&Selector>) -> anyhow::Result<()> {
         removed += 1;
     }
     if removed == 0 {
-        return Err(crate::usage("no pinned fix to remove"));
+        return Err(crate::refused("no pinned fix to remove"));
     }
     Ok(())
 }

@@ -77,6 +77,16 @@ fn unpack_shim(dir: &Path, name: &str, shared: bool) -> std::io::Result<(PathBuf
         .recursive(true)
         .mode(if shared { 0o755 } else { 0o700 })
         .create(dir)?;
+    if shared {
+        // Whatever the umask took away: every user must be able to read it.
+        let meta = std::fs::symlink_metadata(dir)?;
+        if meta.is_dir()
+            && !meta.file_type().is_symlink()
+            && meta.uid() == crate::sys::effective_uid()
+        {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
     // The directory itself, not what a symlink of that name points to (another user may
     // have made the name a link to a directory of ours, and can point it elsewhere later).
     let own_uid = crate::sys::effective_uid();
@@ -106,6 +116,7 @@ fn unpack_shim(dir: &Path, name: &str, shared: bool) -> std::io::Result<(PathBuf
         .open(&tmp)?;
     let result = f
         .write_all(EMBEDDED_SHIM)
+        .and_then(|()| f.set_permissions(std::fs::Permissions::from_mode(0o755)))
         .and_then(|()| f.sync_all())
         .and_then(|()| std::fs::rename(&tmp, &path))
         .map(|()| (path, true));
@@ -261,15 +272,29 @@ pub struct RunOptions {
     pub linger_us: u64,
 }
 
-/// `--stats-file FILE` as the shim will use it: an absolute path (the program may change its
-/// directory), in a directory that exists.
+/// Why the shim would not act in a program started from here, if a seccomp filter is in
+/// force (it is inherited): the shim then steps aside, making no system call of its own.
+fn under_seccomp() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let mode = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))?
+        .trim();
+    (mode != "0").then(|| {
+        "a seccomp filter is in force here (a container's default profile, systemd's \
+         SystemCallFilter=, a sandbox): the shim cannot know which calls it forbids, so it \
+         would make none of its own and do nothing; run the program without the filter, or \
+         fix it from outside with `nagless fix --nodelay`"
+            .to_string()
+    })
+}
+
 /// Commands that run the program as another user (how containers and init scripts drop
 /// privileges): it must be able to read the shim.
 const PRIVILEGE_DROPPERS: &[&str] = &[
     "setpriv",
     "runuser",
     "su",
-    "sudo",
     "gosu",
     "su-exec",
     "chpst",
@@ -282,12 +307,20 @@ const PRIVILEGE_DROPPERS: &[&str] = &[
 /// without `-E` (openbsd-inetd removes `LD_PRELOAD` from its services' environment).
 fn launcher_reason(name: &str, args: &[OsString], shim: &Path) -> Option<String> {
     let base = Path::new(name).file_name()?.to_string_lossy().into_owned();
+    if base == "sudo" {
+        return Some(
+            "sudo resets the environment, LD_PRELOAD with it: run `sudo nagless run -- CMD` instead"
+                .into(),
+        );
+    }
     if PRIVILEGE_DROPPERS.contains(&base.as_str()) && !readable_by_all(shim) {
+        let xdg = std::env::var_os("XDG_CACHE_HOME").is_some_and(|v| !v.is_empty());
         return Some(format!(
             "{base} runs the program as another user, who cannot read the shim ({}): run \
-             nagless as root (it then unpacks the shim to /var/cache/nagless, which every user \
-             can read), or set NAGLESS_PRELOAD to a copy every user can read",
-            shim.display()
+             nagless as root{} (it then unpacks the shim to /var/cache/nagless, which every \
+             user can read), or set NAGLESS_PRELOAD to a copy every user can read",
+            shim.display(),
+            if xdg { " without XDG_CACHE_HOME" } else { "" }
         ));
     }
     let has_e = |a: &OsString| {
@@ -312,6 +345,8 @@ fn readable_by_all(path: &Path) -> bool {
     mode(path) & 0o004 != 0 && path.ancestors().skip(1).all(|d| mode(d) & 0o001 != 0)
 }
 
+/// `--stats-file FILE` as the shim will use it: an absolute path (the program may change its
+/// directory), in a directory that exists.
 fn stats_file_path(f: &Path) -> Result<PathBuf, String> {
     let dir = match f.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -350,6 +385,9 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
         .as_deref()
         .map(stats_file_path)
         .transpose()?;
+    if let Some(reason) = under_seccomp() {
+        return Err(reason);
+    }
     let shim = find_shim()?;
     if let Some(reason) = arch_mismatch(&path, &shim) {
         return Err(reason);

@@ -55,7 +55,9 @@ fn the_undo_leaves_an_option_the_program_set_itself() {
         if whole {
             assert_eq!(plain.nodelay(), "0", "the fix's own change is undone");
         }
-        // A program that turned it off itself while fixed keeps it off.
+        // A program that turned it off itself while fixed keeps it off (it was on before
+        // the fix: an undo to the old value would turn it on).
+        assert_eq!(chooser.set_nodelay(true), "1");
         let (child, _) = start_fix(&[&args[..], &["--nodelay", "--duration", "2s"]].concat());
         let _ = chooser.set_nodelay(false);
         finish_fix(child);
@@ -101,26 +103,37 @@ fn a_fix_that_cannot_act_fails_and_says_why() {
     let _one = exclusive();
     let cg = Cgroup::new("not-mine");
     let [port, _] = two_listeners();
-    let mut h = Holder::start(&cg, port);
+    // Two processes in the cgroup: a fix of one is a fix of its own connections.
+    let (mut h, _beside) = (Holder::start(&cg, port), Holder::start(&cg, port));
     let pid = h.child.id().to_string();
-    // As another user, without privilege, over a root-owned process.
-    let o = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            nagless(),
-        ])
-        .args(["fix", "--pid", &pid, "--nodelay", "--duration", "1s"])
-        .output()
-        .unwrap();
-    let (out, err) = text(&o);
-    assert!(
-        !o.status.success(),
-        "a fix that did nothing succeeded: {out}{err}"
-    );
-    assert!(err.contains("root"), "no reason given: {err}");
-    assert!(!out.contains("changed"), "{out}");
+    // As another user over a root-owned process: first without any privilege (no BPF), then
+    // with what BPF needs but not CAP_SYS_PTRACE (its descriptors cannot be listed, which
+    // read as "no sockets", and a success, before).
+    for caps in ["", "+bpf,+net_admin,+perfmon"] {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+        if !caps.is_empty() {
+            cmd.arg(format!("--inh-caps={caps}"))
+                .arg(format!("--ambient-caps={caps}"));
+        }
+        let o = cmd
+            .arg(nagless())
+            .args(["fix", "--pid", &pid, "--nodelay", "--duration", "1s"])
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(
+            !o.status.success(),
+            "{caps:?}: a fix that did nothing succeeded: {out}{err}"
+        );
+        let why = if caps.is_empty() {
+            "root"
+        } else {
+            "CAP_SYS_PTRACE"
+        };
+        assert!(err.contains(why), "{caps:?}: no reason given: {err}");
+        assert!(!out.contains("existing connection(s) changed"), "{out}");
+    }
     assert_eq!(h.nodelay(), "0");
 }
 

@@ -413,6 +413,44 @@ fn a_connection_on_an_inherited_nodelay_listener_reads_nodelay() {
     }
 }
 
+/// A launcher under the shim makes a listener (no option of its own) and execs a server that
+/// inherits it: the server's connection must read the kernel's default, 0, as natively, and
+/// not a `TCP_NODELAY` the launcher's shim set when the listener was made (which the server
+/// would take for its own choice, and never coalesce).
+#[test]
+fn a_connection_on_an_inherited_plain_listener_reads_the_default() {
+    let _one = exclusive();
+    for under_shim in [false, true] {
+        let r = corners(&["inherited_nodelay", "plain"], under_shim);
+        r.assert_ok();
+        assert_eq!(r.get("listener_nodelay"), 0, "{}", r.report());
+        assert_eq!(r.get("nodelay"), 0, "{}: {}", r.what, r.report());
+    }
+}
+
+/// `nagless run` started under a seccomp filter (a default container, `SystemCallFilter=`):
+/// the shim would step aside in the program, so the run is refused with the way out rather
+/// than silently doing nothing.
+#[test]
+fn a_run_under_a_seccomp_filter_is_refused_with_the_way_out() {
+    let o = Command::new(c_program("corners"))
+        .args([
+            "filtered_exec",
+            env!("CARGO_BIN_EXE_nagless"),
+            "run",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        err.contains("seccomp") && err.contains("nagless fix"),
+        "{err}"
+    );
+}
+
 /// A process under a seccomp filter that kills it on setsockopt, clone, clone3,
 /// rt_sigprocmask and sendto (none of which it calls itself) does 20 exchanges of two
 /// writes and a read of the echo: it must live and read every echo right. The filter

@@ -20,7 +20,8 @@
  * process of the cgroup makes, and notes in `chosen` (per socket) the options of the fix's
  * that the program set itself: the fix's undo (fix/src/existing.rs) leaves those alone, so
  * that ending a fix never takes back a program's own TCP_NODELAY. The fix's own calls (made
- * on copies of the program's descriptors, by `fixer_tgid`) are not the program's.
+ * on copies of the program's descriptors, from its own process, which may be in the cgroup
+ * too) are taken off `chosen` again by userspace right after it makes them.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -39,7 +40,7 @@ struct config {
 	__u32 delack_max_us; /* 0: leave the delayed ACK alone; else TCP_BPF_DELACK_MAX */
 	__u32 nports;        /* 0: every connection; else only these ports (local or remote) */
 	__u16 ports[MAX_PORTS];
-	__u32 fixer_tgid;    /* the nagless fix process: its setsockopt calls are not the program's */
+	__u32 fixer_tgid;    /* the nagless fix process (for `nagless fix --list`) */
 	__u32 target_pid;    /* the process (and children) fixed; 0: the whole cgroup */
 };
 
@@ -133,9 +134,17 @@ struct {
 	__type(value, __u32);
 } chosen SEC(".maps");
 
+#define PAGE_SIZE 4096
+
 SEC("cgroup/setsockopt")
 int note_choice(struct bpf_sockopt *ctx)
 {
+	/* A value larger than a page: the kernel uses the caller's buffer (before Linux 6.5 it
+	 * fails the call with EFAULT unless told so). No option of ours is that large. */
+	if (ctx->optlen > PAGE_SIZE) {
+		ctx->optlen = 0;
+		return 1;
+	}
 	if (ctx->level != SOL_TCP)
 		return 1;
 	__u32 bit = ctx->optname == TCP_NODELAY	      ? CHOSE_NODELAY :
@@ -143,9 +152,10 @@ int note_choice(struct bpf_sockopt *ctx)
 							0;
 	if (!bit)
 		return 1;
+	/* The fix's configuration is this program's too: `nagless fix --list` and the refusal of
+	 * overlapping fixes read it through either program. */
 	__u32 zero = 0;
-	struct config *c = bpf_map_lookup_elem(&config, &zero);
-	if (c && (__u32)(bpf_get_current_pid_tgid() >> 32) == c->fixer_tgid)
+	if (!bpf_map_lookup_elem(&config, &zero))
 		return 1;
 	struct bpf_sock *sk = ctx->sk;
 	if (!sk)

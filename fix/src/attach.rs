@@ -163,6 +163,15 @@ impl Attached {
         sys::sk_storage_u32(map.fd().as_fd(), sock).is_ok_and(|v| v.is_some_and(|v| v & bit != 0))
     }
 
+    /// Forgets what `note_choice` noted of the socket `sock` (a copy of the program's
+    /// descriptor): the fix has just set an option on it itself, from a process that may be
+    /// in the cgroup too.
+    pub fn forget_choices(&self, sock: BorrowedFd<'_>) {
+        if let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("chosen") {
+            let _ = sys::sk_storage_delete(map.fd().as_fd(), sock);
+        }
+    }
+
     /// Whether it sets options on every new connection of its cgroup (a fix of the whole
     /// cgroup), not only notes the program's choices.
     pub fn sets_new_connections(&self) -> bool {
@@ -321,6 +330,12 @@ pub fn running() -> Vec<Running> {
         }
     }
     out
+}
+
+/// Whether this process may list the host's BPF links (root, or CAP_SYS_ADMIN): without, no
+/// fix in force can be seen.
+pub fn can_list() -> bool {
+    sys::may_list_links()
 }
 
 /// The cgroups (by id) whose new connections a `nagless fix` program sets options on now,

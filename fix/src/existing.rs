@@ -73,8 +73,15 @@ pub(crate) fn reach(call: &str, pid: u32, e: &std::io::Error) -> Reach {
 }
 
 /// The TCP connections of `pids` selected by `ports`, changed as `action` says; sockets
-/// in `seen` (by inode) are left alone, and every socket looked at is added to it.
-pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64>) -> Pass {
+/// in `seen` (by inode) are left alone, and every socket looked at is added to it. `set`:
+/// called with each socket changed, once the fix's own calls are made.
+pub fn fix(
+    pids: &[u32],
+    action: &Action,
+    ports: &Ports,
+    seen: &mut BTreeSet<u64>,
+    set: &dyn Fn(BorrowedFd<'_>),
+) -> Pass {
     let mut pass = Pass::default();
     for &pid in pids {
         let pidfd = match sys::pidfd_open(pid) {
@@ -113,6 +120,7 @@ pub fn fix(pids: &[u32], action: &Action, ports: &Ports, seen: &mut BTreeSet<u64
             }
             match change(&copy, pid, fd, inode, action, ports, &mut pass.notes) {
                 Settled::Changed(c) => {
+                    set(copy.as_fd());
                     seen.insert(inode);
                     pass.changed.push(c);
                 }
@@ -291,7 +299,7 @@ pub fn undo(changed: &[Changed], chose: impl Fn(BorrowedFd<'_>, TcpOption) -> bo
             continue;
         }
         let f = copy.as_fd();
-        let mut ok = true;
+        let (mut ok, mut any) = (true, false);
         let ours = |name, set: i32, which| {
             sys::getsockopt_int(f, libc::IPPROTO_TCP, name).ok() == Some(set) && !chose(f, which)
         };
@@ -300,13 +308,15 @@ pub fn undo(changed: &[Changed], chose: impl Fn(BorrowedFd<'_>, TcpOption) -> bo
             .filter(|_| ours(libc::TCP_NODELAY, 1, TcpOption::Nodelay))
         {
             ok &= sys::setsockopt_int(f, libc::IPPROTO_TCP, libc::TCP_NODELAY, v).is_ok();
+            any = true;
         }
         if let (Some(v), Some(set)) = (c.delack_was, c.delack_set) {
             if ours(TCP_DELACK_MAX_US, set, TcpOption::DelackMax) {
                 ok &= sys::setsockopt_int(f, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, v).is_ok();
+                any = true;
             }
         }
-        restored += usize::from(ok);
+        restored += usize::from(ok && any);
     }
     restored
 }

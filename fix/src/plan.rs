@@ -74,15 +74,16 @@ pub fn parse_release(release: &str) -> Option<(u32, u32)> {
     Some((it.next()?.ok()?, it.next()?.ok()?))
 }
 
-/// Checks what attaching the kernel program for `action` needs against kernel `have`: BPF
-/// links to cgroups (5.7), `bpf_setsockopt` of TCP_NODELAY (6.1) and of TCP_BPF_DELACK_MAX
-/// (5.10).
-pub fn check_kernel(action: &Action, have: (u32, u32)) -> Result<(), PlanError> {
+/// Checks what attaching the kernel programs for `action` needs against kernel `have`: BPF
+/// links to cgroups (5.7, which the program noting the program's own choices needs too),
+/// and, for a fix of a whole cgroup (`whole`), `bpf_setsockopt` of TCP_NODELAY (6.1) and of
+/// TCP_BPF_DELACK_MAX (5.10).
+pub fn check_kernel(action: &Action, have: (u32, u32), whole: bool) -> Result<(), PlanError> {
     let mut needs = vec![("a BPF link to a cgroup", (5, 7))];
-    if action.nodelay {
+    if action.nodelay && whole {
         needs.push(("setting TCP_NODELAY from a BPF sock_ops program", (6, 1)));
     }
-    if action.ack_delay_max.is_some() {
+    if action.ack_delay_max.is_some() && whole {
         needs.push((
             "setting TCP_BPF_DELACK_MAX from a BPF sock_ops program",
             (5, 10),
@@ -316,14 +317,16 @@ mod tests {
             nodelay: false,
             ack_delay_max: Some(Duration::from_millis(8)),
         };
-        assert_eq!(check_kernel(&nodelay, (6, 18)), Ok(()));
+        assert_eq!(check_kernel(&nodelay, (6, 18), true), Ok(()));
         assert!(matches!(
-            check_kernel(&nodelay, (5, 15)),
+            check_kernel(&nodelay, (5, 15), true),
             Err(PlanError::KernelTooOld { needs: (6, 1), .. })
         ));
-        assert_eq!(check_kernel(&bound, (5, 15)), Ok(()));
+        // A process's own connections only: no option set from BPF.
+        assert_eq!(check_kernel(&nodelay, (5, 15), false), Ok(()));
+        assert_eq!(check_kernel(&bound, (5, 15), true), Ok(()));
         assert!(matches!(
-            check_kernel(&bound, (5, 4)),
+            check_kernel(&bound, (5, 4), false),
             Err(PlanError::KernelTooOld { needs: (5, 7), .. })
         ));
     }

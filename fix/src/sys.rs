@@ -121,6 +121,7 @@ const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_CGROUP_SOCK_OPS: u32 = 3;
 const BPF_CGROUP_SETSOCKOPT: u32 = 22;
 
@@ -150,6 +151,19 @@ fn link_cgroup(prog: BorrowedFd, cgroup: BorrowedFd, attach_type: u32) -> io::Re
     put_u32(&mut attr, 4, cgroup.as_raw_fd() as u32); // target_fd
     put_u32(&mut attr, 8, attach_type); // attach_type
     owned(bpf(BPF_LINK_CREATE, &mut attr)?)
+}
+
+/// Removes what a socket-storage map holds for the socket `sock` (nothing stored: no error).
+pub fn sk_storage_delete(map: BorrowedFd, sock: BorrowedFd) -> io::Result<()> {
+    let key: i32 = sock.as_raw_fd();
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, map.as_raw_fd() as u32); // map_fd
+    put_u64(&mut attr, 8, &key as *const i32 as u64); // key: the socket's descriptor
+    match bpf(BPF_MAP_DELETE_ELEM, &mut attr) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The `u32` a socket-storage map holds for the socket `sock` (`None`: nothing stored).
@@ -214,6 +228,15 @@ pub fn link_next_id(id: u32) -> Option<u32> {
     put_u32(&mut attr, 0, id); // start_id
     bpf(BPF_LINK_GET_NEXT_ID, &mut attr).ok()?;
     Some(u32::from_ne_bytes(attr[4..8].try_into().unwrap())) // next_id
+}
+
+/// Whether this process may walk the host's BPF links (an empty list, ENOENT, counts).
+pub fn may_list_links() -> bool {
+    let mut attr = [0u8; 128];
+    match bpf(BPF_LINK_GET_NEXT_ID, &mut attr) {
+        Ok(_) => true,
+        Err(e) => e.raw_os_error() == Some(libc::ENOENT),
+    }
 }
 
 /// A descriptor of the BPF link `id`.

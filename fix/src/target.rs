@@ -152,6 +152,11 @@ pub fn tree(pid: u32, parents: &[(u32, u32)]) -> BTreeSet<u32> {
     }
 }
 
+/// Process `pid` and every process descended from it now.
+pub fn process_tree(pid: u32) -> BTreeSet<u32> {
+    tree(pid, &parents())
+}
+
 /// Every process's `(pid, parent)`.
 fn parents() -> Vec<(u32, u32)> {
     let Ok(dir) = fs::read_dir("/proc") else {

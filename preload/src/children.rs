@@ -36,7 +36,7 @@ pub fn in_shared_child() -> bool {
 /// Before a child that shares this process's memory is made: every burst ends, and the
 /// child will find itself one. In such a child (a `vfork` inside a `vfork` child), nothing.
 pub fn before_shared_child() {
-    if in_shared_child() {
+    if crate::sandbox::aside() || in_shared_child() {
         return;
     }
     hooks::release_everything();
@@ -45,9 +45,14 @@ pub fn before_shared_child() {
 }
 
 /// In the parent, once the call that made such a child returned (the child has called
-/// `exec` or `_exit`, or the call failed).
+/// `exec` or `_exit`, or the call failed). Not in a child that made one itself (it counted
+/// nothing); never below zero (a filter that came meanwhile made [`before_shared_child`]
+/// count nothing).
 pub fn after_shared_child() {
-    SHARING.fetch_sub(1, AcqRel);
+    if in_shared_child() {
+        return;
+    }
+    let _ = SHARING.fetch_update(AcqRel, Acquire, |n| n.checked_sub(1));
 }
 
 /// In a child with memory of its own that no `pthread_atfork` handler ran in (`_Fork`,

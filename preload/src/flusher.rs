@@ -3,15 +3,19 @@
 //! keeps the stats file current (`report`). Started on the first held burst; if it cannot
 //! start, or fails, the shim holds nothing in the process from then on.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::*};
 
 use nagless_shim_policy::{FlusherStep, Shim};
 
 use crate::debug_log::{log, write_formatted};
 use crate::sys::{self, Libc};
 
-/// The flusher thread of this process (its `pthread_t`), 0 if none runs.
+/// The flusher thread (its `pthread_t`), 0 if none runs, and the process it runs in (a child
+/// made by a raw `fork` system call, which no hook sees, inherits a copy of both).
 static THREAD: AtomicUsize = AtomicUsize::new(0);
+static THREAD_PID: AtomicI32 = AtomicI32::new(0);
+/// A thread is being started (between the claim and [`THREAD`] naming it).
+static STARTING: AtomicBool = AtomicBool::new(false);
 /// Asks the flusher to end (see [`stop`]).
 static STOP: AtomicBool = AtomicBool::new(false);
 /// The flusher saw [`STOP`] and is ending.
@@ -27,6 +31,12 @@ pub fn ensure_flusher(s: &'static Shim) {
 /// Starts the flusher; if it cannot start, or would count against a tight task limit
 /// (`task_limit`), the shim holds nothing in this process.
 fn start_or_hold_nothing(s: &'static Shim) {
+    STARTING.store(true, SeqCst);
+    start_or_hold_nothing_now(s);
+    STARTING.store(false, SeqCst);
+}
+
+fn start_or_hold_nothing_now(s: &'static Shim) {
     if crate::task_limit::tight() {
         s.flusher_cannot_run(&Libc);
         log(format_args!(
@@ -61,16 +71,33 @@ pub fn wake_flusher(s: &'static Shim) {
 /// namespace, or install a seccomp filter that would refuse the thread's calls). The caller
 /// first makes sure that nothing is held, or will be, that needs it.
 pub fn stop(s: &Shim) {
+    // A start in progress names its thread first (bounded: a start is a `clone`).
+    for _ in 0..10_000 {
+        if !STARTING.load(SeqCst) {
+            break;
+        }
+        sys::nap(std::time::Duration::from_micros(100));
+    }
     let t = THREAD.swap(0, AcqRel);
-    if t == 0 {
+    if t == 0 || THREAD_PID.load(Relaxed) != sys::pid() {
+        // None, or the parent's, in a child the hooks did not see made.
         return;
     }
     STOP.store(true, SeqCst);
     // Woken until it says it is ending: a wake that comes just before it parks is lost, so
-    // it is sent again (it sleeps at most a few linger bounds otherwise).
-    while !ENDING.load(SeqCst) {
+    // it is sent again (it sleeps at most a few linger bounds otherwise). Bounded (10 s): a
+    // flusher that does not answer is left as it is, never waited for forever.
+    let mut ended = false;
+    for _ in 0..100_000 {
+        if ENDING.load(SeqCst) {
+            ended = true;
+            break;
+        }
         nudge_flusher(s);
         sys::nap(std::time::Duration::from_micros(100));
+    }
+    if !ended {
+        return;
     }
     sys::join_thread(t);
     ENDING.store(false, SeqCst);
@@ -111,6 +138,7 @@ fn start_flusher(s: &'static Shim) -> bool {
     });
     match spawned {
         Ok(handle) => {
+            THREAD_PID.store(sys::pid(), Relaxed);
             THREAD.store(handle.into_pthread_t() as usize, Release);
             true
         }

@@ -100,6 +100,18 @@ pub fn adopt(fd: c_int) {
     }
 }
 
+/// `fd` now listens: the shim's own `TCP_NODELAY` on it (set when it was made) goes, unless
+/// the program set it, so that the listener is as natively. A program that inherits it (a
+/// server exec'd on its listener, socket activation) must not find an option of the shim's
+/// on its connections and take it for its own choice.
+pub fn on_listen(fd: c_int) {
+    if let Some(s) = shim() {
+        if s.program_view(fd, true) == Some(false) {
+            quietly(|| crate::sys::clear_nodelay(fd));
+        }
+    }
+}
+
 /// `fd` was accepted on `listener`.
 pub fn adopt_accepted(listener: c_int, fd: c_int) {
     if fd >= 0 {

@@ -61,6 +61,7 @@ extern "C" fn init_hook() {
         crate::symbols::resolve_all();
         if crate::sandbox::filter_at_start() {
             // Born under a seccomp filter (or unable to tell): no call of ours from here on.
+            crate::sandbox::aside_from_start();
             if let Ok(path) = std::env::var("NAGLESS_LOG") {
                 crate::debug_log::open(&path);
             }

@@ -30,6 +30,12 @@ pub fn aside() -> bool {
     ASIDE.load(Relaxed)
 }
 
+/// A filter was found in force at start-up: the shim stays aside for the process's life.
+#[cfg(not(test))]
+pub fn aside_from_start() {
+    ASIDE.store(true, Relaxed);
+}
+
 /// Whether a seccomp filter is, or may be, in force at start-up (`/proc/self/status` says so,
 /// or cannot be read).
 #[cfg(not(test))]
@@ -54,7 +60,8 @@ fn filtered(status: &[u8]) -> bool {
 /// burst, stop the flusher, and step aside, before the filter can refuse anything of ours.
 #[cfg(not(test))]
 pub fn before_filter(what: &str) {
-    if aside() {
+    // A `vfork` child's filter is its own: the parent's memory, where this flag lives, is not.
+    if aside() || crate::children::in_shared_child() {
         return;
     }
     crate::hooks::stop_holding();

@@ -68,6 +68,11 @@ fn real_setsockopt_int(fd: c_int, level: c_int, name: c_int, value: c_int) -> bo
     unsafe { real(fd, level, name, (&value as *const c_int).cast(), len) == 0 }
 }
 
+/// Sets `TCP_NODELAY` off on `fd` (the kernel's default), through libc's own `setsockopt`.
+pub fn clear_nodelay(fd: c_int) -> bool {
+    real_setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 0)
+}
+
 /// The real kernel, through libc.
 pub struct Libc;
 

@@ -30,14 +30,15 @@
  *                pids.max set by the caller), accepts 20 connections and forks a child per
  *                connection that answers with a header and a body (two writes) and then
  *                stays blocked in read: `forks=N fork_failures=M answered=K`.
- *   inherited_nodelay   a listener with TCP_NODELAY=1, then exec of
- *                `corners inherited_nodelay_server FD PEER`, which accepts a connection on it
- *                and prints `listener_nodelay=` and `nodelay=` (getsockopt).
+ *   inherited_nodelay [plain]  a listener with TCP_NODELAY=1 (plain: the kernel's default),
+ *                then exec of `corners inherited_nodelay_server FD PEER`, which accepts a
+ *                connection on it and prints `listener_nodelay=` and `nodelay=` (getsockopt).
  *   seccomp      an exchange, then a seccomp filter that kills the process on setsockopt,
  *                clone, clone3, rt_sigprocmask and sendto, then 20 exchanges of two writes
  *                and a read of the echo: `exchanges_ok=20`.
  *   seccomp_exec the filter first, then exec of `corners seccomp_child PORT PEER`, which
  *                connects and does the 20 exchanges under it.
+ *   filtered_exec CMD...  the seccomp filter below, then an exec of CMD.
  *   seccomp_tsync a thread, an exchange, then the filter by seccomp(2) with
  *                SECCOMP_FILTER_FLAG_TSYNC (every thread, the shim's too), then the
  *                exchanges.
@@ -512,10 +513,10 @@ static int nproc(const char *cgroup_dir) {
 
 /* ---- a connection accepted on an inherited listener that has TCP_NODELAY ---- */
 
-static int inherited_nodelay(void) {
+static int inherited_nodelay(int plain) {
     int l = listener(0);
     int one = 1;
-    if (setsockopt(l, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one)) die("setsockopt");
+    if (!plain && setsockopt(l, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one)) die("setsockopt");
     fflush(stdout);
     pid_t client = fork();
     if (client == 0) {
@@ -671,19 +672,29 @@ static int seccomp_child(int port, pid_t peer) {
     return 0;
 }
 
+/* filtered_exec CMD...: the filter above, then CMD (a command started under a sandbox). */
+static int filtered_exec(char **argv) {
+    install_filter(0);
+    execvp(argv[0], argv);
+    die("execvp");
+    return 1;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     self_path = argv[0];
     signal(SIGPIPE, SIG_IGN);
     alarm(ALARM_S);
     const char *c = argc >= 2 ? argv[1] : "";
+    if (!strcmp(c, "filtered_exec") && argc >= 3) return filtered_exec(argv + 2);
     const char *v = argc >= 3 ? argv[2] : "";
     if (!strcmp(c, "vfork") || !strcmp(c, "clone") || !strcmp(c, "_Fork"))
         return children(c, !strcmp(v, "fresh"));
     if (!strcmp(c, "scm_rights")) return scm_rights(!strcmp(v, "unread"));
     if (!strcmp(c, "unshare")) return unshare_case();
     if (!strcmp(c, "nproc") && argc == 3) return nproc(argv[2]);
-    if (!strcmp(c, "inherited_nodelay")) return inherited_nodelay();
+    if (!strcmp(c, "inherited_nodelay"))
+        return inherited_nodelay(argc > 2 && !strcmp(argv[2], "plain"));
     if (!strcmp(c, "inherited_nodelay_server") && argc == 4)
         return inherited_nodelay_server(atoi(argv[2]), atoi(argv[3]));
     if (!strcmp(c, "seccomp")) return seccomp_case(0);

@@ -22,6 +22,12 @@ forward!(
 );
 
 forward!(
+    /// `listen(2)`: the shim's `TCP_NODELAY` comes off a listener (see `hooks::on_listen`).
+    fn listen(fd: c_int, backlog: c_int) -> c_int {}
+    => after(|r| if r == 0 { hooks::on_listen(fd) })
+);
+
+forward!(
     /// `accept(2)`.
     fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {}
     => after(|new| hooks::adopt_accepted(fd, new))
@@ -94,10 +100,13 @@ pub unsafe extern "C" fn syscall(
         hooks::on_close(a1 as c_int);
     } else if number == libc::SYS_close_range {
         close_managed_in_range(a1 as c_uint, a2 as c_uint, a3 as c_int);
-    } else if number == libc::SYS_seccomp {
-        // libseccomp's way (and a program's own) to install a filter.
+    } else if number == libc::SYS_seccomp && (a1 == 0 || a1 == 1) {
+        // libseccomp's way (and a program's own) to install a filter: SECCOMP_SET_MODE_STRICT
+        // or SECCOMP_SET_MODE_FILTER (its other operations only ask).
         crate::sandbox::before_filter("seccomp(2)");
-    } else if number == libc::SYS_unshare || number == libc::SYS_setns {
+    } else if (number == libc::SYS_unshare && super::process::unshare_needs_one_thread(a1 as c_int))
+        || (number == libc::SYS_setns && super::process::setns_needs_one_thread(a2 as c_int))
+    {
         hooks::pause_flusher();
     }
     // SAFETY: forwarding the caller's arguments unchanged.

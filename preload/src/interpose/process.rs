@@ -244,23 +244,35 @@ pub unsafe extern "C" fn prctl(
     unsafe { real(option, a2, a3, a4, a5) }
 }
 
+/// Whether `unshare(flags)` fails in a multithreaded process: a user namespace (and the
+/// thread, signal-handler and memory sharing it implies).
+pub(super) fn unshare_needs_one_thread(flags: c_int) -> bool {
+    flags & (libc::CLONE_NEWUSER | libc::CLONE_THREAD | libc::CLONE_SIGHAND | libc::CLONE_VM) != 0
+}
+
+/// Whether `setns(fd, nstype)` may fail in a multithreaded process: joining a user, mount or
+/// time namespace (or one of a kind not named: 0).
+pub(super) fn setns_needs_one_thread(nstype: c_int) -> bool {
+    const CLONE_NEWTIME: c_int = 0x80;
+    nstype == 0 || nstype & (libc::CLONE_NEWUSER | libc::CLONE_NEWNS | CLONE_NEWTIME) != 0
+}
+
 forward!(
-    /// `unshare(2)`: a user namespace (and the thread, signal-handler and memory sharing it
-    /// implies) cannot be unshared by a multithreaded process; the flusher stops first, and
-    /// the next burst starts it again.
+    /// `unshare(2)`: what a multithreaded process cannot unshare, the flusher stops first
+    /// for, and the next burst starts it again.
     fn unshare(flags: c_int) -> c_int {
-        if flags & (libc::CLONE_NEWUSER | libc::CLONE_THREAD | libc::CLONE_SIGHAND | libc::CLONE_VM)
-            != 0
-        {
+        if unshare_needs_one_thread(flags) {
             hooks::pause_flusher()
         }
     }
 );
 
 forward!(
-    /// `setns(2)`: a multithreaded process cannot join a user or mount namespace; the flusher
-    /// stops first.
+    /// `setns(2)`: the namespaces a multithreaded process cannot join, the flusher stops first
+    /// for.
     fn setns(fd: c_int, nstype: c_int) -> c_int {
-        hooks::pause_flusher()
+        if setns_needs_one_thread(nstype) {
+            hooks::pause_flusher()
+        }
     }
 );

@@ -159,6 +159,43 @@ pub unsafe extern "C" fn sendto(
     })
 }
 
+/// Whether the message `msg` points to carries `SCM_RIGHTS` control data (descriptors passed
+/// to another process), read as the kernel reads it: unreadable memory passes nothing (the
+/// call fails with `EFAULT`), and control data beyond what is looked at counts as passing.
+fn passes_descriptors(msg: *const libc::msghdr) -> bool {
+    let Some(m) = crate::user_memory::read(msg) else {
+        return false;
+    };
+    #[allow(clippy::unnecessary_cast)] // a socklen_t on some libcs
+    let len = m.msg_controllen as usize;
+    if len == 0 || m.msg_control.is_null() {
+        return false;
+    }
+    let mut buf = [0u8; 512];
+    let n = len.min(buf.len());
+    if !crate::user_memory::read_bytes(m.msg_control.cast(), &mut buf[..n]) {
+        return false;
+    }
+    let head = std::mem::size_of::<libc::cmsghdr>();
+    let align = std::mem::size_of::<usize>();
+    let mut at = 0;
+    while at + head <= n {
+        // SAFETY: `buf[at..at + head]` holds a cmsghdr's bytes; read unaligned, any bits valid.
+        let c: libc::cmsghdr =
+            unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast::<libc::cmsghdr>()) };
+        if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SCM_RIGHTS {
+            return true;
+        }
+        #[allow(clippy::unnecessary_cast)] // a socklen_t on some libcs
+        let step = (c.cmsg_len as usize).div_ceil(align) * align;
+        if step < head {
+            return false;
+        }
+        at += step;
+    }
+    len > n
+}
+
 /// Defines a `sendmsg` hook (`sendmsg`, and `__sendmsg64` in 32-bit programs built with
 /// 64-bit time: the same `msghdr`, whose control messages may carry 64-bit timestamps).
 macro_rules! sendmsg_hook {
@@ -175,9 +212,7 @@ macro_rules! sendmsg_hook {
             };
             // Descriptors passed away (a header that cannot be read: the call fails as it
             // would).
-            hooks::before_passing(fd, || {
-                crate::user_memory::read(msg).is_some_and(|m| m.msg_controllen > 0)
-            });
+            hooks::before_passing(fd, || passes_descriptors(msg));
             // SAFETY: forwarding the caller's arguments, with the shim's MSG_MORE.
             writing(fd, flags, true, |more| unsafe { real(fd, msg, flags | more) })
         }
