@@ -121,36 +121,37 @@ pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
-/// A usage error: exit status 2.
-#[derive(Debug)]
-struct Usage(String);
+/// Defines an error that is its message, told apart from others by its type.
+macro_rules! message_error {
+    ($(#[$doc:meta])* $name:ident, $make:ident) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub(crate) struct $name(String);
 
-impl std::fmt::Display for Usage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+        impl std::error::Error for $name {}
+
+        pub(crate) fn $make(msg: impl Into<String>) -> anyhow::Error {
+            $name(msg.into()).into()
+        }
+    };
 }
-impl std::error::Error for Usage {}
 
-pub(crate) fn usage(msg: impl Into<String>) -> anyhow::Error {
-    Usage(msg.into()).into()
-}
-
-/// A refusal that is no misuse of the command (nothing to select, nothing to do): exit
-/// status 2, with no pointer to `--help`.
-#[derive(Debug)]
-pub(crate) struct Refused(pub String);
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-impl std::error::Error for Refused {}
-
-pub(crate) fn refused(msg: impl Into<String>) -> anyhow::Error {
-    Refused(msg.into()).into()
-}
+message_error!(
+    /// A usage error: exit status 2, with a pointer to `--help`.
+    Usage,
+    usage
+);
+message_error!(
+    /// A refusal that is no misuse of the command (nothing to select, nothing to do): exit
+    /// status 2, with no pointer to `--help`.
+    Refused,
+    refused
+);
 
 fn main() -> ExitCode {
     if std::env::args_os().nth(1).is_some_and(|a| a == "run") {

@@ -40,16 +40,18 @@ pub fn present() -> bool {
     !crate::sandbox::aside() && !crate::children::in_shared_child()
 }
 
-/// Holds nothing from now on, and stops the flusher: every burst ends, no burst starts, and
-/// the thread is gone when this returns (a seccomp filter comes: `sandbox`).
+/// Every burst ends, none starts, and the flusher thread is gone when this returns.
+fn end_bursts_and_flusher(s: &Shim) {
+    s.flusher_cannot_run(&Libc);
+    crate::flusher::stop(s);
+    // A burst a racing write began before it saw the first release.
+    s.release_all(&Libc);
+}
+
+/// Holds nothing from now on, and stops the flusher (a seccomp filter comes: `sandbox`).
 pub fn stop_holding() {
     if let Some(s) = shim_anywhere() {
-        quietly(|| {
-            s.flusher_cannot_run(&Libc);
-            crate::flusher::stop(s);
-            // A burst a racing write began before it saw the first release.
-            s.release_all(&Libc);
-        });
+        quietly(|| end_bursts_and_flusher(s));
     }
 }
 
@@ -58,9 +60,7 @@ pub fn stop_holding() {
 pub fn pause_flusher() {
     if let Some(s) = shim() {
         quietly(|| {
-            s.flusher_cannot_run(&Libc);
-            crate::flusher::stop(s);
-            s.release_all(&Libc);
+            end_bursts_and_flusher(s);
             s.flusher_stopped();
         });
     }
