@@ -70,7 +70,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fd_passing.h"
+#include "children.h"
 
 extern pid_t _Fork(void);
 
@@ -81,11 +81,6 @@ extern pid_t _Fork(void);
 
 static const char *self_path;
 
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 static void die(const char *what) {
     printf("error=1 what=%s errno_at_error=%d\n", what, errno);
@@ -217,23 +212,6 @@ static int connect_peer(void) {
     return fd;
 }
 
-/* Waits for the child pid, at most ms milliseconds; then kills it. Its exit status (128 +
- * the signal that ended it), or -1 when it was still running and had to be killed. */
-static int wait_bounded(pid_t pid, int ms) {
-    int st;
-    int64_t until = now_ns() + (int64_t)ms * 1000000;
-    for (;;) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (r < 0) return -2;
-        if (now_ns() > until) break;
-        struct timespec d = {0, 5 * 1000000};
-        nanosleep(&d, NULL);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
-}
 
 /* Waits for a helper process (the peer, a client) to finish, at most 10 s; prints
  * NAME_status= (-1: still running after 10 s, killed). */
@@ -243,28 +221,6 @@ static int reap(pid_t pid, const char *name) {
     return st == 0 ? 0 : -1;
 }
 
-/* Blocks ms milliseconds in a condition variable: no wait the shim sees. */
-static void cond_block(int ms) {
-    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t c;
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&c, &a);
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
-    pthread_mutex_lock(&m);
-    while (pthread_cond_timedwait(&c, &m, &until) != ETIMEDOUT) {
-    }
-    pthread_mutex_unlock(&m);
-    pthread_cond_destroy(&c);
-}
 
 /* ---- vfork, clone, _Fork: children the shim is not told about ---- */
 

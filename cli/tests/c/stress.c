@@ -64,7 +64,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fd_passing.h"
+#include "children.h"
 
 extern char **environ;
 extern pid_t _Fork(void);
@@ -109,11 +109,6 @@ struct timed {
 
 static struct timed *timed;
 
-static int64_t now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 static struct timed *timed_of(uint32_t id) {
     for (int k = 0; k < T_N; k++)
@@ -524,40 +519,7 @@ static int child_writes(struct stream *s, unsigned seed, int ops) {
     return 0;
 }
 
-/* Blocks ms milliseconds in a condition variable: no wait the shim sees. */
-static void cond_block(int ms) {
-    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
-    pthread_cond_t c;
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&c, &a);
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += (long)ms * 1000000;
-    until.tv_sec += until.tv_nsec / 1000000000;
-    until.tv_nsec %= 1000000000;
-    pthread_mutex_lock(&m);
-    while (pthread_cond_timedwait(&c, &m, &until) != ETIMEDOUT) {
-    }
-    pthread_mutex_unlock(&m);
-    pthread_cond_destroy(&c);
-}
 
-/* Waits for pid at most ms milliseconds, then kills it: its exit status, -1 if killed. */
-static int wait_bounded(pid_t pid, int ms) {
-    int st;
-    int64_t until = now_ns() + (int64_t)ms * 1000000;
-    while (now_ns() < until) {
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        if (r < 0) return -2;
-        usleep(2000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
-}
 
 struct child_arg {
     struct timed *tm;
