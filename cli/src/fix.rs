@@ -218,7 +218,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
             "--persist needs a whole cgroup: this process shares its cgroup with others (give --cgroup, --unit or --container)",
         ));
     }
-    refuse_overlap(&t, a.pid)?;
+    refuse_overlap(&t)?;
     // The kernel half first: if it cannot attach (or pin), nothing has been changed. For a
     // process that shares its cgroup, only the program that notes its own choices.
     let mut config = plan::Config::new(&action, &ports);
@@ -231,12 +231,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     let mut attached = Some(attach::attach(&t.home, &config, t.cgroup.is_some())?);
     crate::sys::catch_interrupts();
     let mut seen = BTreeSet::new();
-    let forget = |sock: std::os::fd::BorrowedFd<'_>| {
-        if let Some(at) = &attached {
-            at.forget_choices(sock);
-        }
-    };
-    let first = existing::fix(&t.pids, &action, &ports, &mut seen, &forget);
+    let first = existing::fix(&t.pids, &action, &ports, &mut seen, attached.as_ref());
     for n in &first.notes {
         errln!("nagless fix: {n}");
     }
@@ -288,12 +283,9 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
                 outln!("nagless fix: process {} exited", a.pid.unwrap_or(0));
                 break;
             };
-            let forget = |sock: std::os::fd::BorrowedFd<'_>| {
-                if let Some(at) = &attached {
-                    at.forget_choices(sock);
-                }
-            };
-            changed.extend(existing::fix(&now.pids, &action, &ports, &mut seen, &forget).changed);
+            changed.extend(
+                existing::fix(&now.pids, &action, &ports, &mut seen, attached.as_ref()).changed,
+            );
         }
     }
     finish(attached, &changed);
@@ -323,7 +315,7 @@ fn finish(attached: Option<Attached>, changed: &[existing::Changed]) {
 
 /// Refuses a fix whose selection another fix in force covers too (the first to end would
 /// undo the other's options, or both would undo each other's), naming that fix.
-fn refuse_overlap(t: &target::Target, pid: Option<u32>) -> anyhow::Result<()> {
+fn refuse_overlap(t: &target::Target) -> anyhow::Result<()> {
     let root = target::cgroup2_root().context("cgroup v2")?;
     for r in attach::running() {
         let Some(dir) = attach::find_cgroup(&root, r.cgroup) else {
@@ -335,7 +327,6 @@ fn refuse_overlap(t: &target::Target, pid: Option<u32>) -> anyhow::Result<()> {
         let shared_processes = theirs != 0
             && !target::process_tree(theirs).is_disjoint(&t.pids.iter().copied().collect());
         let covers = shared_processes || (related && (r.whole || t.cgroup.is_some()));
-        let _ = pid;
         if !covers {
             continue;
         }
@@ -389,29 +380,28 @@ fn dry_run(t: &target::Target, action: &Action, ports: &Ports, pid: Option<u32>)
     }
 }
 
+/// The ports a fix keeps to, for people.
+fn ports_text(ports: &Ports) -> String {
+    if ports.as_slice().is_empty() {
+        "every port".to_string()
+    } else {
+        format!("ports {:?}", ports.as_slice())
+    }
+}
+
 fn list() -> anyhow::Result<()> {
     let root = target::cgroup2_root().context("cgroup v2")?;
     let all = attach::pinned(&root);
-    let pinned_ids: Vec<u64> = all
-        .iter()
-        .filter_map(|p| attach::cgroup_id(p.cgroup.as_ref()?).ok())
-        .collect();
     // Fixes running now (a `nagless fix` process), by their programs: a fix of a whole
     // cgroup has a sock_ops program, every fix a note_choice one.
     let mut running = 0;
-    for r in attach::running() {
-        if pinned_ids.contains(&r.cgroup)
-            || (!r.whole && r.config.is_some_and(|c| c.target_pid == 0))
-        {
+    for r in attach::running_unpinned(&all) {
+        if !r.whole && r.config.is_some_and(|c| c.target_pid == 0) {
             continue;
         }
         let Some(c) = r.config else { continue };
         let (action, ports) = c.action();
-        let ports = if ports.as_slice().is_empty() {
-            "every port".to_string()
-        } else {
-            format!("ports {:?}", ports.as_slice())
-        };
+        let ports = ports_text(&ports);
         let dir = attach::find_cgroup(&root, r.cgroup)
             .map_or("a cgroup that is gone".into(), |d| d.display().to_string());
         let on = if r.whole {
@@ -441,11 +431,7 @@ fn list() -> anyhow::Result<()> {
             .map(|c| c.action())
             .map(|(a, p)| (a.describe(), p))
             .unwrap_or_default();
-        let ports = if ports.as_slice().is_empty() {
-            "every port".to_string()
-        } else {
-            format!("ports {:?}", ports.as_slice())
-        };
+        let ports = ports_text(&ports);
         outln!(
             "pinned at {}: {} on {} ({ports}): {} new connection(s) selected",
             p.dir.display(),

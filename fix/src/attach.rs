@@ -332,6 +332,19 @@ pub fn running() -> Vec<Running> {
     out
 }
 
+/// The fixes running now whose cgroup has no pin among `pinned` (a pinned fix's programs are
+/// running too, and are told as pinned).
+pub fn running_unpinned(pinned: &[Pinned]) -> Vec<Running> {
+    let pinned_ids: Vec<u64> = pinned
+        .iter()
+        .filter_map(|p| cgroup_id(p.cgroup.as_ref()?).ok())
+        .collect();
+    running()
+        .into_iter()
+        .filter(|r| !pinned_ids.contains(&r.cgroup))
+        .collect()
+}
+
 /// Whether this process may list the host's BPF links (root, or CAP_SYS_ADMIN): without, no
 /// fix in force can be seen.
 pub fn can_list() -> bool {

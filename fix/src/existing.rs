@@ -8,6 +8,7 @@ use std::fs;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
+use crate::attach::Attached;
 use crate::plan::{Action, Ports};
 use crate::sys;
 
@@ -73,14 +74,14 @@ pub(crate) fn reach(call: &str, pid: u32, e: &std::io::Error) -> Reach {
 }
 
 /// The TCP connections of `pids` selected by `ports`, changed as `action` says; sockets
-/// in `seen` (by inode) are left alone, and every socket looked at is added to it. `set`:
-/// called with each socket changed, once the fix's own calls are made.
+/// in `seen` (by inode) are left alone, and every socket looked at is added to it. `noting`:
+/// the fix's programs, which must not count its own calls as the program's choices.
 pub fn fix(
     pids: &[u32],
     action: &Action,
     ports: &Ports,
     seen: &mut BTreeSet<u64>,
-    set: &dyn Fn(BorrowedFd<'_>),
+    noting: Option<&Attached>,
 ) -> Pass {
     let mut pass = Pass::default();
     for &pid in pids {
@@ -120,7 +121,9 @@ pub fn fix(
             }
             match change(&copy, pid, fd, inode, action, ports, &mut pass.notes) {
                 Settled::Changed(c) => {
-                    set(copy.as_fd());
+                    if let Some(at) = noting {
+                        at.forget_choices(copy.as_fd());
+                    }
                     seen.insert(inode);
                     pass.changed.push(c);
                 }

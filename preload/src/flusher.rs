@@ -108,6 +108,8 @@ pub fn stop(s: &Shim) {
 /// flusher is not here.
 pub fn forget_in_child() {
     THREAD.store(0, Relaxed);
+    // A start another thread of the parent had under way is not this child's.
+    STARTING.store(false, Relaxed);
     STOP.store(false, Relaxed);
     ENDING.store(false, Relaxed);
 }

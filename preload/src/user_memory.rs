@@ -199,6 +199,11 @@ pub fn write_bytes_in(checked: &mut Checked, dst: *mut u8, src: &[u8], was: &[u8
 /// A copy of the `T` at the program's address `src`, if it can be read. For plain C structs
 /// and integers (any bit pattern is a valid `T`).
 pub fn read<T: Copy>(src: *const T) -> Option<T> {
+    read_in(&mut Checked::default(), src)
+}
+
+/// [`read`], one of several regions a hook call reads (as [`read_bytes_in`]).
+pub fn read_in<T: Copy>(checked: &mut Checked, src: *const T) -> Option<T> {
     let mut v = MaybeUninit::<T>::uninit();
     // SAFETY: the slice covers exactly the bytes of `v`, which `read_bytes` writes whole.
     let bytes = unsafe {
@@ -206,5 +211,5 @@ pub fn read<T: Copy>(src: *const T) -> Option<T> {
     };
     // SAFETY: on success every byte of `v` was written, and T accepts any bit pattern (the
     // callers' types are C integers and structs of them).
-    read_bytes(src.cast(), bytes).then(|| unsafe { v.assume_init() })
+    read_bytes_in(checked, src.cast(), bytes).then(|| unsafe { v.assume_init() })
 }

@@ -34,12 +34,8 @@ impl Pin {
                 })
             })
             .collect();
-        let pinned_ids: Vec<u64> = pinned
-            .iter()
-            .filter_map(|p| nagless_fix::attach::cgroup_id(p.cgroup.as_ref()?).ok())
-            .collect();
-        for run in nagless_fix::attach::running() {
-            if !run.whole || pinned_ids.contains(&run.cgroup) {
+        for run in nagless_fix::attach::running_unpinned(&pinned) {
+            if !run.whole {
                 continue;
             }
             // A fix whose options cannot be read, or that sets no TCP_NODELAY (a delayed-ACK

@@ -163,7 +163,9 @@ pub unsafe extern "C" fn sendto(
 /// to another process), read as the kernel reads it: unreadable memory passes nothing (the
 /// call fails with `EFAULT`), and control data beyond what is looked at counts as passing.
 fn passes_descriptors(msg: *const libc::msghdr) -> bool {
-    let Some(m) = crate::user_memory::read(msg) else {
+    // The header and its control data usually share a page of the caller's stack: one probe.
+    let mut checked = crate::user_memory::Checked::default();
+    let Some(m) = crate::user_memory::read_in(&mut checked, msg) else {
         return false;
     };
     #[allow(clippy::unnecessary_cast)] // a socklen_t on some libcs
@@ -173,7 +175,7 @@ fn passes_descriptors(msg: *const libc::msghdr) -> bool {
     }
     let mut buf = [0u8; 512];
     let n = len.min(buf.len());
-    if !crate::user_memory::read_bytes(m.msg_control.cast(), &mut buf[..n]) {
+    if !crate::user_memory::read_bytes_in(&mut checked, m.msg_control.cast(), &mut buf[..n]) {
         return false;
     }
     let head = std::mem::size_of::<libc::cmsghdr>();
