@@ -352,9 +352,7 @@ impl Metrics {
         );
         self.host_stalls.inc();
         self.stalls.get_or_create(&l).inc();
-        self.stall_seconds
-            .get_or_create(&l)
-            .inc_by(e.stall.lost_us);
+        self.stall_seconds.get_or_create(&l).inc_by(e.stall.lost_us);
         self.durations.get_or_create(&l).observe(e.stall.lost_us);
     }
 
@@ -565,9 +563,15 @@ mod tests {
             format!("nagless_stall_duration_seconds_sum{g} 0.24"),
             "nagless_watch_stalls_total 3".into(),
             format!("nagless_stalls_total{} 0", l("curl", "9", "connects", "")),
-            format!("nagless_stalling_connections{} 3", l("curl", "9", "connects", "")),
+            format!(
+                "nagless_stalling_connections{} 3",
+                l("curl", "9", "connects", "")
+            ),
             "# TYPE nagless_watch_cpu_seconds counter".into(),
-            format!("nagless_stalls_total{} 1", l("python3 app.py", "8080", "serves", "0123456789ab")),
+            format!(
+                "nagless_stalls_total{} 1",
+                l("python3 app.py", "8080", "serves", "0123456789ab")
+            ),
             "# EOF".into(),
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
@@ -653,8 +657,10 @@ mod tests {
         let text = m.encode();
         assert!(!text.contains(r#"process="curl""#), "{text}");
         assert!(
-            text.contains(&format!("nagless_stalls_total{} 0", l("redis", "6379", "serves", ""))
-            ),
+            text.contains(&format!(
+                "nagless_stalls_total{} 0",
+                l("redis", "6379", "serves", "")
+            )),
             "{text}"
         );
         assert!(
@@ -675,7 +681,11 @@ mod tests {
         ]);
         m.stall(&event(9000, 40_000));
         let text = m.encode();
-        for gone in [r#"process="c""#, r#"process="d""#, r#"process="python3 app.py""#] {
+        for gone in [
+            r#"process="c""#,
+            r#"process="d""#,
+            r#"process="python3 app.py""#,
+        ] {
             assert!(!text.contains(gone), "{gone} in\n{text}");
         }
         let o = l("", "", "overflow", "");
@@ -690,8 +700,10 @@ mod tests {
         // A series forgotten makes room again.
         m.window_at(&[], Instant::now() + Duration::from_secs(61));
         m.stall(&event(9000, 40_000));
-        assert!(m.encode().contains(&format!("nagless_stalls_total{} 1", l("python3 app.py", "9000", "serves", ""))
-        ));
+        assert!(m.encode().contains(&format!(
+            "nagless_stalls_total{} 1",
+            l("python3 app.py", "9000", "serves", "")
+        )));
     }
 
     #[test]
@@ -710,9 +722,18 @@ mod tests {
             assert!(!text.contains(gone), "{gone} in\n{text}");
         }
         for want in [
-            format!("nagless_stalling_connections{} 2", l("p2p", "ephemeral", "connects", "")),
-            format!("nagless_stalling_connections{} 1", l("srv", "ephemeral", "serves", "")),
-            format!("nagless_stalling_connections{} 1", l("srv", "8080", "serves", "")),
+            format!(
+                "nagless_stalling_connections{} 2",
+                l("p2p", "ephemeral", "connects", "")
+            ),
+            format!(
+                "nagless_stalling_connections{} 1",
+                l("srv", "ephemeral", "serves", "")
+            ),
+            format!(
+                "nagless_stalling_connections{} 1",
+                l("srv", "8080", "serves", "")
+            ),
             "nagless_watch_series_groups 3".into(),
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");

@@ -224,7 +224,13 @@ fn file_name(path: &str) -> &str {
 /// [`printable`]; empty for an empty argv.
 pub fn program_name(argv: &[&str]) -> String {
     let (named, rest) = program_parts(argv);
-    printable(&named.into_iter().chain(rest.iter().copied()).collect::<Vec<_>>().join(" "))
+    printable(
+        &named
+            .into_iter()
+            .chain(rest.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 /// [`program_name`] without the remaining arguments (`python3 app.py`, `java -jar app.jar`,

@@ -20,9 +20,7 @@ fn who(r: &Row, own_netns: u64, width: usize) -> String {
     let Some(pid) = r.pid else {
         return cut(&format!("{w}uid {} (pid not readable)", r.uid), width);
     };
-    let unit = r
-        .unit()
-        .map_or_else(String::new, |u| format!(" ({u})"));
+    let unit = r.unit().map_or_else(String::new, |u| format!(" ({u})"));
     w += &pid.to_string();
     // (No program: an eBPF row whose process is gone, named `[task]` by its cmd.)
     if let Some(p) = r.program.as_ref().or(r.cmd.as_ref()) {
