@@ -99,6 +99,13 @@ impl Kernel for Libc {
         #[allow(clippy::unnecessary_cast)] // 32-bit fields on 32-bit targets
         (st.st_mode & libc::S_IFMT == libc::S_IFSOCK).then_some(st.st_ino as u64)
     }
+    fn unacknowledged(&self, fd: i32) -> Option<u32> {
+        let mut n: c_int = 0;
+        // SAFETY: SIOCOUTQ (TIOCOUTQ's number) writes one int to the pointer given, which
+        // lives across the call.
+        let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut c_int) };
+        (r == 0).then(|| n.max(0) as u32)
+    }
 }
 
 /// The shim's clock's zero (the first call's time: start-up reads it).

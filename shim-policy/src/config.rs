@@ -123,4 +123,7 @@ pub struct Stats {
     /// Waits of the poll, select or epoll families that would not have blocked (events were
     /// ready, or the timeout was zero): the bursts of the thread went on.
     pub ready_waits: StatCounter,
+    /// Writes sent at once, as Nagle sends them: another thread waited in a read of the
+    /// socket and nothing was in flight (see [`Shim::before_write`](crate::Shim::before_write)).
+    pub clocked: StatCounter,
 }

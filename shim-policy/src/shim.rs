@@ -22,6 +22,9 @@ pub trait Kernel {
     /// What identifies the socket `fd` refers to, the same for every descriptor of it (its
     /// inode number); `None` if unknown.
     fn socket_id(&self, fd: i32) -> Option<u64>;
+    /// Bytes written to `fd` that its peer has not acknowledged yet, sent or not
+    /// (`SIOCOUTQ`); `None` if unknown.
+    fn unacknowledged(&self, fd: i32) -> Option<u32>;
 }
 
 /// Descriptors per table chunk; a chunk is allocated when the first socket in its range is

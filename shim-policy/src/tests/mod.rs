@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 mod bursts;
+mod clocked;
 mod flusher;
 mod program_options;
 mod shapes;
@@ -25,6 +26,8 @@ struct Fake {
     nodelay_calls: Cell<u32>,
     /// Writes queued and not yet sent (held by TCP_CORK or MSG_MORE), by descriptor.
     unsent: RefCell<std::collections::HashMap<i32, u32>>,
+    /// Writes sent and not yet acknowledged, by descriptor.
+    unacked: RefCell<std::collections::HashMap<i32, u32>>,
     /// Run once, inside the next `set_cork(_, true)`: another party acting in the middle
     /// of a corked start.
     on_cork: RefCell<Option<CorkHook>>,
@@ -43,8 +46,20 @@ impl Fake {
         if more || self.corked.borrow().contains(&fd) {
             *n += 1;
         } else {
+            *self.unacked.borrow_mut().entry(fd).or_default() += *n + 1;
             *n = 0;
         }
+    }
+
+    /// The peer acknowledges everything sent on `fd`; with `TCP_NODELAY` on, the kernel then
+    /// sends what `MSG_MORE` held (not what `TCP_CORK` holds).
+    fn ack(&self, fd: i32) {
+        let held = if self.corked.borrow().contains(&fd) {
+            0
+        } else {
+            self.unsent.borrow_mut().remove(&fd).unwrap_or(0)
+        };
+        self.unacked.borrow_mut().insert(fd, held);
     }
 
     fn unsent(&self, fd: i32) -> u32 {
@@ -77,9 +92,14 @@ impl Kernel for Fake {
             self.uncork_calls.set(self.uncork_calls.get() + 1);
             c.retain(|&x| x != fd);
             // Clearing TCP_CORK pushes whatever is queued, held by MSG_MORE too.
-            self.unsent.borrow_mut().remove(&fd);
+            let pushed = self.unsent.borrow_mut().remove(&fd).unwrap_or(0);
+            *self.unacked.borrow_mut().entry(fd).or_default() += pushed;
         }
         true
+    }
+    fn unacknowledged(&self, fd: i32) -> Option<u32> {
+        let sent = self.unacked.borrow().get(&fd).copied().unwrap_or(0);
+        Some(sent + self.unsent(fd))
     }
     fn now_us(&self) -> u64 {
         self.now.get()
