@@ -57,3 +57,43 @@ pub fn catch_interrupts() {
 pub fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
 }
+
+/// `TCP_DELACK_MAX_US` (Linux 6.15).
+const TCP_DELACK_MAX_US: libc::c_int = 46;
+
+/// What this kernel makes of `TCP_DELACK_MAX_US = us` on a fresh TCP socket: the bound it
+/// keeps (rounded up to its clock's tick), or `None` if it refuses (before Linux 6.15, or a
+/// bound below what it accepts).
+pub fn delack_max_accepted(us: u32) -> Option<u32> {
+    let v = libc::c_int::try_from(us).ok()?;
+    // SAFETY: a plain socket call; the descriptor is closed below on every path.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let mut got: libc::c_int = 0;
+    let mut len = size;
+    // SAFETY: `v` and `got` are ints that live across the calls, their sizes passed; `fd` is
+    // ours and closed once.
+    let kept = unsafe {
+        let set = libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            TCP_DELACK_MAX_US,
+            (&v as *const libc::c_int).cast(),
+            size,
+        ) == 0;
+        let read = set
+            && libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                TCP_DELACK_MAX_US,
+                (&mut got as *mut libc::c_int).cast(),
+                &mut len,
+            ) == 0;
+        libc::close(fd);
+        read
+    };
+    kept.then(|| u32::try_from(got).unwrap_or(us))
+}

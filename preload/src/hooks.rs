@@ -211,11 +211,11 @@ pub fn read_begins(fd: c_int) {
     }
 }
 
-/// The read [`read_begins`] announced returned (the same call: inside a signal handler
-/// neither counts).
-pub fn read_ends(fd: c_int) {
+/// The read [`read_begins`] announced returned, with data if `got` (the same call: inside a
+/// signal handler neither counts).
+pub fn read_ends(fd: c_int, got: bool) {
     if let Some(s) = shim() {
-        s.read_ends(fd);
+        quietly(|| s.read_ends(&Libc, fd, got));
     }
 }
 

@@ -138,6 +138,13 @@ impl Shim {
         }
         self.high.fetch_max(fd as usize + 1, Relaxed);
         self.stats.sockets.fetch_add(1, Relaxed);
+        // The receiver's half, whoever holds the sender's: the program chose how it sends,
+        // not how soon the kernel acknowledges what it receives.
+        if let Acks::DelackMaxUs(us) = self.config.acks {
+            if k.set_delack_max_us(fd, us) {
+                self.stats.ack_calls.fetch_add(1, Relaxed);
+            }
+        }
         slot.flags.manage(program_chose);
         if program_chose {
             self.stats.self_managed.fetch_add(1, Relaxed);
@@ -471,12 +478,21 @@ impl Shim {
         }
     }
 
-    /// The read [`read_begins`](Self::read_begins) announced returned.
-    pub fn read_ends(&self, fd: i32) {
+    /// The read [`read_begins`](Self::read_begins) announced returned; `got`: it returned
+    /// data. Under [`Acks::Quickack`] the socket then acknowledges at once again (the kernel
+    /// clears the flag when it goes back to delaying its ACKs).
+    pub fn read_ends(&self, k: &impl Kernel, fd: i32, got: bool) {
         if let Some(slot) = self.slot(fd) {
             let _ = slot
                 .readers
                 .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+            if got
+                && self.config.acks == Acks::Quickack
+                && slot.flags.peek().is_managed()
+                && k.set_quickack(fd)
+            {
+                self.stats.ack_calls.fetch_add(1, Relaxed);
+            }
         }
     }
 

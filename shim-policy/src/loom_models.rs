@@ -110,6 +110,12 @@ impl Kernel for Kern {
         // (The models' threads never wait in a read: this is not asked.)
         None
     }
+    fn set_quickack(&self, _: i32) -> bool {
+        true
+    }
+    fn set_delack_max_us(&self, _: i32, _: u32) -> bool {
+        true
+    }
     fn now_us(&self) -> u64 {
         0
     }

@@ -26,7 +26,7 @@ fn behind_a_waiting_reader_a_write_with_nothing_in_flight_leaves_at_once() {
     write(&s, &k, 3, &mut writer);
     assert_eq!(k.unsent(3), 0, "plain, in the burst still open");
     assert_eq!(s.stats.clocked.load(Relaxed), 2);
-    s.read_ends(3);
+    s.read_ends(&k, 3, true);
     // The reader is back: no more clocking, bursts are held to the writer's wait again.
     s.release_thread(&k, &mut writer);
     k.ack(3);
@@ -47,7 +47,7 @@ fn without_a_reader_waiting_the_burst_is_held_as_before() {
     s.release_thread(&k, &mut t);
     // A read that began and ended counts no more.
     s.read_begins(&k, 3);
-    s.read_ends(3);
+    s.read_ends(&k, 3, true);
     write(&s, &k, 3, &mut t);
     assert!(s.is_corked(3));
     s.release_thread(&k, &mut t);
@@ -57,12 +57,12 @@ fn without_a_reader_waiting_the_burst_is_held_as_before() {
 fn a_read_that_ends_unannounced_never_takes_the_count_below_zero() {
     let (s, k) = shim();
     let mut t = ThreadBursts::new();
-    s.read_ends(3);
-    s.read_ends(3);
+    s.read_ends(&k, 3, true);
+    s.read_ends(&k, 3, true);
     s.read_begins(&k, 3);
     write(&s, &k, 3, &mut t);
     assert!(!s.is_corked(3), "one reader counted");
-    s.read_ends(3);
+    s.read_ends(&k, 3, true);
     k.ack(3);
     write(&s, &k, 3, &mut t);
     assert!(s.is_corked(3), "none now");

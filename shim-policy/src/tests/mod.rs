@@ -9,6 +9,7 @@ use crate::sync::Ordering::*;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
+mod acks;
 mod bursts;
 mod clocked;
 mod flusher;
@@ -28,6 +29,9 @@ struct Fake {
     unsent: RefCell<std::collections::HashMap<i32, u32>>,
     /// Writes sent and not yet acknowledged, by descriptor.
     unacked: RefCell<std::collections::HashMap<i32, u32>>,
+    /// `TCP_QUICKACK`s set, and `TCP_DELACK_MAX_US`s, in order.
+    quickacks: RefCell<Vec<i32>>,
+    delack_max: RefCell<Vec<(i32, u32)>>,
     /// Run once, inside the next `set_cork(_, true)`: another party acting in the middle
     /// of a corked start.
     on_cork: RefCell<Option<CorkHook>>,
@@ -95,6 +99,14 @@ impl Kernel for Fake {
             let pushed = self.unsent.borrow_mut().remove(&fd).unwrap_or(0);
             *self.unacked.borrow_mut().entry(fd).or_default() += pushed;
         }
+        true
+    }
+    fn set_quickack(&self, fd: i32) -> bool {
+        self.quickacks.borrow_mut().push(fd);
+        true
+    }
+    fn set_delack_max_us(&self, fd: i32, us: u32) -> bool {
+        self.delack_max.borrow_mut().push((fd, us));
         true
     }
     fn unacknowledged(&self, fd: i32) -> Option<u32> {
