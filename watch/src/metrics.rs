@@ -20,6 +20,8 @@
 //! | `nagless_watch_late_samples_total` | counter | samples (or drains) that started late |
 //! | `nagless_watch_namespaces_not_entered` | gauge | network namespaces (containers) the watcher could not enter |
 //! | `nagless_watch_processes_unattributed` | gauge | processes whose sockets could not be attributed (not root) |
+//! | `nagless_fixes` | gauge | `nagless fix`es in force on the host (running or pinned) |
+//! | `nagless_fix_info` | gauge | always 1, one per fix in force; labels `by`, `on`, `action`, `ports` |
 //! | `nagless_build_info` | gauge | always 1; labels `version`, `backend` |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, ... | | the watcher's own, as every exporter publishes them |
 //!
@@ -212,6 +214,8 @@ pub struct Metrics {
     overflowed: Counter,
     forgotten: Counter,
     blind: BlindGauges,
+    fixes: Gauge,
+    fix_info: Family<FixLabels, Gauge>,
     limits: Limits,
     ephemeral: EphemeralPorts,
     /// When each group with series was last refreshed or stalled.
@@ -293,6 +297,18 @@ impl Metrics {
         );
         let process = ProcessGauges::register(&mut r, &cpu);
         let blind = BlindGauges::register(&mut r);
+        let fixes = Gauge::default();
+        r.register(
+            "nagless_fixes",
+            "nagless fix programs in force on the host, running or pinned (the watcher must be root to see them)",
+            fixes.clone(),
+        );
+        let fix_info = Family::<FixLabels, Gauge>::default();
+        r.register(
+            "nagless_fix_info",
+            "One series per nagless fix in force (always 1): who holds it, on what, what it sets, on which ports",
+            fix_info.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             stalls,
@@ -308,6 +324,8 @@ impl Metrics {
             overflowed,
             forgotten,
             blind,
+            fixes,
+            fix_info,
             limits,
             ephemeral: EphemeralPorts::of_host(),
             seen: HashMap::new(),
@@ -380,7 +398,14 @@ impl Metrics {
             self.stalling.remove(&l);
             self.forgotten.inc();
         }
-        self.stalling.clear();
+        // Every group keeps its series: at 0 when none of its connections stalled this
+        // window (under eBPF a group has rows only in windows it stalls in).
+        for l in self.seen.keys() {
+            self.stalling.get_or_create(l).set(0);
+        }
+        if self.overflowed.get() > 0 {
+            self.stalling.get_or_create(&Labels::overflow()).set(0);
+        }
         for r in rows {
             let unit = r.unit();
             let l = self.admit(
@@ -418,6 +443,15 @@ impl Metrics {
         self.sockets.set(sockets as i64);
     }
 
+    /// The fixes in force now, replacing the last list.
+    pub fn fixes(&mut self, fixes: &[FixLabels]) {
+        self.fix_info.clear();
+        for f in fixes {
+            self.fix_info.get_or_create(f).set(1);
+        }
+        self.fixes.set(fixes.len() as i64);
+    }
+
     /// What the watcher could not see so far (each count since it started).
     pub fn blind_spots(&mut self, b: BlindSpots) {
         self.blind.set(b);
@@ -434,6 +468,19 @@ fn encode_registry(r: &Registry) -> String {
     // Writing to a String cannot fail.
     let _ = encode(&mut s, r);
     s
+}
+
+/// The labels of `nagless_fix_info`: a fix in force (what `nagless fix --list` shows).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct FixLabels {
+    /// `nagless fix pid N` (running), or `pinned at DIR`.
+    pub by: String,
+    /// The cgroup, or the process and its children, it acts on.
+    pub on: String,
+    /// What it sets.
+    pub action: String,
+    /// `every port`, or the ports.
+    pub ports: String,
 }
 
 /// The labels of `nagless_build_info`.
@@ -602,6 +649,22 @@ mod tests {
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
         }
+    }
+
+    #[test]
+    fn a_group_whose_connections_stop_stalling_reads_0_not_nothing() {
+        let mut m = metrics(1000);
+        let t0 = Instant::now();
+        m.window_at(&[row("redis", 6379, true)], t0);
+        let g = l("redis", "6379", "serves", "");
+        assert!(m
+            .encode()
+            .contains(&format!("nagless_stalling_connections{g} 1\n")));
+        // A window without its rows (eBPF: no stall in it).
+        m.window_at(&[], t0 + Duration::from_secs(1));
+        assert!(m
+            .encode()
+            .contains(&format!("nagless_stalling_connections{g} 0\n")));
     }
 
     #[test]
