@@ -61,6 +61,7 @@ impl Conv {
             opt_len: 12,
             sack: false,
             ts: None,
+            ttl: 64,
         };
         self.seq[side] = self.seq[side].wrapping_add(len);
         let frame = self.segs.len() as u64 + 1;
