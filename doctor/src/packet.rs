@@ -129,7 +129,13 @@ fn decode_ip(ip: &[u8], wire_len: usize) -> Option<Segment> {
             }
             let src = Ipv4Addr::from(be32(ip, 12)?);
             let dst = Ipv4Addr::from(be32(ip, 16)?);
-            tcp(ip.get(ihl..)?, total - ihl, src.into(), dst.into(), *ip.get(8)?)
+            tcp(
+                ip.get(ihl..)?,
+                total - ihl,
+                src.into(),
+                dst.into(),
+                *ip.get(8)?,
+            )
         }
         6 => {
             let payload = match usize::from(be16(ip, 4)?) {

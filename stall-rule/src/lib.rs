@@ -514,7 +514,12 @@ mod tests {
             AckTimer::Linux40ms.describe()
         );
         assert_eq!(
-            [initial_ttl(1), initial_ttl(64), initial_ttl(65), initial_ttl(128)],
+            [
+                initial_ttl(1),
+                initial_ttl(64),
+                initial_ttl(65),
+                initial_ttl(128)
+            ],
             [64, 64, 128, 128]
         );
         assert_eq!(initial_ttl(200), 255);

@@ -352,9 +352,8 @@ pub(super) fn sizes(seq: &[Sequence; 2], d: Direction) -> rule::SegmentSizes {
 /// delays every ACK: a Windows host's 200 ms). Its side is then nothing.
 pub(super) fn receiver_side_us(seq: &[Sequence; 2], d: Direction) -> u64 {
     let base = seq[d].base_us.unwrap_or(0);
-    let timer_only = seq[d].handshake_us.is_none()
-        && base >= DELAYED_ACK_MIN_US
-        && seq[d.peer()].unrouted();
+    let timer_only =
+        seq[d].handshake_us.is_none() && base >= DELAYED_ACK_MIN_US && seq[d.peer()].unrouted();
     if timer_only {
         0
     } else {
