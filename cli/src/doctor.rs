@@ -56,6 +56,11 @@ pub struct DoctorArgs {
     /// Keep every stall of each flow in the JSON, not only the worst 32.
     #[arg(long)]
     every_stall: bool,
+    /// List each flow's stalls in capture order (`time`, as Wireshark lists frames) or the
+    /// longest first (`delay`). Which stalls are listed does not change: the 5 longest per
+    /// flow in the report, the 32 longest (or all, --every-stall) in the JSON.
+    #[arg(long, value_name = "time|delay", default_value = "time")]
+    sort: nagless_doctor::analysis::StallOrder,
     /// Write an SVG timeline of the worst (or chosen) flow to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<std::path::PathBuf>,
@@ -99,6 +104,7 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
         flow: args.flow,
         timeline: args.svg.is_some(),
         every_stall: args.every_stall,
+        order: args.sort,
     };
     let d = nagless_doctor::diagnose_reader(src, opts, |n| bar.set_position(n))
         .map_err(|e| format!("{name}: {e}"))?;
