@@ -22,14 +22,17 @@ WHAT IT LOOKS FOR
                as soon as the ACK reached its sender. Retransmissions (and their ACKs), SACK,
                zero windows, keep-alives and think time are told apart and named, not blamed
                on Nagle. The receiver's timer is named by the delays (40 ms: Linux, FreeBSD;
-               100-200 ms: Windows, macOS), the fix given for each.
+               100-200 ms: Windows, macOS) and by its packets' TTL (128: Windows, whatever
+               the delay), the fix given for each.
   Patterns named: request split, header then body, tiny trailing frame.
 
 OUTPUT
   A line of totals, a table per server port (flows, flows with stalls, stalls, time lost,
   worst stall, delayed ACKs, retransmission timeouts, zero-window waits), then the flows with
   the most stalled time (--top), each with its evidence (frame numbers and times as Wireshark
-  shows them) and what to change at the sender or at the receiver.
+  shows them; stalls in capture order, --sort delay for the longest first) and what to change
+  at the sender or at the receiver. deploy/wireshark/nagless.lua marks the stalls of
+  `--json --every-stall --top 0` in Wireshark (docs/doctor.md).
 
 EXIT STATUS
   0 no stall found, 1 stalls found, 2 unreadable capture or bad arguments, 3 nothing to
