@@ -22,14 +22,17 @@ WHAT IT LOOKS FOR
                as soon as the ACK reached its sender. Retransmissions (and their ACKs), SACK,
                zero windows, keep-alives and think time are told apart and named, not blamed
                on Nagle. The receiver's timer is named by the delays (40 ms: Linux, FreeBSD;
-               100-200 ms: Windows, macOS), the fix given for each.
+               100-200 ms: Windows, macOS) and by its packets' TTL (128: Windows, whatever
+               the delay), the fix given for each.
   Patterns named: request split, header then body, tiny trailing frame.
 
 OUTPUT
   A line of totals, a table per server port (flows, flows with stalls, stalls, time lost,
   worst stall, delayed ACKs, retransmission timeouts, zero-window waits), then the flows with
   the most stalled time (--top), each with its evidence (frame numbers and times as Wireshark
-  shows them) and what to change at the sender or at the receiver.
+  shows them; stalls in capture order, --sort delay for the longest first) and what to change
+  at the sender or at the receiver. deploy/wireshark/nagless.lua marks the stalls of
+  `--json --every-stall --top 0` in Wireshark (docs/doctor.md).
 
 EXIT STATUS
   0 no stall found, 1 stalls found, 2 unreadable capture or bad arguments, 3 nothing to
@@ -56,6 +59,11 @@ pub struct DoctorArgs {
     /// Keep every stall of each flow in the JSON, not only the worst 32.
     #[arg(long)]
     every_stall: bool,
+    /// List each flow's stalls in capture order (`time`, as Wireshark lists frames) or the
+    /// longest first (`delay`). Which stalls are listed does not change: the 5 longest per
+    /// flow in the report, the 32 longest (or all, --every-stall) in the JSON.
+    #[arg(long, value_name = "time|delay", default_value = "time")]
+    sort: nagless_doctor::analysis::StallOrder,
     /// Write an SVG timeline of the worst (or chosen) flow to FILE.
     #[arg(long, value_name = "FILE")]
     svg: Option<std::path::PathBuf>,
@@ -99,6 +107,7 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
         flow: args.flow,
         timeline: args.svg.is_some(),
         every_stall: args.every_stall,
+        order: args.sort,
     };
     let d = nagless_doctor::diagnose_reader(src, opts, |n| bar.set_position(n))
         .map_err(|e| format!("{name}: {e}"))?;

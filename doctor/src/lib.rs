@@ -28,6 +28,9 @@ pub use capture::CaptureError;
 /// outcome's fields sit beside the others (`docs/doctor-json.md`).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Diagnosis {
+    /// The order each flow's stalls are listed in (and the report's lines).
+    #[serde(skip)]
+    pub order: analysis::StallOrder,
     /// Frames in the capture (up to the damage, if any).
     pub frames: u64,
     /// TCP segments decoded.
@@ -69,6 +72,7 @@ pub fn diagnose_reader(
     mut progress: impl FnMut(u64),
 ) -> Result<Diagnosis, CaptureError> {
     let mut reader = capture::CaptureReader::new(src)?;
+    let order = opts.order;
     let mut analyzer = analysis::Analyzer::new(opts);
     let mut unsupported = Vec::new();
     let (mut frames, mut tcp_segments) = (0u64, 0u64);
@@ -104,6 +108,10 @@ pub fn diagnose_reader(
         }
     }
     progress(reader.offset());
+    let mut outcome = analyzer.finish();
+    for f in &mut outcome.flows {
+        order.sort(&mut f.stalls);
+    }
     Ok(Diagnosis {
         frames,
         tcp_segments,
@@ -111,6 +119,7 @@ pub fn diagnose_reader(
         start_unix_s: origin_ns.map(|ns| ns as f64 / 1e9),
         unsupported_linktypes: unsupported,
         damage,
-        outcome: analyzer.finish(),
+        order,
+        outcome,
     })
 }

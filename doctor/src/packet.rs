@@ -48,6 +48,9 @@ pub struct Segment {
     pub sack: bool,
     /// Timestamps option: (TSval, TSecr).
     pub ts: Option<(u32, u32)>,
+    /// IPv4 TTL or IPv6 hop limit: a packet seen with the value its sender's system starts
+    /// from (64, 128 or 255) crossed no router before the capture point.
+    pub ttl: u8,
 }
 
 const LINKTYPE_NULL: u32 = 0;
@@ -126,7 +129,13 @@ fn decode_ip(ip: &[u8], wire_len: usize) -> Option<Segment> {
             }
             let src = Ipv4Addr::from(be32(ip, 12)?);
             let dst = Ipv4Addr::from(be32(ip, 16)?);
-            tcp(ip.get(ihl..)?, total - ihl, src.into(), dst.into())
+            tcp(
+                ip.get(ihl..)?,
+                total - ihl,
+                src.into(),
+                dst.into(),
+                *ip.get(8)?,
+            )
         }
         6 => {
             let payload = match usize::from(be16(ip, 4)?) {
@@ -134,6 +143,7 @@ fn decode_ip(ip: &[u8], wire_len: usize) -> Option<Segment> {
                 n => n,
             };
             let mut next = *ip.get(6)?;
+            let hop_limit = *ip.get(7)?;
             let src: [u8; 16] = ip.get(8..24)?.try_into().ok()?;
             let dst: [u8; 16] = ip.get(24..40)?.try_into().ok()?;
             let mut at = 40;
@@ -152,13 +162,14 @@ fn decode_ip(ip: &[u8], wire_len: usize) -> Option<Segment> {
                 tcp_len,
                 Ipv6Addr::from(src).into(),
                 Ipv6Addr::from(dst).into(),
+                hop_limit,
             )
         }
         _ => None,
     }
 }
 
-fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr) -> Option<Segment> {
+fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr, ttl: u8) -> Option<Segment> {
     let doff = usize::from(*t.get(12)? >> 4) * 4;
     if doff < 20 || tcp_len < doff {
         return None;
@@ -202,6 +213,7 @@ fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr) -> Option<Segment> {
         opt_len: (doff - 20) as u8,
         sack,
         ts,
+        ttl,
     })
 }
 

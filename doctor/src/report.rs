@@ -72,12 +72,12 @@ pub fn text(d: &Diagnosis) -> String {
         );
     }
     for f in &d.flows {
-        flow_text(&mut out, f);
+        flow_text(&mut out, f, d.order);
     }
     out
 }
 
-fn flow_text(out: &mut String, f: &FlowReport) {
+fn flow_text(out: &mut String, f: &FlowReport, order: crate::analysis::StallOrder) {
     let [c, s] = &f.sides;
     let _ = writeln!(
         out,
@@ -110,7 +110,12 @@ fn flow_text(out: &mut String, f: &FlowReport) {
             side.retransmissions
         );
     }
-    for st in f.stalls.iter().take(WORST) {
+    // The longest WORST, listed in the order asked for.
+    let mut shown: Vec<crate::Stall> = f.stalls.clone();
+    crate::analysis::StallOrder::Delay.sort(&mut shown);
+    shown.truncate(WORST);
+    order.sort(&mut shown);
+    for st in &shown {
         let _ = writeln!(
             out,
             "  stall {:.1} ms, {}: {} held {} B (frame {} at {:.6} s) until the ACK in frame {} at {:.6} s; previous write frame {} at {:.6} s",

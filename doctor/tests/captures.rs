@@ -280,14 +280,27 @@ fn every_stall_keeps_them_all_and_the_capture_start_is_wall_clock_time() {
     srv.join().unwrap();
     let bytes = cap.finish();
     assert!(slow > 32, "the kernel stalled only {slow} rounds");
-    let run = |every_stall| {
+    let run = |every_stall, order| {
         let opts = nagless_doctor::Options {
             every_stall,
+            order,
             ..nagless_doctor::Options::default()
         };
         nagless_doctor::diagnose_reader(&bytes[..], opts, |_| {}).unwrap()
     };
-    let (worst, all) = (run(false), run(true));
+    use nagless_doctor::analysis::StallOrder::{Delay, Time};
+    let (worst, all) = (run(false, Delay), run(true, Delay));
+    // By default the same stalls, listed in capture order.
+    let in_time = run(false, Time);
+    let frames: Vec<u64> = in_time.flows[0]
+        .stalls
+        .iter()
+        .map(|s| s.held.frame)
+        .collect();
+    assert!(frames.windows(2).all(|w| w[0] < w[1]), "{frames:?}");
+    let mut by_frame = worst.flows[0].stalls.clone();
+    by_frame.sort_by_key(|s| s.held.frame);
+    assert_eq!(by_frame, in_time.flows[0].stalls);
     let count = all.flows[0].stall_count as usize;
     assert!(count > 32, "{count} stalls");
     assert_eq!(worst.flows[0].stalls.len(), 32, "the worst 32 by default");
@@ -296,7 +309,7 @@ fn every_stall_keeps_them_all_and_the_capture_start_is_wall_clock_time() {
         count,
         "every one with every_stall"
     );
-    // Worst first in both: the default's 32 are the first 32 of every stall.
+    // Worst first in both (--sort delay): the default's 32 are the first 32 of every stall.
     let key = |d: &nagless_doctor::Diagnosis| -> Vec<(u64, u64)> {
         d.flows[0]
             .stalls

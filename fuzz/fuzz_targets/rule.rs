@@ -72,6 +72,7 @@ fn push(
         opt_len: c[9] & 0x28,
         sack: c[10] & 0x40 != 0,
         ts: (c[10] & 0x80 != 0).then_some((*us as u32 / 1000, u32::from(c[3]))),
+        ttl: c[1],
     };
     analyzer.push(frame, *us, &s);
 }

@@ -31,6 +31,22 @@ pub const DELAYED_ACK_MAX_US: u64 = 500_000;
 /// the smoothed RTT (see [`AckTimer::on_path`]).
 pub const CLASSIC_TIMER_MIN_US: u64 = 90_000;
 
+/// The longest delay Linux's 40 ms timer shows on a short path (timer ticks and the
+/// scheduler add a few milliseconds: 44-48 ms are common at HZ=250).
+pub const LINUX_TIMER_MAX_US: u64 = 50_000;
+
+/// The TTL (IPv4) or hop limit (IPv6) a host's system starts its packets with, from one seen
+/// on the wire: the smallest of the usual initial values at or above it (64: Linux, macOS,
+/// the BSDs; 128: Windows; 255: network equipment, Solaris). A packet seen with that value
+/// itself crossed no router before the capture point.
+pub fn initial_ttl(seen: u8) -> u8 {
+    match seen {
+        0..=64 => 64,
+        65..=128 => 128,
+        _ => 255,
+    }
+}
+
 /// Whether an ACK `delay_us` late (beyond the acker's side of the round trip) was held by a
 /// delayed-ACK timer.
 pub fn is_delayed_ack(delay_us: u64) -> bool {
@@ -83,6 +99,40 @@ impl AckTimer {
             Some(AckTimer::Classic200ms)
         } else {
             Some(AckTimer::Linux40ms)
+        }
+    }
+
+    /// The class of a delayed ACK `delay_us` late on a path of round trip `rtt_us`, from an
+    /// acker whose packets reach the capture with IP TTL `ttl` (if seen): an acker whose
+    /// system starts its packets at TTL 128 is Windows, whose timer is not Linux's whatever the
+    /// delay (it fires anywhere up to 200 ms after the data: 56 ms, 131 ms and 199 ms are all
+    /// seen), so its delays are Windows' class; otherwise [`AckTimer::on_path`].
+    pub fn of_acker(delay_us: u64, rtt_us: u64, ttl: Option<u8>) -> Option<AckTimer> {
+        let timer = AckTimer::on_path(delay_us, rtt_us)?;
+        if ttl.is_some_and(|t| initial_ttl(t) == 128) {
+            Some(AckTimer::Classic200ms)
+        } else {
+            Some(timer)
+        }
+    }
+
+    /// For people: the timer, as [`AckTimer::describe`] says it where the delays measured
+    /// (`typical_us`, on a path of round trip `rtt_us`) fit it; where they do not, the delay
+    /// itself and what it is not: a Windows acker's (TTL `ttl`) 56 ms is "a delayed-ACK timer
+    /// of ~56 ms (not Linux's 40 ms: ...)", not Linux's timer.
+    pub fn describe_measured(self, typical_us: u64, rtt_us: u64, ttl: Option<u8>) -> String {
+        let ms = typical_us.div_ceil(1_000);
+        let windows = ttl.is_some_and(|t| initial_ttl(t) == 128);
+        match self {
+            AckTimer::Classic200ms if windows && typical_us < CLASSIC_TIMER_MIN_US => format!(
+                "a delayed-ACK timer of ~{ms} ms (not Linux's 40 ms: the acker's TTL says Windows, whose timer fires up to 200 ms after the data)"
+            ),
+            AckTimer::Linux40ms
+                if typical_us > LINUX_TIMER_MAX_US && typical_us > rtt_us + 20_000 =>
+            {
+                format!("a delayed-ACK timer of ~{ms} ms (longer than Linux's 40 ms)")
+            }
+            t => t.describe().to_string(),
         }
     }
 
@@ -434,6 +484,45 @@ mod tests {
             Some(AckTimer::Classic200ms)
         );
         assert!(is_small(1447, 12, 1460) && !is_small(1448, 12, 1460));
+        // A Windows acker (TTL 128, or 127 one router away) has Windows' timer, even at 56 ms,
+        // and is named by what was measured, not as Linux's.
+        assert_eq!(
+            AckTimer::of_acker(56_000, 1_000, Some(127)),
+            Some(AckTimer::Classic200ms)
+        );
+        assert_eq!(
+            AckTimer::of_acker(56_000, 1_000, Some(64)),
+            Some(AckTimer::Linux40ms)
+        );
+        assert_eq!(AckTimer::of_acker(10_000, 1_000, Some(128)), None);
+        let named = AckTimer::Classic200ms.describe_measured(56_000, 1_000, Some(128));
+        assert!(named.starts_with("a delayed-ACK timer of ~56 ms (not Linux's 40 ms"));
+        assert_eq!(
+            AckTimer::Classic200ms.describe_measured(198_000, 1_000, Some(128)),
+            AckTimer::Classic200ms.describe()
+        );
+        assert_eq!(
+            AckTimer::Linux40ms.describe_measured(44_000, 1_000, None),
+            AckTimer::Linux40ms.describe()
+        );
+        assert!(AckTimer::Linux40ms
+            .describe_measured(70_000, 1_000, None)
+            .contains("~70 ms (longer than Linux's 40 ms)"));
+        // On a 60 ms path Linux's timer reaches about the RTT: 70 ms is Linux's.
+        assert_eq!(
+            AckTimer::Linux40ms.describe_measured(70_000, 60_000, None),
+            AckTimer::Linux40ms.describe()
+        );
+        assert_eq!(
+            [
+                initial_ttl(1),
+                initial_ttl(64),
+                initial_ttl(65),
+                initial_ttl(128)
+            ],
+            [64, 64, 128, 128]
+        );
+        assert_eq!(initial_ttl(200), 255);
         assert_eq!(AckTimer::most_seen([0, 0]), None);
         assert_eq!(AckTimer::most_seen([2, 2]), Some(AckTimer::Linux40ms));
         assert_eq!(AckTimer::most_seen([1, 3]), Some(AckTimer::Classic200ms));

@@ -30,8 +30,6 @@ struct Release {
     raw_delay_us: u64,
     zero_window: bool,
     loss_recovery: bool,
-    /// It was the first measure of the round trip (so its delay beyond it is not known yet).
-    first_measure: bool,
     /// The acker sent data since, ending at this sequence number: the sender's next segment
     /// answers that data, unless it was sent before that data reached it (it does not
     /// acknowledge it).
@@ -128,9 +126,10 @@ impl Collector {
         let o = acker.peer();
         let raw = acked.raw_us;
         if !acked.retransmitted {
-            // `acknowledge` has just learned this side of the round trip from this ACK.
-            let base = seq[o].base_us.unwrap_or(raw);
-            if pure && raw.saturating_sub(base) >= DELAYED_ACK_MIN_US {
+            // Kept if it is late at all: its delay beyond the round trip is only known once
+            // the flow's fastest ACKs are (they may come later, as in a capture begun
+            // mid-connection whose first ACKs were all delayed).
+            if pure && raw >= DELAYED_ACK_MIN_US {
                 self.pending_delayed.push(DelayedCandidate {
                     acker,
                     ack: At::new(frame, us),
@@ -148,7 +147,6 @@ impl Collector {
             raw_delay_us: raw,
             zero_window: s.window == 0,
             loss_recovery: acked.retransmitted || s.sack || seq[acker].sacked,
-            first_measure: acked.first_measure,
             answered: None,
         };
         if pure {
@@ -174,7 +172,6 @@ impl Collector {
         frame: u64,
     ) {
         let peer = sender.peer();
-        let peer_side = seq[sender].base_us.unwrap_or(0);
         let mut held = false;
         // A release the peer's data came after is still one if that data had not reached
         // the sender.
@@ -197,10 +194,9 @@ impl Collector {
                 rule::release_window_us(own_side, own.spread_us.max(2_000 + own_side / 2));
             if rel.us >= prev.us
                 && written_before
-                // (The first measure of the round trip, as in a capture begun mid-connection,
-                // is kept if it is late at all: its delay beyond the round trip shows later.)
-                && rel.raw_delay_us.saturating_sub(if rel.first_measure { 0 } else { peer_side })
-                    >= DELAYED_ACK_MIN_US
+                // (Kept if the ACK is late at all, as delayed ACKs are: its delay beyond the
+                // round trip shows once the fastest ACKs have been seen, maybe later.)
+                && rel.raw_delay_us >= DELAYED_ACK_MIN_US
                 && gap <= latest
             {
                 held = true;

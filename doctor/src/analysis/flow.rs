@@ -126,6 +126,7 @@ impl Flow {
             self.rst = true;
             return;
         }
+        self.seq[d].on_ttl(s.ttl);
         if let Some(m) = s.mss {
             self.seq[d].on_mss(m);
         }
@@ -220,7 +221,11 @@ impl Flow {
         let stalled_s = (client.total_us + server.total_us) as f64 / 1e6;
         let (rtt_ms, capture_point) = judge::capture_point(&self.seq);
         let ack_timer = AckTimer::most_seen(self.found.timers);
-        let verdict = verdict::verdict(&sides, &self.found, ack_timer);
+        let path = verdict::Path {
+            rtt_us: sequence::sides_of_round_trip(&self.seq).iter().sum(),
+            ttl: [self.seq[0].ttl, self.seq[1].ttl],
+        };
+        let verdict = verdict::verdict(&sides, &self.found, ack_timer, &path);
         FlowReport {
             index: self.index,
             sides,

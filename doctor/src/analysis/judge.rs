@@ -106,7 +106,7 @@ impl Findings {
         lost.worst_us = lost.worst_us.max(stalled);
         sides[d].stalls += 1;
         *self.patterns[d].entry(pattern).or_default() += 1;
-        if let Some(t) = AckTimer::on_path(stalled, base[0] + base[1]) {
+        if let Some(t) = AckTimer::of_acker(stalled, base[0] + base[1], seq[d.peer()].ttl) {
             self.timers[t as usize] += 1;
         }
         self.stalls.push(Stall {

@@ -43,7 +43,7 @@ mod verdict;
 
 pub use analyzer::{analyse, Analyzer, MAX_LIVE_FLOWS};
 pub use direction::Direction;
-pub use options::{Filter, Options};
+pub use options::{Filter, Options, StallOrder};
 pub use output::{
     At, CapturePoint, DelayedAck, FlowReport, Outcome, Pattern, Service, Side, Stall,
     TimelinePoint, TIMELINE_MAX,

@@ -18,6 +18,46 @@ pub struct Options {
     pub timeline: bool,
     /// Keep every stall of each flow, not only the worst 32.
     pub every_stall: bool,
+    /// The order each flow's stalls are listed in.
+    pub order: StallOrder,
+}
+
+/// The order a flow's stalls are listed in (which stalls are kept does not change: the worst
+/// 32, or every one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StallOrder {
+    /// In capture order, by the held segment's frame, as Wireshark lists frames.
+    #[default]
+    Time,
+    /// The longest first (then capture order).
+    Delay,
+}
+
+impl std::str::FromStr for StallOrder {
+    type Err = String;
+
+    /// `time` or `delay`.
+    fn from_str(s: &str) -> Result<StallOrder, String> {
+        match s {
+            "time" => Ok(StallOrder::Time),
+            "delay" => Ok(StallOrder::Delay),
+            _ => Err(format!("{s:?}: the order is `time` or `delay`")),
+        }
+    }
+}
+
+impl StallOrder {
+    /// Sorts `stalls` into this order.
+    pub fn sort(self, stalls: &mut [super::Stall]) {
+        match self {
+            StallOrder::Time => stalls.sort_by_key(|s| s.held.frame),
+            StallOrder::Delay => stalls.sort_by(|a, b| {
+                b.stalled_us
+                    .cmp(&a.stalled_us)
+                    .then(a.held.frame.cmp(&b.held.frame))
+            }),
+        }
+    }
 }
 
 impl Options {

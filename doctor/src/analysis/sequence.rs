@@ -86,6 +86,11 @@ pub(super) struct Sequence {
     pub(super) sacked: bool,
     /// This direction's sender advertises a zero window.
     pub(super) zero_window: bool,
+    /// The highest IP TTL this direction's sender's packets reached the capture with (the
+    /// closest to its system's initial one).
+    pub(super) ttl: Option<u8>,
+    /// When this direction's sender last sent a full segment of new data.
+    last_full_us: Option<u64>,
 }
 
 /// What an ACK acknowledged.
@@ -96,8 +101,6 @@ pub(super) struct Acked {
     pub(super) retransmitted: bool,
     /// From the newest segment it covered to it, µs.
     pub(super) raw_us: u64,
-    /// It was the first measure of the acker's side of the round trip.
-    pub(super) first_measure: bool,
 }
 
 /// What a data segment was, in its sender's byte stream.
@@ -120,6 +123,17 @@ impl Sequence {
     /// Whether the stream starts right after the SYN `s` (a copy of its SYN, if it is one).
     pub(super) fn starts_after(&self, s: &Segment) -> bool {
         self.base_seq == Some(s.seq.wrapping_add(1))
+    }
+
+    /// A packet from this direction's sender reached the capture with `ttl`.
+    pub(super) fn on_ttl(&mut self, ttl: u8) {
+        self.ttl = Some(self.ttl.map_or(ttl, |t| t.max(ttl)));
+    }
+
+    /// This direction's sender's packets reach the capture with their system's initial TTL:
+    /// no router lies between it and the capture point.
+    fn unrouted(&self) -> bool {
+        self.ttl.is_some_and(|t| rule::initial_ttl(t) == t)
     }
 
     /// An MSS option from this direction's sender.
@@ -212,7 +226,6 @@ pub(super) fn acknowledge(
     }
     let newest = newest?;
     let raw_us = us.saturating_sub(newest.us);
-    let first_measure = seq[o].base_us.is_none();
     if !retransmitted {
         let base = seq[o].base_us.map_or(raw_us, |b| b.min(raw_us));
         seq[o].base_us = Some(base);
@@ -236,7 +249,6 @@ pub(super) fn acknowledge(
         newest,
         retransmitted,
         raw_us,
-        first_measure,
     })
 }
 
@@ -290,20 +302,28 @@ pub(super) fn send_data(
         // uncork, MSG_MORE ending.)
         // (Not from segments of three quarters of a full one or more: they may be the full
         // segments of a path that carries less, not yet seen twice.)
+        // (Nor from the small tail of a large write, sent right behind its full segments:
+        // Windows applies Nagle to each write, not to each segment, so such a tail leaves
+        // beside a small segment in flight, and is not one Nagle counts either.)
         let clearly_small = s.len * 4 < full * 3;
-        if small && clearly_small && !retransmit && s.flags & flags::FIN == 0 {
+        let tail = small && dir.last_full_us.is_some_and(|t| us < t + NAGLE_OFF_GAP_US);
+        let counted = small && !tail;
+        if counted && clearly_small && !retransmit && s.flags & flags::FIN == 0 {
             dir.nagle_off |= dir.small_unacked > 0 && us >= dir.last_small_us + NAGLE_OFF_GAP_US;
         }
-        if small {
+        if counted {
             dir.small_unacked += 1;
             dir.last_small_us = us;
+        }
+        if !small {
+            dir.last_full_us = Some(us);
         }
         dir.unacked.push_back(Unacked {
             end,
             us,
             frame,
             retransmitted: retransmit,
-            small,
+            small: counted,
             syn: false,
         });
     }
@@ -323,10 +343,31 @@ pub(super) fn sizes(seq: &[Sequence; 2], d: Direction) -> rule::SegmentSizes {
     }
 }
 
-/// The base data-to-ACK times of both directions (0 where unknown), client's data first:
-/// `[server's side of the round trip, client's side]`.
+/// The receiver's side of the round trip for `d`'s data, the base its ACKs' delays are
+/// measured from (0 where unknown): the fastest of its ACKs. Except where no handshake measured
+/// it, that fastest ACK came [`DELAYED_ACK_MIN_US`] or more after the data, and the
+/// receiver's packets reach the capture with their system's initial TTL: no router lies
+/// between, so the capture was taken on its host or its link, and its fastest ACK measured
+/// its delayed-ACK timer, not a path (a capture begun mid-connection, of a receiver that
+/// delays every ACK: a Windows host's 200 ms). Its side is then nothing.
+pub(super) fn receiver_side_us(seq: &[Sequence; 2], d: Direction) -> u64 {
+    let base = seq[d].base_us.unwrap_or(0);
+    let timer_only =
+        seq[d].handshake_us.is_none() && base >= DELAYED_ACK_MIN_US && seq[d.peer()].unrouted();
+    if timer_only {
+        0
+    } else {
+        base
+    }
+}
+
+/// The base data-to-ACK times of both directions ([`receiver_side_us`]), client's data
+/// first: `[server's side of the round trip, client's side]`.
 pub(super) fn sides_of_round_trip(seq: &[Sequence; 2]) -> [u64; 2] {
-    [seq[0].base_us.unwrap_or(0), seq[1].base_us.unwrap_or(0)]
+    [
+        receiver_side_us(seq, Direction::Client),
+        receiver_side_us(seq, Direction::Server),
+    ]
 }
 
 /// Whether `s` carries SYN, FIN or RST.

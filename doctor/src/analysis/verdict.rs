@@ -33,9 +33,23 @@ impl CapturePoint {
     }
 }
 
-/// The verdict lines of a flow with these `sides` (counters final), `found` and the
-/// receiver's timer.
-pub(super) fn verdict(sides: &[Side; 2], found: &Findings, timer: Option<AckTimer>) -> Vec<String> {
+/// What the verdict needs to know of the path, to name a receiver's timer by what was
+/// measured.
+pub(super) struct Path {
+    /// The round trip (the two sides' fastest ACKs), µs.
+    pub(super) rtt_us: u64,
+    /// The IP TTL each side's packets reached the capture with (client first).
+    pub(super) ttl: [Option<u8>; 2],
+}
+
+/// The verdict lines of a flow with these `sides` (counters final), `found`, the receiver's
+/// timer and the `path`.
+pub(super) fn verdict(
+    sides: &[Side; 2],
+    found: &Findings,
+    timer: Option<AckTimer>,
+    path: &Path,
+) -> Vec<String> {
     let mut out = Vec::new();
     for d in Direction::BOTH {
         let side = &sides[d];
@@ -45,11 +59,12 @@ pub(super) fn verdict(sides: &[Side; 2], found: &Findings, timer: Option<AckTime
         let pattern = found.usual_pattern(d);
         let peer = &sides[d.peer()].addr;
         let timer = timer.unwrap_or(AckTimer::Linux40ms);
+        let mean_us = found.lost[d].total_us / side.stalls;
         out.push(format!(
             "{} {} and {peer} delays its ACKs ({}): {} stall(s), {:.1} ms lost, worst {:.1} ms",
             side.addr,
             pattern.describe(),
-            timer.describe(),
+            timer.describe_measured(mean_us, path.rtt_us, path.ttl[d.peer()]),
             side.stalls,
             found.lost[d].total_us as f64 / 1000.0,
             found.lost[d].worst_us as f64 / 1000.0,
