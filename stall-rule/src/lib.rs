@@ -16,6 +16,8 @@
 //! measured on that side of the path. A sender seen with two small segments in flight at once
 //! does not run Nagle's algorithm on that connection, so nothing of it is a Nagle stall.
 
+pub mod ack_clock;
+
 /// An ACK sent this long or longer after the data it acknowledges (the path's round trip
 /// taken off) is a delayed ACK. Linux's delayed-ACK timer is 40 ms at its shortest
 /// (`TCP_ATO_MIN`), other stacks' are 100-200 ms; 30 ms leaves room for timestamp jitter.
