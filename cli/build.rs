@@ -16,17 +16,12 @@ fn main() {
         .expect("cli/ lives in the workspace")
         .to_path_buf();
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
-    for dir in [
-        "preload/src",
-        "preload/Cargo.toml",
-        "preload/build.rs",
-        "preload/c",
-        "shim-policy/src",
-        "shim-policy/Cargo.toml",
-        "nagless/src",
-        "nagless/Cargo.toml",
-    ] {
-        println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
+    // What the shim is built from is not listed here: cargo's own dep-info of the nested
+    // build names every source file of it and of its path dependencies (see
+    // `rerun_if_shim_sources_change`), so a new module or dependency of the shim rebuilds
+    // the embedded copy. The lock file and the workspace's manifest, besides.
+    for f in ["Cargo.lock", "Cargo.toml"] {
+        println!("cargo:rerun-if-changed={}", workspace.join(f).display());
     }
     println!("cargo:rerun-if-env-changed=NAGLESS_SHIM_TARGET_DIR");
     // Shared by the debug and release builds of the cli (and by clippy and doc runs), so the
@@ -59,6 +54,7 @@ fn main() {
     assert!(status.success(), "building the preload shim failed");
     let so = target_dir.join("release/libnagless_preload.so");
     assert!(so.is_file(), "{} was not built", so.display());
+    rerun_if_shim_sources_change(&target_dir.join("release/libnagless_preload.d"), &workspace);
     println!("cargo:rustc-env=NAGLESS_SHIM_PATH={}", so.display());
     // A name for the cached copy that changes whenever the bytes do.
     let bytes = std::fs::read(&so).expect("read the built shim");
@@ -67,6 +63,39 @@ fn main() {
     });
     println!("cargo:rustc-env=NAGLESS_SHIM_HASH={hash:016x}");
     println!("cargo:rerun-if-changed={}", so.display());
+}
+
+/// Tells cargo to run this again when a file the shim was built from changes: each file the
+/// nested build's dep-info (`DEP: FILE FILE ...`, spaces in names escaped by `\`) names inside
+/// the workspace, and the manifest of each crate they belong to. (Files of the registry do
+/// not change under a given lock file.)
+fn rerun_if_shim_sources_change(dep_info: &std::path::Path, workspace: &std::path::Path) {
+    let text = std::fs::read_to_string(dep_info).expect("the shim's dep-info");
+    let deps = text
+        .lines()
+        .find_map(|l| l.split_once(": ").map(|(_, d)| d))
+        .unwrap_or_default();
+    let mut manifests = std::collections::BTreeSet::new();
+    for file in deps.replace("\\ ", "\0").split(' ') {
+        let file = PathBuf::from(file.replace('\0', " "));
+        if !file.starts_with(workspace) || file.as_os_str().is_empty() {
+            continue;
+        }
+        println!("cargo:rerun-if-changed={}", file.display());
+        if let Some(m) = file
+            .ancestors()
+            .skip(1)
+            .take_while(|d| d.starts_with(workspace))
+            .map(|d| d.join("Cargo.toml"))
+            .find(|m| m.is_file())
+        {
+            manifests.insert(m);
+        }
+    }
+    assert!(!manifests.is_empty(), "no source of the shim in {}", dep_info.display());
+    for m in manifests {
+        println!("cargo:rerun-if-changed={}", m.display());
+    }
 }
 
 /// The target directory that holds `out` (`<target>/<profile>/build/<pkg>-<hash>/out`).
