@@ -1,0 +1,163 @@
+//! Benchmarks (not in CI): the cost of a **message** as a user pays it: K writes of 100 bytes
+//! (K = 2, 3, 10), then the turn to read the peer's 1-byte answer, over a real loopback
+//! connection. Each API of the library against what a careful programmer writes by hand
+//! (`BufWriter` with a `flush()` placed before the read) and against plain writes under
+//! `TCP_NODELAY` (one send, and one segment, per write). Criterion times a message; after
+//! each case a line gives its system calls (sends) and data segments per message (the
+//! client's `tcpi_data_segs_out`). Figures: docs/results/benchmarks.md.
+//! Run: `cargo bench -p nagless --features tokio --bench messages`.
+#![allow(missing_docs, clippy::disallowed_methods)]
+
+use std::io::{BufWriter, Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const PART: usize = 100;
+const WRITES: [usize; 3] = [2, 3, 10];
+
+/// A connection to a peer that answers each `k * PART` bytes it receives with one byte.
+fn peer(k: usize) -> TcpStream {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0;
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                return;
+            }
+            got += n;
+            while got >= k * PART {
+                got -= k * PART;
+                if s.write_all(b"!").is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    TcpStream::connect(addr).unwrap()
+}
+
+fn segs_out(s: &TcpStream) -> u64 {
+    nagless::TcpInfo::of(s)
+        .ok()
+        .and_then(|i| i.data_segs_out)
+        .map_or(0, u64::from)
+}
+
+/// Prints a case's sends and data segments per message.
+fn report(name: &str, k: usize, sends: u64, segs: u64, messages: u64) {
+    let m = messages.max(1) as f64;
+    eprintln!(
+        "{name} k={k}: {:.2} send-side system calls and {:.2} data segments per message",
+        sends as f64 / m,
+        segs as f64 / m
+    );
+}
+
+fn messages(c: &mut Criterion) {
+    let part = [7u8; PART];
+    let mut g = c.benchmark_group("message");
+    g.throughput(Throughput::Elements(1));
+    for k in WRITES {
+        g.bench_with_input(BenchmarkId::new("nagless_std", k), &k, |b, &k| {
+            let tcp = peer(k);
+            let mut s = nagless::NaglessStream::new(tcp).unwrap();
+            let (segs0, mut n) = (segs_out(s.get_ref()), 0u64);
+            let mut one = [0u8; 1];
+            b.iter(|| {
+                for _ in 0..k {
+                    s.write_all(&part).unwrap();
+                }
+                s.read_exact(&mut one).unwrap(); // before-read sends the message
+                n += 1;
+            });
+            let st = s.stats();
+            report(
+                "nagless_std",
+                k,
+                st.syscalls,
+                segs_out(s.get_ref()) - segs0,
+                n,
+            );
+            eprintln!(
+                "  (of which input checks: {:.2} per message)",
+                st.input_checks as f64 / n.max(1) as f64
+            );
+        });
+        g.bench_with_input(BenchmarkId::new("nagless_tokio", k), &k, |b, &k| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let tcp = peer(k);
+            tcp.set_nonblocking(true).unwrap();
+            let segs0 = segs_out(&tcp);
+            let raw = tcp.try_clone().unwrap();
+            let mut s = rt.block_on(async {
+                nagless::tokio_adapter::NaglessStream::new(
+                    tokio::net::TcpStream::from_std(tcp).unwrap(),
+                )
+                .unwrap()
+            });
+            let mut n = 0u64;
+            let mut one = [0u8; 1];
+            b.iter(|| {
+                rt.block_on(async {
+                    for _ in 0..k {
+                        s.write_all(&part).await.unwrap();
+                    }
+                    s.read_exact(&mut one).await.unwrap();
+                });
+                n += 1;
+            });
+            let st = s.stats();
+            report("nagless_tokio", k, st.syscalls, segs_out(&raw) - segs0, n);
+            eprintln!(
+                "  (of which input checks: {:.2} per message)",
+                st.input_checks as f64 / n.max(1) as f64
+            );
+        });
+        g.bench_with_input(BenchmarkId::new("bufwriter_flush", k), &k, |b, &k| {
+            let tcp = peer(k);
+            tcp.set_nodelay(true).unwrap();
+            let mut r = tcp.try_clone().unwrap();
+            let segs0 = segs_out(&tcp);
+            let mut w = BufWriter::new(tcp);
+            let mut n = 0u64;
+            let mut one = [0u8; 1];
+            b.iter(|| {
+                for _ in 0..k {
+                    w.write_all(&part).unwrap();
+                }
+                w.flush().unwrap(); // placed by hand before the read
+                r.read_exact(&mut one).unwrap();
+                n += 1;
+            });
+            report("bufwriter_flush", k, n, segs_out(&r) - segs0, n);
+        });
+        g.bench_with_input(BenchmarkId::new("nodelay_writes", k), &k, |b, &k| {
+            let mut tcp = peer(k);
+            tcp.set_nodelay(true).unwrap();
+            let segs0 = segs_out(&tcp);
+            let mut n = 0u64;
+            let mut one = [0u8; 1];
+            b.iter(|| {
+                for _ in 0..k {
+                    tcp.write_all(&part).unwrap();
+                }
+                tcp.read_exact(&mut one).unwrap();
+                n += 1;
+            });
+            report("nodelay_writes", k, n * k as u64, segs_out(&tcp) - segs0, n);
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, messages);
+criterion_main!(benches);
