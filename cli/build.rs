@@ -92,7 +92,11 @@ fn rerun_if_shim_sources_change(dep_info: &std::path::Path, workspace: &std::pat
             manifests.insert(m);
         }
     }
-    assert!(!manifests.is_empty(), "no source of the shim in {}", dep_info.display());
+    assert!(
+        !manifests.is_empty(),
+        "no source of the shim in {}",
+        dep_info.display()
+    );
     for m in manifests {
         println!("cargo:rerun-if-changed={}", m.display());
     }
