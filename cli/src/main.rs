@@ -24,6 +24,7 @@ macro_rules! err {
 mod doctor;
 mod elf;
 mod fix;
+mod generate;
 mod host;
 mod lab;
 mod pipe;
@@ -34,7 +35,7 @@ mod watch;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::doctor::{DoctorArgs, DOCTOR_HELP};
 use crate::fix::{FixArgs, FIX_HELP};
@@ -82,6 +83,9 @@ enum Command {
     /// Print the version, commit, target and features; with --verbose, what this host offers.
     #[command(after_long_help = VERSION_HELP)]
     Version(VersionArgs),
+    /// Write the man pages and shell completions (deploy/man, deploy/completions).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 /// `20ms`, `0.1ms`, `1s`, `500us`, `2m`.
@@ -180,6 +184,7 @@ fn main() -> ExitCode {
         Command::Watch(args) => return watch::command(args),
         Command::Fix(args) => return fix::command(args),
         Command::Version(args) => return version::command(args),
+        Command::Generate(args) => return generate::command(args, Cli::command()),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
