@@ -25,9 +25,11 @@ fn the_daemonset_runs_the_image_package_image_builds() {
     let ds = daemonset();
     let c = &ds["spec"]["template"]["spec"]["containers"][0];
     let version = env!("CARGO_PKG_VERSION");
+    // podman names a local image localhost/NAME, and so does an archive of it imported into
+    // a node's containerd: the DaemonSet names it so, or the node would try to pull it.
     assert_eq!(
         c["image"].as_str(),
-        Some(format!("nagless:{version}").as_str())
+        Some(format!("localhost/nagless:{version}").as_str())
     );
     // Built locally, not pulled: IfNotPresent (a `:latest` tag would mean Always).
     assert_eq!(c["imagePullPolicy"].as_str(), Some("IfNotPresent"));
@@ -36,7 +38,7 @@ fn the_daemonset_runs_the_image_package_image_builds() {
     )
     .unwrap();
     assert!(
-        script.contains(r#"tag="nagless:$version""#),
+        script.contains(r#"tag="localhost/nagless:$version""#),
         "package-image's default tag"
     );
     // The Containerfile puts the binary where the DaemonSet's image is expected to have it.
