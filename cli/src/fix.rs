@@ -389,41 +389,64 @@ fn ports_text(ports: &Ports) -> String {
     }
 }
 
-fn list() -> anyhow::Result<()> {
+/// A fix in force on this host: who holds it, what it changes, on what.
+pub(crate) struct InForce {
+    /// `nagless fix pid N` (running), or `pinned at DIR`.
+    pub by: String,
+    /// `cgroup DIR`, or `process N and its children (in DIR)`.
+    pub on: String,
+    /// What it sets (`TCP_NODELAY`, a delayed-ACK bound).
+    pub action: String,
+    /// `every port`, or the ports.
+    pub ports: String,
+    /// New connections it selected so far (pinned fixes: their counter).
+    pub selected: Option<u64>,
+}
+
+impl InForce {
+    /// Its labels in `nagless watch --serve`'s `nagless_fix_info`.
+    pub(crate) fn labels(self) -> nagless_watch::metrics::FixLabels {
+        nagless_watch::metrics::FixLabels {
+            by: self.by,
+            on: self.on,
+            action: self.action,
+            ports: self.ports,
+        }
+    }
+}
+
+/// Every fix in force on this host, running first, then pinned: what `--list` shows and
+/// `nagless watch --serve` exports. An error if this process may not list BPF programs.
+pub(crate) fn in_force() -> anyhow::Result<Vec<InForce>> {
     let root = target::cgroup2_root().context("cgroup v2")?;
     let all = attach::pinned(&root);
+    let mut out = Vec::new();
     // Fixes running now (a `nagless fix` process), by their programs: a fix of a whole
     // cgroup has a sock_ops program, every fix a note_choice one.
-    let mut running = 0;
     for r in attach::running_unpinned(&all) {
         if !r.whole && r.config.is_some_and(|c| c.target_pid == 0) {
             continue;
         }
         let Some(c) = r.config else { continue };
         let (action, ports) = c.action();
-        let ports = ports_text(&ports);
         let dir = attach::find_cgroup(&root, r.cgroup)
             .map_or("a cgroup that is gone".into(), |d| d.display().to_string());
-        let on = if r.whole {
-            format!("cgroup {dir}")
-        } else {
-            format!("process {} and its children (in {dir})", c.target_pid)
-        };
-        outln!(
-            "running (nagless fix pid {}): {} on {on} ({ports})",
-            c.fixer_tgid,
-            action.describe()
-        );
-        running += 1;
+        out.push(InForce {
+            by: format!("nagless fix pid {}", c.fixer_tgid),
+            on: if r.whole {
+                format!("cgroup {dir}")
+            } else {
+                format!("process {} and its children (in {dir})", c.target_pid)
+            },
+            action: action.describe(),
+            ports: ports_text(&ports),
+            selected: None,
+        });
     }
-    if all.is_empty() && running == 0 {
-        if nagless_fix::attach::can_list() {
-            outln!("no fix in force");
-        } else {
-            anyhow::bail!(
-                "cannot list the BPF programs of this host: it takes root (or CAP_SYS_ADMIN)"
-            );
-        }
+    if all.is_empty() && out.is_empty() && !nagless_fix::attach::can_list() {
+        anyhow::bail!(
+            "cannot list the BPF programs of this host: it takes root (or CAP_SYS_ADMIN)"
+        );
     }
     for p in all {
         let (what, ports) = p
@@ -431,15 +454,35 @@ fn list() -> anyhow::Result<()> {
             .map(|c| c.action())
             .map(|(a, p)| (a.describe(), p))
             .unwrap_or_default();
-        let ports = ports_text(&ports);
-        outln!(
-            "pinned at {}: {} on {} ({ports}): {} new connection(s) selected",
-            p.dir.display(),
-            what,
-            p.cgroup
-                .map_or("a cgroup that is gone".into(), |c| c.display().to_string()),
-            p.counters.selected
-        );
+        out.push(InForce {
+            by: format!("pinned at {}", p.dir.display()),
+            on: p.cgroup.map_or("a cgroup that is gone".into(), |c| {
+                format!("cgroup {}", c.display())
+            }),
+            action: what,
+            ports: ports_text(&ports),
+            selected: Some(p.counters.selected),
+        });
+    }
+    Ok(out)
+}
+
+fn list() -> anyhow::Result<()> {
+    let fixes = in_force()?;
+    if fixes.is_empty() {
+        outln!("no fix in force");
+    }
+    for f in fixes {
+        match f.selected {
+            None => outln!("running ({}): {} on {} ({})", f.by, f.action, f.on, f.ports),
+            Some(n) => outln!(
+                "{}: {} on {} ({}): {n} new connection(s) selected",
+                f.by,
+                f.action,
+                f.on,
+                f.ports
+            ),
+        }
     }
     Ok(())
 }

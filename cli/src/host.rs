@@ -39,8 +39,8 @@ pub struct Facts {
     pub cgroup2: Option<PathBuf>,
     /// Whether this process could copy its own descriptor through a pidfd.
     pub pidfd_getfd: io::Result<()>,
-    /// Whether a fresh TCP socket took `TCP_DELACK_MAX_US`.
-    pub delack_max: io::Result<()>,
+    /// The `TCP_DELACK_MAX_US` bound a fresh TCP socket kept, if it took the option.
+    pub delack_max: Option<u32>,
     /// The dynamic loader the shim needs, and whether it is there.
     pub loader: Option<(&'static str, bool)>,
 }
@@ -82,8 +82,8 @@ pub fn facts() -> Facts {
         btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
         cgroup2: nagless_fix::target::cgroup2_root().ok(),
         pidfd_getfd: crate::sys::pidfd_getfd_probe(),
-        // 40 ms: the bound every kernel that knows the option accepts.
-        delack_max: crate::sys::tcp_option_probe(nagless_fix::existing::TCP_DELACK_MAX_US, 40_000),
+        // 40 ms: a bound every kernel that knows the option accepts.
+        delack_max: crate::sys::delack_max_accepted(40_000),
         loader: glibc_loader().map(|l| (l, Path::new(l).exists())),
     }
 }
@@ -125,11 +125,12 @@ pub fn probe_all(f: &Facts) -> Vec<Probe> {
         )),
         Err(e) => Err(format!("{e}; fix changes only new connections")),
     };
-    let delack = match &f.delack_max {
-        Ok(()) => Ok("fix --ack-delay-max bounds the connections open now too".into()),
-        Err(e) => Err(format!(
-            "{e} (Linux 6.15 or later): fix --ack-delay-max bounds new connections only"
-        )),
+    let delack = match f.delack_max {
+        Some(_) => Ok("fix --ack-delay-max bounds the connections open now too".into()),
+        None => Err(
+            "a TCP socket refuses it (Linux 6.15 or later): fix --ack-delay-max bounds new connections only"
+                .into(),
+        ),
     };
     let loader = match f.loader {
         Some((path, true)) => Ok(format!("{path}: run starts dynamically linked programs")),
@@ -174,7 +175,7 @@ mod tests {
             btf: true,
             cgroup2: Some("/sys/fs/cgroup".into()),
             pidfd_getfd: Ok(()),
-            delack_max: Ok(()),
+            delack_max: Some(40_000),
             loader: Some(("/lib64/ld-linux-x86-64.so.2", true)),
         }
     }
@@ -238,7 +239,7 @@ mod tests {
         };
         assert!(verdict(f, "fix pidfd_getfd").contains("5.6"));
         let f = Facts {
-            delack_max: Err(io::Error::from_raw_os_error(libc::ENOPROTOOPT)),
+            delack_max: None,
             ..all_there()
         };
         assert!(verdict(f, "TCP_DELACK_MAX_US").contains("6.15"));
@@ -258,9 +259,9 @@ mod tests {
         }
         // The option arrived in 6.15; a kernel before it refuses it.
         if f.release.as_deref().and_then(kernel_version) < Some((6, 15)) {
-            assert!(f.delack_max.is_err());
+            assert!(f.delack_max.is_none());
         } else {
-            assert!(f.delack_max.is_ok(), "{:?}", f.delack_max);
+            assert!(f.delack_max.is_some(), "{:?}", f.delack_max);
         }
         assert_eq!(f.btf, Path::new("/sys/kernel/btf/vmlinux").exists());
     }

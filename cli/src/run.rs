@@ -270,6 +270,34 @@ pub struct RunOptions {
     pub stats_file: Option<PathBuf>,
     /// Linger bound, µs.
     pub linger_us: u64,
+    /// The program's delayed ACKs: `NAGLESS_ACKS`'s value, if they are to change.
+    pub acks: Option<String>,
+}
+
+/// How `--ack-delay-max DUR` is done on this kernel: `NAGLESS_ACKS`'s value, and what it
+/// means in words. `TCP_DELACK_MAX_US` (Linux 6.15) where the kernel takes the bound (it
+/// rounds it up to its tick); else, or for 0, `TCP_QUICKACK` after every read: at once.
+pub fn acks_for(max: std::time::Duration) -> (String, String) {
+    let us = u32::try_from(max.as_micros()).unwrap_or(u32::MAX);
+    match (us > 0).then(|| crate::sys::delack_max_accepted(us)).flatten() {
+        Some(kept) => (
+            format!("delack-max-us:{kept}"),
+            format!(
+                "the program's ACKs wait at most {} ms (TCP_DELACK_MAX_US)",
+                kept as f64 / 1000.0
+            ),
+        ),
+        None => (
+            "quickack".to_owned(),
+            match us {
+                0 => "the program acknowledges at once (TCP_QUICKACK after every read)".to_owned(),
+                _ => format!(
+                    "this kernel takes no TCP_DELACK_MAX_US of {} ms (it needs Linux 6.15, and a bound above one tick of its clock): the program acknowledges at once instead (TCP_QUICKACK after every read)",
+                    us as f64 / 1000.0
+                ),
+            },
+        ),
+    }
 }
 
 /// Why the shim would not act in a program started from here, if a seccomp filter is in
@@ -416,6 +444,9 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
     if let Some(f) = &stats_file {
         c.env("NAGLESS_STATS_FILE", f);
     }
+    if let Some(a) = &opts.acks {
+        c.env("NAGLESS_ACKS", a);
+    }
     let err = c.exec();
     Err(format!("cannot run {name}: {err}"))
 }
@@ -423,7 +454,7 @@ pub fn run(opts: &RunOptions, cmd: &[OsString]) -> Result<std::convert::Infallib
 pub const RUN_HELP: &str = "\
 HOW IT WORKS
   CMD starts with libnagless_preload.so preloaded. Every TCP socket it creates, accepts or
-  connects gets TCP_NODELAY; each burst of writes is held with TCP_CORK and released when the
+  connects gets TCP_NODELAY; each burst of writes is held with MSG_MORE and released when the
   program turns to wait (read/recv, poll/select/epoll, close, shutdown, fork, exec), when it
   completes the socket's learned burst shape (its usual number of writes), or after
   --linger-us at the latest (5 x that for a burst short of its shape on a socket whose
@@ -437,6 +468,7 @@ HOW IT WORKS
 EXAMPLES
   nagless run --stats -- python3 -m http.server --protocol HTTP/1.1 8000
   nagless run --mode nodelay -- ./vendor-daemon --port 179
+  nagless run --ack-delay-max 0 -- ./server   # its clients split their requests: ACK at once
   nagless run --stats-file /run/nagless/stats -- ./daemon   # /run/nagless/stats.PID, kept current
 
 EXIT STATUS
@@ -465,6 +497,12 @@ pub struct RunArgs {
     /// Longest time a burst is held when the program neither reads nor polls, µs (50..=100000).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=100_000))]
     linger_us: u64,
+    /// The receiver's half, for a program whose peers you cannot change: its ACKs of partial
+    /// messages leave within DUR (`8ms`: TCP_DELACK_MAX_US, Linux 6.15, rounded up to the
+    /// kernel's tick), or at once with 0 (TCP_QUICKACK after every read, also where the
+    /// kernel takes no such bound). Says which on stderr.
+    #[arg(long, value_name = "DUR", value_parser = crate::parse_duration)]
+    ack_delay_max: Option<std::time::Duration>,
     /// Print the path of the shim library (for LD_PRELOAD by hand) and exit.
     #[arg(long, exclusive = true)]
     print_shim: bool,
@@ -493,12 +531,18 @@ pub fn command(args: RunArgs) -> std::process::ExitCode {
             }
         };
     }
+    let acks = args.ack_delay_max.map(|max| {
+        let (value, words) = acks_for(max);
+        errln!("nagless run: {words}");
+        value
+    });
     let opts = RunOptions {
         mode: args.mode,
         stats: args.stats,
         log: args.log,
         stats_file: args.stats_file,
         linger_us: args.linger_us,
+        acks,
     };
     let Err(e) = run(&opts, &args.cmd);
     errln!("nagless run: {e}");

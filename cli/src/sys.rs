@@ -58,6 +58,46 @@ pub fn interrupted() -> bool {
     INTERRUPTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// `TCP_DELACK_MAX_US` (Linux 6.15).
+const TCP_DELACK_MAX_US: libc::c_int = 46;
+
+/// What this kernel makes of `TCP_DELACK_MAX_US = us` on a fresh TCP socket: the bound it
+/// keeps (rounded up to its clock's tick), or `None` if it refuses (before Linux 6.15, or a
+/// bound below what it accepts).
+pub fn delack_max_accepted(us: u32) -> Option<u32> {
+    let v = libc::c_int::try_from(us).ok()?;
+    // SAFETY: a plain socket call; the descriptor is closed below on every path.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    let size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    let mut got: libc::c_int = 0;
+    let mut len = size;
+    // SAFETY: `v` and `got` are ints that live across the calls, their sizes passed; `fd` is
+    // ours and closed once.
+    let kept = unsafe {
+        let set = libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            TCP_DELACK_MAX_US,
+            (&v as *const libc::c_int).cast(),
+            size,
+        ) == 0;
+        let read = set
+            && libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                TCP_DELACK_MAX_US,
+                (&mut got as *mut libc::c_int).cast(),
+                &mut len,
+            ) == 0;
+        libc::close(fd);
+        read
+    };
+    kept.then(|| u32::try_from(got).unwrap_or(us))
+}
+
 /// What `bpf(2)` says to a request it must refuse (`BPF_MAP_CREATE` of no map type): `ENOSYS`
 /// when the kernel has no bpf(2) (or a seccomp filter hides it), `EPERM` when this process
 /// may not use it, `EINVAL` when it may. Nothing is created.
@@ -99,32 +139,5 @@ pub fn pidfd_getfd_probe() -> std::io::Result<()> {
         )
     })?;
     drop(copy);
-    Ok(())
-}
-
-/// Sets the integer TCP option `name` to `value` on a fresh IPv4 TCP socket, closed at once:
-/// whether this kernel knows the option (`ENOPROTOOPT` when it does not).
-pub fn tcp_option_probe(name: i32, value: i32) -> std::io::Result<()> {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: socket takes no memory.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor the kernel just returned, owned by nothing else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: `value` is valid for reads of its size.
-    let r = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
     Ok(())
 }

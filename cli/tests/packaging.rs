@@ -91,9 +91,12 @@ fn the_podmonitor_scrapes_the_daemonsets_pods_as_the_annotations_do() {
     assert_eq!(ep["path"].as_str(), ann["prometheus.io/path"].as_str());
     assert_eq!(ep["scheme"].as_str(), ann["prometheus.io/scheme"].as_str());
     // TLS trusted through the Secret the pod serves its certificate from, and a password.
-    let web_secret = ds["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
-        .as_str()
-        .unwrap();
+    let web_secret = ds["spec"]["template"]["spec"]["volumes"]
+        .as_vec()
+        .unwrap()
+        .iter()
+        .find_map(|v| v["secret"]["secretName"].as_str())
+        .expect("a Secret volume");
     assert_eq!(
         ep["tlsConfig"]["ca"]["secret"]["name"].as_str(),
         Some(web_secret)

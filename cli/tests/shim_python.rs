@@ -233,3 +233,125 @@ fn a_burst_nobody_waits_after_leaves_within_the_linger_bound() {
     );
     eprintln!("write then sleep: arrival after {ours:?} (nagless) vs {cork:?} (cork mode)");
 }
+
+/// A client whose four writer threads share one connection (each sends a 40-byte request
+/// under a lock, then waits on a semaphore of 8 requests in flight) while its reader thread
+/// waits in `recv` (`scripts/py/multiplexed.py`): the writers never wait on the socket and
+/// the reader was already waiting before their bursts began, so no wait the shim sees ends
+/// them. Under the earlier shim each burst started with nothing in flight waited for the
+/// linger bound (set to its longest, 100 ms, here: a median of about that). Clocked as Nagle
+/// clocks them, a request with nothing in flight leaves at once and the rest with the next
+/// ACK: the median stays far below the bound.
+#[test]
+fn writer_threads_behind_a_waiting_reader_are_not_held_for_the_bound() {
+    let _one = exclusive();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/py/multiplexed.py");
+    let port = free_port();
+    let _server = Started(
+        Command::new(python())
+            .args([script, "server", &port.to_string(), "each"])
+            .spawn()
+            .expect("python3"),
+    );
+    wait_for_port(port);
+    let mut cmd = Command::new(python());
+    cmd.args([script, "client", &port.to_string(), "400", "4", "8"]);
+    with_shim(&mut cmd, "nagless");
+    let out = cmd.env("NAGLESS_LINGER_US", "100000").output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let p50_us: f64 = stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "p50")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no p50 in {stdout:?}"));
+    let stats = stats_lines(&stderr);
+    assert!(
+        p50_us < 50_000.0,
+        "median {p50_us} µs, against a linger bound of 100 ms: {stdout}{stderr}"
+    );
+    assert!(
+        stats
+            .iter()
+            .any(|m| m.get("clocked").is_some_and(|&n| n > 0)),
+        "{stderr}"
+    );
+}
+
+/// The median exchange of `split_requests.py`'s client (each request as two writes, then a
+/// read; left as it is, Nagle on) against its server, started by `server` on a free port.
+fn split_request_median(server: impl FnOnce(&mut Command)) -> Duration {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/py/split_requests.py"
+    );
+    let port = free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nagless"));
+    server(&mut cmd);
+    let _server = Started(
+        cmd.args([&python(), script, "server", &port.to_string()])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nagless"),
+    );
+    wait_for_port(port);
+    let out = Command::new(python())
+        .args([script, "client", &port.to_string(), "21"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let us: u64 = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no median in {text:?}"));
+    Duration::from_micros(us)
+}
+
+/// The receiver's half (`nagless run --ack-delay-max`): the client splits its requests and
+/// cannot be changed; the server under the shim acknowledges each partial request at once
+/// (0: TCP_QUICKACK after every read), or within a bound (TCP_DELACK_MAX_US, where the kernel
+/// has it), so the client's Nagle no longer waits for the server's 40 ms delayed-ACK timer.
+#[test]
+fn a_servers_acks_at_once_end_its_clients_stall() {
+    let _one = exclusive();
+    // (`--mode nodelay`: the server's own writes are single; only its ACKs change.)
+    let native = split_request_median(|c| {
+        c.args(["run", "--mode", "nodelay", "--"]);
+    });
+    let quick = split_request_median(|c| {
+        c.args(["run", "--mode", "nodelay", "--ack-delay-max", "0", "--"]);
+    });
+    assert!(
+        native >= Duration::from_millis(30),
+        "natively the client waits for the server's delayed ACK: {native:?}"
+    );
+    assert!(
+        quick < Duration::from_millis(20),
+        "ACKs at once: {quick:?} (natively {native:?})"
+    );
+    // A bound of 8 ms, where the kernel takes one (Linux 6.15): below the 40 ms timer.
+    let probe = Command::new(python())
+        .args([
+            "-c",
+            "import socket; s = socket.socket(); s.setsockopt(socket.IPPROTO_TCP, 46, 8000)",
+        ])
+        .status()
+        .unwrap();
+    if probe.success() {
+        let bounded = split_request_median(|c| {
+            c.args(["run", "--mode", "nodelay", "--ack-delay-max", "8ms", "--"]);
+        });
+        assert!(
+            bounded < Duration::from_millis(30),
+            "ACKs within 8 ms: {bounded:?} (natively {native:?})"
+        );
+    } else {
+        // A kernel's feature, not a missing tool: not a failure under CI either.
+        eprintln!("note: TCP_DELACK_MAX_US (Linux 6.15) is not in this kernel; bound not tested");
+    }
+}

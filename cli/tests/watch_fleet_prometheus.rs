@@ -114,9 +114,27 @@ fn prometheus_scrapes(backend: &str) {
         prom_port,
         &format!("nagless_stalls_total{{port=\"{stalling}\",role=\"serves\"}} > 0"),
     );
+    // Named as the table names it (the module it runs), without its arguments (the port),
+    // which would make a series of every run.
     assert!(
-        named.iter().any(|(m, _)| m["process"] == "python3"),
-        "the stalling server's series name its process: {named:?}"
+        named
+            .iter()
+            .any(|(m, _)| m["process"] == "python3 -m http.server"),
+        "the stalling server's series name its program: {named:?}"
+    );
+    // The host's stalls: one series, whatever the groups.
+    let host = promql(prom_port, "nagless_watch_stalls_total");
+    assert!(
+        host.len() == 1 && host[0].1 > 0.0,
+        "the host's stall counter: {host:?}"
+    );
+    let stalling_conns = promql(
+        prom_port,
+        &format!("max_over_time(nagless_stalling_connections{{port=\"{stalling}\"}}[1m])"),
+    );
+    assert!(
+        stalling_conns.iter().any(|(_, v)| *v >= 1.0),
+        "{backend}: connections that stalled: {stalling_conns:?}"
     );
     // Stalls last a delayed-ACK timer (40 ms on loopback): the histogram's median says so.
     let q = format!(
@@ -313,7 +331,7 @@ fn prometheus_sees_bounded_series_and_no_ephemeral_port() {
     held.push((c, zero.accept().unwrap().0));
     drop(zero);
     std::thread::sleep(Duration::from_secs(2));
-    let series = promql(prom_port, r#"nagless_connections{job="nagless"}"#);
+    let series = promql(prom_port, r#"nagless_stalling_connections{job="nagless"}"#);
     let overflowed = promql(
         prom_port,
         r#"nagless_watch_groups_overflowed_total{job="nagless"}"#,

@@ -391,7 +391,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__run)
-            opts="-h --mode --stats --log --stats-file --linger-us --print-shim --help"
+            opts="-h --mode --stats --log --stats-file --linger-us --ack-delay-max --print-shim --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -410,6 +410,10 @@ _nagless() {
                     return 0
                     ;;
                 --linger-us)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ack-delay-max)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -203,6 +203,22 @@ pub fn release_socket(fd: c_int) {
     }
 }
 
+/// `fd` is about to be read or received on: as [`release_socket`], and the thread counts as
+/// waiting in a read of it until [`read_ends`].
+pub fn read_begins(fd: c_int) {
+    if let Some(s) = shim() {
+        quietly(|| s.read_begins(&Libc, fd));
+    }
+}
+
+/// The read [`read_begins`] announced returned, with data if `got` (the same call: inside a
+/// signal handler neither counts).
+pub fn read_ends(fd: c_int, got: bool) {
+    if let Some(s) = shim() {
+        quietly(|| s.read_ends(&Libc, fd, got));
+    }
+}
+
 /// The program sends on `fd`, which the shim does not manage, a message whose control data
 /// (`has_control`, asked only if a burst is held) may pass descriptors (`SCM_RIGHTS`): the
 /// process that receives them knows nothing of a burst held here, so every burst ends

@@ -73,6 +73,9 @@ pub fn clear_nodelay(fd: c_int) -> bool {
     real_setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 0)
 }
 
+/// `TCP_DELACK_MAX_US` (Linux 6.15; not in the libc crate yet).
+const TCP_DELACK_MAX_US: c_int = 46;
+
 /// The real kernel, through libc.
 pub struct Libc;
 
@@ -98,6 +101,20 @@ impl Kernel for Libc {
         let st = fstat(fd)?;
         #[allow(clippy::unnecessary_cast)] // 32-bit fields on 32-bit targets
         (st.st_mode & libc::S_IFMT == libc::S_IFSOCK).then_some(st.st_ino as u64)
+    }
+    fn set_quickack(&self, fd: i32) -> bool {
+        real_setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 1)
+    }
+    fn set_delack_max_us(&self, fd: i32, us: u32) -> bool {
+        let us = c_int::try_from(us).unwrap_or(c_int::MAX);
+        real_setsockopt_int(fd, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, us)
+    }
+    fn unacknowledged(&self, fd: i32) -> Option<u32> {
+        let mut n: c_int = 0;
+        // SAFETY: SIOCOUTQ (TIOCOUTQ's number) writes one int to the pointer given, which
+        // lives across the call.
+        let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut c_int) };
+        (r == 0).then(|| n.max(0) as u32)
     }
 }
 

@@ -138,6 +138,13 @@ impl Shim {
         }
         self.high.fetch_max(fd as usize + 1, Relaxed);
         self.stats.sockets.fetch_add(1, Relaxed);
+        // The receiver's half, whoever holds the sender's: the program chose how it sends,
+        // not how soon the kernel acknowledges what it receives.
+        if let Acks::DelackMaxUs(us) = self.config.acks {
+            if k.set_delack_max_us(fd, us) {
+                self.stats.ack_calls.fetch_add(1, Relaxed);
+            }
+        }
         slot.flags.manage(program_chose);
         if program_chose {
             self.stats.self_managed.fetch_add(1, Relaxed);
@@ -208,13 +215,34 @@ impl Shim {
                 slot.patient.store(true, Relaxed);
             }
         }
+        // Another thread waits in a read of this socket (a client's reader thread, while
+        // its writers hand work to each other through locks and semaphores, which are no
+        // waits of the shim's) and nothing is in flight: no wait of this writer's ends a
+        // burst, and no ACK will come to send it, so it would wait for the linger bound.
+        // Nagle sends such a write at once, and so does the shim (plainly, so that it also
+        // sends what the burst held). With data in flight the write is held by `MSG_MORE`,
+        // which the kernel sends when the next ACK comes in (`TCP_NODELAY` is on), as Nagle
+        // would, and the bound caps.
+        let clocked = || {
+            let c = self.config.mode == Mode::Nagless
+                && slot.readers.load(Relaxed) > 0
+                && k.unacknowledged(fd) == Some(0);
+            if c {
+                self.stats.clocked.fetch_add(1, Relaxed);
+            }
+            c
+        };
         if flags.is_held() {
-            return self.join_burst(k, fd, slot, mine, flags, completes, carries_more);
+            let plain = flags.by_more() && !completes && carries_more && clocked();
+            return self.join_burst(k, fd, slot, mine, flags, completes, carries_more && !plain);
         }
         if completes {
             // A burst of the learned shape's length whose earlier writes already left (a
             // one-write shape): nothing to hold. Noted, so the wait still teaches.
             self.note(k, mine, fd, slot.generation.load(Acquire));
+            return none;
+        }
+        if clocked() {
             return none;
         }
         let by = match self.config.mode {
@@ -436,6 +464,39 @@ impl Shim {
     /// that reads its stdin and writes its stdout, both one socket, waits on the one for
     /// what the other holds.
     pub fn release_socket(&self, k: &impl Kernel, fd: i32) {
+        self.release_socket_only(k, fd);
+    }
+
+    /// A thread is about to read from or receive on `fd`: the socket's burst ends
+    /// ([`release_socket`](Self::release_socket)), and the thread counts as waiting in a
+    /// read of it until [`read_ends`](Self::read_ends), so that other threads' writes are
+    /// clocked as Nagle clocks them (see [`before_write`](Self::before_write)).
+    pub fn read_begins(&self, k: &impl Kernel, fd: i32) {
+        self.release_socket_only(k, fd);
+        if let Some(slot) = self.slot(fd).filter(|s| s.flags.peek().is_managed()) {
+            slot.readers.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// The read [`read_begins`](Self::read_begins) announced returned; `got`: it returned
+    /// data. Under [`Acks::Quickack`] the socket then acknowledges at once again (the kernel
+    /// clears the flag when it goes back to delaying its ACKs).
+    pub fn read_ends(&self, k: &impl Kernel, fd: i32, got: bool) {
+        if let Some(slot) = self.slot(fd) {
+            let _ = slot
+                .readers
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1));
+            if got
+                && self.config.acks == Acks::Quickack
+                && slot.flags.peek().is_managed()
+                && k.set_quickack(fd)
+            {
+                self.stats.ack_calls.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    fn release_socket_only(&self, k: &impl Kernel, fd: i32) {
         let Some(slot) = self.slot(fd) else { return };
         slot.learn();
         self.release(k, fd);

@@ -36,11 +36,39 @@ impl Mode {
     }
 }
 
+/// What the shim does to the program's own delayed ACKs (the receiver's half of every
+/// stall: a peer whose Nagle holds its next write until this side ACKs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Acks {
+    /// Left to the kernel.
+    #[default]
+    Native,
+    /// `TCP_QUICKACK` set again after every read that returned data (the kernel clears it
+    /// as it goes back to delaying): each partial message is acknowledged at once.
+    Quickack,
+    /// `TCP_DELACK_MAX_US` set on every TCP socket (Linux 6.15): no ACK waits longer than
+    /// this many µs.
+    DelackMaxUs(u32),
+}
+
+impl Acks {
+    /// Parses `NAGLESS_ACKS`: `quickack`, or `delack-max-us:N`.
+    pub fn parse(s: &str) -> Option<Acks> {
+        match s.split_once(':') {
+            None if s == "quickack" => Some(Acks::Quickack),
+            Some(("delack-max-us", n)) => n.parse().ok().filter(|&n| n > 0).map(Acks::DelackMaxUs),
+            _ => None,
+        }
+    }
+}
+
 /// Settings read from the environment at start-up.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The mode.
     pub mode: Mode,
+    /// The program's delayed ACKs.
+    pub acks: Acks,
     /// Longest time a burst stays corked without the program waiting.
     pub linger: Duration,
     /// Print statistics at exit.
@@ -51,6 +79,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             mode: Mode::Nagless,
+            acks: Acks::Native,
             linger: DEFAULT_LINGER,
             stats: false,
         }
@@ -64,7 +93,8 @@ pub const DEFAULT_LINGER: Duration = Duration::from_micros(1000);
 pub const LINGER_RANGE_US: std::ops::RangeInclusive<u64> = 50..=100_000;
 
 impl Config {
-    /// Reads `NAGLESS_MODE`, `NAGLESS_LINGER_US` and `NAGLESS_STATS` through `var`. A value
+    /// Reads `NAGLESS_MODE`, `NAGLESS_ACKS`, `NAGLESS_LINGER_US` and `NAGLESS_STATS` through
+    /// `var`. A value
     /// that does not parse keeps the default and is named in the returned complaints (the
     /// shim cannot refuse to run; `nagless run` checks the same values and exits 2).
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> (Config, Vec<String>) {
@@ -75,6 +105,14 @@ impl Config {
                 Some(mode) => c.mode = mode,
                 None => bad.push(format!(
                     "NAGLESS_MODE={m:?} is not nagless, cork or nodelay"
+                )),
+            }
+        }
+        if let Some(a) = var("NAGLESS_ACKS") {
+            match Acks::parse(&a) {
+                Some(acks) => c.acks = acks,
+                None => bad.push(format!(
+                    "NAGLESS_ACKS={a:?} is not quickack or delack-max-us:N"
                 )),
             }
         }
@@ -123,4 +161,9 @@ pub struct Stats {
     /// Waits of the poll, select or epoll families that would not have blocked (events were
     /// ready, or the timeout was zero): the bursts of the thread went on.
     pub ready_waits: StatCounter,
+    /// Writes sent at once, as Nagle sends them: another thread waited in a read of the
+    /// socket and nothing was in flight (see [`Shim::before_write`](crate::Shim::before_write)).
+    pub clocked: StatCounter,
+    /// `TCP_QUICKACK`s set again after a read, or `TCP_DELACK_MAX_US`s set (see [`Acks`]).
+    pub ack_calls: StatCounter,
 }

@@ -160,7 +160,7 @@ mod state;
 mod sync;
 
 pub use bursts::{ThreadBursts, WriteStep, THREAD_BURSTS};
-pub use config::{Config, Mode, Stats, DEFAULT_LINGER, LINGER_RANGE_US};
+pub use config::{Acks, Config, Mode, Stats, DEFAULT_LINGER, LINGER_RANGE_US};
 pub use flusher::{FlusherState, FlusherStep, FLUSHER_IDLE, MIN_NAP, RARE_BURSTS_X128};
 pub use program_options::CORK_WAIT_TURNS;
 pub use shim::{Kernel, Shim, CHUNK};

@@ -22,6 +22,14 @@ pub trait Kernel {
     /// What identifies the socket `fd` refers to, the same for every descriptor of it (its
     /// inode number); `None` if unknown.
     fn socket_id(&self, fd: i32) -> Option<u64>;
+    /// Bytes written to `fd` that its peer has not acknowledged yet, sent or not
+    /// (`SIOCOUTQ`); `None` if unknown.
+    fn unacknowledged(&self, fd: i32) -> Option<u32>;
+    /// Sets `TCP_QUICKACK` (the kernel acknowledges what it received at once, and goes on
+    /// doing so until it next decides to delay).
+    fn set_quickack(&self, fd: i32) -> bool;
+    /// Sets `TCP_DELACK_MAX_US` (Linux 6.15); false if the kernel refused.
+    fn set_delack_max_us(&self, fd: i32, us: u32) -> bool;
 }
 
 /// Descriptors per table chunk; a chunk is allocated when the first socket in its range is

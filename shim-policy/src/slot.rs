@@ -60,6 +60,10 @@ pub(crate) struct Slot {
     pub(crate) shared: AtomicU32,
     /// The socket's identity ([`Kernel::socket_id`]), known for shared descriptors.
     pub(crate) socket: AtomicU64,
+    /// Threads in a read of this socket now (between [`Shim::read_begins`] and
+    /// [`Shim::read_ends`]): a hint, never below zero (a read of a descriptor renewed
+    /// meanwhile ends on the new one's count, saturating).
+    pub(crate) readers: AtomicU16,
 }
 
 impl Slot {

@@ -50,8 +50,18 @@ pub struct Row {
     pub cgroup: Option<String>,
     /// The owner's container id (64 hex digits), if its cgroup names one.
     pub container: Option<String>,
-    /// Connections seen.
+    /// The owner's program without arguments
+    /// ([`procs::service_name`](crate::procs::service_name)): the metrics' `process` label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// The owner's pod, on a Kubernetes node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<crate::kube::Pod>,
+    /// Connections seen: every established connection of the group (sampling), or those that
+    /// stalled (eBPF, whose kernel programs report only long holds).
     pub connections: usize,
+    /// Connections of the group that stalled (the same under both backends).
+    pub stalling_connections: usize,
     /// Stalls.
     pub stalls: u64,
     /// Time lost to stalls, ms.
@@ -64,10 +74,23 @@ pub struct Row {
     pub advice: String,
 }
 
+impl Row {
+    /// The systemd unit the owner's cgroup names, outside containers (a container's id and
+    /// pod say more).
+    pub fn unit(&self) -> Option<String> {
+        crate::procs::service_unit(self.container.as_deref(), self.cgroup.as_deref())
+    }
+}
+
 /// Stall counters of a socket, or of a group of them.
 #[derive(Debug, Clone, Copy, Default)]
+///
+/// Invariant: `stalling <= conns` for a socket's tally (`conns` at most 1) and for a sum of
+/// such tallies or of [`Board::add_stall`]'s.
 pub(crate) struct Tally {
     pub(crate) conns: u64,
+    /// Connections among `conns` that stalled.
+    stalling: u64,
     stalls: u64,
     lost_us: u64,
     worst_us: u64,
@@ -83,8 +106,9 @@ impl Tally {
         }
     }
 
-    /// Counts one stall.
+    /// Counts one stall: the tally's connection (if it counts one) stalled.
     pub(crate) fn add(&mut self, s: &Stall) {
+        self.stalling = self.conns;
         self.stalls += 1;
         self.lost_us += s.lost_us;
         self.worst_us = self.worst_us.max(s.lost_us);
@@ -95,6 +119,8 @@ impl Tally {
 
     fn merge(&mut self, o: &Tally) {
         self.conns += o.conns;
+        self.stalling += o.stalling;
+        debug_assert!(self.stalling <= self.conns);
         self.stalls += o.stalls;
         self.lost_us += o.lost_us;
         self.worst_us = self.worst_us.max(o.worst_us);
@@ -116,7 +142,10 @@ impl Tally {
             netns: k.netns,
             cgroup: who.cgroup,
             container: who.container,
+            service: who.service,
+            pod: who.pod,
             connections: self.conns as usize,
+            stalling_connections: self.stalling as usize,
             stalls: self.stalls,
             lost_ms: self.lost_us as f64 / 1000.0,
             worst_ms: self.worst_us as f64 / 1000.0,
@@ -140,6 +169,16 @@ pub(crate) struct Who {
     pub(crate) comm: Option<String>,
     pub(crate) cgroup: Option<String>,
     pub(crate) container: Option<String>,
+    pub(crate) service: Option<String>,
+    pub(crate) pod: Option<crate::kube::Pod>,
+}
+
+impl Who {
+    /// The systemd unit the owner's cgroup names, outside containers (a container's id and
+    /// pod say more).
+    pub(crate) fn unit(&self) -> Option<String> {
+        crate::procs::service_unit(self.container.as_deref(), self.cgroup.as_deref())
+    }
 }
 
 /// Tallies by group: sockets are counted under the group they belong to when the rows are

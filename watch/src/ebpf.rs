@@ -126,6 +126,8 @@ static NOBODY: Who = Who {
     comm: None,
     cgroup: None,
     container: None,
+    service: None,
+    pod: None,
 };
 
 /// The eBPF watcher: call [`sample`](Source::sample) now and then (every 50 ms or so: the ring
@@ -265,6 +267,8 @@ impl EbpfWatcher {
                             comm: Some(p.comm).filter(|c| !c.is_empty()).or(task),
                             cgroup: Some(p.cgroup).filter(|c| !c.is_empty()),
                             container: p.container,
+                            service: Some(p.service).filter(|c| !c.is_empty()),
+                            pod: p.pod,
                         },
                     ),
                     None => (
@@ -310,6 +314,9 @@ impl EbpfWatcher {
                 key,
                 comm: who.comm.clone(),
                 container: who.container.clone(),
+                service: who.service.clone(),
+                unit: who.unit(),
+                pod: who.pod.clone(),
                 local: e.local_addr(),
                 remote: e.remote_addr(),
                 at: crate::wall_clock_ago(Duration::from_nanos(

@@ -23,6 +23,7 @@ pub mod board;
 pub mod detect;
 pub mod diag;
 pub mod ebpf;
+pub mod kube;
 mod lister;
 pub mod metrics;
 pub mod netns;
@@ -48,8 +49,9 @@ pub struct Filter {
 /// What one sample cost and saw.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SampleStats {
-    /// TCP sockets: the established ones the kernel listed (sampling), or the kernel's count
-    /// of those in use (eBPF, when `full`).
+    /// TCP sockets in use on the host, the kernel's count summed over the namespaces watched
+    /// (`/proc/net/sockstat`'s `TCP: inuse`: every state but TIME_WAIT, listeners included),
+    /// under both backends (when `full`).
     pub sockets: usize,
     /// Sockets that passed the filter.
     pub watched: usize,
@@ -72,6 +74,12 @@ pub struct StallEvent {
     pub comm: Option<String>,
     /// Its owner's container id, if any.
     pub container: Option<String>,
+    /// Its owner's program as a metric's label names it ([`procs::service_name`]), if known.
+    pub service: Option<String>,
+    /// The systemd unit its owner's cgroup names ([`procs::unit`]), outside containers.
+    pub unit: Option<String>,
+    /// Its owner's pod, on a Kubernetes node ([`kube`]).
+    pub pod: Option<kube::Pod>,
     /// The stalled socket's local address and port (the writer's end).
     pub local: std::net::SocketAddr,
     /// Its peer's address and port.

@@ -32,6 +32,8 @@ pub(crate) struct Listing {
     pub lookups: Vec<(u64, Diag)>,
     /// The namespaces listed now.
     pub present: HashSet<u64>,
+    /// The kernel's count of TCP sockets in use in them ([`Namespaces::tcp_in_use`]).
+    pub in_use: usize,
     /// Namespaces that could not be entered, and why.
     pub not_entered: (usize, Option<io::ErrorKind>),
     /// Owners of socket inodes found since the last listing.
@@ -141,6 +143,7 @@ pub(crate) fn spawn(
                     listening,
                     lookups: nets.take_lookups(),
                     present: nets.present(),
+                    in_use: nets.tcp_in_use(),
                     not_entered: nets.not_entered(),
                 };
                 if tx.send(Ok(listing)).is_err() {

@@ -9,9 +9,10 @@
 //! | `nagless_stalls_total` | counter | Nagle/delayed-ACK stalls that ended |
 //! | `nagless_stall_seconds_total` | counter | time the stalled writes lost (the ACKs' lateness) |
 //! | `nagless_stall_duration_seconds` | histogram | each stall's lost time |
-//! | `nagless_connections` | gauge | connections of the group seen in the last refresh |
+//! | `nagless_stalling_connections` | gauge | connections of the group that stalled in the last refresh |
+//! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
-//! | `nagless_watch_sockets` | gauge | TCP sockets the last listing found |
+//! | `nagless_watch_sockets` | gauge | TCP sockets in use on the host (the kernel's count) |
 //! | `nagless_watch_series_groups` | gauge | groups that have series of their own now |
 //! | `nagless_watch_groups_overflowed_total` | counter | refreshes and stalls of groups beyond the cap |
 //! | `nagless_watch_groups_forgotten_total` | counter | groups whose series were removed, unseen |
@@ -19,19 +20,30 @@
 //! | `nagless_watch_late_samples_total` | counter | samples (or drains) that started late |
 //! | `nagless_watch_namespaces_not_entered` | gauge | network namespaces (containers) the watcher could not enter |
 //! | `nagless_watch_processes_unattributed` | gauge | processes whose sockets could not be attributed (not root) |
+//! | `nagless_fixes` | gauge | `nagless fix`es in force on the host (running or pinned) |
+//! | `nagless_fix_info` | gauge | always 1, one per fix in force; labels `by`, `on`, `action`, `ports` |
 //! | `nagless_build_info` | gauge | always 1; labels `version`, `backend` |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, ... | | the watcher's own, as every exporter publishes them |
 //!
-//! The per-group metrics carry the labels `process` (the command name, `/proc/PID/comm`;
-//! empty when the owner could not be read), `port` (the served local port when `role` is
+//! Each means the same under both backends. The per-group metrics carry the labels `process`
+//! (the program as the table names it, without its arguments: `python3 app.py`; the command
+//! name when the command line cannot be read; empty when the owner is not known), `unit`
+//! (the systemd unit, outside containers), `port` (the served local port when `role` is
 //! `serves`, the remote port when it is `connects`; `ephemeral` for a port the host may hand
 //! out to clients, which would make new series with every restart or connection: see
-//! [`crate::role`]), `role` and `container` (empty
-//! on the host). The pid is left out on purpose: it changes with every restart, and a label
-//! that changes makes new series.
+//! [`crate::role`]), `role`, `container` (empty on the host) and, on a Kubernetes node,
+//! `k8s_namespace`, `k8s_pod` and `k8s_container` ([`crate::kube`]). Each is a function of
+//! the process and port, so none makes series beyond the group's. The pid is left out on
+//! purpose: it changes with every restart, and a label that changes makes new series.
 //!
-//! A group's series appear, at zero, as soon as one of its connections is seen, so that a
-//! query over a service that does not stall returns 0, not nothing. The series are bounded
+//! Durations are kept in whole microseconds and published in seconds, so that
+//! they print as they add up (`0.386224`), not as a float sum drifts.
+//!
+//! `nagless_watch_stalls_total` and the watcher's own series exist from the first scrape.
+//! A group's series appear, at zero, as soon as one of its connections is seen (sampling
+//! lists every connection), so that a query over a service that does not stall returns 0,
+//! not nothing; the eBPF backend hears only of long holds, so there a group appears with its
+//! first stall, and `rate()` over the whole host reads `nagless_watch_stalls_total`. The series are bounded
 //! ([`Limits`]): a group neither refreshed nor stalling for `forget_after` loses its series,
 //! and beyond `max_series` groups the rest share one series with `role="overflow"`.
 //!
@@ -42,12 +54,14 @@
 //! for OpenMetrics ([`text_format()`]).
 
 mod labels;
+mod micros;
 mod process;
 mod text_format;
 
-pub use labels::Labels;
+pub use labels::{Labels, Owner};
 pub use text_format::text_format;
 
+use micros::{MicrosCounter, MicrosHistogram};
 use process::ProcessGauges;
 
 use std::collections::HashMap;
@@ -60,7 +74,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::own_process::OwnProcess;
@@ -88,18 +101,22 @@ impl Default for Limits {
     }
 }
 
-/// Upper bounds of the stall-duration buckets, in seconds: stalls are 30 ms or more (the rule),
-/// Linux's delayed-ACK timer is 40 ms at least, Windows' and others' 200 ms.
-pub const DURATION_BUCKETS: [f64; 12] = [
-    0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.5, 1.0, 2.5,
+/// Upper bounds of the stall-duration buckets, in µs. A stall loses 30 ms or more (the rule's
+/// [`DELAYED_ACK_MIN_US`](nagless_stall_rule::DELAYED_ACK_MIN_US)), so the first bucket lies
+/// above it; then one bucket ends just past each common delayed-ACK timer, so that each
+/// timer's stalls fill a bucket of their own: Linux's 40 ms, a 50-60 ms timer (seen on
+/// Windows hosts), macOS's 100 ms, Windows' and the BSDs' 200 ms, and longer.
+pub const DURATION_BUCKETS_US: [u64; 11] = [
+    35_000, 45_000, 65_000, 80_000, 110_000, 150_000, 210_000, 300_000, 500_000, 1_000_000,
+    2_500_000,
 ];
 
 #[derive(Clone)]
 struct Buckets;
 
-impl MetricConstructor<Histogram> for Buckets {
-    fn new_metric(&self) -> Histogram {
-        Histogram::new(DURATION_BUCKETS)
+impl MetricConstructor<MicrosHistogram> for Buckets {
+    fn new_metric(&self) -> MicrosHistogram {
+        MicrosHistogram::new(&DURATION_BUCKETS_US)
     }
 }
 
@@ -185,9 +202,10 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 pub struct Metrics {
     registry: Arc<Registry>,
     stalls: Family<Labels, Counter>,
-    stall_seconds: Family<Labels, FloatCounter>,
-    durations: Family<Labels, Histogram, Buckets>,
-    connections: Family<Labels, Gauge>,
+    stall_seconds: Family<Labels, MicrosCounter>,
+    durations: Family<Labels, MicrosHistogram, Buckets>,
+    stalling: Family<Labels, Gauge>,
+    host_stalls: Counter,
     cpu: FloatCounter,
     cpu_seen: Duration,
     sockets: Gauge,
@@ -196,6 +214,8 @@ pub struct Metrics {
     overflowed: Counter,
     forgotten: Counter,
     blind: BlindGauges,
+    fixes: Gauge,
+    fix_info: Family<FixLabels, Gauge>,
     limits: Limits,
     ephemeral: EphemeralPorts,
     /// When each group with series was last refreshed or stalled.
@@ -218,7 +238,7 @@ impl Metrics {
             "Nagle/delayed-ACK stalls seen (a write held behind unacknowledged data until a delayed ACK released it)",
             stalls.clone(),
         );
-        let stall_seconds = Family::<Labels, FloatCounter>::default();
+        let stall_seconds = Family::<Labels, MicrosCounter>::default();
         r.register_with_unit(
             "nagless_stall",
             "Time lost to stalls: how late the releasing ACKs came beyond the round trip",
@@ -232,11 +252,17 @@ impl Metrics {
             Unit::Seconds,
             durations.clone(),
         );
-        let connections = Family::<Labels, Gauge>::default();
+        let stalling = Family::<Labels, Gauge>::default();
         r.register(
-            "nagless_connections",
-            "Connections of the group seen in the last refresh",
-            connections.clone(),
+            "nagless_stalling_connections",
+            "Connections of the group that stalled in the last refresh window",
+            stalling.clone(),
+        );
+        let host_stalls = Counter::default();
+        r.register(
+            "nagless_watch_stalls",
+            "Stalls the watcher saw on the whole host, every group's (present from the start)",
+            host_stalls.clone(),
         );
         let cpu = FloatCounter::default();
         r.register_with_unit(
@@ -271,12 +297,25 @@ impl Metrics {
         );
         let process = ProcessGauges::register(&mut r, &cpu);
         let blind = BlindGauges::register(&mut r);
+        let fixes = Gauge::default();
+        r.register(
+            "nagless_fixes",
+            "nagless fix programs in force on the host, running or pinned (the watcher must be root to see them)",
+            fixes.clone(),
+        );
+        let fix_info = Family::<FixLabels, Gauge>::default();
+        r.register(
+            "nagless_fix_info",
+            "One series per nagless fix in force (always 1): who holds it, on what, what it sets, on which ports",
+            fix_info.clone(),
+        );
         Metrics {
             registry: Arc::new(r),
             stalls,
             stall_seconds,
             durations,
-            connections,
+            stalling,
+            host_stalls,
             cpu,
             cpu_seen: Duration::ZERO,
             sockets,
@@ -285,6 +324,8 @@ impl Metrics {
             overflowed,
             forgotten,
             blind,
+            fixes,
+            fix_info,
             limits,
             ephemeral: EphemeralPorts::of_host(),
             seen: HashMap::new(),
@@ -299,14 +340,8 @@ impl Metrics {
 
     /// The labels the updates of group (`port`, `serves`, `comm`, `container`) go to at
     /// `now`: its own, or the overflow series' when the cap is reached.
-    fn admit(
-        &mut self,
-        (port, serves): (u16, bool),
-        comm: Option<&str>,
-        container: Option<&str>,
-        now: Instant,
-    ) -> Labels {
-        let l = Labels::new(port, serves, comm, container, &self.ephemeral);
+    fn admit(&mut self, (port, serves): (u16, bool), owner: &Owner<'_>, now: Instant) -> Labels {
+        let l = Labels::new(port, serves, owner, &self.ephemeral);
         if let Some(t) = self.seen.get_mut(&l) {
             *t = now;
             return l;
@@ -324,14 +359,19 @@ impl Metrics {
     pub fn stall(&mut self, e: &StallEvent) {
         let l = self.admit(
             (e.key.port, e.key.serves),
-            e.comm.as_deref(),
-            e.container.as_deref(),
+            &Owner {
+                service: e.service.as_deref(),
+                comm: e.comm.as_deref(),
+                unit: e.unit.as_deref(),
+                container: e.container.as_deref(),
+                pod: e.pod.as_ref(),
+            },
             Instant::now(),
         );
-        let secs = e.stall.lost_us as f64 / 1e6;
+        self.host_stalls.inc();
         self.stalls.get_or_create(&l).inc();
-        self.stall_seconds.get_or_create(&l).inc_by(secs);
-        self.durations.get_or_create(&l).observe(secs);
+        self.stall_seconds.get_or_create(&l).inc_by(e.stall.lost_us);
+        self.durations.get_or_create(&l).observe(e.stall.lost_us);
     }
 
     /// The groups seen in the last window (see [`Source::take_window`](crate::backend::Source::take_window)):
@@ -355,21 +395,34 @@ impl Metrics {
             self.stalls.remove(&l);
             self.stall_seconds.remove(&l);
             self.durations.remove(&l);
-            self.connections.remove(&l);
+            self.stalling.remove(&l);
             self.forgotten.inc();
         }
-        self.connections.clear();
+        // Every group keeps its series: at 0 when none of its connections stalled this
+        // window (under eBPF a group has rows only in windows it stalls in).
+        for l in self.seen.keys() {
+            self.stalling.get_or_create(l).set(0);
+        }
+        if self.overflowed.get() > 0 {
+            self.stalling.get_or_create(&Labels::overflow()).set(0);
+        }
         for r in rows {
+            let unit = r.unit();
             let l = self.admit(
                 (r.port, r.serves),
-                r.comm.as_deref(),
-                r.container.as_deref(),
+                &Owner {
+                    service: r.service.as_deref(),
+                    comm: r.comm.as_deref(),
+                    unit: unit.as_deref(),
+                    container: r.container.as_deref(),
+                    pod: r.pod.as_ref(),
+                },
                 now,
             );
             // Several groups can share labels (two pids of one command, or the overflow).
-            self.connections
+            self.stalling
                 .get_or_create(&l)
-                .inc_by(r.connections as i64);
+                .inc_by(r.stalling_connections as i64);
             drop(self.stalls.get_or_create(&l));
             drop(self.stall_seconds.get_or_create(&l));
             drop(self.durations.get_or_create(&l));
@@ -390,6 +443,15 @@ impl Metrics {
         self.sockets.set(sockets as i64);
     }
 
+    /// The fixes in force now, replacing the last list.
+    pub fn fixes(&mut self, fixes: &[FixLabels]) {
+        self.fix_info.clear();
+        for f in fixes {
+            self.fix_info.get_or_create(f).set(1);
+        }
+        self.fixes.set(fixes.len() as i64);
+    }
+
     /// What the watcher could not see so far (each count since it started).
     pub fn blind_spots(&mut self, b: BlindSpots) {
         self.blind.set(b);
@@ -406,6 +468,19 @@ fn encode_registry(r: &Registry) -> String {
     // Writing to a String cannot fail.
     let _ = encode(&mut s, r);
     s
+}
+
+/// The labels of `nagless_fix_info`: a fix in force (what `nagless fix --list` shows).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct FixLabels {
+    /// `nagless fix pid N` (running), or `pinned at DIR`.
+    pub by: String,
+    /// The cgroup, or the process and its children, it acts on.
+    pub on: String,
+    /// What it sets.
+    pub action: String,
+    /// `every port`, or the ports.
+    pub ports: String,
 }
 
 /// The labels of `nagless_build_info`.
@@ -460,6 +535,9 @@ mod tests {
             },
             comm: Some("python3".into()),
             container: None,
+            service: Some("python3 app.py".into()),
+            unit: None,
+            pod: None,
             local: ([127, 0, 0, 1], port).into(),
             remote: ([127, 0, 0, 1], 40000).into(),
             at: std::time::UNIX_EPOCH,
@@ -487,8 +565,16 @@ mod tests {
             serves,
             comm: Some(comm.into()),
             connections: 1,
+            stalling_connections: 1,
             ..Row::default()
         }
+    }
+
+    /// A group's label set as the page writes it, on the host.
+    fn l(process: &str, port: &str, role: &str, container: &str) -> String {
+        format!(
+            r#"{{process="{process}",unit="",port="{port}",role="{role}",container="{container}",k8s_namespace="",k8s_pod="",k8s_container=""}}"#
+        )
     }
 
     #[test]
@@ -499,6 +585,7 @@ mod tests {
             serves: false,
             comm: Some("curl".into()),
             connections: 3,
+            stalling_connections: 3,
             ..Row::default()
         }]);
         m.stall(&event(8000, 40_000));
@@ -507,20 +594,85 @@ mod tests {
         in_container.container = Some("0123456789abcdef".repeat(4));
         m.stall(&in_container);
         let text = m.encode();
-        let l = r#"{process="python3",port="8000",role="serves",container=""}"#;
+        let g = l("python3 app.py", "8000", "serves", "");
         for want in [
-            format!("nagless_stalls_total{l} 2"),
-            format!("nagless_stall_seconds_total{l} 0.24"),
-            format!("nagless_stall_duration_seconds_count{l} 2"),
-            r#"nagless_stall_duration_seconds_bucket{le="0.05",process="python3",port="8000",role="serves",container=""} 1"#.into(),
-            r#"nagless_stalls_total{process="curl",port="9",role="connects",container=""} 0"#.into(),
-            r#"nagless_connections{process="curl",port="9",role="connects",container=""} 3"#.into(),
+            format!("nagless_stalls_total{g} 2"),
+            format!("nagless_stall_seconds_total{g} 0.24"),
+            format!("nagless_stall_duration_seconds_count{g} 2"),
+            format!(
+                "nagless_stall_duration_seconds_bucket{{le=\"0.045\",{} 1",
+                &g[1..]
+            ),
+            format!(
+                "nagless_stall_duration_seconds_bucket{{le=\"0.035\",{} 0",
+                &g[1..]
+            ),
+            format!("nagless_stall_duration_seconds_sum{g} 0.24"),
+            "nagless_watch_stalls_total 3".into(),
+            format!("nagless_stalls_total{} 0", l("curl", "9", "connects", "")),
+            format!(
+                "nagless_stalling_connections{} 3",
+                l("curl", "9", "connects", "")
+            ),
             "# TYPE nagless_watch_cpu_seconds counter".into(),
-            r#"nagless_stalls_total{process="python3",port="8080",role="serves",container="0123456789ab"} 1"#.into(),
+            format!(
+                "nagless_stalls_total{} 1",
+                l("python3 app.py", "8080", "serves", "0123456789ab")
+            ),
             "# EOF".into(),
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
         }
+    }
+
+    #[test]
+    fn seconds_print_as_the_microseconds_they_add_up_to() {
+        let mut m = metrics(1000);
+        // Added up as floats, these make 0.38622399999999996.
+        for us in [54978, 55138, 30069, 52801, 44594, 38727, 53643, 56274] {
+            m.stall(&event(8000, us));
+        }
+        let g = l("python3 app.py", "8000", "serves", "");
+        let text = m.encode();
+        for want in [
+            format!("nagless_stall_seconds_total{g} 0.386224\n"),
+            format!("nagless_stall_duration_seconds_sum{g} 0.386224\n"),
+            format!(
+                "nagless_stall_duration_seconds_bucket{{le=\"+Inf\",{} 8\n",
+                &g[1..]
+            ),
+            // 30,069 µs: above the rule's 30 ms, below the first bucket's bound.
+            format!(
+                "nagless_stall_duration_seconds_bucket{{le=\"0.035\",{} 1\n",
+                &g[1..]
+            ),
+        ] {
+            assert!(text.contains(&want), "no {want} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_group_whose_connections_stop_stalling_reads_0_not_nothing() {
+        let mut m = metrics(1000);
+        let t0 = Instant::now();
+        m.window_at(&[row("redis", 6379, true)], t0);
+        let g = l("redis", "6379", "serves", "");
+        assert!(m
+            .encode()
+            .contains(&format!("nagless_stalling_connections{g} 1\n")));
+        // A window without its rows (eBPF: no stall in it).
+        m.window_at(&[], t0 + Duration::from_secs(1));
+        assert!(m
+            .encode()
+            .contains(&format!("nagless_stalling_connections{g} 0\n")));
+    }
+
+    #[test]
+    fn the_hosts_stalls_are_a_series_from_the_start() {
+        let mut m = metrics(1000);
+        assert!(m.encode().contains("nagless_watch_stalls_total 0\n"));
+        m.stall(&event(8000, 40_000));
+        assert!(m.encode().contains("nagless_watch_stalls_total 1\n"));
     }
 
     #[test]
@@ -568,9 +720,10 @@ mod tests {
         let text = m.encode();
         assert!(!text.contains(r#"process="curl""#), "{text}");
         assert!(
-            text.contains(
-                r#"nagless_stalls_total{process="redis",port="6379",role="serves",container=""} 0"#
-            ),
+            text.contains(&format!(
+                "nagless_stalls_total{} 0",
+                l("redis", "6379", "serves", "")
+            )),
             "{text}"
         );
         assert!(
@@ -591,12 +744,16 @@ mod tests {
         ]);
         m.stall(&event(9000, 40_000));
         let text = m.encode();
-        for gone in [r#"process="c""#, r#"process="d""#, r#"process="python3""#] {
+        for gone in [
+            r#"process="c""#,
+            r#"process="d""#,
+            r#"process="python3 app.py""#,
+        ] {
             assert!(!text.contains(gone), "{gone} in\n{text}");
         }
-        let o = r#"{process="",port="",role="overflow",container=""}"#;
+        let o = l("", "", "overflow", "");
         for want in [
-            format!("nagless_connections{o} 2"),
+            format!("nagless_stalling_connections{o} 2"),
             format!("nagless_stalls_total{o} 1"),
             "nagless_watch_groups_overflowed_total 3".to_owned(),
             "nagless_watch_series_groups 2".to_owned(),
@@ -606,9 +763,10 @@ mod tests {
         // A series forgotten makes room again.
         m.window_at(&[], Instant::now() + Duration::from_secs(61));
         m.stall(&event(9000, 40_000));
-        assert!(m.encode().contains(
-            r#"nagless_stalls_total{process="python3",port="9000",role="serves",container=""} 1"#
-        ));
+        assert!(m.encode().contains(&format!(
+            "nagless_stalls_total{} 1",
+            l("python3 app.py", "9000", "serves", "")
+        )));
     }
 
     #[test]
@@ -627,12 +785,21 @@ mod tests {
             assert!(!text.contains(gone), "{gone} in\n{text}");
         }
         for want in [
-            r#"nagless_connections{process="p2p",port="ephemeral",role="connects",container=""} 2"#,
-            r#"nagless_connections{process="srv",port="ephemeral",role="serves",container=""} 1"#,
-            r#"nagless_connections{process="srv",port="8080",role="serves",container=""} 1"#,
-            "nagless_watch_series_groups 3",
+            format!(
+                "nagless_stalling_connections{} 2",
+                l("p2p", "ephemeral", "connects", "")
+            ),
+            format!(
+                "nagless_stalling_connections{} 1",
+                l("srv", "ephemeral", "serves", "")
+            ),
+            format!(
+                "nagless_stalling_connections{} 1",
+                l("srv", "8080", "serves", "")
+            ),
+            "nagless_watch_series_groups 3".into(),
         ] {
-            assert!(text.contains(want), "no {want} in\n{text}");
+            assert!(text.contains(&want), "no {want} in\n{text}");
         }
     }
 }

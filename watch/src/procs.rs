@@ -23,6 +23,10 @@ pub struct Process {
     pub cgroup: String,
     /// The id of its container, if its cgroup names one ([`container_id`]).
     pub container: Option<String>,
+    /// Its program without arguments ([`service_name`]): what a metric's label says.
+    pub service: String,
+    /// Its container's pod, on a Kubernetes node ([`crate::kube`]).
+    pub pod: Option<crate::kube::Pod>,
 }
 
 /// Socket inode to owning process, rebuilt by scanning /proc.
@@ -95,10 +99,17 @@ pub fn process(pid: u32) -> Process {
     let text = String::from_utf8_lossy(&raw);
     let argv: Vec<&str> = text.split('\0').filter(|a| !a.is_empty()).collect();
     // (No command line: a kernel thread, or a process exiting.)
-    let (cmd, program) = match argv.is_empty() {
-        true => (format!("[{comm}]"), format!("[{comm}]")),
-        false => (printable(&argv.join(" ")), program_name(&argv)),
+    let (cmd, program, service) = match argv.is_empty() {
+        true => (format!("[{comm}]"), format!("[{comm}]"), comm.clone()),
+        false => (
+            printable(&argv.join(" ")),
+            program_name(&argv),
+            service_name(&argv),
+        ),
     };
+    let pod = container
+        .as_deref()
+        .and_then(|id| crate::kube::pod_of(id, &cgroup));
     Process {
         pid,
         cmd: shorten(cmd, 80),
@@ -106,6 +117,8 @@ pub fn process(pid: u32) -> Process {
         comm,
         cgroup,
         container,
+        service: shorten(service, 80),
+        pod,
     }
 }
 
@@ -210,8 +223,28 @@ fn file_name(path: &str) -> &str {
 /// `setproctitle`, `nginx: worker process`). Then the remaining arguments. Escaped with
 /// [`printable`]; empty for an empty argv.
 pub fn program_name(argv: &[&str]) -> String {
+    let (named, rest) = program_parts(argv);
+    printable(
+        &named
+            .into_iter()
+            .chain(rest.iter().copied())
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
+}
+
+/// [`program_name`] without the remaining arguments (`python3 app.py`, `java -jar app.jar`,
+/// `redis-server`): what a metric's label may say, since arguments (a port, a file, a time)
+/// could make a new series of every run.
+pub fn service_name(argv: &[&str]) -> String {
+    printable(&program_parts(argv).0.join(" "))
+}
+
+/// What names the program of `argv` (its name and, for an interpreter, what it runs), and the
+/// arguments after that.
+fn program_parts<'a, 'b>(argv: &'b [&'a str]) -> (Vec<&'a str>, &'b [&'a str]) {
     let Some((&first, args)) = argv.split_first() else {
-        return String::new();
+        return (Vec::new(), &[]);
     };
     let name = if first.contains(' ') {
         first
@@ -274,8 +307,8 @@ pub fn program_name(argv: &[&str]) -> String {
             }
         }
     }
-    shown.extend(rest);
-    printable(&shown.join(" "))
+    let left = rest.len();
+    (shown, &args[args.len() - left..])
 }
 
 /// The systemd unit a cgroup path names: its last component ending in `.service` or `.scope`
@@ -293,6 +326,15 @@ pub fn unit(cgroup: &str) -> Option<String> {
         || c.contains("-spawn-")
         || container_id(c).is_some();
     (!other).then(|| printable(c))
+}
+
+/// The systemd unit of a process outside containers (in one, its container's id and pod say
+/// more): [`unit()`] of its `cgroup`.
+pub fn service_unit(container: Option<&str>, cgroup: Option<&str>) -> Option<String> {
+    match container {
+        Some(_) => None,
+        None => cgroup.and_then(unit),
+    }
 }
 
 /// The cgroup path of a process and its container's id (see [`container_id`]).

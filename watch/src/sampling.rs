@@ -160,6 +160,8 @@ impl Watcher {
                     comm: Some(o.comm),
                     cgroup: Some(o.cgroup),
                     container: o.container,
+                    service: Some(o.service),
+                    pod: o.pod,
                 });
             }
             let Some(t) = self.sockets.get_mut(&id) else {
@@ -202,6 +204,9 @@ impl Watcher {
                         key: t.key.clone(),
                         comm: t.who.comm.clone(),
                         container: t.who.container.clone(),
+                        service: t.who.service.clone(),
+                        unit: t.who.unit(),
+                        pod: t.who.pod.clone(),
                         local: t.id.local,
                         remote: t.id.remote,
                         at: wall_clock_ago(
@@ -276,7 +281,7 @@ impl Source for Watcher {
             self.rows = l.rows;
             let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
             self.process(true, at_us, &mut stats);
-            stats.sockets = self.rows.len();
+            stats.sockets = l.in_use;
             stats.full = true;
         }
         let now_us = self.start.elapsed().as_micros() as u64;

@@ -46,6 +46,8 @@ pub(super) fn run(
     let mut next_refresh = start + args.refresh;
     let mut window_start = start;
     let mut last_sockets = 0;
+    // The fixes in force, listed every 10 s (BPF links: a few system calls each).
+    let mut fixes_at: Option<Instant> = None;
     loop {
         let t = Instant::now();
         let s = w.sample()?;
@@ -80,6 +82,12 @@ pub(super) fn run(
                     namespaces_not_entered: w.namespaces().1,
                     processes_unattributed: w.denied_processes(),
                 });
+                if fixes_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                    fixes_at = Some(Instant::now());
+                    if let Ok(f) = crate::fix::in_force() {
+                        m.fixes(&f.into_iter().map(|f| f.labels()).collect::<Vec<_>>());
+                    }
+                }
             }
             let t_s = now.duration_since(start).as_secs_f64();
             if refresh(w, args, &run, view, &rows, (t_s, secs), stdout).is_err() {

@@ -1,29 +1,26 @@
 //! The watch's text: the table of rows (each row's process, port, counters and which fix
 //! fits it) and the summary's lines on the rows that stalled.
 
-use nagless_watch::{procs, Row};
+use nagless_watch::Row;
 
 use super::pin::{fix_command, Pin};
 
-/// What names a row's process, in at most `width` characters: its container, or its network
-/// namespace when not ours; its pid; its program ([`procs::program_name`]: the script,
+/// What names a row's process, in at most `width` characters: its pod (`[namespace/pod]`) or
+/// container, or its network namespace when not ours; its pid; its program ([`program_name`](nagless_watch::procs::program_name): the script,
 /// module or main class, then the arguments), and outside containers its systemd unit
 /// (` (nginx.service)`). Too long, the program's end is cut (`...`), so the unit stays.
 fn who(r: &Row, own_netns: u64, width: usize) -> String {
-    let mut w = match &r.container {
-        Some(c) => format!("[{}] ", &c[..c.len().min(12)]),
+    let mut w = match (&r.pod, &r.container) {
+        (Some(p), _) => format!("[{}/{}] ", p.namespace, p.name),
+        (None, Some(c)) => format!("[{}] ", &c[..c.len().min(12)]),
         // (0: unknown, an eBPF row whose process is gone.)
-        None if r.netns != own_netns && r.netns != 0 => format!("[netns {}] ", r.netns),
-        None => String::new(),
+        (None, None) if r.netns != own_netns && r.netns != 0 => format!("[netns {}] ", r.netns),
+        (None, None) => String::new(),
     };
     let Some(pid) = r.pid else {
         return cut(&format!("{w}uid {} (pid not readable)", r.uid), width);
     };
-    let unit = match &r.container {
-        Some(_) => None,
-        None => r.cgroup.as_deref().and_then(procs::unit),
-    }
-    .map_or_else(String::new, |u| format!(" ({u})"));
+    let unit = r.unit().map_or_else(String::new, |u| format!(" ({u})"));
     w += &pid.to_string();
     // (No program: an eBPF row whose process is gone, named `[task]` by its cmd.)
     if let Some(p) = r.program.as_ref().or(r.cmd.as_ref()) {
@@ -198,6 +195,14 @@ mod tests {
         ));
         r.program = Some("nginx".into());
         assert_eq!(who(&r, 1, 44), "[0123456789ab] 4242 nginx");
+        // On a Kubernetes node, its pod.
+        r.pod = Some(nagless_watch::kube::Pod {
+            namespace: "shop".into(),
+            name: "web-7d4b9c-x2kqz".into(),
+            container: "nginx".into(),
+        });
+        assert_eq!(who(&r, 1, 44), "[shop/web-7d4b9c-x2kqz] 4242 nginx");
+        r.pod = None;
         // Another network namespace; a process that is gone (its cmd: `[task]`).
         let gone = Row {
             program: None,

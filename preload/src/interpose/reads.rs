@@ -1,25 +1,26 @@
 //! Reads: the socket's burst ends before a read, a receive (fortified forms included) or a
-//! shutdown of it.
+//! shutdown of it; while a read of it lasts, other threads' writes to it are clocked as Nagle
+//! clocks them ([`Shim::read_begins`](nagless_shim_policy::Shim::read_begins)).
 
 use super::*;
 
 forward!(
     /// `read(2)`.
     fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 forward!(
     /// `readv(2)`.
     fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 forward!(
     /// `recv(2)`.
     fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 forward!(
     /// `recvfrom(2)`.
@@ -31,28 +32,28 @@ forward!(
         addr: *mut sockaddr,
         len: *mut socklen_t,
     ) -> ssize_t {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 with_time64_twin!(
     /// `recvmsg(2)`.
     fn recvmsg / __recvmsg64(fd: c_int, msg: *mut Msghdr, flags: c_int) -> ssize_t {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 
 // Fortified reads (_FORTIFY_SOURCE builds call these instead of read/recv/recvfrom/poll).
 forward!(
     /// `__read_chk`.
     fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 forward!(
     /// `__recv_chk`.
     fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 forward!(
     /// `__recvfrom_chk`.
@@ -65,8 +66,8 @@ forward!(
         addr: *mut sockaddr,
         len: *mut socklen_t,
     ) -> ssize_t {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 with_time64_twin!(
     /// `recvmmsg(2)`.
@@ -77,8 +78,8 @@ with_time64_twin!(
         flags: c_int,
         timeout: *mut Timespec,
     ) -> c_int {
-        hooks::release_socket(fd)
-    }
+        hooks::read_begins(fd)
+    } => after(|r| hooks::read_ends(fd, r > 0))
 );
 
 forward!(

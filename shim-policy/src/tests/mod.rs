@@ -9,7 +9,9 @@ use crate::sync::Ordering::*;
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
+mod acks;
 mod bursts;
+mod clocked;
 mod flusher;
 mod program_options;
 mod shapes;
@@ -25,6 +27,11 @@ struct Fake {
     nodelay_calls: Cell<u32>,
     /// Writes queued and not yet sent (held by TCP_CORK or MSG_MORE), by descriptor.
     unsent: RefCell<std::collections::HashMap<i32, u32>>,
+    /// Writes sent and not yet acknowledged, by descriptor.
+    unacked: RefCell<std::collections::HashMap<i32, u32>>,
+    /// `TCP_QUICKACK`s set, and `TCP_DELACK_MAX_US`s, in order.
+    quickacks: RefCell<Vec<i32>>,
+    delack_max: RefCell<Vec<(i32, u32)>>,
     /// Run once, inside the next `set_cork(_, true)`: another party acting in the middle
     /// of a corked start.
     on_cork: RefCell<Option<CorkHook>>,
@@ -43,8 +50,20 @@ impl Fake {
         if more || self.corked.borrow().contains(&fd) {
             *n += 1;
         } else {
+            *self.unacked.borrow_mut().entry(fd).or_default() += *n + 1;
             *n = 0;
         }
+    }
+
+    /// The peer acknowledges everything sent on `fd`; with `TCP_NODELAY` on, the kernel then
+    /// sends what `MSG_MORE` held (not what `TCP_CORK` holds).
+    fn ack(&self, fd: i32) {
+        let held = if self.corked.borrow().contains(&fd) {
+            0
+        } else {
+            self.unsent.borrow_mut().remove(&fd).unwrap_or(0)
+        };
+        self.unacked.borrow_mut().insert(fd, held);
     }
 
     fn unsent(&self, fd: i32) -> u32 {
@@ -77,9 +96,22 @@ impl Kernel for Fake {
             self.uncork_calls.set(self.uncork_calls.get() + 1);
             c.retain(|&x| x != fd);
             // Clearing TCP_CORK pushes whatever is queued, held by MSG_MORE too.
-            self.unsent.borrow_mut().remove(&fd);
+            let pushed = self.unsent.borrow_mut().remove(&fd).unwrap_or(0);
+            *self.unacked.borrow_mut().entry(fd).or_default() += pushed;
         }
         true
+    }
+    fn set_quickack(&self, fd: i32) -> bool {
+        self.quickacks.borrow_mut().push(fd);
+        true
+    }
+    fn set_delack_max_us(&self, fd: i32, us: u32) -> bool {
+        self.delack_max.borrow_mut().push((fd, us));
+        true
+    }
+    fn unacknowledged(&self, fd: i32) -> Option<u32> {
+        let sent = self.unacked.borrow().get(&fd).copied().unwrap_or(0);
+        Some(sent + self.unsent(fd))
     }
     fn now_us(&self) -> u64 {
         self.now.get()
