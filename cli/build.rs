@@ -63,6 +63,75 @@ fn main() {
     });
     println!("cargo:rustc-env=NAGLESS_SHIM_HASH={hash:016x}");
     println!("cargo:rerun-if-changed={}", so.display());
+    git_commit(&workspace);
+    // `nagless --version` names the target this binary was built for, how it is linked, the
+    // profile and the crate's enabled cargo features.
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    println!("cargo:rustc-env=NAGLESS_TARGET={}", var("TARGET"));
+    let linkage = if var("CARGO_CFG_TARGET_ENV") == "musl"
+        || var("CARGO_CFG_TARGET_FEATURE")
+            .split(',')
+            .any(|f| f == "crt-static")
+    {
+        "statically linked"
+    } else {
+        "dynamically linked"
+    };
+    println!("cargo:rustc-env=NAGLESS_LINKAGE={linkage}");
+    println!("cargo:rustc-env=NAGLESS_PROFILE={}", var("PROFILE"));
+    let mut features: Vec<String> = std::env::vars()
+        .filter_map(|(k, _)| k.strip_prefix("CARGO_FEATURE_").map(str::to_owned))
+        .map(|f| f.to_lowercase().replace('_', "-"))
+        .collect();
+    features.sort();
+    let features = if features.is_empty() {
+        "none".to_string()
+    } else {
+        features.join(", ")
+    };
+    println!("cargo:rustc-env=NAGLESS_FEATURES={features}");
+}
+
+/// Hands `nagless --version` the commit it was built from: `NAGLESS_GIT_COMMIT` if set (a
+/// build from a source tarball that knows its commit), else `git rev-parse --short HEAD`, else
+/// "unknown" (no git, or no repository: a `cargo package` build, a tarball).
+fn git_commit(workspace: &std::path::Path) {
+    println!("cargo:rerun-if-env-changed=NAGLESS_GIT_COMMIT");
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .current_dir(workspace)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let commit = std::env::var("NAGLESS_GIT_COMMIT")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| git(&["rev-parse", "--short", "HEAD"]))
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=NAGLESS_GIT_COMMIT={commit}");
+    // Rebuilt when HEAD moves: HEAD itself (a checkout), the branch it names (a commit) and
+    // packed-refs. Only files that exist: a missing one would rerun this script every build.
+    let (Some(git_dir), Some(common)) = (
+        git(&["rev-parse", "--absolute-git-dir"]),
+        git(&["rev-parse", "--path-format=absolute", "--git-common-dir"]),
+    ) else {
+        return;
+    };
+    let mut watch = vec![
+        PathBuf::from(&git_dir).join("HEAD"),
+        PathBuf::from(&common).join("packed-refs"),
+    ];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watch.push(PathBuf::from(&common).join(branch));
+    }
+    for f in watch.iter().filter(|f| f.is_file()) {
+        println!("cargo:rerun-if-changed={}", f.display());
+    }
 }
 
 /// Tells cargo to run this again when a file the shim was built from changes: each file the

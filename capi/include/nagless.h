@@ -28,6 +28,14 @@ struct iovec {
 typedef int nagless_socket_t;
 #endif
 
+/* The version of nagless this header belongs to (nagless_version() says the library's). */
+#define NAGLESS_VERSION_MAJOR 0
+#define NAGLESS_VERSION_MINOR 1
+#define NAGLESS_VERSION_PATCH 0
+#define NAGLESS_VERSION_STRING "0.1.0"
+/* NAGLESS_VERSION_MAJOR * 10000 + MINOR * 100 + PATCH, for #if comparisons. */
+#define NAGLESS_VERSION_NUMBER 100
+
 /*
  Let the policy decide.
  */

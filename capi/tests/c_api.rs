@@ -117,6 +117,111 @@ fn bad_input_gives_minus_one_and_errno_never_a_crash() {
 }
 
 #[test]
+fn the_version_macros_name_the_library_they_run_against() {
+    let _one = exclusive();
+    let out = Command::new(compile("version")).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("version={}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+/// The SONAME, the full name and the plain name, as an install lays them out.
+fn names() -> (String, String) {
+    let soname = format!("libnagless.so.0.{}", env!("CARGO_PKG_VERSION_MINOR"));
+    let full = format!("libnagless.so.{}", env!("CARGO_PKG_VERSION"));
+    (soname, full)
+}
+
+/// `dir`'s links: libnagless.so -> SONAME -> full name -> `last` (a link too, or the file).
+fn assert_link_chain(dir: &Path, last: Option<&str>) {
+    let (soname, full) = names();
+    let link = |name: &str| {
+        std::fs::read_link(dir.join(name))
+            .unwrap_or_else(|e| panic!("{}/{name}: {e}", dir.display()))
+            .to_string_lossy()
+            .into_owned()
+    };
+    assert_eq!(link("libnagless.so"), soname);
+    assert_eq!(link(&soname), full);
+    match last {
+        Some(to) => assert_eq!(link(&full), to),
+        None => assert!(
+            std::fs::symlink_metadata(dir.join(&full))
+                .unwrap()
+                .is_file(),
+            "{full} is the library itself"
+        ),
+    }
+}
+
+/// A program linked with `-lnagless` needs the library by its SONAME, and finds it in
+/// `lib_dir` (on the library path, as an uninstalled build or a non-system prefix is).
+fn assert_needs_soname(prog: &Path, lib_dir: &Path) {
+    let ldd = Command::new("ldd")
+        .arg(prog)
+        .env("LD_LIBRARY_PATH", lib_dir)
+        .output()
+        .unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout);
+    let (soname, _) = names();
+    let line = ldd
+        .lines()
+        .find(|l| l.contains("libnagless"))
+        .unwrap_or_else(|| panic!("{ldd}"));
+    assert!(
+        line.trim_start()
+            .starts_with(&format!("{soname} => {}", lib_dir.display())),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_program_links_and_runs_against_the_build_tree() {
+    let _one = exclusive();
+    // target/<profile>, where `cargo build -p nagless-capi` leaves libnagless_capi.so and
+    // build.rs its links.
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let profile = deps.parent().unwrap();
+    assert_link_chain(profile, Some("libnagless_capi.so"));
+    // `cargo test` builds the library in deps/ and, unlike `cargo build`, does not copy it
+    // up: do what `cargo build` does, so the links lead to this build's library.
+    let built = std::fs::read(deps.join("libnagless_capi.so")).unwrap();
+    let up = profile.join("libnagless_capi.so");
+    if std::fs::read(&up).ok().as_deref() != Some(&built[..]) {
+        let tmp = profile.join(format!(".libnagless_capi.so.{}", std::process::id()));
+        std::fs::write(&tmp, &built).unwrap();
+        std::fs::rename(&tmp, &up).unwrap();
+    }
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::env::temp_dir().join(format!("nagless-capi-{}-buildtree", std::process::id()));
+    let st = Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-o"])
+        .arg(&out)
+        .arg(here.join("tests/c/version.c"))
+        .arg(format!("-I{}", here.join("include").display()))
+        .arg(format!("-L{}", profile.display()))
+        .arg("-lnagless")
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc -L{} -lnagless", profile.display());
+    assert_needs_soname(&out, profile);
+    let o = Command::new(&out)
+        .env("LD_LIBRARY_PATH", profile)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(env!("CARGO_PKG_VERSION")));
+    let _ = std::fs::remove_file(&out);
+}
+
+#[test]
 fn a_program_outside_the_workspace_builds_with_pkg_config_alone() {
     let _one = exclusive();
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -162,19 +267,22 @@ fn a_program_outside_the_workspace_builds_with_pkg_config_alone() {
         o.status.success() && text.contains("20 request/reply rounds"),
         "{text}"
     );
-    // The program was linked against the installed library, by its SONAME.
-    let ldd = Command::new("ldd")
-        .arg(work.join("shared"))
+    // The program was linked against the installed library, by its SONAME, through the
+    // installed links.
+    assert_link_chain(&prefix.join("lib"), None);
+    assert_needs_soname(&work.join("shared"), &prefix.join("lib"));
+    // The installed header's version macros agree with the installed library.
+    std::fs::copy(here.join("tests/c/version.c"), work.join("version.c")).unwrap();
+    build("cc version.c $(pkg-config --cflags --libs nagless) -o version");
+    let o = Command::new(work.join("version"))
         .env("LD_LIBRARY_PATH", prefix.join("lib"))
         .output()
         .unwrap();
-    let ldd = String::from_utf8_lossy(&ldd.stdout);
-    assert!(
-        ldd.contains(&format!(
-            "libnagless.so.0.{}",
-            env!("CARGO_PKG_VERSION_MINOR")
-        )),
-        "{ldd}"
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("version={}", env!("CARGO_PKG_VERSION")),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
     );
     // Static: the archive and pkg-config's private libraries; no libnagless.so needed.
     let script = format!(

@@ -24,26 +24,31 @@ macro_rules! err {
 mod doctor;
 mod elf;
 mod fix;
+mod generate;
+mod host;
 mod lab;
 mod pipe;
 mod run;
 mod sys;
+mod version;
 mod watch;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::doctor::{DoctorArgs, DOCTOR_HELP};
 use crate::fix::{FixArgs, FIX_HELP};
 use crate::lab::{LabArgs, LAB_HELP};
 use crate::run::{RunArgs, RUN_HELP};
+use crate::version::{VersionArgs, LONG_VERSION, VERSION_HELP};
 use crate::watch::{WatchArgs, WATCH_HELP};
 
 #[derive(Parser)]
 #[command(
     name = "nagless",
     version,
+    long_version = LONG_VERSION,
     about = "Find and fix TCP stalls from Nagle's algorithm and delayed ACK",
     long_about = "nagless: TCP programs that are slow for no visible reason.\n\n\
 Nagle's algorithm (sender) and delayed ACK (receiver) together stall any exchange where a \
@@ -75,6 +80,12 @@ enum Command {
     /// Fix a running program's stalls from outside, no restart: TCP_NODELAY, a delayed-ACK bound.
     #[command(after_long_help = FIX_HELP)]
     Fix(FixArgs),
+    /// Print the version, commit, target and features; with --verbose, what this host offers.
+    #[command(after_long_help = VERSION_HELP)]
+    Version(VersionArgs),
+    /// Write the man pages and shell completions (deploy/man, deploy/completions).
+    #[command(hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 /// `20ms`, `0.1ms`, `1s`, `500us`, `2m`.
@@ -86,6 +97,7 @@ enum Command {
     name = "nagless run",
     bin_name = "nagless run",
     version,
+    long_version = LONG_VERSION,
     about = "Run an unmodified program with its TCP sockets coalesced (LD_PRELOAD shim).",
     after_long_help = RUN_HELP
 )]
@@ -171,6 +183,8 @@ fn main() -> ExitCode {
         Command::Run(args) => return run::command(args),
         Command::Watch(args) => return watch::command(args),
         Command::Fix(args) => return fix::command(args),
+        Command::Version(args) => return version::command(args),
+        Command::Generate(args) => return generate::command(args, Cli::command()),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -97,3 +97,47 @@ pub fn delack_max_accepted(us: u32) -> Option<u32> {
     };
     kept.then(|| u32::try_from(got).unwrap_or(us))
 }
+
+/// What `bpf(2)` says to a request it must refuse (`BPF_MAP_CREATE` of no map type): `ENOSYS`
+/// when the kernel has no bpf(2) (or a seccomp filter hides it), `EPERM` when this process
+/// may not use it, `EINVAL` when it may. Nothing is created.
+pub fn bpf_probe() -> std::io::Error {
+    // SAFETY: a null attribute pointer with size 0: the kernel reads nothing and refuses the
+    // request (map type 0 is no map type).
+    let r = unsafe { libc::syscall(libc::SYS_bpf, 0, std::ptr::null::<u8>(), 0) };
+    if r >= 0 {
+        // Cannot happen (no map type 0); close what we would own all the same.
+        // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+        drop(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(r as i32) });
+        return std::io::Error::from_raw_os_error(libc::EINVAL);
+    }
+    std::io::Error::last_os_error()
+}
+
+/// Copies one of this process's own descriptors through `pidfd_open` and `pidfd_getfd`
+/// (Linux 5.3 and 5.6), as `nagless fix` copies another process's: `Ok` when both work here
+/// (a process may always copy its own descriptors; another's needs root or CAP_SYS_PTRACE).
+pub fn pidfd_getfd_probe() -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let own = |r: libc::c_long| {
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+            Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+        }
+    };
+    // SAFETY: getpid has no preconditions; pidfd_open takes a pid and flags, no memory.
+    let pidfd = own(unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) })?;
+    // SAFETY: pidfd_getfd takes two descriptors and flags, no memory.
+    let copy = own(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_getfd,
+            pidfd.as_raw_fd(),
+            pidfd.as_raw_fd(),
+            0,
+        )
+    })?;
+    drop(copy);
+    Ok(())
+}

@@ -18,9 +18,48 @@ pub const DEFAULT_SEGMENT: usize = 1448;
 
 /// Most slices handed to one gathered send (`sendmsg`, `writev`, `WSASend`): the only limit on
 /// slices in the crate (well below `IOV_MAX`, 1024 on Linux, macOS and the BSDs).
+///
+/// ```
+/// use std::io::IoSlice;
+/// use std::time::Instant;
+/// use nagless::{Coalescer, FlushPolicy, Urgency, MAX_IOV};
+///
+/// let mut core = Coalescer::new(FlushPolicy::default());
+/// core.write(b"header", Urgency::Normal, Instant::now());
+/// core.write(b"body", Urgency::SendNow, Instant::now());
+/// let tx = core.poll_transmit(Instant::now()).unwrap();
+/// let mut slices = [IoSlice::new(&[]); MAX_IOV]; // enough for any one send
+/// let n = core.io_slices(&mut slices, tx.len);
+/// assert_eq!(slices[..n].iter().map(|s| s.len()).sum::<usize>(), 10);
+/// ```
 pub const MAX_IOV: usize = 64;
 
 /// Per-stream counters.
+///
+/// ```
+/// use std::io::IoSlice;
+/// use std::time::Instant;
+/// use nagless::{drive, Coalescer, FlushPolicy, FlushReason, Transport, Urgency};
+///
+/// struct Sink(Vec<u8>); // a socket that takes everything
+/// impl Transport for Sink {
+///     fn send(&mut self, bufs: &[IoSlice<'_>], _more: bool) -> std::io::Result<usize> {
+///         bufs.iter().for_each(|b| self.0.extend_from_slice(b));
+///         Ok(bufs.iter().map(|b| b.len()).sum())
+///     }
+/// }
+///
+/// let mut core = Coalescer::new(FlushPolicy::default());
+/// let now = Instant::now();
+/// core.write(b"GET / HTTP/1.1\r\n", Urgency::Normal, now);
+/// core.write(b"\r\n", Urgency::Normal, now);
+/// core.before_read();
+/// drive(&mut core, &mut Sink(Vec::new()), now)?;
+/// let stats = core.stats();
+/// assert_eq!((stats.writes, stats.flushes, stats.bytes_sent), (2, 1, 18));
+/// assert_eq!(stats.flushes_for(FlushReason::BeforeRead), 1);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
@@ -56,6 +95,16 @@ impl Stats {
 }
 
 /// What the socket should be given now.
+///
+/// ```
+/// use std::time::Instant;
+/// use nagless::{Coalescer, FlushPolicy, FlushReason, Transmit, Urgency};
+///
+/// let mut core = Coalescer::new(FlushPolicy::default());
+/// core.write(b"PING\r\n", Urgency::SendNow, Instant::now());
+/// let tx = core.poll_transmit(Instant::now());
+/// assert_eq!(tx, Some(Transmit { len: 6, reason: FlushReason::Urgent }));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     /// Bytes due now, from the front of the queue.
@@ -81,6 +130,32 @@ pub struct Transmit {
 ///
 /// Non-goals: no socket, no clock, no threads, no allocation policy beyond the queue; it never
 /// reorders, drops or duplicates a byte.
+///
+/// # Example
+///
+/// The write-write-read exchange, driven by hand: two writes wait, the read makes them due,
+/// and they leave as one send.
+///
+/// ```
+/// use std::io::IoSlice;
+/// use std::time::Instant;
+/// use nagless::{Coalescer, FlushPolicy, FlushReason, Urgency, MAX_IOV};
+///
+/// let mut core = Coalescer::new(FlushPolicy::default());
+/// let now = Instant::now();
+/// core.write(b"GET / HTTP/1.1\r\n", Urgency::Normal, now);
+/// core.write(b"Host: a\r\n\r\n", Urgency::Normal, now);
+/// assert_eq!(core.poll_transmit(now), None); // nothing due yet: the burst may go on
+/// core.before_read(); // the program is about to wait for the answer
+/// let tx = core.poll_transmit(now).unwrap();
+/// assert_eq!((tx.len, tx.reason), (27, FlushReason::BeforeRead));
+/// let mut slices = [IoSlice::new(&[]); MAX_IOV];
+/// let n = core.io_slices(&mut slices, tx.len); // hand slices[..n] to one sendmsg
+/// let sent: Vec<u8> = slices[..n].iter().flat_map(|s| s.iter().copied()).collect();
+/// assert_eq!(sent, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+/// core.on_sent(tx.len); // the socket took everything
+/// assert_eq!((core.pending(), core.poll_transmit(now)), (0, None));
+/// ```
 #[derive(Debug)]
 pub struct Coalescer {
     queue: SendQueue,
@@ -429,6 +504,27 @@ impl Coalescer {
 }
 
 /// Where [`drive`] sends bytes: a socket, or a scripted fake in tests.
+///
+/// ```
+/// use std::io::IoSlice;
+/// use std::time::Instant;
+/// use nagless::{drive, Coalescer, FlushPolicy, Transport, Urgency};
+///
+/// struct Sink(Vec<u8>); // a socket that takes everything
+/// impl Transport for Sink {
+///     fn send(&mut self, bufs: &[IoSlice<'_>], _more: bool) -> std::io::Result<usize> {
+///         bufs.iter().for_each(|b| self.0.extend_from_slice(b));
+///         Ok(bufs.iter().map(|b| b.len()).sum())
+///     }
+/// }
+///
+/// let mut core = Coalescer::new(FlushPolicy::default());
+/// core.write(b"hello", Urgency::SendNow, Instant::now());
+/// let mut sink = Sink(Vec::new());
+/// drive(&mut core, &mut sink, Instant::now())?;
+/// assert_eq!(sink.0, b"hello");
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub trait Transport {
     /// Sends a prefix of `bufs` in one call; `more` asks the kernel to hold a partial segment
     /// because the same flush continues with another call (`MSG_MORE`).
@@ -436,6 +532,25 @@ pub trait Transport {
 }
 
 /// How a [`drive`] call ended.
+///
+/// ```
+/// use std::io::{self, IoSlice};
+/// use std::time::Instant;
+/// use nagless::{drive, Coalescer, Drive, FlushPolicy, Transport, Urgency};
+///
+/// struct Full; // a non-blocking socket whose buffer is full
+/// impl Transport for Full {
+///     fn send(&mut self, _: &[IoSlice<'_>], _: bool) -> io::Result<usize> {
+///         Err(io::ErrorKind::WouldBlock.into())
+///     }
+/// }
+///
+/// let mut core = Coalescer::new(FlushPolicy::default());
+/// core.write(b"hello", Urgency::SendNow, Instant::now());
+/// assert_eq!(drive(&mut core, &mut Full, Instant::now())?, Drive::Blocked);
+/// assert_eq!(core.pending(), 5); // kept: drive again when the socket is writable
+/// # Ok::<(), io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Drive {
@@ -448,6 +563,29 @@ pub enum Drive {
 /// Sends everything due now through `transport`, retrying `EINTR` and looping on short
 /// writes. Stops at `WouldBlock` (returns [`Drive::Blocked`]) or at the first other error,
 /// which is returned with the unsent bytes still queued.
+///
+/// ```
+/// use std::io::IoSlice;
+/// use std::time::Instant;
+/// use nagless::{drive, Coalescer, Drive, FlushPolicy, Transport, Urgency};
+///
+/// struct Sink(Vec<u8>); // a socket that takes everything
+/// impl Transport for Sink {
+///     fn send(&mut self, bufs: &[IoSlice<'_>], _more: bool) -> std::io::Result<usize> {
+///         bufs.iter().for_each(|b| self.0.extend_from_slice(b));
+///         Ok(bufs.iter().map(|b| b.len()).sum())
+///     }
+/// }
+///
+/// let mut core = Coalescer::new(FlushPolicy::default());
+/// let mut sink = Sink(Vec::new());
+/// core.write(b"a", Urgency::Normal, Instant::now());
+/// core.write(b"b", Urgency::Normal, Instant::now());
+/// core.flush();
+/// assert_eq!(drive(&mut core, &mut sink, Instant::now())?, Drive::Idle);
+/// assert_eq!(sink.0, b"ab");
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn drive<T: Transport + ?Sized>(
     core: &mut Coalescer,
     transport: &mut T,

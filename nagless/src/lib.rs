@@ -25,6 +25,15 @@
 //!   twin, for hyper and the other tokio stacks. Handshake, alerts and key updates are sent at
 //!   once; close_notify follows every byte.
 //!
+//! ## Feature flags
+//!
+//! None is on by default.
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `tokio` | `nagless::tokio_adapter` (`NaglessStream`: `AsyncRead + AsyncWrite`, its split halves, `accept`), for tokio, hyper and tonic |
+//! | `tls` | `nagless::tls::TlsStream`: rustls sealed at each flush point, one TLS record per burst; with `tokio` also `nagless::tokio_tls::TlsStream` |
+//!
 //! ## Example
 //! ```no_run
 //! use std::io::{Read, Write};
@@ -68,6 +77,11 @@ pub use crate::tcp_info::TcpInfo;
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The crate's own README (the crate page of crates.io), compiled as doc tests too.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct CrateReadmeDoctests;
 
 /// The Rust examples of `docs/library.md`, compiled as doc tests too.
 #[doc = include_str!("../../docs/library.md")]

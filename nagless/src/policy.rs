@@ -23,6 +23,19 @@ use std::time::Duration;
 /// the moment the program turns to wait for input on the stream (before-read), flushes,
 /// closes or marks a write [`Urgency::SendNow`], everything pending leaves at once. The
 /// deadline matters only while the program keeps running without waiting on this stream.
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use nagless::FlushPolicy;
+///
+/// // A framing layer that knows where its messages end: flush() decides, and no byte
+/// // waits longer than 200 µs if it forgets.
+/// let policy = FlushPolicy::explicit_only().linger(Some(Duration::from_micros(200)));
+/// assert!(!policy.is_before_read());
+/// assert_eq!(policy.linger_deadline(), Some(Duration::from_micros(200)));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FlushPolicy {
     pub(crate) before_read: bool,
@@ -34,11 +47,23 @@ pub struct FlushPolicy {
 }
 
 /// Default size threshold: 64 KiB pending (a loopback segment, or 45 Ethernet segments).
+///
+/// ```
+/// assert_eq!(nagless::FlushPolicy::default().threshold_bytes(), Some(nagless::DEFAULT_THRESHOLD));
+/// ```
 pub const DEFAULT_THRESHOLD: usize = 64 * 1024;
 /// Default linger deadline: no byte waits longer than this.
+///
+/// ```
+/// assert_eq!(nagless::FlushPolicy::default().linger_deadline(), Some(nagless::DEFAULT_LINGER));
+/// ```
 pub const DEFAULT_LINGER: Duration = Duration::from_micros(500);
 /// Default high-water mark: beyond this many pending bytes writes flush first and, on a
 /// non-blocking socket, return `WouldBlock`.
+///
+/// ```
+/// assert_eq!(nagless::FlushPolicy::default().high_water_bytes(), nagless::DEFAULT_HIGH_WATER);
+/// ```
 pub const DEFAULT_HIGH_WATER: usize = 4 * 1024 * 1024;
 
 impl Default for FlushPolicy {
@@ -151,6 +176,17 @@ impl FlushPolicy {
 }
 
 /// What a single write says about its own timing.
+///
+/// ```
+/// use std::time::Instant;
+/// use nagless::{Coalescer, FlushPolicy, Urgency};
+///
+/// let mut core = Coalescer::new(FlushPolicy::immediate());
+/// core.write(b"len=5;", Urgency::MoreFollows, Instant::now()); // waits for its payload
+/// assert!(core.poll_transmit(Instant::now()).is_none());
+/// core.write(b"hello", Urgency::SendNow, Instant::now()); // both leave now
+/// assert_eq!(core.poll_transmit(Instant::now()).unwrap().len, 11);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Urgency {
@@ -166,6 +202,16 @@ pub enum Urgency {
 }
 
 /// Why bytes were sent: counted in [`Stats`](crate::Stats).
+///
+/// ```
+/// use nagless::{FlushReason, Stats};
+///
+/// let stats = Stats::default();
+/// for reason in FlushReason::ALL {
+///     println!("{:>12}: {}", reason.name(), stats.flushes_for(reason));
+/// }
+/// assert_eq!(FlushReason::BeforeRead.name(), "before-read");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FlushReason {

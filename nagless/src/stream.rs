@@ -45,6 +45,28 @@ use crate::tcp_info::TcpInfo;
 /// - **Drop** sends everything pending on a blocking socket (it blocks as `write` would);
 ///   on a non-blocking socket it sends what the socket takes at once and the rest is lost.
 ///   Errors at drop are lost. Use `close` where every byte matters.
+///
+/// # Example
+///
+/// A server whose answers are written in parts: each answer leaves as one segment when the
+/// loop reads again.
+///
+/// ```no_run
+/// use std::io::{Read, Write};
+/// use std::net::TcpListener;
+/// use nagless::NaglessStream;
+///
+/// let listener = TcpListener::bind("127.0.0.1:7000")?;
+/// let (tcp, _) = listener.accept()?;
+/// let mut s = NaglessStream::new(tcp)?; // sets TCP_NODELAY
+/// let mut request = [0u8; 512];
+/// while s.read(&mut request)? > 0 {
+///     s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")?; // queued
+///     s.write_all(b"ok")?; // queued
+/// }
+/// s.close()?; // sends what is left, then closes
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub struct NaglessStream<S: AsOsSocket> {
     /// `None` only after `into_parts` took it (then the stream is being consumed).
     inner: Option<S>,
@@ -60,10 +82,42 @@ pub struct NaglessStream<S: AsOsSocket> {
 /// later than [`next_deadline`](NaglessStream::next_deadline), calls
 /// [`poll_deadline`](NaglessStream::poll_deadline) when it wakes, and
 /// [`on_writable`](NaglessStream::on_writable) when a non-blocking socket becomes writable.
+///
+/// ```no_run
+/// use std::io::Write;
+/// use std::net::TcpStream;
+/// use nagless::Sender;
+///
+/// let tcp = TcpStream::connect("127.0.0.1:6379")?;
+/// let mut out = Sender::new(&tcp)?; // writes here; the loop reads `tcp` itself
+/// out.write_all(b"SET a 1\r\n")?;
+/// out.write_all(b"SET b 2\r\n")?;
+/// out.flush()?; // before the loop sleeps: both commands in one segment
+/// let sleep_until = out.next_deadline(); // None: nothing is left waiting
+/// # let _ = sleep_until;
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub type Sender<S> = NaglessStream<S>;
 
 /// A stream handed back with the error that stopped a flush ([`NaglessStream::close`],
 /// [`NaglessStream::into_inner`]): nothing was lost, the unsent bytes are still queued in it.
+///
+/// ```no_run
+/// use std::io::Write;
+/// use nagless::NaglessStream;
+///
+/// let mut s = NaglessStream::connect("127.0.0.1:7000")?;
+/// s.write_all(b"last words")?;
+/// match s.close() {
+///     Ok(()) => {}
+///     Err(e) => {
+///         eprintln!("close failed: {}", e.error());
+///         let (_socket, unsent) = e.into_inner().into_parts();
+///         eprintln!("{} bytes were not sent", unsent.len());
+///     }
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct IntoInnerError<W> {
     stream: W,

@@ -11,6 +11,19 @@ use std::io;
 use crate::sys::AsOsSocket;
 
 /// The fields of `struct tcp_info` this project uses.
+///
+/// ```no_run
+/// use std::io::{Read, Write};
+/// use nagless::NaglessStream;
+///
+/// let mut s = NaglessStream::connect("127.0.0.1:7000")?;
+/// s.write_all(b"GET / HTTP/1.1\r\n")?;
+/// s.write_all(b"Host: a\r\n\r\n")?;
+/// s.read(&mut [0u8; 512])?;
+/// let info = s.tcp_info()?; // Linux
+/// println!("{:?} data segments sent, RTT {} us", info.data_segs_out, info.rtt_us);
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpInfo {
     /// TCP state (1 = ESTABLISHED).

@@ -136,6 +136,24 @@ where
 
 /// An async TLS stream whose plaintext is coalesced: one record batch and one gathered
 /// write per flush. See the [module docs](self).
+///
+/// ```no_run
+/// # async fn demo(config: std::sync::Arc<rustls::ServerConfig>) -> std::io::Result<()> {
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use nagless::tokio_tls::TlsStream;
+///
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
+/// let (tcp, _) = listener.accept().await?;
+/// let conn = rustls::ServerConnection::new(config).map_err(std::io::Error::other)?;
+/// let mut tls = TlsStream::new(conn, tcp)?;
+/// tls.handshake().await?;
+/// let mut request = [0u8; 1024];
+/// tls.read(&mut request).await?;
+/// tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n").await?;
+/// tls.write_all(b"ok").await?; // one record with the line above, one send
+/// tls.shutdown().await?; // then close_notify
+/// # Ok(()) }
+/// ```
 pub struct TlsStream<T, C>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,

@@ -37,9 +37,27 @@ mod windows;
 pub use windows::*;
 
 /// A socket borrowed for one call: `BorrowedFd` on Unix.
+///
+/// ```
+/// use nagless::{AsOsSocket, Sock};
+///
+/// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// let sock: Sock<'_> = listener.as_os_socket(); // borrowed, not owned: nothing is closed
+/// # let _ = sock;
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[cfg(unix)]
 pub type Sock<'a> = std::os::fd::BorrowedFd<'a>;
 /// A socket borrowed for one call: `BorrowedSocket` on Windows.
+///
+/// ```
+/// use nagless::{AsOsSocket, Sock};
+///
+/// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// let sock: Sock<'_> = listener.as_os_socket(); // borrowed, not owned: nothing is closed
+/// # let _ = sock;
+/// # Ok::<(), std::io::Error>(())
+/// ```
 #[cfg(windows)]
 pub type Sock<'a> = std::os::windows::io::BorrowedSocket<'a>;
 
@@ -53,6 +71,16 @@ pub type RawSock = std::os::windows::io::RawSocket;
 /// Anything that holds an OS socket: implemented for every `AsFd` type on Unix and every
 /// `AsSocket` type on Windows (`TcpStream`, `&TcpStream`, tokio's `TcpStream`, ...), so
 /// [`NaglessStream`](crate::NaglessStream) takes the same types on every OS.
+///
+/// ```
+/// use nagless::{AsOsSocket, NaglessStream};
+///
+/// // Generic over the socket type, as NaglessStream is: TcpStream, &TcpStream, UnixStream...
+/// fn coalesced<S: AsOsSocket>(socket: S) -> std::io::Result<NaglessStream<S>> {
+///     NaglessStream::new(socket)
+/// }
+/// # let _ = coalesced::<std::net::TcpStream>;
+/// ```
 pub trait AsOsSocket {
     /// Borrows the socket.
     fn as_os_socket(&self) -> Sock<'_>;

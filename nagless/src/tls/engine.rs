@@ -34,6 +34,17 @@ mod sealed {
 /// A rustls connection the TLS layer can drive: `rustls::ServerConnection`,
 /// `rustls::ClientConnection` and the `rustls::Connection` enum of both. Sealed:
 /// implemented here only.
+///
+/// ```no_run
+/// # fn demo(config: std::sync::Arc<rustls::ClientConfig>) -> std::io::Result<()> {
+/// use nagless::tls::TlsStream;
+///
+/// let name = rustls::pki_types::ServerName::try_from("example.test").unwrap();
+/// let conn = rustls::ClientConnection::new(config, name).map_err(std::io::Error::other)?;
+/// let tcp = std::net::TcpStream::connect("127.0.0.1:8443")?;
+/// let tls = TlsStream::new(conn, tcp)?; // a ClientConnection is a TlsConnection
+/// # drop(tls); Ok(()) }
+/// ```
 pub trait TlsConnection: sealed::Sealed {
     #[doc(hidden)]
     fn wants_write(&self) -> bool;

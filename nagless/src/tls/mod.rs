@@ -66,6 +66,13 @@ pub(crate) use engine::{tls_error, Engine, Input};
 pub const MAX_RECORD_PLAINTEXT: usize = 16 * 1024;
 
 /// Counters of the ciphertext side of a [`TlsStream`] (the plaintext side is [`Stats`]).
+///
+/// ```no_run
+/// # fn demo(tls: nagless::tls::TlsStream<rustls::ServerConnection, std::net::TcpStream>) {
+/// let wire = tls.wire_stats();
+/// println!("{} seals, {} sends, {} ciphertext bytes", wire.seals, wire.sends, wire.bytes);
+/// # }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WireStats {
@@ -141,6 +148,24 @@ impl<S: AsOsSocket> Write for NoWait<'_, S> {
 /// [`send_close_notify`](Self::send_close_notify) where the peer must see a clean end.
 /// Plaintext written while the handshake is still incomplete is lost on drop (a drop does
 /// not wait for the peer): flush, read or close first.
+///
+/// ```no_run
+/// # fn demo(config: std::sync::Arc<rustls::ServerConfig>) -> std::io::Result<()> {
+/// use std::io::{Read, Write};
+/// use nagless::tls::TlsStream;
+///
+/// let listener = std::net::TcpListener::bind("127.0.0.1:8443")?;
+/// let (tcp, _) = listener.accept()?;
+/// let conn = rustls::ServerConnection::new(config).map_err(std::io::Error::other)?;
+/// let mut tls = TlsStream::new(conn, tcp)?;
+/// let mut request = [0u8; 1024];
+/// let n = tls.read(&mut request)?; // the handshake, then the request
+/// tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")?;
+/// tls.write_all(b"ok")?;
+/// println!("{} records sealed", tls.wire_stats().seals);
+/// tls.close()?; // both writes as one record, one send, then close_notify
+/// # let _ = n; Ok(()) }
+/// ```
 pub struct TlsStream<C: TlsConnection, S: AsOsSocket + Read> {
     engine: Engine<C>,
     sock: S,

@@ -14,17 +14,64 @@ use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 
 /// The read half of a split [`NaglessStream`]; reading flushes the write half's queue first.
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use nagless::tokio_adapter::NaglessStream;
+///
+/// let s = NaglessStream::connect("127.0.0.1:7000").await?;
+/// let (mut rd, mut wr) = s.into_split(); // one queue: reading still flushes first
+/// let writer = tokio::spawn(async move {
+///     wr.write_all(b"PING\r\n").await?;
+///     Ok::<_, std::io::Error>(wr)
+/// });
+/// let mut reply = [0u8; 64];
+/// rd.read(&mut reply).await?;
+/// let wr = writer.await.unwrap()?;
+/// let s = rd.reunite(wr).expect("halves of one stream");
+/// # drop(s); Ok(()) }
+/// ```
 pub struct ReadHalf<T: AsyncWrite + Unpin + 'static> {
     pub(super) shared: Arc<Mutex<Shared<T>>>,
 }
 
 /// The write half of a split [`NaglessStream`].
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use nagless::tokio_adapter::NaglessStream;
+///
+/// let s = NaglessStream::connect("127.0.0.1:7000").await?;
+/// let (mut rd, mut wr) = s.into_split(); // one queue: reading still flushes first
+/// let writer = tokio::spawn(async move {
+///     wr.write_all(b"PING\r\n").await?;
+///     Ok::<_, std::io::Error>(wr)
+/// });
+/// let mut reply = [0u8; 64];
+/// rd.read(&mut reply).await?;
+/// let wr = writer.await.unwrap()?;
+/// let s = rd.reunite(wr).expect("halves of one stream");
+/// # drop(s); Ok(()) }
+/// ```
 pub struct WriteHalf<T: AsyncWrite + Unpin + 'static> {
     pub(super) shared: Arc<Mutex<Shared<T>>>,
     pub(super) lane: Lane,
 }
 
 /// The halves given to [`WriteHalf::reunite`] came from different streams.
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use nagless::tokio_adapter::NaglessStream;
+///
+/// let (rd_a, _wr_a) = NaglessStream::connect("127.0.0.1:7000").await?.into_split();
+/// let (_rd_b, wr_b) = NaglessStream::connect("127.0.0.1:7000").await?.into_split();
+/// let err = rd_a.reunite(wr_b).unwrap_err(); // not one stream's halves
+/// let (rd_a, wr_b) = (err.0, err.1); // both handed back
+/// # drop((rd_a, wr_b)); Ok(()) }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[error("tried to reunite halves that are not from the same stream")]
 pub struct ReuniteError<T: AsyncWrite + Unpin + 'static>(pub ReadHalf<T>, pub WriteHalf<T>);

@@ -63,6 +63,21 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
 /// An async stream whose output is coalesced. All handles ([`NaglessStream`], [`ReadHalf`],
 /// [`WriteHalf`]) share one queue.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use nagless::tokio_adapter::NaglessStream;
+///
+/// let mut s = NaglessStream::connect("127.0.0.1:7000").await?;
+/// s.write_all(b"GET / HTTP/1.1\r\n").await?; // queued
+/// s.write_all(b"Host: a\r\n\r\n").await?; // queued
+/// let mut reply = [0u8; 512];
+/// let n = s.read(&mut reply).await?; // both leave in one send, then it reads
+/// # let _ = n; Ok(()) }
+/// ```
 pub struct NaglessStream<T: AsyncWrite + Unpin + 'static> {
     shared: Arc<Mutex<Shared<T>>>,
     lane: Lane,
@@ -190,6 +205,25 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
 
 /// Accepts one connection from `listener` and wraps it with the default policy: the accept
 /// loop of a server (hyper, axum, your own) in one call.
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+///
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:7000").await?;
+/// loop {
+///     let (mut s, _peer) = nagless::tokio_adapter::accept(&listener).await?;
+///     tokio::spawn(async move {
+///         let mut request = [0u8; 512];
+///         while let Ok(n) = s.read(&mut request).await {
+///             if n == 0 || s.write_all(b"+OK\r\n").await.is_err() {
+///                 break;
+///             }
+///         }
+///     });
+/// }
+/// # }
+/// ```
 pub async fn accept(
     listener: &::tokio::net::TcpListener,
 ) -> io::Result<(NaglessStream<::tokio::net::TcpStream>, std::net::SocketAddr)> {
