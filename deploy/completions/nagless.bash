@@ -85,7 +85,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__doctor)
-            opts="-h --json --flow --filter --top --every-stall --svg --help"
+            opts="-h --json --flow --filter --top --every-stall --sort --svg --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -100,6 +100,10 @@ _nagless() {
                     return 0
                     ;;
                 --top)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sort)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -71,6 +71,7 @@ complete -c nagless -n "__fish_nagless_using_subcommand run" -s h -l help -d 'Pr
 complete -c nagless -n "__fish_nagless_using_subcommand doctor" -l flow -d 'Only this flow: its number in the report' -r
 complete -c nagless -n "__fish_nagless_using_subcommand doctor" -l filter -d 'Only flows with this host and/or port on either side: 10.0.0.1, :8000, 10.0.0.1:8000, [::1]:8000. Repeat to require several' -r
 complete -c nagless -n "__fish_nagless_using_subcommand doctor" -l top -d 'Report this many flows in full, most stalled time first (0: all)' -r
+complete -c nagless -n "__fish_nagless_using_subcommand doctor" -l sort -d 'List each flow\'s stalls in capture order (`time`, as Wireshark lists frames) or the longest first (`delay`). Which stalls are listed does not change: the 5 longest per flow in the report, the 32 longest (or all, --every-stall) in the JSON' -r
 complete -c nagless -n "__fish_nagless_using_subcommand doctor" -l svg -d 'Write an SVG timeline of the worst (or chosen) flow to FILE' -r -F
 complete -c nagless -n "__fish_nagless_using_subcommand doctor" -l json -d 'Print JSON (schema in docs/doctor-json.md) instead of the report'
 complete -c nagless -n "__fish_nagless_using_subcommand doctor" -l every-stall -d 'Keep every stall of each flow in the JSON, not only the worst 32'
