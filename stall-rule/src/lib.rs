@@ -23,8 +23,7 @@
 mod ack_clock;
 pub use ack_clock::{
     clock_window_us, is_clocked_release, judge_clock, AckClocked, ClockEvidence, NotClocked,
-    CLOCKED_FIX, CLOCKED_RELEASES_MIN, CLOCKED_SEGMENTS_MIN, CLOCKED_SHARE_MIN,
-    CLOCK_SPAN_MIN_US,
+    CLOCKED_FIX, CLOCKED_RELEASES_MIN, CLOCKED_SEGMENTS_MIN, CLOCKED_SHARE_MIN, CLOCK_SPAN_MIN_US,
 };
 
 /// An ACK sent this long or longer after the data it acknowledges (the path's round trip

@@ -8,7 +8,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use nagless_stall_rule::{clock_window_us, judge_clock, AckClocked, AckTimer, ClockEvidence, SENDER_FIX};
+use nagless_stall_rule::{
+    clock_window_us, judge_clock, AckClocked, AckTimer, ClockEvidence, SENDER_FIX,
+};
 
 use crate::detect::Stall;
 

@@ -330,8 +330,10 @@ impl EbpfWatcher {
             // A long hold on a long path, released by a prompt ACK: clocked.
             Release::Clocked { hold_us } => {
                 let span = (at_us.saturating_sub(hold_us), at_us);
-                self.window.add_clock(&key, who, e.cookie, (1, hold_us), span);
-                self.total.add_clock(&key, who, e.cookie, (1, hold_us), span);
+                self.window
+                    .add_clock(&key, who, e.cookie, (1, hold_us), span);
+                self.total
+                    .add_clock(&key, who, e.cookie, (1, hold_us), span);
                 return None;
             }
         };

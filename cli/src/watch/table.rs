@@ -71,10 +71,7 @@ fn marks(r: &Row, fixes: &[&str]) -> String {
         Some(i) => format!("[{}]", i + 1),
         None => String::new(),
     };
-    if let (Some(c), Some(i)) = (
-        r.ack_clocked,
-        fixes.iter().position(|f| *f == CLOCKED_FIX),
-    ) {
+    if let (Some(c), Some(i)) = (r.ack_clocked, fixes.iter().position(|f| *f == CLOCKED_FIX)) {
         if !m.is_empty() {
             m.push(' ');
         }
@@ -311,7 +308,8 @@ mod tests {
         assert!(lines[1].ends_with("  [1]"), "{t}");
         assert!(lines[2].ends_with("  [2] ACK-clocked 61%"), "{t}");
         assert!(
-            lines[5].starts_with("[2] ACK-clocked, not a stall: ") && lines[5].contains("TCP_NODELAY"),
+            lines[5].starts_with("[2] ACK-clocked, not a stall: ")
+                && lines[5].contains("TCP_NODELAY"),
             "{t}"
         );
         let mut s = String::new();
@@ -325,7 +323,10 @@ mod tests {
             ),
             "{s}"
         );
-        assert!(!s.contains("5 python3 client.py ->:6379: 0 stall(s)"), "{s}");
+        assert!(
+            !s.contains("5 python3 client.py ->:6379: 0 stall(s)"),
+            "{s}"
+        );
     }
 
     #[test]
