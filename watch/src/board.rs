@@ -77,7 +77,8 @@ pub struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<crate::kube::Pod>,
     /// Connections seen: every established connection of the group (sampling), or those that
-    /// stalled (eBPF, whose kernel programs report only long holds).
+    /// stalled or had writes released by prompt ACKs (eBPF, whose kernel programs tell of no
+    /// other).
     pub connections: usize,
     /// Connections of the group that stalled (the same under both backends).
     pub stalling_connections: usize,

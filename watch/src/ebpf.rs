@@ -559,8 +559,8 @@ impl Source for EbpfWatcher {
             )
         });
         format!(
-            "eBPF in {elapsed:.1} s, on the whole host: {} held writes followed, {} released by an ACK ({} of them promptly, added up per socket), {} sent without one, {} long holds reported ({} lost); watcher CPU {:.1}% of one core{kernel}",
-            c.holds, c.released, c.clocked, c.sent_without_ack, c.reported, c.lost, run.cpu_percent
+            "eBPF in {elapsed:.1} s, on the whole host: {} held writes followed, {} released by an ACK, {} sent without one, {} long holds reported ({} lost); watcher CPU {:.1}% of one core{kernel}",
+            c.holds, c.released, c.sent_without_ack, c.reported, c.lost, run.cpu_percent
         )
     }
 

@@ -47,8 +47,8 @@
 //! `nagless_watch_stalls_total` and the watcher's own series exist from the first scrape.
 //! A group's series appear, at zero, as soon as one of its connections is seen (sampling
 //! lists every connection), so that a query over a service that does not stall returns 0,
-//! not nothing; the eBPF backend hears only of long holds, so there a group appears with its
-//! first stall, and `rate()` over the whole host reads `nagless_watch_stalls_total`. The series are bounded
+//! not nothing; the eBPF backend hears only of long holds and of the short holds prompt ACKs
+//! released, so there a group appears with its first of either, and `rate()` over the whole host reads `nagless_watch_stalls_total`. The series are bounded
 //! ([`Limits`]): a group neither refreshed nor stalling for `forget_after` loses its series,
 //! and beyond `max_series` groups the rest share one series with `role="overflow"`.
 //!
