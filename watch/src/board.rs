@@ -331,3 +331,66 @@ impl Board {
         v
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(port: u16) -> GroupKey {
+        GroupKey {
+            pid: Some(7),
+            uid: 0,
+            port,
+            serves: false,
+            netns: 1,
+        }
+    }
+
+    fn stall(lost_us: u64) -> Stall {
+        Stall {
+            held: 40,
+            lost_us,
+            at_us: 0,
+            timer: Some(AckTimer::Linux40ms),
+        }
+    }
+
+    #[test]
+    fn a_group_is_ack_clocked_by_the_rule_and_a_stall_stays_a_stall() {
+        let mut b = Board::default();
+        let who = Who::default();
+        // Connection 1 of port 6379: 14,000 writes that waited 610 ms of a 1 s window, and
+        // one stall; counted once, as clocked and as stalling.
+        b.add_clock(&key(6379), &who, 1, (10_000, 400_000), (0, 600_000));
+        b.add_clock(&key(6379), &who, 1, (4_000, 210_000), (600_000, 1_000_000));
+        b.add_stall(&key(6379), &who, 1, &stall(40_000));
+        // Port 80: stalls, and a few prompt-ACK releases (not clocked).
+        b.add_stall(&key(80), &who, 2, &stall(40_000));
+        b.add_stall(&key(80), &who, 2, &stall(41_000));
+        b.add_clock(&key(80), &who, 2, (12, 600), (0, 1_000_000));
+        let rows = b.rows(1_000_000);
+        let clocked = rows.iter().find(|r| r.port == 6379).unwrap();
+        assert_eq!(clocked.kind, RowKind::AckClocked, "{clocked:?}");
+        let c = clocked.ack_clocked.unwrap();
+        assert_eq!(c.releases, 14_000);
+        assert!((c.share - 0.61).abs() < 1e-9, "{c:?}");
+        assert_eq!(
+            (
+                clocked.connections,
+                clocked.stalling_connections,
+                clocked.ack_released_connections
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(clocked.stalls, 1);
+        let stalling = rows.iter().find(|r| r.port == 80).unwrap();
+        assert_eq!(stalling.kind, RowKind::Stall, "{stalling:?}");
+        assert!(stalling.ack_clocked.is_none());
+        assert_eq!(stalling.ack_released, 12);
+        // Clocked first: it cost more.
+        assert_eq!(rows[0].port, 6379);
+        // Over a 10 s watch, the clocked second is judged over its span, not the watch.
+        let c = b.rows(10_000_000)[0].ack_clocked.unwrap();
+        assert!((c.share - 0.61).abs() < 1e-9, "{c:?}");
+    }
+}
