@@ -34,7 +34,8 @@ fn server(port: u16) -> Started {
     Started(s)
 }
 
-/// Runs its client to the end, 200,000 requests from 4 writer threads, 64 in flight,
+/// Runs its client to the end, 400,000 requests (a few seconds: evidence enough for a
+/// sampler that a loaded machine schedules late) from 4 writer threads, 64 in flight,
 /// natively or under `nagless run RUN_ARGS`; what it printed.
 fn client(port: u16, run_args: Option<&[&str]>) -> String {
     let mut c = match run_args {
@@ -47,7 +48,7 @@ fn client(port: u16, run_args: Option<&[&str]>) -> String {
     };
     let o = c
         .arg(script())
-        .args(["client", &port.to_string(), "200000", "4", "64"])
+        .args(["client", &port.to_string(), "400000", "4", "64"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{o:?}");
