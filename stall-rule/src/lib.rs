@@ -15,6 +15,16 @@
 //! the ACK that released it, and not much later than that; both bounds widen by the spread
 //! measured on that side of the path. A sender seen with two small segments in flight at once
 //! does not run Nagle's algorithm on that connection, so nothing of it is a Nagle stall.
+//!
+//! Nagle costs a busy shared connection time without any stall: its writes wait for the
+//! peer's prompt ACKs, one round trip after another. [`judge_clock`] names such an
+//! **ACK-clocked** connection from its ACK-released holds ([`ClockEvidence`]), with its cost.
+
+mod ack_clock;
+pub use ack_clock::{
+    clock_window_us, is_clocked_release, judge_clock, AckClocked, ClockEvidence, NotClocked,
+    CLOCKED_FIX, CLOCKED_RELEASES_MIN, CLOCKED_SEGMENTS_MIN, CLOCKED_SHARE_MIN, CLOCK_SPAN_MIN_US,
+};
 
 pub mod ack_clock;
 

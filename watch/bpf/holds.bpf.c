@@ -20,10 +20,15 @@
  *   or the ACK came after the newest segment then in flight was sent, min_hold_ns or longer
  *   (the stall rule's shortest delayed ACK), it goes to userspace through the ring buffer with
  *   both times and how long after the last arriving segment the bytes left.
+ *   A hold an ACK released sooner, of fewer bytes than the MSS, that left within
+ *   clock_gap_ns of the last arriving segment (the ACK let it go, as on an ACK-clocked
+ *   connection), is added up per socket instead: a count and the time held, in the clocks
+ *   map, which userspace drains (reads and deletes) every refresh.
  * - tcp:tcp_destroy_sock: the socket's hold, if any, is dropped.
  *
  * Nothing runs per socket: per send (a few loads), per arriving segment and per packet sent
- * (one hash lookup, which misses unless the socket holds a write).
+ * (one hash lookup, which misses unless the socket holds a write); a short hold's release
+ * adds one lookup and two atomic adds.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -34,6 +39,9 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 /* Set by the loader to nagless_stall_rule::DELAYED_ACK_MIN_US (in ns). */
 const volatile __u64 min_hold_ns = 30000000;
+/* Set by the loader to the latest release after the ACK the stall rule allows at the sender
+ * (nagless_stall_rule::release_window_us(0, 0).1, in ns). */
+const volatile __u64 clock_gap_ns = 2000000;
 
 #define TCP_ESTABLISHED 1
 #define TCP_CLOSE_WAIT 8
@@ -48,6 +56,7 @@ enum counter {
 	SENT_NO_ACK, /* left without an ACK releasing them */
 	REPORTED,    /* released late enough to be sent up */
 	LOST,        /* ring buffer full: reports lost */
+	CLOCKED,     /* short holds released by an ACK, added to the clocks map */
 	N_COUNTERS,
 };
 
@@ -93,12 +102,37 @@ struct event {
 };
 _Static_assert(sizeof(struct event) == 128, "event layout");
 
+/* Per socket (by cookie): the short holds an ACK released since userspace last drained it;
+ * watch/src/ebpf/clock.rs mirrors it, offsets asserted. */
+struct clock {
+	__u64 held_ns;    /* 0: the time they waited, summed */
+	__u64 count;      /* 8 */
+	__u64 cgroup;     /* 16: the writer's, at the first hold */
+	__u32 pid;        /* 24 */
+	__u32 uid;        /* 28 */
+	__u16 family;     /* 32 */
+	__u16 sport;      /* 34: host order */
+	__u16 dport;      /* 36: host order */
+	__u8 _pad[2];     /* 38 */
+	__u8 saddr[16];   /* 40: IPv4 in the first 4 bytes */
+	__u8 daddr[16];   /* 56 */
+	char comm[16];    /* 72 */
+};
+_Static_assert(sizeof(struct clock) == 88, "clock layout");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, __u64);
 	__type(value, struct hold);
 } holds SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct clock);
+} clocks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -282,6 +316,42 @@ static __always_inline void report(struct sock *sk, struct tcp_sock *tp, struct 
 	count(REPORTED);
 }
 
+/* A short hold an ACK released: added to its socket's clock (one lookup and two atomic adds;
+ * the first of a drain interval also reads the socket's addresses). */
+static __always_inline void clocked(struct sock *sk, struct hold *h, __u64 hold_ns)
+{
+	struct clock *c = bpf_map_lookup_elem(&clocks, &h->cookie);
+	if (c) {
+		__sync_fetch_and_add(&c->held_ns, hold_ns);
+		__sync_fetch_and_add(&c->count, 1);
+		count(CLOCKED);
+		return;
+	}
+	struct clock n = {
+		.held_ns = hold_ns,
+		.count = 1,
+		.cgroup = h->cgroup,
+		.pid = h->pid,
+		.uid = h->uid,
+	};
+	n.family = BPF_CORE_READ(sk, __sk_common.skc_family);
+	n.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
+	n.dport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
+	if (n.family == AF_INET) {
+		__be32 s = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__be32 d = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(n.saddr, &s, 4);
+		__builtin_memcpy(n.daddr, &d, 4);
+	} else {
+		BPF_CORE_READ_INTO(&n.saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(&n.daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+	__builtin_memcpy(n.comm, h->comm, sizeof(n.comm));
+	/* (Another CPU may have added it meanwhile: then this hold is not counted.) */
+	if (bpf_map_update_elem(&clocks, &h->cookie, &n, BPF_NOEXIST) == 0)
+		count(CLOCKED);
+}
+
 SEC("tp_btf/net_dev_queue")
 int BPF_PROG(packet_out, struct sk_buff *skb)
 {
@@ -314,6 +384,8 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 	count(RELEASED);
 	if (hold_ns >= min_hold_ns || wait_ns >= min_hold_ns)
 		report(sk, tp, h, now, hold_ns);
+	else if (h->held < h->mss && h->seg_ns && now - h->seg_ns <= clock_gap_ns)
+		clocked(sk, h, hold_ns);
 	bpf_map_delete_elem(&holds, &key);
 	return 0;
 }

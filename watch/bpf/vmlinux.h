@@ -16,7 +16,7 @@ typedef __u32 __wsum;
 typedef _Bool bool;
 enum { false = 0, true = 1 };
 
-enum { BPF_ANY = 0 };
+enum { BPF_ANY = 0, BPF_NOEXIST = 1 };
 
 enum bpf_map_type {
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,

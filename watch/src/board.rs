@@ -1,11 +1,16 @@
-//! The board both backends feed: stalls tallied per group (a process and a port, in a
-//! network namespace), and the rows made of them, stalling groups first. The sampler
-//! ([`crate::sampling`]) merges each socket's tallies into it; the eBPF backend
-//! ([`crate::ebpf`]) adds each stall it is told of, counting the connections that stalled.
+//! The board both backends feed: stalls, and the short holds a prompt ACK released (the
+//! evidence of an ACK-clocked connection), tallied per group (a process and a port, in a
+//! network namespace), and the rows made of them, stalling and clocked groups first. The
+//! sampler ([`crate::sampling`]) merges each socket's tallies into it; the eBPF backend
+//! ([`crate::ebpf`]) adds each stall it is told of and each socket's drained short holds,
+//! counting the connections that stalled or were clocked. Each row is judged ACK-clocked or
+//! not by [`nagless_stall_rule::judge_clock`] over the time the rows cover.
 
 use std::collections::{HashMap, HashSet};
 
-use nagless_stall_rule::{AckTimer, SENDER_FIX};
+use nagless_stall_rule::{
+    clock_window_us, judge_clock, AckClocked, AckTimer, ClockEvidence, SENDER_FIX,
+};
 
 use crate::detect::Stall;
 
@@ -23,6 +28,20 @@ pub struct GroupKey {
     pub serves: bool,
     /// The network namespace of its sockets (inode of `/proc/PID/ns/net`).
     pub netns: u64,
+}
+
+/// What cost a group most.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RowKind {
+    /// Neither stalls nor an ACK-clocked connection.
+    #[default]
+    None,
+    /// Nagle/delayed-ACK stalls (and they cost more than any ACK-clocked wait).
+    Stall,
+    /// ACK-clocked: its writes waited behind the peer's prompt ACKs, not a stall (and that
+    /// cost more than any stalls it had).
+    AckClocked,
 }
 
 /// Counters of one group.
@@ -58,7 +77,8 @@ pub struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<crate::kube::Pod>,
     /// Connections seen: every established connection of the group (sampling), or those that
-    /// stalled (eBPF, whose kernel programs report only long holds).
+    /// stalled or had writes released by prompt ACKs (eBPF, whose kernel programs tell of no
+    /// other).
     pub connections: usize,
     /// Connections of the group that stalled (the same under both backends).
     pub stalling_connections: usize,
@@ -72,6 +92,18 @@ pub struct Row {
     pub ack_timer: Option<AckTimer>,
     /// What to do (empty without stalls).
     pub advice: String,
+    /// What cost the group most: `stall`, `ack-clocked` or `none`.
+    pub kind: RowKind,
+    /// Small writes a prompt ACK released (short holds, not stalls).
+    pub ack_released: u64,
+    /// The time they waited, ms.
+    pub ack_held_ms: f64,
+    /// Connections with such writes.
+    pub ack_released_connections: usize,
+    /// The verdict of [`judge_clock`] when the group is ACK-clocked over the row's time
+    /// (`null` otherwise): its releases, the share of each connection's time its writes
+    /// waited behind the peer's ACKs, and that time per second.
+    pub ack_clocked: Option<AckClocked>,
 }
 
 impl Row {
@@ -95,6 +127,12 @@ pub(crate) struct Tally {
     lost_us: u64,
     worst_us: u64,
     timers: [u64; 2],
+    /// Short holds a prompt ACK released, the time they waited (µs), connections among
+    /// `conns` with such holds, and when the first began and the last ended (µs).
+    clock_releases: u64,
+    clock_held_us: u64,
+    clocking: u64,
+    clock_span: Option<(u64, u64)>,
 }
 
 impl Tally {
@@ -117,10 +155,29 @@ impl Tally {
         }
     }
 
+    /// Counts `releases` short holds a prompt ACK released, which waited `held_us` in all,
+    /// between `from_us` and `to_us`: the tally's connection (if it counts one) had them.
+    pub(crate) fn add_clock(&mut self, releases: u64, held_us: u64, (from_us, to_us): (u64, u64)) {
+        self.clocking = self.conns;
+        self.clock_releases += releases;
+        self.clock_held_us += held_us;
+        self.clock_span = Some(match self.clock_span {
+            Some((a, b)) => (a.min(from_us), b.max(to_us)),
+            None => (from_us, to_us),
+        });
+    }
+
     fn merge(&mut self, o: &Tally) {
         self.conns += o.conns;
         self.stalling += o.stalling;
-        debug_assert!(self.stalling <= self.conns);
+        self.clocking += o.clocking;
+        debug_assert!(self.stalling <= self.conns && self.clocking <= self.conns);
+        self.clock_releases += o.clock_releases;
+        self.clock_held_us += o.clock_held_us;
+        self.clock_span = match (self.clock_span, o.clock_span) {
+            (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+            (x, None) | (None, x) => x,
+        };
         self.stalls += o.stalls;
         self.lost_us += o.lost_us;
         self.worst_us = self.worst_us.max(o.worst_us);
@@ -129,8 +186,24 @@ impl Tally {
         }
     }
 
-    fn row(&self, k: &GroupKey, who: Who) -> Row {
+    /// The row of group `k`, whose tallies cover `watched_us`.
+    fn row(&self, k: &GroupKey, who: Who, watched_us: u64) -> Row {
         let ack_timer = AckTimer::most_seen(self.timers);
+        let span_us = self.clock_span.map_or(0, |(a, b)| b.saturating_sub(a));
+        let ack_clocked = judge_clock(&ClockEvidence {
+            releases: self.clock_releases,
+            held_us: self.clock_held_us,
+            window_us: clock_window_us(span_us, watched_us),
+            connections: self.clocking.max(1),
+            data_segments: None,
+        })
+        .ok();
+        let kind = match ack_clocked {
+            Some(_) if self.clock_held_us >= self.lost_us => RowKind::AckClocked,
+            _ if self.stalls > 0 => RowKind::Stall,
+            Some(_) => RowKind::AckClocked,
+            None => RowKind::None,
+        };
         Row {
             pid: k.pid,
             uid: k.uid,
@@ -157,6 +230,11 @@ impl Tally {
                 ),
                 None => String::new(),
             },
+            kind,
+            ack_released: self.clock_releases,
+            ack_held_ms: self.clock_held_us as f64 / 1000.0,
+            ack_released_connections: self.clocking as usize,
+            ack_clocked,
         }
     }
 }
@@ -186,8 +264,11 @@ impl Who {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Board {
     groups: HashMap<GroupKey, (Who, Tally)>,
-    /// The connections (by group and socket cookie) [`add_stall`](Self::add_stall) counted.
+    /// The connections (by group and socket cookie) [`add_stall`](Self::add_stall) and
+    /// [`add_clock`](Self::add_clock) counted; those that stalled; those that were clocked.
+    seen: HashSet<(GroupKey, u64)>,
     stalled: HashSet<(GroupKey, u64)>,
+    clocked: HashSet<(GroupKey, u64)>,
 }
 
 impl Board {
@@ -206,28 +287,110 @@ impl Board {
     /// Adds one stall of connection `cookie` to its group, which counts the connection
     /// once, at its first stall.
     pub(crate) fn add_stall(&mut self, key: &GroupKey, who: &Who, cookie: u64, s: &Stall) {
-        let mut t = if self.stalled.insert((key.clone(), cookie)) {
-            Tally::connection()
-        } else {
-            Tally::default()
-        };
+        let mut t = Tally::default();
         t.add(s);
+        let id = (key.clone(), cookie);
+        t.conns = u64::from(self.seen.insert(id.clone()));
+        t.stalling = u64::from(self.stalled.insert(id));
         self.add(key, who, &t);
     }
 
-    /// The rows, stalling groups first.
-    pub(crate) fn rows(&self) -> Vec<Row> {
+    /// Adds connection `cookie`'s short holds a prompt ACK released (`releases` of them,
+    /// `held_us` in all, between `span`'s ends, µs) to its group, which counts the connection
+    /// once.
+    pub(crate) fn add_clock(
+        &mut self,
+        key: &GroupKey,
+        who: &Who,
+        cookie: u64,
+        (releases, held_us): (u64, u64),
+        span: (u64, u64),
+    ) {
+        let mut t = Tally::default();
+        t.add_clock(releases, held_us, span);
+        let id = (key.clone(), cookie);
+        t.conns = u64::from(self.seen.insert(id.clone()));
+        t.clocking = u64::from(self.clocked.insert(id));
+        self.add(key, who, &t);
+    }
+
+    /// The rows, over tallies that cover `watched_us` (a window, or the whole watch),
+    /// stalling and clocked groups first.
+    pub(crate) fn rows(&self, watched_us: u64) -> Vec<Row> {
         let mut v: Vec<Row> = self
             .groups
             .iter()
-            .map(|(k, (who, t))| t.row(k, who.clone()))
+            .map(|(k, (who, t))| t.row(k, who.clone(), watched_us))
             .collect();
         v.sort_by(|a, b| {
-            b.lost_ms
-                .total_cmp(&a.lost_ms)
+            (b.lost_ms + b.ack_held_ms)
+                .total_cmp(&(a.lost_ms + a.ack_held_ms))
                 .then(b.connections.cmp(&a.connections))
                 .then(a.port.cmp(&b.port))
         });
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(port: u16) -> GroupKey {
+        GroupKey {
+            pid: Some(7),
+            uid: 0,
+            port,
+            serves: false,
+            netns: 1,
+        }
+    }
+
+    fn stall(lost_us: u64) -> Stall {
+        Stall {
+            held: 40,
+            lost_us,
+            at_us: 0,
+            timer: Some(AckTimer::Linux40ms),
+        }
+    }
+
+    #[test]
+    fn a_group_is_ack_clocked_by_the_rule_and_a_stall_stays_a_stall() {
+        let mut b = Board::default();
+        let who = Who::default();
+        // Connection 1 of port 6379: 14,000 writes that waited 610 ms of a 1 s window, and
+        // one stall; counted once, as clocked and as stalling.
+        b.add_clock(&key(6379), &who, 1, (10_000, 400_000), (0, 600_000));
+        b.add_clock(&key(6379), &who, 1, (4_000, 210_000), (600_000, 1_000_000));
+        b.add_stall(&key(6379), &who, 1, &stall(40_000));
+        // Port 80: stalls, and a few prompt-ACK releases (not clocked).
+        b.add_stall(&key(80), &who, 2, &stall(40_000));
+        b.add_stall(&key(80), &who, 2, &stall(41_000));
+        b.add_clock(&key(80), &who, 2, (12, 600), (0, 1_000_000));
+        let rows = b.rows(1_000_000);
+        let clocked = rows.iter().find(|r| r.port == 6379).unwrap();
+        assert_eq!(clocked.kind, RowKind::AckClocked, "{clocked:?}");
+        let c = clocked.ack_clocked.unwrap();
+        assert_eq!(c.releases, 14_000);
+        assert!((c.share - 0.61).abs() < 1e-9, "{c:?}");
+        assert_eq!(
+            (
+                clocked.connections,
+                clocked.stalling_connections,
+                clocked.ack_released_connections
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!(clocked.stalls, 1);
+        let stalling = rows.iter().find(|r| r.port == 80).unwrap();
+        assert_eq!(stalling.kind, RowKind::Stall, "{stalling:?}");
+        assert!(stalling.ack_clocked.is_none());
+        assert_eq!(stalling.ack_released, 12);
+        // Clocked first: it cost more.
+        assert_eq!(rows[0].port, 6379);
+        // Over a 10 s watch, the clocked second is judged over its span, not the watch.
+        let c = b.rows(10_000_000)[0].ack_clocked.unwrap();
+        assert!((c.share - 0.61).abs() < 1e-9, "{c:?}");
     }
 }

@@ -10,6 +10,14 @@
 //! rule the doctor applies to packets) decides whether it was a Nagle/delayed-ACK stall: a
 //! write smaller than the MSS, an ACK 30 ms or more late, no zero window, no loss recovery.
 //!
+//! A hold an ACK released promptly (within the round trip, a small write: the rule rejects
+//! it only as a prompt ACK, [`rule::is_clocked_release`]) is a [`Release::Clocked`]: the
+//! evidence of an ACK-clocked connection, added up per socket. Sampling sees such holds only
+//! where the socket was holding at a sample: each counts from the first sample that saw it to
+//! the one that saw its release, so the time held is known to within an interval per hold
+//! (busy clocked sockets hold at most samples, and the chained holds add up to about the
+//! time spent holding).
+//!
 //! Sampling sees a hold only if it lasts longer than the interval; at the default 2 ms every
 //! 40 ms stall is seen about 20 times, and its length is known to within an interval.
 
@@ -39,6 +47,18 @@ struct Hold {
     rtt_us: u64,
     zero_window: bool,
     loss_recovery: bool,
+}
+
+/// How a hold an ACK released ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// A stall.
+    Stall(Stall),
+    /// A prompt ACK released it (see [`rule::is_clocked_release`]): a clocked write.
+    Clocked {
+        /// How long it was held, µs.
+        hold_us: u64,
+    },
 }
 
 /// Follows one socket from sample to sample.
@@ -79,6 +99,15 @@ impl HoldTracker {
 
     /// One sample of the socket taken at `at_us`; returns a stall if one just ended.
     pub fn observe(&mut self, at_us: u64, info: &TcpInfo) -> Option<Stall> {
+        match self.observe_release(at_us, info)? {
+            Release::Stall(s) => Some(s),
+            Release::Clocked { .. } => None,
+        }
+    }
+
+    /// One sample of the socket taken at `at_us`; returns how a hold ended, if one just
+    /// ended with a release by an ACK that was a stall or clocked.
+    pub fn observe_release(&mut self, at_us: u64, info: &TcpInfo) -> Option<Release> {
         let now = holding(at_us, info);
         let Some(h) = self.hold else {
             self.hold = now;
@@ -116,7 +145,7 @@ impl HoldTracker {
             zero_window: h.zero_window,
             loss_recovery: h.loss_recovery || info.ca_state != 0,
         }
-        .judge(at_us)
+        .release(at_us)
     }
 }
 
@@ -143,6 +172,15 @@ impl HeldWrite {
     /// The verdict: the hold less the round trip is how late the releasing ACK came;
     /// [`rule::judge`] says whether it was a stall. `at_us` is when it ended.
     pub fn judge(&self, at_us: u64) -> Option<Stall> {
+        match self.release(at_us)? {
+            Release::Stall(s) => Some(s),
+            Release::Clocked { .. } => None,
+        }
+    }
+
+    /// The verdict, with clocked releases: a stall, a write a prompt ACK released
+    /// ([`rule::is_clocked_release`]), or neither (`None`). `at_us` is when it ended.
+    pub fn release(&self, at_us: u64) -> Option<Release> {
         let ack_delay_us = self.hold_us.saturating_sub(self.rtt_us);
         let e = HoldEvidence {
             held_len: self.held,
@@ -157,12 +195,20 @@ impl HeldWrite {
             zero_window: self.zero_window,
             loss_recovery: self.loss_recovery,
         };
-        rule::judge(&e).ok().map(|()| Stall {
-            held: self.held,
-            lost_us: ack_delay_us,
-            at_us,
-            timer: AckTimer::on_path(ack_delay_us, self.rtt_us),
-        })
+        if rule::judge(&e).is_ok() {
+            Some(Release::Stall(Stall {
+                held: self.held,
+                lost_us: ack_delay_us,
+                at_us,
+                timer: AckTimer::on_path(ack_delay_us, self.rtt_us),
+            }))
+        } else if rule::is_clocked_release(&e) {
+            Some(Release::Clocked {
+                hold_us: self.hold_us,
+            })
+        } else {
+            None
+        }
     }
 }
 
@@ -207,6 +253,37 @@ mod tests {
         assert!((39_000..43_000).contains(&found[0].lost_us), "{found:?}");
         assert_eq!(found[0].held, 100);
         assert_eq!(found[0].timer, Some(AckTimer::Linux40ms));
+    }
+
+    #[test]
+    fn writes_released_by_prompt_acks_are_clocked_not_stalls() {
+        // A busy shared connection: a small write held at every sample, each released by the
+        // next ACK (bytes_acked and bytes_sent move between samples).
+        let mut t = HoldTracker::default();
+        let mut clocked = Vec::new();
+        for k in 1..=10u64 {
+            let i = TcpInfo {
+                bytes_sent: Some(1_000 * k),
+                ..info(40, 1, 1_000 * k)
+            };
+            if let Some(r) = t.observe_release(k * 2_000, &i) {
+                clocked.push(r);
+            }
+        }
+        assert_eq!(clocked.len(), 9, "{clocked:?}");
+        assert!(clocked
+            .iter()
+            .all(|r| *r == Release::Clocked { hold_us: 2_000 }));
+        // A full segment held (a full window's tail, cork) is not a clocked write.
+        let mut t = HoldTracker::default();
+        let big = |k: u64| TcpInfo {
+            bytes_sent: Some(10_000 * k),
+            ..info(1448, 1, 10_000 * k)
+        };
+        assert!((1..=5)
+            .filter_map(|k| t.observe_release(k * 2_000, &big(k)))
+            .next()
+            .is_none());
     }
 
     #[test]

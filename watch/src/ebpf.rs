@@ -6,6 +6,14 @@
 //! is an [`Event`], read out of the ring buffer through a `#[repr(C)]` mirror of the C
 //! `struct event` (ebpf/event.rs, which asserts its layout).
 //!
+//! The short holds a prompt ACK released (too short to be stalls: the evidence of an
+//! ACK-clocked connection) are added up in the kernel per socket, a count and the time held,
+//! in the `clocks` map; each refresh this module reads and deletes its entries (one
+//! [`Clock`] per socket that had such holds since, through the mirror in ebpf/clock.rs) and
+//! adds them to the board, where [`nagless_stall_rule::judge_clock`] judges each group. A
+//! hold the kernel reports as long that the rule finds released by a prompt ACK (a path
+//! whose round trip is 30 ms or more) is added the same way.
+//!
 //! Its cost follows held writes, not sockets: nothing is read per socket, the kernel programs
 //! run per write and per received segment (a hash lookup that misses unless the socket holds
 //! a write), and userspace only sees holds long enough to be stalls.
@@ -23,19 +31,21 @@ use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+mod clock;
 mod event;
 
+pub use clock::{Clock, CLOCK_SIZE};
 pub use event::{Event, EVENT_SIZE};
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramInfo};
 use aya::{Btf, Ebpf, EbpfLoader};
-use nagless_stall_rule::DELAYED_ACK_MIN_US;
+use nagless_stall_rule::{release_window_us, DELAYED_ACK_MIN_US};
 use netlink_packet_sock_diag::inet::StateFlags;
 
 use crate::backend::{KernelReport, Run, Source};
 use crate::board::{Board, GroupKey, Row, Who};
-use crate::detect::Stall;
+use crate::detect::{Release, Stall};
 use crate::diag::SocketRow;
 use crate::netns::{netns_of, Namespaces};
 use crate::{Filter, SampleStats, StallEvent};
@@ -111,6 +121,8 @@ pub struct Counters {
     pub reported: u64,
     /// Reports lost to a full ring buffer.
     pub lost: u64,
+    /// Short holds a prompt ACK released, added up per socket (ACK-clocked evidence).
+    pub clocked: u64,
 }
 
 /// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns`.
@@ -136,6 +148,11 @@ pub struct EbpfWatcher {
     // The programs stay attached while this lives.
     bpf: Ebpf,
     ring: RingBuf<MapData>,
+    /// Per socket, the short holds a prompt ACK released since the last drain.
+    clocks: BpfHashMap<MapData, u64, [u8; CLOCK_SIZE]>,
+    /// When the clocks were last drained, and this window began (µs on the watch's clock).
+    drained_us: u64,
+    window_start_us: u64,
     filter: Filter,
     /// `CLOCK_MONOTONIC` (the kernel's event times) at the start, ns.
     start_mono_ns: u64,
@@ -174,9 +191,12 @@ impl EbpfWatcher {
         }
         let btf = Btf::from_sys_fs().map_err(|e| Unavailable::NoBtf(io::Error::other(e)))?;
         let min_hold_ns: u64 = DELAYED_ACK_MIN_US * 1000;
+        // At the sender: the latest a write may leave after the ACK that released it.
+        let clock_gap_ns: u64 = release_window_us(0, 0).1 * 1000;
         let mut bpf = EbpfLoader::new()
             .btf(Some(&btf))
             .set_global("min_hold_ns", &min_hold_ns, true)
+            .set_global("clock_gap_ns", &clock_gap_ns, true)
             // 1 MiB: about 7,700 reports between two drains (every 50 ms: 150,000 a second).
             .set_max_entries("events", 1 << 20)
             .load(OBJECT)
@@ -201,9 +221,16 @@ impl EbpfWatcher {
             .take_map("events")
             .ok_or_else(|| Unavailable::Load("the object has no map events".into()))?;
         let ring = RingBuf::try_from(ring).map_err(load_error)?;
+        let clocks = bpf
+            .take_map("clocks")
+            .ok_or_else(|| Unavailable::Load("the object has no map clocks".into()))?;
+        let clocks = BpfHashMap::try_from(clocks).map_err(load_error)?;
         Ok(EbpfWatcher {
             bpf,
             ring,
+            clocks,
+            drained_us: 0,
+            window_start_us: 0,
             filter,
             start_mono_ns: monotonic_ns(),
             nets: Namespaces::new(true).ok(),
@@ -294,18 +321,21 @@ impl EbpfWatcher {
         }
         // On the watch's clock: when the kernel saw the release.
         let at_us = e.released_ns.saturating_sub(self.start_mono_ns) / 1000;
-        let stall = e.stall(at_us)?;
-        let netns = self.owner(e.pid, &e.comm);
-        let listening = self.serves(netns, lport);
-        let (serves, port) = crate::role::role(listening, lport, rport, &self.ephemeral);
+        let release = e.release(at_us)?;
+        let key = self.group(e.pid, &e.comm, e.uid, (lport, rport));
         // (Borrowed, not cloned: this runs for every stall on the host.)
         let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
-        let key = GroupKey {
-            pid: Some(e.pid),
-            uid: e.uid,
-            port,
-            serves,
-            netns,
+        let stall = match release {
+            Release::Stall(s) => s,
+            // A long hold on a long path, released by a prompt ACK: clocked.
+            Release::Clocked { hold_us } => {
+                let span = (at_us.saturating_sub(hold_us), at_us);
+                self.window
+                    .add_clock(&key, who, e.cookie, (1, hold_us), span);
+                self.total
+                    .add_clock(&key, who, e.cookie, (1, hold_us), span);
+                return None;
+            }
         };
         self.window.add_stall(&key, who, e.cookie, &stall);
         self.total.add_stall(&key, who, e.cookie, &stall);
@@ -326,6 +356,54 @@ impl EbpfWatcher {
             });
         }
         Some(stall)
+    }
+
+    /// The group of a socket written by `pid` (task `comm`, user `uid`) with local and remote
+    /// ports `ports`.
+    fn group(&mut self, pid: u32, comm: &str, uid: u32, (lport, rport): (u16, u16)) -> GroupKey {
+        let netns = self.owner(pid, comm);
+        let listening = self.serves(netns, lport);
+        let (serves, port) = crate::role::role(listening, lport, rport, &self.ephemeral);
+        GroupKey {
+            pid: Some(pid),
+            uid,
+            port,
+            serves,
+            netns,
+        }
+    }
+
+    /// The watch's clock now, µs.
+    fn now_us(&self) -> u64 {
+        monotonic_ns().saturating_sub(self.start_mono_ns) / 1000
+    }
+
+    /// Reads and deletes every socket's short ACK-released holds since the last drain, and
+    /// adds them to the board (as held between the last drain and now). A hold the kernel adds
+    /// between the read and the delete is lost (the window is a few microseconds).
+    fn drain_clocks(&mut self) {
+        let now_us = self.now_us();
+        let span = (self.drained_us, now_us);
+        self.drained_us = now_us;
+        let keys: Vec<u64> = self.clocks.keys().filter_map(Result::ok).collect();
+        for cookie in keys {
+            let got = self.clocks.get(&cookie, 0);
+            let _ = self.clocks.remove(&cookie);
+            let Some(c) = got.ok().and_then(|b| Clock::parse(cookie, &b)) else {
+                continue;
+            };
+            let (lport, rport) = (c.local.1, c.remote.1);
+            if self.filter.port.is_some_and(|p| p != lport && p != rport)
+                || self.filter.pid.is_some_and(|p| p != c.pid)
+            {
+                continue;
+            }
+            let key = self.group(c.pid, &c.comm, c.uid, (lport, rport));
+            let who = self.owners.get(&c.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+            let held = (c.count, c.held_ns / 1000);
+            self.window.add_clock(&key, who, cookie, held, span);
+            self.total.add_clock(&key, who, cookie, held, span);
+        }
     }
 
     /// Once a second: the TCP sockets in use in every namespace (the kernel's own count, read
@@ -354,7 +432,7 @@ impl EbpfWatcher {
 
     /// The kernel programs' counters so far.
     pub fn counters(&self) -> Counters {
-        let mut c = [0u64; 5];
+        let mut c = [0u64; 6];
         if let Some(m) = self.bpf.map("counters") {
             if let Ok(a) = PerCpuArray::<_, u64>::try_from(m) {
                 for (i, v) in c.iter_mut().enumerate() {
@@ -370,6 +448,7 @@ impl EbpfWatcher {
             sent_without_ack: c[2],
             reported: c[3],
             lost: c[4],
+            clocked: c[5],
         }
     }
 
@@ -414,17 +493,25 @@ impl Source for EbpfWatcher {
             }
         }
         self.count_sockets(&mut stats);
+        // (Each refresh drains them too; this bounds a long refresh's map.)
+        if self.now_us() >= self.drained_us + 1_000_000 {
+            self.drain_clocks();
+        }
         Ok(stats)
     }
 
-    /// The rows of the window since the last call (stalling groups first); starts a new one.
+    /// The rows of the window since the last call (stalling and clocked groups first);
+    /// starts a new one.
     fn take_window(&mut self) -> Vec<Row> {
-        std::mem::take(&mut self.window).rows()
+        self.drain_clocks();
+        let now_us = self.now_us();
+        let watched = now_us.saturating_sub(std::mem::replace(&mut self.window_start_us, now_us));
+        std::mem::take(&mut self.window).rows(watched)
     }
 
-    /// The rows of the whole watch, stalling groups first.
+    /// The rows of the whole watch, stalling and clocked groups first.
     fn totals(&self) -> Vec<Row> {
-        self.total.rows()
+        self.total.rows(self.now_us())
     }
 
     /// Keeps every stall from now on, for [`take_stalls`](Source::take_stalls) (which must then be

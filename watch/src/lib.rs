@@ -34,7 +34,7 @@ pub mod sampling;
 pub mod serve;
 pub mod web_config;
 
-pub use board::{GroupKey, Row};
+pub use board::{GroupKey, Row, RowKind};
 pub use sampling::Watcher;
 
 /// Which sockets to watch.

@@ -10,6 +10,7 @@
 //! | `nagless_stall_seconds_total` | counter | time the stalled writes lost (the ACKs' lateness) |
 //! | `nagless_stall_duration_seconds` | histogram | each stall's lost time |
 //! | `nagless_stalling_connections` | gauge | connections of the group that stalled in the last refresh |
+//! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
 //! | `nagless_watch_sockets` | gauge | TCP sockets in use on the host (the kernel's count) |
@@ -39,11 +40,17 @@
 //! Durations are kept in whole microseconds and published in seconds, so that
 //! they print as they add up (`0.386224`), not as a float sum drifts.
 //!
+//! `nagless_ack_clocked_seconds_total` counts, for each refresh in which a group was
+//! ACK-clocked ([`nagless_stall_rule::judge_clock`] over that refresh), the time its small
+//! writes waited behind the peer's prompt ACKs (summed over its connections): not stalls,
+//! the other cost of Nagle on a busy shared connection. It is 0 for every group that never
+//! was, like the stall series.
+//!
 //! `nagless_watch_stalls_total` and the watcher's own series exist from the first scrape.
 //! A group's series appear, at zero, as soon as one of its connections is seen (sampling
 //! lists every connection), so that a query over a service that does not stall returns 0,
-//! not nothing; the eBPF backend hears only of long holds, so there a group appears with its
-//! first stall, and `rate()` over the whole host reads `nagless_watch_stalls_total`. The series are bounded
+//! not nothing; the eBPF backend hears only of long holds and of the short holds prompt ACKs
+//! released, so there a group appears with its first of either, and `rate()` over the whole host reads `nagless_watch_stalls_total`. The series are bounded
 //! ([`Limits`]): a group neither refreshed nor stalling for `forget_after` loses its series,
 //! and beyond `max_series` groups the rest share one series with `role="overflow"`.
 //!
@@ -205,6 +212,7 @@ pub struct Metrics {
     stall_seconds: Family<Labels, MicrosCounter>,
     durations: Family<Labels, MicrosHistogram, Buckets>,
     stalling: Family<Labels, Gauge>,
+    ack_clocked: Family<Labels, MicrosCounter>,
     host_stalls: Counter,
     cpu: FloatCounter,
     cpu_seen: Duration,
@@ -257,6 +265,13 @@ impl Metrics {
             "nagless_stalling_connections",
             "Connections of the group that stalled in the last refresh window",
             stalling.clone(),
+        );
+        let ack_clocked = Family::<Labels, MicrosCounter>::default();
+        r.register_with_unit(
+            "nagless_ack_clocked",
+            "Time the group's small writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked (a busy connection whose writes Nagle sends one ACK at a time; not stalls)",
+            Unit::Seconds,
+            ack_clocked.clone(),
         );
         let host_stalls = Counter::default();
         r.register(
@@ -315,6 +330,7 @@ impl Metrics {
             stall_seconds,
             durations,
             stalling,
+            ack_clocked,
             host_stalls,
             cpu,
             cpu_seen: Duration::ZERO,
@@ -396,6 +412,7 @@ impl Metrics {
             self.stall_seconds.remove(&l);
             self.durations.remove(&l);
             self.stalling.remove(&l);
+            self.ack_clocked.remove(&l);
             self.forgotten.inc();
         }
         // Every group keeps its series: at 0 when none of its connections stalled this
@@ -426,6 +443,10 @@ impl Metrics {
             drop(self.stalls.get_or_create(&l));
             drop(self.stall_seconds.get_or_create(&l));
             drop(self.durations.get_or_create(&l));
+            let clocked = self.ack_clocked.get_or_create(&l);
+            if r.ack_clocked.is_some() {
+                clocked.inc_by((r.ack_held_ms * 1000.0).round() as u64);
+            }
         }
         self.series.set(self.seen.len() as i64);
     }
@@ -620,6 +641,43 @@ mod tests {
                 l("python3 app.py", "8080", "serves", "0123456789ab")
             ),
             "# EOF".into(),
+        ] {
+            assert!(text.contains(&want), "no {want} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn ack_clocked_time_is_counted_only_where_the_group_was_clocked() {
+        let mut m = metrics(1000);
+        let clocked = Row {
+            ack_released: 14_000,
+            ack_held_ms: 610.5,
+            ack_clocked: Some(nagless_stall_rule::AckClocked {
+                releases: 14_000,
+                share: 0.61,
+                held_ms_per_s: 610.5,
+            }),
+            ..row("python3 client.py", 6379, false)
+        };
+        // Short holds that were not judged clocked count nothing.
+        let quiet = Row {
+            ack_released: 20,
+            ack_held_ms: 3.0,
+            ..row("redis-server", 6380, true)
+        };
+        m.window(&[clocked.clone(), quiet.clone()]);
+        m.window(&[clocked, quiet]);
+        let text = m.encode();
+        for want in [
+            format!(
+                "nagless_ack_clocked_seconds_total{} 1.221",
+                l("python3 client.py", "6379", "connects", "")
+            ),
+            format!(
+                "nagless_ack_clocked_seconds_total{} 0",
+                l("redis-server", "6380", "serves", "")
+            ),
+            "# TYPE nagless_ack_clocked_seconds counter".into(),
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
         }

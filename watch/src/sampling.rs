@@ -2,8 +2,9 @@
 //! lists every established socket in every network namespace through netlink `sock_diag`,
 //! with the owners /proc names; every interval the sockets with data in flight lately are
 //! looked up one by one ([`Lookups`]), so the cost follows the busy sockets. Each socket's
-//! held writes are followed ([`HoldTracker`]) and its stalls tallied, then added to its
-//! group's on the board ([`crate::board`]) when the rows are made.
+//! held writes are followed ([`HoldTracker`]) and its stalls (and the short holds a prompt
+//! ACK released: [`Release::Clocked`]) tallied, then added to its group's on the board
+//! ([`crate::board`]) when the rows are made.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -11,7 +12,7 @@ use std::time::Instant;
 
 use crate::backend::{Run, Source};
 use crate::board::{Board, GroupKey, Row, Tally, Who};
-use crate::detect::HoldTracker;
+use crate::detect::{HoldTracker, Release};
 use crate::diag::{state, SocketRow};
 use crate::netns::{Lookups, Namespaces};
 use crate::procs::{ProcMap, Process};
@@ -55,6 +56,8 @@ pub struct Watcher {
     denied: usize,
     filter: Filter,
     start: Instant,
+    /// When this window began.
+    window_start: Instant,
     /// Per socket, by namespace and cookie.
     sockets: HashMap<(u64, u64), Tracked>,
     rows: Vec<SocketRow>,
@@ -91,6 +94,7 @@ impl Watcher {
             owners: HashMap::new(),
             filter,
             start: Instant::now(),
+            window_start: Instant::now(),
             sockets: HashMap::new(),
             rows: Vec::new(),
             last_gc_us: 0,
@@ -187,7 +191,16 @@ impl Watcher {
                 continue;
             }
             t.observed_us = at_us;
-            let stall = t.tracker.observe(at_us, info);
+            let stall = match t.tracker.observe_release(at_us, info) {
+                Some(Release::Stall(s)) => Some(s),
+                Some(Release::Clocked { hold_us }) => {
+                    let span = (at_us.saturating_sub(hold_us), at_us);
+                    t.window.add_clock(1, hold_us, span);
+                    t.total.add_clock(1, hold_us, span);
+                    None
+                }
+                None => None,
+            };
             if info.unacked > 0 || info.notsent_bytes.is_some_and(|n| n > 0) || t.tracker.holding()
             {
                 t.busy_until_us = at_us + BUSY_US;
@@ -311,7 +324,8 @@ impl Source for Watcher {
             }
             t.window = Tally::default();
         }
-        g.rows()
+        let watched = std::mem::replace(&mut self.window_start, Instant::now()).elapsed();
+        g.rows(watched.as_micros() as u64)
     }
 
     /// The rows of the whole watch, stalling groups first.
@@ -320,7 +334,7 @@ impl Source for Watcher {
         for t in self.sockets.values() {
             g.add(&t.key, &t.who, &t.total);
         }
-        g.rows()
+        g.rows(self.start.elapsed().as_micros() as u64)
     }
 
     /// Keeps every stall from now on, for [`take_stalls`](Source::take_stalls) (which must then be

@@ -36,6 +36,17 @@ WHAT SAMPLING CAN AND CANNOT SEE
   sender waiting for this host's delayed ACKs does not show here (capture at either end and
   use `nagless doctor`).
 
+ACK-CLOCKED CONNECTIONS (not stalls)
+  A busy connection shared by many requests (a Redis, gRPC or database client) can lose time
+  to Nagle with no stall: each small write waits for the peer's prompt ACK of the last, one
+  round trip after another. Both backends add up the holds a prompt ACK released; a group
+  with 50 or more of them whose writes waited 10 % or more of the time is ACK-clocked: its
+  fix column reads `[N] ACK-clocked 61%`, the summary gives its cost (the share of the time
+  its writes queued behind the peer's ACKs, in ms/s) and its fix (TCP_NODELAY: `nagless fix
+  --nodelay` live, `nagless run --mode nodelay`, or in code); JSON rows say `kind`
+  (stall, ack-clocked or none) and `ack_clocked`; Prometheus counts the waiting time in
+  nagless_ack_clocked_seconds_total. It does not change the exit status.
+
 CONTAINERS
   Every network namespace named by /proc/PID/ns/net (each container, each Kubernetes pod) is
   entered once to list its sockets; new ones are found every 2 s, gone ones dropped. Rows

@@ -49,6 +49,7 @@ pub(super) fn json_rows(rows: &[Row], secs: f64) -> Vec<serde_json::Value> {
             let mut v = serde_json::to_value(r).unwrap_or_default();
             v["stalls_per_s"] = (r.stalls as f64 / secs).into();
             v["lost_ms_per_s"] = (r.lost_ms / secs).into();
+            v["ack_held_ms_per_s"] = (r.ack_held_ms / secs).into();
             v
         })
         .collect()

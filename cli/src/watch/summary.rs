@@ -1,5 +1,6 @@
-//! The end of the watch: the summary of the whole watch (the stalled rows, their fixes and
-//! what the watch cost), as text or as a JSON line.
+//! The end of the watch: the summary of the whole watch (the stalled and ACK-clocked rows,
+//! their fixes and what the watch cost), as text or as a JSON line. The exit status says
+//! whether stalls were seen; ACK-clocked rows are reported, and do not change it.
 
 use std::io::Write;
 
@@ -24,6 +25,12 @@ pub(super) fn write(
     let (listed, not_entered, _) = w.namespaces();
     let totals = w.totals();
     let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
+    // Stalling or ACK-clocked: what the summary lists.
+    let flagged: Vec<Row> = totals
+        .iter()
+        .filter(|r| r.stalls > 0 || r.ack_clocked.is_some())
+        .cloned()
+        .collect();
     let res = if args.json {
         let line = serde_json::json!({
             "type": "summary",
@@ -58,7 +65,7 @@ pub(super) fn write(
                     .map(|p| format!(" of process {p}"))
                     .unwrap_or_default()
             );
-        } else if stalled.is_empty() {
+        } else if flagged.is_empty() {
             out += "no Nagle/delayed-ACK stall seen";
             out += &match args.port {
                 Some(p) => format!(" on port {p}"),
@@ -66,9 +73,9 @@ pub(super) fn write(
             };
             out += "\n";
         } else {
-            table(&stalled, elapsed, view.own_netns, false, &mut out);
+            table(&flagged, elapsed, view.own_netns, false, &mut out);
             out += "\n";
-            stalled_lines(&stalled, view.own_netns, &Pin::all(), &mut out);
+            stalled_lines(&flagged, view.own_netns, &Pin::all(), &mut out);
         }
         out += &format!("\n{}\n", w.cost(run));
         write!(stdout, "{out}")

@@ -1,6 +1,7 @@
 //! The watch's text: the table of rows (each row's process, port, counters and which fix
 //! fits it) and the summary's lines on the rows that stalled.
 
+use nagless_doctor::rule::CLOCKED_FIX;
 use nagless_watch::Row;
 
 use super::pin::{fix_command, Pin};
@@ -40,6 +41,7 @@ fn cut(s: &str, n: usize) -> String {
 
 /// The distinct fixes of the stalling rows, in the order they first come: rows that share
 /// one (the same peer timer) point to one line (`[1]`), rather than each repeating it.
+/// An ACK-clocked row's fix comes after them ([`CLOCKED_FIX`]).
 fn fixes(rows: &[Row]) -> Vec<&str> {
     let mut v: Vec<&str> = Vec::new();
     for r in rows.iter().filter(|r| r.stalls > 0 && !r.advice.is_empty()) {
@@ -47,7 +49,35 @@ fn fixes(rows: &[Row]) -> Vec<&str> {
             v.push(&r.advice);
         }
     }
+    if rows.iter().any(|r| r.ack_clocked.is_some()) {
+        v.push(CLOCKED_FIX);
+    }
     v
+}
+
+/// A fix's line under the table.
+fn note(fix: &str) -> String {
+    if fix == CLOCKED_FIX {
+        format!("ACK-clocked, not a stall: writes wait for the peer's ACKs, one round trip after another; {fix}")
+    } else {
+        fix.to_owned()
+    }
+}
+
+/// The fix column of a row: the mark of its stalls' fix, and of the ACK-clocked fix with the
+/// share of the time its writes waited (`[2] ACK-clocked 61%`).
+fn marks(r: &Row, fixes: &[&str]) -> String {
+    let mut m = match fixes.iter().position(|f| r.stalls > 0 && *f == r.advice) {
+        Some(i) => format!("[{}]", i + 1),
+        None => String::new(),
+    };
+    if let (Some(c), Some(i)) = (r.ack_clocked, fixes.iter().position(|f| *f == CLOCKED_FIX)) {
+        if !m.is_empty() {
+            m.push(' ');
+        }
+        m += &format!("[{}] ACK-clocked {:.0}%", i + 1, c.share * 100.0);
+    }
+    m
 }
 
 fn port(r: &Row) -> String {
@@ -70,10 +100,7 @@ pub(super) fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &
         "process", "port", "conns", "stalls/s", "lost ms/s", "worst ms"
     );
     for r in rows {
-        let fix = match fixes.iter().position(|f| r.stalls > 0 && *f == r.advice) {
-            Some(i) => format!("[{}]", i + 1),
-            None => String::new(),
-        };
+        let fix = marks(r, &fixes);
         let _ = writeln!(
             out,
             "{:<44} {:>8} {:>6} {:>9.1} {:>11.1} {:>9.1}  {fix}",
@@ -88,7 +115,7 @@ pub(super) fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &
     if notes && !fixes.is_empty() {
         out.push('\n');
         for (i, f) in fixes.iter().enumerate() {
-            let _ = writeln!(out, "[{}] {f}", i + 1);
+            let _ = writeln!(out, "[{}] {}", i + 1, note(f));
         }
     }
 }
@@ -101,8 +128,12 @@ pub(super) fn stalled_lines(stalled: &[Row], own_netns: u64, pins: &[Pin], out: 
     let fixes = fixes(stalled);
     // (Rows without a fix, whose timer was not judged, last.)
     for (i, fix) in fixes.iter().map(|f| Some(*f)).chain([None]).enumerate() {
+        if fix == Some(CLOCKED_FIX) {
+            continue;
+        }
         let rows: Vec<&Row> = stalled
             .iter()
+            .filter(|r| r.stalls > 0)
             .filter(|r| fix.map_or(!fixes.contains(&r.advice.as_str()), |f| r.advice == f))
             .collect();
         for r in &rows {
@@ -139,6 +170,45 @@ pub(super) fn stalled_lines(stalled: &[Row], own_netns: u64, pins: &[Pin], out: 
             let _ = writeln!(out, "  {peers} with {timer}.\n  fix [{}]: {fix}", i + 1);
         }
     }
+    clocked_lines(stalled, own_netns, pins, &fixes, out);
+}
+
+/// The summary's lines on the ACK-clocked rows: each row's process, port, and the cost in
+/// the units users feel (how much of the time its writes queued behind the peer's ACKs),
+/// with the command that repairs it live (or the `nagless fix` already covering it); then,
+/// once, the fix, numbered as in the table.
+fn clocked_lines(rows: &[Row], own_netns: u64, pins: &[Pin], fixes: &[&str], out: &mut String) {
+    use std::fmt::Write as _;
+    let Some(i) = fixes.iter().position(|f| *f == CLOCKED_FIX) else {
+        return;
+    };
+    for r in rows {
+        let Some(c) = r.ack_clocked else { continue };
+        let _ = writeln!(
+            out,
+            "{} {}: ACK-clocked, not a stall: writes queued behind the peer's ACKs {:.0} % of the time ({:.0} ms/s), {} writes released one ACK at a time",
+            who(r, own_netns, usize::MAX),
+            port(r),
+            c.share * 100.0,
+            c.held_ms_per_s,
+            c.releases
+        );
+        match pins.iter().find(|p| p.covers(r)) {
+            Some(p) => {
+                let _ = writeln!(
+                    out,
+                    "  a `nagless fix` covers its new connections ({})",
+                    p.what
+                );
+            }
+            None => {
+                if let Some(cmd) = fix_command(r) {
+                    let _ = writeln!(out, "  repair it live: {cmd}");
+                }
+            }
+        }
+    }
+    let _ = writeln!(out, "  fix [{}]: {CLOCKED_FIX}", i + 1);
 }
 
 #[cfg(test)]
@@ -217,6 +287,46 @@ mod tests {
             ..Row::default()
         };
         assert_eq!(who(&unknown, 0, 44), "uid 1000 (pid not readable)");
+    }
+
+    #[test]
+    fn an_ack_clocked_row_is_marked_and_told_its_cost_and_fix() {
+        let clocked = Row {
+            serves: false,
+            ack_clocked: Some(nagless_doctor::rule::AckClocked {
+                releases: 23_630,
+                share: 0.61,
+                held_ms_per_s: 610.0,
+            }),
+            ..row(5, "python3 client.py", 6379, 0, None)
+        };
+        let stalling = row(1, "python3 a.py", 8000, 10, Some(AckTimer::Linux40ms));
+        let rows = [stalling, clocked];
+        let mut t = String::new();
+        table(&rows, 1.0, 1, true, &mut t);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(lines[1].ends_with("  [1]"), "{t}");
+        assert!(lines[2].ends_with("  [2] ACK-clocked 61%"), "{t}");
+        assert!(
+            lines[5].starts_with("[2] ACK-clocked, not a stall: ")
+                && lines[5].contains("TCP_NODELAY"),
+            "{t}"
+        );
+        let mut s = String::new();
+        stalled_lines(&rows, 1, &[], &mut s);
+        assert!(s.contains("1 python3 a.py :8000: 10 stall(s)"), "{s}");
+        assert!(
+            s.contains(
+                "5 python3 client.py ->:6379: ACK-clocked, not a stall: writes queued behind the peer's ACKs 61 % of the time (610 ms/s), 23630 writes released one ACK at a time\n  \
+                 repair it live: nagless fix --pid 5 --port 6379 --nodelay\n  \
+                 fix [2]: set TCP_NODELAY"
+            ),
+            "{s}"
+        );
+        assert!(
+            !s.contains("5 python3 client.py ->:6379: 0 stall(s)"),
+            "{s}"
+        );
     }
 
     #[test]

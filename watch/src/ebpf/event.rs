@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
-use crate::detect::{HeldWrite, Stall};
+use crate::detect::{HeldWrite, Release, Stall};
 
 /// One report from the kernel: a write held until an ACK released it, at least
 /// [`DELAYED_ACK_MIN_US`](nagless_stall_rule::DELAYED_ACK_MIN_US) later.
@@ -166,6 +166,15 @@ impl Event {
 
     /// The stall this hold was, judged by the stall rule; `None` if it was not one.
     pub fn stall(&self, at_us: u64) -> Option<Stall> {
+        match self.release(at_us)? {
+            Release::Stall(s) => Some(s),
+            Release::Clocked { .. } => None,
+        }
+    }
+
+    /// The stall this hold was, or the clocked write (a long path's prompt ACK released it);
+    /// `None` if neither.
+    pub fn release(&self, at_us: u64) -> Option<Release> {
         let rtt_us = if self.min_rtt_us > 0 && self.min_rtt_us != u32::MAX {
             self.min_rtt_us
         } else {
@@ -183,7 +192,7 @@ impl Event {
             zero_window: self.zero_window,
             loss_recovery: self.loss_recovery,
         }
-        .judge(at_us)
+        .release(at_us)
     }
 }
 
