@@ -26,8 +26,6 @@ pub use ack_clock::{
     CLOCKED_FIX, CLOCKED_RELEASES_MIN, CLOCKED_SEGMENTS_MIN, CLOCKED_SHARE_MIN, CLOCK_SPAN_MIN_US,
 };
 
-pub mod ack_clock;
-
 /// An ACK sent this long or longer after the data it acknowledges (the path's round trip
 /// taken off) is a delayed ACK. Linux's delayed-ACK timer is 40 ms at its shortest
 /// (`TCP_ATO_MIN`), other stacks' are 100-200 ms; 30 ms leaves room for timestamp jitter.
