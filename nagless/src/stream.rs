@@ -538,6 +538,8 @@ impl<S: AsOsSocket> Drop for NaglessStream<S> {
         self.core.close();
         // Best effort (see the type's docs): an error here has nobody to go to.
         let _ = self.pump(now());
+        // A clone of the socket may keep it open: what the kernel holds leaves now.
+        let _ = self.release_held();
     }
 }
 
