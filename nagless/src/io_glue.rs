@@ -270,7 +270,7 @@ mod tests {
             None,
             Kernel::default(),
         );
-        let t = Instant::now();
+        let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         assert_eq!(k.segments, [40]);
         assert_eq!(held, None);
@@ -285,7 +285,7 @@ mod tests {
             None,
             Kernel::default(),
         );
-        let t = Instant::now();
+        let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
@@ -304,7 +304,7 @@ mod tests {
             None,
             Kernel::default(),
         );
-        let t = Instant::now();
+        let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         k.ack_after_check = true;
         write(&mut core, &mut held, &mut k, t);
@@ -320,7 +320,7 @@ mod tests {
             None,
             Kernel::default(),
         );
-        let t = Instant::now();
+        let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
         assert!(held.is_some());
@@ -340,7 +340,7 @@ mod tests {
             None,
             Kernel::default(),
         );
-        let t = Instant::now();
+        let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t + CLOCK_BOUND / 2);
@@ -366,7 +366,7 @@ mod tests {
             None,
             Kernel::default(),
         );
-        let t = Instant::now();
+        let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
         core.write(b"ping", crate::Urgency::SendNow, t);
@@ -382,7 +382,7 @@ mod tests {
             None,
             Kernel::default(),
         );
-        let t = Instant::now();
+        let t = crate::clock::now();
         core.write(b"header", crate::Urgency::MoreFollows, t);
         drive_clocked(&mut core, &mut held, &mut k, t).unwrap();
         assert_eq!((core.pending(), k.segments.len()), (6, 0));
