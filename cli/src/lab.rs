@@ -18,6 +18,9 @@ SCENARIOS (default: all but custom)
   framed-window   4098 B messages through a 4096 B receiver window (tiny-tail) and 4098 (aligned)
   pipelined-read  32 MB read as 8 KiB requests at depth 1, 2, 10; header and data as two writes
   http-keepalive  request in one write; response header then 100 B body; C = 1, 10 connections
+  multiplexed     4 writer threads share one connection, 40 B requests, 64 in flight, a reader
+                  thread; the server answers each with its own write (cork: TCP_CORK around
+                  each request; msgmore is nodelay here; nagless: FlushPolicy::clocked)
   custom          your own exchange: --client PATTERN --server PATTERN [--rounds N]
 
 STRATEGIES (default: all)

@@ -9,6 +9,7 @@
 
 mod bgp;
 pub mod harness;
+mod multiplexed;
 pub mod pattern;
 mod plan;
 pub mod report;

@@ -113,6 +113,16 @@ impl Plan {
                 out.push((Case::HttpKeepalive { conns }, lo));
             }
         }
+        if want("multiplexed") {
+            out.push((
+                Case::Multiplexed {
+                    writers: 4,
+                    depth: 64,
+                    requests: if quick { 5_000 } else { 20_000 },
+                },
+                lo,
+            ));
+        }
         out
     }
 

@@ -8,6 +8,7 @@
 //! | `framed-window` | 001 | one 4098 B message through a 4096 B window | messages/s |
 //! | `pipelined-read` | 002 | one 8 KiB read request, header and data as two writes | MB/s |
 //! | `http-keepalive` | 004 | one request, response as header then 100 B body | requests/s |
+//! | `multiplexed` | issue 42 | one 40 B request of W writer threads sharing a connection, D in flight, to its answer (module `multiplexed`) | requests/s |
 //! | `http-wrk` (`--seeds`) | 004 | one request as Debian's wrk times it, against a server spending CPU per request (module `wrk`) | requests/s |
 //! | `custom` | — | one round of the user's patterns | rounds/s |
 
@@ -76,6 +77,17 @@ pub enum Case {
         /// CPU time the server spends per request, µs.
         work_us: u64,
     },
+    /// `writers` client threads share one connection, each request one 40-byte write under
+    /// a lock, at most `depth` in flight, one reader thread receiving the answers (written
+    /// one per request): the ACK-clocked connection of issue 42 (module `multiplexed`).
+    Multiplexed {
+        /// Writer threads.
+        writers: usize,
+        /// Requests in flight at most.
+        depth: usize,
+        /// Requests per run (the run may stop earlier at its time limit).
+        requests: usize,
+    },
     /// The user's own patterns, `rounds` times.
     Custom {
         /// Client pattern.
@@ -99,12 +111,13 @@ pub enum Credit {
 }
 
 /// Scenario names accepted on the command line.
-pub const SCENARIOS: [&str; 6] = [
+pub const SCENARIOS: [&str; 7] = [
     "split-write",
     "bgp-burst",
     "framed-window",
     "pipelined-read",
     "http-keepalive",
+    "multiplexed",
     "custom",
 ];
 
@@ -118,6 +131,7 @@ impl Case {
             Case::PipelinedRead { .. } => "pipelined-read",
             Case::HttpKeepalive { .. } => "http-keepalive",
             Case::HttpWrk { .. } => "http-wrk",
+            Case::Multiplexed { .. } => "multiplexed",
             Case::Custom { .. } => "custom",
         }
     }
@@ -156,6 +170,11 @@ impl Case {
             Case::PipelinedRead { block, depth, .. } => format!("block={block} depth={depth}"),
             Case::HttpKeepalive { conns } => format!("C={conns}"),
             Case::HttpWrk { conns, work_us } => format!("C={conns} work={work_us}us"),
+            Case::Multiplexed {
+                writers,
+                depth,
+                requests,
+            } => format!("W={writers} D={depth} requests={requests}"),
             Case::Custom {
                 client,
                 server,
@@ -171,7 +190,7 @@ impl Case {
             Case::BgpBurst { .. } => "sess/s",
             Case::FramedWindow { .. } => "msg/s",
             Case::PipelinedRead { .. } => "MB/s",
-            Case::HttpKeepalive { .. } | Case::HttpWrk { .. } => "req/s",
+            Case::HttpKeepalive { .. } | Case::HttpWrk { .. } | Case::Multiplexed { .. } => "req/s",
             Case::Custom { .. } => "rounds/s",
         }
     }
@@ -246,6 +265,15 @@ impl Case {
                     let r = r?;
                     result.absorb(r.0, r.1, r.2);
                 }
+            }
+            Case::Multiplexed {
+                writers,
+                depth,
+                requests,
+            } => {
+                let r =
+                    crate::multiplexed::run(*writers, *depth, *requests, strategy, setup, limit)?;
+                result.absorb(r.0, r.1, r.2);
             }
             Case::HttpWrk { conns, work_us } => {
                 let r = crate::wrk::run(

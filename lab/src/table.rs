@@ -64,6 +64,8 @@ pub struct Row {
     pub throughput: Spread,
     /// Data segments per exchange, both sides (TCP_INFO).
     pub segs_per_exchange: Spread,
+    /// Data segments per exchange, client side (TCP_INFO).
+    pub client_segs_per_exchange: Spread,
     /// Data segments per run, client side.
     pub client_data_segs: Spread,
     /// Data segments per run, server side.
@@ -116,6 +118,7 @@ struct RunSummary {
     elapsed: f64,
     throughput: f64,
     segs_per_ex: f64,
+    client_segs_per_ex: f64,
     client_segs: f64,
     server_segs: f64,
     client_bytes: f64,
@@ -151,6 +154,7 @@ fn summarize(r: &RunResult) -> RunSummary {
         elapsed: r.elapsed.as_secs_f64(),
         throughput: r.work / r.elapsed.as_secs_f64().max(1e-9),
         segs_per_ex: both.data_segs as f64 / ex,
+        client_segs_per_ex: r.client.data_segs as f64 / ex,
         client_segs: r.client.data_segs as f64,
         server_segs: r.server.data_segs as f64,
         client_bytes: r.client.bytes as f64,
@@ -203,6 +207,7 @@ pub(crate) fn row(strategy: Strategy, runs: &[RunResult]) -> Row {
         elapsed_s: spread(|x| x.elapsed),
         throughput: spread(|x| x.throughput),
         segs_per_exchange: spread(|x| x.segs_per_ex),
+        client_segs_per_exchange: spread(|x| x.client_segs_per_ex),
         client_data_segs: spread(|x| x.client_segs),
         server_data_segs: spread(|x| x.server_segs),
         client_bytes: spread(|x| x.client_bytes),

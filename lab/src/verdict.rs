@@ -131,6 +131,7 @@ mod tests {
             elapsed_s: Spread::default(),
             throughput: Spread::default(),
             segs_per_exchange: one(segs),
+            client_segs_per_exchange: Spread::default(),
             client_data_segs: Spread::default(),
             server_data_segs: Spread::default(),
             client_bytes: Spread::default(),

@@ -26,6 +26,7 @@ fn row(strategy: Strategy, p50: f64, p99: f64, segs: f64) -> Row {
         elapsed_s: one(0.3),
         throughput: one(1e6 / p50),
         segs_per_exchange: one(segs),
+        client_segs_per_exchange: one(segs / 2.0),
         client_data_segs: one(segs * 50.0),
         server_data_segs: one(segs * 50.0),
         client_bytes: one(102_400.0),
@@ -111,6 +112,19 @@ fn tables() -> Vec<Table> {
                 row(Nagle, 44_000.0, 48_100.0, 3.0),
                 row(Cork, 2_185.0, 2_301.0, 2.0),
                 row(Nagless, 2_177.0, 2_340.0, 2.0),
+            ],
+        ),
+        table(
+            Case::Multiplexed {
+                writers: 4,
+                depth: 64,
+                requests: 20_000,
+            },
+            Path::LOOPBACK,
+            vec![
+                row(Nagle, 136.0, 224.0, 0.21),
+                row(Nodelay, 230.0, 499.0, 1.01),
+                row(Nagless, 81.0, 138.0, 0.07),
             ],
         ),
         table(

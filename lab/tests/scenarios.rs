@@ -167,3 +167,44 @@ fn custom_pattern_runs_every_strategy() {
         ours.client.data_segs
     );
 }
+
+#[test]
+fn multiplexed_answers_every_request_and_nagless_sends_no_more_than_a_segment_each() {
+    let requests = 2000;
+    let case = Case::Multiplexed {
+        writers: 4,
+        depth: 64,
+        requests,
+    };
+    for s in Strategy::ALL {
+        let r = run(&case, s, LO);
+        assert_eq!(
+            r.latencies_us.len(),
+            requests,
+            "{s:?}: every request answered"
+        );
+        assert!(r.client.data_segs > 0, "{s:?}");
+    }
+    let ours = run(&case, Strategy::Nagless, LO);
+    // Never more than one segment per request (TCP_NODELAY's count), nor a byte left behind.
+    assert!(
+        ours.client.data_segs <= requests as u64,
+        "{} client segments for {requests} requests",
+        ours.client.data_segs
+    );
+    assert_eq!(ours.client.bytes, (requests * 40) as u64);
+}
+
+#[test]
+fn multiplexed_with_one_in_flight_nagless_sends_each_request_at_once() {
+    // Every request is written with nothing unacknowledged: it must leave at once, never held
+    // for an ACK that nothing in flight would bring (the kernel's 200 ms probe would send it).
+    let case = Case::Multiplexed {
+        writers: 4,
+        depth: 1,
+        requests: 100,
+    };
+    let ours = run(&case, Strategy::Nagless, LO);
+    assert_eq!(ours.latencies_us.len(), 100);
+    assert_eq!(stalls(&ours), 0, "{:?}", ours.latencies_us);
+}

@@ -78,6 +78,16 @@ pub struct Stats {
     pub input_checks: u64,
     /// `TCP_INFO` queries for the socket's segment size, included in `syscalls`.
     pub segment_checks: u64,
+    /// Queries of the kernel's send queue under [`FlushPolicy::clocked`] (`SIOCOUTQ`,
+    /// `SIOCOUTQNSD`), included in `syscalls`.
+    pub clock_checks: u64,
+    /// Clocked sends the kernel was asked to hold for the next ACK (`MSG_MORE`, data in
+    /// flight).
+    pub held_for_ack: u64,
+    /// Pushes of bytes the kernel held (`TCP_NODELAY` set again): nothing was left in flight
+    /// to bring an ACK, they waited past the bound, or the stream was asked to send now;
+    /// included in `syscalls`.
+    pub pushes: u64,
     /// Send syscalls that returned `WouldBlock`.
     pub would_block: u64,
     /// Bytes the socket accepted.
@@ -344,6 +354,9 @@ impl Coalescer {
         let immediate = self.policy.linger.is_some_and(|d| d.is_zero());
         match urgency {
             Urgency::SendNow => self.make_all_due(FlushReason::Urgent),
+            Urgency::Normal if immediate && self.policy.clocked => {
+                self.make_all_due(FlushReason::Clocked)
+            }
             Urgency::Normal if immediate => self.make_all_due(FlushReason::Urgent),
             Urgency::Normal | Urgency::MoreFollows => {}
         }
@@ -353,7 +366,11 @@ impl Coalescer {
     /// hints: [`FlushPolicy::explicit_flush`]).
     pub fn flush(&mut self) {
         if self.policy.explicit_flush {
-            self.make_all_due(FlushReason::Explicit);
+            self.make_all_due(if self.policy.clocked {
+                FlushReason::Clocked
+            } else {
+                FlushReason::Explicit
+            });
         }
     }
 
@@ -378,7 +395,12 @@ impl Coalescer {
     }
 
     fn make_all_due(&mut self, reason: FlushReason) {
-        if self.queue.len() > self.must_send {
+        // Bytes due for a clocked hand-over become due for any stronger reason that comes
+        // (an urgent write, `flush_all`, a read that would wait, close): sent now.
+        let upgrade = self.must_send > 0
+            && self.must_reason == FlushReason::Clocked
+            && reason != FlushReason::Clocked;
+        if self.queue.len() > self.must_send || upgrade {
             self.must_send = self.queue.len();
             self.must_reason = reason;
         }
@@ -484,6 +506,23 @@ impl Coalescer {
     pub fn on_segment_check(&mut self) {
         self.stats.syscalls += 1;
         self.stats.segment_checks += 1;
+    }
+
+    /// The I/O layer asked the kernel about its send queue for clocking (a syscall).
+    pub(crate) fn on_clock_check(&mut self) {
+        self.stats.syscalls += 1;
+        self.stats.clock_checks += 1;
+    }
+
+    /// The I/O layer asked the kernel to hold a clocked send for the next ACK.
+    pub(crate) fn on_held_for_ack(&mut self) {
+        self.stats.held_for_ack += 1;
+    }
+
+    /// The I/O layer pushed what the kernel held (a syscall).
+    pub(crate) fn on_push(&mut self) {
+        self.stats.syscalls += 1;
+        self.stats.pushes += 1;
     }
 
     /// A send failed (or was interrupted); the bytes stay queued.

@@ -60,3 +60,333 @@ pub(crate) fn queue_vectored(
         }
     }
 }
+
+/// Longest a clocked write's bytes are left to the kernel's ACK clock when later writes come:
+/// a clocked write that finds older bytes held this long sends them all at once.
+#[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
+pub(crate) const CLOCK_BOUND: std::time::Duration = crate::policy::DEFAULT_LINGER;
+
+/// What [`drive_clocked`] needs of a socket: the gathered send, the send queue's two counters
+/// and the push. [`FdTransport`] is the real one; tests script a fake kernel.
+#[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
+pub(crate) trait ClockedSocket: Transport {
+    /// Bytes written and not yet acknowledged, sent or not (`SIOCOUTQ`).
+    fn unacknowledged(&mut self) -> io::Result<u32>;
+    /// Bytes written and not yet sent: what the kernel holds (`SIOCOUTQNSD`).
+    fn unsent(&mut self) -> io::Result<u32>;
+    /// Sends everything the kernel holds (`TCP_NODELAY` set again).
+    fn push(&mut self) -> io::Result<()>;
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+impl ClockedSocket for FdTransport<'_> {
+    fn unacknowledged(&mut self) -> io::Result<u32> {
+        sys::unacknowledged(self.0)
+    }
+    fn unsent(&mut self) -> io::Result<u32> {
+        sys::unsent(self.0)
+    }
+    fn push(&mut self) -> io::Result<()> {
+        sys::set_nodelay(self.0, true)
+    }
+}
+
+/// A socket every send of which asks the kernel to hold it (`MSG_MORE`).
+#[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
+struct Holding<'s, S>(&'s mut S);
+
+impl<S: Transport> Transport for Holding<'_, S> {
+    fn send(&mut self, bufs: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+        self.0.send(bufs, true)
+    }
+}
+
+/// Sends what is due under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked).
+///
+/// `held` is since when the kernel holds bytes of this stream for an ACK (`None`: it holds
+/// none), as this function last saw it. A transmit for a clocked write or flush is sent at
+/// once when nothing is unacknowledged (`SIOCOUTQ` 0), or when bytes held earlier have waited
+/// [`CLOCK_BOUND`]; otherwise it is sent with `MSG_MORE`, and then the kernel is asked
+/// whether it now holds bytes with nothing in flight (no ACK will come to send them): if so
+/// they are pushed at once. A transmit for any other reason (an urgent write, `flush_now`, a
+/// read that would wait, close) is sent plainly, which also sends what the kernel held.
+///
+/// Why nothing strands: the kernel sends held bytes on every ACK it processes (with
+/// `TCP_NODELAY` on), and an ACK that arrives while the send runs is processed after the bytes
+/// are queued. So bytes can be held with nothing in flight only when every byte in flight was
+/// acknowledged before the send began, and the check after the send sees that (both counters
+/// stay put in that state, whatever order they are read in).
+#[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
+pub(crate) fn drive_clocked<S: ClockedSocket>(
+    core: &mut Coalescer,
+    held: &mut Option<Instant>,
+    sock: &mut S,
+    now: Instant,
+) -> io::Result<crate::coalescer::Drive> {
+    use crate::coalescer::{drive, Drive};
+    use crate::policy::FlushReason;
+    let Some(tx) = core.poll_transmit(now) else {
+        return Ok(Drive::Idle);
+    };
+    let clocked = tx.reason == FlushReason::Clocked;
+    let overdue = held.is_some_and(|t| now.saturating_duration_since(t) >= CLOCK_BOUND);
+    let in_flight = clocked
+        && !overdue
+        // Bytes held already mean data in flight (or the check after the send finds out).
+        && (held.is_some() || {
+            core.on_clock_check();
+            sock.unacknowledged().is_ok_and(|n| n > 0)
+        });
+    if !in_flight {
+        let r = drive(core, sock, now);
+        if matches!(r, Ok(Drive::Idle)) {
+            // The last send went without MSG_MORE: the kernel sent everything it held.
+            *held = None;
+        }
+        return r;
+    }
+    let sent_before = core.stats().bytes_sent;
+    let r = drive(core, &mut Holding(sock), now);
+    core.on_held_for_ack();
+    let ours = core.stats().bytes_sent - sent_before;
+    core.on_clock_check();
+    let stranded = match sock.unsent() {
+        Ok(0) => {
+            *held = None;
+            false
+        }
+        Ok(unsent) => {
+            core.on_clock_check();
+            match sock.unacknowledged() {
+                Ok(unacked) if unacked > unsent => {
+                    // Something is in flight: its ACK sends what is held. Only this send's
+                    // bytes held: the older ones have left, so the bound restarts now.
+                    if u64::from(unsent) <= ours {
+                        *held = Some(now);
+                    } else {
+                        held.get_or_insert(now);
+                    }
+                    false
+                }
+                _ => true,
+            }
+        }
+        Err(_) => true,
+    };
+    if stranded {
+        push_held(core, held, sock)?;
+    }
+    r
+}
+
+/// Sends what the kernel holds for an ACK.
+#[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(dead_code))]
+pub(crate) fn push_held<S: ClockedSocket>(
+    core: &mut Coalescer,
+    held: &mut Option<Instant>,
+    sock: &mut S,
+) -> io::Result<()> {
+    *held = None;
+    core.on_push();
+    sock.push()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The clocked hand-over against a scripted kernel: what it holds, what is in flight,
+    //! and an ACK that can be made to arrive between the check and the send.
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::coalescer::Drive;
+    use crate::policy::FlushPolicy;
+
+    /// A kernel's send side with `TCP_NODELAY` on: `MSG_MORE` holds, a plain send or an ACK
+    /// sends everything held as one segment.
+    #[derive(Default)]
+    struct Kernel {
+        in_flight: u32,
+        held: u32,
+        segments: Vec<u32>,
+        /// The next `unacknowledged` query is followed by an ACK of everything in flight
+        /// (it arrives between the check and the send).
+        ack_after_check: bool,
+        pushes: u32,
+    }
+
+    impl Kernel {
+        fn send_held(&mut self) {
+            if self.held > 0 {
+                self.segments.push(self.held);
+                self.in_flight += self.held;
+                self.held = 0;
+            }
+        }
+        fn ack(&mut self) {
+            self.in_flight = 0;
+            self.send_held();
+        }
+    }
+
+    impl Transport for Kernel {
+        fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+            let n: usize = bufs.iter().map(|b| b.len()).sum();
+            self.held += n as u32;
+            if !more {
+                self.send_held();
+            }
+            Ok(n)
+        }
+    }
+
+    impl ClockedSocket for Kernel {
+        fn unacknowledged(&mut self) -> io::Result<u32> {
+            let n = self.in_flight + self.held;
+            if std::mem::take(&mut self.ack_after_check) {
+                self.in_flight = 0;
+            }
+            Ok(n)
+        }
+        fn unsent(&mut self) -> io::Result<u32> {
+            Ok(self.held)
+        }
+        fn push(&mut self) -> io::Result<()> {
+            self.pushes += 1;
+            self.send_held();
+            Ok(())
+        }
+    }
+
+    fn write(core: &mut Coalescer, held: &mut Option<Instant>, k: &mut Kernel, at: Instant) {
+        core.write(&[b'q'; 40], crate::Urgency::Normal, at);
+        assert_eq!(drive_clocked(core, held, k, at).unwrap(), Drive::Idle);
+        assert_eq!(core.pending(), 0, "no byte waits in the stream");
+    }
+
+    #[test]
+    fn with_nothing_in_flight_a_write_leaves_at_once() {
+        let (mut core, mut held, mut k) = (
+            Coalescer::new(FlushPolicy::clocked()),
+            None,
+            Kernel::default(),
+        );
+        let t = crate::clock::now();
+        write(&mut core, &mut held, &mut k, t);
+        assert_eq!(k.segments, [40]);
+        assert_eq!(held, None);
+        assert_eq!(core.stats().clock_checks, 1);
+        assert_eq!(core.stats().held_for_ack, 0);
+    }
+
+    #[test]
+    fn with_data_in_flight_writes_wait_for_the_ack_and_leave_together() {
+        let (mut core, mut held, mut k) = (
+            Coalescer::new(FlushPolicy::clocked()),
+            None,
+            Kernel::default(),
+        );
+        let t = crate::clock::now();
+        write(&mut core, &mut held, &mut k, t);
+        write(&mut core, &mut held, &mut k, t);
+        write(&mut core, &mut held, &mut k, t);
+        assert_eq!(k.segments, [40], "held for the first one's ACK");
+        assert_eq!((k.held, held), (80, Some(t)));
+        assert_eq!(core.stats().held_for_ack, 2);
+        k.ack();
+        assert_eq!(k.segments, [40, 80], "the ACK sends both as one segment");
+        assert_eq!(k.pushes, 0);
+    }
+
+    #[test]
+    fn an_ack_between_the_check_and_the_send_cannot_strand_the_write() {
+        let (mut core, mut held, mut k) = (
+            Coalescer::new(FlushPolicy::clocked()),
+            None,
+            Kernel::default(),
+        );
+        let t = crate::clock::now();
+        write(&mut core, &mut held, &mut k, t);
+        k.ack_after_check = true;
+        write(&mut core, &mut held, &mut k, t);
+        assert_eq!(k.held, 0, "pushed: no ACK was left to send it");
+        assert_eq!(k.segments, [40, 40]);
+        assert_eq!((k.pushes, core.stats().pushes, held), (1, 1, None));
+    }
+
+    #[test]
+    fn bytes_held_once_do_not_make_a_later_write_wait_with_nothing_in_flight() {
+        let (mut core, mut held, mut k) = (
+            Coalescer::new(FlushPolicy::clocked()),
+            None,
+            Kernel::default(),
+        );
+        let t = crate::clock::now();
+        write(&mut core, &mut held, &mut k, t);
+        write(&mut core, &mut held, &mut k, t);
+        assert!(held.is_some());
+        k.ack();
+        k.ack();
+        // The stream still thinks bytes are held (it skips the check before the send); the
+        // check after it finds nothing in flight and pushes.
+        write(&mut core, &mut held, &mut k, t);
+        assert_eq!((k.held, k.in_flight, k.pushes), (0, 40, 1));
+        assert_eq!(held, None);
+    }
+
+    #[test]
+    fn bytes_held_past_the_bound_leave_with_the_next_write() {
+        let (mut core, mut held, mut k) = (
+            Coalescer::new(FlushPolicy::clocked()),
+            None,
+            Kernel::default(),
+        );
+        let t = crate::clock::now();
+        write(&mut core, &mut held, &mut k, t);
+        write(&mut core, &mut held, &mut k, t);
+        write(&mut core, &mut held, &mut k, t + CLOCK_BOUND / 2);
+        assert_eq!(
+            (k.held, held),
+            (80, Some(t)),
+            "the oldest held byte's age counts"
+        );
+        write(
+            &mut core,
+            &mut held,
+            &mut k,
+            t + CLOCK_BOUND + Duration::from_micros(1),
+        );
+        assert_eq!(k.segments, [40, 120], "sent plainly, with everything held");
+        assert_eq!(held, None);
+    }
+
+    #[test]
+    fn a_send_now_write_takes_what_the_kernel_held_with_it() {
+        let (mut core, mut held, mut k) = (
+            Coalescer::new(FlushPolicy::clocked()),
+            None,
+            Kernel::default(),
+        );
+        let t = crate::clock::now();
+        write(&mut core, &mut held, &mut k, t);
+        write(&mut core, &mut held, &mut k, t);
+        core.write(b"ping", crate::Urgency::SendNow, t);
+        drive_clocked(&mut core, &mut held, &mut k, t).unwrap();
+        assert_eq!(k.segments, [40, 44]);
+        assert_eq!((k.held, held), (0, None));
+    }
+
+    #[test]
+    fn more_follows_pieces_wait_for_the_write_that_ends_the_request() {
+        let (mut core, mut held, mut k) = (
+            Coalescer::new(FlushPolicy::clocked()),
+            None,
+            Kernel::default(),
+        );
+        let t = crate::clock::now();
+        core.write(b"header", crate::Urgency::MoreFollows, t);
+        drive_clocked(&mut core, &mut held, &mut k, t).unwrap();
+        assert_eq!((core.pending(), k.segments.len()), (6, 0));
+        write(&mut core, &mut held, &mut k, t);
+        assert_eq!(k.segments, [46], "one request, one segment");
+    }
+}

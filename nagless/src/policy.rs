@@ -44,6 +44,7 @@ pub struct FlushPolicy {
     pub(crate) high_water: usize,
     pub(crate) msg_more: bool,
     pub(crate) explicit_flush: bool,
+    pub(crate) clocked: bool,
 }
 
 /// Default size threshold: 64 KiB pending (a loopback segment, or 45 Ethernet segments).
@@ -77,6 +78,7 @@ impl Default for FlushPolicy {
             high_water: DEFAULT_HIGH_WATER,
             msg_more: true,
             explicit_flush: true,
+            clocked: false,
         }
     }
 }
@@ -97,8 +99,80 @@ impl FlushPolicy {
     pub fn immediate() -> Self {
         Self {
             linger: Some(Duration::ZERO),
+            clocked: false,
             ..Self::default()
         }
+    }
+
+    /// Every write is handed to the kernel at once and **clocked as Nagle clocks it**: for a
+    /// connection that several threads write to (each request under a lock) while another
+    /// thread reads the answers from a clone of the socket, the pattern of Redis, gRPC and
+    /// database clients.
+    ///
+    /// Such writers never read the stream and then wait somewhere else (a semaphore, a
+    /// channel), so no flush point of the default policy comes, and the std stream has no
+    /// thread to honour a linger deadline: a write left queued would wait for the next call.
+    /// Under this policy no byte waits in the stream. A write (or a [`flush`] of
+    /// [`MoreFollows`] pieces) is sent at once, plainly, when nothing is unacknowledged on the
+    /// socket: it is the only request on the wire and nothing else would carry it. With data in
+    /// flight it is given to the kernel with `MSG_MORE`, which holds it until the next ACK
+    /// comes in and then sends it with everything held since (`TCP_NODELAY` is on), in one
+    /// segment where `TCP_NODELAY` alone sends one per write. That ACK comes when the peer
+    /// answers a request in flight, so requests are not delayed for it in a busy pipeline.
+    ///
+    /// The bound, honestly: held bytes leave with the next ACK, so a peer that answers slowly
+    /// and delays its ACKs (40 ms on Linux, up to 200 ms elsewhere) holds them that long, as
+    /// Nagle would; a later clocked write sends everything that waited more than
+    /// [`DEFAULT_LINGER`], and [`Urgency::SendNow`], [`flush_now`], a read of the stream that
+    /// would wait, `shutdown` and close send at once. Bytes the kernel holds never strand:
+    /// after a held send the stream checks that something is still in flight to bring an ACK,
+    /// and sends them itself otherwise.
+    ///
+    /// Clocking needs the kernel's send-queue counters (`SIOCOUTQ`, `SIOCOUTQNSD`: Linux
+    /// and Android, with the std [`NaglessStream`](crate::NaglessStream) and
+    /// [`Sender`](crate::Sender)). Elsewhere, and in the tokio and TLS streams, this policy is
+    /// [`immediate`](Self::immediate): every write leaves at once. Costs two to four syscalls
+    /// per write (the counters, the send, at times a push) where `TCP_NODELAY` costs one.
+    ///
+    /// ```no_run
+    /// use std::io::{Read, Write};
+    /// use std::sync::{Arc, Mutex};
+    /// use nagless::{FlushPolicy, NaglessStream};
+    ///
+    /// let tcp = std::net::TcpStream::connect("127.0.0.1:6379")?;
+    /// let mut replies = tcp.try_clone()?; // the reader thread's handle
+    /// let conn = Arc::new(Mutex::new(NaglessStream::with_policy(tcp, FlushPolicy::clocked())?));
+    /// let writers: Vec<_> = (0..4)
+    ///     .map(|_| {
+    ///         let conn = Arc::clone(&conn);
+    ///         std::thread::spawn(move || -> std::io::Result<()> {
+    ///             // No flush needed: the request is with the kernel when write_all returns.
+    ///             conn.lock().unwrap().write_all(b"*1\r\n$4\r\nPING\r\n")
+    ///         })
+    ///     })
+    ///     .collect();
+    /// let mut buf = [0u8; 7 * 4];
+    /// replies.read_exact(&mut buf)?; // four "+PONG\r\n"
+    /// for w in writers {
+    ///     w.join().unwrap()?;
+    /// }
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// [`flush`]: std::io::Write::flush
+    /// [`MoreFollows`]: Urgency::MoreFollows
+    /// [`flush_now`]: crate::NaglessStream::flush_now
+    pub fn clocked() -> Self {
+        Self {
+            linger: Some(Duration::ZERO),
+            clocked: true,
+            ..Self::default()
+        }
+    }
+
+    /// Whether writes are clocked as Nagle clocks them ([`clocked`](Self::clocked)).
+    pub fn is_clocked(&self) -> bool {
+        self.clocked
     }
 
     /// Flush pending output before the wrapped stream waits for input. Reading input that is
@@ -116,9 +190,13 @@ impl FlushPolicy {
     }
 
     /// Hard deadline counted from the first unflushed byte (`None` disables; zero sends every
-    /// normal write at once).
+    /// normal write at once). Any other value than zero ends [`clocked`](Self::clocked)
+    /// handing-over (writes are queued again).
     pub fn linger(mut self, deadline: Option<Duration>) -> Self {
         self.linger = deadline;
+        if deadline != Some(Duration::ZERO) {
+            self.clocked = false;
+        }
         self
     }
 
@@ -193,7 +271,8 @@ pub enum Urgency {
     /// The policy decides.
     #[default]
     Normal,
-    /// Send this and everything before it now (a keepalive, an error notice, the last reply).
+    /// Send this and everything before it now (a keepalive, an error notice, the last reply);
+    /// under [`FlushPolicy::clocked`] also what the kernel holds for an ACK.
     SendNow,
     /// More follows: pack this with the next write. It never makes bytes due by itself, even
     /// under [`FlushPolicy::immediate`] (where it waits for the next write); flush points and
@@ -229,11 +308,14 @@ pub enum FlushReason {
     Close,
     /// More than the high-water mark was pending.
     HighWater,
+    /// A normal write or a flush under [`FlushPolicy::clocked`]: handed to the kernel at
+    /// once, sent now or with the next ACK.
+    Clocked,
 }
 
 impl FlushReason {
     /// Every reason, in a fixed order (the order of [`Stats::flushes_for`](crate::Stats::flushes_for)).
-    pub const ALL: [FlushReason; 7] = [
+    pub const ALL: [FlushReason; 8] = [
         FlushReason::Explicit,
         FlushReason::BeforeRead,
         FlushReason::Threshold,
@@ -241,6 +323,7 @@ impl FlushReason {
         FlushReason::Urgent,
         FlushReason::Close,
         FlushReason::HighWater,
+        FlushReason::Clocked,
     ];
 
     pub(crate) fn index(self) -> usize {
@@ -257,6 +340,7 @@ impl FlushReason {
             FlushReason::Urgent => "urgent",
             FlushReason::Close => "close",
             FlushReason::HighWater => "high-water",
+            FlushReason::Clocked => "clocked",
         }
     }
 }

@@ -73,6 +73,9 @@ pub struct NaglessStream<S: AsOsSocket> {
     core: Coalescer,
     deferred_error: Option<io::Error>,
     clock: Clock,
+    /// Under [`FlushPolicy::clocked`]: since when the kernel holds bytes of ours for an ACK,
+    /// as last seen (`None`: it holds none).
+    held: Option<Instant>,
 }
 
 /// The write-only use of [`NaglessStream`], for programs that read elsewhere (event loops).
@@ -182,6 +185,7 @@ impl<S: AsOsSocket> NaglessStream<S> {
             core,
             deferred_error: None,
             clock: Clock::new(),
+            held: None,
         })
     }
 
@@ -269,7 +273,25 @@ impl<S: AsOsSocket> NaglessStream<S> {
         {
             refresh_segment(&mut self.core, fd);
         }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if self.core.policy().is_clocked() {
+            let mut sock = FdTransport(fd);
+            return crate::io_glue::drive_clocked(&mut self.core, &mut self.held, &mut sock, now);
+        }
         drive(&mut self.core, &mut FdTransport(fd), now)
+    }
+
+    /// Under [`FlushPolicy::clocked`]: sends what the kernel holds for an ACK, if it may hold
+    /// anything (the caller wants everything on the wire now).
+    fn release_held(&mut self) -> io::Result<()> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if self.held.is_some() {
+            if let Some(io) = self.inner.as_ref() {
+                let mut sock = FdTransport(io.as_os_socket());
+                crate::io_glue::push_held(&mut self.core, &mut self.held, &mut sock)?;
+            }
+        }
+        Ok(())
     }
 
     /// Accepts one application write of `len` bytes: backpressure first, then queue at most
@@ -301,9 +323,13 @@ impl<S: AsOsSocket> NaglessStream<S> {
         if urgency == Urgency::Normal && self.write_fast(buf) {
             return Ok(buf.len());
         }
-        self.accept(buf.len(), |core, n, now| {
+        let n = self.accept(buf.len(), |core, n, now| {
             core.write(&buf[..n], urgency, now)
-        })
+        })?;
+        if urgency == Urgency::SendNow {
+            self.release_held()?;
+        }
+        Ok(n)
     }
 
     /// The fast path of a normal write ([`Clock::join_burst`]), unless an error waits to be
@@ -329,7 +355,8 @@ impl<S: AsOsSocket> NaglessStream<S> {
     pub fn flush_now(&mut self) -> io::Result<()> {
         self.take_deferred()?;
         self.core.flush_all();
-        self.send_due()
+        self.send_due()?;
+        self.release_held()
     }
 
     /// Sends everything pending, waiting for a full socket to take it, at most `timeout`
@@ -354,7 +381,8 @@ impl<S: AsOsSocket> NaglessStream<S> {
     pub fn before_wait(&mut self) -> io::Result<()> {
         self.take_deferred()?;
         self.core.before_read();
-        self.pump(now()).map(drop)
+        self.pump(now())?;
+        self.release_held()
     }
 
     /// True when bytes are due but the socket could not take them (non-blocking and full):
@@ -495,7 +523,7 @@ impl<S: AsOsSocket + Read> Read for NaglessStream<S> {
     /// pending leaves first. A send error met here does not hide the input: it is kept for
     /// the next write, flush or close.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.core.pending() > 0 && !buf.is_empty() {
+        if (self.core.pending() > 0 || self.held.is_some()) && !buf.is_empty() {
             self.core.on_input_check();
             match sys::recv_nowait(self.fd(), buf) {
                 Ok(n) if n > 0 => {
@@ -521,6 +549,12 @@ impl<S: AsOsSocket + Read> Read for NaglessStream<S> {
         }
         // A non-blocking socket that is full still lets us read; the rest stays queued.
         self.pump_deferring(now());
+        if self.held.is_some() && self.core.policy().is_before_read() {
+            // The read may wait: what the kernel holds for an ACK leaves first.
+            if let Err(e) = self.release_held() {
+                self.deferred_error.get_or_insert(e);
+            }
+        }
         self.get_mut().read(buf)
     }
 }
@@ -558,6 +592,8 @@ impl<S: AsOsSocket> Drop for NaglessStream<S> {
         self.core.close();
         // Best effort (see the type's docs): an error here has nobody to go to.
         let _ = self.pump(now());
+        // A clone of the socket may keep it open: what the kernel holds leaves now.
+        let _ = self.release_held();
     }
 }
 

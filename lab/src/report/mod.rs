@@ -95,6 +95,9 @@ pub fn text(tables: &[Table]) -> String {
                 fmt_us(r.cpu_us_per_exchange.median),
             );
         }
+        if let Some(line) = client_segments_line(t) {
+            let _ = writeln!(out, "{line}");
+        }
         if let Some(v) = &t.verdict {
             let _ = writeln!(out, "{}", v.summary);
         }
@@ -103,6 +106,30 @@ pub fn text(tables: &[Table]) -> String {
         }
     }
     out
+}
+
+/// For a case whose requests come from one side only (`multiplexed`): the client's own data
+/// segments per request, strategy by strategy (the table's segments count both sides).
+pub fn client_segments_line(t: &Table) -> Option<String> {
+    if !matches!(t.case, crate::Case::Multiplexed { .. }) {
+        return None;
+    }
+    let cells: Vec<String> = t
+        .rows
+        .iter()
+        .filter(|r| r.runs > 0)
+        .map(|r| {
+            format!(
+                "{} {}",
+                r.strategy.name(),
+                fmt_num(r.client_segs_per_exchange.median)
+            )
+        })
+        .collect();
+    Some(format!(
+        "client data segments per request: {}",
+        cells.join(", ")
+    ))
 }
 
 /// A case run on emulated paths of two or more RTTs (all else equal): one table with RTT

@@ -165,6 +165,9 @@ fn case_html(n: usize, t: &Table) -> Result<String, String> {
         );
     }
     out.push_str("</table>\n");
+    if let Some(line) = super::client_segments_line(t) {
+        let _ = writeln!(out, "<p>{}</p>", esc(&line));
+    }
     if let Some(v) = &t.verdict {
         let (_, class) = overview::verdict_words(t);
         let _ = writeln!(out, "<p class=\"{class}\">{}</p>", esc(&v.summary));

@@ -25,6 +25,7 @@ fn row_of(strategy: Strategy, p50_us: f64, throughput: f64, segs: f64) -> Row {
         elapsed_s: z,
         throughput: spread(throughput),
         segs_per_exchange: spread(segs),
+        client_segs_per_exchange: z,
         client_data_segs: z,
         server_data_segs: z,
         client_bytes: z,

@@ -7,7 +7,9 @@
 //! | `unix.rs` + `bsd.rs` | macOS, iOS, FreeBSD and the other BSDs | `sendmsg` (`writev`) | none | `TCP_MAXSEG` | `recv(MSG_DONTWAIT)`, `FIONREAD` |
 //! | `windows.rs` | Windows | `WSASend` with one `WSABUF` per slice | none | `SIO_TCP_INFO` `Mss`, else `TCP_MAXSEG` | `ioctlsocket(FIONREAD)` |
 //!
-//! Every OS sets `TCP_NODELAY` the same way.
+//! Every OS sets `TCP_NODELAY` the same way. Linux and Android also tell the send queue's
+//! state (`SIOCOUTQ`: bytes not yet acknowledged; `SIOCOUTQNSD`: not yet sent), which
+//! [`FlushPolicy::clocked`](crate::FlushPolicy::clocked) needs.
 //!
 //! Sockets are named by [`Sock`] (`BorrowedFd` on Unix, `BorrowedSocket` on Windows), and the
 //! library's types accept anything [`AsOsSocket`]: every `AsFd` type on Unix, every `AsSocket`
@@ -24,7 +26,7 @@ pub use unix::*;
 #[cfg(any(target_os = "linux", target_os = "android"))]
 mod linux;
 #[cfg(any(target_os = "linux", target_os = "android"))]
-pub(crate) use linux::{segment_size, tcp_info_raw};
+pub(crate) use linux::{segment_size, tcp_info_raw, unacknowledged, unsent};
 
 #[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 mod bsd;
