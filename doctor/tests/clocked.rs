@@ -170,6 +170,101 @@ fn three_flows(
     said
 }
 
+/// The doctor on the committed capture `name`, every flow kept.
+fn diagnose(name: &str) -> Diagnosis {
+    let bytes = std::fs::read(dir().join(name)).unwrap();
+    let (reader, _) = nagless_doctor::input::decompressed(&bytes[..]).unwrap();
+    let opts = nagless_doctor::Options {
+        top: 0,
+        ..nagless_doctor::Options::default()
+    };
+    nagless_doctor::diagnose_reader(reader, opts, |_| {}).unwrap()
+}
+
+fn flow_on(d: &Diagnosis, port: u16) -> &FlowReport {
+    let suffix = format!(":{port}");
+    let mut it = d
+        .flows
+        .iter()
+        .filter(|f| f.sides[1].addr.ends_with(&suffix));
+    let f = it.next().unwrap_or_else(|| panic!("no flow on port {port}"));
+    assert!(it.next().is_none(), "one flow on port {port}");
+    f
+}
+
+/// The directions the doctor finds ACK-clocked in `f`.
+fn clocked(f: &FlowReport) -> Vec<&'static str> {
+    f.ack_clocked.iter().map(|c| c.direction).collect()
+}
+
+/// Each capture, from each end: the multiplexed flow with Nagle on is ACK-clocked both ways
+/// (its server, Nagle on too, answers each request with a write of its own, so its answers
+/// queue behind the client's ACKs as the requests do behind the server's), its verdict and
+/// its finding for Wireshark as documented; with TCP_NODELAY, or a client that sends each
+/// request when the last answer has come, no direction is.
+#[test]
+fn the_verdict_matches_what_each_program_did_at_either_end() {
+    for name in [
+        "loopback.pcap.gz",
+        "path10ms-client-end.pcap.gz",
+        "path10ms-server-end.pcap.gz",
+    ] {
+        let d = diagnose(name);
+        assert_eq!(d.flows_total, 3, "{name}");
+        assert_eq!(d.flows_ack_clocked, 1, "{name}");
+        let f = flow_on(&d, MULTIPLEXED_NAGLE);
+        assert_eq!(
+            clocked(f),
+            ["client->server", "server->client"],
+            "{name}: {:#?}",
+            f.ack_clocked
+        );
+        for c in &f.ack_clocked {
+            eprintln!(
+                "{name}, {}: {} of {} small segments clocked ({:.0} %), queued {:.2} s per second, {} µs each",
+                c.direction,
+                c.clocked,
+                c.segments,
+                c.share * 100.0,
+                c.queued_per_s,
+                c.mean_queued_us
+            );
+            assert!(c.share >= 0.8 && c.clocked >= 200, "{name}: {c:#?}");
+            assert!(c.first.len() == 32, "{name}");
+            for s in &c.first {
+                assert!(s.ack.frame < s.segment.frame, "{name}: {s:?}");
+            }
+        }
+        let line = f
+            .verdict
+            .iter()
+            .find(|v| v.starts_with("ACK-clocked, client->server"))
+            .unwrap();
+        assert!(
+            line.contains("left as an ACK arrived") && line.contains("--nodelay"),
+            "{line}"
+        );
+        assert_eq!(f.findings.len(), 2, "{name}");
+        for (finding, c) in f.findings.iter().zip(&f.ack_clocked) {
+            assert_eq!(finding.kind, "ack-clocked");
+            assert_eq!(finding.direction, c.direction);
+            assert_eq!(finding.frames.len(), 64);
+            assert!(finding.summary.contains("is ACK-clocked"));
+        }
+        for port in [MULTIPLEXED_NODELAY, SEQUENTIAL_NAGLE] {
+            let f = flow_on(&d, port);
+            assert!(f.ack_clocked.is_empty(), "{name}, port {port}: {:#?}", f.ack_clocked);
+            assert!(f.findings.is_empty(), "{name}, port {port}");
+            assert!(!f.verdict.iter().any(|v| v.contains("ACK-clocked")));
+        }
+        let text = nagless_doctor::report::text(&d);
+        assert!(text.contains("1 flow(s) ACK-clocked"), "{text}");
+        assert!(text.contains("  clocked\n"), "{text}");
+        let json = nagless_doctor::report::json(&d);
+        assert_eq!(json["flows_ack_clocked"], 1);
+    }
+}
+
 fn gzip(bytes: &[u8], to: &Path) {
     let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     z.write_all(bytes).unwrap();
