@@ -149,7 +149,11 @@ fn three_flows(
     let mut said = Vec::new();
     for (port, nodelay) in [(MULTIPLEXED_NAGLE, false), (MULTIPLEXED_NODELAY, true)] {
         let srv = serve(listen(port), nodelay);
-        let requests = if far && !nodelay { 4 * REQUESTS } else { REQUESTS };
+        let requests = if far && !nodelay {
+            4 * REQUESTS
+        } else {
+            REQUESTS
+        };
         let run = multiplexed(connect(port), nodelay, requests);
         srv.join().unwrap();
         said.push(format!(
@@ -187,7 +191,9 @@ fn flow_on(d: &Diagnosis, port: u16) -> &FlowReport {
         .flows
         .iter()
         .filter(|f| f.sides[1].addr.ends_with(&suffix));
-    let f = it.next().unwrap_or_else(|| panic!("no flow on port {port}"));
+    let f = it
+        .next()
+        .unwrap_or_else(|| panic!("no flow on port {port}"));
     assert!(it.next().is_none(), "one flow on port {port}");
     f
 }
@@ -253,7 +259,11 @@ fn the_verdict_matches_what_each_program_did_at_either_end() {
         }
         for port in [MULTIPLEXED_NODELAY, SEQUENTIAL_NAGLE] {
             let f = flow_on(&d, port);
-            assert!(f.ack_clocked.is_empty(), "{name}, port {port}: {:#?}", f.ack_clocked);
+            assert!(
+                f.ack_clocked.is_empty(),
+                "{name}, port {port}: {:#?}",
+                f.ack_clocked
+            );
             assert!(f.findings.is_empty(), "{name}, port {port}");
             assert!(!f.verdict.iter().any(|v| v.contains("ACK-clocked")));
         }
@@ -317,8 +327,14 @@ fn make_captures() {
         },
         true,
     );
-    gzip(&at_client.finish(), &dir().join("path10ms-client-end.pcap.gz"));
-    gzip(&at_server.finish(), &dir().join("path10ms-server-end.pcap.gz"));
+    gzip(
+        &at_client.finish(),
+        &dir().join("path10ms-client-end.pcap.gz"),
+    );
+    gzip(
+        &at_server.finish(),
+        &dir().join("path10ms-server-end.pcap.gz"),
+    );
     notes.extend(said.iter().map(|s| format!("path10ms {s}")));
     std::fs::write(dir().join("made.txt"), notes.join("\n") + "\n").unwrap();
 }

@@ -247,7 +247,10 @@ fn the_plugin_marks_the_ack_clocked_frames_the_doctor_names() {
         .expect("tshark runs");
     std::fs::remove_dir_all(&dir).ok();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && !stderr.contains("nagless:"), "{stderr}");
+    assert!(
+        out.status.success() && !stderr.contains("nagless:"),
+        "{stderr}"
+    );
     let mut marked: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     for line in String::from_utf8(out.stdout).unwrap().lines() {
         let cols: Vec<&str> = line.split('\t').collect();

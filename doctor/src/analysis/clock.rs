@@ -150,7 +150,8 @@ impl Clock {
             e.merged += u64::from(u64::from(len) >= 2 * u64::from(e.smallest));
             e.queued_us += us.saturating_sub(prev) / 2;
             if e.kept.len() < KEPT {
-                e.kept.push((At::new(frame, us), At::new(rel.frame, rel.us)));
+                e.kept
+                    .push((At::new(frame, us), At::new(rel.frame, rel.us)));
             }
         }
     }

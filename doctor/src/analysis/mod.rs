@@ -47,8 +47,8 @@ pub use analyzer::{analyse, Analyzer, MAX_LIVE_FLOWS};
 pub use direction::Direction;
 pub use options::{Filter, Options, StallOrder};
 pub use output::{
-    AckClocked, At, CapturePoint, ClockedSegment, DelayedAck, Finding, FindingFrame, FlowReport, Outcome, Pattern, Service, Side, Stall,
-    TimelinePoint, TIMELINE_MAX,
+    AckClocked, At, CapturePoint, ClockedSegment, DelayedAck, Finding, FindingFrame, FlowReport,
+    Outcome, Pattern, Service, Side, Stall, TimelinePoint, TIMELINE_MAX,
 };
 
 #[cfg(test)]

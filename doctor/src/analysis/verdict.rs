@@ -112,7 +112,8 @@ fn no_stall(sides: &[Side; 2], delayed_acks: u64) -> String {
 }
 
 /// What to do about an ACK-clocked sender.
-pub(super) const CLOCKED_FIX: &str = "set TCP_NODELAY, run it under `nagless run`, or `nagless fix --pid PID --nodelay`";
+pub(super) const CLOCKED_FIX: &str =
+    "set TCP_NODELAY, run it under `nagless run`, or `nagless fix --pid PID --nodelay`";
 
 /// `n` with a comma between thousands: 9,041.
 fn thousands(n: u64) -> String {
