@@ -25,6 +25,12 @@ WHAT IT LOOKS FOR
                100-200 ms: Windows, macOS) and by its packets' TTL (128: Windows, whatever
                the delay), the fix given for each.
   Patterns named: request split, header then body, tiny trailing frame.
+  ACK-clocked  a verdict of its own, not a stall: a sender whose small writes queue behind
+               Nagle and leave only as the peer's ACK of the last segment arrives (a client
+               that shares one connection between threads or tasks, with many requests in
+               flight). No timer is involved; each write waits about a round trip. The
+               evidence (the share of small segments released at once by an ACK, writes seen
+               to merge, Nagle not seen off), the estimated time writes queued, and the fix.
 
 OUTPUT
   A line of totals, a table per server port (flows, flows with stalls, stalls, time lost,
@@ -35,8 +41,8 @@ OUTPUT
   `--json --every-stall --top 0` in Wireshark (docs/doctor.md).
 
 EXIT STATUS
-  0 no stall found, 1 stalls found, 2 unreadable capture or bad arguments, 3 nothing to
-  judge: the capture holds no packets, no TCP segment, or no flow the --filter matches (a
+  0 no stall found, 1 stalls or an ACK-clocked flow found (the report says which), 2
+  unreadable capture or bad arguments, 3 nothing to judge: the capture holds no packets, no TCP segment, or no flow the --filter matches (a
   CI gate must not read that as all clear).";
 
 #[derive(clap::Args)]
@@ -181,7 +187,13 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
         std::fs::write(path, nagless_doctor::report::svg(worst))
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
-    Ok(if d.stalls_total > 0 {
+    if d.stalls_total == 0 && d.flows_ack_clocked > 0 {
+        errln!(
+            "nagless doctor: no stall, but {} ACK-clocked flow(s): exit 1",
+            d.flows_ack_clocked
+        );
+    }
+    Ok(if d.stalls_total > 0 || d.flows_ack_clocked > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

@@ -25,6 +25,13 @@ pub fn text(d: &Diagnosis) -> String {
         d.stalls_total,
         d.stalled_s_total,
     );
+    if d.flows_ack_clocked > 0 {
+        let _ = writeln!(
+            out,
+            "{} flow(s) ACK-clocked: small writes queued behind Nagle until the peer's ACK of the last segment came (no timer: not a stall)",
+            d.flows_ack_clocked
+        );
+    }
     if let Some(why) = &d.damage {
         let _ = writeln!(
             out,
@@ -39,14 +46,17 @@ pub fn text(d: &Diagnosis) -> String {
             d.unsupported_linktypes
         );
     }
+    // The `clocked` column only where a flow was ACK-clocked.
+    let clocked = d.flows_ack_clocked > 0;
     if !d.services.is_empty() {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "\n{:>6} {:>8} {:>8} {:>8} {:>10} {:>9} {:>8} {:>6} {:>6}",
             "port", "flows", "stalled", "stalls", "lost s", "worst ms", "delACKs", "RTOs", "0-win"
         );
+        let _ = writeln!(out, "{}", if clocked { "  clocked" } else { "" });
         for s in &d.services {
-            let _ = writeln!(
+            let _ = write!(
                 out,
                 "{:>6} {:>8} {:>8} {:>8} {:>10.3} {:>9.1} {:>8} {:>6} {:>6}",
                 s.port,
@@ -59,6 +69,10 @@ pub fn text(d: &Diagnosis) -> String {
                 s.retransmission_timeouts,
                 s.zero_window_waits
             );
+            if clocked {
+                let _ = write!(out, " {:>8}", s.flows_ack_clocked);
+            }
+            out.push('\n');
         }
     }
     if (d.flows.len() as u64) < d.flows_total {
@@ -138,6 +152,22 @@ fn flow_text(out: &mut String, f: &FlowReport, order: crate::analysis::StallOrde
             "  ... and {} more stall(s) in this flow (--json --every-stall lists each)",
             f.stall_count - shown
         );
+    }
+    for c in &f.ack_clocked {
+        if let Some(first) = c.first.first() {
+            let _ = writeln!(
+                out,
+                "  clocked, {}: {} sent frame {} at {:.6} s {} µs after the ACK in frame {} at {:.6} s (the first of {})",
+                c.direction,
+                c.sender,
+                first.segment.frame,
+                first.segment.time_s,
+                ((first.segment.time_s - first.ack.time_s) * 1e6).round(),
+                first.ack.frame,
+                first.ack.time_s,
+                c.clocked
+            );
+        }
     }
     for v in &f.verdict {
         let _ = writeln!(out, "  => {v}");

@@ -198,3 +198,72 @@ fn a_finding_of_a_new_kind_is_marked_by_its_data() {
     );
     assert!(lines[1].starts_with("5\tclocked\t"), "{text}");
 }
+
+/// The doctor's own ACK-clocked findings on a capture with one (`tests/clocked/`: a
+/// multiplexed client with Nagle on, over loopback, gzip as committed): the plugin marks
+/// exactly the frames the findings list, each with its role, under `nagless.kind ==
+/// "ack-clocked"`.
+#[test]
+fn the_plugin_marks_the_ack_clocked_frames_the_doctor_names() {
+    if !have_tool("tshark") {
+        return;
+    }
+    let capture = root().join("doctor/tests/clocked/loopback.pcap.gz");
+    let bytes = std::fs::read(&capture).unwrap();
+    let (reader, _) = nagless_doctor::input::decompressed(&bytes[..]).unwrap();
+    let opts = Options {
+        top: 0,
+        every_stall: true,
+        ..Options::default()
+    };
+    let d = nagless_doctor::diagnose_reader(reader, opts, |_| {}).unwrap();
+    let mut named: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for f in &d.flows {
+        for fd in &f.findings {
+            assert_eq!(fd.kind, "ack-clocked");
+            for fr in &fd.frames {
+                named.entry(fr.frame).or_default().push(fr.role.to_string());
+            }
+        }
+    }
+    assert!(named.len() >= 64, "{named:?}");
+    let dir = std::env::temp_dir().join(format!("nagless-wireshark-clk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let findings = dir.join("findings.json");
+    std::fs::write(&findings, report::json(&d).to_string()).unwrap();
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(&capture)
+        .arg("-X")
+        .arg(format!(
+            "lua_script:{}",
+            root().join("deploy/wireshark/nagless.lua").display()
+        ))
+        .args(["-Y", "nagless.kind == \"ack-clocked\""])
+        .args(["-T", "fields", "-E", "occurrence=a", "-e", "frame.number"])
+        .args(["-e", "nagless.role", "-e", "nagless.kind"])
+        .env("NAGLESS_FINDINGS", &findings)
+        .output()
+        .expect("tshark runs");
+    std::fs::remove_dir_all(&dir).ok();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("nagless:"),
+        "{stderr}"
+    );
+    let mut marked: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let frame: u64 = cols[0].parse().unwrap();
+        // (A frame may carry a stall's mark too: only the ACK-clocked ones are compared.)
+        for (role, kind) in cols[1].split(',').zip(cols[2].split(',')) {
+            if kind == "ack-clocked" {
+                marked.entry(frame).or_default().push(role.to_string());
+            }
+        }
+    }
+    for v in named.values_mut().chain(marked.values_mut()) {
+        v.sort();
+    }
+    assert_eq!(marked, named);
+}

@@ -162,6 +162,10 @@ impl Analyzer {
             o.flows_with_stalls += 1;
             svc.flows_with_stalls += 1;
         }
+        if !r.ack_clocked.is_empty() {
+            o.flows_ack_clocked += 1;
+            svc.flows_ack_clocked += 1;
+        }
         svc.stalls += r.stall_count;
         svc.stalled_s += r.stalled_s;
         svc.worst_stall_ms = svc.worst_stall_ms.max(r.worst_stall_ms);
@@ -176,11 +180,14 @@ impl Analyzer {
         }
     }
 
-    /// Sorts the kept flows, most stalled time first (then capture order), and keeps the top.
+    /// Sorts the kept flows, most stalled time first (then most time queued behind an ACK
+    /// clock, then capture order), and keeps the top.
     fn keep_top(&mut self) {
+        let queued = |f: &FlowReport| f.ack_clocked.iter().map(|c| c.queued_s).sum::<f64>();
         self.kept.sort_by(|a, b| {
             b.stalled_s
                 .total_cmp(&a.stalled_s)
+                .then(queued(b).total_cmp(&queued(a)))
                 .then(a.index.cmp(&b.index))
         });
         if self.opts.top > 0 {

@@ -3,6 +3,7 @@
 //! the per-side counters, and when the flow ends builds its [`FlowReport`].
 
 use super::candidates::Collector;
+use super::clock::Clock;
 use super::direction::Direction;
 use super::endpoint::{self, Endpoint};
 use super::judge::{self, Findings};
@@ -27,6 +28,7 @@ pub(super) struct Flow {
     pub(super) sides: [Side; 2],
     collected: Collector,
     found: Findings,
+    clock: Clock,
     packets: u64,
     exchanges: u64,
     /// Who sent data last, and who first.
@@ -68,6 +70,7 @@ impl Flow {
                 every_stall,
                 ..Findings::default()
             },
+            clock: Clock::default(),
             packets: 0,
             exchanges: 0,
             last_sender: None,
@@ -170,6 +173,7 @@ impl Flow {
         };
         self.collected
             .on_ack(d, &acked, &self.seq, s, us, frame, pure);
+        self.clock.on_ack(d.peer(), &self.seq, us, frame);
         if self.collected.len() >= PENDING_MAX {
             self.settle();
         }
@@ -196,6 +200,9 @@ impl Flow {
         self.last_sender = Some(d);
         self.collected
             .on_data(d, &sent, new_turn, &self.seq, s, us, frame);
+        let options = u32::from(s.opt_len);
+        self.clock
+            .on_data(d, &self.seq, s.len, options, sent.retransmit, us, frame);
     }
 
     /// Judges the pending candidates with the round trips known now.
@@ -225,7 +232,10 @@ impl Flow {
             rtt_us: sequence::sides_of_round_trip(&self.seq).iter().sum(),
             ttl: [self.seq[0].ttl, self.seq[1].ttl],
         };
-        let verdict = verdict::verdict(&sides, &self.found, ack_timer, &path);
+        let ack_clocked = self.clock.report(&self.seq, &sides);
+        let mut verdict = verdict::verdict(&sides, &self.found, ack_timer, &path);
+        verdict.extend(ack_clocked.iter().map(verdict::clocked));
+        let findings = ack_clocked.iter().map(verdict::clocked_finding).collect();
         FlowReport {
             index: self.index,
             sides,
@@ -248,6 +258,8 @@ impl Flow {
             ack_timer,
             delayed_ack_count: self.found.delayed_count,
             delayed_acks: self.found.delayed,
+            ack_clocked,
+            findings,
             verdict,
             timeline: self.timeline.unwrap_or_default(),
         }

@@ -111,10 +111,7 @@ impl Findings {
         }
         self.stalls.push(Stall {
             sender: sides[d].addr.clone(),
-            direction: match d {
-                Direction::Client => "client->server",
-                Direction::Server => "server->client",
-            },
+            direction: direction_name(d),
             previous: c.previous,
             ack: c.ack,
             held: c.held,
@@ -162,6 +159,14 @@ impl Pattern {
         } else {
             Pattern::SmallWrites
         }
+    }
+}
+
+/// Which way `d`'s segments go, as reports write it.
+pub(super) fn direction_name(d: Direction) -> &'static str {
+    match d {
+        Direction::Client => "client->server",
+        Direction::Server => "server->client",
     }
 }
 

@@ -25,12 +25,14 @@
 //! | [`direction`] | which way a segment goes ([`Direction`], with [`Direction::peer`]) |
 //! | `sequence` | per direction: sequence numbers, what is unacknowledged, retransmissions, duplicate ACKs, SACK, windows, the round trip |
 //! | `candidates` | writes that followed an ACK and slow pure ACKs: what might be a stall, held until the round trips are known well |
+//! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`crate::rule::ack_clock`] judges |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
 //! | `verdict` | the verdict and advice for people |
 //! | [`output`] | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
 
 mod analyzer;
 mod candidates;
+mod clock;
 pub mod direction;
 mod endpoint;
 mod flow;
@@ -45,8 +47,8 @@ pub use analyzer::{analyse, Analyzer, MAX_LIVE_FLOWS};
 pub use direction::Direction;
 pub use options::{Filter, Options, StallOrder};
 pub use output::{
-    At, CapturePoint, DelayedAck, FlowReport, Outcome, Pattern, Service, Side, Stall,
-    TimelinePoint, TIMELINE_MAX,
+    AckClocked, At, CapturePoint, ClockedSegment, DelayedAck, Finding, FindingFrame, FlowReport,
+    Outcome, Pattern, Service, Side, Stall, TimelinePoint, TIMELINE_MAX,
 };
 
 #[cfg(test)]

@@ -77,6 +77,69 @@ pub struct DelayedAck {
     pub delay_us: u64,
 }
 
+/// A clocked segment and the ACK that released it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ClockedSegment {
+    /// The small data segment that left as the ACK arrived.
+    pub segment: At,
+    /// The peer's segment that acknowledged all the sender had sent, and so released it.
+    pub ack: At,
+}
+
+/// A sending direction whose small writes were ACK-clocked ([`crate::rule::ack_clock`]): they
+/// queued behind Nagle until the peer's ACK of the last segment came, with no timer involved.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AckClocked {
+    /// The sender: its address.
+    pub sender: String,
+    /// Which way its segments went: `client->server` or `server->client`.
+    pub direction: &'static str,
+    /// Small data segments that left as an ACK arrived, carrying writes merged while the
+    /// previous one was in flight.
+    pub clocked: u64,
+    /// Small data segments the sender sent (while Nagle was not seen off).
+    pub segments: u64,
+    /// `clocked / segments`.
+    pub share: f64,
+    /// Time writes queued behind the clock, summed (an estimate: half of each clocked
+    /// segment's time since the sender's previous data segment), s.
+    pub queued_s: f64,
+    /// `queued_s` per second of the sender's first to last data segment.
+    pub queued_per_s: f64,
+    /// Mean queued time per clocked segment, µs.
+    pub mean_queued_us: u64,
+    /// The sender's first to last data segment, s.
+    pub window_s: f64,
+    /// The first clocked segments (at most 32) and their releasing ACKs.
+    pub first: Vec<ClockedSegment>,
+}
+
+/// A frame a [`Finding`] marks, and its part in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct FindingFrame {
+    /// Frame number (1-based).
+    pub frame: u64,
+    /// Its part: for `ack-clocked`, `clocked` (a segment that left as an ACK arrived) or
+    /// `release` (that ACK).
+    pub role: &'static str,
+}
+
+/// A verdict other than a stall, in the shape the Wireshark plugin marks as data
+/// (`deploy/wireshark/nagless.lua`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Finding {
+    /// What was found: `ack-clocked`.
+    pub kind: &'static str,
+    /// The frames to mark (bounded: at most 64).
+    pub frames: Vec<FindingFrame>,
+    /// Its typical cost per event, ms (for `ack-clocked`: the mean time writes queued).
+    pub delay_ms: f64,
+    /// `client->server` or `server->client`.
+    pub direction: &'static str,
+    /// One line for people.
+    pub summary: String,
+}
+
 /// Per-direction counters.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Side {
@@ -158,6 +221,13 @@ pub struct FlowReport {
     pub delayed_ack_count: u64,
     /// The first delayed ACKs (at most 32).
     pub delayed_acks: Vec<DelayedAck>,
+    /// The directions whose small writes were ACK-clocked; absent from the JSON when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ack_clocked: Vec<AckClocked>,
+    /// Verdicts other than stalls, for the Wireshark plugin (one per ACK-clocked
+    /// direction); absent from the JSON when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub findings: Vec<Finding>,
     /// Verdict and advice for people.
     pub verdict: Vec<String>,
     /// The flow's segments, for the timeline ([`crate::report::svg`]); kept only when asked
@@ -204,6 +274,9 @@ pub struct Service {
     pub retransmission_timeouts: u64,
     /// Zero-window waits.
     pub zero_window_waits: u64,
+    /// Flows with an ACK-clocked direction; absent from the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub flows_ack_clocked: u64,
 }
 
 /// The analysis of a whole capture (embedded in [`crate::Diagnosis`], whose JSON holds these
@@ -221,6 +294,10 @@ pub struct Outcome {
     pub stalls_total: u64,
     /// Time lost to stalls in all flows, s.
     pub stalled_s_total: f64,
+    /// Flows with an ACK-clocked direction (a verdict of its own, not a stall); absent from
+    /// the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub flows_ack_clocked: u64,
     /// Per server port, most stalled time first.
     pub services: Vec<Service>,
     /// The flows kept ([`Options::top`](super::Options::top)), most stalled time first.

@@ -5,7 +5,7 @@
 
 use super::direction::Direction;
 use super::judge::Findings;
-use super::output::{CapturePoint, Pattern, Side};
+use super::output::{AckClocked, CapturePoint, Finding, FindingFrame, Pattern, Side};
 use crate::rule::{self, AckTimer};
 
 impl Pattern {
@@ -108,5 +108,66 @@ fn no_stall(sides: &[Side; 2], delayed_acks: u64) -> String {
         "no Nagle stall".to_string()
     } else {
         format!("no Nagle stall; {}", seen.join(", "))
+    }
+}
+
+/// What to do about an ACK-clocked sender.
+pub(super) const CLOCKED_FIX: &str =
+    "set TCP_NODELAY, run it under `nagless run`, or `nagless fix --pid PID --nodelay`";
+
+/// `n` with a comma between thousands: 9,041.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The verdict line of an ACK-clocked direction.
+pub(super) fn clocked(c: &AckClocked) -> String {
+    format!(
+        "ACK-clocked, {} ({}): {} of {} small segments ({:.0} %) left as an ACK arrived; writes queued behind the clock ~{:.2} s per second (~{} µs per segment); Nagle is on: {CLOCKED_FIX}",
+        c.direction,
+        c.sender,
+        thousands(c.clocked),
+        thousands(c.segments),
+        c.share * 100.0,
+        c.queued_per_s,
+        thousands(c.mean_queued_us),
+    )
+}
+
+/// The finding the Wireshark plugin marks for an ACK-clocked direction: its first clocked
+/// segments and their releasing ACKs.
+pub(super) fn clocked_finding(c: &AckClocked) -> Finding {
+    let mut frames = Vec::with_capacity(2 * c.first.len());
+    for s in &c.first {
+        frames.push(FindingFrame {
+            frame: s.ack.frame,
+            role: "release",
+        });
+        frames.push(FindingFrame {
+            frame: s.segment.frame,
+            role: "clocked",
+        });
+    }
+    Finding {
+        kind: "ack-clocked",
+        frames,
+        delay_ms: c.mean_queued_us as f64 / 1000.0,
+        direction: c.direction,
+        summary: format!(
+            "{} is ACK-clocked: {} of {} small segments ({:.0} %) left as an ACK arrived; writes queued ~{:.2} s per second; Nagle is on: {CLOCKED_FIX}",
+            c.sender,
+            thousands(c.clocked),
+            thousands(c.segments),
+            c.share * 100.0,
+            c.queued_per_s
+        ),
     }
 }
