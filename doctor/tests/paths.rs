@@ -314,7 +314,12 @@ fn score(end: &str, d: &Diagnosis, expects: &[Expect]) -> (usize, usize, usize) 
     for e in expects {
         let f = flow_on(d, e.port);
         // None of these flows queues writes behind an ACK clock.
-        assert!(f.ack_clocked.is_empty(), "{end}, {}: {:?}", e.name, f.verdict);
+        assert!(
+            f.ack_clocked.is_empty(),
+            "{end}, {}: {:?}",
+            e.name,
+            f.verdict
+        );
         match &e.kind {
             Kind::Labelled {
                 sender_is_client,

@@ -1,5 +1,5 @@
 //! The ACK-clocked connection ([`Clock`]): per sending direction, the evidence that
-//! [`crate::rule::ack_clock`] judges: how many of the sender's small data segments left as an
+//! [`judge_clock`](crate::rule::judge_clock) judges: how many of the sender's small data segments left as an
 //! ACK arrived carrying writes that had queued behind it, and how long they queued.
 //!
 //! A small data segment (less than a full one, not sent before) is **clocked** when all of:
@@ -42,7 +42,7 @@
 use super::direction::Direction;
 use super::output::{AckClocked, At, Side};
 use super::sequence::{self, Sequence};
-use crate::rule::{self, ack_clock};
+use crate::rule;
 
 /// Clocked segments (and their releasing ACKs) kept per direction.
 const KEPT: usize = 32;
@@ -171,13 +171,14 @@ impl Clock {
             if off || e.merged < MIN_MERGED.max(e.clocked / 20) {
                 continue;
             }
-            let evidence = ack_clock::ClockEvidence {
-                clocked: e.clocked,
-                segments: Some(e.segments),
-                queued_us: e.queued_us,
+            let evidence = rule::ClockEvidence {
+                releases: e.clocked,
+                held_us: e.queued_us,
                 window_us,
+                connections: 1,
+                data_segments: Some(e.segments),
             };
-            let Ok(c) = ack_clock::judge(&evidence) else {
+            let Ok(c) = rule::judge_clock(&evidence) else {
                 continue;
             };
             out.push(AckClocked {
@@ -185,10 +186,10 @@ impl Clock {
                 direction: super::judge::direction_name(d),
                 clocked: e.clocked,
                 segments: e.segments,
-                share: c.share.unwrap_or(1.0),
+                share: e.clocked as f64 / e.segments.max(1) as f64,
                 queued_s: e.queued_us as f64 / 1e6,
-                queued_per_s: c.queued_per_s,
-                mean_queued_us: c.mean_queued_us,
+                queued_per_s: c.held_ms_per_s / 1000.0,
+                mean_queued_us: e.queued_us / e.clocked.max(1),
                 window_s: window_us as f64 / 1e6,
                 first: e
                     .kept
