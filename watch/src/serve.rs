@@ -347,8 +347,10 @@ mod tests {
     }
 
     /// 200 idle connections and a few that send a byte every 300 ms hold the server while
-    /// twenty scrapes are made: every scrape is answered, each within a second (generous: it
-    /// takes about a millisecond), and no more than MAX_CONNECTIONS threads serve at once.
+    /// twenty scrapes are made: every scrape is answered, each in less than half the request
+    /// deadline that a held-up scrape would wait for (it takes about a millisecond; a loaded
+    /// machine adds its delays, never seconds), and no more than MAX_CONNECTIONS threads
+    /// serve at once.
     #[test]
     fn idle_and_slow_clients_cannot_hold_up_a_scrape() {
         let m = Metrics::default();
@@ -383,7 +385,7 @@ mod tests {
             let ok = get(e.addr(), "GET /metrics HTTP/1.1\r\n\r\n");
             assert!(ok.starts_with("HTTP/1.1 200 OK"), "{ok}");
             assert!(
-                start.elapsed() < Duration::from_secs(1),
+                start.elapsed() < REQUEST_DEADLINE / 2,
                 "a scrape took {:?}",
                 start.elapsed()
             );
