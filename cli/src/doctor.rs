@@ -41,17 +41,17 @@ pub struct DoctorArgs {
     /// The capture file (pcap or pcapng, plain, gzip or zstd); `-` for stdin.
     capture: std::path::PathBuf,
     /// Print JSON (schema in docs/doctor-json.md) instead of the report.
-    #[arg(long)]
+    #[arg(short, long)]
     json: bool,
     /// Only this flow: its number in the report.
     #[arg(long, value_name = "N")]
     flow: Option<usize>,
     /// Only flows with this host and/or port on either side: 10.0.0.1, :8000, 10.0.0.1:8000,
     /// [::1]:8000. Repeat to require several.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(short, long, value_name = "HOST:PORT")]
     filter: Vec<Filter>,
     /// Report this many flows in full, most stalled time first (0: all).
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 10)]
     top: usize,
     /// Keep every stall of each flow in the JSON, not only the worst 32.
     #[arg(long)]
@@ -116,7 +116,9 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
             d.flows_judged_early
         );
     }
-    if let Some(why) = &d.damage {
+    // The text report says it among its totals; JSON carries it as `damage`, and a reader
+    // of that is told here.
+    if let (Some(why), true) = (&d.damage, args.json) {
         errln!(
             "nagless doctor: warning: {name} is cut or damaged; analysed the {} frames before it: {why}",
             d.frames
