@@ -116,9 +116,7 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
             d.flows_judged_early
         );
     }
-    // The text report says it among its totals; JSON carries it as `damage`, and a reader
-    // of that is told here.
-    if let (Some(why), true) = (&d.damage, args.json) {
+    if let Some(why) = &d.damage {
         errln!(
             "nagless doctor: warning: {name} is cut or damaged; analysed the {} frames before it: {why}",
             d.frames
