@@ -444,9 +444,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
             Vec::new()
         }
         Err(e @ nagless_netpath::PathError::NotPermitted(_)) => {
-            return Err(usage(format!(
-                "{e}; loopback (no --rtt) needs no privilege"
-            )))
+            return Err(usage(format!("{e}; loopback (no --rtt) needs neither")))
         }
         Err(e) => return Err(e.into()),
     };
