@@ -170,7 +170,7 @@ fn prune_old_shims(dir: &Path, current: &str) {
 }
 
 /// Resolves CMD like `execvp` does: the first executable file of that name on PATH.
-fn resolve(cmd: &str) -> Option<PathBuf> {
+pub(crate) fn resolve(cmd: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     if cmd.contains('/') {
         return Some(PathBuf::from(cmd));
