@@ -246,8 +246,12 @@ fn seeds_put_each_source_figure_beside_ours() {
         let at = out
             .find(source)
             .unwrap_or_else(|| panic!("no {source} in {out}"));
+        // Its text's figure, and ours unless its tables could not run here (004 without wrk).
         let block = &out[at..];
-        assert!(block.contains("text:") && block.contains("lab:"), "{block}");
+        assert!(
+            block.contains("text:") && (block.contains("lab:") || block.contains("verdict: none")),
+            "{block}"
+        );
     }
     // Our side of 003 is measured, not quoted: nodelay's bytes are a multiple of nagle's.
     let line = out
