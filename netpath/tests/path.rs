@@ -183,8 +183,9 @@ fn loss_is_within_statistical_bounds_and_repeats_with_its_seed() {
             .run_in_server(|| UdpSocket::bind((server, 7002)))
             .unwrap()
             .unwrap();
-        rx.set_read_timeout(Some(Duration::from_millis(500)))
-            .unwrap();
+        // (The end of the stream: no datagram for 2 s, far longer than a loaded machine keeps
+        // the forwarder waiting.)
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         // Room for every datagram even if the receiver thread is not scheduled: the socket
         // must never drop one itself, so that all losses are the path's.
         set_int_option(&rx, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, 16 << 20);
@@ -200,13 +201,25 @@ fn loss_is_within_statistical_bounds_and_repeats_with_its_seed() {
             }
             got
         });
+        let path = &p;
         p.run_in_client(|| {
             let tx = UdpSocket::bind("0.0.0.0:0").unwrap();
             for i in 0..N {
                 tx.send_to(&(i as u32).to_be_bytes(), (server, 7002))
                     .unwrap();
                 if i % 100 == 99 {
-                    std::thread::sleep(Duration::from_millis(1)); // stay below the queues
+                    // Stay below the queues: the next hundred only once the path has taken
+                    // these (delivered or dropped them), however late a loaded machine runs
+                    // its forwarder. (Paced by time alone, the TUN device's own queue
+                    // overflowed once, dropping datagrams the path never saw.)
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while {
+                        let s = path.stats();
+                        s.delivered + s.lost + s.queue_drops <= i as u64
+                    } && Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                 }
             }
         })
