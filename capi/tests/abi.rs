@@ -87,24 +87,26 @@ fn write_write_read_leaves_as_one_send_and_never_stalls() {
     assert_eq!(unsafe { nagless_free(h) }, 0);
     let whole = echo.join().unwrap();
     // A delayed ACK is at least 40 ms (Linux; 200 ms on Windows): a stall would hold most
-    // rounds that long, a busy machine (or Wine's extra layers) only a few.
+    // rounds that long, a busy machine (or Wine's extra layers) only a few. (`spare`: the
+    // rounds a busy machine may spoil, one in five; a broken library spoils them all.)
+    let spare = ROUNDS / 5;
     let stall = Duration::from_millis(40);
     times.sort();
     let slow = times.iter().filter(|d| **d >= stall).count();
     assert!(
-        times[ROUNDS / 2] < stall / 2 && slow <= 2,
+        times[ROUNDS / 2] < stall / 2 && slow <= spare,
         "rounds: {times:?}"
     );
     assert_eq!(st.bytes_sent, (ROUNDS * 200) as u64);
     // One send per request; a round descheduled past the 500 µs linger bound between its two
     // writes legitimately sends the first alone.
     assert!(
-        (ROUNDS..=ROUNDS + 2).contains(&(st.flushes as usize)),
+        (ROUNDS..=ROUNDS + spare).contains(&(st.flushes as usize)),
         "{} sends for {ROUNDS} requests",
         st.flushes
     );
     assert!(
-        whole + 2 >= ROUNDS,
+        whole + spare >= ROUNDS,
         "only {whole}/{ROUNDS} requests arrived in one read"
     );
 }

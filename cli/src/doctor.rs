@@ -50,17 +50,17 @@ pub struct DoctorArgs {
     /// The capture file (pcap or pcapng, plain, gzip or zstd); `-` for stdin.
     capture: std::path::PathBuf,
     /// Print JSON (schema in docs/doctor-json.md) instead of the report.
-    #[arg(long)]
+    #[arg(short, long)]
     json: bool,
     /// Only this flow: its number in the report.
     #[arg(long, value_name = "N")]
     flow: Option<usize>,
     /// Only flows with this host and/or port on either side: 10.0.0.1, :8000, 10.0.0.1:8000,
     /// [::1]:8000. Repeat to require several.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(short, long, value_name = "HOST:PORT")]
     filter: Vec<Filter>,
     /// Report this many flows in full, most stalled time first (0: all).
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 10)]
     top: usize,
     /// Keep every stall of each flow in the JSON, not only the worst 32.
     #[arg(long)]

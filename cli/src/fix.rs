@@ -69,7 +69,7 @@ EXIT STATUS
 #[derive(clap::Args)]
 pub struct FixArgs {
     /// The process to fix, and its children.
-    #[arg(long, group = "sel")]
+    #[arg(short, long, group = "sel")]
     pid: Option<u32>,
     /// A cgroup v2 to fix (and every cgroup below it).
     #[arg(long, group = "sel")]
@@ -94,13 +94,13 @@ pub struct FixArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     observe: Duration,
     /// How long to keep the fix (0: until Ctrl-C or SIGTERM).
-    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    #[arg(short, long, default_value = "0", value_parser = parse_duration)]
     duration: Duration,
     /// Pin the fix in bpffs so it outlives this command (new connections only; see --list).
     #[arg(long, conflicts_with = "duration")]
     persist: bool,
     /// List every fix in force on this host: running and pinned.
-    #[arg(long, conflicts_with_all = ["nodelay", "ack_delay_max", "persist", "remove", "dry_run"])]
+    #[arg(short, long, conflicts_with_all = ["nodelay", "ack_delay_max", "persist", "remove", "dry_run"])]
     list: bool,
     /// Remove the pinned fix of the selection (with --all: every pinned fix).
     #[arg(long, conflicts_with_all = ["nodelay", "ack_delay_max", "persist", "dry_run"])]
@@ -110,7 +110,7 @@ pub struct FixArgs {
     #[arg(long)]
     all: bool,
     /// Show what the selection covers (processes, cgroup, connections) and change nothing.
-    #[arg(long)]
+    #[arg(short = 'n', long)]
     dry_run: bool,
 }
 

@@ -54,18 +54,19 @@ pub struct LabArgs {
     /// Scenario to run (default: every scenario but custom).
     scenario: Option<String>,
     /// Strategies to compare, comma-separated (default: all).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(short, long, value_delimiter = ',')]
     strategy: Vec<String>,
     /// Run every default case small and once: well under a minute.
-    #[arg(long)]
+    #[arg(short, long)]
     quick: bool,
     /// Runs per case and strategy (default 3, or 1 with --quick); medians are reported.
     #[arg(long)]
     repeat: Option<usize>,
-    /// Time limit of one open-ended run, ms (default 1500, or 300 with --quick; on an emulated
-    /// path 20 round trips, at least 300 ms and at most that).
-    #[arg(long)]
-    limit_ms: Option<u64>,
+    /// Time limit of one open-ended run, e.g. 1500ms or 2s (a bare number is ms, as the older
+    /// spelling --limit-ms took; default 1500ms, or 300ms with --quick; on an emulated path 20
+    /// round trips, at least 300 ms and at most that).
+    #[arg(long, alias = "limit-ms", value_name = "DUR", value_parser = parse_limit)]
+    limit: Option<Duration>,
     /// Only this path: TCP_MAXSEG on both ends (e.g. 1448); default: loopback, plus 1448 where segments matter.
     #[arg(long)]
     mss: Option<u32>,
@@ -81,12 +82,19 @@ pub struct LabArgs {
     /// Rounds for custom and split-write.
     #[arg(long)]
     rounds: Option<usize>,
-    /// Write the results as JSON to FILE ('-' for stdout); schema in docs/lab-json.md.
+    /// Print the results as JSON on stdout (schema in docs/lab-json.md); the tables then go
+    /// to stderr. As `--json` in doctor and watch.
+    #[arg(short, long, conflicts_with_all = ["csv", "json_out"])]
+    json: bool,
+    /// Write the results as JSON to FILE ('-' for stdout).
     #[arg(long, value_name = "FILE")]
-    json: Option<String>,
+    json_out: Option<String>,
+    /// Print the results as CSV on stdout; the tables then go to stderr.
+    #[arg(long, conflicts_with = "csv_out")]
+    csv: bool,
     /// Write the results as CSV to FILE ('-' for stdout).
     #[arg(long, value_name = "FILE")]
-    csv: Option<String>,
+    csv_out: Option<String>,
     /// Write a self-contained HTML report with SVG charts to FILE.
     #[arg(long, value_name = "FILE")]
     html: Option<String>,
@@ -272,8 +280,8 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
         }
         plan.pin = Some(cpu);
     }
-    if let Some(ms) = args.limit_ms {
-        plan.limit = Duration::from_millis(ms.max(1));
+    if let Some(limit) = args.limit {
+        plan.limit = limit.max(Duration::from_millis(1));
         plan.limit_fixed = true;
     }
     Ok(plan)
@@ -290,6 +298,51 @@ fn write_out(path: &str, content: &str) -> anyhow::Result<()> {
     } else {
         std::fs::write(path, content).with_context(|| format!("cannot write {path}"))
     }
+}
+
+/// `--limit`: a duration; a bare number is ms (`--limit-ms 1500`, the older spelling).
+fn parse_limit(s: &str) -> Result<Duration, String> {
+    match s.parse::<u64>() {
+        Ok(ms) => Ok(Duration::from_millis(ms)),
+        Err(_) => crate::parse_duration(s),
+    }
+}
+
+/// The lab's arguments as this version reads them, from a command line that may use the
+/// older spellings: `--json FILE` and `--csv FILE` (now `--json-out FILE`, `--csv-out FILE`;
+/// `--json` and `--csv` alone print to stdout, as `--json` does in doctor and watch). A word
+/// after `--json` or `--csv` that is neither an option nor a scenario is taken as the older
+/// spelling's FILE.
+pub fn older_spellings(args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    use std::ffi::OsString;
+    let mut out: Vec<OsString> = Vec::with_capacity(args.len());
+    let mut words = args.into_iter().peekable();
+    while let Some(w) = words.next() {
+        let text = w.to_string_lossy();
+        if text == "--" {
+            out.push(w);
+            out.extend(words);
+            break;
+        }
+        let renamed = |flag: &str| format!("{flag}-out");
+        if let Some((flag @ ("--json" | "--csv"), file)) = text.split_once('=') {
+            out.push(format!("{}={file}", renamed(flag)).into());
+            continue;
+        }
+        if text == "--json" || text == "--csv" {
+            let file = words.peek().map(|n| n.to_string_lossy().into_owned());
+            if let Some(file) = file
+                .filter(|f| (f == "-" || !f.starts_with('-')) && !SCENARIOS.contains(&f.as_str()))
+            {
+                out.push(renamed(&text).into());
+                out.push(file.into());
+                words.next();
+                continue;
+            }
+        }
+        out.push(w);
+    }
+    out
 }
 
 /// An RTT: a duration of 0 to 10 s.
@@ -365,9 +418,12 @@ fn check_writable(flag: &str, path: &str) -> anyhow::Result<()> {
 
 pub fn command(args: LabArgs) -> anyhow::Result<bool> {
     let mut plan = plan(&args)?;
+    let stdout = Some("-".to_owned());
+    let json = if args.json { &stdout } else { &args.json_out };
+    let csv = if args.csv { &stdout } else { &args.csv_out };
     for (flag, path) in [
-        ("--json", &args.json),
-        ("--csv", &args.csv),
+        ("--json-out", json),
+        ("--csv-out", csv),
         ("--html", &args.html),
     ] {
         if let Some(path) = path {
@@ -382,6 +438,13 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
             Scale::Full
         };
         plan.cases.extend(nagless_lab::seeds::path_cases(scale));
+        // Source 004 drives Debian's wrk: without it, left out (as the paths are without
+        // root), not failed.
+        if crate::run::resolve("wrk").is_none() {
+            errln!("nagless lab: source 004 left out: it drives wrk, which is not installed (Debian package wrk)");
+            plan.cases
+                .retain(|(c, _)| !matches!(c, Case::HttpWrk { .. }));
+        }
     }
     let nets = match nagless_lab::make_paths(&plan) {
         Ok(nets) => nets,
@@ -391,9 +454,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
             Vec::new()
         }
         Err(e @ nagless_netpath::PathError::NotPermitted(_)) => {
-            return Err(usage(format!(
-                "{e}; loopback (no --rtt) needs no privilege"
-            )))
+            return Err(usage(format!("{e}; loopback (no --rtt) needs neither")))
         }
         Err(e) => return Err(e.into()),
     };
@@ -436,9 +497,7 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
         errln!("nagless lab: interrupted; the emulated paths are removed");
         return Ok(false);
     }
-    let to_stdout = [&args.json, &args.csv]
-        .iter()
-        .any(|o| o.as_deref() == Some("-"));
+    let to_stdout = [json, csv].iter().any(|o| o.as_deref() == Some("-"));
     let text = report::text(&tables) + &report::sweep_text(&tables);
     if to_stdout {
         err!("{text}");
@@ -455,11 +514,11 @@ pub fn command(args: LabArgs) -> anyhow::Result<bool> {
             out!("{seeds}");
         }
     }
-    if let Some(path) = &args.json {
+    if let Some(path) = json {
         let doc = report::json(&tables, serde_json::to_value(&info)?);
         write_out(path, &(serde_json::to_string_pretty(&doc)? + "\n"))?;
     }
-    if let Some(path) = &args.csv {
+    if let Some(path) = csv {
         write_out(path, &report::csv(&tables))?;
     }
     if let Some(path) = &args.html {

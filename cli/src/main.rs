@@ -49,6 +49,7 @@ use crate::watch::{WatchArgs, WATCH_HELP};
     name = "nagless",
     version,
     long_version = LONG_VERSION,
+    propagate_version = true,
     about = "Find and fix TCP stalls from Nagle's algorithm and delayed ACK",
     long_about = "nagless: TCP programs that are slow for no visible reason.\n\n\
 Nagle's algorithm (sender) and delayed ACK (receiver) together stall any exchange where a \
@@ -172,7 +173,11 @@ fn main() -> ExitCode {
             Err(e) => parse_failed(e),
         };
     }
-    let cli = match Cli::try_parse() {
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "lab") {
+        args = lab::older_spellings(args);
+    }
+    let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,
         Err(e) => return parse_failed(e),
     };
@@ -200,5 +205,18 @@ fn main() -> ExitCode {
             errln!("nagless: {e:#}");
             ExitCode::from(1)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    /// clap's own checks of the definitions: no two options of a command share a short or
+    /// long flag, every `requires` and `conflicts_with` names an argument.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        super::Cli::command().debug_assert();
+        super::RunOnly::command().debug_assert();
     }
 }

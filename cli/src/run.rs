@@ -170,7 +170,7 @@ fn prune_old_shims(dir: &Path, current: &str) {
 }
 
 /// Resolves CMD like `execvp` does: the first executable file of that name on PATH.
-fn resolve(cmd: &str) -> Option<PathBuf> {
+pub(crate) fn resolve(cmd: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     if cmd.contains('/') {
         return Some(PathBuf::from(cmd));
@@ -200,18 +200,24 @@ pub fn unreachable_reason(path: &Path) -> Option<String> {
     let elf = crate::elf::Elf::read(&file)?;
     if !elf.has_interp {
         return Some(format!(
-            "{} is statically linked: a preloaded library cannot act on it (it has no dynamic loader)",
+            "{} is statically linked: a preloaded library cannot act on it (it has no dynamic \
+             loader); {FIX_INSTEAD}",
             path.display()
         ));
     }
     if elf.is_go {
         return Some(format!(
-            "{} is a Go program: Go makes socket syscalls directly, bypassing libc, so the shim would see nothing",
+            "{} is a Go program: Go makes socket syscalls directly, bypassing libc, so the shim \
+             would see nothing; {FIX_INSTEAD}",
             path.display()
         ));
     }
     None
 }
+
+/// What reaches a program the shim cannot: `nagless fix`, from outside, for any binary.
+const FIX_INSTEAD: &str = "start it as it is and fix its stalls from outside with \
+    `sudo nagless fix --pid PID --nodelay` (any binary, no restart; see nagless fix --help)";
 
 /// Why the loader would skip `shim` for the program at `path`, if it would: they are built
 /// for different machines (a 32-bit program and a 64-bit shim). The loader would print an
@@ -457,7 +463,7 @@ HOW IT WORKS
   connects gets TCP_NODELAY; each burst of writes is held with MSG_MORE and released when the
   program turns to wait (read/recv, poll/select/epoll, close, shutdown, fork, exec), when it
   completes the socket's learned burst shape (its usual number of writes), or after
-  --linger-us at the latest (5 x that for a burst short of its shape on a socket whose
+  --linger at the latest (5 x that for a burst short of its shape on a socket whose
   writer pauses inside its bursts, as interpreters do). Unsent bytes stay in the kernel,
   never in a buffer of ours.
   The shim is carried inside the nagless executable and unpacked once to ~/.cache/nagless
@@ -467,6 +473,8 @@ HOW IT WORKS
 
 EXAMPLES
   nagless run --stats -- python3 -m http.server --protocol HTTP/1.1 8000
+  nagless run -s python3 -m http.server 8000      # `--` may be left out: CMD starts at the
+                                                  # first word that is no option of run's
   nagless run --mode nodelay -- ./vendor-daemon --port 179
   nagless run --ack-delay-max 0 -- ./server   # its clients split their requests: ACK at once
   nagless run --stats-file /run/nagless/stats -- ./daemon   # /run/nagless/stats.PID, kept current
@@ -474,17 +482,17 @@ EXAMPLES
 EXIT STATUS
   CMD's own; 2 if CMD cannot be run or cannot be reached (static or Go binaries, and
   set-user-ID, set-group-ID or file-capability programs started by another user than root,
-  for which the loader ignores LD_PRELOAD).";
+  for which the loader ignores LD_PRELOAD: `nagless fix` reaches those from outside).";
 
 #[derive(clap::Args)]
 pub struct RunArgs {
     /// nagless (cork bursts, release on wait), cork (libautocork's rule: release on read and
     /// poll/select only), nodelay (set TCP_NODELAY only).
-    #[arg(long, default_value = "nagless", value_parser = ["nagless", "cork", "nodelay"])]
+    #[arg(short, long, default_value = "nagless", value_parser = ["nagless", "cork", "nodelay"])]
     mode: String,
     /// Print per-process counters to stderr at exit (not where stderr is a socket, as in an
     /// inetd service: use --stats-file there).
-    #[arg(long)]
+    #[arg(short, long)]
     stats: bool,
     /// Append a debug trace to FILE.
     #[arg(long, value_name = "FILE")]
@@ -494,9 +502,16 @@ pub struct RunArgs {
     /// print --stats.
     #[arg(long, value_name = "FILE")]
     stats_file: Option<std::path::PathBuf>,
-    /// Longest time a burst is held when the program neither reads nor polls, µs (50..=100000).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=100_000))]
-    linger_us: u64,
+    /// Longest time a burst is held when the program neither reads nor polls: 50us..=100ms,
+    /// e.g. 500us, 2ms (a bare number is µs, as the older spelling --linger-us took).
+    #[arg(
+        long,
+        alias = "linger-us",
+        value_name = "DUR",
+        default_value = "1ms",
+        value_parser = parse_linger
+    )]
+    linger: std::time::Duration,
     /// The receiver's half, for a program whose peers you cannot change: its ACKs of partial
     /// messages leave within DUR (`8ms`: TCP_DELACK_MAX_US, Linux 6.15, rounded up to the
     /// kernel's tick), or at once with 0 (TCP_QUICKACK after every read, also where the
@@ -506,13 +521,30 @@ pub struct RunArgs {
     /// Print the path of the shim library (for LD_PRELOAD by hand) and exit.
     #[arg(long, exclusive = true)]
     print_shim: bool,
-    /// The program and its arguments.
+    /// The program and its arguments. `--` before it is optional: everything from the first
+    /// word that is not one of these options on is the program's (as with env or timeout).
     #[arg(
-        last = true,
+        trailing_var_arg = true,
         required_unless_present = "print_shim",
         value_name = "CMD"
     )]
     cmd: Vec<std::ffi::OsString>,
+}
+
+/// `--linger`: a duration of 50 µs to 100 ms; a bare number is µs (`--linger-us 500`).
+fn parse_linger(s: &str) -> Result<std::time::Duration, String> {
+    let d = match s.parse::<u64>() {
+        Ok(us) => std::time::Duration::from_micros(us),
+        Err(_) => crate::parse_duration(s)?,
+    };
+    let (lo, hi) = (
+        std::time::Duration::from_micros(50),
+        std::time::Duration::from_millis(100),
+    );
+    if !(lo..=hi).contains(&d) {
+        return Err(format!("{s:?}: the linger bound must be 50us..=100ms"));
+    }
+    Ok(d)
 }
 
 /// `nagless run`: prints the shim's path, or replaces this process with CMD under it; exit
@@ -541,7 +573,7 @@ pub fn command(args: RunArgs) -> std::process::ExitCode {
         stats: args.stats,
         log: args.log,
         stats_file: args.stats_file,
-        linger_us: args.linger_us,
+        linger_us: args.linger.as_micros() as u64,
         acks,
     };
     let Err(e) = run(&opts, &args.cmd);

@@ -37,7 +37,7 @@ pub struct WatchArgs {
     #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
     backend: BackendArg,
     /// How long to watch (0: until Ctrl-C) [default: 10s, or 0 with --serve].
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(short, long, value_parser = parse_duration)]
     duration: Option<Duration>,
     /// How often to refresh the table (or print a JSON line).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
@@ -46,10 +46,10 @@ pub struct WatchArgs {
     #[arg(long)]
     port: Option<u16>,
     /// Only this process's connections.
-    #[arg(long)]
+    #[arg(short, long)]
     pid: Option<u32>,
     /// JSON lines instead of the table.
-    #[arg(long)]
+    #[arg(short, long)]
     json: bool,
     /// With --json, also a line for each stall as it ends (`"type": "stall"`): when (Unix
     /// time), the process, the stalled socket's local and remote address, bytes held, ms lost.

@@ -8,7 +8,7 @@ mod fix_support;
 use std::time::Duration;
 
 use fix_support::*;
-use nagless_test_support::{exclusive, root_or_skip};
+use nagless_test_support::{exclusive, have_tool_of, root_or_skip};
 
 #[test]
 fn options_change_only_inside_the_selection_and_go_when_a_signal_ends_the_fix() {
@@ -87,7 +87,7 @@ fn a_pid_that_shares_its_cgroup_is_fixed_alone() {
 
 #[test]
 fn a_program_in_its_own_network_namespace_is_reached_through_its_cgroup() {
-    if !root_or_skip("nagless fix") {
+    if !root_or_skip("nagless fix") || !have_tool_of("ip", "iproute2") {
         return;
     }
     let _one = exclusive();

@@ -63,8 +63,30 @@ fn run_fixes_write_write_read_and_reports_stats() {
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{out}\n{err}");
-    assert!(out.contains("stalled=0"), "{out}");
-    assert!(out.contains("client_segs=20"), "{out}");
+    let field = |k: &str| -> u64 {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {k} in {out}"))
+    };
+    // Natively most of these rounds wait 40 ms for a delayed ACK. Under the shim none
+    // should: the median round is far below a stall, and a busy machine may delay a round
+    // or two (but not most) that long.
+    assert!(field("stalled") <= 2, "{out}");
+    assert!(field("median_us") < 15_000, "{out}");
+    // One data segment per request; a client descheduled past the linger bound between its
+    // two writes has that burst released early, as two segments (the shim counts them).
+    let released: u64 = err
+        .lines()
+        .filter(|l| l.contains("nagless stats:"))
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.windows(2)
+                .find(|p| p[1] == "released")
+                .and_then(|p| p[0].parse::<u64>().ok())
+        })
+        .sum();
+    let segs = field("client_segs");
+    assert!((20..=20 + released).contains(&segs), "{out}\n{err}");
     assert_eq!(err.matches("nagless stats:").count(), 2, "{err}");
     assert!(err.contains("mode nagless"), "{err}");
 }

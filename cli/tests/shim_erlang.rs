@@ -1,6 +1,6 @@
 //! The preloaded shim on Erlang/OTP's inets HTTP server, unmodified: a server that copies its
 //! listener's `TCP_NODELAY` to each connection keeps the kernel's default it copied, and is
-//! coalesced. Loopback only; every server started here is stopped here.
+//! coalesced, without the stall. Loopback only; every server started here is stopped here.
 #![allow(clippy::disallowed_methods)] // tests measure real time
 
 use nagless_test_support as common;
@@ -70,8 +70,13 @@ fn a_server_copying_its_listeners_nodelay_keeps_its_default_and_is_coalesced() {
         let Some(capture) = SegmentCount::start(port) else {
             return;
         };
+        // The packets too, for the doctor to judge: whether writes waited for delayed ACKs.
+        let packets = common::Tcpdump::start(&format!("erlang-{port}"), port, &["-i", "lo"]);
         let (rate, _, errors, responses) = wrk_run(&format!("http://127.0.0.1:{port}/f.txt"), 1);
         let segments = capture.stop();
+        let stalls = nagless_doctor::diagnose(&packets.finish())
+            .expect("tcpdump's capture")
+            .stalls_total;
         assert_eq!(errors, 0);
         server.stop();
         drop(server);
@@ -79,7 +84,8 @@ fn a_server_copying_its_listeners_nodelay_keeps_its_default_and_is_coalesced() {
         let per_response = segments as f64 / responses.max(1) as f64;
         let name = mode.unwrap_or("native");
         eprintln!(
-            "erlang inets {name}: {rate:.0} req/s, {per_response:.3} data segments per response"
+            "erlang inets {name}: {rate:.0} req/s, {per_response:.3} data segments per \
+             response, {stalls} stalls in {responses} responses (nagless doctor)"
         );
         if mode == Some("nagless") {
             let st = stats_lines(&err);
@@ -90,13 +96,19 @@ fn a_server_copying_its_listeners_nodelay_keeps_its_default_and_is_coalesced() {
                 "the copied default must leave the sockets to the shim: {err}"
             );
         }
-        seen.insert(name, (rate, per_response));
+        seen.insert(name, (rate, per_response, stalls, responses));
     }
     let (native, nodelay, ours) = (seen["native"], seen["nodelay"], seen["nagless"]);
+    // The stall, judged from the packets by the doctor (a write held until a delayed ACK
+    // released it), which no machine's speed changes; the rates are printed only: on a
+    // loaded machine Erlang's schedulers, not the timer, set them (measured 6, 61 and 21
+    // req/s natively, under NODELAY and under the shim beside `stress-ng --cpu 2`).
     assert!(
-        native.0 * 4.0 < nodelay.0,
-        "natively the server must stall: {native:?} vs {nodelay:?}"
+        native.2 * 2 >= native.3,
+        "natively the server must stall on most responses: {native:?}"
     );
+    assert_eq!(nodelay.2, 0, "no stall under NODELAY: {nodelay:?}");
+    assert_eq!(ours.2, 0, "the stall is gone under the shim: {ours:?}");
     assert!(
         nodelay.1 >= 1.5,
         "the server writes each response twice: {nodelay:?}"
@@ -108,9 +120,5 @@ fn a_server_copying_its_listeners_nodelay_keeps_its_default_and_is_coalesced() {
     assert!(
         ours.1 <= nodelay.1 + 0.05,
         "{ours:?} against {nodelay:?} under NODELAY"
-    );
-    assert!(
-        ours.0 >= native.0 * 4.0,
-        "the stall is gone: {ours:?} vs {native:?}"
     );
 }

@@ -67,9 +67,12 @@ fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
     let _ = std::fs::remove_dir_all(&dir);
     eprintln!("nginx, 2 workers, under the shim: {rps:.0} req/s, max latency {max_ms:.2} ms");
     assert_eq!(errors, 0, "wrk saw errors");
+    // A burst left to the kernel's cork timer waits 200 ms: four connections stalled so
+    // would give at most 20 responses/s, and the slowest response would take 200 ms or
+    // more. A busy machine only delays the others by scheduling, far less than that.
     assert!(rps > 100.0, "{rps} req/s");
     assert!(
-        max_ms < 100.0,
+        max_ms < 200.0,
         "a response waited {max_ms} ms: a worker's burst was not released"
     );
     // The workers (not only the master) managed sockets and held bursts.
@@ -101,6 +104,15 @@ struct RealServer {
     check_bytes: fn(u16),
     /// The server sets TCP_NODELAY itself: the shim must leave its sockets to it.
     chooses_nodelay: bool,
+    /// Requests its load tool keeps in flight (connections × pipeline depth).
+    in_flight: u32,
+}
+
+/// The most responses/s a server stalled on every response (each waiting for a delayed ACK,
+/// at least 40 ms) can give with `in_flight` requests in flight: 25 per request slot a
+/// second, half as much again for quick ACKs. No load makes a stalled server faster.
+fn stalled_cap(in_flight: u32) -> f64 {
+    f64::from(in_flight) * 25.0 * 1.5
 }
 
 fn run_tool(cmd: &mut Command) -> String {
@@ -215,6 +227,7 @@ const SERVERS: &[RealServer] = &[
         },
         // Its workers report in its error log, not on the stderr we read.
         chooses_nodelay: false,
+        in_flight: 10,
     },
     RealServer {
         name: "redis (redis-benchmark GET -c10)",
@@ -233,6 +246,7 @@ const SERVERS: &[RealServer] = &[
             assert_eq!(String::from_utf8_lossy(&got), want);
         },
         chooses_nodelay: true,
+        in_flight: 10,
     },
     RealServer {
         name: "redis (redis-benchmark GET -c10 -P16)",
@@ -241,6 +255,7 @@ const SERVERS: &[RealServer] = &[
         load: |port| redis_load(port, 16),
         check_bytes: |_| {},
         chooses_nodelay: true,
+        in_flight: 16 * 10,
     },
     RealServer {
         name: "memcached (memcaslap -c10, every value verified)",
@@ -292,6 +307,7 @@ const SERVERS: &[RealServer] = &[
             assert_eq!(String::from_utf8_lossy(&got), want);
         },
         chooses_nodelay: true,
+        in_flight: 10,
     },
     RealServer {
         name: "node http (wrk -c10, header + 2 writes)",
@@ -328,14 +344,15 @@ const SERVERS: &[RealServer] = &[
             assert_eq!(joined, body, "{text}");
         },
         chooses_nodelay: true,
+        in_flight: 10,
     },
 ];
 
 /// Real servers from Debian, unmodified, natively, under `--mode nodelay` and under the
 /// default mode: every answer intact, the shim leaving alone the sockets of servers that
-/// chose TCP_NODELAY themselves, no more data segments per response than natively, and
-/// (a sanity bound, not the benchmark: scripts/bench-servers measures ≥ 0.97 ×) at least
-/// half the native rate.
+/// chose TCP_NODELAY themselves, no more data segments per response than natively, and no
+/// stall (a rate more than twice what a server stalled on every response could give; the
+/// rate against the native one is scripts/bench-servers's figure, ≥ 0.97 ×).
 #[test]
 fn real_servers_under_the_shim_lose_nothing_and_send_no_more_segments() {
     let _one = exclusive();
@@ -392,9 +409,14 @@ fn real_servers_under_the_shim_lose_nothing_and_send_no_more_segments() {
                         "{} {mode}: {per_response:.3} segments per response, {segs:.3} natively",
                         server.name
                     );
+                    // The shim adds no stall: a rate well above any stalled server's.
+                    // How it compares with the native rate is a benchmark
+                    // (scripts/bench-servers), which a loaded machine blurs.
+                    let cap = stalled_cap(server.in_flight);
                     assert!(
-                        load.per_sec >= rate * 0.5,
-                        "{} {mode}: {:.0}/s against {rate:.0}/s natively",
+                        load.per_sec > 2.0 * cap,
+                        "{} {mode}: {:.0}/s ({rate:.0}/s natively), where a server stalled \
+                         on every response gives at most {cap:.0}/s",
                         server.name,
                         load.per_sec
                     );

@@ -112,10 +112,13 @@ fn a_relay_under_the_shim_sends_no_more_segments_than_natively_without_the_stall
         "natively the relay must stall: {:?}",
         native.1
     );
+    // Gone: the mean exchange well under half a stall and under half the native one (a
+    // busy machine adds scheduling delays to each of the relay's hops, never a 40 ms timer).
     assert!(
-        ours.1 < Duration::from_millis(5),
-        "the stall is gone: {:?}",
-        ours.1
+        ours.1 < Duration::from_millis(20) && ours.1 < native.1 / 2,
+        "the stall is gone: {:?} against {:?} natively",
+        ours.1,
+        native.1
     );
     assert!(
         ours.0 <= native.0 * 1.1,

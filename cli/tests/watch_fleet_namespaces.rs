@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nagless_test_support::{
-    exclusive, free_port, have_tool, http_server_args, root_or_skip, watch_ebpf_or_skip, Started,
+    exclusive, free_port, have_tool, have_tool_of, http_server_args, root_or_skip,
+    watch_ebpf_or_skip, Started,
 };
 use watch_fleet_support::{TempDir, NAGLESS};
 
@@ -54,7 +55,7 @@ impl Drop for Netns {
 
 #[test]
 fn a_server_in_another_network_namespace_is_watched_named_and_outlives_its_namespace() {
-    if !root_or_skip("ip netns add") || !have_tool("wrk") || !have_tool("ip") {
+    if !root_or_skip("ip netns add") || !have_tool("wrk") || !have_tool_of("ip", "iproute2") {
         return;
     }
     server_in_a_namespace("sampling");
@@ -64,7 +65,7 @@ fn a_server_in_another_network_namespace_is_watched_named_and_outlives_its_names
 fn ebpf_names_the_namespace_container_and_role_of_a_server_in_another_namespace() {
     if !root_or_skip("ip netns add")
         || !have_tool("wrk")
-        || !have_tool("ip")
+        || !have_tool_of("ip", "iproute2")
         || !watch_ebpf_or_skip(NAGLESS)
     {
         return;

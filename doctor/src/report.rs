@@ -32,13 +32,7 @@ pub fn text(d: &Diagnosis) -> String {
             d.flows_ack_clocked
         );
     }
-    if let Some(why) = &d.damage {
-        let _ = writeln!(
-            out,
-            "warning: the capture is cut or damaged; analysed the {} frames before it: {why}",
-            d.frames
-        );
-    }
+    // (A cut or damaged capture is warned about on stderr, by the command, once.)
     if !d.unsupported_linktypes.is_empty() {
         let _ = writeln!(
             out,

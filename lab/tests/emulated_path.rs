@@ -53,9 +53,11 @@ fn write_write_read_across_20_ms_costs_the_round_trip_under_nagless_only() {
     };
     let (n, o) = (median(&nagle.latencies_us), median(&ours.latencies_us));
     eprintln!("20 ms path: nagle {n} us, nagless {o} us per round");
-    // Nagle: the round trip plus a delayed ACK (>= 40 ms more); nagless: about one round trip.
+    // Nagle: the round trip plus a delayed ACK (>= 40 ms more); nagless: one round trip,
+    // never less (the path holds each packet), more only by a busy machine's delays, which
+    // stay well below the 40 ms a stall would add.
     assert!(n >= 50_000, "nagle {n} us");
-    assert!((18_000..35_000).contains(&o), "nagless {o} us");
+    assert!((18_000..45_000).contains(&o), "nagless {o} us");
     let rounds = ours.latencies_us.len() as u64;
     assert_eq!(
         ours.client.data_segs, rounds,

@@ -1,6 +1,8 @@
 //! A fast mode of every scenario on loopback, asserting robust facts: the stall a strategy
-//! shows is >= 30 ms (delayed ACK is 40 ms on Linux), "no stall" means no exchange took that
-//! long, and segment counts come from the kernel's TCP_INFO.
+//! shows is >= 30 ms (delayed ACK is 40 ms on Linux: a busy machine only lengthens it), "no
+//! stall" means the median exchange took well under that and at most a few (a busy
+//! machine's, where a stall holds most) took that long, and segment counts come from the
+//! kernel's TCP_INFO.
 
 use std::time::Duration;
 
@@ -24,6 +26,27 @@ fn stalls(r: &RunResult) -> usize {
     r.latencies_us.iter().filter(|&&l| l >= STALL_US).count()
 }
 
+/// No stall: the median exchange under half a stall, and at most one in five (at least one)
+/// as long as one, which a scheduling delay on a loaded machine may cause; a strategy that
+/// stalls holds most exchanges that long.
+fn assert_no_stall(r: &RunResult, what: &str) {
+    let mut lat = r.latencies_us.clone();
+    lat.sort_unstable();
+    assert!(!lat.is_empty(), "{what}: no exchange");
+    assert!(
+        lat[lat.len() / 2] < STALL_US / 2,
+        "{what}: median {} us: {:?}",
+        lat[lat.len() / 2],
+        r.latencies_us
+    );
+    assert!(
+        stalls(r) <= (lat.len() / 5).max(1),
+        "{what}: {} stalls: {:?}",
+        stalls(r),
+        r.latencies_us
+    );
+}
+
 #[test]
 fn split_write_nagle_stalls_where_nagless_does_not() {
     let case = Case::SplitWrite { k: 10, rounds: 6 };
@@ -32,12 +55,7 @@ fn split_write_nagle_stalls_where_nagless_does_not() {
     for path in [LO, ETH] {
         let ours = run(&case, Strategy::Nagless, path);
         assert_eq!(ours.latencies_us.len(), 6);
-        assert_eq!(
-            stalls(&ours),
-            0,
-            "nagless {path:?}: {:?}",
-            ours.latencies_us
-        );
+        assert_no_stall(&ours, &format!("nagless {path:?}"));
         // Each 1024-byte burst is one segment on loopback; on MSS 1448 too. (One extra is
         // tolerated: a thread descheduled past the 500 µs linger bound mid-burst sends early.)
         assert!(
@@ -64,6 +82,8 @@ fn bgp_burst_with_nagless_fills_segments() {
     for path in [LO, ETH] {
         let r = run(&case, Strategy::Nagless, path);
         assert_eq!(r.latencies_us.len(), 1);
+        // One exchange: the burst's 255 UPDATEs in ~12 KB. A stall would hold it 40 ms or
+        // (on MSS 1448, once per held segment) much more; a busy machine's delay is far less.
         assert!(
             r.latencies_us[0] < STALL_US,
             "{path:?}: {:?}",
@@ -94,7 +114,7 @@ fn framed_window_tiny_tail_collapses_under_nagle_and_not_under_nagless() {
     let nagle = run(&tiny, Strategy::Nagle, LO);
     assert!(stalls(&nagle) >= 3, "nagle: {:?}", nagle.latencies_us);
     let ours = run(&tiny, Strategy::Nagless, LO);
-    assert_eq!(stalls(&ours), 0, "nagless: {:?}", ours.latencies_us);
+    assert_no_stall(&ours, "nagless");
     assert_eq!(ours.latencies_us.len(), 50, "every message arrives");
     // The text's fix, aligned framing, removes the stall even under Nagle.
     let aligned = Case::FramedWindow {
@@ -103,7 +123,7 @@ fn framed_window_tiny_tail_collapses_under_nagle_and_not_under_nagless() {
         window: 4098,
         credit: Credit::HalfWindow,
     };
-    assert_eq!(stalls(&run(&aligned, Strategy::Nagle, LO)), 0);
+    assert_no_stall(&run(&aligned, Strategy::Nagle, LO), "aligned nagle");
 }
 
 #[test]
@@ -117,7 +137,7 @@ fn pipelined_read_depth_one_stalls_only_under_nagle() {
     assert!(stalls(&nagle) >= 3, "nagle: {:?}", nagle.latencies_us);
     let ours = run(&case, Strategy::Nagless, LO);
     assert_eq!(ours.latencies_us.len(), 20);
-    assert_eq!(stalls(&ours), 0);
+    assert_no_stall(&ours, "nagless");
     // Header and data leave together: one segment per response on loopback.
     assert!(
         (20..=21).contains(&ours.server.data_segs),
@@ -135,10 +155,10 @@ fn http_keepalive_header_then_body() {
         "most nagle requests stall"
     );
     let ours = run(&case, Strategy::Nagless, LO);
+    // Nagle's requests are held to the 40 ms timer: a few per connection in the run's
+    // 300 ms, whatever the machine; without the stall many times as many.
     assert!(ours.latencies_us.len() > 10 * nagle.latencies_us.len());
-    let mut lat = ours.latencies_us.clone();
-    lat.sort_unstable();
-    assert!(lat[lat.len() * 99 / 100] < STALL_US, "p99 of nagless");
+    assert_no_stall(&ours, "nagless");
     // One data segment per response.
     let responses = ours.latencies_us.len() as u64;
     assert!(
@@ -160,7 +180,7 @@ fn custom_pattern_runs_every_strategy() {
         assert_eq!(r.latencies_us.len(), 5, "{s:?}");
     }
     let ours = run(&case, Strategy::Nagless, LO);
-    assert_eq!(stalls(&ours), 0);
+    assert_no_stall(&ours, "nagless");
     assert!(
         (5..=6).contains(&ours.client.data_segs),
         "{}",

@@ -92,7 +92,9 @@ fn nagless_stream_never_stalls_and_sends_one_segment_per_request() {
     // One segment per request; a round where the thread was descheduled for longer than the
     // linger bound between its two writes legitimately sends the first one alone.
     let lingered = st.flushes_for(nagless::FlushReason::Linger) as usize;
-    assert!(lingered <= 2, "{lingered} linger flushes");
+    // A linger flush is a thread descheduled mid-burst: a few on a busy machine; one in
+    // ten at most (a broken coalescer would flush most bursts so).
+    assert!(lingered <= ROUNDS / 10, "{lingered} linger flushes");
     #[cfg(target_os = "linux")]
     assert_eq!(
         segs as usize,

@@ -113,7 +113,12 @@ mod with_tokio {
             .flushes_for(nagless::FlushReason::Linger);
         eprintln!("tokio-rustls over nagless: {segs} data segments for {ROUNDS} answers of 3 records ({lingered} linger flushes)");
         assert!(segs <= ROUNDS + lingered as u32, "{segs} segments");
-        assert!(lingered <= 3, "{lingered} linger flushes");
+        // A linger flush is a thread descheduled mid-burst: a few on a busy machine; one in
+        // ten at most (a broken coalescer would flush most bursts so).
+        assert!(
+            lingered as usize <= ROUNDS as usize / 10,
+            "{lingered} linger flushes"
+        );
     }
 
     /// The hyper example server, stopped by its PID when dropped.

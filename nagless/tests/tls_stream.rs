@@ -55,7 +55,12 @@ fn three_writes_leave_as_one_record_in_one_segment() {
         "nagless tls: {records:.2} records/answer, {:.2} segments/answer, {lingered} linger flushes",
         segs as f64 / ROUNDS as f64
     );
-    assert!(lingered <= 3, "{lingered} linger flushes");
+    // A linger flush is a thread descheduled mid-burst: a few on a busy machine; one in
+    // ten at most (a broken coalescer would flush most bursts so).
+    assert!(
+        lingered as usize <= ROUNDS / 10,
+        "{lingered} linger flushes"
+    );
     let margin = lingered as f64 / ROUNDS as f64;
     assert!(
         records <= 1.0 + 2.0 * margin,

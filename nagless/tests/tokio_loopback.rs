@@ -73,7 +73,9 @@ async fn nagless_tokio_stream_never_stalls() {
     // One segment per request; a round where the task was descheduled for longer than the
     // linger bound between its two writes legitimately sends the first one alone.
     let lingered = c.stats().flushes_for(nagless::FlushReason::Linger) as usize;
-    assert!(lingered <= 2, "{lingered} linger flushes");
+    // A linger flush is a thread descheduled mid-burst: a few on a busy machine; one in
+    // ten at most (a broken coalescer would flush most bursts so).
+    assert!(lingered <= ROUNDS / 10, "{lingered} linger flushes");
     #[cfg(target_os = "linux")]
     assert_eq!(segs as usize, ROUNDS + lingered);
     // One gathered send per request, two where a linger release sent the first write alone,

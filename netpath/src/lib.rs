@@ -23,8 +23,9 @@
 //! are removed when the path is dropped (also while a panic unwinds), and leftovers of a
 //! process that no longer exists are removed by the next path made.
 //!
-//! Accuracy on this 2-vCPU VM is checked by `tests/path.rs` (handshake RTT within 5 % + 0.1 ms
-//! from 1 to 100 ms, bulk rate within 5 % from 1 to 1000 Mbit/s, loss, MTU). Each packet costs
+//! Accuracy on this 2-vCPU VM is measured by `tests/path.rs` (handshake RTT within 5 % + 0.1 ms
+//! from 1 to 100 ms, bulk rate within 5 % from 1 to 1000 Mbit/s, when idle; the test holds
+//! them to their order, which a loaded machine keeps; loss, MTU). Each packet costs
 //! the forwarder a read and a write: 1000 Mbit/s takes most of a core. A sleeping forwarder
 //! reads a packet one wake-up after it came, so packets read after a sleep are dated back by
 //! the typical wake-up, measured when the path is made.
@@ -145,9 +146,10 @@ impl PathSpec {
 /// Why a path could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum PathError {
-    /// Not root and no `CAP_NET_ADMIN`.
+    /// Not root and no `CAP_NET_ADMIN`, or no `ip` (iproute2) to run.
     #[error(
-        "an emulated path needs root or CAP_NET_ADMIN (network namespaces and TUN devices): {0}"
+        "an emulated path needs root or CAP_NET_ADMIN (network namespaces and TUN devices) \
+         and `ip` (iproute2): {0}"
     )]
     NotPermitted(String),
     /// A setting out of range.
@@ -218,10 +220,9 @@ pub struct EmulatedPath {
 }
 
 fn ip(args: &[&str]) -> Result<(), PathError> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| PathError::Setup(format!("cannot run ip (iproute2): {e}")))?;
+    let out = Command::new("ip").args(args).output().map_err(|e| {
+        PathError::NotPermitted(format!("cannot run ip (Debian package iproute2): {e}"))
+    })?;
     if out.status.success() {
         return Ok(());
     }

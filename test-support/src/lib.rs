@@ -44,13 +44,61 @@ pub fn tool_path(name: &str) -> Option<PathBuf> {
 /// plain `cargo test` on a machine without it skips the test with a note, except under CI
 /// (`CI` set), where a missing tool is a failure, never a silent skip.
 pub fn have_tool(name: &str) -> bool {
+    have_tool_of(name, name)
+}
+
+/// [`have_tool`] for a tool whose Debian package has another name (`redis-benchmark` of
+/// `redis-tools`), which the note names.
+pub fn have_tool_of(name: &str, package: &str) -> bool {
     let found = tool_path(name).is_some();
     if !found {
         skip(&format!(
-            "{name} is not installed (Debian package {name}; ./scripts/test installs it)"
+            "{name} is not installed (Debian package {package}; ./scripts/test installs it)"
         ));
     }
     found
+}
+
+/// A statically linked program `name` (one with no ELF interpreter, such as busybox-static's
+/// busybox), from the Debian package `package`: its path, or `None` when it is missing or
+/// dynamically linked (skipped with a note outside CI, a failure under `CI`).
+pub fn static_tool(name: &str, package: &str) -> Option<PathBuf> {
+    let path = tool_path(name).filter(|p| is_static_elf(p));
+    if path.is_none() {
+        skip(&format!(
+            "no statically linked {name} (Debian package {package}; ./scripts/test installs it)"
+        ));
+    }
+    path
+}
+
+/// Whether `path` is a 64-bit little-endian ELF executable without a program interpreter
+/// (`PT_INTERP`): statically linked.
+fn is_static_elf(path: &std::path::Path) -> bool {
+    let Ok(b) = std::fs::read(path) else {
+        return false;
+    };
+    let u16_at = |o: usize| b.get(o..o + 2).map(|x| u16::from_le_bytes([x[0], x[1]]));
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|x| u32::from_le_bytes(x.try_into().unwrap()))
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|x| u64::from_le_bytes(x.try_into().unwrap()))
+    };
+    if !b.starts_with(b"\x7fELF\x02\x01") {
+        return false;
+    }
+    let (Some(phoff), Some(phentsize), Some(phnum)) = (u64_at(0x20), u16_at(0x36), u16_at(0x38))
+    else {
+        return false;
+    };
+    const PT_INTERP: u32 = 3;
+    (0..usize::from(phnum)).all(|i| {
+        let at = phoff as usize + i * usize::from(phentsize);
+        u32_at(at).is_some_and(|t| t != PT_INTERP)
+    })
 }
 
 /// Whether this process runs as root (effective user ID 0).

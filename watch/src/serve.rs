@@ -347,8 +347,10 @@ mod tests {
     }
 
     /// 200 idle connections and a few that send a byte every 300 ms hold the server while
-    /// twenty scrapes are made: every scrape is answered, each within a second (generous: it
-    /// takes about a millisecond), and no more than MAX_CONNECTIONS threads serve at once.
+    /// twenty scrapes are made: every scrape is answered, each in less than half the request
+    /// deadline that a held-up scrape would wait for (it takes about a millisecond; a loaded
+    /// machine adds its delays, never seconds), and no more than MAX_CONNECTIONS threads
+    /// serve at once.
     #[test]
     fn idle_and_slow_clients_cannot_hold_up_a_scrape() {
         let m = Metrics::default();
@@ -383,21 +385,20 @@ mod tests {
             let ok = get(e.addr(), "GET /metrics HTTP/1.1\r\n\r\n");
             assert!(ok.starts_with("HTTP/1.1 200 OK"), "{ok}");
             assert!(
-                start.elapsed() < Duration::from_secs(1),
+                start.elapsed() < REQUEST_DEADLINE / 2,
                 "a scrape took {:?}",
                 start.elapsed()
             );
         }
-        let threads = std::fs::read_to_string("/proc/self/status")
+        // The serving threads, by their name: the process's whole count also holds the
+        // threads of the tests `cargo test` runs beside this one, more of them at once the
+        // slower a loaded machine runs each. (Other tests' exporters serve a client or two.)
+        let threads = std::fs::read_dir("/proc/self/task")
             .unwrap()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("Threads:")
-                    .map(|n| n.trim().parse::<usize>().unwrap())
-            })
-            .unwrap();
-        // The serving threads, the acceptor, this test's and the drips: bounded.
-        assert!(threads <= MAX_CONNECTIONS + 40, "{threads} threads");
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim_end() == "metrics-client")
+            .count();
+        assert!(threads <= MAX_CONNECTIONS + 8, "{threads} serving threads");
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for d in drips {
             d.join().unwrap();

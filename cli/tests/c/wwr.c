@@ -2,7 +2,7 @@
 /* write-write-read on both sides, for the preload tests.
  * Usage: wwr ROUNDS
  * Forks a server; both sides send each message as two writes and then read the reply.
- * Prints: rounds=N stalled=S max_us=M client_segs=C server_segs=T
+ * Prints: rounds=N stalled=S median_us=D max_us=M client_segs=C server_segs=T
  * (stalled: rounds of 30 ms or more; segs: TCP_INFO data segments sent). */
 #include <arpa/inet.h>
 #include <linux/tcp.h>
@@ -30,6 +30,11 @@ static int read_full(int fd, char *buf, int n) {
         got += r;
     }
     return 0;
+}
+
+static int by_value(const void *a, const void *b) {
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return (x > y) - (x < y);
 }
 
 static unsigned segs(int fd) {
@@ -78,6 +83,8 @@ int main(int argc, char **argv) {
     ioctl(c, FIONBIO, &flags);
     int stalled = 0;
     long long worst = 0;
+    long long *took = calloc(rounds > 0 ? rounds : 1, sizeof *took);
+    if (!took) return 1;
     for (int i = 0; i < rounds; i++) {
         long long t = now_us();
         write(c, buf, 100);
@@ -86,8 +93,12 @@ int main(int argc, char **argv) {
         long long d = now_us() - t;
         if (d >= 30000) stalled++;
         if (d > worst) worst = d;
+        took[i] = d;
     }
-    printf("rounds=%d stalled=%d max_us=%lld client_segs=%u\n", rounds, stalled, worst, segs(c));
+    qsort(took, rounds, sizeof *took, by_value);
+    printf("rounds=%d stalled=%d median_us=%lld max_us=%lld client_segs=%u\n", rounds, stalled,
+           rounds > 0 ? took[rounds / 2] : 0, worst, segs(c));
+    free(took);
     fflush(stdout);
     close(c);
     int st;

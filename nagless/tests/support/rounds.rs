@@ -8,8 +8,8 @@ pub const STALL: Duration = Duration::from_millis(40);
 
 /// Asserts that the rounds did not stall. Every round repeats the same exchange, so a stall
 /// the library failed to prevent holds most of them; a busy machine (or Wine's slower socket
-/// calls) delays a few. The median round must be well below a stall, and at most two rounds
-/// may take as long as one.
+/// calls) delays a few. The median round must be well below a stall, and at most one round
+/// in ten (at least two) may take as long as one.
 pub fn assert_no_stall(times: &[Duration]) {
     let mut sorted = times.to_vec();
     sorted.sort();
@@ -17,7 +17,7 @@ pub fn assert_no_stall(times: &[Duration]) {
     let slow = times.iter().filter(|d| **d >= STALL).count();
     assert!(median < STALL / 2, "median round {median:?}: {times:?}");
     assert!(
-        slow <= 2,
+        slow <= (times.len() / 10).max(2),
         "{slow} of {} rounds took as long as a stall: {times:?}",
         times.len()
     );
