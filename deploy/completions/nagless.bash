@@ -85,7 +85,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__doctor)
-            opts="-h --json --flow --filter --top --every-stall --sort --svg --help"
+            opts="-j -f -n -h -V --json --flow --filter --top --every-stall --sort --svg --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -99,7 +99,15 @@ _nagless() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                -f)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --top)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -n)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -119,13 +127,17 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__fix)
-            opts="-h --pid --cgroup --unit --container --port --nodelay --ack-delay-max --observe --duration --persist --list --remove --all --dry-run --help"
+            opts="-p -d -l -n -h -V --pid --cgroup --unit --container --port --nodelay --ack-delay-max --observe --duration --persist --list --remove --all --dry-run --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -p)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -157,6 +169,10 @@ _nagless() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                -d)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -165,7 +181,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__generate)
-            opts="-h --help"
+            opts="-h -V --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -305,7 +321,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__lab)
-            opts="-h --strategy --quick --repeat --limit-ms --mss --k --client --server --rounds --json --csv --html --rtt --rate --mtu --loss --queue --seed --peer-ack-delay --seeds --pin --no-pin --no-progress --help"
+            opts="-s -q -j -h -V --strategy --quick --repeat --limit --mss --k --client --server --rounds --json --json-out --csv --csv-out --html --rtt --rate --mtu --loss --queue --seed --peer-ack-delay --seeds --pin --no-pin --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -315,11 +331,15 @@ _nagless() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                -s)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --repeat)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --limit-ms)
+                --limit)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -343,11 +363,11 @@ _nagless() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --json)
+                --json-out)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --csv)
+                --csv-out)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -395,13 +415,17 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__run)
-            opts="-h --mode --stats --log --stats-file --linger-us --ack-delay-max --print-shim --help"
+            opts="-m -s -h -V --mode --stats --log --stats-file --linger --ack-delay-max --print-shim --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
             fi
             case "${prev}" in
                 --mode)
+                    COMPREPLY=($(compgen -W "nagless cork nodelay" -- "${cur}"))
+                    return 0
+                    ;;
+                -m)
                     COMPREPLY=($(compgen -W "nagless cork nodelay" -- "${cur}"))
                     return 0
                     ;;
@@ -413,7 +437,7 @@ _nagless() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
-                --linger-us)
+                --linger)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -429,7 +453,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__version)
-            opts="-v -h --verbose --help"
+            opts="-v -h -V --verbose --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -443,7 +467,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__watch)
-            opts="-h --interval --scan-interval --backend --duration --refresh --port --pid --json --stalls --serve --forget-after --max-series --web-config --help"
+            opts="-d -p -j -h -V --interval --scan-interval --backend --duration --refresh --port --pid --json --stalls --serve --forget-after --max-series --web-config --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -465,6 +489,10 @@ _nagless() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                -d)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --refresh)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -474,6 +502,10 @@ _nagless() {
                     return 0
                     ;;
                 --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -p)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
