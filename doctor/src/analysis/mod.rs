@@ -25,7 +25,7 @@
 //! | [`direction`] | which way a segment goes ([`Direction`], with [`Direction::peer`]) |
 //! | `sequence` | per direction: sequence numbers, what is unacknowledged, retransmissions, duplicate ACKs, SACK, windows, the round trip |
 //! | `candidates` | writes that followed an ACK and slow pure ACKs: what might be a stall, held until the round trips are known well |
-//! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`crate::rule::ack_clock`] judges |
+//! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`judge_clock`](crate::rule::judge_clock) judges |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
 //! | `verdict` | the verdict and advice for people |
 //! | [`output`] | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |

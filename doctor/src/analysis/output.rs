@@ -86,7 +86,7 @@ pub struct ClockedSegment {
     pub ack: At,
 }
 
-/// A sending direction whose small writes were ACK-clocked ([`crate::rule::ack_clock`]): they
+/// A sending direction whose small writes were ACK-clocked ([`judge_clock`](crate::rule::judge_clock)): they
 /// queued behind Nagle until the peer's ACK of the last segment came, with no timer involved.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct AckClocked {
