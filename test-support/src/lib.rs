@@ -267,6 +267,22 @@ pub fn sigint_default(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
+/// Raises the calling thread's scheduling priority as far as it may (nice -20, root only;
+/// elsewhere, or without the privilege, nothing), for it and the threads it starts from now
+/// on: a test whose network is emulated by threads of its own (an emulated path's forwarder)
+/// starts them after this, so that a loaded machine delays the packets no more than it would
+/// delay a kernel's. True if it was raised.
+pub fn favour_this_thread() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: setpriority takes plain integers; 0 names the calling thread (Linux sets
+        // a thread's nice value, which threads it creates later inherit).
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) == 0 }
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
 /// Starts tcpdump with `args` and waits until it captures ("listening on"). The rest of its
 /// stderr is read by a thread and comes through the receiver once tcpdump exits (its closing
 /// counts). `Err` with what it printed if it never captured (it is stopped then).
