@@ -44,13 +44,11 @@ fn segs_in(fd: &impl std::os::fd::AsFd) -> u64 {
         .map_or(0, u64::from)
 }
 
-async fn tonic_calls(mode: Mode, n: usize) -> Result<Calls, String> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| e.to_string())?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let server = tokio::spawn(serve_tonic(listener, mode));
-    // The client's own connection, made here so that its counters can be read.
+/// The client's own connection to `addr` (`TCP_NODELAY`, so that any stall is the server's),
+/// and a second descriptor of it whose counters can be read while the first is in use.
+async fn client(
+    addr: std::net::SocketAddr,
+) -> Result<(tokio::net::TcpStream, std::net::TcpStream), String> {
     let tcp = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| e.to_string())?;
@@ -58,6 +56,16 @@ async fn tonic_calls(mode: Mode, n: usize) -> Result<Calls, String> {
     let raw = tcp.into_std().map_err(|e| e.to_string())?;
     let probe = raw.try_clone().map_err(|e| e.to_string())?;
     let tcp = tokio::net::TcpStream::from_std(raw).map_err(|e| e.to_string())?;
+    Ok((tcp, probe))
+}
+
+async fn tonic_calls(mode: Mode, n: usize) -> Result<Calls, String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let server = tokio::spawn(serve_tonic(listener, mode));
+    let (tcp, probe) = client(addr).await?;
     let mut once = Some(tcp);
     let channel = tonic::transport::Endpoint::from_static("http://127.0.0.1")
         .connect_with_connector(tower::service_fn(move |_| {
@@ -135,13 +143,7 @@ async fn axum_tls_calls(mode: Mode, n: usize, body: &'static str) -> Result<Call
         .with_root_certificates(roots)
         .with_no_client_auth();
     client_config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    tcp.set_nodelay(true).map_err(|e| e.to_string())?;
-    let raw = tcp.into_std().map_err(|e| e.to_string())?;
-    let probe = raw.try_clone().map_err(|e| e.to_string())?;
-    let tcp = tokio::net::TcpStream::from_std(raw).map_err(|e| e.to_string())?;
+    let (tcp, probe) = client(addr).await?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(client_config))
         .connect("localhost".try_into().map_err(|_| "name")?, tcp)
         .await

@@ -257,6 +257,15 @@ mod tests {
         }
     }
 
+    /// A clocked core with nothing held, and a scripted kernel with nothing in flight.
+    fn clocked() -> (Coalescer, Option<Instant>, Kernel) {
+        (
+            Coalescer::new(FlushPolicy::clocked()),
+            None,
+            Kernel::default(),
+        )
+    }
+
     fn write(core: &mut Coalescer, held: &mut Option<Instant>, k: &mut Kernel, at: Instant) {
         core.write(&[b'q'; 40], crate::Urgency::Normal, at);
         assert_eq!(drive_clocked(core, held, k, at).unwrap(), Drive::Idle);
@@ -265,11 +274,7 @@ mod tests {
 
     #[test]
     fn with_nothing_in_flight_a_write_leaves_at_once() {
-        let (mut core, mut held, mut k) = (
-            Coalescer::new(FlushPolicy::clocked()),
-            None,
-            Kernel::default(),
-        );
+        let (mut core, mut held, mut k) = clocked();
         let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         assert_eq!(k.segments, [40]);
@@ -280,11 +285,7 @@ mod tests {
 
     #[test]
     fn with_data_in_flight_writes_wait_for_the_ack_and_leave_together() {
-        let (mut core, mut held, mut k) = (
-            Coalescer::new(FlushPolicy::clocked()),
-            None,
-            Kernel::default(),
-        );
+        let (mut core, mut held, mut k) = clocked();
         let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
@@ -299,11 +300,7 @@ mod tests {
 
     #[test]
     fn an_ack_between_the_check_and_the_send_cannot_strand_the_write() {
-        let (mut core, mut held, mut k) = (
-            Coalescer::new(FlushPolicy::clocked()),
-            None,
-            Kernel::default(),
-        );
+        let (mut core, mut held, mut k) = clocked();
         let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         k.ack_after_check = true;
@@ -315,11 +312,7 @@ mod tests {
 
     #[test]
     fn bytes_held_once_do_not_make_a_later_write_wait_with_nothing_in_flight() {
-        let (mut core, mut held, mut k) = (
-            Coalescer::new(FlushPolicy::clocked()),
-            None,
-            Kernel::default(),
-        );
+        let (mut core, mut held, mut k) = clocked();
         let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
@@ -335,11 +328,7 @@ mod tests {
 
     #[test]
     fn bytes_held_past_the_bound_leave_with_the_next_write() {
-        let (mut core, mut held, mut k) = (
-            Coalescer::new(FlushPolicy::clocked()),
-            None,
-            Kernel::default(),
-        );
+        let (mut core, mut held, mut k) = clocked();
         let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
@@ -361,11 +350,7 @@ mod tests {
 
     #[test]
     fn a_send_now_write_takes_what_the_kernel_held_with_it() {
-        let (mut core, mut held, mut k) = (
-            Coalescer::new(FlushPolicy::clocked()),
-            None,
-            Kernel::default(),
-        );
+        let (mut core, mut held, mut k) = clocked();
         let t = crate::clock::now();
         write(&mut core, &mut held, &mut k, t);
         write(&mut core, &mut held, &mut k, t);
@@ -377,11 +362,7 @@ mod tests {
 
     #[test]
     fn more_follows_pieces_wait_for_the_write_that_ends_the_request() {
-        let (mut core, mut held, mut k) = (
-            Coalescer::new(FlushPolicy::clocked()),
-            None,
-            Kernel::default(),
-        );
+        let (mut core, mut held, mut k) = clocked();
         let t = crate::clock::now();
         core.write(b"header", crate::Urgency::MoreFollows, t);
         drive_clocked(&mut core, &mut held, &mut k, t).unwrap();

@@ -3,7 +3,9 @@
 //! socket's cookie, mirrored by a `#[repr(C)]` struct whose layout is asserted at compile
 //! time and read out of the map's bytes.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
+
+use super::event::{canonical, comm, ip};
 
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
@@ -69,22 +71,11 @@ const _: () = {
     assert!(offset_of!(RawClock, comm) == 72);
 };
 
-/// `AF_INET` in `struct clock`'s `family`.
-const AF_INET: u16 = 2;
-
 impl Clock {
     /// Parses the `struct clock` of socket `cookie` (native byte order); `None` if `b` is too
     /// short.
     pub fn parse(cookie: u64, b: &[u8]) -> Option<Clock> {
         let (r, _) = RawClock::read_from_prefix(b).ok()?;
-        let addr = |a: [u8; 16]| -> IpAddr {
-            if r.family == AF_INET {
-                IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
-            } else {
-                IpAddr::V6(Ipv6Addr::from(a))
-            }
-        };
-        let end = r.comm.iter().position(|&c| c == 0).unwrap_or(r.comm.len());
         Some(Clock {
             cookie,
             held_ns: r.held_ns,
@@ -92,21 +83,22 @@ impl Clock {
             cgroup: r.cgroup,
             pid: r.pid,
             uid: r.uid,
-            local: (addr(r.saddr), r.sport),
-            remote: (addr(r.daddr), r.dport),
-            comm: crate::procs::printable(&String::from_utf8_lossy(&r.comm[..end])),
+            local: (ip(r.family, r.saddr), r.sport),
+            remote: (ip(r.family, r.daddr), r.dport),
+            comm: comm(&r.comm),
         })
     }
 
     /// The local address as sampling shows it (IPv4-mapped IPv6 as IPv4).
     pub fn local_addr(&self) -> SocketAddr {
-        SocketAddr::new(self.local.0.to_canonical(), self.local.1)
+        canonical(self.local)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     #[test]
     fn a_clock_parses_at_the_c_offsets() {

@@ -111,12 +111,29 @@ const _: () = {
     assert!(offset_of!(RawEvent, released_ns) == 120);
 };
 
-/// `AF_INET` in `struct event`'s `family`.
+/// `AF_INET` in the `family` of holds.bpf.c's structs.
 const AF_INET: u16 = 2;
 
 /// An address as sampling shows it: IPv4-mapped IPv6 as IPv4.
-fn canonical((ip, port): (IpAddr, u16)) -> SocketAddr {
+pub(super) fn canonical((ip, port): (IpAddr, u16)) -> SocketAddr {
     SocketAddr::new(ip.to_canonical(), port)
+}
+
+/// An address of holds.bpf.c's structs: IPv4 in the first 4 bytes when `family` is
+/// `AF_INET`, else IPv6.
+pub(super) fn ip(family: u16, a: [u8; 16]) -> IpAddr {
+    if family == AF_INET {
+        IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(a))
+    }
+}
+
+/// A task name of holds.bpf.c's structs (NUL-terminated unless it fills all 16 bytes),
+/// shown, never obeyed ([`crate::procs::printable`]).
+pub(super) fn comm(c: &[u8; 16]) -> String {
+    let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+    crate::procs::printable(&String::from_utf8_lossy(&c[..end]))
 }
 
 impl Event {
@@ -124,14 +141,6 @@ impl Event {
     pub fn parse(b: &[u8]) -> Option<Event> {
         // A copy out of the ring buffer's bytes, which need not be aligned.
         let (r, _) = RawEvent::read_from_prefix(b).ok()?;
-        let addr = |a: [u8; 16]| -> IpAddr {
-            if r.family == AF_INET {
-                IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))
-            } else {
-                IpAddr::V6(Ipv6Addr::from(a))
-            }
-        };
-        let end = r.comm.iter().position(|&c| c == 0).unwrap_or(r.comm.len());
         Some(Event {
             cookie: r.cookie,
             hold_ns: r.hold_ns,
@@ -143,11 +152,11 @@ impl Event {
             mss: r.mss,
             min_rtt_us: r.min_rtt_us,
             srtt_us: r.srtt_us,
-            local: (addr(r.saddr), r.sport),
-            remote: (addr(r.daddr), r.dport),
+            local: (ip(r.family, r.saddr), r.sport),
+            remote: (ip(r.family, r.daddr), r.dport),
             zero_window: r.zero_window != 0,
             loss_recovery: r.loss != 0,
-            comm: crate::procs::printable(&String::from_utf8_lossy(&r.comm[..end])),
+            comm: comm(&r.comm),
             release_gap_us: r.gap_us,
             wait_ns: r.wait_ns,
             released_ns: r.released_ns,
