@@ -251,9 +251,9 @@ fn a_burst_nobody_waits_after_leaves_within_the_linger_bound() {
 /// waits in `recv` (`scripts/py/multiplexed.py`): the writers never wait on the socket and
 /// the reader was already waiting before their bursts began, so no wait the shim sees ends
 /// them. Under the earlier shim each burst started with nothing in flight waited for the
-/// linger bound (set to its longest, 100 ms, here: a median of about that). Clocked as Nagle
-/// clocks them, a request with nothing in flight leaves at once and the rest with the next
-/// ACK: the median stays far below the bound.
+/// linger bound (set to its longest, 100 ms, here: a median of about that). Clocked by the
+/// kernel's Nagle (the socket's `TCP_NODELAY` off), a request with nothing in flight leaves at
+/// once and the rest with the next ACK: the median stays far below the bound.
 #[test]
 fn writer_threads_behind_a_waiting_reader_are_not_held_for_the_bound() {
     let _one = exclusive();
@@ -291,6 +291,51 @@ fn writer_threads_behind_a_waiting_reader_are_not_held_for_the_bound() {
             .iter()
             .any(|m| m.get("clocked").is_some_and(|&n| n > 0)),
         "{stderr}"
+    );
+}
+
+/// The same client, each request written in two halves under the lock, one request in
+/// flight: natively the kernel's Nagle holds each body until the server's delayed ACK of its
+/// header (about 40 ms each). Clocked by Nagle under the shim, the flusher sees bytes waiting
+/// and no segment leaving, and pushes them within about one linger bound (1 ms).
+#[test]
+fn a_clocked_socket_is_never_held_for_the_peers_delayed_ack() {
+    let _one = exclusive();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/py/multiplexed.py");
+    let port = free_port();
+    let _server = Started(
+        Command::new(python())
+            .args([script, "server", &port.to_string(), "each"])
+            .spawn()
+            .expect("python3"),
+    );
+    wait_for_port(port);
+    let mut cmd = Command::new(python());
+    cmd.args([script, "client", &port.to_string(), "40", "1", "1", "split"]);
+    with_shim(&mut cmd, "nagless");
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let p50_us: f64 = stdout
+        .split_whitespace()
+        .skip_while(|w| *w != "p50")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no p50 in {stdout:?}"));
+    assert!(
+        p50_us < 20_000.0,
+        "median {p50_us} µs: the bodies waited for the server's delayed ACK. {stdout}{stderr}"
+    );
+    let stats = stats_lines(&stderr);
+    assert!(
+        stats
+            .iter()
+            .any(|m| m.get("clocked").is_some_and(|&n| n > 0)
+                && m.get("released").is_some_and(|&n| n > 0)),
+        "clocked, and pushed by the flusher: {stderr}"
     );
 }
 

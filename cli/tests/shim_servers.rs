@@ -350,8 +350,10 @@ const SERVERS: &[RealServer] = &[
 
 /// Real servers from Debian, unmodified, natively, under `--mode nodelay` and under the
 /// default mode: every answer intact, the shim leaving alone the sockets of servers that
-/// chose TCP_NODELAY themselves, no more data segments per response than natively, and no
-/// stall (a rate more than twice what a server stalled on every response could give; the
+/// chose TCP_NODELAY themselves, no more data segments per response than natively under the
+/// default mode (`--mode nodelay` may send more: Nagle natively joins a response's parts
+/// whenever the first is still unacknowledged, which a loaded machine makes more often), and
+/// no stall (a rate more than twice what a server stalled on every response could give; the
 /// rate against the native one is scripts/bench-servers's figure, ≥ 0.97 ×).
 #[test]
 fn real_servers_under_the_shim_lose_nothing_and_send_no_more_segments() {
@@ -405,7 +407,7 @@ fn real_servers_under_the_shim_lose_nothing_and_send_no_more_segments() {
                 None => native = Some((load.per_sec, per_response)),
                 Some((rate, segs)) => {
                     assert!(
-                        per_response <= segs * 1.1 + 0.05,
+                        mode == "nodelay" || per_response <= segs * 1.1 + 0.05,
                         "{} {mode}: {per_response:.3} segments per response, {segs:.3} natively",
                         server.name
                     );

@@ -151,7 +151,10 @@ pub fn on_write(fd: c_int, carries_more: bool) -> WriteStep {
 pub fn after_write(fd: c_int, step: WriteStep, failed: bool) {
     if step.needs_after() {
         if let Some(s) = shim() {
-            quietly(|| s.after_write(&Libc, fd, step, failed));
+            // A write on an ACK-clocked socket marks it for the flusher, which may be parked.
+            if quietly(|| s.after_write(&Libc, fd, step, failed)) {
+                wake_flusher(s);
+            }
         }
     }
 }
@@ -173,6 +176,20 @@ pub fn program_holds(fd: c_int) {
     if let Some(s) = shim_anywhere() {
         quietly(|| s.program_holds(&Libc, fd));
         log(format_args!("fd {fd}: the program holds its own bytes"));
+    }
+}
+
+/// The program is about to set `TCP_NODELAY` on `fd`: see [`Shim::program_nodelay_begins`].
+pub fn program_nodelay_begins(fd: c_int) {
+    if let Some(s) = shim_anywhere() {
+        s.program_nodelay_begins(fd);
+    }
+}
+
+/// The program's `TCP_NODELAY` call on `fd` failed: see [`Shim::program_nodelay_failed`].
+pub fn program_nodelay_failed(fd: c_int) {
+    if let Some(s) = shim_anywhere() {
+        s.program_nodelay_failed(fd);
     }
 }
 

@@ -74,7 +74,7 @@ fn format(s: &Shim, live: bool, buf: &mut [u8]) -> usize {
     let mut c = std::io::Cursor::new(buf);
     let _ = writeln!(
         c,
-        "nagless stats: pid {} mode {}: {} sockets, {} bursts, {} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {segs} data segments, {bytes} bytes sent, {} TCP_CORK calls, {} defaults kept, {} ready waits, {} clocked behind a reader, {} ACK settings",
+        "nagless stats: pid {} mode {}: {} sockets, {} bursts, {} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {segs} data segments, {bytes} bytes sent, {} TCP_CORK calls, {} defaults kept, {} ready waits, {} clocked by Nagle ({} reader-shared sockets), {} ACK settings",
         std::process::id(),
         s.config.mode.name(),
         st.sockets.load(Relaxed),
@@ -88,6 +88,7 @@ fn format(s: &Shim, live: bool, buf: &mut [u8]) -> usize {
         st.kept_defaults.load(Relaxed),
         st.ready_waits.load(Relaxed),
         st.clocked.load(Relaxed),
+        st.clocked_sockets.load(Relaxed),
         st.ack_calls.load(Relaxed),
     );
     c.position() as usize

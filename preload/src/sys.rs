@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_int, c_void, size_t, socklen_t, ssize_t};
 
-use nagless_shim_policy::Kernel;
+use nagless_shim_policy::{Kernel, Sending};
 
 pub(crate) use crate::symbols::next;
 
@@ -109,12 +109,15 @@ impl Kernel for Libc {
         let us = c_int::try_from(us).unwrap_or(c_int::MAX);
         real_setsockopt_int(fd, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, us)
     }
-    fn unacknowledged(&self, fd: i32) -> Option<u32> {
-        let mut n: c_int = 0;
-        // SAFETY: SIOCOUTQ (TIOCOUTQ's number) writes one int to the pointer given, which
-        // lives across the call.
-        let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut c_int) };
-        (r == 0).then(|| n.max(0) as u32)
+    fn clear_nodelay(&self, fd: i32) -> bool {
+        real_setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 0)
+    }
+    fn sending(&self, fd: i32) -> Option<Sending> {
+        let info = nagless::TcpInfo::of(&borrow(fd)).ok()?;
+        Some(Sending {
+            unsent: info.notsent_bytes?,
+            data_segments: info.data_segs_out?,
+        })
     }
 }
 

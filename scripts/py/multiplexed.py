@@ -4,7 +4,9 @@ requests in flight, while one reader thread receives the 40-byte responses (the 
 Redis, gRPC or database client that shares a connection between tasks: redis-rs #2195).
 
 usage: multiplexed.py server PORT [each]   (each: one send per response, not one per read)
-       multiplexed.py client PORT REQUESTS [WRITERS] [IN_FLIGHT]
+       multiplexed.py client PORT REQUESTS [WRITERS] [IN_FLIGHT] [split]
+(split: each request is written in two halves, a header and a body, under the lock: with
+one in flight, Nagle holds the body until the server's delayed ACK of the header.)
 The client prints one line: requests/s, p50 and p99 latency in microseconds, and its data
 segments sent per request (TCP_INFO's tcpi_data_segs_out).
 """
@@ -49,7 +51,7 @@ def data_segs_out(s):
     return struct.unpack_from("I", info, 156)[0]
 
 
-def client(port, requests, writers, in_flight):
+def client(port, requests, writers, in_flight, split=False):
     s = socket.create_connection(("127.0.0.1", port))
     sem = threading.Semaphore(in_flight)
     lock = threading.Lock()
@@ -64,7 +66,11 @@ def client(port, requests, writers, in_flight):
             sem.acquire()
             with lock:
                 sent.append(time.perf_counter())
-                s.send(b"Q" * SIZE)
+                if split:
+                    s.sendall(b"H" * (SIZE // 2))
+                    s.sendall(b"B" * (SIZE - SIZE // 2))
+                else:
+                    s.send(b"Q" * SIZE)
 
     def read():
         got = 0
@@ -102,5 +108,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "server":
         server(int(sys.argv[2]), sys.argv[3:] == ["each"])
     else:
-        a = [int(x) for x in sys.argv[2:]]
-        client(a[0], a[1], a[2] if len(a) > 2 else 4, a[3] if len(a) > 3 else 64)
+        split = sys.argv[-1] == "split"
+        a = [int(x) for x in sys.argv[2 : len(sys.argv) - split]]
+        client(a[0], a[1], a[2] if len(a) > 2 else 4, a[3] if len(a) > 3 else 64, split)

@@ -60,12 +60,14 @@ pub struct WriteStep {
     pub more: bool,
     /// The burst it joined: another thread may end it and start a newer one meanwhile.
     generation: u32,
+    /// A write on an ACK-clocked socket: [`Shim::after_write`] marks it for the flusher.
+    pub(crate) clock: bool,
 }
 
 impl WriteStep {
     /// Whether [`Shim::after_write`] has anything to do.
     pub fn needs_after(&self) -> bool {
-        self.release_after || self.more
+        self.release_after || self.more || self.clock
     }
 }
 
@@ -132,6 +134,7 @@ impl Shim {
         // A burst of the number's earlier socket, or one a racing write just began.
         let old = slot.flags.reset();
         self.end_burst(k, fd, old, false);
+        self.clear_clock_mark(slot);
         slot.renew();
         if !k.is_tcp_stream(fd) {
             return;
@@ -204,6 +207,15 @@ impl Shim {
             return none;
         }
         self.stats.writes.fetch_add(1, Relaxed);
+        // Another thread waits in a read of this socket: it is ACK-clocked (see the `clock`
+        // module), and its writes go plainly, clocked by the kernel's Nagle, bounded by the
+        // flusher's look after them.
+        if self.clocks(k, fd, slot) {
+            return WriteStep {
+                clock: true,
+                ..none
+            };
+        }
         let nth = slot.writes.load(Relaxed).saturating_add(1);
         slot.writes.store(nth, Relaxed);
         let shape = slot.shape.load(Relaxed);
@@ -215,34 +227,13 @@ impl Shim {
                 slot.patient.store(true, Relaxed);
             }
         }
-        // Another thread waits in a read of this socket (a client's reader thread, while
-        // its writers hand work to each other through locks and semaphores, which are no
-        // waits of the shim's) and nothing is in flight: no wait of this writer's ends a
-        // burst, and no ACK will come to send it, so it would wait for the linger bound.
-        // Nagle sends such a write at once, and so does the shim (plainly, so that it also
-        // sends what the burst held). With data in flight the write is held by `MSG_MORE`,
-        // which the kernel sends when the next ACK comes in (`TCP_NODELAY` is on), as Nagle
-        // would, and the bound caps.
-        let clocked = || {
-            let c = self.config.mode == Mode::Nagless
-                && slot.readers.load(Relaxed) > 0
-                && k.unacknowledged(fd) == Some(0);
-            if c {
-                self.stats.clocked.fetch_add(1, Relaxed);
-            }
-            c
-        };
         if flags.is_held() {
-            let plain = flags.by_more() && !completes && carries_more && clocked();
-            return self.join_burst(k, fd, slot, mine, flags, completes, carries_more && !plain);
+            return self.join_burst(k, fd, slot, mine, flags, completes, carries_more);
         }
         if completes {
             // A burst of the learned shape's length whose earlier writes already left (a
             // one-write shape): nothing to hold. Noted, so the wait still teaches.
             self.note(k, mine, fd, slot.generation.load(Acquire));
-            return none;
-        }
-        if clocked() {
             return none;
         }
         let by = match self.config.mode {
@@ -345,6 +336,7 @@ impl Shim {
             release_after: false,
             more: by == HoldBy::More,
             generation,
+            clock: false,
         }
     }
 
@@ -354,7 +346,12 @@ impl Shim {
     /// if the burst's last write was on its way: whoever sent the burst may have done so
     /// before these bytes were queued.
     /// `failed`: the call returned an error or 0 (it queued nothing, so it pushed nothing).
-    pub fn after_write(&self, k: &impl Kernel, fd: i32, step: WriteStep, failed: bool) {
+    /// A write on an ACK-clocked socket marks it for the flusher's look; true: wake the
+    /// flusher then (as [`WriteStep::wake_flusher`] says before a write).
+    pub fn after_write(&self, k: &impl Kernel, fd: i32, step: WriteStep, failed: bool) -> bool {
+        if step.clock {
+            return !failed && self.mark_clocked(k, fd);
+        }
         if step.more {
             // Pairs with the RMWs (and fences) of `release`, `release_sent` and the
             // LAST_SENDING mark: either they come after this load, and so after the bytes
@@ -376,6 +373,7 @@ impl Shim {
                 }
             }
         }
+        false
     }
 
     /// Ends a burst held by `MSG_MORE` whose last write went out plainly and so sent it: no
@@ -557,6 +555,7 @@ impl Shim {
         // it nobody's, and undoes itself).
         let old = slot.flags.reset();
         self.end_burst(k, fd, old, false);
+        self.clear_clock_mark(slot);
         slot.renew();
         true
     }
@@ -571,6 +570,8 @@ impl Shim {
         let Some(to) = self.slot_or_make(new) else {
             return;
         };
+        // Its duplicate's bursts are the shim's, released with `TCP_NODELAY` on.
+        self.unclock(k, old, from);
         let flags = from.flags.get();
         if flags.is_managed() {
             // The duplicate shares the socket; the burst stays tracked on `old`.

@@ -161,9 +161,11 @@ pub struct Stats {
     /// Waits of the poll, select or epoll families that would not have blocked (events were
     /// ready, or the timeout was zero): the bursts of the thread went on.
     pub ready_waits: StatCounter,
-    /// Writes sent at once, as Nagle sends them: another thread waited in a read of the
-    /// socket and nothing was in flight (see [`Shim::before_write`](crate::Shim::before_write)).
+    /// Writes left to the kernel's Nagle on sockets another thread reads (see the
+    /// ACK-clocked socket in [`Shim::before_write`](crate::Shim::before_write)).
     pub clocked: StatCounter,
+    /// Sockets handed to the kernel's Nagle so.
+    pub clocked_sockets: StatCounter,
     /// `TCP_QUICKACK`s set again after a read, or `TCP_DELACK_MAX_US`s set (see [`Acks`]).
     pub ack_calls: StatCounter,
 }

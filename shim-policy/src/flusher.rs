@@ -74,6 +74,10 @@ impl Shim {
     pub fn flusher_cannot_run(&self, k: &impl Kernel) {
         self.hold_nothing.store(true, Release);
         self.release_all(k);
+        // Nor is a clocked socket left to Nagle without the flusher's bound.
+        for (fd, slot) in self.live_slots() {
+            self.unclock(k, fd, slot);
+        }
     }
 
     /// The libc layer is about to start the flusher; false if one runs already.
@@ -130,6 +134,9 @@ impl Shim {
         // bursts end long before, released by their writer), at least `MIN_NAP`.
         let mut next_us = limit;
         for (fd, slot) in self.live_slots() {
+            if let Some(due) = self.look_at_clock(k, fd, slot, now, limit) {
+                next_us = next_us.min(due);
+            }
             if !slot.flags.peek().is_held() {
                 continue;
             }

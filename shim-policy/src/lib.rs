@@ -18,7 +18,7 @@
 //!   [`Shim::release`] then [`Shim::forget`] before `close`.
 //! - **Writes**: [`Shim::before_write`] gives a [`WriteStep`]; make the write (with
 //!   `MSG_MORE` if [`WriteStep::more`]); then, if [`WriteStep::needs_after`],
-//!   [`Shim::after_write`]. Before the write, if [`Shim::needs_flusher`], start the flusher
+//!   [`Shim::after_write`] (true: wake the flusher, as below). Before the write, if [`Shim::needs_flusher`], start the flusher
 //!   (or, if it cannot start, call [`Shim::flusher_cannot_run`]: nothing is held from then
 //!   on). If [`WriteStep::wake_flusher`]: [`Shim::claim_flusher_start`]
 //!   says whether to start the flusher, else wake it on [`Shim::park_word`].
@@ -29,7 +29,8 @@
 //! - **The program's options**: [`Shim::program_cork_begins`], the program's
 //!   `setsockopt(TCP_CORK)`, [`Shim::program_cork_done`], then [`Shim::program_holds`] if it
 //!   set the cork; [`Shim::program_nodelay`] after its `TCP_NODELAY`;
-//!   [`Shim::program_holds`] before its send with `MSG_MORE`; [`Shim::program_view`] for
+//!   [`Shim::program_holds`] before its send with `MSG_MORE`; [`Shim::program_nodelay_begins`]
+//!   before its `setsockopt(TCP_NODELAY)` ([`Shim::program_nodelay_failed`] if it fails); [`Shim::program_view`] for
 //!   what its `getsockopt` returns.
 //! - **The flusher thread**: [`Shim::flusher_tick`] in a loop, sleeping or parking (a futex
 //!   wait on [`Shim::park_word`] while it reads 0, then [`Shim::flusher_unparked`]) as told;
@@ -86,6 +87,16 @@
 //! parks until the next burst as soon as they come rarely ([`RARE_BURSTS_X128`]), or after
 //! [`FLUSHER_IDLE`] without any: never more wake-ups than the cheaper of the two ways.
 //!
+//! **The ACK-clocked socket.** A write on a socket that another thread is reading (between
+//! [`Shim::read_begins`] and [`Shim::read_ends`]: a client's reader thread, while its writer
+//! threads hand work to each other through locks, which are no waits of the shim's) hands the
+//! socket to the kernel's Nagle once (`TCP_NODELAY` off): from then on its writes go
+//! plainly and leave as Nagle clocks them, with nothing in flight at once, else at the next
+//! ACK. The bound Nagle lacks is the flusher's: each clocked write marks the socket, and a
+//! look finding bytes unsent and no segment sent since its previous look pushes them
+//! ([`CLOCK_LOOKS_PER_BOUND`] looks per linger bound: about one bound at most). A duplicated
+//! socket, or one whose flusher cannot run, goes back to the shim's `TCP_NODELAY`.
+//!
 //! **Programs that set `TCP_NODELAY` themselves** (nginx, redis, node) already send each
 //! response with one write, or cork it themselves: holding their bursts only adds two
 //! `setsockopt` calls per response, so their sockets are left to them too.
@@ -103,6 +114,7 @@
 //! | `socket`, `accept`, `connect` of an unseen descriptor | [`Shim::adopt`], [`Shim::adopt_accepted`] | a burst left on the number (closed behind libc's back) ends; generation bumped, learning forgotten; a TCP stream socket becomes the shim's (`TCP_NODELAY` set), or the program's if its listener was |
 //! | write on an idle socket of the shim's | [`Shim::before_write`] | a burst starts: held by `TCP_CORK` (one `setsockopt`), or by `MSG_MORE` on its writes if the socket has a learned shape; noted in the thread's list |
 //! | write on a held socket | [`Shim::before_write`] | joins the burst (noted); made with `MSG_MORE` if the burst is held so |
+//! | write while another thread reads the socket | [`Shim::before_write`], then [`Shim::after_write`] | the socket is clocked by Nagle (`TCP_NODELAY` off, once; a held burst ends first); the write goes plainly, then marks the socket for the flusher (counted in `corked`) unless a mark is pending |
 //! | write that completes the learned shape | [`Shim::before_write`], then [`Shim::after_write`] | marks `LAST_SENDING` before the write, which goes out plainly and sends the burst; then the burst ends with no `setsockopt` (one if a corked start joined it, or the write failed) |
 //! | `MSG_MORE` write returns | [`Shim::after_write`] | pushes its own bytes if its burst ended meanwhile or its last write is on its way |
 //! | a wait that would block (poll, select, epoll families, sleeps, signal waits, `waitpid`) | [`Shim::release_thread`] | ends the bursts this thread noted (stale notes ignored); learns their shape |
@@ -114,10 +126,10 @@
 //! | the flusher cannot start, or fails | [`Shim::flusher_cannot_run`] | every burst ends; none starts again in this process |
 //! | `fork`, `exec*` | [`Shim::release_all`], [`Shim::release_thread`]; the child: [`Shim::after_fork_child`] | every burst ends first; a child starts its own flusher at its first burst |
 //! | `exit`, `_exit` | [`Shim::release_all`] | every burst ends |
-//! | the flusher's tick | [`Shim::flusher_tick`] | ends bursts older than the linger bound ([`SHAPE_PATIENCE`] bounds for a patient socket short of its shape); sleeps to the next deadline, or parks |
+//! | the flusher's tick | [`Shim::flusher_tick`] | ends bursts older than the linger bound ([`SHAPE_PATIENCE`] bounds for a patient socket short of its shape); looks at due clock marks (clears, then asks `TCP_INFO`: bytes unsent and no segment since its last look: `TCP_NODELAY` on and off, which sends them; unsent but moving: marked again); sleeps to the next deadline, or parks |
 //! | a thread notes more than [`THREAD_BURSTS`] bursts | (inside [`Shim::before_write`]) | its oldest burst ends, and teaches as a wait |
 //! | program's `setsockopt(TCP_CORK)` | [`Shim::program_cork_begins`], [`Shim::program_cork_done`], then [`Shim::program_holds`] if on | marked `PROGRAM_CORKED` before the call (the shim never clears it), unmarked when the program clears it; on: the socket becomes the program's and the shim's burst ends |
-//! | program's `setsockopt(TCP_NODELAY)` | [`Shim::program_nodelay`] | off where it saw off: the shim's `TCP_NODELAY` is set again, nothing else; any other choice: the socket becomes the program's, its burst ends |
+//! | program's `setsockopt(TCP_NODELAY)` | [`Shim::program_nodelay_begins`], then [`Shim::program_nodelay`] | before: the shim changes the option no more, and a change of its own on its way lands first; after: off where it saw off: the shim's `TCP_NODELAY` is set again (left off on a clocked socket), nothing else; any other choice: the socket becomes the program's, its burst ends |
 //! | program's send with `MSG_MORE` | [`Shim::program_holds`] | the socket becomes the program's, its burst ends |
 //! | program's `getsockopt(TCP_NODELAY / TCP_CORK)` | [`Shim::program_view`] | the program's own value, or the kernel's default; never the shim's |
 //!
@@ -149,6 +161,7 @@
 #![forbid(unsafe_code)]
 
 mod bursts;
+mod clock;
 mod config;
 mod flusher;
 #[cfg(all(test, loom))]
@@ -160,6 +173,7 @@ mod state;
 mod sync;
 
 pub use bursts::{ThreadBursts, WriteStep, THREAD_BURSTS};
+pub use clock::{Sending, CLOCK_LOOKS_PER_BOUND};
 pub use config::{Acks, Config, Mode, Stats, DEFAULT_LINGER, LINGER_RANGE_US};
 pub use flusher::{FlusherState, FlusherStep, FLUSHER_IDLE, MIN_NAP, RARE_BURSTS_X128};
 pub use program_options::CORK_WAIT_TURNS;

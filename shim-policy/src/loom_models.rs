@@ -22,6 +22,9 @@
 //! original before the duplicate (a reader sees the original linked, finds no duplicate
 //! linked yet, and clears the link); (h) fails with a reader that clears the link
 //! unconditionally when it finds no other descriptor (a link made meanwhile is lost).
+//! (i) fails with the flusher's look at the kernel's queue made before it clears the clock
+//! mark; (j) fails without the program's wait for a `TCP_NODELAY` change of the shim's on
+//! its way.
 //!
 //! What every model asserts, after its threads are done:
 //! - no byte is left held by a burst that is no longer counted as held: a socket whose slot
@@ -30,6 +33,10 @@
 //!   (the `debug_assert!` in `count_down`);
 //! - the program's `TCP_CORK` is never cleared by the shim (the fake kernel panics);
 //! - the burst left, if any, ends at the next read with everything sent and nothing counted.
+//!
+//! The clocked socket's models ((i), (j)) assert instead that bytes the kernel's Nagle holds
+//! are watched by a mark counted once in `corked`, and that the program's own `TCP_NODELAY`
+//! is never cleared by the shim (the fake kernel panics).
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
@@ -47,24 +54,50 @@ struct Sock {
     cork: bool,
     /// The program set that `TCP_CORK` itself.
     programs_cork: bool,
-    /// Writes queued and not yet sent (held by `TCP_CORK` or `MSG_MORE`).
+    /// Writes queued and not yet sent (held by `TCP_CORK`, `MSG_MORE` or Nagle).
     unsent: u32,
+    /// `TCP_NODELAY` is off: a plain write waits while anything is in flight.
+    nagle: bool,
+    /// Something sent is not acknowledged yet (the models' peer never acknowledges).
+    in_flight: bool,
+    /// Data segments sent.
+    segments: u32,
+    /// The program set `TCP_NODELAY` on itself.
+    programs_nodelay: bool,
 }
 
-/// A fake kernel for one socket; its lock stands for the socket lock.
+/// A fake kernel for one socket; its lock stands for the socket lock. The clock (µs) is
+/// set between a model's steps, never raced on.
 #[derive(Default)]
-struct Kern(Mutex<Sock>);
+struct Kern(Mutex<Sock>, std::sync::atomic::AtomicU64);
 
 impl Kern {
     /// The kernel's side of one write: queued, then sent unless `TCP_CORK` or `MSG_MORE`
     /// holds it (a plain write pushes what `MSG_MORE` held before it).
     fn send(&self, more: bool) {
         let mut s = self.0.lock().unwrap();
-        if more || s.cork {
+        if more || s.cork || (s.nagle && s.in_flight) {
             s.unsent += 1;
         } else {
             s.unsent = 0;
+            s.segments += 1;
+            s.in_flight = true;
         }
+    }
+
+    /// The program's own `setsockopt(TCP_NODELAY, on)` (on pushes what Nagle held).
+    fn program_nodelay(&self, on: bool) {
+        let mut s = self.0.lock().unwrap();
+        s.nagle = !on;
+        s.programs_nodelay = on;
+        if on && !s.cork && s.unsent > 0 {
+            s.unsent = 0;
+            s.segments += 1;
+        }
+    }
+
+    fn set_now(&self, us: u64) {
+        self.1.store(us, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The program's own `setsockopt(TCP_CORK, on)`.
@@ -87,6 +120,13 @@ impl Kernel for Kern {
         fd == FD
     }
     fn set_nodelay(&self, _: i32) -> bool {
+        // Setting it pushes what Nagle held (not what TCP_CORK holds).
+        let mut s = self.0.lock().unwrap();
+        s.nagle = false;
+        if !s.cork && s.unsent > 0 {
+            s.unsent = 0;
+            s.segments += 1;
+        }
         true
     }
     fn set_cork(&self, _: i32, on: bool) -> bool {
@@ -106,9 +146,21 @@ impl Kernel for Kern {
         // One socket: every descriptor of the models names it.
         Some(1)
     }
-    fn unacknowledged(&self, _: i32) -> Option<u32> {
-        // (The models' threads never wait in a read: this is not asked.)
-        None
+    fn clear_nodelay(&self, _: i32) -> bool {
+        let mut s = self.0.lock().unwrap();
+        assert!(
+            !s.programs_nodelay,
+            "the shim cleared the program's TCP_NODELAY"
+        );
+        s.nagle = true;
+        true
+    }
+    fn sending(&self, _: i32) -> Option<crate::Sending> {
+        let s = self.0.lock().unwrap();
+        Some(crate::Sending {
+            unsent: s.unsent,
+            data_segments: s.segments,
+        })
     }
     fn set_quickack(&self, _: i32) -> bool {
         true
@@ -117,7 +169,7 @@ impl Kernel for Kern {
         true
     }
     fn now_us(&self) -> u64 {
-        0
+        self.1.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -468,5 +520,86 @@ fn loom_a_new_duplicate_racing_the_clearing_of_an_old_link() {
         s.release_socket(&*k, FD);
         assert_eq!(s.held(), 0, "the new duplicate's link was lost");
         check(&s, &k);
+    });
+}
+
+/// A socket another thread reads, clocked by Nagle, with one write in flight and the
+/// flusher's mark made a while ago; `due_push`: the flusher's last look saw as many segments
+/// as now, so its next look pushes what waits.
+fn clocked(due_push: bool) -> (Arc<Shim>, Arc<Kern>) {
+    let (s, k) = setup(0);
+    s.read_begins(&*k, FD);
+    let mut t = ThreadBursts::new();
+    write(&s, &k, &mut t, true);
+    assert!(k.sock(|sock| sock.nagle && sock.in_flight));
+    if due_push {
+        let segments = k.sock(|sock| sock.segments);
+        let slot = s.slot(FD).unwrap();
+        slot.clock_segments.store(
+            u64::from(segments) + 1,
+            loom::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    k.set_now(1_000_000);
+    (s, k)
+}
+
+/// (i) A clocked write racing the flusher's look at the socket's mark (which clears it, then
+/// asks the kernel what waits): whatever the order, bytes Nagle holds are watched by a mark
+/// counted in `corked`, or were pushed. Fails with the look made before the clear, or with
+/// the mark set before the write.
+#[test]
+fn loom_a_clocked_write_racing_the_flushers_look() {
+    for due_push in [false, true] {
+        model(move || {
+            let (s, k) = clocked(due_push);
+            let flusher = {
+                let (s, k) = (s.clone(), k.clone());
+                thread::spawn(move || {
+                    let mut st = FlusherState::default();
+                    s.flusher_tick(&*k, &mut st);
+                })
+            };
+            let mut t = ThreadBursts::new();
+            write(&s, &k, &mut t, true);
+            flusher.join().unwrap();
+            let marked = s
+                .slot(FD)
+                .unwrap()
+                .clock_mark_us
+                .load(loom::sync::atomic::Ordering::SeqCst)
+                != 0;
+            assert_eq!(s.held(), u32::from(marked), "corked counts the mark once");
+            k.sock(|sock| {
+                assert!(
+                    sock.unsent == 0 || marked,
+                    "bytes held by Nagle with no mark to bound them"
+                )
+            });
+        });
+    }
+}
+
+/// (j) The program sets `TCP_NODELAY` on while the flusher pushes a clocked socket (on, then
+/// off again): the program's choice lands last. Fails without the program's wait for a
+/// change of the shim's on its way.
+#[test]
+fn loom_the_programs_nodelay_racing_the_flushers_push() {
+    model(|| {
+        let (s, k) = clocked(true);
+        let mut t = ThreadBursts::new();
+        write(&s, &k, &mut t, true);
+        let flusher = {
+            let (s, k) = (s.clone(), k.clone());
+            thread::spawn(move || {
+                let mut st = FlusherState::default();
+                s.flusher_tick(&*k, &mut st);
+            })
+        };
+        s.program_nodelay_begins(FD);
+        k.program_nodelay(true);
+        s.program_nodelay(&*k, FD, true);
+        flusher.join().unwrap();
+        k.sock(|sock| assert!(!sock.nagle, "the shim cleared the program's TCP_NODELAY"));
     });
 }

@@ -95,17 +95,26 @@ impl Shim {
     pub fn program_nodelay(&self, k: &impl Kernel, fd: i32, on: bool) {
         let Some(slot) = self.slot(fd) else { return };
         let flags = slot.flags.get();
+        // The shim may change `TCP_NODELAY` again from here on (after the choice below).
+        let choosing = || slot.program_choosing.store(false, SeqCst);
         if !flags.is_managed() {
+            choosing();
             return;
         }
         let seen = slot.program_nodelay.swap(on, Relaxed);
         if flags.is_shims() && !seen && !on {
-            // Setting it pushes whatever Nagle held in between (nothing is left waiting).
-            k.set_nodelay(fd);
+            // Setting it pushes whatever Nagle held in between (nothing is left waiting),
+            // unless the socket is clocked: there the program's off is the shim's too.
+            if !slot.clocked.load(Acquire) {
+                k.set_nodelay(fd);
+            }
             self.stats.kept_defaults.fetch_add(1, Relaxed);
+            choosing();
             return;
         }
+        slot.clocked.store(false, Release);
         self.program_holds(k, fd);
+        choosing();
     }
 
     /// The program set `TCP_CORK`, chose `TCP_NODELAY` or sent with `MSG_MORE` on `fd`:

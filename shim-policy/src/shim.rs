@@ -22,9 +22,11 @@ pub trait Kernel {
     /// What identifies the socket `fd` refers to, the same for every descriptor of it (its
     /// inode number); `None` if unknown.
     fn socket_id(&self, fd: i32) -> Option<u64>;
-    /// Bytes written to `fd` that its peer has not acknowledged yet, sent or not
-    /// (`SIOCOUTQ`); `None` if unknown.
-    fn unacknowledged(&self, fd: i32) -> Option<u32>;
+    /// Clears `TCP_NODELAY` (the kernel's Nagle clocks the socket's small writes again).
+    fn clear_nodelay(&self, fd: i32) -> bool;
+    /// What `fd`'s kernel holds unsent and how many data segments it sent (`TCP_INFO`);
+    /// `None` if unknown.
+    fn sending(&self, fd: i32) -> Option<Sending>;
     /// Sets `TCP_QUICKACK` (the kernel acknowledges what it received at once, and goes on
     /// doing so until it next decides to delay).
     fn set_quickack(&self, fd: i32) -> bool;

@@ -64,6 +64,17 @@ pub(crate) struct Slot {
     /// [`Shim::read_ends`]): a hint, never below zero (a read of a descriptor renewed
     /// meanwhile ends on the new one's count, saturating).
     pub(crate) readers: AtomicU16,
+    /// The socket is handed to the kernel's Nagle (the shim's `TCP_NODELAY` is off): see
+    /// the `clock` module. Until the descriptor is renewed, duplicated, or the program's.
+    pub(crate) clocked: AtomicBool,
+    /// When the first clocked write since the flusher's last look was made (µs; 0: none).
+    pub(crate) clock_mark_us: AtomicU64,
+    /// Data segments sent at the flusher's last look, plus one (0: no look yet).
+    pub(crate) clock_segments: AtomicU64,
+    /// Changes of the shim's `TCP_NODELAY` on their way to the kernel.
+    pub(crate) nodelay_busy: AtomicU16,
+    /// The program is setting `TCP_NODELAY` itself (see `Shim::program_nodelay_begins`).
+    pub(crate) program_choosing: AtomicBool,
 }
 
 impl Slot {
@@ -82,6 +93,9 @@ impl Slot {
         self.program_nodelay.store(false, Relaxed);
         self.shared.store(0, Release);
         self.socket.store(0, Relaxed);
+        self.clocked.store(false, Relaxed);
+        self.clock_segments.store(0, Relaxed);
+        self.program_choosing.store(false, Relaxed);
     }
 
     /// The burst in progress has fewer writes than its learned shape.

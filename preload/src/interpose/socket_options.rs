@@ -59,13 +59,20 @@ unsafe fn program_setsockopt(
     call: impl FnOnce() -> c_int,
 ) -> c_int {
     let cork = level == libc::IPPROTO_TCP && name == libc::TCP_CORK;
+    let nodelay = level == libc::IPPROTO_TCP && name == libc::TCP_NODELAY;
     let was = cork && hooks::program_cork_begins(fd);
+    if nodelay {
+        hooks::program_nodelay_begins(fd);
+    }
     let r = call();
     let v = (r == 0 && !value.is_null() && len as usize >= 4)
         // SAFETY: the kernel just read an int from `value` (len >= 4) without fault.
         .then(|| unsafe { value.cast::<c_int>().read_unaligned() });
     if cork {
         hooks::program_cork_done(fd, was, v.map(|v| v != 0));
+    }
+    if nodelay && v.is_none() {
+        hooks::program_nodelay_failed(fd);
     }
     match (level == libc::IPPROTO_TCP, v) {
         (true, Some(v)) if name == libc::TCP_CORK && v != 0 => hooks::program_holds(fd),

@@ -1,40 +1,40 @@
-//! Writes clocked as Nagle clocks them: another thread waits in a read of the socket (a
-//! client's reader thread), so no wait of the writers ends their bursts; a write with nothing
-//! in flight leaves at once, one with data in flight is held by `MSG_MORE` until the ACK.
+//! The ACK-clocked socket: another thread waits in a read of it (a client's reader thread),
+//! so no wait of the writers ends their bursts. It is handed to the kernel's Nagle once, its
+//! writes go plainly, and the flusher pushes what no ACK clocks out within about one bound.
 
 use super::*;
 
+/// The time between the flusher's looks at a clocked socket under `shim()`'s configuration
+/// (half its linger bound), in µs.
+fn look() -> u64 {
+    Config::default().linger.as_micros() as u64 / CLOCK_LOOKS_PER_BOUND
+}
+
 #[test]
-fn behind_a_waiting_reader_a_write_with_nothing_in_flight_leaves_at_once() {
+fn behind_a_waiting_reader_the_socket_is_left_to_nagle_once() {
     let (s, k) = shim();
     let mut writer = ThreadBursts::new();
     s.read_begins(&k, 3); // the reader thread, blocked in recv
     write(&s, &k, 3, &mut writer);
-    assert!(!s.is_corked(3), "nothing to clock it: it goes now");
-    assert_eq!(k.unsent(3), 0);
-    assert_eq!(s.stats.clocked.load(Relaxed), 1);
-    // Now one is in flight: the next writes are held for its ACK, as Nagle holds them.
+    assert!(!s.is_corked(3), "no burst of the shim's");
+    assert_eq!(k.nodelay_clears.get(), 1, "its TCP_NODELAY came off");
+    assert_eq!(k.unsent(3), 0, "nothing in flight: it went at once");
+    // One in flight now: the kernel's Nagle holds the next ones for its ACK...
     write(&s, &k, 3, &mut writer);
     write(&s, &k, 3, &mut writer);
-    assert!(s.is_corked(3));
     assert_eq!(k.unsent(3), 2);
-    // The ACK comes: the kernel sends what MSG_MORE held (TCP_NODELAY is on).
+    // ...and sends them when it comes, as natively.
     k.ack(3);
     assert_eq!(k.unsent(3), 0);
-    // Both acknowledged too: a write then leaves at once again, and sends nothing held late.
-    k.ack(3);
-    write(&s, &k, 3, &mut writer);
-    assert_eq!(k.unsent(3), 0, "plain, in the burst still open");
-    assert_eq!(s.stats.clocked.load(Relaxed), 2);
+    assert_eq!(k.segments(3), 2, "two writes held, one segment");
+    // The reader turns to its answers: the socket stays clocked (no more setsockopt).
     s.read_ends(&k, 3, true);
-    // The reader is back: no more clocking, bursts are held to the writer's wait again.
-    s.release_thread(&k, &mut writer);
-    k.ack(3);
     write(&s, &k, 3, &mut writer);
-    assert!(s.is_corked(3));
-    assert_eq!(k.unsent(3), 1);
+    assert!(!s.is_corked(3));
+    assert_eq!(k.nodelay_clears.get(), 1);
+    assert_eq!(s.stats.clocked.load(Relaxed), 4);
+    assert_eq!(s.stats.clocked_sockets.load(Relaxed), 1);
     s.release_thread(&k, &mut writer);
-    assert_eq!(s.held(), 0);
 }
 
 #[test]
@@ -50,6 +50,7 @@ fn without_a_reader_waiting_the_burst_is_held_as_before() {
     s.read_ends(&k, 3, true);
     write(&s, &k, 3, &mut t);
     assert!(s.is_corked(3));
+    assert_eq!(k.nodelay_clears.get(), 0);
     s.release_thread(&k, &mut t);
 }
 
@@ -59,12 +60,160 @@ fn a_read_that_ends_unannounced_never_takes_the_count_below_zero() {
     let mut t = ThreadBursts::new();
     s.read_ends(&k, 3, true);
     s.read_ends(&k, 3, true);
+    write(&s, &k, 3, &mut t);
+    assert!(s.is_corked(3), "no reader counted");
+    s.release_thread(&k, &mut t);
     s.read_begins(&k, 3);
     write(&s, &k, 3, &mut t);
     assert!(!s.is_corked(3), "one reader counted");
-    s.read_ends(&k, 3, true);
-    k.ack(3);
-    write(&s, &k, 3, &mut t);
-    assert!(s.is_corked(3), "none now");
-    s.release_thread(&k, &mut t);
+}
+
+#[test]
+fn the_flusher_pushes_what_no_ack_clocks_out() {
+    let (s, k) = shim();
+    let mut w = ThreadBursts::new();
+    let mut st = FlusherState::default();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut w); // in flight; the peer delays its ACK
+    k.now.set(100);
+    write(&s, &k, 3, &mut w); // held by Nagle
+    assert_eq!(k.unsent(3), 1);
+    assert_eq!(
+        s.held(),
+        1,
+        "one mark, counted: the flusher does not park on it"
+    );
+    // A look's time after the mark (made at 1: the clock's 0 is no mark): the flusher looks, and
+    // learns how many segments left.
+    k.now.set(look() + 1);
+    s.flusher_tick(&k, &mut st);
+    assert_eq!(k.unsent(3), 1, "a first look only");
+    assert_eq!(s.held(), 1, "still watched");
+    // A look later, no segment has left: nothing clocks it, it goes.
+    k.now.set(2 * look() + 1);
+    s.flusher_tick(&k, &mut st);
+    assert_eq!(
+        k.unsent(3),
+        0,
+        "pushed within one bound, not at the peer's timer"
+    );
+    assert_eq!(s.held(), 0);
+    assert_eq!(s.stats.linger_releases.load(Relaxed), 1);
+    assert!(k.nagle.borrow().contains(&3), "and left to Nagle again");
+}
+
+#[test]
+fn while_acks_clock_the_socket_the_flusher_only_looks() {
+    let (s, k) = shim();
+    let mut w = ThreadBursts::new();
+    let mut st = FlusherState::default();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut w);
+    let nodelay_calls = k.nodelay_calls.get();
+    for round in 1..=5 {
+        write(&s, &k, 3, &mut w); // held behind the one in flight
+        k.now.set(round * look());
+        s.flusher_tick(&k, &mut st);
+        k.ack(3); // the answer comes, and clocks the held write out
+    }
+    assert_eq!(k.nodelay_calls.get(), nodelay_calls, "never pushed");
+    assert_eq!(s.stats.linger_releases.load(Relaxed), 0);
+    assert_eq!(k.unsent(3), 0);
+}
+
+#[test]
+fn the_programs_own_nodelay_wins_over_the_clock() {
+    let (s, k) = shim();
+    let mut w = ThreadBursts::new();
+    let mut st = FlusherState::default();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut w);
+    write(&s, &k, 3, &mut w);
+    let adopted = k.nodelay_calls.get();
+    // Off where it saw off: nothing changes, the socket stays clocked.
+    s.program_nodelay_begins(3);
+    s.program_nodelay(&k, 3, false);
+    assert!(k.nagle.borrow().contains(&3));
+    assert_eq!(k.nodelay_calls.get(), adopted);
+    // On: the socket is the program's; the flusher's looks never touch it again.
+    s.program_nodelay_begins(3);
+    k.set_nodelay(3); // the program's own call (it pushes what Nagle held)
+    s.program_nodelay(&k, 3, true);
+    let calls = k.nodelay_calls.get();
+    k.now.set(look() + 1);
+    s.flusher_tick(&k, &mut st);
+    k.now.set(2 * look() + 1);
+    s.flusher_tick(&k, &mut st);
+    assert_eq!(k.nodelay_calls.get(), calls);
+    assert_eq!(k.nodelay_clears.get(), 1);
+    assert_eq!(s.held(), 0, "its mark is gone");
+    write(&s, &k, 3, &mut w);
+    assert_eq!(k.nodelay_clears.get(), 1, "never clocked again");
+}
+
+#[test]
+fn a_program_choosing_nodelay_waits_for_a_change_of_the_shims_on_its_way() {
+    let (s, k) = shim();
+    let slot = s.slot(3).unwrap();
+    // A flusher's push or a writer's clear is in progress...
+    slot.nodelay_busy.fetch_add(1, SeqCst);
+    let s = std::sync::Arc::new(s);
+    let s2 = s.clone();
+    let program = std::thread::spawn(move || s2.program_nodelay_begins(3));
+    // ...the program's call waits (the loom model checks every interleaving; here the
+    // wait ends when the change is done).
+    s.slot(3).unwrap().nodelay_busy.fetch_sub(1, SeqCst);
+    program.join().unwrap();
+    // While it chooses, the shim changes nothing.
+    assert!(!s.shims_nodelay(&k, 3, s.slot(3).unwrap(), false));
+    assert_eq!(k.nodelay_clears.get(), 0);
+    s.program_nodelay_failed(3);
+    assert!(s.shims_nodelay(&k, 3, s.slot(3).unwrap(), false));
+}
+
+#[test]
+fn a_duplicate_or_a_missing_flusher_ends_the_clock() {
+    let (s, k) = shim();
+    let mut w = ThreadBursts::new();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut w);
+    write(&s, &k, 3, &mut w);
+    assert_eq!(k.unsent(3), 1);
+    s.duplicate(&k, 3, 7);
+    assert!(!k.nagle.borrow().contains(&3), "TCP_NODELAY on again");
+    assert_eq!(k.unsent(3), 0, "which sent what Nagle held");
+    assert_eq!(s.held(), 0);
+    // Descriptors of one socket are not clocked (their bursts are the shim's).
+    write(&s, &k, 3, &mut w);
+    assert!(s.is_corked(3));
+    s.release_thread(&k, &mut w);
+
+    let (s, k) = shim();
+    s.read_begins(&k, 4);
+    write(&s, &k, 4, &mut w);
+    write(&s, &k, 4, &mut w);
+    s.flusher_cannot_run(&k);
+    assert!(!k.nagle.borrow().contains(&4));
+    assert_eq!(k.unsent(4), 0);
+    assert_eq!(s.held(), 0);
+}
+
+#[test]
+fn a_closed_clocked_socket_leaves_no_mark_counted() {
+    let (s, k) = shim();
+    let mut w = ThreadBursts::new();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut w);
+    write(&s, &k, 3, &mut w);
+    assert_eq!(s.held(), 1);
+    s.read_ends(&k, 3, false);
+    s.forget(&k, 3);
+    assert_eq!(s.held(), 0);
+    s.adopt(&k, 3);
+    write(&s, &k, 3, &mut w);
+    assert!(
+        s.is_corked(3),
+        "a new socket on the number starts unclocked"
+    );
+    s.release_thread(&k, &mut w);
 }

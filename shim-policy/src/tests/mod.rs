@@ -29,6 +29,12 @@ struct Fake {
     unsent: RefCell<std::collections::HashMap<i32, u32>>,
     /// Writes sent and not yet acknowledged, by descriptor.
     unacked: RefCell<std::collections::HashMap<i32, u32>>,
+    /// Data segments sent (one per send of whatever was queued), by descriptor.
+    segments: RefCell<std::collections::HashMap<i32, u32>>,
+    /// Descriptors with `TCP_NODELAY` cleared: the kernel's Nagle holds a plain write while
+    /// anything is unacknowledged.
+    nagle: RefCell<std::collections::HashSet<i32>>,
+    nodelay_clears: Cell<u32>,
     /// `TCP_QUICKACK`s set, and `TCP_DELACK_MAX_US`s, in order.
     quickacks: RefCell<Vec<i32>>,
     delack_max: RefCell<Vec<(i32, u32)>>,
@@ -45,14 +51,30 @@ impl Fake {
     /// The kernel's side of one write: queued, then sent unless TCP_CORK or MSG_MORE
     /// holds it (a plain write pushes what MSG_MORE held before it).
     fn send(&self, fd: i32, more: bool) {
+        let in_flight = self.unacked.borrow().get(&fd).copied().unwrap_or(0);
+        let nagle = self.nagle.borrow().contains(&fd) && in_flight > 0;
         let mut u = self.unsent.borrow_mut();
         let n = u.entry(fd).or_default();
-        if more || self.corked.borrow().contains(&fd) {
+        if more || nagle || self.corked.borrow().contains(&fd) {
             *n += 1;
         } else {
             *self.unacked.borrow_mut().entry(fd).or_default() += *n + 1;
             *n = 0;
+            *self.segments.borrow_mut().entry(fd).or_default() += 1;
         }
+    }
+
+    /// Sends what is queued on `fd` (a push).
+    fn push(&self, fd: i32) {
+        let n = self.unsent.borrow_mut().remove(&fd).unwrap_or(0);
+        if n > 0 {
+            *self.unacked.borrow_mut().entry(fd).or_default() += n;
+            *self.segments.borrow_mut().entry(fd).or_default() += 1;
+        }
+    }
+
+    fn segments(&self, fd: i32) -> u32 {
+        self.segments.borrow().get(&fd).copied().unwrap_or(0)
     }
 
     /// The peer acknowledges everything sent on `fd`; with `TCP_NODELAY` on, the kernel then
@@ -63,6 +85,9 @@ impl Fake {
         } else {
             self.unsent.borrow_mut().remove(&fd).unwrap_or(0)
         };
+        if held > 0 {
+            *self.segments.borrow_mut().entry(fd).or_default() += 1;
+        }
         self.unacked.borrow_mut().insert(fd, held);
     }
 
@@ -75,9 +100,24 @@ impl Kernel for Fake {
     fn is_tcp_stream(&self, fd: i32) -> bool {
         fd < 100
     }
-    fn set_nodelay(&self, _: i32) -> bool {
+    fn set_nodelay(&self, fd: i32) -> bool {
         self.nodelay_calls.set(self.nodelay_calls.get() + 1);
+        // Setting it pushes what Nagle held (not what TCP_CORK holds).
+        if self.nagle.borrow_mut().remove(&fd) && !self.corked.borrow().contains(&fd) {
+            self.push(fd);
+        }
         true
+    }
+    fn clear_nodelay(&self, fd: i32) -> bool {
+        self.nodelay_clears.set(self.nodelay_clears.get() + 1);
+        self.nagle.borrow_mut().insert(fd);
+        true
+    }
+    fn sending(&self, fd: i32) -> Option<Sending> {
+        Some(Sending {
+            unsent: self.unsent(fd),
+            data_segments: self.segments(fd),
+        })
     }
     fn set_cork(&self, fd: i32, on: bool) -> bool {
         if self.refuse_cork.get() {
@@ -109,10 +149,6 @@ impl Kernel for Fake {
         self.delack_max.borrow_mut().push((fd, us));
         true
     }
-    fn unacknowledged(&self, fd: i32) -> Option<u32> {
-        let sent = self.unacked.borrow().get(&fd).copied().unwrap_or(0);
-        Some(sent + self.unsent(fd))
-    }
     fn now_us(&self) -> u64 {
         self.now.get()
     }
@@ -126,15 +162,19 @@ impl Kernel for Fake {
 fn write(s: &Shim, k: &Fake, fd: i32, t: &mut ThreadBursts) -> bool {
     let step = s.before_write(k, fd, t, true);
     k.send(fd, step.more);
-    s.after_write(k, fd, step, false);
+    let wake = s.after_write(k, fd, step, false);
     let programs = s
         .slot(fd)
         .is_some_and(|sl| sl.flags.peek().owner() == state::Owner::Program);
+    // (Bytes the kernel's Nagle holds on a clocked socket are the flusher's to watch.)
+    let watched = s
+        .slot(fd)
+        .is_some_and(|sl| sl.clock_mark_us.load(Relaxed) != 0);
     assert!(
-        s.is_corked(fd) || programs || k.unsent(fd) == 0,
+        s.is_corked(fd) || programs || watched || k.unsent(fd) == 0,
         "fd {fd}: bytes left unsent by a burst that is not held"
     );
-    step.wake_flusher
+    step.wake_flusher || wake
 }
 
 fn shim() -> (Shim, Fake) {
