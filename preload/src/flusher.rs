@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::*};
 use nagless_shim_policy::{FlusherStep, Shim};
 
 use crate::debug_log::{log, write_formatted};
+use crate::signal_safe::SignalSafe;
 use crate::sys::{self, Libc};
 
 /// The flusher thread (its `pthread_t`), 0 if none runs, and the process it runs in (a child
@@ -53,7 +54,7 @@ fn start_or_hold_nothing_now(s: &'static Shim) {
 }
 
 /// Wakes the flusher if it is parked (for a burst, or to write a stale stats file).
-pub fn nudge_flusher(s: &Shim) {
+pub fn nudge_flusher(s: SignalSafe) {
     sys::futex_wake(s.park_word());
 }
 
@@ -62,7 +63,7 @@ pub fn wake_flusher(s: &'static Shim) {
     if s.claim_flusher_start() {
         start_or_hold_nothing(s);
     } else {
-        nudge_flusher(s);
+        nudge_flusher(s.into());
     }
 }
 
@@ -70,7 +71,7 @@ pub fn wake_flusher(s: &'static Shim) {
 /// as it was before the shim started it (one thread fewer; a program may now `unshare` a user
 /// namespace, or install a seccomp filter that would refuse the thread's calls). The caller
 /// first makes sure that nothing is held, or will be, that needs it.
-pub fn stop(s: &Shim) {
+pub fn stop(s: SignalSafe) {
     // A start in progress names its thread first (bounded: a start is a `clone`).
     for _ in 0..10_000 {
         if !STARTING.load(SeqCst) {
@@ -160,14 +161,14 @@ fn flusher_loop(s: &'static Shim) {
             FlusherStep::Sleep(d) => {
                 // Never while bursts are held: a slow file system must not delay them.
                 if s.park_word().load(std::sync::atomic::Ordering::Acquire) == 0 {
-                    crate::report::refresh(s);
+                    crate::report::refresh(s.into());
                 }
                 std::thread::sleep(d)
             }
             FlusherStep::Park => {
-                crate::report::refresh(s);
+                crate::report::refresh(s.into());
                 // A stats file not yet current: wake once more to write it.
-                let stale = crate::report::stale(s);
+                let stale = crate::report::stale(s.into());
                 // Parked while no burst is held (the word reads 0).
                 sys::futex_wait(
                     s.park_word(),

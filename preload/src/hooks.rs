@@ -16,6 +16,7 @@ use nagless_shim_policy::{Shim, ThreadBursts, WriteStep};
 
 use crate::debug_log::log;
 use crate::flusher::{ensure_flusher, wake_flusher};
+use crate::signal_safe::SignalSafe;
 use crate::sys::{errno, quietly, set_errno, Libc};
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -23,16 +24,17 @@ static SHIM: OnceLock<Shim> = OnceLock::new();
 /// The shim, once initialised, outside the program's signal handlers: inside one (see
 /// `signals`) every hook passes its call through and holds nothing.
 pub fn shim() -> Option<&'static Shim> {
-    shim_anywhere().filter(|_| !crate::signals::in_handler())
+    SHIM.get()
+        .filter(|_| present() && !crate::signals::in_handler())
 }
 
-/// The shim, even inside a signal handler: for the steps that allocate nothing and start
-/// nothing (ending bursts at close, fork, exec and exit; what the program sets and reads of
-/// its own options). `None` where the shim steps aside: under a seccomp filter (`sandbox`),
-/// and in a child that shares the process's memory (`children`: a `vfork` child, whose
-/// descriptor table is its own while the shim's table is the parent's).
-pub fn shim_anywhere() -> Option<&'static Shim> {
-    SHIM.get().filter(|_| present())
+/// The shim, even inside a signal handler: its [`SignalSafe`] steps only, which allocate
+/// nothing and start nothing (ending bursts at close, fork, exec and exit; what the program
+/// sets and reads of its own options). `None` where the shim steps aside: under a seccomp
+/// filter (`sandbox`), and in a child that shares the process's memory (`children`: a
+/// `vfork` child, whose descriptor table is its own while the shim's table is the parent's).
+pub fn shim_anywhere() -> Option<SignalSafe> {
+    SHIM.get().filter(|_| present()).map(SignalSafe::from)
 }
 
 /// Whether the shim acts in the calling process (see [`shim_anywhere`]).
@@ -41,11 +43,11 @@ pub fn present() -> bool {
 }
 
 /// Every burst ends, none starts, and the flusher thread is gone when this returns.
-fn end_bursts_and_flusher(s: &Shim) {
-    s.flusher_cannot_run(&Libc);
+fn end_bursts_and_flusher(s: SignalSafe) {
+    s.flusher_cannot_run();
     crate::flusher::stop(s);
     // A burst a racing write began before it saw the first release.
-    s.release_all(&Libc);
+    s.release_all();
 }
 
 /// Holds nothing from now on, and stops the flusher (a seccomp filter comes: `sandbox`).
@@ -60,7 +62,7 @@ pub fn stop_holding() {
 pub fn pause_flusher() {
     if let Some(s) = shim() {
         quietly(|| {
-            end_bursts_and_flusher(s);
+            end_bursts_and_flusher(s.into());
             s.flusher_stopped();
         });
     }
@@ -174,7 +176,7 @@ pub fn program_cork_done(fd: c_int, was: bool, on: Option<bool>) {
 /// The program holds bytes on `fd` itself (TCP_CORK, MSG_MORE, Nagle back on).
 pub fn program_holds(fd: c_int) {
     if let Some(s) = shim_anywhere() {
-        quietly(|| s.program_holds(&Libc, fd));
+        quietly(|| s.program_holds(fd));
         log(format_args!("fd {fd}: the program holds its own bytes"));
     }
 }
@@ -196,7 +198,7 @@ pub fn program_nodelay_failed(fd: c_int) {
 /// The program set `TCP_NODELAY` to `on` on `fd`: see [`Shim::program_nodelay`].
 pub fn program_nodelay(fd: c_int, on: bool) {
     if let Some(s) = shim_anywhere() {
-        quietly(|| s.program_nodelay(&Libc, fd, on));
+        quietly(|| s.program_nodelay(fd, on));
         log(format_args!(
             "fd {fd}: the program set TCP_NODELAY {}",
             on as u8
@@ -252,11 +254,11 @@ pub fn before_passing(fd: c_int, has_control: impl FnOnce() -> bool) {
 pub fn release_everything() {
     if let Some(s) = shim_anywhere() {
         quietly(|| {
-            s.release_all(&Libc);
-            // Not in a signal handler, where the thread-local may allocate on a thread's
-            // first access: what the list holds is only a hint, and `release_all` ended
-            // every burst it names.
-            if !crate::signals::in_handler() {
+            s.release_all();
+            // Not in a signal handler (`shim()` is `None` there), where the thread-local may
+            // allocate on a thread's first access: what the list holds is only a hint, and
+            // `release_all` ended every burst it names.
+            if let Some(s) = shim() {
                 with_mine(|m| s.release_thread(&Libc, m));
             }
         });
@@ -269,10 +271,10 @@ pub fn on_close(fd: c_int) {
         quietly(|| {
             if s.is_managed(fd) {
                 // The held tail leaves first, so that the count includes it.
-                s.release(&Libc, fd);
+                s.release(fd);
                 crate::report::account(s, fd);
             }
-            s.forget(&Libc, fd);
+            s.forget(fd);
         });
     }
 }

@@ -50,7 +50,7 @@ extern "C" fn after_fork_child() {
 extern "C" fn at_exit() {
     let Some(s) = shim_anywhere() else { return };
     quietly(|| {
-        s.release_all(&Libc);
+        s.release_all();
         crate::report::at_exit(s);
     });
 }

@@ -54,7 +54,8 @@
 //! program's calls to it (`interpose`, `exec` and `signals`, the hooks, through `hooks` and
 //! `waits`) and gives it the real kernel (`sys`, the crate's one module of kernel calls). The
 //! flusher thread is `flusher`; start-up and exit `init`; the exit report and stats file
-//! `report`; the debug log `debug_log`.
+//! `report`; the debug log `debug_log`; what a hook may use inside a signal handler
+//! `signal_safe`.
 
 // The hooks would interpose the test runner itself: unit tests build without them.
 #[cfg(not(test))]
@@ -74,6 +75,8 @@ mod interpose;
 #[cfg(not(test))]
 mod report;
 mod sandbox;
+#[cfg(not(test))]
+mod signal_safe;
 #[cfg(not(test))]
 mod signals;
 #[cfg(not(test))]

@@ -14,9 +14,10 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use libc::c_int;
-use nagless_shim_policy::{Kernel, Shim};
+use nagless_shim_policy::Kernel;
 
-use crate::sys::{borrow, write_all_raw, Libc};
+use crate::signal_safe::SignalSafe;
+use crate::sys::{tcp_info, write_all_raw, Libc};
 
 /// How often at most the stats file is rewritten while the counters change.
 pub const STATS_FILE_EVERY: Duration = Duration::from_secs(1);
@@ -37,22 +38,22 @@ pub fn init(path: Option<OsString>) {
 
 /// Data segments and payload bytes the socket has sent (TCP_INFO).
 fn sent_counters(fd: c_int) -> Option<(u64, u64)> {
-    let info = nagless::TcpInfo::of(&borrow(fd)).ok()?;
+    let info = tcp_info(fd)?;
     Some((info.data_segs_out? as u64, info.bytes_sent?))
 }
 
 /// Adds what the closing socket `fd` sent to the totals. The stats file is then written by
 /// the flusher, nudged here (the program's `close` never waits for a file system); in the
 /// modes without a flusher, here, at most once per [`STATS_FILE_EVERY`].
-pub fn account(s: &Shim, fd: c_int) {
+pub fn account(s: SignalSafe, fd: c_int) {
     if let Some((segs, bytes)) = sent_counters(fd) {
-        s.stats.data_segs.fetch_add(segs, Relaxed);
-        s.stats.bytes.fetch_add(bytes, Relaxed);
+        s.stats().data_segs.fetch_add(segs, Relaxed);
+        s.stats().bytes.fetch_add(bytes, Relaxed);
     }
     if !stale(s) {
         return;
     }
-    if s.config.mode == nagless_shim_policy::Mode::Nagless {
+    if s.config().mode == nagless_shim_policy::Mode::Nagless {
         crate::flusher::nudge_flusher(s);
     } else if !crate::signals::in_handler() {
         refresh(s);
@@ -61,9 +62,9 @@ pub fn account(s: &Shim, fd: c_int) {
 
 /// The report line into `buf`, its length. `live`: add what the sockets still open have sent
 /// so far (their counts join the totals only when they close).
-fn format(s: &Shim, live: bool, buf: &mut [u8]) -> usize {
+fn format(s: SignalSafe, live: bool, buf: &mut [u8]) -> usize {
     use std::io::Write;
-    let st = &s.stats;
+    let st = &s.stats();
     let (mut segs, mut bytes) = (st.data_segs.load(Relaxed), st.bytes.load(Relaxed));
     if live {
         for (sg, b) in s.managed_fds().filter_map(sent_counters) {
@@ -76,7 +77,7 @@ fn format(s: &Shim, live: bool, buf: &mut [u8]) -> usize {
         c,
         "nagless stats: pid {} mode {}: {} sockets, {} bursts, {} writes ({} coalesced, {} sent at their burst's learned shape), {} released by linger, {} left to the program, {segs} data segments, {bytes} bytes sent, {} TCP_CORK calls, {} defaults kept, {} ready waits, {} clocked by Nagle ({} reader-shared sockets), {} ACK settings",
         std::process::id(),
-        s.config.mode.name(),
+        s.config().mode.name(),
         st.sockets.load(Relaxed),
         st.bursts.load(Relaxed),
         st.writes.load(Relaxed),
@@ -95,8 +96,8 @@ fn format(s: &Shim, live: bool, buf: &mut [u8]) -> usize {
 }
 
 /// A digest of the counters that change with the program's traffic.
-fn digest(s: &Shim) -> u64 {
-    let st = &s.stats;
+fn digest(s: SignalSafe) -> u64 {
+    let st = &s.stats();
     [&st.sockets, &st.bursts, &st.writes, &st.data_segs]
         .iter()
         .fold(0u64, |h, c| h.rotate_left(17) ^ c.load(Relaxed))
@@ -104,10 +105,10 @@ fn digest(s: &Shim) -> u64 {
 
 /// Whether the stats file lags behind the counters (and may still be written: not after the
 /// exit's own write).
-pub fn stale(s: &Shim) -> bool {
+pub fn stale(s: SignalSafe) -> bool {
     PATH.get().is_some()
         && !FINAL.load(Relaxed)
-        && s.stats.sockets.load(Relaxed) > 0
+        && s.stats().sockets.load(Relaxed) > 0
         && WRITTEN_DIGEST.load(Relaxed) != digest(s)
 }
 
@@ -115,7 +116,7 @@ pub fn stale(s: &Shim) -> bool {
 static FINAL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Rewrites the stats file if it lags and was not written in the last [`STATS_FILE_EVERY`].
-pub fn refresh(s: &Shim) {
+pub fn refresh(s: SignalSafe) {
     if !stale(s) {
         return;
     }
@@ -135,7 +136,7 @@ pub fn refresh(s: &Shim) {
 }
 
 /// Writes the stats file now (`PATH.PID`, replaced whole); `live` as for [`format`].
-fn write_file(s: &Shim, live: bool) {
+fn write_file(s: SignalSafe, live: bool) {
     let Some(path) = PATH.get() else { return };
     WRITTEN_DIGEST.store(digest(s), Relaxed);
     let mut line = [0u8; 640];
@@ -201,19 +202,19 @@ fn fill(buf: &mut [u8], path: &[u8], suffix: std::fmt::Arguments<'_>) -> Option<
 /// At exit: every socket still open is counted, then the line goes to stderr
 /// (`NAGLESS_STATS=1`) and to the stats file. Processes that never touched a TCP socket
 /// (shells, helpers) stay quiet.
-pub fn at_exit(s: &Shim) {
-    if s.stats.sockets.load(Relaxed) == 0 || (!s.config.stats && PATH.get().is_none()) {
+pub fn at_exit(s: SignalSafe) {
+    if s.stats().sockets.load(Relaxed) == 0 || (!s.config().stats && PATH.get().is_none()) {
         return;
     }
     for fd in s.managed_fds() {
         if let Some((segs, bytes)) = sent_counters(fd) {
-            s.stats.data_segs.fetch_add(segs, Relaxed);
-            s.stats.bytes.fetch_add(bytes, Relaxed);
+            s.stats().data_segs.fetch_add(segs, Relaxed);
+            s.stats().bytes.fetch_add(bytes, Relaxed);
         }
     }
     let mut line = [0u8; 640];
     let n = format(s, false, &mut line);
-    if s.config.stats && crate::sys::stderr_takes_our_lines() {
+    if s.config().stats && crate::sys::stderr_takes_our_lines() {
         write_all_raw(2, &line[..n]);
     }
     // What the open sockets sent is in the totals now: the file says what stderr says, and

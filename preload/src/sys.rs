@@ -8,7 +8,6 @@
 //! nothing allocates.
 #![allow(unsafe_code)]
 
-use std::os::fd::BorrowedFd;
 use std::sync::atomic::AtomicU32;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -37,10 +36,27 @@ pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-pub fn borrow(fd: c_int) -> BorrowedFd<'static> {
-    // SAFETY: only used for the duration of one setsockopt/getsockopt on a descriptor the
-    // program holds open across the interposed call that passed it to us.
-    unsafe { BorrowedFd::borrow_raw(fd) }
+/// `TCP_INFO` of `fd` through libc's own `getsockopt`, read into a buffer of ours (no
+/// borrowed descriptor: the flusher asks about descriptors the program may close meanwhile,
+/// which then fails with `EBADF` or reads another socket's counters, never touches memory).
+pub fn tcp_info(fd: c_int) -> Option<nagless::TcpInfo> {
+    type GetSockOpt =
+        unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
+    let real = next!("getsockopt", GetSockOpt)?;
+    let mut buf = [0u8; 256];
+    let mut len = buf.len() as socklen_t;
+    // SAFETY: `buf` and `len` are valid for writes; `len` holds buf's size, which the kernel
+    // writes no more than.
+    let r = unsafe {
+        real(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then(|| nagless::TcpInfo::parse(&buf[..(len as usize).min(buf.len())]))?
 }
 
 /// `getsockopt` of an int through libc's own definition (the shim's hook shows the program
@@ -110,10 +126,10 @@ impl Kernel for Libc {
         real_setsockopt_int(fd, libc::IPPROTO_TCP, TCP_DELACK_MAX_US, us)
     }
     fn clear_nodelay(&self, fd: i32) -> bool {
-        real_setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY, 0)
+        clear_nodelay(fd)
     }
     fn sending(&self, fd: i32) -> Option<Sending> {
-        let info = nagless::TcpInfo::of(&borrow(fd)).ok()?;
+        let info = tcp_info(fd)?;
         Some(Sending {
             unsent: info.notsent_bytes?,
             data_segments: info.data_segs_out?,
