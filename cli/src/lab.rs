@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
-use nagless_lab::pattern::{check_pair, Pattern};
-use nagless_lab::scenario::SCENARIOS;
-use nagless_lab::{report, run_plan, Case, Link, Path, Plan, Scale, Strategy};
+use nagless_lab::{
+    check_pair, report, run_plan, Case, Link, Path, Pattern, Plan, Scale, Strategy, SCENARIOS,
+};
 
 use crate::usage;
 

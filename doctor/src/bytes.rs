@@ -1,22 +1,11 @@
 //! The doctor's one integer reader, for packet headers (network order) and capture files (the
 //! file's own order): a field at an offset, `None` past the end of the bytes.
 
-/// The byte order of a field.
+/// The byte order of a field: network order, or a capture file's (its magic number says).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Order {
     Big,
     Little,
-}
-
-impl Order {
-    /// A capture file's order, as its magic number said (`little`: little-endian).
-    pub(crate) fn of_file(little: bool) -> Order {
-        if little {
-            Order::Little
-        } else {
-            Order::Big
-        }
-    }
 }
 
 /// The 16-bit field at `at`.
@@ -57,7 +46,7 @@ mod tests {
         assert_eq!(be16(&b, 0), Some(0x1234));
         assert_eq!(u16_at(&b, 1, Order::Little), Some(0x5634));
         assert_eq!(be32(&b, 1), Some(0x3456_789a));
-        assert_eq!(u32_at(&b, 0, Order::of_file(true)), Some(0x7856_3412));
+        assert_eq!(u32_at(&b, 0, Order::Little), Some(0x7856_3412));
         assert_eq!(be32(&b, 2), None);
         assert_eq!(be16(&b, 4), None);
         assert_eq!(be16(&b, usize::MAX), None);

@@ -33,7 +33,7 @@ pub fn open(path: &Path) -> io::Result<Input> {
 
 /// The largest zstd window decoded, as a power of two: 32 MiB, which every level up to 19
 /// stays under (8 MiB); `--ultra -22` and `--long` captures are to be decompressed first.
-pub const ZSTD_WINDOW_LOG_MAX: u32 = 25;
+pub(crate) const ZSTD_WINDOW_LOG_MAX: u32 = 25;
 
 /// A zstd decoder whose "too much memory" error says what to do.
 struct ZstdErrors<R>(R);

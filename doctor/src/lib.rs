@@ -2,16 +2,20 @@
 //!
 //! Finds Nagle and delayed-ACK stalls in packet captures made with tcpdump, tshark or
 //! Wireshark, taken at either end of a path or between, and says where, how much, and what to
-//! do. Layers: [`input`] (file or stdin, gzip or zstd), [`capture`] (pcap and pcapng,
+//! do. Layers: [`input`] (file or stdin, gzip or zstd), `capture` (pcap and pcapng,
 //! streaming, checked, never panics), [`packet`] (link layer to TCP), [`analysis`] (per flow,
 //! streaming), [`rule`] (what a stall is, shared with `nagless watch`), [`report`] (text,
 //! JSON, SVG timeline).
+//!
+//! Public is what `nagless` (the command), the tests and the fuzz targets (`fuzz/`) use; the
+//! rest is the crate's own (`unreachable_pub` holds it).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod analysis;
 mod bytes;
-pub mod capture;
+mod capture;
 pub mod input;
 pub mod packet;
 pub mod report;
@@ -19,7 +23,7 @@ pub use nagless_stall_rule as rule;
 
 use std::io::Read;
 
-pub use analysis::{analyse, FlowReport, Options, Outcome, Pattern, Stall};
+pub use analysis::{FlowReport, Options, Outcome};
 pub use capture::CaptureError;
 
 /// Everything the doctor found in one capture: what was read, and the analysis of it.
@@ -91,10 +95,10 @@ pub fn diagnose_reader(
         frames += 1;
         // Times count from the first frame, as Wireshark shows them.
         let origin = *origin_ns.get_or_insert(rec.ts_ns);
-        if !packet::supported_linktype(rec.linktype) {
+        if let capture::LinkType::Other(number) = rec.linktype {
             // (A few kinds are enough to say what is wrong; a hostile file may have thousands.)
-            if unsupported.len() < 16 && !unsupported.contains(&rec.linktype) {
-                unsupported.push(rec.linktype);
+            if unsupported.len() < 16 && !unsupported.contains(&number) {
+                unsupported.push(number);
             }
             continue;
         }

@@ -8,17 +8,18 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::bytes::{be16, be32};
+use crate::capture::LinkType;
 
 /// TCP flags we look at.
-pub mod flags {
+pub(crate) mod flags {
     /// FIN.
-    pub const FIN: u8 = 0x01;
+    pub(crate) const FIN: u8 = 0x01;
     /// SYN.
-    pub const SYN: u8 = 0x02;
+    pub(crate) const SYN: u8 = 0x02;
     /// RST.
-    pub const RST: u8 = 0x04;
+    pub(crate) const RST: u8 = 0x04;
     /// ACK.
-    pub const ACK: u8 = 0x10;
+    pub(crate) const ACK: u8 = 0x10;
 }
 
 /// One TCP segment as seen on the wire.
@@ -32,7 +33,7 @@ pub struct Segment {
     pub seq: u32,
     /// Acknowledgement number (valid when the ACK flag is set).
     pub ack: u32,
-    /// Flags (see [`flags`]).
+    /// The flags byte (FIN 0x01, SYN 0x02, RST 0x04, PSH 0x08, ACK 0x10).
     pub flags: u8,
     /// Payload bytes, from the IP length.
     pub len: u32,
@@ -53,35 +54,10 @@ pub struct Segment {
     pub ttl: u8,
 }
 
-const LINKTYPE_NULL: u32 = 0;
-const LINKTYPE_ETHERNET: u32 = 1;
-const LINKTYPE_RAW: u32 = 101;
-const LINKTYPE_RAW_ALT: [u32; 2] = [12, 14];
-const LINKTYPE_LOOP: u32 = 108;
-const LINKTYPE_LINUX_SLL: u32 = 113;
-const LINKTYPE_IPV4: u32 = 228;
-const LINKTYPE_IPV6: u32 = 229;
-const LINKTYPE_LINUX_SLL2: u32 = 276;
-
-/// Whether the analysis can read frames of this link type.
-pub fn supported_linktype(lt: u32) -> bool {
-    matches!(
-        lt,
-        LINKTYPE_NULL
-            | LINKTYPE_ETHERNET
-            | LINKTYPE_RAW
-            | LINKTYPE_LOOP
-            | LINKTYPE_LINUX_SLL
-            | LINKTYPE_IPV4
-            | LINKTYPE_IPV6
-            | LINKTYPE_LINUX_SLL2
-    ) || LINKTYPE_RAW_ALT.contains(&lt)
-}
-
 /// Decodes a frame of link type `linktype` that was `wire_len` bytes long on the wire.
-pub fn decode(linktype: u32, frame: &[u8], wire_len: u32) -> Option<Segment> {
+pub(crate) fn decode(linktype: LinkType, frame: &[u8], wire_len: u32) -> Option<Segment> {
     let ip = match linktype {
-        LINKTYPE_ETHERNET => {
+        LinkType::Ethernet => {
             let mut et = be16(frame, 12)?;
             let mut at = 14;
             while et == 0x8100 || et == 0x88a8 {
@@ -90,18 +66,17 @@ pub fn decode(linktype: u32, frame: &[u8], wire_len: u32) -> Option<Segment> {
             }
             frame.get(at..).filter(|_| et == 0x0800 || et == 0x86dd)?
         }
-        LINKTYPE_LINUX_SLL => {
+        LinkType::LinuxSll => {
             let et = be16(frame, 14)?;
             frame.get(16..).filter(|_| et == 0x0800 || et == 0x86dd)?
         }
-        LINKTYPE_LINUX_SLL2 => {
+        LinkType::LinuxSll2 => {
             let et = be16(frame, 0)?;
             frame.get(20..).filter(|_| et == 0x0800 || et == 0x86dd)?
         }
-        LINKTYPE_NULL | LINKTYPE_LOOP => frame.get(4..)?,
-        _ if LINKTYPE_RAW_ALT.contains(&linktype) => frame,
-        LINKTYPE_RAW | LINKTYPE_IPV4 | LINKTYPE_IPV6 => frame,
-        _ => return None,
+        LinkType::Null | LinkType::Loop => frame.get(4..)?,
+        LinkType::Raw | LinkType::Ipv4 | LinkType::Ipv6 => frame,
+        LinkType::Other(_) => return None,
     };
     // The IP packet's length on the wire: the frame's, less the link header.
     let link_header = frame.len() - ip.len();
@@ -223,7 +198,7 @@ pub(crate) mod tests {
 
     /// An IPv4 TCP packet 10.0.0.1 -> 10.0.0.2 (seq 7, ack 9) declaring `payload` bytes of
     /// payload, none of them captured.
-    pub fn ipv4_tcp(sport: u16, dport: u16, fl: u8, payload: u16) -> Vec<u8> {
+    fn ipv4_tcp(sport: u16, dport: u16, fl: u8, payload: u16) -> Vec<u8> {
         let mut ip = vec![
             0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
         ];
@@ -250,16 +225,31 @@ pub(crate) mod tests {
         sll2.extend_from_slice(&ip);
         let mut null = 2u32.to_le_bytes().to_vec();
         null.extend_from_slice(&ip);
-        let want = decode(LINKTYPE_RAW, &ip, 140).unwrap();
+        let want = decode(LinkType::Raw, &ip, 140).unwrap();
         assert_eq!(
             want.len, 100,
             "payload length from the IP header, none captured"
         );
         assert_eq!(want.src.1, 1234);
-        for (lt, f) in [(1, eth), (113, sll), (276, sll2), (0, null)] {
+        for (n, f) in [
+            (1, eth),
+            (113, sll),
+            (276, sll2),
+            (0, null),
+            (12, ip.clone()),
+        ] {
             let wire = 140 + (f.len() - ip.len()) as u32;
-            assert_eq!(decode(lt, &f, wire), Some(want), "linktype {lt}");
+            assert_eq!(
+                decode(LinkType::of(n), &f, wire),
+                Some(want),
+                "linktype {n}"
+            );
         }
+        assert_eq!(
+            decode(LinkType::of(147), &ip, 140),
+            None,
+            "a link type not read"
+        );
     }
 
     #[test]
@@ -272,14 +262,14 @@ pub(crate) mod tests {
         ip6.extend_from_slice(&[
             0x1f, 0x90, 0x04, 0xd2, 0, 0, 0, 1, 0, 0, 0, 2, 0x50, 0x12, 0, 0, 0, 0, 0, 0,
         ]);
-        let s = decode(LINKTYPE_RAW, &ip6, 60).unwrap();
+        let s = decode(LinkType::Raw, &ip6, 60).unwrap();
         assert_eq!(s.src.1, 8080);
         assert_eq!(s.len, 0);
         assert_eq!(s.flags, 0x12);
         let mut udp = ipv4_tcp(1, 2, 0, 0);
         udp[9] = 17;
-        assert_eq!(decode(LINKTYPE_RAW, &udp, 40), None);
-        assert_eq!(decode(LINKTYPE_ETHERNET, &[0; 5], 5), None);
+        assert_eq!(decode(LinkType::Raw, &udp, 40), None);
+        assert_eq!(decode(LinkType::Ethernet, &[0; 5], 5), None);
     }
 
     /// A sender-side capture of a segmentation-offload segment: IP length 0, the segment's
@@ -291,18 +281,18 @@ pub(crate) mod tests {
         let mut eth = vec![0; 12];
         eth.extend_from_slice(&[0x08, 0x00]);
         eth.extend_from_slice(&ip);
-        let s = decode(LINKTYPE_ETHERNET, &eth, 14 + 40 + 4096).unwrap();
+        let s = decode(LinkType::Ethernet, &eth, 14 + 40 + 4096).unwrap();
         assert_eq!(s.len, 4096);
-        assert_eq!(decode(LINKTYPE_RAW, &ip, 40 + 4000).unwrap().len, 4000);
+        assert_eq!(decode(LinkType::Raw, &ip, 40 + 4000).unwrap().len, 4000);
 
         let mut ip6 = vec![0x60, 0, 0, 0, 0, 0, 6, 64];
         ip6.extend_from_slice(&[0; 32]);
         ip6.extend_from_slice(&ip[20..]);
         assert_eq!(
-            decode(LINKTYPE_RAW, &ip6, 40 + 20 + 9000).unwrap().len,
+            decode(LinkType::Raw, &ip6, 40 + 20 + 9000).unwrap().len,
             9000
         );
         // A frame whose wire length does not even hold the headers is not a segment.
-        assert_eq!(decode(LINKTYPE_RAW, &ip, 30), None);
+        assert_eq!(decode(LinkType::Raw, &ip, 30), None);
     }
 }

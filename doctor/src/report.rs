@@ -7,7 +7,7 @@ use crate::analysis::{Direction, FlowReport};
 use crate::Diagnosis;
 
 /// Version of the JSON schema (2: streaming, summary by service, vantage-aware stalls).
-pub const JSON_SCHEMA_VERSION: u32 = 2;
+pub(crate) const JSON_SCHEMA_VERSION: u32 = 2;
 
 /// Worst stalls listed per flow in the summary.
 const WORST: usize = 5;
@@ -119,7 +119,7 @@ fn flow_text(out: &mut String, f: &FlowReport, order: crate::analysis::StallOrde
         );
     }
     // The longest WORST, listed in the order asked for.
-    let mut shown: Vec<crate::Stall> = f.stalls.clone();
+    let mut shown: Vec<crate::analysis::Stall> = f.stalls.clone();
     crate::analysis::StallOrder::Delay.sort(&mut shown);
     shown.truncate(WORST);
     order.sort(&mut shown);
@@ -206,7 +206,7 @@ pub fn svg(f: &FlowReport) -> String {
     // Each stall shaded from the write Nagle waited on to the held one, outlined, and kept a
     // pixel short of its neighbour so that two back to back read as two; their numbers (in
     // capture order) name them in the hover text and above the band.
-    let mut order: Vec<&crate::Stall> = f.stalls.iter().collect();
+    let mut order: Vec<&crate::analysis::Stall> = f.stalls.iter().collect();
     order.sort_by_key(|st| st.held.frame);
     for (i, st) in order.iter().enumerate() {
         let x0 = x(st.previous.time_s * 1e6);

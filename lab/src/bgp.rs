@@ -11,10 +11,10 @@ use crate::strategy::{Burst, Conn, Strategy};
 
 /// BGP messages in real framing: 16-byte marker, length, type.
 mod message {
-    pub const OPEN: u8 = 1;
-    pub const UPDATE: u8 = 2;
-    pub const KEEPALIVE: u8 = 4;
-    pub const HEADER: usize = 19;
+    pub(crate) const OPEN: u8 = 1;
+    pub(crate) const UPDATE: u8 = 2;
+    pub(crate) const KEEPALIVE: u8 = 4;
+    pub(crate) const HEADER: usize = 19;
 
     fn message(kind: u8, body: &[u8]) -> Vec<u8> {
         let mut m = vec![0xff; 16];
@@ -24,7 +24,7 @@ mod message {
         m
     }
 
-    pub fn open(asn: u16, id: [u8; 4]) -> Vec<u8> {
+    pub(crate) fn open(asn: u16, id: [u8; 4]) -> Vec<u8> {
         let mut b = vec![4];
         b.extend_from_slice(&asn.to_be_bytes());
         b.extend_from_slice(&90u16.to_be_bytes());
@@ -33,16 +33,16 @@ mod message {
         message(OPEN, &b)
     }
 
-    pub fn keepalive() -> Vec<u8> {
+    pub(crate) fn keepalive() -> Vec<u8> {
         message(KEEPALIVE, &[])
     }
 
     /// Routes one UPDATE can carry within BGP's 4096-byte message limit.
-    pub const MAX_ROUTES: usize = 1000;
+    pub(crate) const MAX_ROUTES: usize = 1000;
 
     /// An UPDATE announcing `n` /24s (10.x.y.0/24, from the `first`) with ORIGIN, AS_PATH
     /// and NEXT_HOP.
-    pub fn update(first: usize, n: usize, asn: u16) -> Vec<u8> {
+    pub(crate) fn update(first: usize, n: usize, asn: u16) -> Vec<u8> {
         let mut attrs = vec![0x40, 1, 1, 0]; // ORIGIN IGP
         attrs.extend_from_slice(&[0x40, 2, 4, 2, 1]); // AS_PATH: one AS_SEQUENCE of 1
         attrs.extend_from_slice(&asn.to_be_bytes());
@@ -57,7 +57,7 @@ mod message {
     }
 
     /// End-of-RIB: an UPDATE with no withdrawn routes and no attributes.
-    pub fn end_of_rib() -> Vec<u8> {
+    pub(crate) fn end_of_rib() -> Vec<u8> {
         message(UPDATE, &[0, 0, 0, 0])
     }
 }

@@ -73,7 +73,7 @@ impl Link {
 
     /// A short label: `rtt20ms`, with `/100mbit`, `/mtu1400`, `/loss0.5%`, `/peer-ack200ms`
     /// when set.
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let ms = self.rtt_us as f64 / 1000.0;
         let mut l = format!("rtt{ms}ms");
         if let Some(r) = self.rate_bps {
@@ -108,7 +108,7 @@ impl Path {
     }
 
     /// A short label: `lo`, `mss1448`, or the link's (`rtt20ms/100mbit`).
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match (self.link, self.mss) {
             (Some(l), _) => l.label(),
             (None, None) => "lo".into(),
@@ -150,16 +150,16 @@ pub struct SideCost {
 
 /// Bytes of headers per segment on an Ethernet wire: Ethernet 14 + IPv4 20 + TCP 20 +
 /// timestamps option 12.
-pub const HEADER_BYTES: u64 = 66;
+pub(crate) const HEADER_BYTES: u64 = 66;
 
 impl SideCost {
     /// Payload plus headers of every segment.
-    pub fn wire_bytes(&self) -> u64 {
+    pub(crate) fn wire_bytes(&self) -> u64 {
         self.bytes + self.segs * HEADER_BYTES
     }
 
     /// Adds another side's counters.
-    pub fn add(&mut self, o: &SideCost) {
+    pub(crate) fn add(&mut self, o: &SideCost) {
         self.data_segs += o.data_segs;
         self.segs += o.segs;
         self.bytes += o.bytes;
@@ -170,11 +170,11 @@ impl SideCost {
 
 /// What a session's client reports: one latency per exchange and the units of work done.
 #[derive(Debug, Clone, Default)]
-pub struct ClientReport {
+pub(crate) struct ClientReport {
     /// Per-exchange latencies, µs.
-    pub latencies_us: Vec<u64>,
+    pub(crate) latencies_us: Vec<u64>,
     /// Units of work completed (round trips, messages, bytes, requests).
-    pub work: f64,
+    pub(crate) work: f64,
 }
 
 /// The result of one run of a case with one strategy.
@@ -194,7 +194,7 @@ pub struct RunResult {
 
 impl RunResult {
     /// Merges another session into this run (elapsed is set by the caller).
-    pub fn absorb(&mut self, report: ClientReport, client: SideCost, server: SideCost) {
+    pub(crate) fn absorb(&mut self, report: ClientReport, client: SideCost, server: SideCost) {
         self.latencies_us.extend(report.latencies_us);
         self.work += report.work;
         self.client.add(&client);
@@ -264,7 +264,7 @@ pub(crate) fn side_cost(conn: &Conn, cpu_start: u64) -> io::Result<SideCost> {
 /// Runs one session: `server` on the accepted end, `client` on the connecting end. The
 /// client closes the connection when it returns; the server should return on EOF.
 /// `started` receives the instant just before connect.
-pub fn session<C, S>(
+pub(crate) fn session<C, S>(
     setup: Setup<'_>,
     strategy: Strategy,
     client: C,

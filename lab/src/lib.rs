@@ -4,28 +4,33 @@
 //! latency per exchange against data segments per exchange (the two axes nagless must win
 //! together). A [`Plan`] lists cases, paths and strategies; [`run_plan`] runs them with
 //! repetitions and returns one [`Table`] per case and path, ready for [`report`].
+//!
+//! Public is what `nagless lab` (the command) and the lab's tests use; the rest is the
+//! crate's own (`unreachable_pub` holds it).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod bgp;
-pub mod harness;
+mod harness;
 mod multiplexed;
-pub mod pattern;
+mod pattern;
 mod plan;
 pub mod report;
 mod run;
-pub mod scenario;
+mod scenario;
 pub mod seeds;
-pub mod strategy;
+mod strategy;
 mod sys;
 mod table;
 mod verdict;
 mod wrk;
 
 pub use harness::{Link, Path, RunResult, Setup, SideCost};
-pub use plan::{default_pin, Plan, Scale, PATH_LIMIT_MIN, PATH_ROUND_TRIPS};
+pub use pattern::{check_pair, Pattern, PatternError};
+pub use plan::{default_pin, Plan, Scale};
 pub use run::{make_paths, run_plan, Progress};
-pub use scenario::{Case, Credit};
+pub use scenario::{Case, Credit, SCENARIOS};
 pub use strategy::Strategy;
 pub use table::{Row, Spread, Table};
 pub use verdict::{verdict, Verdict};

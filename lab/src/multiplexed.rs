@@ -37,7 +37,7 @@ use crate::strategy::{Burst, Conn, Strategy};
 use crate::sys;
 
 /// Bytes of a request and of an answer.
-pub const SIZE: usize = 40;
+pub(crate) const SIZE: usize = 40;
 
 /// A counting semaphore (std has none): the client's limit of requests in flight.
 struct Semaphore {
@@ -175,7 +175,7 @@ struct Shared {
 
 /// Runs `requests` requests (fewer if `limit` passes first) from `writers` threads with at
 /// most `depth` in flight.
-pub fn run(
+pub(crate) fn run(
     writers: usize,
     depth: usize,
     requests: usize,

@@ -10,7 +10,7 @@ use std::fmt;
 
 /// One step of a pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Write this many bytes in one call.
     Write(usize),
     /// Read exactly this many bytes.
@@ -19,7 +19,7 @@ pub enum Step {
 
 /// A parsed pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pattern(pub Vec<Step>);
+pub struct Pattern(pub(crate) Vec<Step>);
 
 /// A pattern that does not parse or does not fit its peer's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,7 +86,7 @@ impl Pattern {
     }
 
     /// Bytes this side writes per round.
-    pub fn written(&self) -> usize {
+    pub(crate) fn written(&self) -> usize {
         self.0
             .iter()
             .map(|s| if let Step::Write(n) = s { *n } else { 0 })
@@ -94,7 +94,7 @@ impl Pattern {
     }
 
     /// Bytes this side reads per round.
-    pub fn read(&self) -> usize {
+    pub(crate) fn read(&self) -> usize {
         self.0
             .iter()
             .map(|s| if let Step::Read(n) = s { *n } else { 0 })
@@ -102,7 +102,7 @@ impl Pattern {
     }
 
     /// Whether the write at `index` is the last of its burst.
-    pub fn ends_burst(&self, index: usize) -> bool {
+    pub(crate) fn ends_burst(&self, index: usize) -> bool {
         !matches!(self.0.get(index + 1), Some(Step::Write(_)))
     }
 }

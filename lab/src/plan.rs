@@ -19,17 +19,17 @@ pub struct Plan {
     /// Time limit of one open-ended run on loopback (and anywhere when `limit_fixed`).
     pub limit: Duration,
     /// True when the limit was asked for: then it holds on emulated paths too, where by
-    /// default an open-ended run lasts [`PATH_ROUND_TRIPS`] round trips (at least
-    /// [`PATH_LIMIT_MIN`], at most `limit`) so that an RTT sweep stays short.
+    /// default an open-ended run lasts `PATH_ROUND_TRIPS` round trips (at least
+    /// `PATH_LIMIT_MIN`, at most `limit`) so that an RTT sweep stays short.
     pub limit_fixed: bool,
     /// Pin both ends of every connection to this CPU (`None`: let the scheduler place them).
     pub pin: Option<usize>,
 }
 
 /// Round trips an open-ended run lasts on an emulated path by default.
-pub const PATH_ROUND_TRIPS: u32 = 20;
+pub(crate) const PATH_ROUND_TRIPS: u32 = 20;
 /// The shortest open-ended run on an emulated path by default.
-pub const PATH_LIMIT_MIN: Duration = Duration::from_millis(300);
+pub(crate) const PATH_LIMIT_MIN: Duration = Duration::from_millis(300);
 
 /// The CPU the lab pins to by default: the last one, away from CPU 0's interrupt work.
 pub fn default_pin() -> Option<usize> {
@@ -143,7 +143,7 @@ impl Plan {
     }
 
     /// The time limit of one open-ended run on `path`: see [`limit_fixed`](Self::limit_fixed).
-    pub fn limit_on(&self, path: &Path) -> Duration {
+    pub(crate) fn limit_on(&self, path: &Path) -> Duration {
         match path.link {
             Some(link) if !self.limit_fixed => (Duration::from_micros(link.rtt_us)
                 * PATH_ROUND_TRIPS)

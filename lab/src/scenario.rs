@@ -298,7 +298,7 @@ pub(crate) type Session = (
 );
 
 /// 1024 bytes as K near-equal writes, answered the same way (source 003).
-pub fn split_write_patterns(k: usize) -> (Pattern, Pattern) {
+pub(crate) fn split_write_patterns(k: usize) -> (Pattern, Pattern) {
     let k = k.clamp(1, 1024);
     let pieces: Vec<Step> = (0..k)
         .map(|i| Step::Write(1024 / k + usize::from(i < 1024 % k)))

@@ -9,15 +9,15 @@ use crate::{Row, Scale, Strategy, Table};
 
 /// Source 000's peer: a host whose delayed-ACK timer is 200 ms (the text's UPDATE left
 /// 207 ms after SYN; Linux's timer would have held it about 40 ms).
-pub const BIRD_PEER_ACK_DELAY_US: u64 = 200_000;
+pub(crate) const BIRD_PEER_ACK_DELAY_US: u64 = 200_000;
 
 /// Source 000's path: its UPDATE left 7.478 ms after SYN with NODELAY, two round trips
 /// (the handshake, then OPEN and KEEPALIVE each way) of about 3.7 ms.
-pub const BIRD_RTT_US: u64 = 3_700;
+pub(crate) const BIRD_RTT_US: u64 = 3_700;
 
 /// Source 004's application time per request: with TCP_CORK nothing stalled and wrk's mean
 /// latency was 352 µs, the time the server took to answer.
-pub const PUMA_WORK_US: u64 = 350;
+pub(crate) const PUMA_WORK_US: u64 = 350;
 
 /// Source 000's BGP session as BIRD sent it: 255 routes with the same attributes, packed
 /// into one UPDATE, then End-of-RIB.
@@ -74,7 +74,7 @@ pub fn cases(scale: Scale) -> Vec<(Case, Path)> {
 /// A path like the source texts describe, on the emulated link: a LAN (0.5 ms, 100 Mbit/s;
 /// seeds 003 and 004 measured between machines) and a 30 ms wide-area path (seed 000 notes
 /// that the BGP delay grows with distance).
-pub fn link(rtt_us: u64) -> crate::harness::Link {
+pub(crate) fn link(rtt_us: u64) -> crate::harness::Link {
     crate::harness::Link {
         rtt_us,
         rate_bps: Some(100_000_000),
@@ -119,29 +119,29 @@ pub fn path_cases(scale: Scale) -> Vec<(Case, Path)> {
 /// One source case's figure beside the lab's, for the same quantity in the text's
 /// conditions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// The source (`000` .. `004`).
-    pub seed: &'static str,
+    pub(crate) seed: &'static str,
     /// The quantity compared.
-    pub quantity: &'static str,
+    pub(crate) quantity: &'static str,
     /// The text's figure.
-    pub theirs: f64,
+    pub(crate) theirs: f64,
     /// The lab's figure, from the table named by `table`.
-    pub ours: f64,
+    pub(crate) ours: f64,
     /// `ours / theirs`.
-    pub ratio: f64,
+    pub(crate) ratio: f64,
     /// Whether the lab's figure is within 3x of the text's either way.
-    pub within_3x: bool,
+    pub(crate) within_3x: bool,
     /// The table the figure comes from (scenario, parameters, path).
-    pub table: String,
+    pub(crate) table: String,
     /// The text's own fix.
-    pub their_fix: Strategy,
+    pub(crate) their_fix: Strategy,
     /// nagless beside that fix in the same table: faster (p50 or throughput, by more than
     /// 5 %) or fewer data segments per exchange (by more than 0.05), or level with it on
     /// both.
-    pub nagless_holds_against_fix: bool,
+    pub(crate) nagless_holds_against_fix: bool,
     /// nagless and the fix, as a reader compares them.
-    pub versus_fix: String,
+    pub(crate) versus_fix: String,
 }
 
 fn table_name(t: &Table) -> String {
@@ -240,7 +240,7 @@ fn bird_conditions(t: &Table) -> bool {
 
 /// Each source's verdict, computed from the tables of a `--seeds` run (a source whose
 /// tables are missing, such as 000's emulated path without root, has none).
-pub fn verdicts(tables: &[Table]) -> Vec<Verdict> {
+pub(crate) fn verdicts(tables: &[Table]) -> Vec<Verdict> {
     let mut v = Vec::new();
     let p50 = |t: &Table, s| row(t, s).map(|r| r.p50_us.median);
     let tput = |t: &Table, s| row(t, s).map(|r| r.throughput.median);

@@ -74,7 +74,7 @@ impl FromStr for Strategy {
 
 /// Whether a write ends its burst (after it the program waits or goes idle).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Burst {
+pub(crate) enum Burst {
     /// More writes of this burst follow.
     More,
     /// This is the burst's last write.
@@ -87,7 +87,7 @@ enum Io {
 }
 
 /// One end of a lab connection, driven by a [`Strategy`].
-pub struct Conn {
+pub(crate) struct Conn {
     strategy: Strategy,
     io: Io,
     corked: bool,
@@ -96,7 +96,7 @@ pub struct Conn {
 
 impl Conn {
     /// Applies `strategy`'s socket options to a connected stream.
-    pub fn new(tcp: TcpStream, strategy: Strategy) -> io::Result<Conn> {
+    pub(crate) fn new(tcp: TcpStream, strategy: Strategy) -> io::Result<Conn> {
         let io = match strategy {
             Strategy::Nagle | Strategy::Cork | Strategy::Quickack => Io::Plain(tcp),
             Strategy::Nodelay | Strategy::Msgmore => {
@@ -121,7 +121,7 @@ impl Conn {
     }
 
     /// Sends `buf` as one application write.
-    pub fn send(&mut self, buf: &[u8], burst: Burst) -> io::Result<()> {
+    pub(crate) fn send(&mut self, buf: &[u8], burst: Burst) -> io::Result<()> {
         let last = burst == Burst::Last;
         match (&mut self.io, self.strategy) {
             (Io::Nagless(s), _) => {
@@ -154,7 +154,7 @@ impl Conn {
     }
 
     /// Reads exactly `buf.len()` bytes (the nagless stream flushes first).
-    pub fn recv_exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
+    pub(crate) fn recv_exact(&mut self, buf: &mut [u8]) -> io::Result<()> {
         let mut got = 0;
         while got < buf.len() {
             let n = match &mut self.io {
@@ -178,12 +178,12 @@ impl Conn {
     }
 
     /// Bytes that can be read without waiting.
-    pub fn available(&self) -> usize {
+    pub(crate) fn available(&self) -> usize {
         sys::readable_bytes(self.tcp().as_fd()).unwrap_or(0)
     }
 
     /// Flushes anything still held (the end of a scenario).
-    pub fn finish(&mut self) -> io::Result<()> {
+    pub(crate) fn finish(&mut self) -> io::Result<()> {
         if let Io::Nagless(s) = &mut self.io {
             s.flush()?;
         }
@@ -195,7 +195,7 @@ impl Conn {
     }
 
     /// Syscalls made so far (reads, writes, socket options; nagless: its own send count).
-    pub fn syscalls(&self) -> u64 {
+    pub(crate) fn syscalls(&self) -> u64 {
         match &self.io {
             Io::Nagless(s) => self.syscalls + s.stats().syscalls,
             Io::Plain(_) => self.syscalls,
@@ -203,7 +203,7 @@ impl Conn {
     }
 
     /// A `TCP_INFO` snapshot.
-    pub fn tcp_info(&self) -> io::Result<TcpInfo> {
+    pub(crate) fn tcp_info(&self) -> io::Result<TcpInfo> {
         TcpInfo::of(self.tcp())
     }
 }

@@ -5,7 +5,7 @@
 /// CPU time (user + system) used by the calling thread so far, µs; 0 if unavailable.
 /// `CLOCK_THREAD_CPUTIME_ID` is exact (the scheduler's runtime), where `getrusage`'s
 /// per-thread figure moves in clock ticks (4 ms at HZ=250).
-pub fn thread_cpu_us() -> u64 {
+pub(crate) fn thread_cpu_us() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -20,7 +20,7 @@ pub fn thread_cpu_us() -> u64 {
 
 /// Pins the calling thread to one CPU (best effort: errors are ignored, as an unpinned run
 /// is still a valid run).
-pub fn pin_to_cpu(cpu: usize) {
+pub(crate) fn pin_to_cpu(cpu: usize) {
     // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `cpu` is reduced below CPU_SETSIZE, so CPU_SET stays inside `set`.
@@ -30,7 +30,7 @@ pub fn pin_to_cpu(cpu: usize) {
 }
 
 /// Bytes waiting to be read on `fd` (`FIONREAD`), or `None` if the kernel does not say.
-pub fn readable_bytes(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
+pub(crate) fn readable_bytes(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
     use std::os::fd::AsRawFd;
     let mut n: libc::c_int = 0;
     // SAFETY: FIONREAD writes one c_int through the pointer, which is valid for writes; the

@@ -163,7 +163,7 @@ fn parse(out: &str) -> io::Result<WrkOutput> {
 }
 
 /// Runs wrk for `limit` (whole seconds, at least 1) against `conns` server connections.
-pub fn run(
+pub(crate) fn run(
     conns: usize,
     work: Duration,
     strategy: Strategy,

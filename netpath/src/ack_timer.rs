@@ -28,29 +28,29 @@ use std::time::Duration;
 
 /// A TCP flow seen from the host whose ACKs are held: (host address, host port, other
 /// address, other port).
-pub type Flow = (Ipv4Addr, u16, Ipv4Addr, u16);
+pub(crate) type Flow = (Ipv4Addr, u16, Ipv4Addr, u16);
 
 /// The fields of a TCP/IPv4 packet the model needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Segment {
+pub(crate) struct Segment {
     /// Source address and port.
-    pub src: (Ipv4Addr, u16),
+    pub(crate) src: (Ipv4Addr, u16),
     /// Destination address and port.
-    pub dst: (Ipv4Addr, u16),
+    pub(crate) dst: (Ipv4Addr, u16),
     /// Payload bytes.
-    pub payload: usize,
+    pub(crate) payload: usize,
     /// SYN, FIN or RST set.
-    pub control: bool,
+    pub(crate) control: bool,
     /// Sequence number.
-    pub seq: u32,
+    pub(crate) seq: u32,
     /// Acknowledgement number (`None` without the ACK flag).
-    pub ack: Option<u32>,
+    pub(crate) ack: Option<u32>,
 }
 
 impl Segment {
     /// Reads an IPv4 packet as a TUN device gives it (no link header); `None` for anything
     /// that is not a well-formed, unfragmented TCP/IPv4 packet. Never panics.
-    pub fn parse(pkt: &[u8]) -> Option<Segment> {
+    pub(crate) fn parse(pkt: &[u8]) -> Option<Segment> {
         let ihl = usize::from(*pkt.first()? & 0x0f) * 4;
         if pkt[0] >> 4 != 4 || ihl < 20 || pkt.len() < ihl + 20 || pkt[9] != 6 {
             return None;
@@ -99,7 +99,7 @@ impl Segment {
 
 /// What becomes of a packet the host sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// It goes on now; any ACK held for its flow is dropped (this packet supersedes it).
     Pass,
     /// A pure ACK to hold until this time (replacing one already held for the flow).
@@ -127,7 +127,7 @@ fn seq_le(a: u32, b: u32) -> bool {
 
 /// The timer of one host, over all its flows.
 #[derive(Debug)]
-pub struct AckTimer {
+pub(crate) struct AckTimer {
     delay: Duration,
     mss: usize,
     flows: HashMap<Flow, FlowState>,
@@ -138,7 +138,7 @@ const MAX_FLOWS: usize = 4096;
 
 impl AckTimer {
     /// A host that delays its ACKs up to `delay`, with segments of `mss` payload bytes.
-    pub fn new(delay: Duration, mss: usize) -> AckTimer {
+    pub(crate) fn new(delay: Duration, mss: usize) -> AckTimer {
         AckTimer {
             delay,
             mss: mss.max(1),
@@ -147,7 +147,7 @@ impl AckTimer {
     }
 
     /// A segment will reach the host at `at`.
-    pub fn to_host(&mut self, seg: &Segment, at: Duration) {
+    pub(crate) fn reaches_host(&mut self, seg: &Segment, at: Duration) {
         if seg.payload == 0 && !seg.control {
             return;
         }
@@ -165,7 +165,7 @@ impl AckTimer {
     }
 
     /// The host sent `seg`, seen by the path at `now`.
-    pub fn from_host(&mut self, seg: &Segment, now: Duration) -> Decision {
+    pub(crate) fn host_sent(&mut self, seg: &Segment, now: Duration) -> Decision {
         let pure_ack = seg.payload == 0 && !seg.control;
         let Some(ack) = seg.ack else {
             return Decision::Pass;
@@ -203,7 +203,7 @@ impl AckTimer {
     }
 
     /// The ACK held for `seg`'s flow (a packet the host sent) left at its timer.
-    pub fn released(&mut self, seg: &Segment) {
+    pub(crate) fn released(&mut self, seg: &Segment) {
         if let Some(f) = self.flows.get_mut(&seg.senders_view()) {
             f.held = None;
         }
@@ -269,56 +269,56 @@ mod tests {
     #[test]
     fn a_lone_small_segment_is_acknowledged_at_the_timer() {
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
-        t.to_host(&c.send(19), ms(10));
+        t.reaches_host(&c.send(19), ms(10));
         // Linux's own delayed ACK at 40 ms is held to 200 ms after the data arrived.
-        assert_eq!(t.from_host(&c.ack(), ms(50)), Decision::Hold(ms(210)));
+        assert_eq!(t.host_sent(&c.ack(), ms(50)), Decision::Hold(ms(210)));
         // A later pure ACK (a window update) while it is held takes its place and its time.
-        assert_eq!(t.from_host(&c.ack(), ms(60)), Decision::Hold(ms(210)));
+        assert_eq!(t.host_sent(&c.ack(), ms(60)), Decision::Hold(ms(210)));
         // Once it left, nothing waits: the next window update passes.
         t.released(&c.ack());
-        assert_eq!(t.from_host(&c.ack(), ms(250)), Decision::Pass);
+        assert_eq!(t.host_sent(&c.ack(), ms(250)), Decision::Pass);
     }
 
     #[test]
     fn two_full_segments_are_acknowledged_at_once() {
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
-        t.to_host(&c.send(1448), ms(1));
-        t.to_host(&c.send(1448), ms(2));
-        assert_eq!(t.from_host(&c.ack(), ms(2)), Decision::Pass);
-        t.to_host(&c.send(1448), ms(3));
-        assert_eq!(t.from_host(&c.ack(), ms(3)), Decision::Hold(ms(203)));
+        t.reaches_host(&c.send(1448), ms(1));
+        t.reaches_host(&c.send(1448), ms(2));
+        assert_eq!(t.host_sent(&c.ack(), ms(2)), Decision::Pass);
+        t.reaches_host(&c.send(1448), ms(3));
+        assert_eq!(t.host_sent(&c.ack(), ms(3)), Decision::Hold(ms(203)));
     }
 
     #[test]
     fn data_from_the_host_carries_the_ack() {
         let (mut t, mut c) = (AckTimer::new(ms(100), 1448), Conv::new());
-        t.to_host(&c.send(100), ms(0));
-        assert_eq!(t.from_host(&c.reply(50, false, 0), ms(5)), Decision::Pass);
+        t.reaches_host(&c.send(100), ms(0));
+        assert_eq!(t.host_sent(&c.reply(50, false, 0), ms(5)), Decision::Pass);
         // The data acknowledged everything: the next pure ACK has nothing to wait for.
-        assert_eq!(t.from_host(&c.ack(), ms(6)), Decision::Pass);
-        t.to_host(&c.send(1), ms(7));
-        assert_eq!(t.from_host(&c.reply(0, true, 0), ms(8)), Decision::Pass);
+        assert_eq!(t.host_sent(&c.ack(), ms(6)), Decision::Pass);
+        t.reaches_host(&c.send(1), ms(7));
+        assert_eq!(t.host_sent(&c.reply(0, true, 0), ms(8)), Decision::Pass);
     }
 
     #[test]
     fn a_packet_sent_before_data_arrived_does_not_acknowledge_it() {
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
         // BGP: the peer's KEEPALIVE leaves while BIRD's is still on its way to it.
-        t.to_host(&c.send(19), ms(10));
-        assert_eq!(t.from_host(&c.reply(19, false, 19), ms(9)), Decision::Pass);
+        t.reaches_host(&c.send(19), ms(10));
+        assert_eq!(t.host_sent(&c.reply(19, false, 19), ms(9)), Decision::Pass);
         // The ACK of BIRD's KEEPALIVE is still the peer's timer's.
-        assert_eq!(t.from_host(&c.ack(), ms(50)), Decision::Hold(ms(210)));
+        assert_eq!(t.host_sent(&c.ack(), ms(50)), Decision::Hold(ms(210)));
     }
 
     #[test]
     fn the_timer_runs_from_the_first_waiting_segment() {
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
-        t.to_host(&c.send(10), ms(100));
-        t.to_host(&c.send(10), ms(150));
-        assert_eq!(t.from_host(&c.ack(), ms(160)), Decision::Hold(ms(300)));
+        t.reaches_host(&c.send(10), ms(100));
+        t.reaches_host(&c.send(10), ms(150));
+        assert_eq!(t.host_sent(&c.ack(), ms(160)), Decision::Hold(ms(300)));
         // An ACK Linux sends after the timer would have fired is not held longer.
-        t.to_host(&c.send(10), ms(400));
-        assert_eq!(t.from_host(&c.ack(), ms(700)), Decision::Hold(ms(700)));
+        t.reaches_host(&c.send(10), ms(400));
+        assert_eq!(t.host_sent(&c.ack(), ms(700)), Decision::Hold(ms(700)));
     }
 
     #[test]
@@ -326,16 +326,16 @@ mod tests {
         // Linux acknowledges each segment of a first flight; a Windows host would acknowledge
         // the second at once.
         let (mut t, mut c) = (AckTimer::new(ms(200), 1448), Conv::new());
-        t.to_host(&c.send(1448), ms(1));
-        assert_eq!(t.from_host(&c.ack(), ms(1)), Decision::Hold(ms(201)));
-        t.to_host(&c.send(1448), ms(2));
-        assert_eq!(t.from_host(&c.ack(), ms(2)), Decision::Pass);
+        t.reaches_host(&c.send(1448), ms(1));
+        assert_eq!(t.host_sent(&c.ack(), ms(1)), Decision::Hold(ms(201)));
+        t.reaches_host(&c.send(1448), ms(2));
+        assert_eq!(t.host_sent(&c.ack(), ms(2)), Decision::Pass);
         // After the held ACK left at its timer, counting starts again.
-        t.to_host(&c.send(100), ms(3));
-        assert_eq!(t.from_host(&c.ack(), ms(3)), Decision::Hold(ms(203)));
+        t.reaches_host(&c.send(100), ms(3));
+        assert_eq!(t.host_sent(&c.ack(), ms(3)), Decision::Hold(ms(203)));
         t.released(&c.ack());
-        t.to_host(&c.send(100), ms(300));
-        assert_eq!(t.from_host(&c.ack(), ms(300)), Decision::Hold(ms(500)));
+        t.reaches_host(&c.send(100), ms(300));
+        assert_eq!(t.host_sent(&c.ack(), ms(300)), Decision::Hold(ms(500)));
     }
 
     #[test]
@@ -344,8 +344,8 @@ mod tests {
         let mut fin = c.send(10);
         fin.control = true;
         c.next = c.next.wrapping_add(1);
-        t.to_host(&fin, ms(1));
-        assert_eq!(t.from_host(&c.ack(), ms(2)), Decision::Pass);
+        t.reaches_host(&fin, ms(1));
+        assert_eq!(t.host_sent(&c.ack(), ms(2)), Decision::Pass);
     }
 
     #[test]
@@ -353,10 +353,10 @@ mod tests {
         let mut t = AckTimer::new(ms(200), 1448);
         let (mut c, mut d) = (Conv::new(), Conv::new());
         d.port += 1;
-        t.to_host(&c.send(10), ms(0));
+        t.reaches_host(&c.send(10), ms(0));
         d.send(0);
-        assert_eq!(t.from_host(&d.ack(), ms(40)), Decision::Pass);
-        assert_eq!(t.from_host(&c.ack(), ms(40)), Decision::Hold(ms(200)));
+        assert_eq!(t.host_sent(&d.ack(), ms(40)), Decision::Pass);
+        assert_eq!(t.host_sent(&c.ack(), ms(40)), Decision::Hold(ms(200)));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! network namespaces, a client and a server, joined by a link with a round-trip time, a rate
 //! with a drop-tail queue, an MTU and seeded random loss. This kernel has no `netem` qdisc, so
 //! the link is a user-space forwarder between a TUN device in each namespace: one thread per
-//! direction reads the packets one side sends, lets the [`link`] model decide when (or
+//! direction reads the packets one side sends, lets the `link` model decide when (or
 //! whether) they arrive, and writes them into the other side.
 //!
 //! ```no_run
@@ -29,9 +29,13 @@
 //! the forwarder a read and a write: 1000 Mbit/s takes most of a core. A sleeping forwarder
 //! reads a packet one wake-up after it came, so packets read after a sleep are dated back by
 //! the typical wake-up, measured when the path is made.
+//!
+//! Public is what the lab, the tests and the examples use; the link and delayed-ACK models
+//! are the crate's own (`unreachable_pub` holds it).
+#![warn(unreachable_pub)]
 
-pub mod ack_timer;
-pub mod link;
+mod ack_timer;
+mod link;
 mod sys;
 
 use std::net::Ipv4Addr;
@@ -49,9 +53,9 @@ use crate::link::{Link, LinkSpec, Verdict};
 const SPIN: Duration = Duration::from_micros(250);
 
 /// The client's address on the path.
-pub const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
+pub(crate) const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
 /// The server's address on the path.
-pub const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
+pub(crate) const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
 
 /// What the path looks like.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,7 +75,7 @@ pub struct PathSpec {
     pub seed: u64,
     /// The server end's delayed-ACK timer, when it is to act as a host whose timer is longer
     /// than Linux's (Windows: 200 ms, macOS: 100 ms): the path holds the server's pure ACKs
-    /// to it ([`ack_timer`]). `None`: the server's own kernel (Linux, 40 ms).
+    /// to it (the `ack_timer` model). `None`: the server's own kernel (Linux, 40 ms).
     pub server_ack_delay: Option<Duration>,
     /// The same for the client end.
     pub client_ack_delay: Option<Duration>,
@@ -94,7 +98,7 @@ impl Default for PathSpec {
 
 impl PathSpec {
     /// The queue limit in force.
-    pub fn queue_limit(&self) -> usize {
+    pub(crate) fn queue_limit(&self) -> usize {
         self.queue_bytes.unwrap_or_else(|| {
             let bdp = self.rate_bps.map_or(usize::MAX, |r| {
                 (r as u128 * self.rtt.as_nanos() / 8_000_000_000) as usize
@@ -433,7 +437,7 @@ impl EmulatedPath {
                             None
                         };
                         if let (Some(t), Some(seg)) = (&timers.of_sender, &seg) {
-                            let decision = timer(t).from_host(seg, arrival);
+                            let decision = timer(t).host_sent(seg, arrival);
                             match decision {
                                 Decision::Hold(at) => {
                                     counters.acks_held.fetch_add(1, Ordering::Relaxed);
@@ -451,7 +455,7 @@ impl EmulatedPath {
                         }
                         if let Some(at) = counters.admitted(link.on_packet(arrival, n)) {
                             if let (Some(t), Some(seg)) = (&timers.of_receiver, &seg) {
-                                timer(t).to_host(seg, at);
+                                timer(t).reaches_host(seg, at);
                             }
                             queue.push_back((at, buf[..n].to_vec()));
                         }
@@ -459,11 +463,6 @@ impl EmulatedPath {
                 }
             })
             .expect("spawn a forwarder thread")
-    }
-
-    /// The client's address.
-    pub fn client_addr(&self) -> Ipv4Addr {
-        CLIENT_ADDR
     }
 
     /// The server's address.
@@ -485,24 +484,6 @@ impl EmulatedPath {
     /// Runs `f` on a thread inside the server namespace and returns its result.
     pub fn run_in_server<T: Send>(&self, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
         in_netns(&self.server_ns, f)
-    }
-
-    /// Starts `f` on a thread inside the server (or client) namespace and returns at once.
-    pub fn spawn_in<T: Send + 'static>(
-        &self,
-        server: bool,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> JoinHandle<std::io::Result<T>> {
-        let ns = if server {
-            &self.server_ns
-        } else {
-            &self.client_ns
-        }
-        .clone();
-        std::thread::spawn(move || {
-            sys::enter_netns(&ns)?;
-            Ok(f())
-        })
     }
 
     /// The namespace names (client, server), for `ip netns exec` and tcpdump.

@@ -12,22 +12,22 @@ use std::time::Duration;
 
 /// One direction of the link.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LinkSpec {
+pub(crate) struct LinkSpec {
     /// Propagation delay of this direction (half the round trip).
-    pub one_way: Duration,
+    pub(crate) one_way: Duration,
     /// Transmitter rate in bits per second; `None`: infinitely fast.
-    pub rate_bps: Option<u64>,
+    pub(crate) rate_bps: Option<u64>,
     /// Drop-tail queue limit in bytes (packets queued or in transmission).
-    pub queue_bytes: usize,
+    pub(crate) queue_bytes: usize,
     /// Probability that a packet is lost, 0.0 ..= 1.0.
-    pub loss: f64,
+    pub(crate) loss: f64,
     /// Seed of the loss generator (a run with the same seed loses the same packets).
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// What becomes of a packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Delivered at this time (same clock as `now`).
     Deliver(Duration),
     /// Lost at random.
@@ -38,7 +38,7 @@ pub enum Verdict {
 
 /// The state of one direction.
 #[derive(Debug)]
-pub struct Link {
+pub(crate) struct Link {
     spec: LinkSpec,
     /// When the transmitter finishes what it has.
     free_at: Duration,
@@ -50,7 +50,7 @@ pub struct Link {
 
 impl Link {
     /// A link with nothing queued.
-    pub fn new(spec: LinkSpec) -> Link {
+    pub(crate) fn new(spec: LinkSpec) -> Link {
         let rng = spec.seed ^ 0x9e37_79b9_7f4a_7c15;
         Link {
             spec,
@@ -59,11 +59,6 @@ impl Link {
             queued_bytes: 0,
             rng: rng.max(1),
         }
-    }
-
-    /// The settings.
-    pub fn spec(&self) -> &LinkSpec {
-        &self.spec
     }
 
     /// xorshift64*: a uniform number in [0, 1).
@@ -77,7 +72,7 @@ impl Link {
     }
 
     /// A packet of `size` bytes enters at `now`.
-    pub fn on_packet(&mut self, now: Duration, size: usize) -> Verdict {
+    pub(crate) fn on_packet(&mut self, now: Duration, size: usize) -> Verdict {
         if self.spec.loss > 0.0 && self.uniform() < self.spec.loss {
             return Verdict::Lost;
         }

@@ -15,7 +15,7 @@ fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// Moves the calling thread into the network namespace named `name` (`ip netns` names).
-pub fn enter_netns(name: &str) -> io::Result<()> {
+pub(crate) fn enter_netns(name: &str) -> io::Result<()> {
     let f = std::fs::File::open(format!("/run/netns/{name}"))?;
     // SAFETY: setns on a descriptor we hold open; affects only the calling thread.
     cvt(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }).map(drop)
@@ -23,7 +23,7 @@ pub fn enter_netns(name: &str) -> io::Result<()> {
 
 /// Creates the TUN device `name` (no packet information header) in the calling thread's
 /// network namespace; the descriptor is non-blocking.
-pub fn open_tun(name: &str) -> io::Result<OwnedFd> {
+pub(crate) fn open_tun(name: &str) -> io::Result<OwnedFd> {
     // SAFETY: plain open of a NUL-terminated path.
     let fd = cvt(unsafe {
         libc::open(
@@ -45,7 +45,7 @@ pub fn open_tun(name: &str) -> io::Result<OwnedFd> {
 }
 
 /// Waits until `fd` is readable or `timeout` passes (nanosecond precision). True if readable.
-pub fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+pub(crate) fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -64,7 +64,7 @@ pub fn wait_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
 }
 
 /// Reads one packet; `Ok(None)` when none is waiting.
-pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
+pub(crate) fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
     // SAFETY: `buf` is valid for `buf.len()` bytes of writes.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
     if n >= 0 {
@@ -78,13 +78,13 @@ pub fn read_packet(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<usize>> {
 }
 
 /// Writes one packet (a full TUN queue drops it, as a full link would).
-pub fn write_packet(fd: RawFd, pkt: &[u8]) {
+pub(crate) fn write_packet(fd: RawFd, pkt: &[u8]) {
     // SAFETY: `pkt` is valid for `pkt.len()` bytes of reads.
     let _ = unsafe { libc::write(fd, pkt.as_ptr().cast(), pkt.len()) };
 }
 
 /// Makes the calling thread's timers as precise as the kernel allows (timer slack 1 ns).
-pub fn precise_timers() {
+pub(crate) fn precise_timers() {
     // SAFETY: PR_SET_TIMERSLACK takes one integer argument and affects this thread only.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
 }
@@ -92,7 +92,7 @@ pub fn precise_timers() {
 /// How late a thread asleep in [`wait_readable`] wakes after its descriptor turns readable:
 /// the median of a few rounds of one thread writing a pipe while another waits on it. The
 /// forwarder reads a packet that late after a sleep, so it dates the packet back by this much.
-pub fn wake_latency() -> Duration {
+pub(crate) fn wake_latency() -> Duration {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the array we pass.
     if cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) }).is_err() {
@@ -134,7 +134,7 @@ pub fn wake_latency() -> Duration {
 }
 
 /// Whether a process with this PID exists.
-pub fn process_alive(pid: u32) -> bool {
+pub(crate) fn process_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks existence and permission.
     let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)

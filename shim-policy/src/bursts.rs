@@ -4,6 +4,7 @@
 //! thread's list of bursts it wrote to ([`ThreadBursts`]), their ends, and duplicated
 //! descriptors of one socket.
 
+use crate::config::Acks;
 use crate::slot::Slot;
 use crate::state::{Flags, HoldBy, Start};
 use crate::sync::fence;
@@ -11,7 +12,7 @@ use crate::sync::Ordering::*;
 use crate::*;
 
 /// Bursts one thread can have open at once; a thread that opens more releases its oldest.
-pub const THREAD_BURSTS: usize = 16;
+pub(crate) const THREAD_BURSTS: usize = 16;
 
 /// The bursts one thread has written to and not yet seen released: `(fd, generation)`.
 #[derive(Debug, Clone, Copy)]
@@ -29,9 +30,9 @@ impl ThreadBursts {
         }
     }
 
-    /// Entries in the list.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
+    /// Entries in the list (for the unit tests).
+    #[cfg(all(test, not(loom)))]
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
@@ -54,7 +55,7 @@ pub struct WriteStep {
     /// Wake or start the flusher (before the write).
     pub wake_flusher: bool,
     /// This write completes the burst's learned shape: call [`Shim::after_write`] with it.
-    pub release_after: bool,
+    pub(crate) release_after: bool,
     /// Send this write with `MSG_MORE` (the burst is held by that flag, not by `TCP_CORK`)
     /// and call [`Shim::after_write`] with it: the burst may end while the write is made.
     pub more: bool,
@@ -477,7 +478,7 @@ impl Shim {
     }
 
     /// The read [`read_begins`](Self::read_begins) announced returned; `got`: it returned
-    /// data. Under [`Acks::Quickack`] the socket then acknowledges at once again (the kernel
+    /// data. Under `NAGLESS_ACKS=quickack` the socket then acknowledges at once again (the kernel
     /// clears the flag when it goes back to delaying its ACKs).
     pub fn read_ends(&self, k: &impl Kernel, fd: i32, got: bool) {
         if let Some(slot) = self.slot(fd) {

@@ -10,7 +10,7 @@
 //! as natively. What the shim adds is the bound Nagle lacks, against the peer that delays its
 //! ACK: each clocked write marks the socket (the first since the flusher's last look, after
 //! the write, so the mark is never older than the bytes it covers), and the flusher, half a
-//! bound later ([`CLOCK_LOOKS_PER_BOUND`]), asks the kernel what waits unsent and how many
+//! bound later (`CLOCK_LOOKS_PER_BOUND`), asks the kernel what waits unsent and how many
 //! data segments have left; if bytes wait and no segment left since its previous look, nothing
 //! clocks them, and it pushes them (`TCP_NODELAY` on, then off). A held small write thus
 //! waits about one bound at most, never a delayed-ACK timer; while ACKs clock the socket, the
@@ -26,6 +26,7 @@
 //!    and not while the program chooses its own ([`Shim::program_nodelay_begins`]): a
 //!    program's choice always lands after the shim's, never under it.
 
+use crate::program_options::CORK_WAIT_TURNS;
 use crate::slot::Slot;
 use crate::sync::Ordering::*;
 use crate::sync::{self, fence};
@@ -34,7 +35,7 @@ use crate::*;
 /// The flusher's looks at a clocked socket per linger bound while bytes may wait: a push
 /// needs two looks with no segment sent between them, so a held write waits one bound at
 /// most (plus the flusher's timer slack).
-pub const CLOCK_LOOKS_PER_BOUND: u64 = 2;
+pub(crate) const CLOCK_LOOKS_PER_BOUND: u64 = 2;
 
 /// What the kernel holds for a socket, and what it sent ([`Kernel::sending`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

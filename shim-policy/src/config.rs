@@ -17,7 +17,7 @@ pub enum Mode {
 
 impl Mode {
     /// Parses `NAGLESS_MODE`.
-    pub fn parse(s: &str) -> Option<Mode> {
+    pub(crate) fn parse(s: &str) -> Option<Mode> {
         match s {
             "nagless" => Some(Mode::Nagless),
             "cork" => Some(Mode::Cork),
@@ -39,7 +39,7 @@ impl Mode {
 /// What the shim does to the program's own delayed ACKs (the receiver's half of every
 /// stall: a peer whose Nagle holds its next write until this side ACKs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Acks {
+pub(crate) enum Acks {
     /// Left to the kernel.
     #[default]
     Native,
@@ -53,7 +53,7 @@ pub enum Acks {
 
 impl Acks {
     /// Parses `NAGLESS_ACKS`: `quickack`, or `delack-max-us:N`.
-    pub fn parse(s: &str) -> Option<Acks> {
+    pub(crate) fn parse(s: &str) -> Option<Acks> {
         match s.split_once(':') {
             None if s == "quickack" => Some(Acks::Quickack),
             Some(("delack-max-us", n)) => n.parse().ok().filter(|&n| n > 0).map(Acks::DelackMaxUs),
@@ -68,9 +68,9 @@ pub struct Config {
     /// The mode.
     pub mode: Mode,
     /// The program's delayed ACKs.
-    pub acks: Acks,
+    pub(crate) acks: Acks,
     /// Longest time a burst stays corked without the program waiting.
-    pub linger: Duration,
+    pub(crate) linger: Duration,
     /// Print statistics at exit.
     pub stats: bool,
 }
@@ -87,10 +87,10 @@ impl Default for Config {
 }
 
 /// Linger bound when `NAGLESS_LINGER_US` is not set.
-pub const DEFAULT_LINGER: Duration = Duration::from_micros(1000);
+pub(crate) const DEFAULT_LINGER: Duration = Duration::from_micros(1000);
 
 /// The accepted range of `NAGLESS_LINGER_US`, µs.
-pub const LINGER_RANGE_US: std::ops::RangeInclusive<u64> = 50..=100_000;
+pub(crate) const LINGER_RANGE_US: std::ops::RangeInclusive<u64> = 50..=100_000;
 
 impl Config {
     /// Reads `NAGLESS_MODE`, `NAGLESS_ACKS`, `NAGLESS_LINGER_US` and `NAGLESS_STATS` through
@@ -166,6 +166,6 @@ pub struct Stats {
     pub clocked: StatCounter,
     /// Sockets handed to the kernel's Nagle so.
     pub clocked_sockets: StatCounter,
-    /// `TCP_QUICKACK`s set again after a read, or `TCP_DELACK_MAX_US`s set (see [`Acks`]).
+    /// `TCP_QUICKACK`s set again after a read, or `TCP_DELACK_MAX_US`s set (`NAGLESS_ACKS`).
     pub ack_calls: StatCounter,
 }

@@ -5,18 +5,19 @@
 
 use std::time::Duration;
 
+use crate::slot::SHAPE_PATIENCE;
 use crate::sync::Ordering::*;
 use crate::sync::{fence, AtomicU32};
 use crate::*;
 
 /// How long the flusher keeps ticking with nothing held before it parks, at most.
-pub const FLUSHER_IDLE: Duration = Duration::from_millis(20);
+pub(crate) const FLUSHER_IDLE: Duration = Duration::from_millis(20);
 
 /// Below this many bursts per linger bound (×128, averaged), the flusher parks as soon as
 /// nothing is held: waking it at each burst (a futex wake, then one look at the burst's
 /// deadline) costs two wake-ups per burst, fewer than a look per bound when bursts come
 /// less often than one per four bounds (250 a second at the default 1 ms).
-pub const RARE_BURSTS_X128: u64 = 32;
+pub(crate) const RARE_BURSTS_X128: u64 = 32;
 
 /// What the flusher remembers between its looks (kept by its loop, given to each
 /// [`Shim::flusher_tick`]).
@@ -24,15 +25,21 @@ pub const RARE_BURSTS_X128: u64 = 32;
 pub struct FlusherState {
     /// How long no burst has started or been held.
     idle_for: Duration,
-    /// The burst count at the last look, and when that look was (µs; 0: none yet).
-    bursts_seen: u64,
-    looked_at_us: u64,
+    /// The last look, if any: the burst count then, and when it was (µs).
+    last_look: Option<Look>,
     /// Bursts started per linger bound, ×128, averaged over the looks (each weighs 1/8).
     rate_x128: u64,
 }
 
+/// One look of the flusher's: the bursts started by then, and when it was (µs).
+#[derive(Debug, Clone, Copy)]
+struct Look {
+    bursts: u64,
+    at_us: u64,
+}
+
 /// The flusher's shortest sleep while bursts are held.
-pub const MIN_NAP: Duration = Duration::from_micros(50);
+pub(crate) const MIN_NAP: Duration = Duration::from_micros(50);
 
 /// What the flusher should do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,9 +107,9 @@ impl Shim {
         let tick = self.config.linger;
         let now = k.now_us();
         let bursts = self.stats.bursts.load(Relaxed);
-        if st.looked_at_us != 0 {
-            let n = bursts.saturating_sub(st.bursts_seen);
-            let elapsed = now.saturating_sub(st.looked_at_us).max(1);
+        if let Some(last) = st.last_look {
+            let n = bursts.saturating_sub(last.bursts);
+            let elapsed = now.saturating_sub(last.at_us).max(1);
             let per_bound_x128 = (n * 128 * tick.as_micros() as u64 / elapsed).min(128 * 64);
             st.rate_x128 = st.rate_x128 - st.rate_x128.div_ceil(8) + per_bound_x128 / 8;
             if n > 0 {
@@ -110,8 +117,7 @@ impl Shim {
                 st.idle_for = Duration::ZERO;
             }
         }
-        st.bursts_seen = bursts;
-        st.looked_at_us = now.max(1);
+        st.last_look = Some(Look { bursts, at_us: now });
         if self.corked.load(Acquire) == 0 {
             st.idle_for += tick;
             if st.rate_x128 < RARE_BURSTS_X128 || st.idle_for >= FLUSHER_IDLE {

@@ -65,7 +65,7 @@
 //!
 //! **A burst's learned shape.** Most servers answer each request with the same number of
 //! writes (python's http.server: headers, then body). When a socket's last
-//! [`LEARN_AFTER`] bursts that ended in a wait (or left a thread's full list: an event loop
+//! `LEARN_AFTER` bursts that ended in a wait (or left a thread's full list: an event loop
 //! that answered many other sockets since) all had the same number of writes, the write
 //! that completes that number sends the burst at once instead of at the wait, which may
 //! come much later in an interpreter: the response leaves when nodelay's last segment
@@ -77,15 +77,15 @@
 //! the shape; a guess can cost a segment, not time. One exception, bounded: on a socket
 //! whose writer was seen pausing inside its bursts (a burst split by the linger bound, then
 //! completed to its shape: an interpreter's thread waiting for its global lock), a burst
-//! still short of its shape waits up to [`SHAPE_PATIENCE`] linger bounds for the rest; a
+//! still short of its shape waits up to `SHAPE_PATIENCE` linger bounds for the rest; a
 //! short burst that was in fact a whole response then waits that long if its writer does
 //! not wait visibly, and unlearns the shape at its writer's next wait.
 //!
 //! **The flusher**, while anything is held, sleeps until the oldest held burst reaches the
 //! linger bound and releases it (bursts their writers end sooner cost it nothing). With
 //! nothing held it looks once per bound while bursts come often (no wake-up per burst), and
-//! parks until the next burst as soon as they come rarely ([`RARE_BURSTS_X128`]), or after
-//! [`FLUSHER_IDLE`] without any: never more wake-ups than the cheaper of the two ways.
+//! parks until the next burst as soon as they come rarely (`RARE_BURSTS_X128`), or after
+//! `FLUSHER_IDLE` without any: never more wake-ups than the cheaper of the two ways.
 //!
 //! **The ACK-clocked socket.** A write on a socket that another thread is reading (between
 //! [`Shim::read_begins`] and [`Shim::read_ends`]: a client's reader thread, while its writer
@@ -94,7 +94,7 @@
 //! plainly and leave as Nagle clocks them, with nothing in flight at once, else at the next
 //! ACK. The bound Nagle lacks is the flusher's: each clocked write marks the socket, and a
 //! look finding bytes unsent and no segment sent since its previous look pushes them
-//! ([`CLOCK_LOOKS_PER_BOUND`] looks per linger bound: about one bound at most). A duplicated
+//! (`CLOCK_LOOKS_PER_BOUND` looks per linger bound: about one bound at most). A duplicated
 //! socket, or one whose flusher cannot run, goes back to the shim's `TCP_NODELAY`.
 //!
 //! **Programs that set `TCP_NODELAY` themselves** (nginx, redis, node) already send each
@@ -126,8 +126,8 @@
 //! | the flusher cannot start, or fails | [`Shim::flusher_cannot_run`] | every burst ends; none starts again in this process |
 //! | `fork`, `exec*` | [`Shim::release_all`], [`Shim::release_thread`]; the child: [`Shim::after_fork_child`] | every burst ends first; a child starts its own flusher at its first burst |
 //! | `exit`, `_exit` | [`Shim::release_all`] | every burst ends |
-//! | the flusher's tick | [`Shim::flusher_tick`] | ends bursts older than the linger bound ([`SHAPE_PATIENCE`] bounds for a patient socket short of its shape); looks at due clock marks (clears, then asks `TCP_INFO`: bytes unsent and no segment since its last look: `TCP_NODELAY` on and off, which sends them; unsent but moving: marked again); sleeps to the next deadline, or parks |
-//! | a thread notes more than [`THREAD_BURSTS`] bursts | (inside [`Shim::before_write`]) | its oldest burst ends, and teaches as a wait |
+//! | the flusher's tick | [`Shim::flusher_tick`] | ends bursts older than the linger bound (`SHAPE_PATIENCE` bounds for a patient socket short of its shape); looks at due clock marks (clears, then asks `TCP_INFO`: bytes unsent and no segment since its last look: `TCP_NODELAY` on and off, which sends them; unsent but moving: marked again); sleeps to the next deadline, or parks |
+//! | a thread notes more than `THREAD_BURSTS` bursts | (inside [`Shim::before_write`]) | its oldest burst ends, and teaches as a wait |
 //! | program's `setsockopt(TCP_CORK)` | [`Shim::program_cork_begins`], [`Shim::program_cork_done`], then [`Shim::program_holds`] if on | marked `PROGRAM_CORKED` before the call (the shim never clears it), unmarked when the program clears it; on: the socket becomes the program's and the shim's burst ends |
 //! | program's `setsockopt(TCP_NODELAY)` | [`Shim::program_nodelay_begins`], then [`Shim::program_nodelay`] | before: the shim changes the option no more, and a change of its own on its way lands first; after: off where it saw off: the shim's `TCP_NODELAY` is set again (left off on a clocked socket), nothing else; any other choice: the socket becomes the program's, its burst ends |
 //! | program's send with `MSG_MORE` | [`Shim::program_holds`] | the socket becomes the program's, its burst ends |
@@ -148,7 +148,7 @@
 //!
 //! One wait exists, outside the shim's own paths: the program's `setsockopt(TCP_CORK)` waits
 //! for an uncork of the shim's already on its way to the kernel, so that it cannot clear the
-//! cork the program is setting ([`Shim::program_cork_begins`]; bounded, [`CORK_WAIT_TURNS`]).
+//! cork the program is setting ([`Shim::program_cork_begins`]; bounded, `CORK_WAIT_TURNS`).
 //!
 //! # The code
 //!
@@ -158,7 +158,11 @@
 //! (adoption, writes, the ends of bursts, duplicates), `program_options` (the program's own
 //! `TCP_CORK` and `TCP_NODELAY`), `flusher` (the linger bound, parking, fork). `config`:
 //! settings and counters.
+//!
+//! Public is what the shim's libc layer (`nagless-preload`) calls; the policy's constants
+//! and the rest are its own (`unreachable_pub` holds it).
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 mod bursts;
 mod clock;
@@ -172,13 +176,11 @@ mod slot;
 mod state;
 mod sync;
 
-pub use bursts::{ThreadBursts, WriteStep, THREAD_BURSTS};
-pub use clock::{Sending, CLOCK_LOOKS_PER_BOUND};
-pub use config::{Acks, Config, Mode, Stats, DEFAULT_LINGER, LINGER_RANGE_US};
-pub use flusher::{FlusherState, FlusherStep, FLUSHER_IDLE, MIN_NAP, RARE_BURSTS_X128};
-pub use program_options::CORK_WAIT_TURNS;
-pub use shim::{Kernel, Shim, CHUNK};
-pub use slot::{LEARN_AFTER, SHAPE_PATIENCE};
+pub use bursts::{ThreadBursts, WriteStep};
+pub use clock::Sending;
+pub use config::{Config, Mode, Stats};
+pub use flusher::{FlusherState, FlusherStep};
+pub use shim::{Kernel, Shim};
 
 #[cfg(all(test, not(loom)))]
 mod tests;

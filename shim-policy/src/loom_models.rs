@@ -40,9 +40,8 @@
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use crate::{
-    Config, FlusherState, FlusherStep, Kernel, Shim, ThreadBursts, WriteStep, LEARN_AFTER,
-};
+use crate::slot::LEARN_AFTER;
+use crate::{Config, FlusherState, FlusherStep, Kernel, Shim, ThreadBursts, WriteStep};
 
 /// The socket all models write to.
 const FD: i32 = 3;
@@ -175,7 +174,7 @@ impl Kernel for Kern {
 
 /// A shim with `FD` adopted and, if `shape` > 0, that many writes per burst learned.
 fn setup(shape: usize) -> (Arc<Shim>, Arc<Kern>) {
-    let s = Shim::new(Config::default(), crate::CHUNK);
+    let s = Shim::new(Config::default(), crate::shim::CHUNK);
     let k = Kern::default();
     s.adopt(&k, FD);
     let mut t = ThreadBursts::new();

@@ -10,7 +10,7 @@ use crate::*;
 
 /// Most turns (each a `sched_yield`) the program's `setsockopt(TCP_CORK)` waits for an uncork
 /// of the shim's that is on its way to the kernel (see [`Shim::program_cork_begins`]).
-pub const CORK_WAIT_TURNS: u32 = if cfg!(loom) { u32::MAX } else { 10_000 };
+pub(crate) const CORK_WAIT_TURNS: u32 = if cfg!(loom) { u32::MAX } else { 10_000 };
 
 impl Shim {
     /// `TCP_CORK` on or off (off sends what is held), counted.
@@ -45,7 +45,7 @@ impl Shim {
     /// An uncork of the shim's that looked before the mark was set may still be on its way
     /// to the kernel: this waits for it (one `setsockopt` of another thread), so that it
     /// cannot clear the cork the program is setting. The wait is bounded
-    /// ([`CORK_WAIT_TURNS`] turns): a signal handler that sets `TCP_CORK` while its own
+    /// (`CORK_WAIT_TURNS` turns): a signal handler that sets `TCP_CORK` while its own
     /// thread is inside such an uncork must not hang (that one case stays open).
     pub fn program_cork_begins(&self, fd: i32) -> bool {
         let Some(slot) = self.slot(fd) else {

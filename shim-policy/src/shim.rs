@@ -37,7 +37,7 @@ pub trait Kernel {
 /// Descriptors per table chunk; a chunk is allocated when the first socket in its range is
 /// adopted, so an idle process with a high descriptor limit holds no table at all. (Eight in
 /// the loom models, whose checker tracks every atomic.)
-pub const CHUNK: usize = if cfg!(loom) { 8 } else { 4096 };
+pub(crate) const CHUNK: usize = if cfg!(loom) { 8 } else { 4096 };
 
 /// The shim's state: one slot per descriptor, counters, and the flusher's bookkeeping.
 pub struct Shim {
@@ -125,13 +125,13 @@ impl Shim {
 
     /// Whether the shim currently holds a burst on `fd`.
     #[cfg(test)]
-    pub fn is_corked(&self, fd: i32) -> bool {
+    pub(crate) fn is_corked(&self, fd: i32) -> bool {
         self.slot(fd).is_some_and(|s| s.flags.peek().is_held())
     }
 
     /// Bursts in progress.
     #[cfg(test)]
-    pub fn held(&self) -> u32 {
+    pub(crate) fn held(&self) -> u32 {
         self.corked.load(Acquire)
     }
 

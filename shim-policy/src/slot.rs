@@ -12,7 +12,7 @@ use crate::sync::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8};
 
 /// Bursts of the same number of writes, each ended by a wait, before that number is
 /// learned as the socket's shape.
-pub const LEARN_AFTER: u8 = 3;
+pub(crate) const LEARN_AFTER: u8 = 3;
 
 /// How many linger bounds a burst short of its learned shape may wait for its remaining
 /// writes, on a socket whose writer was seen pausing inside its bursts (a burst split by the
@@ -20,7 +20,7 @@ pub const LEARN_AFTER: u8 = 3;
 /// lock between a response's writes for a whole switch interval (CPython's is 5 ms): sending
 /// the first part alone at the plain bound costs a segment and gains nothing, the response
 /// being complete only with its last write.
-pub const SHAPE_PATIENCE: u64 = 5;
+pub(crate) const SHAPE_PATIENCE: u64 = 5;
 
 /// Per-descriptor state.
 #[derive(Default)]

@@ -24,25 +24,25 @@ use crate::{judge, release_window_us, HoldEvidence, NotStall};
 /// sees a few such holds (the receiver's quick-ACK mode at the start of a connection, the
 /// second write of an occasional pair): tens of them are chance, a clocked connection makes
 /// thousands a second (23,600 in 1.6 s for `scripts/py/multiplexed.py`'s client on loopback).
-pub const CLOCKED_RELEASES_MIN: u64 = 50;
+pub(crate) const CLOCKED_RELEASES_MIN: u64 = 50;
 
 /// Least share of the observed time the writes must have waited behind ACKs, per connection.
 /// With Nagle off no write waits for an ACK (0 %); a clocked connection waits most of the
 /// time (redis-rs: `notsent > 0` in 88.8 % of samples; 60-90 % measured here). A tenth is far
 /// from both, and a few prompt-ACK holds on an otherwise idle connection never reach it.
-pub const CLOCKED_SHARE_MIN: f64 = 0.10;
+pub(crate) const CLOCKED_SHARE_MIN: f64 = 0.10;
 
 /// Where the data segments are counted: least share of them that must have left on an ACK's
 /// release. A clocked sender sends nearly every segment so (redis-rs: 99.9986 %); a sender
 /// most of whose segments left on their own is not clocked, whatever else waited.
-pub const CLOCKED_SEGMENTS_MIN: f64 = 0.5;
+pub(crate) const CLOCKED_SEGMENTS_MIN: f64 = 0.5;
 
 /// Shortest span a verdict over a long watch is judged over, µs (see [`clock_window_us`]).
-pub const CLOCK_SPAN_MIN_US: u64 = 1_000_000;
+pub(crate) const CLOCK_SPAN_MIN_US: u64 = 1_000_000;
 
 /// The time to judge holds seen from first to last over `span_us`, within a watch of
 /// `watched_us`: the span, so that a connection clocked for 2 s of a 10-minute watch is
-/// judged over its 2 s, but at least [`CLOCK_SPAN_MIN_US`] (a burst of holds in a few
+/// judged over its 2 s, but at least `CLOCK_SPAN_MIN_US` (a burst of holds in a few
 /// milliseconds is judged as if spread over a second) and at most the watch.
 pub fn clock_window_us(span_us: u64, watched_us: u64) -> u64 {
     watched_us.min(span_us.max(CLOCK_SPAN_MIN_US))
@@ -70,7 +70,7 @@ pub struct ClockEvidence {
 
 impl ClockEvidence {
     /// The connections' time in all: each was watched for the window.
-    pub fn observed_us(&self) -> u64 {
+    pub(crate) fn observed_us(&self) -> u64 {
         self.window_us.max(1) * self.connections.max(1)
     }
 }
@@ -90,11 +90,11 @@ pub struct AckClocked {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NotClocked {
-    /// Fewer ACK-released holds than [`CLOCKED_RELEASES_MIN`].
+    /// Fewer ACK-released holds than `CLOCKED_RELEASES_MIN`.
     TooFew,
-    /// The writes waited less than [`CLOCKED_SHARE_MIN`] of the time.
+    /// The writes waited less than `CLOCKED_SHARE_MIN` of the time.
     RarelyWaiting,
-    /// Less than [`CLOCKED_SEGMENTS_MIN`] of the data segments left on an ACK.
+    /// Less than `CLOCKED_SEGMENTS_MIN` of the data segments left on an ACK.
     SegmentsUnclocked,
 }
 

@@ -19,11 +19,15 @@
 //! Nagle costs a busy shared connection time without any stall: its writes wait for the
 //! peer's prompt ACKs, one round trip after another. [`judge_clock`] names such an
 //! **ACK-clocked** connection from its ACK-released holds ([`ClockEvidence`]), with its cost.
+//!
+//! Public is what the doctor and the watcher use; the rule's other thresholds are its own
+//! (`unreachable_pub` holds it).
+#![warn(unreachable_pub)]
 
 mod ack_clock;
 pub use ack_clock::{
     clock_window_us, is_clocked_release, judge_clock, AckClocked, ClockEvidence, NotClocked,
-    CLOCKED_FIX, CLOCKED_RELEASES_MIN, CLOCKED_SEGMENTS_MIN, CLOCKED_SHARE_MIN, CLOCK_SPAN_MIN_US,
+    CLOCKED_FIX,
 };
 
 /// An ACK sent this long or longer after the data it acknowledges (the path's round trip
@@ -34,16 +38,16 @@ pub const DELAYED_ACK_MIN_US: u64 = 30_000;
 /// No delayed-ACK timer runs longer than this (RFC 1122: "MUST be less than 0.5 seconds");
 /// an ACK later than that beyond the round trip waited for something else (data the capture
 /// does not hold, an idle sender), and releases no stall.
-pub const DELAYED_ACK_MAX_US: u64 = 500_000;
+pub(crate) const DELAYED_ACK_MAX_US: u64 = 500_000;
 
 /// Delays from this up come from a 100-200 ms timer (Windows, macOS), below it from a 40 ms
 /// one (Linux, FreeBSD since 2020); except on long paths, where Linux's timer grows toward
 /// the smoothed RTT (see [`AckTimer::on_path`]).
-pub const CLASSIC_TIMER_MIN_US: u64 = 90_000;
+pub(crate) const CLASSIC_TIMER_MIN_US: u64 = 90_000;
 
 /// The longest delay Linux's 40 ms timer shows on a short path (timer ticks and the
 /// scheduler add a few milliseconds: 44-48 ms are common at HZ=250).
-pub const LINUX_TIMER_MAX_US: u64 = 50_000;
+pub(crate) const LINUX_TIMER_MAX_US: u64 = 50_000;
 
 /// The TTL (IPv4) or hop limit (IPv6) a host's system starts its packets with, from one seen
 /// on the wire: the smallest of the usual initial values at or above it (64: Linux, macOS,
@@ -78,7 +82,7 @@ pub enum AckTimer {
 impl AckTimer {
     /// The class of a delayed ACK that came `delay_us` late; `None` if it was not delayed
     /// (or later than any timer).
-    pub fn of(delay_us: u64) -> Option<AckTimer> {
+    pub(crate) fn of(delay_us: u64) -> Option<AckTimer> {
         if !is_delayed_ack(delay_us) {
             None
         } else if delay_us < CLASSIC_TIMER_MIN_US {
@@ -175,7 +179,7 @@ impl AckTimer {
 pub const SENDER_FIX: &str = "coalesce each message into one write (writev/sendmsg), or run the program under `nagless run`; TCP_NODELAY also removes the stall but sends more packets";
 
 /// No full segment is smaller than this (the MSS every IPv4 host must accept, RFC 9293).
-pub const MIN_FULL_SEGMENT: u32 = 536;
+pub(crate) const MIN_FULL_SEGMENT: u32 = 536;
 
 /// What is known of a sender's segment sizes, to tell a full segment from a small one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -190,11 +194,11 @@ pub struct SegmentSizes {
 
 impl SegmentSizes {
     /// The full segment, and whether it counts TCP options (a segment is small when its
-    /// payload, plus its options if they count, is less; see [`is_small`]): the smaller of
-    /// the two SYNs' MSS; or, where the sender sent two or more segments of one size at three
-    /// quarters of that or more and below it less the timestamp option (a path with a smaller
-    /// MTU: a tunnel, a VPN, PPPoE), that payload; with no SYN, the largest payload (at least
-    /// [`MIN_FULL_SEGMENT`]).
+    /// payload, plus its options if they count, is less; see [`SegmentSizes::is_small`]):
+    /// the smaller of the two SYNs' MSS; or, where the sender sent two or more segments of
+    /// one size at three quarters of that or more and below it less the timestamp option (a
+    /// path with a smaller MTU: a tunnel, a VPN, PPPoE), that payload; with no SYN, the
+    /// largest payload (at least `MIN_FULL_SEGMENT`).
     pub fn full_segment(&self) -> (u32, bool) {
         let announced = match self.announced {
             [Some(a), Some(b)] => a.min(b),
@@ -220,7 +224,7 @@ impl SegmentSizes {
 /// Whether a write that left after a release was written before it (so Nagle held it): a
 /// write that did not open its turn was; one that did (the peer sent data last) was if the
 /// newest peer data it could be answering (`heard_us`: the newest its ACK field covers)
-/// came [`WRITTEN_BEFORE_RELEASE_US`] or more before the release, or if it answers none.
+/// came `WRITTEN_BEFORE_RELEASE_US` or more before the release, or if it answers none.
 /// Key exchanges are found so (both sides send their first message at once; the second
 /// waits on the ACK of the first), and an answer to data sent after a late ACK is told apart.
 pub fn written_before_release(opened_turn: bool, heard_us: Option<u64>, release_us: u64) -> bool {
@@ -229,12 +233,12 @@ pub fn written_before_release(opened_turn: bool, heard_us: Option<u64>, release_
 
 /// How much sooner than the release the peer's data must have come for a write that opened
 /// its turn to have been written before the release (scheduling and path jitter).
-pub const WRITTEN_BEFORE_RELEASE_US: u64 = 2_000;
+pub(crate) const WRITTEN_BEFORE_RELEASE_US: u64 = 2_000;
 
 /// Whether a segment carrying `payload` bytes with `options` bytes of TCP options is smaller
 /// than a full segment: Nagle only holds such segments. A full segment carries the MSS minus
 /// its options (1448 bytes with timestamps under an MSS of 1460).
-pub fn is_small(payload: u32, options: u32, mss: u32) -> bool {
+pub(crate) fn is_small(payload: u32, options: u32, mss: u32) -> bool {
     payload.saturating_add(options) < mss
 }
 

@@ -10,7 +10,9 @@
 //! the same test fails instead, so a missing tool is never a silent skip there.
 //!
 //! Dev-only (`publish = false`): used as a `[dev-dependencies]` entry by the crates whose
-//! tests need it.
+//! tests need it. Public is what those tests (and `stall-match`) use (`unreachable_pub`
+//! holds the rest).
+#![warn(unreachable_pub)]
 
 pub mod bpf_object;
 pub mod stall_match;
@@ -293,7 +295,7 @@ pub fn start_tcpdump<S: AsRef<OsStr>>(args: &[S]) -> Result<(Started, Receiver<S
 
 /// Starts `cmd` (tcpdump, or a command that execs it, such as `ip netns exec NS tcpdump`,
 /// so that the PID is tcpdump's) and waits until it captures, as [`start_tcpdump`] does.
-pub fn start_capture(cmd: &mut Command) -> Result<(Started, Receiver<String>), String> {
+pub(crate) fn start_capture(cmd: &mut Command) -> Result<(Started, Receiver<String>), String> {
     let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

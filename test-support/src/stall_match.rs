@@ -73,7 +73,7 @@ impl std::fmt::Display for Matching {
 }
 
 /// The default tolerance: 20 ms (under the 30 ms between two stalls of one socket).
-pub const TOLERANCE_S: f64 = 0.020;
+pub(crate) const TOLERANCE_S: f64 = 0.020;
 
 /// How far a watcher's time may be from the doctor's: at most `early_s` before, `late_s` after.
 /// Narrower than the 30 ms between two stalls of one socket, so each pairs with at most one.

@@ -218,7 +218,8 @@ impl Analyzer {
 
 /// Analyses segments held in memory: (frame, ns since the Unix epoch, segment), in capture
 /// order; times are reported from the first segment's.
-pub fn analyse(segments: &[(u64, u64, Segment)]) -> Vec<FlowReport> {
+#[cfg(test)]
+pub(crate) fn analyse(segments: &[(u64, u64, Segment)]) -> Vec<FlowReport> {
     let origin = segments.first().map_or(0, |s| s.1);
     let mut a = Analyzer::new(Options::default());
     for (frame, ns, s) in segments {

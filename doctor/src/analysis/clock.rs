@@ -49,13 +49,13 @@ const KEPT: usize = 32;
 
 /// Clocked segments that must carry merged writes (and at least a twentieth of them): below
 /// that, the sender's writes were not seen to queue.
-pub const MIN_MERGED: u64 = 10;
+pub(crate) const MIN_MERGED: u64 = 10;
 
 /// How long after its releasing ACK, beyond the sender's side of the round trip, a clocked
 /// segment may pass the capture point: the kernel sends a held segment while it takes in the
 /// ACK (2-20 µs on loopback and through a TUN device, measured); 200 µs leaves room for a
 /// loaded host.
-pub const CLOCK_SLACK_US: u64 = 200;
+pub(crate) const CLOCK_SLACK_US: u64 = 200;
 
 /// A peer's segment that acknowledged everything the sender had sent.
 #[derive(Clone, Copy)]

@@ -17,10 +17,10 @@ pub enum Direction {
 
 impl Direction {
     /// Both, client first (the order of per-direction pairs).
-    pub const BOTH: [Direction; 2] = [Direction::Client, Direction::Server];
+    pub(crate) const BOTH: [Direction; 2] = [Direction::Client, Direction::Server];
 
     /// The other side: the receiver of what this side sends.
-    pub fn peer(self) -> Direction {
+    pub(crate) fn peer(self) -> Direction {
         match self {
             Direction::Client => Direction::Server,
             Direction::Server => Direction::Client,
@@ -28,7 +28,7 @@ impl Direction {
     }
 
     /// The position in a per-direction pair: 0 for the client, 1 for the server.
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Direction::Client => 0,
             Direction::Server => 1,

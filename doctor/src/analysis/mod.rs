@@ -18,37 +18,39 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`options`] | which flows to analyse ([`Options`], [`Filter`]) |
+//! | `options` | which flows to analyse ([`Options`], [`Filter`]) |
 //! | `analyzer` | the [`Analyzer`]: which flow a segment belongs to, when a flow ends, totals per service, the flows kept |
 //! | `table` | the flow table: live flows by 4-tuple, with a fast hasher |
 //! | `flow` | one flow: dispatches each segment to the rooms below, then builds its [`FlowReport`] |
-//! | [`direction`] | which way a segment goes ([`Direction`], with [`Direction::peer`]) |
+//! | `direction` | which way a segment goes ([`Direction`], with its peer) |
 //! | `sequence` | per direction: sequence numbers, what is unacknowledged, retransmissions, duplicate ACKs, SACK, windows, the round trip |
 //! | `candidates` | writes that followed an ACK and slow pure ACKs: what might be a stall, held until the round trips are known well |
 //! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`judge_clock`](crate::rule::judge_clock) judges |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
 //! | `verdict` | the verdict and advice for people |
-//! | [`output`] | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
+//! | `output` | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
 
 mod analyzer;
 mod candidates;
 mod clock;
-pub mod direction;
+mod direction;
 mod endpoint;
 mod flow;
 mod judge;
-pub mod options;
-pub mod output;
+mod options;
+mod output;
 mod sequence;
 mod table;
 mod verdict;
 
-pub use analyzer::{analyse, Analyzer, MAX_LIVE_FLOWS};
+#[cfg(test)]
+pub(crate) use analyzer::analyse;
+pub use analyzer::{Analyzer, MAX_LIVE_FLOWS};
 pub use direction::Direction;
 pub use options::{Filter, Options, StallOrder};
 pub use output::{
     AckClocked, At, CapturePoint, ClockedSegment, DelayedAck, Finding, FindingFrame, FlowReport,
-    Outcome, Pattern, Service, Side, Stall, TimelinePoint, TIMELINE_MAX,
+    Outcome, Pattern, Service, Side, Stall, TimelinePoint,
 };
 
 #[cfg(test)]

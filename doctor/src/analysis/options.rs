@@ -48,7 +48,7 @@ impl std::str::FromStr for StallOrder {
 
 impl StallOrder {
     /// Sorts `stalls` into this order.
-    pub fn sort(self, stalls: &mut [super::Stall]) {
+    pub(crate) fn sort(self, stalls: &mut [super::Stall]) {
         match self {
             StallOrder::Time => stalls.sort_by_key(|s| s.held.frame),
             StallOrder::Delay => stalls.sort_by(|a, b| {

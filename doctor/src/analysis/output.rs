@@ -231,7 +231,7 @@ pub struct FlowReport {
     /// Verdict and advice for people.
     pub verdict: Vec<String>,
     /// The flow's segments, for the timeline ([`crate::report::svg`]); kept only when asked
-    /// for ([`Options::timeline`](super::Options::timeline)), and at most [`TIMELINE_MAX`].
+    /// for ([`Options::timeline`](super::Options::timeline)), and at most 200 000 of them.
     /// Not in the JSON.
     #[serde(skip)]
     pub timeline: Vec<TimelinePoint>,
@@ -251,7 +251,7 @@ pub struct TimelinePoint {
 }
 
 /// Timeline points kept per flow.
-pub const TIMELINE_MAX: usize = 200_000;
+pub(super) const TIMELINE_MAX: usize = 200_000;
 
 /// Counters of one service (server port).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

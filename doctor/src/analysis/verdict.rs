@@ -22,7 +22,7 @@ impl Pattern {
 
 impl CapturePoint {
     /// For people.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             CapturePoint::Local => "on the same host or LAN",
             CapturePoint::ClientEnd => "captured at the client's end",

@@ -22,21 +22,69 @@ use std::ops::Range;
 
 use crate::bytes::{u16_at, u32_at, Order};
 use buffer::ReadBuffer;
-pub use pcapng::MAX_INTERFACES;
 
 /// A packet as captured.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record<'a> {
+pub(crate) struct Record<'a> {
     /// 1-based frame number, as Wireshark counts.
-    pub frame: u64,
+    pub(crate) frame: u64,
     /// Capture time, ns since the Unix epoch (0 for pcapng simple packet blocks).
-    pub ts_ns: u64,
-    /// Link-layer type (LINKTYPE_*).
-    pub linktype: u32,
+    pub(crate) ts_ns: u64,
+    /// Link-layer type.
+    pub(crate) linktype: LinkType,
     /// The captured bytes (may be shorter than the packet: snap length).
-    pub data: &'a [u8],
+    pub(crate) data: &'a [u8],
     /// The packet's length on the wire.
-    pub orig_len: u32,
+    pub(crate) orig_len: u32,
+}
+
+/// A link-layer type, as a pcap file header or a pcapng interface names it (LINKTYPE_*, the
+/// tcpdump.org registry): the ones the doctor decodes ([`crate::packet`]), and any other by
+/// its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LinkType {
+    /// 0, BSD loopback (`DLT_NULL`): a 4-byte address family, then the IP packet.
+    Null,
+    /// 1, Ethernet (with any VLAN tags).
+    Ethernet,
+    /// 101, raw IP (IPv4 or IPv6); also 12 and 14, raw IP's numbers on some BSDs.
+    Raw,
+    /// 108, OpenBSD loopback: as [`Null`](LinkType::Null).
+    Loop,
+    /// 113, Linux cooked capture v1 (`tcpdump -i any`).
+    LinuxSll,
+    /// 228, raw IPv4.
+    Ipv4,
+    /// 229, raw IPv6.
+    Ipv6,
+    /// 276, Linux cooked capture v2.
+    LinuxSll2,
+    /// Any other: its frames are skipped, and the number reported.
+    Other(u32),
+}
+
+impl LinkType {
+    /// The link type a capture's LINKTYPE_* number names.
+    pub(crate) fn of(number: u32) -> LinkType {
+        match number {
+            0 => LinkType::Null,
+            1 => LinkType::Ethernet,
+            101 | 12 | 14 => LinkType::Raw,
+            108 => LinkType::Loop,
+            113 => LinkType::LinuxSll,
+            228 => LinkType::Ipv4,
+            229 => LinkType::Ipv6,
+            276 => LinkType::LinuxSll2,
+            n => LinkType::Other(n),
+        }
+    }
+}
+
+/// What a pcap timestamp's fraction of a second counts (its magic number says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fraction {
+    Micros,
+    Nanos,
 }
 
 /// Why a capture cannot be read.
@@ -91,17 +139,17 @@ enum Format {
 struct PacketAt {
     frame: u64,
     ts_ns: u64,
-    linktype: u32,
+    linktype: LinkType,
     orig_len: u32,
     data: Range<usize>,
 }
 
 /// A streaming capture reader: [`next_record`](Self::next_record) returns one packet at a
 /// time, borrowed from the reader's buffer.
-pub struct CaptureReader<R> {
+pub(crate) struct CaptureReader<R> {
     input: ReadBuffer<R>,
     /// Byte order of the file (pcap) or of the current section (pcapng).
-    little: bool,
+    order: Order,
     format: Format,
     /// Packets read so far.
     frame: u64,
@@ -114,31 +162,32 @@ pub struct CaptureReader<R> {
 const MAX_RECORD: usize = 16 * 1024 * 1024;
 
 /// A 32-bit field in the file's byte order (the caller checked there are 4 bytes).
-fn int32(b: &[u8], little: bool) -> u32 {
-    u32_at(b, 0, Order::of_file(little)).unwrap_or_default()
+fn int32(b: &[u8], order: Order) -> u32 {
+    u32_at(b, 0, order).unwrap_or_default()
 }
 
 /// A 16-bit field in the file's byte order (the caller checked there are 2 bytes).
-fn int16(b: &[u8], little: bool) -> u16 {
-    u16_at(b, 0, Order::of_file(little)).unwrap_or_default()
+fn int16(b: &[u8], order: Order) -> u16 {
+    u16_at(b, 0, order).unwrap_or_default()
 }
 
 impl<R: Read> CaptureReader<R> {
     /// Reads the file header (pcap) or checks the first block's type (pcapng).
-    pub fn new(src: R) -> Result<CaptureReader<R>, CaptureError> {
+    pub(crate) fn new(src: R) -> Result<CaptureReader<R>, CaptureError> {
         let mut input = ReadBuffer::new(src);
         input.fill(4)?;
         let magic = input.avail().get(..4).map(|m| [m[0], m[1], m[2], m[3]]);
-        let (little, format) = match magic {
+        let (order, format) = match magic {
+            // (The section header's own magic sets the order, when the block is read.)
             Some([0x0a, 0x0d, 0x0d, 0x0a]) => (
-                true,
+                Order::Little,
                 Format::Pcapng {
                     interfaces: Vec::new(),
                 },
             ),
             Some(m) if pcap::byte_order(m).is_some() => {
                 let h = pcap::FileHeader::read(&mut input)?;
-                (h.little, Format::Pcap(h))
+                (h.order, Format::Pcap(h))
             }
             _ => {
                 return Err(CaptureError::UnknownFormat(
@@ -148,7 +197,7 @@ impl<R: Read> CaptureReader<R> {
         };
         Ok(CaptureReader {
             input,
-            little,
+            order,
             format,
             frame: 0,
             record: 0,
@@ -156,7 +205,7 @@ impl<R: Read> CaptureReader<R> {
     }
 
     /// Bytes read from the (decompressed) input so far.
-    pub fn offset(&self) -> u64 {
+    pub(crate) fn offset(&self) -> u64 {
         self.input.offset()
     }
 
@@ -170,7 +219,7 @@ impl<R: Read> CaptureReader<R> {
     }
 
     /// The next packet, `None` at the end of the capture. After an error the reader is done.
-    pub fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
+    pub(crate) fn next_record(&mut self) -> Result<Option<Record<'_>>, CaptureError> {
         loop {
             if self.input.at_end()? {
                 return Ok(None);

@@ -5,26 +5,27 @@
 use std::io::Read;
 
 use super::buffer::ReadBuffer;
-use super::{int32, CaptureError, CaptureReader, PacketAt, MAX_RECORD};
+use super::{int32, CaptureError, CaptureReader, Fraction, LinkType, PacketAt, MAX_RECORD};
+use crate::bytes::Order;
 
 /// What the file header says.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct FileHeader {
-    /// Little-endian fields.
-    pub(super) little: bool,
-    /// Nanosecond fractions (else microseconds).
-    pub(super) nanos: bool,
+    /// The byte order of its fields.
+    pub(super) order: Order,
+    /// What the timestamps' fractions count.
+    fraction: Fraction,
     /// Link-layer type of every packet.
-    pub(super) linktype: u32,
+    linktype: LinkType,
 }
 
-/// The byte order and timestamp unit a pcap magic number gives: (little, nanos).
-pub(super) fn byte_order(magic: [u8; 4]) -> Option<(bool, bool)> {
+/// The byte order and timestamp unit a pcap magic number gives.
+pub(super) fn byte_order(magic: [u8; 4]) -> Option<(Order, Fraction)> {
     match magic {
-        [0xd4, 0xc3, 0xb2, 0xa1] => Some((true, false)),
-        [0xa1, 0xb2, 0xc3, 0xd4] => Some((false, false)),
-        [0x4d, 0x3c, 0xb2, 0xa1] => Some((true, true)),
-        [0xa1, 0xb2, 0x3c, 0x4d] => Some((false, true)),
+        [0xd4, 0xc3, 0xb2, 0xa1] => Some((Order::Little, Fraction::Micros)),
+        [0xa1, 0xb2, 0xc3, 0xd4] => Some((Order::Big, Fraction::Micros)),
+        [0x4d, 0x3c, 0xb2, 0xa1] => Some((Order::Little, Fraction::Nanos)),
+        [0xa1, 0xb2, 0x3c, 0x4d] => Some((Order::Big, Fraction::Nanos)),
         _ => None,
     }
 }
@@ -41,12 +42,12 @@ impl FileHeader {
     /// Reads the file header at the start of `input` (its magic already checked).
     pub(super) fn read<R: Read>(input: &mut ReadBuffer<R>) -> Result<FileHeader, CaptureError> {
         let h = input.take(24, "pcap file header", 0)?;
-        let (little, nanos) = byte_order([h[0], h[1], h[2], h[3]])
+        let (order, fraction) = byte_order([h[0], h[1], h[2], h[3]])
             .ok_or_else(|| CaptureError::UnknownFormat(h.iter().take(8).copied().collect()))?;
         Ok(FileHeader {
-            little,
-            nanos,
-            linktype: int32(&h[20..24], little) & 0x0fff_ffff,
+            order,
+            fraction,
+            linktype: LinkType::of(int32(&h[20..24], order) & 0x0fff_ffff),
         })
     }
 }
@@ -57,12 +58,12 @@ impl<R: Read> CaptureReader<R> {
         let at = self.input.offset();
         let what = "pcap record header";
         let h = self.input.peek(16, what, self.record)?;
-        let little = file.little;
+        let order = file.order;
         let r = RecordHeader {
-            sec: u64::from(int32(&h[0..4], little)),
-            frac: u64::from(int32(&h[4..8], little)),
-            caplen: int32(&h[8..12], little) as usize,
-            orig_len: int32(&h[12..16], little),
+            sec: u64::from(int32(&h[0..4], order)),
+            frac: u64::from(int32(&h[4..8], order)),
+            caplen: int32(&h[8..12], order) as usize,
+            orig_len: int32(&h[12..16], order),
         };
         if r.caplen > MAX_RECORD {
             return Err(self.malformed(
@@ -76,7 +77,10 @@ impl<R: Read> CaptureReader<R> {
         self.input.consume(16);
         self.frame += 1;
         let data = self.input.consume(r.caplen);
-        let frac_ns = if file.nanos { r.frac } else { r.frac * 1000 };
+        let frac_ns = match file.fraction {
+            Fraction::Nanos => r.frac,
+            Fraction::Micros => r.frac * 1000,
+        };
         Ok(PacketAt {
             frame: self.frame,
             ts_ns: r.sec * 1_000_000_000 + frac_ns,

@@ -5,7 +5,8 @@
 
 use std::io::Read;
 
-use super::{int16, int32, CaptureError, CaptureReader, Format, PacketAt, MAX_RECORD};
+use super::{int16, int32, CaptureError, CaptureReader, Format, LinkType, PacketAt, MAX_RECORD};
+use crate::bytes::Order;
 
 pub(super) const IDB: u32 = 1;
 const OPB: u32 = 2;
@@ -13,12 +14,12 @@ const SPB: u32 = 3;
 pub(super) const EPB: u32 = 6;
 
 /// Interfaces a pcapng section may describe.
-pub const MAX_INTERFACES: usize = 65_536;
+const MAX_INTERFACES: usize = 65_536;
 
 /// An interface of the current section: an interface description block.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Interface {
-    linktype: u32,
+    linktype: LinkType,
     /// Timestamp units per second.
     units_per_sec: u64,
 }
@@ -74,17 +75,17 @@ fn tsresol(code: u8) -> Option<u64> {
 
 impl Interface {
     /// Reads an interface description block's body.
-    fn parse(body: &[u8], little: bool, at: &BlockAt) -> Result<Interface, CaptureError> {
+    fn parse(body: &[u8], order: Order, at: &BlockAt) -> Result<Interface, CaptureError> {
         if body.len() < 8 {
             return Err(at.short("interface description", 8));
         }
-        let linktype = u32::from(int16(&body[0..2], little));
+        let linktype = LinkType::of(u32::from(int16(&body[0..2], order)));
         let mut units_per_sec = 1_000_000;
         // Options: code, length, value padded to 4.
         let mut o = 8;
         while o + 4 <= body.len() {
-            let code = int16(&body[o..], little);
-            let olen = usize::from(int16(&body[o + 2..], little));
+            let code = int16(&body[o..], order);
+            let olen = usize::from(int16(&body[o + 2..], order));
             if code == 0 {
                 break;
             }
@@ -114,7 +115,7 @@ impl EnhancedPacket {
     fn parse(
         kind: u32,
         body: &[u8],
-        little: bool,
+        order: Order,
         at: &BlockAt,
     ) -> Result<EnhancedPacket, CaptureError> {
         if body.len() < 20 {
@@ -122,14 +123,13 @@ impl EnhancedPacket {
         }
         let p = EnhancedPacket {
             interface: if kind == EPB {
-                int32(&body[0..4], little) as usize
+                int32(&body[0..4], order) as usize
             } else {
-                usize::from(int16(&body[0..2], little))
+                usize::from(int16(&body[0..2], order))
             },
-            ts: u64::from(int32(&body[4..8], little)) << 32
-                | u64::from(int32(&body[8..12], little)),
-            caplen: int32(&body[12..16], little) as usize,
-            orig_len: int32(&body[16..20], little),
+            ts: u64::from(int32(&body[4..8], order)) << 32 | u64::from(int32(&body[8..12], order)),
+            caplen: int32(&body[12..16], order) as usize,
+            orig_len: int32(&body[16..20], order),
         };
         if body.len() - 20 < p.caplen {
             return Err(at.short("packet data", 20 + p.caplen));
@@ -148,9 +148,9 @@ impl<R: Read> CaptureReader<R> {
         if head[..4] == [0x0a, 0x0d, 0x0d, 0x0a] {
             // A section header sets the byte order of everything up to the next one.
             let magic = self.input.peek(12, "section header", record)?[8..12].to_vec();
-            self.little = match magic[..] {
-                [0x4d, 0x3c, 0x2b, 0x1a] => true,
-                [0x1a, 0x2b, 0x3c, 0x4d] => false,
+            self.order = match magic[..] {
+                [0x4d, 0x3c, 0x2b, 0x1a] => Order::Little,
+                [0x1a, 0x2b, 0x3c, 0x4d] => Order::Big,
                 _ => {
                     return Err(self.malformed(
                         "section header",
@@ -163,10 +163,10 @@ impl<R: Read> CaptureReader<R> {
                 interfaces.clear();
             }
         }
-        let little = self.little;
+        let order = self.order;
         let head = self.input.peek(8, what, record)?;
-        let kind = int32(&head[0..4], little);
-        let len = int32(&head[4..8], little) as usize;
+        let kind = int32(&head[0..4], order);
+        let len = int32(&head[4..8], order) as usize;
         let wrong = if len < 12 {
             Some("less than the 12 bytes of a block's own header and trailer")
         } else if len % 4 != 0 {
@@ -180,7 +180,7 @@ impl<R: Read> CaptureReader<R> {
             return Err(self.malformed(what, offset, format!("block length {len}: {wrong}")));
         }
         let whole = self.input.peek(len, "pcapng block body", record)?;
-        let trailer = int32(&whole[len - 4..], little) as usize;
+        let trailer = int32(&whole[len - 4..], order) as usize;
         if trailer != len {
             return Err(self.malformed(
                 "pcapng block trailer",
@@ -201,7 +201,7 @@ impl<R: Read> CaptureReader<R> {
         };
         match kind {
             IDB => {
-                let i = Interface::parse(body, little, &at)?;
+                let i = Interface::parse(body, order, &at)?;
                 // Each costs a few bytes, but a hostile file can hold tens of millions of
                 // them in kilobytes (compressed); no real capture has more than a few dozen.
                 if interfaces.len() >= MAX_INTERFACES {
@@ -217,7 +217,7 @@ impl<R: Read> CaptureReader<R> {
                 Ok(None)
             }
             EPB | OPB => {
-                let p = EnhancedPacket::parse(kind, body, little, &at)?;
+                let p = EnhancedPacket::parse(kind, body, order, &at)?;
                 let Some(i) = interfaces.get(p.interface).copied() else {
                     return Err(at.malformed(
                         "enhanced packet block",
@@ -246,7 +246,7 @@ impl<R: Read> CaptureReader<R> {
                 if body.len() < 4 {
                     return Err(at.short("simple packet block", 4));
                 }
-                let orig_len = int32(&body[0..4], little);
+                let orig_len = int32(&body[0..4], order);
                 let caplen = (body.len() - 4).min(orig_len as usize);
                 self.frame += 1;
                 Ok(Some(PacketAt {

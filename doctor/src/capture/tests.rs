@@ -6,7 +6,7 @@ use super::*;
 
 /// Every record of an in-memory capture, owned.
 /// (ns, linktype, data, orig_len).
-type Owned = (u64, u32, Vec<u8>, u32);
+type Owned = (u64, LinkType, Vec<u8>, u32);
 
 fn read(bytes: &[u8]) -> Result<Vec<Owned>, CaptureError> {
     let mut r = CaptureReader::new(bytes)?;
@@ -77,7 +77,7 @@ fn pcap_both_byte_orders_and_nanoseconds() {
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].0, 1_500_000_000);
     assert_eq!(r[0].2, b"abc");
-    assert_eq!(r[0].1, 1);
+    assert_eq!(r[0].1, LinkType::Ethernet);
     // Big-endian, nanosecond magic.
     let mut be = vec![0xa1, 0xb2, 0x3c, 0x4d, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0];
     be.extend_from_slice(&65535u32.to_be_bytes());
@@ -89,7 +89,7 @@ fn pcap_both_byte_orders_and_nanoseconds() {
     be.push(0x45);
     let r = read(&be).unwrap();
     assert_eq!(r[0].0, 2_000_000_005);
-    assert_eq!(r[0].1, 101);
+    assert_eq!(r[0].1, LinkType::Raw);
 }
 
 #[test]
@@ -114,7 +114,7 @@ fn pcapng_with_tsresol_and_errors_name_the_offset() {
     let r = read(&file).unwrap();
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].0, 3_000_000_007);
-    assert_eq!(r[0].1, 113);
+    assert_eq!(r[0].1, LinkType::LinuxSll);
     assert_eq!(r[0].2, b"xyz");
     assert_eq!(r[0].3, 60);
     let cut = &file[..file.len() - 6];

@@ -6,10 +6,10 @@
 /// A box in pixels: left, top, width, height.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Rect {
-    pub x: f64,
-    pub y: f64,
-    pub w: f64,
-    pub h: f64,
+    pub(crate) x: f64,
+    pub(crate) y: f64,
+    pub(crate) w: f64,
+    pub(crate) h: f64,
 }
 
 impl Rect {
@@ -65,17 +65,17 @@ pub(crate) fn group(dots: &[(f64, f64)], within: f64) -> Vec<Vec<usize>> {
 
 /// One label to place: the dot it names and its size in pixels.
 pub(crate) struct Want {
-    pub dot: (f64, f64),
-    pub w: f64,
-    pub h: f64,
+    pub(crate) dot: (f64, f64),
+    pub(crate) w: f64,
+    pub(crate) h: f64,
 }
 
 /// A placed label: its box, and whether it sits away from its dot (then a leader line joins
 /// them).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Placed {
-    pub rect: Rect,
-    pub far: bool,
+    pub(crate) rect: Rect,
+    pub(crate) far: bool,
 }
 
 /// Places each label of `wants` beside its dot (dots of radius `r` and a pixel around, all of

@@ -16,7 +16,7 @@ pub use info::RunInfo;
 pub use page::html;
 
 /// Version of the JSON schema; bumped on any incompatible change.
-pub const JSON_SCHEMA_VERSION: u32 = 1;
+pub(crate) const JSON_SCHEMA_VERSION: u32 = 1;
 
 pub(crate) fn fmt_us(us: f64) -> String {
     if us >= 10_000.0 {
@@ -110,7 +110,7 @@ pub fn text(tables: &[Table]) -> String {
 
 /// For a case whose requests come from one side only (`multiplexed`): the client's own data
 /// segments per request, strategy by strategy (the table's segments count both sides).
-pub fn client_segments_line(t: &Table) -> Option<String> {
+pub(crate) fn client_segments_line(t: &Table) -> Option<String> {
     if !matches!(t.case, crate::Case::Multiplexed { .. }) {
         return None;
     }
@@ -134,15 +134,15 @@ pub fn client_segments_line(t: &Table) -> Option<String> {
 
 /// A case run on emulated paths of two or more RTTs (all else equal): one table with RTT
 /// down the side.
-pub struct Sweep<'a> {
+pub(crate) struct Sweep<'a> {
     /// `scenario params [link without RTT]`.
-    pub title: String,
+    pub(crate) title: String,
     /// The tables, by increasing RTT.
-    pub tables: Vec<&'a Table>,
+    pub(crate) tables: Vec<&'a Table>,
 }
 
 /// The sweeps among `tables`.
-pub fn sweeps(tables: &[Table]) -> Vec<Sweep<'_>> {
+pub(crate) fn sweeps(tables: &[Table]) -> Vec<Sweep<'_>> {
     let mut out: Vec<(String, Vec<&Table>)> = Vec::new();
     for t in tables {
         let Some(mut link) = t.path.link else {

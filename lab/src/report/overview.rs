@@ -10,14 +10,14 @@ use crate::{Row, Strategy, Table};
 /// nagless's median of one measure against the best (lowest) other strategy's.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Against {
-    pub ours: f64,
-    pub best: f64,
-    pub by: Strategy,
+    pub(crate) ours: f64,
+    pub(crate) best: f64,
+    pub(crate) by: Strategy,
 }
 
 impl Against {
     /// nagless ÷ the best other; `None` where the best other is 0 and nagless is not.
-    pub fn ratio(&self) -> Option<f64> {
+    pub(crate) fn ratio(&self) -> Option<f64> {
         if self.best > 0.0 {
             Some(self.ours / self.best)
         } else if self.ours <= 0.0 {
@@ -41,9 +41,9 @@ pub(crate) const MEASURES: [Measure; 3] = [
 /// One case in the overview: its section's number and the three comparisons (none where
 /// nagless or every other strategy had no successful run).
 pub(crate) struct Line<'a> {
-    pub n: usize,
-    pub table: &'a Table,
-    pub against: [Option<Against>; 3],
+    pub(crate) n: usize,
+    pub(crate) table: &'a Table,
+    pub(crate) against: [Option<Against>; 3],
 }
 
 /// One line per table; `n` counts from 1 in table order (the sections' ids, `case-N`).

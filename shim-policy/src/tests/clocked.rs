@@ -3,6 +3,7 @@
 //! writes go plainly, and the flusher pushes what no ACK clocks out within about one bound.
 
 use super::*;
+use crate::clock::CLOCK_LOOKS_PER_BOUND;
 
 /// The time between the flusher's looks at a clocked socket under `shim()`'s configuration
 /// (half its linger bound), in µs.

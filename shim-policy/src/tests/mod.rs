@@ -4,6 +4,11 @@
 //! modules: `bursts`, `shapes` (learned shapes and `MSG_MORE`), `program_options`,
 //! `flusher`.
 use super::*;
+use crate::bursts::THREAD_BURSTS;
+use crate::config::{Acks, DEFAULT_LINGER};
+use crate::flusher::FLUSHER_IDLE;
+use crate::shim::CHUNK;
+use crate::slot::{LEARN_AFTER, SHAPE_PATIENCE};
 use crate::state::{HoldBy, Start};
 use crate::sync::Ordering::*;
 use std::cell::{Cell, RefCell};
