@@ -451,10 +451,11 @@ fn both_ends(spec: PathSpec, scenarios: impl FnOnce(&EmulatedPath) -> Vec<Expect
         for f in &d.flows {
             if let Some(r) = f.rtt_ms {
                 // Never below the path's RTT; above it by a loaded forwarder's delays (the
-                // 10 ms path measured over 17 ms beside stress-ng).
+                // 10 ms path measured over 17 ms beside stress-ng, and over 40 ms once while
+                // two compilers ran beside it), never by a delayed-ACK timer's 200 ms.
                 let want = rtt.as_secs_f64() * 1000.0;
                 assert!(
-                    r >= want * 0.9 && r <= want * 3.0 + 10.0,
+                    r >= want * 0.9 && r <= want * 3.0 + 100.0,
                     "{end}: RTT {r} ms vs {want}"
                 );
             }
