@@ -4,33 +4,22 @@
 //!
 //! [`Namespaces::refresh`] finds the distinct namespaces named by `/proc/PID/ns/net` and, for
 //! each new one, opens a netlink socket inside it: a short-lived helper thread enters the
-//! namespace (`setns(2)`, which moves only the calling thread), opens two sockets and returns
-//! them (one for the listings, taken by a thread of their own, one for the watcher's exact
-//! lookups, [`Lookups`]); a socket keeps the namespace it was opened in for life. A namespace whose processes are
-//! all gone is dropped at the next refresh (its sockets leave the board like any closed
-//! socket). Entering another namespace takes CAP_SYS_ADMIN (and CAP_SYS_PTRACE to open other
-//! users' `/proc/PID/ns/net`); without them only the watcher's own namespace is listed and
-//! [`Namespaces::not_entered`] counts the others.
+//! namespace ([`Proc::in_net_ns`](nagless_host::Proc::in_net_ns): `setns(2)`, which moves only
+//! the calling thread), opens two sockets and returns them (one for the listings, taken by a
+//! thread of their own, one for the watcher's exact lookups, [`Lookups`]); a socket keeps the
+//! namespace it was opened in for life. A namespace whose processes are all gone is dropped at
+//! the next refresh (its sockets leave the board like any closed socket). Entering another
+//! namespace takes CAP_SYS_ADMIN (and CAP_SYS_PTRACE to open other users' `/proc/PID/ns/net`);
+//! without them only the watcher's own namespace is listed and [`Namespaces::not_entered`]
+//! counts the others.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsFd as _;
 
+use nagless_host::{Pid, Proc};
 use netlink_packet_sock_diag::inet::StateFlags;
-use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 
 use crate::diag::{Diag, SocketRow};
-
-/// The inode of a `/proc/PID/ns/net` link (`net:[4026531840]`): the namespace's identity.
-pub fn netns_of(pid: &str) -> Option<u64> {
-    let l = fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
-    l.to_str()?
-        .strip_prefix("net:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
-}
 
 /// `TCP: inuse N` from the text of `/proc/net/sockstat`.
 fn sockstat_tcp_in_use(sockstat: &str) -> Option<usize> {
@@ -67,22 +56,14 @@ pub struct Namespaces {
 
 /// Opens two netlink sockets inside the namespace of `/proc/PID/ns/net`.
 fn open_in(pid: u32) -> io::Result<(Diag, Diag)> {
-    let ns = File::open(format!("/proc/{pid}/ns/net"))?;
-    std::thread::Builder::new()
-        .name("netns".into())
-        .spawn(move || {
-            move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))?;
-            Ok((Diag::open()?, Diag::open()?))
-        })?
-        .join()
-        .map_err(|_| io::Error::other("the namespace helper thread panicked"))?
+    Proc::host().in_net_ns(pid, || Ok((Diag::open()?, Diag::open()?)))
 }
 
 impl Namespaces {
     /// The watcher's own namespace; others too after [`refresh`](Self::refresh) if `all`.
     pub fn new(all: bool) -> io::Result<Namespaces> {
         Ok(Namespaces {
-            own: netns_of("self").unwrap_or(0),
+            own: Proc::host().net_ns(Pid::Own).unwrap_or(0),
             own_diag: Diag::open()?,
             others: HashMap::new(),
             new_lookups: Vec::new(),
@@ -110,16 +91,11 @@ impl Namespaces {
             return;
         }
         let mut found: HashMap<u64, u32> = HashMap::new();
-        if let Ok(procs) = fs::read_dir("/proc") {
-            for p in procs.flatten() {
-                let name = p.file_name();
-                let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                    continue;
-                };
-                if let Some(ns) = netns_of(&pid.to_string()) {
-                    if ns != self.own {
-                        found.entry(ns).or_insert(pid);
-                    }
+        let proc = Proc::host();
+        for pid in proc.pids() {
+            if let Some(ns) = proc.net_ns(pid) {
+                if ns != self.own {
+                    found.entry(ns).or_insert(pid);
                 }
             }
         }
@@ -187,9 +163,10 @@ impl Namespaces {
     /// state but TIME_WAIT) summed over the namespaces listed: one small read per namespace,
     /// however many sockets there are.
     pub fn tcp_in_use(&self) -> usize {
-        std::iter::once("self".to_owned())
-            .chain(self.others.values().map(|n| n.pid.to_string()))
-            .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/net/sockstat")).ok())
+        let proc = Proc::host();
+        std::iter::once(Pid::Own)
+            .chain(self.others.values().map(|n| Pid::Id(n.pid)))
+            .filter_map(|pid| proc.read(pid, "net/sockstat").ok())
             .filter_map(|s| sockstat_tcp_in_use(&s))
             .sum()
     }

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use nagless_host::text::Stat;
+
 /// The watcher's own figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OwnProcess {
@@ -35,10 +37,8 @@ pub fn read() -> Option<OwnProcess> {
 
 /// The figures from the texts of `/proc/self/stat`, `/proc/stat` and `/proc/self/limits`.
 fn parse(stat: &str, boot: &str, limits: &str, page: u64, open_fds: u64) -> Option<OwnProcess> {
-    // Fields after the command name, which may hold spaces and parentheses: from field 3.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    let stat = Stat::parse(stat)?;
+    let field = |n: usize| stat.field(n)?.parse::<u64>().ok();
     let ticks = field(14)? + field(15)?;
     let btime: u64 = boot
         .lines()

@@ -1,12 +1,14 @@
-//! Which process owns a socket: /proc/PID/fd links name socket inodes (`socket:[N]`). Other
-//! users' /proc/PID/fd can be read only with root (or CAP_SYS_PTRACE and
-//! CAP_DAC_READ_SEARCH); their sockets stay unattributed, and [`ProcMap::denied`] counts the
-//! processes that could not be read. [`program_name`] and [`unit()`] say which program a
+//! Which process owns a socket: /proc/PID/fd links name socket inodes
+//! ([`Proc::sockets`](nagless_host::Proc::sockets)). Other users' /proc/PID/fd can be read
+//! only with root (or CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH); their sockets stay
+//! unattributed, and [`ProcMap::denied`] counts the processes that could not be read. [`program_name`] and [`unit()`] say which program a
 //! process runs, beyond its interpreter: the script, module or main class of its command line,
 //! and the systemd unit its cgroup names.
 
 use std::collections::HashMap;
-use std::fs;
+
+use nagless_host::text::{cgroup_lines, cgroup_v2_path};
+use nagless_host::{Pid, Proc};
 
 /// A process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,29 +45,15 @@ impl ProcMap {
     pub fn rescan(&mut self) {
         self.owners.clear();
         self.denied = 0;
-        let Ok(procs) = fs::read_dir("/proc") else {
-            return;
-        };
-        for p in procs.flatten() {
-            let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(fds) = fs::read_dir(p.path().join("fd")) else {
+        let proc = Proc::host();
+        for pid in proc.pids() {
+            let Ok(sockets) = proc.sockets(pid) else {
                 self.denied += 1;
                 continue;
             };
-            for fd in fds.flatten() {
-                let Ok(target) = fs::read_link(fd.path()) else {
-                    continue;
-                };
-                let t = target.to_string_lossy();
-                if let Some(inode) = t
-                    .strip_prefix("socket:[")
-                    .and_then(|r| r.strip_suffix(']'))
-                    .and_then(|n| n.parse().ok())
-                {
-                    self.owners.insert(inode, pid);
-                }
+            // (sock_diag's inodes are 32 bits wide.)
+            for inode in sockets.into_values().filter_map(|i| u32::try_from(i).ok()) {
+                self.owners.insert(inode, pid);
             }
         }
         self.cmds
@@ -86,16 +74,14 @@ impl ProcMap {
 
 /// What /proc says of process `pid`, `None` if it is gone.
 pub fn process_of(pid: u32) -> Option<Process> {
-    std::path::Path::new(&format!("/proc/{pid}"))
-        .exists()
-        .then(|| process(pid))
+    Proc::host().exists(pid).then(|| process(pid))
 }
 
 /// What /proc says of a process.
 pub fn process(pid: u32) -> Process {
     let (cgroup, container) = cgroup(pid);
     let comm = comm(pid);
-    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let raw = Proc::host().cmdline(pid).unwrap_or_default();
     let text = String::from_utf8_lossy(&raw);
     let argv: Vec<&str> = text.split('\0').filter(|a| !a.is_empty()).collect();
     // (No command line: a kernel thread, or a process exiting.)
@@ -337,17 +323,12 @@ pub fn service_unit(container: Option<&str>, cgroup: Option<&str>) -> Option<Str
     }
 }
 
-/// The cgroup path of a process and its container's id (see [`container_id`]).
+/// The cgroup path of a process (its cgroup v2 path, else the first hierarchy's) and its
+/// container's id (see [`container_id`]).
 fn cgroup(pid: u32) -> (String, Option<String>) {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    // Lines are `ID:CONTROLLERS:PATH`; cgroup v2's is `0::PATH`.
-    let paths: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2))
-        .collect();
-    let path = text
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
+    let text = Proc::host().cgroup(pid).unwrap_or_default();
+    let paths: Vec<&str> = cgroup_lines(&text).map(|l| l.path).collect();
+    let path = cgroup_v2_path(&text)
         .or(paths.first().copied())
         .unwrap_or_default();
     let id = container_id(path).or_else(|| paths.iter().find_map(|p| container_id(p)));
@@ -390,16 +371,15 @@ pub fn printable(text: &str) -> String {
 }
 
 fn comm(pid: u32) -> String {
-    fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|c| printable(c.trim_end_matches('\n')))
+    Proc::host()
+        .comm(pid)
+        .map(|c| printable(&c))
         .unwrap_or_default()
 }
 
 /// The effective uid of this process (from /proc/self/status).
 pub fn euid() -> Option<u32> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
+    Proc::host().euid(Pid::Own)
 }
 
 #[cfg(test)]
@@ -409,14 +389,7 @@ mod tests {
     #[test]
     fn finds_the_owner_of_our_own_socket() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&l);
-        let link = fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
-        let inode: u32 = link
-            .to_string_lossy()
-            .trim_start_matches("socket:[")
-            .trim_end_matches(']')
-            .parse()
-            .unwrap();
+        let inode = nagless_host::fd::inode_of(std::os::fd::AsFd::as_fd(&l)).unwrap() as u32;
         let mut m = ProcMap::default();
         m.rescan();
         let p = m.owner(inode).unwrap();

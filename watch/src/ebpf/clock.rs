@@ -98,7 +98,19 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nagless_test_support::bpf_object::c_struct;
     use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn the_mirror_is_holds_bpf_cs_struct_clock() {
+        let source = include_str!("../../bpf/holds.bpf.c");
+        assert_eq!(
+            c_struct(source, "clock"),
+            nagless_test_support::mirror_layout!(RawClock: held_ns, count, cgroup, pid, uid,
+                family, sport, dport, _pad, saddr, daddr, comm)
+        );
+        assert_eq!(size_of::<RawClock>(), CLOCK_SIZE);
+    }
 
     #[test]
     fn a_clock_parses_at_the_c_offsets() {

@@ -111,7 +111,7 @@ const _: () = {
     assert!(offset_of!(RawEvent, released_ns) == 120);
 };
 
-/// `AF_INET` in the `family` of holds.bpf.c's structs.
+/// `AF_INET` in the `family` of holds.bpf.c's structs (its `#define`).
 const AF_INET: u16 = 2;
 
 /// An address as sampling shows it: IPv4-mapped IPv6 as IPv4.
@@ -208,6 +208,20 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nagless_test_support::bpf_object::{c_define, c_struct};
+
+    #[test]
+    fn the_mirror_is_holds_bpf_cs_struct_event() {
+        let source = include_str!("../../bpf/holds.bpf.c");
+        assert_eq!(
+            c_struct(source, "event"),
+            nagless_test_support::mirror_layout!(RawEvent: cookie, hold_ns, cgroup, pid, tid,
+                uid, held, mss, min_rtt_us, srtt_us, family, sport, dport, zero_window, loss,
+                saddr, daddr, comm, gap_us, wait_ns, released_ns)
+        );
+        assert_eq!(size_of::<RawEvent>(), EVENT_SIZE);
+        assert_eq!(c_define(source, "AF_INET"), Some(AF_INET.into()));
+    }
 
     fn raw() -> Vec<u8> {
         let mut b = vec![0u8; EVENT_SIZE];
