@@ -22,10 +22,10 @@ use crate::plan::{Config, CONFIG_LEN};
 use crate::sys;
 
 /// The compiled kernel half (built from fix/bpf/fix.bpf.c by `scripts/build-bpf`).
-pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/fix.bpf.o");
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/fix.bpf.o");
 
 /// Where pinned fixes live: one directory per cgroup, named by the cgroup's id.
-pub const PIN_ROOT: &str = "/sys/fs/bpf/nagless-fix";
+pub(crate) const PIN_ROOT: &str = "/sys/fs/bpf/nagless-fix";
 
 /// The kernel program's counters (summed over CPUs), in the order of fix.bpf.c's `enum
 /// counter`, which indexes the per-CPU `counters` map: one `u64` per counter (asserted at
@@ -36,13 +36,13 @@ pub const PIN_ROOT: &str = "/sys/fs/bpf/nagless-fix";
 )]
 pub struct Counters {
     /// Connections that became established in the cgroup.
-    pub established: u64,
+    pub(crate) established: u64,
     /// Of those, on a selected port.
     pub selected: u64,
     /// TCP_NODELAY set.
-    pub nodelay_set: u64,
+    pub(crate) nodelay_set: u64,
     /// Delayed-ACK bound set.
-    pub delack_set: u64,
+    pub(crate) delack_set: u64,
     /// Options the kernel refused.
     pub refused: u64,
 }
@@ -203,7 +203,7 @@ impl Attached {
     /// Forgets what `note_choice` noted of the socket `sock` (a copy of the program's
     /// descriptor): the fix has just set an option on it itself, from a process that may be
     /// in the cgroup too.
-    pub fn forget_choices(&self, sock: BorrowedFd<'_>) {
+    pub(crate) fn forget_choices(&self, sock: BorrowedFd<'_>) {
         if let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("chosen") {
             let _ = sys::sk_storage_delete(map.fd().as_fd(), sock);
         }
@@ -224,12 +224,7 @@ impl Attached {
             .unwrap_or_default()
     }
 
-    /// The cgroup it is attached to.
-    pub fn cgroup(&self) -> &Path {
-        &self.cgroup
-    }
-
-    /// Pins the link and the maps under [`PIN_ROOT`] (mounting bpffs at /sys/fs/bpf if it is
+    /// Pins the link and the maps under `PIN_ROOT` (mounting bpffs at /sys/fs/bpf if it is
     /// not): the fix stays when this process ends, until `nagless fix --remove`.
     pub fn persist(self) -> Result<PathBuf, AttachError> {
         let pin = |e: std::io::Error| AttachError::Pin(e.to_string());
@@ -274,7 +269,7 @@ impl Attached {
 /// A fix pinned in bpffs.
 #[derive(Debug, Clone)]
 pub struct Pinned {
-    /// Its directory under [`PIN_ROOT`].
+    /// Its directory under `PIN_ROOT`.
     pub dir: PathBuf,
     /// The cgroup it is attached to (`None` if the cgroup is gone).
     pub cgroup: Option<PathBuf>,

@@ -15,25 +15,25 @@ use crate::sys;
 
 /// `TCP_DELACK_MAX_US` (Linux 6.15): the most a socket's delayed ACK waits (also
 /// fix.bpf.c's, which notes the program's own choice of it: a test holds the two alike).
-pub const TCP_DELACK_MAX_US: i32 = 46;
+pub(crate) const TCP_DELACK_MAX_US: i32 = 46;
 
 /// One socket changed, and what it had before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Changed {
     /// A process that holds it, and the descriptor there.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The descriptor in that process.
-    pub fd: i32,
+    pub(crate) fd: i32,
     /// The socket's inode (to tell it from a later socket on the same descriptor).
-    pub inode: u64,
+    pub(crate) inode: u64,
     /// Local and remote port.
-    pub ports: (u16, u16),
+    pub(crate) ports: (u16, u16),
     /// TCP_NODELAY before, if the fix set it.
-    pub nodelay_was: Option<i32>,
+    pub(crate) nodelay_was: Option<i32>,
     /// TCP_DELACK_MAX_US before, if the fix set it.
-    pub delack_was: Option<i32>,
+    pub(crate) delack_was: Option<i32>,
     /// The TCP_DELACK_MAX_US the fix set (the kernel's rounding of what was asked).
-    pub delack_set: Option<i32>,
+    pub(crate) delack_set: Option<i32>,
 }
 
 /// What a pass over the selected processes did.

@@ -34,7 +34,7 @@ impl Seen {
 }
 
 /// The local ports of the TCP sockets `pids` hold (from `/proc/PID/net/tcp{,6}`, by inode).
-pub fn local_ports(pids: &[u32]) -> BTreeSet<u16> {
+pub(crate) fn local_ports(pids: &[u32]) -> BTreeSet<u16> {
     pids.iter()
         .flat_map(|&pid| tcp_sockets(pid).unwrap_or_default())
         .map(|r| r.local_port)

@@ -7,7 +7,7 @@ use std::time::Duration;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// Ports a fix may be narrowed to: `MAX_PORTS` of fix.bpf.c (a test holds the two alike).
-pub const MAX_PORTS: usize = 16;
+pub(crate) const MAX_PORTS: usize = 16;
 
 /// What to set on each selected connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +54,7 @@ pub enum PlanError {
 }
 
 /// A duration for people: "0 ms", "4 ms", "500 µs", "1.5 s".
-pub fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     let us = d.as_micros();
     if us == 0 {
         "0 ms".into()
@@ -125,7 +125,7 @@ impl Action {
 pub struct Ports(Vec<u16>);
 
 impl Ports {
-    /// At most [`MAX_PORTS`] ports.
+    /// At most `MAX_PORTS` ports.
     pub fn new(ports: &[u16]) -> Result<Ports, PlanError> {
         if ports.len() > MAX_PORTS {
             return Err(PlanError::TooManyPorts);
@@ -156,13 +156,13 @@ impl Ports {
 )]
 pub struct Config {
     /// 1: set TCP_NODELAY.
-    pub nodelay: u32,
+    pub(crate) nodelay: u32,
     /// 0: leave delayed ACKs alone; else their bound, µs.
-    pub delack_max_us: u32,
+    pub(crate) delack_max_us: u32,
     /// How many of `ports` count (0: every connection).
-    pub nports: u32,
+    pub(crate) nports: u32,
     /// The ports, host order.
-    pub ports: [u16; MAX_PORTS],
+    pub(crate) ports: [u16; MAX_PORTS],
     /// The `nagless fix` process: the program's choices it notes are not its own.
     pub fixer_tgid: u32,
     /// The process (and its children) fixed; 0: the whole cgroup.
@@ -170,7 +170,7 @@ pub struct Config {
 }
 
 /// The size of `struct config`: the bytes of the `config` map's value.
-pub const CONFIG_LEN: usize = size_of::<Config>();
+pub(crate) const CONFIG_LEN: usize = size_of::<Config>();
 
 // The C struct: three u32, sixteen u16, two u32, no padding; each field where C has it.
 const _: () = {
@@ -215,12 +215,12 @@ impl Config {
     }
 
     /// The bytes the kernel map holds.
-    pub fn to_bytes(&self) -> [u8; CONFIG_LEN] {
-        zerocopy::transmute!(*self)
+    pub(crate) fn to_bytes(self) -> [u8; CONFIG_LEN] {
+        zerocopy::transmute!(self)
     }
 
     /// A configuration from the kernel map's bytes.
-    pub fn from_bytes(b: &[u8; CONFIG_LEN]) -> Config {
+    pub(crate) fn from_bytes(b: &[u8; CONFIG_LEN]) -> Config {
         zerocopy::transmute!(*b)
     }
 }

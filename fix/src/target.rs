@@ -106,7 +106,7 @@ pub fn check_scope(sel: &Selector, t: &Target, all: bool) -> Result<(), TargetEr
 }
 
 /// `pid` and every process descended from it, from `(pid, parent)` pairs.
-pub fn tree(pid: u32, parents: &[(u32, u32)]) -> BTreeSet<u32> {
+pub(crate) fn tree(pid: u32, parents: &[(u32, u32)]) -> BTreeSet<u32> {
     let mut set = BTreeSet::from([pid]);
     loop {
         let before = set.len();
@@ -127,7 +127,7 @@ pub fn process_tree(pid: u32) -> BTreeSet<u32> {
 }
 
 /// A cgroup directory and every cgroup directory below it.
-pub fn cgroup_dirs(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn cgroup_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -145,7 +145,7 @@ pub fn cgroup_dirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The processes of a cgroup and of its descendants.
-pub fn procs_under(dir: &Path) -> BTreeSet<u32> {
+pub(crate) fn procs_under(dir: &Path) -> BTreeSet<u32> {
     cgroup_dirs(dir)
         .iter()
         .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())

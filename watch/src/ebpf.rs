@@ -34,9 +34,9 @@ mod clock;
 mod counters;
 mod event;
 
-pub use clock::{Clock, CLOCK_SIZE};
-pub use counters::Counters;
-pub use event::{Event, EVENT_SIZE};
+pub(crate) use clock::{Clock, CLOCK_SIZE};
+pub(crate) use counters::Counters;
+pub(crate) use event::Event;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramInfo};
@@ -53,7 +53,7 @@ use crate::netns::Namespaces;
 use crate::{Filter, SampleStats, StallEvent};
 
 /// The compiled BPF object (built from watch/bpf/holds.bpf.c by `scripts/build-bpf`).
-pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/holds.bpf.o");
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/holds.bpf.o");
 
 /// The programs and the tracepoints they attach to (as BTF tracepoints).
 const PROGRAMS: [(&str, &str); 4] = [
@@ -123,7 +123,7 @@ static NOBODY: Who = Who {
 
 /// The eBPF watcher: call [`sample`](Source::sample) now and then (every 50 ms or so: the ring
 /// buffer holds about 7,700 reports) to drain the kernel's reports.
-pub struct EbpfWatcher {
+pub(crate) struct EbpfWatcher {
     // The programs stay attached while this lives.
     bpf: Ebpf,
     ring: RingBuf<MapData>,
@@ -158,7 +158,7 @@ pub struct EbpfWatcher {
 
 impl EbpfWatcher {
     /// Loads the programs and attaches them; the error names what is missing.
-    pub fn new(filter: Filter) -> Result<EbpfWatcher, Unavailable> {
+    pub(crate) fn new(filter: Filter) -> Result<EbpfWatcher, Unavailable> {
         let btf_path = Path::new("/sys/kernel/btf/vmlinux");
         if let Err(e) = std::fs::metadata(btf_path) {
             return Err(Unavailable::NoBtf(e));
@@ -407,7 +407,7 @@ impl EbpfWatcher {
     }
 
     /// The kernel programs' counters so far.
-    pub fn counters(&self) -> Counters {
+    pub(crate) fn counters(&self) -> Counters {
         let map = self
             .bpf
             .map("counters")
@@ -421,7 +421,7 @@ impl EbpfWatcher {
 
     /// Time the kernel spent in the programs so far, and how many times they ran (needs the
     /// kernel's BPF run-time statistics, turned on while this watcher lives; `None` if not).
-    pub fn kernel_cost(&self) -> Option<(Duration, u64)> {
+    pub(crate) fn kernel_cost(&self) -> Option<(Duration, u64)> {
         self._stats.as_ref()?;
         let mut time = Duration::ZERO;
         let mut runs = 0;
@@ -434,7 +434,7 @@ impl EbpfWatcher {
     }
 
     /// Reports received.
-    pub fn events(&self) -> u64 {
+    pub(crate) fn events(&self) -> u64 {
         self.events
     }
 }

@@ -43,7 +43,7 @@ struct Net {
 
 /// The netlink sockets, one per network namespace, for dumps; and a second one in each, for
 /// exact lookups from another thread ([`take_lookups`](Self::take_lookups)).
-pub struct Namespaces {
+pub(crate) struct Namespaces {
     own: u64,
     own_diag: Diag,
     others: HashMap<u64, Net>,
@@ -61,7 +61,7 @@ fn open_in(pid: u32) -> io::Result<(Diag, Diag)> {
 
 impl Namespaces {
     /// The watcher's own namespace; others too after [`refresh`](Self::refresh) if `all`.
-    pub fn new(all: bool) -> io::Result<Namespaces> {
+    pub(crate) fn new(all: bool) -> io::Result<Namespaces> {
         Ok(Namespaces {
             own: Proc::host().net_ns(Pid::Own).unwrap_or(0),
             own_diag: Diag::open()?,
@@ -73,12 +73,12 @@ impl Namespaces {
     }
 
     /// The watcher's own namespace.
-    pub fn own(&self) -> u64 {
+    pub(crate) fn own(&self) -> u64 {
         self.own
     }
 
     /// Namespaces seen but not entered at the last refresh, and why (the first reason).
-    pub fn not_entered(&self) -> (usize, Option<io::ErrorKind>) {
+    pub(crate) fn not_entered(&self) -> (usize, Option<io::ErrorKind>) {
         (
             self.not_entered.len(),
             self.not_entered.values().next().copied(),
@@ -86,7 +86,7 @@ impl Namespaces {
     }
 
     /// Finds the namespaces of the processes now in /proc: enters new ones, drops gone ones.
-    pub fn refresh(&mut self) {
+    pub(crate) fn refresh(&mut self) {
         if !self.all {
             return;
         }
@@ -127,7 +127,7 @@ impl Namespaces {
     /// [`Diag::list`]), appended to `out` with its namespace. A failure in the own namespace
     /// is an error; in another, that namespace is dropped (it may be found again at the next
     /// refresh).
-    pub fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+    pub(crate) fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
         let from = out.len();
         self.own_diag.list(states.clone(), out)?;
         for r in &mut out[from..] {
@@ -155,14 +155,14 @@ impl Namespaces {
     }
 
     /// The namespaces listed (the own one included).
-    pub fn present(&self) -> std::collections::HashSet<u64> {
+    pub(crate) fn present(&self) -> std::collections::HashSet<u64> {
         self.others.keys().copied().chain([self.own]).collect()
     }
 
     /// The kernel's count of TCP sockets in use (`/proc/net/sockstat`'s `TCP: inuse`: every
     /// state but TIME_WAIT) summed over the namespaces listed: one small read per namespace,
     /// however many sockets there are.
-    pub fn tcp_in_use(&self) -> usize {
+    pub(crate) fn tcp_in_use(&self) -> usize {
         let proc = Proc::host();
         std::iter::once(Pid::Own)
             .chain(self.others.values().map(|n| Pid::Id(n.pid)))
@@ -172,20 +172,20 @@ impl Namespaces {
     }
 
     /// The lookup sockets of the namespaces entered since the last call.
-    pub fn take_lookups(&mut self) -> Vec<(u64, Diag)> {
+    pub(crate) fn take_lookups(&mut self) -> Vec<(u64, Diag)> {
         std::mem::take(&mut self.new_lookups)
     }
 }
 
 /// Netlink sockets for exact lookups, one per namespace (see [`Namespaces::take_lookups`]).
-pub struct Lookups {
+pub(crate) struct Lookups {
     own: u64,
     diags: HashMap<u64, Diag>,
 }
 
 impl Lookups {
     /// One socket in the watcher's own namespace, `own`.
-    pub fn new(own: u64) -> io::Result<Lookups> {
+    pub(crate) fn new(own: u64) -> io::Result<Lookups> {
         Ok(Lookups {
             own,
             diags: HashMap::from([(own, Diag::open()?)]),
@@ -193,12 +193,12 @@ impl Lookups {
     }
 
     /// Adds the socket of a namespace.
-    pub fn add(&mut self, ns: u64, d: Diag) {
+    pub(crate) fn add(&mut self, ns: u64, d: Diag) {
         self.diags.insert(ns, d);
     }
 
     /// Keeps only the namespaces for which `keep` holds (and the own one).
-    pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+    pub(crate) fn retain(&mut self, keep: impl Fn(u64) -> bool) {
         let own = self.own;
         self.diags.retain(|ns, _| *ns == own || keep(*ns));
     }
@@ -206,7 +206,11 @@ impl Lookups {
     /// The sockets `socks` again, each by an exact lookup in its own namespace (see
     /// [`Diag::lookup`]); those gone, or whose namespace is gone, are left out. An error in
     /// the own namespace is returned; in another, that namespace is dropped.
-    pub fn lookup(&mut self, socks: &[&SocketRow], out: &mut Vec<SocketRow>) -> io::Result<()> {
+    pub(crate) fn lookup(
+        &mut self,
+        socks: &[&SocketRow],
+        out: &mut Vec<SocketRow>,
+    ) -> io::Result<()> {
         let mut by_ns: HashMap<u64, Vec<&SocketRow>> = HashMap::new();
         for s in socks {
             by_ns.entry(s.netns).or_default().push(s);

@@ -11,15 +11,15 @@ pub struct OwnProcess {
     /// CPU time used so far, user + system.
     pub cpu: Duration,
     /// Resident memory, bytes.
-    pub rss_bytes: u64,
+    pub(crate) rss_bytes: u64,
     /// Virtual memory, bytes.
-    pub virtual_bytes: u64,
+    pub(crate) virtual_bytes: u64,
     /// Open file descriptors.
-    pub open_fds: u64,
+    pub(crate) open_fds: u64,
     /// The soft limit on open file descriptors (`None`: unlimited).
-    pub max_fds: Option<u64>,
+    pub(crate) max_fds: Option<u64>,
     /// When the process started, seconds since the Unix epoch.
-    pub start_time_unix_s: f64,
+    pub(crate) start_time_unix_s: f64,
 }
 
 /// Linux's `USER_HZ`: the unit of `/proc/PID/stat`'s times, 100 on every architecture.

@@ -24,17 +24,17 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 )]
 pub struct Counters {
     /// Writes held behind unacknowledged data (holds begun).
-    pub holds: u64,
+    pub(crate) holds: u64,
     /// Holds released by an ACK.
-    pub released: u64,
+    pub(crate) released: u64,
     /// Holds whose bytes left without an ACK releasing them (NODELAY set, uncork, a timer).
-    pub sent_without_ack: u64,
+    pub(crate) sent_without_ack: u64,
     /// Holds long enough to be stalls, sent to userspace.
-    pub reported: u64,
+    pub(crate) reported: u64,
     /// Reports lost to a full ring buffer.
     pub lost: u64,
     /// Short holds a prompt ACK released, added up per socket (ACK-clocked evidence).
-    pub clocked: u64,
+    pub(crate) clocked: u64,
 }
 
 /// `N_COUNTERS` of holds.bpf.c: how many counters the map holds.
