@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::text;
 
@@ -48,7 +48,7 @@ impl Proc {
     }
 
     /// The directory of process `pid` (`/proc/PID`, `/proc/self`).
-    pub fn dir(&self, pid: impl Into<Pid>) -> PathBuf {
+    pub(crate) fn dir(&self, pid: impl Into<Pid>) -> PathBuf {
         match pid.into() {
             Pid::Id(pid) => self.root.join(pid.to_string()),
             Pid::Own => self.root.join("self"),
@@ -56,12 +56,12 @@ impl Proc {
     }
 
     /// The file `name` of process `pid` (`status`, `ns/net`, `net/tcp`...).
-    pub fn file(&self, pid: impl Into<Pid>, name: &str) -> PathBuf {
+    pub(crate) fn file(&self, pid: impl Into<Pid>, name: &str) -> PathBuf {
         self.dir(pid).join(name)
     }
 
     /// A file of the /proc itself (`stat`, `sys/kernel/osrelease`...).
-    pub fn host_file(&self, name: &str) -> PathBuf {
+    pub(crate) fn host_file(&self, name: &str) -> PathBuf {
         self.root.join(name)
     }
 
@@ -126,7 +126,7 @@ impl Proc {
         fs::read(self.file(pid, "cmdline"))
     }
 
-    /// The text of `/proc/PID/status` (see [`text::status_value`]).
+    /// The text of `/proc/PID/status` (see [`text::seccomp_in_force`], [`Proc::caps`]).
     pub fn status(&self, pid: impl Into<Pid>) -> io::Result<String> {
         self.read(pid, "status")
     }
@@ -148,11 +148,6 @@ impl Proc {
         fs::read_to_string(self.host_file("sys/kernel/osrelease"))
             .ok()
             .map(|s| s.trim().to_string())
-    }
-
-    /// Its root.
-    pub fn root(&self) -> &Path {
-        &self.root
     }
 }
 

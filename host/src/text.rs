@@ -5,7 +5,7 @@
 
 /// The value of the `KEY:` line of a `/proc/PID/status` text, trimmed; `None` if it has no
 /// such line (a kernel built without the feature).
-pub fn status_value<'a>(status: &'a [u8], key: &str) -> Option<&'a [u8]> {
+pub(crate) fn status_value<'a>(status: &'a [u8], key: &str) -> Option<&'a [u8]> {
     status.split(|&b| b == b'\n').find_map(|line| {
         let rest = line.strip_prefix(key.as_bytes())?.strip_prefix(b":")?;
         Some(rest.trim_ascii())
@@ -19,20 +19,20 @@ pub fn seccomp_in_force(status: &[u8]) -> bool {
 }
 
 /// The effective capabilities (`CapEff:`, a hex mask) of a `/proc/PID/status` text.
-pub fn cap_eff(status: &[u8]) -> Option<u64> {
+pub(crate) fn cap_eff(status: &[u8]) -> Option<u64> {
     let hex = std::str::from_utf8(status_value(status, "CapEff")?).ok()?;
     u64::from_str_radix(hex, 16).ok()
 }
 
 /// The effective user id (the second of `Uid:`'s real, effective, saved and filesystem ids)
 /// of a `/proc/PID/status` text.
-pub fn effective_uid(status: &[u8]) -> Option<u32> {
+pub(crate) fn effective_uid(status: &[u8]) -> Option<u32> {
     let ids = std::str::from_utf8(status_value(status, "Uid")?).ok()?;
     ids.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The inode a `/proc` link of kind `kind` names (`socket:[4242]`, `net:[4026531840]`).
-pub fn link_inode(link: &[u8], kind: &str) -> Option<u64> {
+pub(crate) fn link_inode(link: &[u8], kind: &str) -> Option<u64> {
     let n = link
         .strip_prefix(kind.as_bytes())?
         .strip_prefix(b":[")?
@@ -42,7 +42,7 @@ pub fn link_inode(link: &[u8], kind: &str) -> Option<u64> {
 
 /// The socket inode a `/proc/PID/fd` link names (`socket:[4242]`); `None` for any other
 /// file.
-pub fn socket_inode(link: &[u8]) -> Option<u64> {
+pub(crate) fn socket_inode(link: &[u8]) -> Option<u64> {
     link_inode(link, "socket")
 }
 
@@ -72,24 +72,24 @@ impl<'a> Stat<'a> {
     }
 
     /// The state (`R`, `S`, `Z`...).
-    pub fn state(&self) -> Option<char> {
+    pub(crate) fn state(&self) -> Option<char> {
         self.field(3)?.chars().next()
     }
 
     /// The parent's process id.
-    pub fn ppid(&self) -> Option<u32> {
+    pub(crate) fn ppid(&self) -> Option<u32> {
         self.field(4)?.parse().ok()
     }
 
     /// Whether it is a kernel thread (`PF_KTHREAD` in its flags).
-    pub fn kernel_thread(&self) -> bool {
+    pub(crate) fn kernel_thread(&self) -> bool {
         self.field(9)
             .and_then(|f| f.parse::<u64>().ok())
             .is_some_and(|flags| flags & PF_KTHREAD != 0)
     }
 
     /// Whether it exited (a zombie, not yet reaped by its parent, or dead).
-    pub fn exited(&self) -> bool {
+    pub(crate) fn exited(&self) -> bool {
         matches!(self.state(), Some('Z' | 'X'))
     }
 }
@@ -184,7 +184,7 @@ pub struct TcpRow {
     pub remote_port: u16,
     /// Its TCP state (1 is ESTABLISHED, 10 LISTEN).
     pub state: u8,
-    /// Its inode: what the `/proc/PID/fd` links of its owners name ([`socket_inode`]).
+    /// Its inode: what the `/proc/PID/fd` links of its owners name ([`Proc::sockets`](crate::Proc::sockets)).
     pub inode: u64,
 }
 
