@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 use nagless_fix::attach::{self, Attached};
 use nagless_fix::{existing, observe, plan, target, Action, Ports, Selector};
+use nagless_host::Proc;
 
 use crate::parse_duration;
 
@@ -205,8 +206,8 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     action
         .check(nagless_fix::tick())
         .map_err(|e| crate::usage(e.to_string()))?;
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    if let Some(have) = plan::parse_release(&release) {
+    let release = Proc::host().kernel_release().unwrap_or_default();
+    if let Some(have) = nagless_host::text::kernel_version(&release) {
         plan::check_kernel(&action, have, t.cgroup.is_some()).map_err(|e| anyhow!(e))?;
     }
     if a.dry_run {
@@ -331,7 +332,7 @@ fn refuse_overlap(t: &target::Target) -> anyhow::Result<()> {
             continue;
         }
         let who = match r.config.map(|c| c.fixer_tgid).filter(|&p| p != 0) {
-            Some(p) if std::path::Path::new(&format!("/proc/{p}")).exists() => {
+            Some(p) if Proc::host().exists(p) => {
                 format!("nagless fix (pid {p})")
             }
             _ => "a pinned fix (`nagless fix --list`)".to_string(),
@@ -363,7 +364,7 @@ fn dry_run(t: &target::Target, action: &Action, ports: &Ports, pid: Option<u32>)
         processes(t.pids.len())
     );
     for &p in &t.pids {
-        let name = std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        let name = Proc::host().comm(p).unwrap_or_default();
         let line = match existing::connections(p) {
             Ok(c) => {
                 let c: Vec<_> = c

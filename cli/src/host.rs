@@ -8,6 +8,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use nagless_host::text::kernel_version;
+use nagless_host::{Cap, Caps, Pid, Proc};
+
 /// One thing a command needs, and whether this host has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
@@ -17,20 +20,13 @@ pub struct Probe {
     pub verdict: Result<String, String>,
 }
 
-/// Linux capabilities the probes ask about (bits of CapEff).
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_SYS_PTRACE: u32 = 19;
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
-
 /// What the probes read from the host; [`probe_all`] fills it, tests make their own.
 #[derive(Debug)]
 pub struct Facts {
     /// The kernel's release (`/proc/sys/kernel/osrelease`).
     pub release: Option<String>,
     /// This process's effective capabilities (`CapEff` of `/proc/self/status`).
-    pub caps: Option<u64>,
+    pub caps: Option<Caps>,
     /// What `bpf(2)` answered to a request it must refuse.
     pub bpf: io::Error,
     /// Whether `/sys/kernel/btf/vmlinux` exists.
@@ -57,30 +53,15 @@ fn glibc_loader() -> Option<&'static str> {
     }
 }
 
-/// The kernel's version as (major, minor), from a release such as `6.18.44-fc-v657`.
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
 /// Reads the facts from this host.
 pub fn facts() -> Facts {
-    let caps = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-            u64::from_str_radix(hex.trim(), 16).ok()
-        });
+    let proc = Proc::host();
     Facts {
-        release: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .ok()
-            .map(|s| s.trim().to_string()),
-        caps,
+        release: proc.kernel_release(),
+        caps: proc.caps(Pid::Own),
         bpf: crate::sys::bpf_probe(),
         btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
-        cgroup2: nagless_fix::target::cgroup2_root().ok(),
+        cgroup2: proc.cgroup2_root().ok().flatten(),
         pidfd_getfd: crate::sys::pidfd_getfd_probe(),
         // 40 ms: a bound every kernel that knows the option accepts.
         delack_max: crate::sys::delack_max_accepted(40_000),
@@ -90,7 +71,7 @@ pub fn facts() -> Facts {
 
 /// The verdicts, in the order `nagless version --verbose` prints them.
 pub fn probe_all(f: &Facts) -> Vec<Probe> {
-    let has = |bit: u32| f.caps.is_some_and(|c| c & (1 << bit) != 0);
+    let caps = f.caps.unwrap_or_default();
     let kernel = f.release.as_deref().and_then(kernel_version);
     let at_least = |want: (u32, u32)| kernel.is_none_or(|k| k >= want);
     let sampling = "watch samples sock_diag instead";
@@ -101,21 +82,21 @@ pub fn probe_all(f: &Facts) -> Vec<Probe> {
             "Linux {} has no BTF tracepoints for its programs (6.2 or later); {sampling}",
             f.release.as_deref().unwrap_or("?")
         )),
-        _ if !(has(CAP_SYS_ADMIN) || has(CAP_BPF) && has(CAP_PERFMON)) => Err(format!(
+        _ if !caps.may_trace() => Err(format!(
             "bpf(2) and BTF are here, but this process lacks root (CAP_SYS_ADMIN, or CAP_BPF and CAP_PERFMON); {sampling}"
         )),
         _ => Ok("bpf(2), kernel BTF, Linux 6.2 or later, and the privileges to load".into()),
     };
     let sock_ops = match &f.cgroup2 {
         None => Err("no cgroup v2 hierarchy is mounted: fix changes only the connections open now".into()),
-        Some(root) if !(has(CAP_SYS_ADMIN) || has(CAP_BPF) && has(CAP_NET_ADMIN)) => Err(format!(
+        Some(root) if !caps.may_attach_to_cgroups() => Err(format!(
             "cgroup v2 at {}, but attaching needs root (CAP_SYS_ADMIN, or CAP_BPF and CAP_NET_ADMIN)",
             root.display()
         )),
         Some(root) => Ok(format!("cgroup v2 at {}: fix reaches new connections", root.display())),
     };
     let pidfd = match &f.pidfd_getfd {
-        Ok(()) if has(CAP_SYS_PTRACE) => Ok("fix reaches the connections open now".into()),
+        Ok(()) if caps.has(Cap::SysPtrace) => Ok("fix reaches the connections open now".into()),
         Ok(()) => Err(
             "the kernel has it, but another process's descriptors need root (CAP_SYS_PTRACE)"
                 .into(),
@@ -170,7 +151,7 @@ mod tests {
     fn all_there() -> Facts {
         Facts {
             release: Some("6.18.44-fc-v657".into()),
-            caps: Some(0x1ff_ffff_ffff),
+            caps: Some(Caps(0x1ff_ffff_ffff)),
             bpf: io::Error::from_raw_os_error(libc::EINVAL),
             btf: true,
             cgroup2: Some("/sys/fs/cgroup".into()),
@@ -178,14 +159,6 @@ mod tests {
             delack_max: Some(40_000),
             loader: Some(("/lib64/ld-linux-x86-64.so.2", true)),
         }
-    }
-
-    #[test]
-    fn kernel_releases_parse_to_major_and_minor() {
-        assert_eq!(kernel_version("6.18.44-fc-v657"), Some((6, 18)));
-        assert_eq!(kernel_version("5.15.0-91-generic"), Some((5, 15)));
-        assert_eq!(kernel_version("6.2"), Some((6, 2)));
-        assert_eq!(kernel_version("nonsense"), None);
     }
 
     #[test]
@@ -222,7 +195,7 @@ mod tests {
         assert!(verdict(f, "watch eBPF backend").contains("6.2"));
         // An unprivileged user: CapEff 0.
         let unprivileged = || Facts {
-            caps: Some(0),
+            caps: Some(Caps(0)),
             ..all_there()
         };
         assert!(verdict(unprivileged(), "watch eBPF backend").contains("lacks root"));

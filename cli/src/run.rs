@@ -309,12 +309,8 @@ pub fn acks_for(max: std::time::Duration) -> (String, String) {
 /// Why the shim would not act in a program started from here, if a seccomp filter is in
 /// force (it is inherited): the shim then steps aside, making no system call of its own.
 fn under_seccomp() -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let mode = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Seccomp:"))?
-        .trim();
-    (mode != "0").then(|| {
+    let status = std::fs::read("/proc/self/status").ok()?;
+    nagless_host::text::seccomp_in_force(&status).then(|| {
         "a seccomp filter is in force here (a container's default profile, systemd's \
          SystemCallFilter=, a sandbox): the shim cannot know which calls it forbids, so it \
          would make none of its own and do nothing; run the program without the filter, or \

@@ -14,6 +14,7 @@ use std::io::{self, IsTerminal as _};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use nagless_host::{Pid, Proc};
 use nagless_watch::backend::{Backend, Choice};
 use nagless_watch::metrics::{Limits, Metrics};
 use nagless_watch::serve::Exporter;
@@ -120,7 +121,7 @@ pub fn command(args: WatchArgs) -> ExitCode {
         errln!("nagless watch: {c}");
     }
     let view = live::View {
-        own_netns: nagless_watch::netns::netns_of("self").unwrap_or(0),
+        own_netns: Proc::host().net_ns(Pid::Own).unwrap_or(0),
         live: !args.json && std::io::stdout().is_terminal(),
     };
     // Buffered: a busy host's stall lines (--stalls) go out a block per refresh, not a write
@@ -160,7 +161,7 @@ fn check(args: &WatchArgs) -> Result<(), String> {
         return Err("--scan-interval must be between --interval and 10s".into());
     }
     if let Some(pid) = args.pid {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !Proc::host().exists(pid) {
             return Err(format!("--pid {pid}: no such process"));
         }
     }

@@ -213,7 +213,9 @@ fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
     // By the server's pid; its row serves its port, judged from the listeners of the
     // server's own namespace, which it names.
     let watched = stalls_of(&summary["rows"], srv.0.id());
-    let own = nagless_watch::netns::netns_of("self").unwrap();
+    let own = nagless_host::Proc::host()
+        .net_ns(nagless_host::Pid::Own)
+        .unwrap();
     assert!(
         summary["rows"]
             .as_array()

@@ -34,7 +34,8 @@ char LICENSE[] SEC("license") = "Dual MIT/GPL";
 #define TCP_DELACK_MAX_US 46
 #define MAX_PORTS 16
 
-/* Mirrored by fix/src/plan.rs's `Config` (#[repr(C)], size asserted there). */
+/* Mirrored by fix/src/plan.rs's `Config` (#[repr(C)], offsets asserted there; its test reads
+ * this struct and MAX_PORTS). */
 struct config {
 	__u32 nodelay;       /* 1: set TCP_NODELAY */
 	__u32 delack_max_us; /* 0: leave the delayed ACK alone; else TCP_BPF_DELACK_MAX */
@@ -51,7 +52,8 @@ struct {
 	__type(value, struct config);
 } config SEC(".maps");
 
-/* Read, summed over CPUs, into fix/src/attach.rs's `Counters`. */
+/* Read, summed over CPUs, into fix/src/attach.rs's `Counters`, member by member (its test
+ * reads this enum, and the defines Rust shares). */
 enum counter {
 	ESTABLISHED,     /* connections seen becoming established */
 	SELECTED,        /* of those, on a selected port */

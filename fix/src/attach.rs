@@ -6,6 +6,7 @@
 //! alone (attached for every fix, also one of a process that shares its cgroup).
 
 use std::fs;
+use std::mem::offset_of;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -13,43 +14,79 @@ use std::path::{Path, PathBuf};
 use aya::maps::{Array, MapData, PerCpuArray};
 use aya::programs::{CgroupSockopt, SockOps};
 use aya::{Ebpf, EbpfLoader};
+use nagless_host::BpfError;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::existing::TcpOption;
-use crate::plan::Config;
+use crate::plan::{Config, CONFIG_LEN};
 use crate::sys;
 
 /// The compiled kernel half (built from fix/bpf/fix.bpf.c by `scripts/build-bpf`).
-pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/fix.bpf.o");
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/fix.bpf.o");
 
 /// Where pinned fixes live: one directory per cgroup, named by the cgroup's id.
-pub const PIN_ROOT: &str = "/sys/fs/bpf/nagless-fix";
+pub(crate) const PIN_ROOT: &str = "/sys/fs/bpf/nagless-fix";
 
-const CONFIG_LEN: usize = std::mem::size_of::<Config>();
-
-/// The kernel program's counters (`enum counter` of fix.bpf.c), summed over CPUs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The kernel program's counters (summed over CPUs), in the order of fix.bpf.c's `enum
+/// counter`, which indexes the per-CPU `counters` map: one `u64` per counter (asserted at
+/// compile time, and against the C source by a test), read from the map index by index.
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Counters {
     /// Connections that became established in the cgroup.
-    pub established: u64,
+    pub(crate) established: u64,
     /// Of those, on a selected port.
     pub selected: u64,
     /// TCP_NODELAY set.
-    pub nodelay_set: u64,
+    pub(crate) nodelay_set: u64,
     /// Delayed-ACK bound set.
-    pub delack_set: u64,
+    pub(crate) delack_set: u64,
     /// Options the kernel refused.
     pub refused: u64,
 }
 
+/// `NCOUNTERS` of fix.bpf.c: how many counters the map holds.
+const N_COUNTERS: usize = 5;
+
+/// `enum counter` of fix.bpf.c, in order: each member's name there, and the field of
+/// [`Counters`] (its offset) that holds it.
+const MEMBERS: [(&str, usize); N_COUNTERS] = [
+    ("ESTABLISHED", offset_of!(Counters, established)),
+    ("SELECTED", offset_of!(Counters, selected)),
+    ("NODELAY_SET", offset_of!(Counters, nodelay_set)),
+    ("DELACK_SET", offset_of!(Counters, delack_set)),
+    ("REFUSED", offset_of!(Counters, refused)),
+];
+
+// Counter `i` of the map is the `i`th u64 of the struct.
+const _: () = {
+    assert!(size_of::<Counters>() == N_COUNTERS * size_of::<u64>());
+    let mut i = 0;
+    while i < N_COUNTERS {
+        assert!(MEMBERS[i].1 == i * size_of::<u64>());
+        i += 1;
+    }
+};
+
+/// The bits of fix.bpf.c's `chosen` map (`CHOSE_NODELAY`, `CHOSE_DELACK_MAX`): the options a
+/// program set itself.
+const CHOSE_NODELAY: u32 = 1;
+const CHOSE_DELACK_MAX: u32 = 2;
+
 /// Why the kernel half could not be attached.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
-    /// Not allowed to load BPF programs.
+    /// Not allowed to load BPF programs (the kernel said `EPERM`).
     #[error("loading nagless fix's BPF programs needs root, or CAP_BPF and CAP_NET_ADMIN ({0})")]
-    NoPermission(String),
+    NoPermission(BpfError),
     /// The kernel refused the object or the program.
     #[error("the kernel refused nagless fix's BPF program (bpf_setsockopt of TCP_NODELAY needs Linux 6.1, of TCP_BPF_DELACK_MAX Linux 5.10): {0}")]
-    Load(String),
+    Load(BpfError),
+    /// The object lacks a program or a map this module asks for.
+    #[error("the kernel refused nagless fix's BPF program (bpf_setsockopt of TCP_NODELAY needs Linux 6.1, of TCP_BPF_DELACK_MAX Linux 5.10): no {0}")]
+    Missing(&'static str),
     /// The cgroup could not be opened or linked to.
     #[error("cannot attach to cgroup {cgroup} (BPF links to cgroups need Linux 5.7): {error}")]
     Link {
@@ -63,12 +100,13 @@ pub enum AttachError {
     Pin(String),
 }
 
-fn load_error(e: impl std::fmt::Display + std::fmt::Debug) -> AttachError {
-    let text = format!("{e}: {e:?}");
-    if text.contains("EPERM") || text.contains("Operation not permitted") {
-        AttachError::NoPermission(text)
+/// What a failed load or map call means: no permission if the kernel said `EPERM`.
+fn load_error(e: &(dyn std::error::Error + 'static)) -> AttachError {
+    let e = BpfError::of(e);
+    if e.not_permitted() {
+        AttachError::NoPermission(e)
     } else {
-        AttachError::Load(text)
+        AttachError::Load(e)
     }
 }
 
@@ -95,14 +133,16 @@ pub fn attach(cgroup: &Path, config: &Config, whole: bool) -> Result<Attached, A
     let mut bpf = EbpfLoader::new()
         .allow_unsupported_maps()
         .load(OBJECT)
-        .map_err(load_error)?;
+        .map_err(|e| load_error(&e))?;
     {
         let map = bpf
             .map_mut("config")
-            .ok_or_else(|| AttachError::Load("no config map".into()))?;
+            .ok_or(AttachError::Missing("config map"))?;
         let mut array: Array<&mut MapData, [u8; CONFIG_LEN]> =
-            Array::try_from(map).map_err(load_error)?;
-        array.set(0, config.to_bytes(), 0).map_err(load_error)?;
+            Array::try_from(map).map_err(|e| load_error(&e))?;
+        array
+            .set(0, config.to_bytes(), 0)
+            .map_err(|e| load_error(&e))?;
     }
     let link_err = |e: std::io::Error| AttachError::Link {
         cgroup: cgroup.to_path_buf(),
@@ -111,20 +151,20 @@ pub fn attach(cgroup: &Path, config: &Config, whole: bool) -> Result<Attached, A
     let dir = fs::File::open(cgroup).map_err(link_err)?;
     let observer: &mut CgroupSockopt = bpf
         .program_mut("note_choice")
-        .ok_or_else(|| AttachError::Load("no note_choice program".into()))?
+        .ok_or(AttachError::Missing("note_choice program"))?
         .try_into()
-        .map_err(load_error)?;
-    observer.load().map_err(load_error)?;
-    let observer_fd = observer.fd().map_err(load_error)?;
+        .map_err(|e| load_error(&e))?;
+    observer.load().map_err(|e| load_error(&e))?;
+    let observer_fd = observer.fd().map_err(|e| load_error(&e))?;
     let observer = sys::link_setsockopt(observer_fd.as_fd(), dir.as_fd()).map_err(link_err)?;
     let link = if whole {
         let prog: &mut SockOps = bpf
             .program_mut("fix_sockops")
-            .ok_or_else(|| AttachError::Load("no fix_sockops program".into()))?
+            .ok_or(AttachError::Missing("fix_sockops program"))?
             .try_into()
-            .map_err(load_error)?;
-        prog.load().map_err(load_error)?;
-        let prog_fd = prog.fd().map_err(load_error)?;
+            .map_err(|e| load_error(&e))?;
+        prog.load().map_err(|e| load_error(&e))?;
+        let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
         Some(sys::link_sock_ops(prog_fd.as_fd(), dir.as_fd()).map_err(link_err)?)
     } else {
         None
@@ -139,14 +179,11 @@ pub fn attach(cgroup: &Path, config: &Config, whole: bool) -> Result<Attached, A
 
 /// The counters of a `counters` map (the attached program's, or a pinned one's).
 fn counters_of<T: std::borrow::Borrow<MapData>>(map: PerCpuArray<T, u64>) -> Counters {
-    let sum = |i: u32| map.get(&i, 0).map_or(0, |v| v.iter().sum());
-    Counters {
-        established: sum(0),
-        selected: sum(1),
-        nodelay_set: sum(2),
-        delack_set: sum(3),
-        refused: sum(4),
+    let mut c = [0u64; N_COUNTERS];
+    for (i, v) in c.iter_mut().enumerate() {
+        *v = map.get(&(i as u32), 0).map_or(0, |v| v.iter().sum());
     }
+    zerocopy::transmute!(c)
 }
 
 impl Attached {
@@ -154,8 +191,8 @@ impl Attached {
     /// itself since the fix began (`note_choice`). Unknown reads as no.
     pub fn chose(&self, sock: BorrowedFd<'_>, option: TcpOption) -> bool {
         let bit = match option {
-            TcpOption::Nodelay => 1,
-            TcpOption::DelackMax => 2,
+            TcpOption::Nodelay => CHOSE_NODELAY,
+            TcpOption::DelackMax => CHOSE_DELACK_MAX,
         };
         let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("chosen") else {
             return false;
@@ -166,7 +203,7 @@ impl Attached {
     /// Forgets what `note_choice` noted of the socket `sock` (a copy of the program's
     /// descriptor): the fix has just set an option on it itself, from a process that may be
     /// in the cgroup too.
-    pub fn forget_choices(&self, sock: BorrowedFd<'_>) {
+    pub(crate) fn forget_choices(&self, sock: BorrowedFd<'_>) {
         if let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("chosen") {
             let _ = sys::sk_storage_delete(map.fd().as_fd(), sock);
         }
@@ -187,12 +224,7 @@ impl Attached {
             .unwrap_or_default()
     }
 
-    /// The cgroup it is attached to.
-    pub fn cgroup(&self) -> &Path {
-        &self.cgroup
-    }
-
-    /// Pins the link and the maps under [`PIN_ROOT`] (mounting bpffs at /sys/fs/bpf if it is
+    /// Pins the link and the maps under `PIN_ROOT` (mounting bpffs at /sys/fs/bpf if it is
     /// not): the fix stays when this process ends, until `nagless fix --remove`.
     pub fn persist(self) -> Result<PathBuf, AttachError> {
         let pin = |e: std::io::Error| AttachError::Pin(e.to_string());
@@ -237,7 +269,7 @@ impl Attached {
 /// A fix pinned in bpffs.
 #[derive(Debug, Clone)]
 pub struct Pinned {
-    /// Its directory under [`PIN_ROOT`].
+    /// Its directory under `PIN_ROOT`.
     pub dir: PathBuf,
     /// The cgroup it is attached to (`None` if the cgroup is gone).
     pub cgroup: Option<PathBuf>,
@@ -395,4 +427,32 @@ pub fn find_cgroup(root: &Path, id: u64) -> Option<PathBuf> {
     crate::target::cgroup_dirs(root)
         .into_iter()
         .find(|d| cgroup_id(d).ok() == Some(id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nagless_test_support::bpf_object::{c_define, c_enum};
+
+    const SOURCE: &str = include_str!("../bpf/fix.bpf.c");
+
+    #[test]
+    fn the_counters_are_the_c_enums_in_its_order() {
+        let mut want: Vec<&str> = MEMBERS.iter().map(|m| m.0).collect();
+        want.push("NCOUNTERS");
+        assert_eq!(c_enum(SOURCE, "counter"), want);
+    }
+
+    #[test]
+    fn the_constants_shared_with_fix_bpf_c_agree() {
+        let define = |name| c_define(SOURCE, name);
+        assert_eq!(define("CHOSE_NODELAY"), Some(CHOSE_NODELAY.into()));
+        assert_eq!(define("CHOSE_DELACK_MAX"), Some(CHOSE_DELACK_MAX.into()));
+        assert_eq!(
+            define("TCP_DELACK_MAX_US"),
+            Some(crate::existing::TCP_DELACK_MAX_US.into())
+        );
+        assert_eq!(define("SOL_TCP"), Some(libc::SOL_TCP.into()));
+        assert_eq!(define("TCP_NODELAY"), Some(libc::TCP_NODELAY.into()));
+    }
 }

@@ -4,35 +4,36 @@
 //! would keep a socket open after its program closed it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+
+use nagless_host::text::{TcpRow, TCP_ESTABLISHED};
+use nagless_host::Proc;
 
 use crate::attach::Attached;
 use crate::plan::{Action, Ports};
 use crate::sys;
 
-/// `TCP_DELACK_MAX_US` (Linux 6.15): the most a socket's delayed ACK waits.
-pub const TCP_DELACK_MAX_US: i32 = 46;
-const TCP_ESTABLISHED: u8 = 1;
+/// `TCP_DELACK_MAX_US` (Linux 6.15): the most a socket's delayed ACK waits (also
+/// fix.bpf.c's, which notes the program's own choice of it: a test holds the two alike).
+pub(crate) const TCP_DELACK_MAX_US: i32 = 46;
 
 /// One socket changed, and what it had before.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Changed {
     /// A process that holds it, and the descriptor there.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// The descriptor in that process.
-    pub fd: i32,
+    pub(crate) fd: i32,
     /// The socket's inode (to tell it from a later socket on the same descriptor).
-    pub inode: u64,
+    pub(crate) inode: u64,
     /// Local and remote port.
-    pub ports: (u16, u16),
+    pub(crate) ports: (u16, u16),
     /// TCP_NODELAY before, if the fix set it.
-    pub nodelay_was: Option<i32>,
+    pub(crate) nodelay_was: Option<i32>,
     /// TCP_DELACK_MAX_US before, if the fix set it.
-    pub delack_was: Option<i32>,
+    pub(crate) delack_was: Option<i32>,
     /// The TCP_DELACK_MAX_US the fix set (the kernel's rounding of what was asked).
-    pub delack_set: Option<i32>,
+    pub(crate) delack_set: Option<i32>,
 }
 
 /// What a pass over the selected processes did.
@@ -142,29 +143,24 @@ pub fn fix(
 /// network namespace's tables matched to its sockets; `Gone` or `Blocked` as for its socket
 /// descriptors when they cannot be read.
 pub fn connections(pid: u32) -> Result<Vec<(u16, u16)>, Reach> {
-    let inodes: BTreeSet<u64> = sockets(pid)?.into_values().collect();
-    let mut out = Vec::new();
-    for table in ["tcp", "tcp6"] {
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
-            continue;
-        };
-        out.extend(established_rows(&text, &inodes));
-    }
-    Ok(out)
+    Ok(tcp_sockets(pid)?
+        .into_iter()
+        .filter(TcpRow::established)
+        .map(|r| (r.local_port, r.remote_port))
+        .collect())
 }
 
-/// The (local, remote) ports of the established rows of a `/proc/net/tcp` text whose inode
-/// is in `inodes`.
-fn established_rows(text: &str, inodes: &BTreeSet<u64>) -> Vec<(u16, u16)> {
-    let port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let inode: u64 = f.get(9)?.parse().ok()?;
-            let established = *f.get(3)? == "01";
-            (established && inodes.contains(&inode)).then_some((port(f.get(1)?)?, port(f.get(2)?)?))
-        })
+/// The TCP sockets process `pid` holds (its network namespace's rows whose inode is one of
+/// its socket descriptors'); `Gone` or `Blocked` as for its socket descriptors.
+pub(crate) fn tcp_sockets(pid: u32) -> Result<Vec<TcpRow>, Reach> {
+    let inodes: BTreeSet<u64> = sockets(pid)?.into_values().collect();
+    Ok(owned(Proc::host().tcp_sockets(pid), &inodes))
+}
+
+/// The rows of `rows` whose inode is in `inodes`.
+fn owned(rows: Vec<TcpRow>, inodes: &BTreeSet<u64>) -> Vec<TcpRow> {
+    rows.into_iter()
+        .filter(|r| inodes.contains(&r.inode))
         .collect()
 }
 
@@ -172,35 +168,15 @@ fn established_rows(text: &str, inodes: &BTreeSet<u64>) -> Vec<(u16, u16)> {
 /// descriptors cannot be listed (another user's process, without root or `CAP_SYS_PTRACE`):
 /// never an empty list that would read as "no sockets".
 pub(crate) fn sockets(pid: u32) -> Result<BTreeMap<i32, u64>, Reach> {
-    let dir = match fs::read_dir(format!("/proc/{pid}/fd")) {
-        Ok(dir) => dir,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(Reach::Gone),
-        Err(e) => return Err(reach("/proc/PID/fd", pid, &e)),
-    };
-    Ok(dir
-        .flatten()
-        .filter_map(|e| {
-            let fd = e.file_name().to_str()?.parse().ok()?;
-            let link = fs::read_link(e.path()).ok()?;
-            let inode = link
-                .to_str()?
-                .strip_prefix("socket:[")?
-                .strip_suffix(']')?
-                .parse()
-                .ok()?;
-            Some((fd, inode))
-        })
-        .collect())
+    Proc::host().sockets(pid).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Reach::Gone,
+        _ => reach("/proc/PID/fd", pid, &e),
+    })
 }
 
 /// The inode of the socket a descriptor refers to.
 fn inode_of(fd: &OwnedFd) -> Option<u64> {
-    fs::metadata(format!(
-        "/proc/self/fd/{}",
-        std::os::fd::AsRawFd::as_raw_fd(fd)
-    ))
-    .ok()
-    .map(|m| m.ino())
+    nagless_host::fd::inode_of(fd.as_fd())
 }
 
 /// An option a fix sets (what [`undo`] asks the program's choices about).
@@ -327,6 +303,21 @@ pub fn undo(changed: &[Changed], chose: impl Fn(BorrowedFd<'_>, TcpOption) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_rows_are_those_of_its_sockets() {
+        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0
+   1: 0100007F:9C40 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 99 1 0 20 4 30 10 -1
+";
+        let rows = || nagless_host::text::tcp_rows(text).collect::<Vec<_>>();
+        let mine = owned(rows(), &BTreeSet::from([4242]));
+        assert_eq!(
+            mine.iter().map(|r| r.local_port).collect::<Vec<_>>(),
+            [8000]
+        );
+        assert!(owned(rows(), &BTreeSet::from([7])).is_empty());
+    }
 
     fn err(n: i32) -> std::io::Error {
         std::io::Error::from_raw_os_error(n)

@@ -16,6 +16,8 @@
 //! chooses the fix from what `nagless watch` sees when none is asked for. `docs/fix.md`
 //! says how it works and what it cannot do.
 
+#![warn(unreachable_pub)]
+
 pub mod attach;
 pub mod existing;
 pub mod observe;

@@ -3,13 +3,12 @@
 //! held until the target's late ACK call for a delayed-ACK bound on the target.
 
 use std::collections::BTreeSet;
-use std::fs;
 use std::time::{Duration, Instant};
 
 use nagless_watch::backend::{Backend, Choice};
 use nagless_watch::Filter;
 
-use crate::existing::sockets;
+use crate::existing::tcp_sockets;
 use crate::plan::{Action, Ports};
 use crate::target::Target;
 
@@ -35,32 +34,10 @@ impl Seen {
 }
 
 /// The local ports of the TCP sockets `pids` hold (from `/proc/PID/net/tcp{,6}`, by inode).
-pub fn local_ports(pids: &[u32]) -> BTreeSet<u16> {
-    let mut out = BTreeSet::new();
-    for &pid in pids {
-        let inodes: BTreeSet<u64> = sockets(pid).unwrap_or_default().into_values().collect();
-        for table in ["tcp", "tcp6"] {
-            let Ok(text) = fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
-                continue;
-            };
-            out.extend(ports_of(&text, &inodes));
-        }
-    }
-    out
-}
-
-/// The local ports of the rows of a `/proc/net/tcp` text whose inode is in `inodes`.
-fn ports_of(text: &str, inodes: &BTreeSet<u64>) -> Vec<u16> {
-    text.lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let inode: u64 = f.get(9)?.parse().ok()?;
-            let port = f.get(1)?.rsplit(':').next()?;
-            inodes
-                .contains(&inode)
-                .then(|| u16::from_str_radix(port, 16).ok())?
-        })
+pub(crate) fn local_ports(pids: &[u32]) -> BTreeSet<u16> {
+    pids.iter()
+        .flat_map(|&pid| tcp_sockets(pid).unwrap_or_default())
+        .map(|r| r.local_port)
         .collect()
 }
 
@@ -111,15 +88,5 @@ mod tests {
         assert!(own.nodelay && own.ack_delay_max.is_none());
         let peers = Seen { own: 0, peers: 2 }.action(tick).unwrap();
         assert!(!peers.nodelay && peers.ack_delay_max == Some(Duration::from_millis(8)));
-    }
-
-    #[test]
-    fn ports_come_from_the_rows_of_the_processes_sockets() {
-        let text = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
-   0: 0100007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1 0 100 0 0 10 0
-   1: 0100007F:9C40 0100007F:1F90 01 00000000:00000000 00:00000000 00000000     0        0 99 1 0 20 4 30 10 -1
-";
-        assert_eq!(ports_of(text, &BTreeSet::from([4242])), vec![8000]);
-        assert_eq!(ports_of(text, &BTreeSet::from([7])), Vec::<u16>::new());
     }
 }

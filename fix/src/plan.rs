@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
-/// Ports a fix may be narrowed to (the kernel program's `MAX_PORTS`).
-pub const MAX_PORTS: usize = 16;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// Ports a fix may be narrowed to: `MAX_PORTS` of fix.bpf.c (a test holds the two alike).
+pub(crate) const MAX_PORTS: usize = 16;
 
 /// What to set on each selected connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +54,7 @@ pub enum PlanError {
 }
 
 /// A duration for people: "0 ms", "4 ms", "500 µs", "1.5 s".
-pub fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     let us = d.as_micros();
     if us == 0 {
         "0 ms".into()
@@ -63,15 +65,6 @@ pub fn human(d: Duration) -> String {
     } else {
         format!("{} s", d.as_secs_f64())
     }
-}
-
-/// The major and minor version of a kernel release string (`6.18.0-1-amd64`: (6, 18)).
-pub fn parse_release(release: &str) -> Option<(u32, u32)> {
-    let mut it = release
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(str::parse::<u32>);
-    Some((it.next()?.ok()?, it.next()?.ok()?))
 }
 
 /// Checks what attaching the kernel programs for `action` needs against kernel `have`: BPF
@@ -132,7 +125,7 @@ impl Action {
 pub struct Ports(Vec<u16>);
 
 impl Ports {
-    /// At most [`MAX_PORTS`] ports.
+    /// At most `MAX_PORTS` ports.
     pub fn new(ports: &[u16]) -> Result<Ports, PlanError> {
         if ports.len() > MAX_PORTS {
             return Err(PlanError::TooManyPorts);
@@ -154,28 +147,35 @@ impl Ports {
     }
 }
 
-/// The kernel program's configuration: `struct config` of fix/bpf/fix.bpf.c, field by field.
+/// The kernel program's configuration: `struct config` of fix/bpf/fix.bpf.c, field by field
+/// (the asserts below hold it to the C layout, and a test to the C source), as the `config`
+/// map holds it (native byte order).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Config {
     /// 1: set TCP_NODELAY.
-    pub nodelay: u32,
+    pub(crate) nodelay: u32,
     /// 0: leave delayed ACKs alone; else their bound, µs.
-    pub delack_max_us: u32,
+    pub(crate) delack_max_us: u32,
     /// How many of `ports` count (0: every connection).
-    pub nports: u32,
+    pub(crate) nports: u32,
     /// The ports, host order.
-    pub ports: [u16; MAX_PORTS],
+    pub(crate) ports: [u16; MAX_PORTS],
     /// The `nagless fix` process: the program's choices it notes are not its own.
     pub fixer_tgid: u32,
     /// The process (and its children) fixed; 0: the whole cgroup.
     pub target_pid: u32,
 }
 
+/// The size of `struct config`: the bytes of the `config` map's value.
+pub(crate) const CONFIG_LEN: usize = size_of::<Config>();
+
 // The C struct: three u32, sixteen u16, two u32, no padding; each field where C has it.
 const _: () = {
-    use std::mem::{offset_of, size_of};
-    assert!(size_of::<Config>() == 12 + 2 * MAX_PORTS + 8);
+    use std::mem::offset_of;
+    assert!(CONFIG_LEN == 12 + 2 * MAX_PORTS + 8);
     assert!(offset_of!(Config, nodelay) == 0);
     assert!(offset_of!(Config, delack_max_us) == 4);
     assert!(offset_of!(Config, nports) == 8);
@@ -215,47 +215,13 @@ impl Config {
     }
 
     /// The bytes the kernel map holds.
-    pub fn to_bytes(&self) -> [u8; std::mem::size_of::<Config>()] {
-        use std::mem::offset_of;
-        let mut b = [0u8; std::mem::size_of::<Config>()];
-        let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
-        put(offset_of!(Config, nodelay), &self.nodelay.to_ne_bytes());
-        put(
-            offset_of!(Config, delack_max_us),
-            &self.delack_max_us.to_ne_bytes(),
-        );
-        put(offset_of!(Config, nports), &self.nports.to_ne_bytes());
-        for (i, p) in self.ports.iter().enumerate() {
-            put(offset_of!(Config, ports) + 2 * i, &p.to_ne_bytes());
-        }
-        put(
-            offset_of!(Config, fixer_tgid),
-            &self.fixer_tgid.to_ne_bytes(),
-        );
-        put(
-            offset_of!(Config, target_pid),
-            &self.target_pid.to_ne_bytes(),
-        );
-        b
+    pub(crate) fn to_bytes(self) -> [u8; CONFIG_LEN] {
+        zerocopy::transmute!(self)
     }
 
     /// A configuration from the kernel map's bytes.
-    pub fn from_bytes(b: &[u8; std::mem::size_of::<Config>()]) -> Config {
-        use std::mem::offset_of;
-        let u = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().unwrap());
-        let mut ports = [0u16; MAX_PORTS];
-        for (i, p) in ports.iter_mut().enumerate() {
-            let at = offset_of!(Config, ports) + 2 * i;
-            *p = u16::from_ne_bytes([b[at], b[at + 1]]);
-        }
-        Config {
-            nodelay: u(offset_of!(Config, nodelay)),
-            delack_max_us: u(offset_of!(Config, delack_max_us)),
-            nports: u(offset_of!(Config, nports)),
-            ports,
-            fixer_tgid: u(offset_of!(Config, fixer_tgid)),
-            target_pid: u(offset_of!(Config, target_pid)),
-        }
+    pub(crate) fn from_bytes(b: &[u8; CONFIG_LEN]) -> Config {
+        zerocopy::transmute!(*b)
     }
 }
 
@@ -306,9 +272,6 @@ mod tests {
 
     #[test]
     fn the_kernel_is_checked_for_what_the_fix_needs() {
-        assert_eq!(parse_release("6.18.0-1-amd64"), Some((6, 18)));
-        assert_eq!(parse_release("5.10.0"), Some((5, 10)));
-        assert_eq!(parse_release("x"), None);
         let nodelay = Action {
             nodelay: true,
             ack_delay_max: None,
@@ -351,5 +314,24 @@ mod tests {
         let back = Config::from_bytes(&c.to_bytes());
         assert_eq!(back, c);
         assert_eq!(back.action(), (a, p));
+        let b = c.to_bytes();
+        assert_eq!(b[4..8], 8_000u32.to_ne_bytes());
+        assert_eq!(
+            b[12..16],
+            [8000u16.to_ne_bytes(), 443u16.to_ne_bytes()].concat()[..]
+        );
+    }
+
+    #[test]
+    fn the_config_is_fix_bpf_cs_struct_config() {
+        use nagless_test_support::bpf_object::{c_define, c_struct};
+        let source = include_str!("../bpf/fix.bpf.c");
+        assert_eq!(c_define(source, "MAX_PORTS"), Some(MAX_PORTS as i64));
+        assert_eq!(
+            c_struct(source, "config"),
+            nagless_test_support::mirror_layout!(Config: nodelay, delack_max_us, nports, ports,
+                fixer_tgid, target_pid)
+        );
+        assert_eq!(size_of::<Config>(), CONFIG_LEN);
     }
 }

@@ -23,20 +23,20 @@ fn owned(r: libc::c_long) -> io::Result<OwnedFd> {
 }
 
 /// A pidfd for process `pid` (Linux 5.3).
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags, no memory.
     owned(unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) })
 }
 
 /// A copy of descriptor `fd` of the process behind `pidfd` (Linux 5.6; needs
 /// PTRACE_MODE_ATTACH_REALCREDS on it: root).
-pub fn pidfd_getfd(pidfd: BorrowedFd, fd: RawFd) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_getfd(pidfd: BorrowedFd, fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_getfd takes two descriptors and flags, no memory.
     owned(unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) })
 }
 
 /// An integer socket option.
-pub fn getsockopt_int(fd: BorrowedFd, level: i32, name: i32) -> io::Result<i32> {
+pub(crate) fn getsockopt_int(fd: BorrowedFd, level: i32, name: i32) -> io::Result<i32> {
     let mut v: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `v` and `len` are valid for writes of the sizes given.
@@ -53,7 +53,7 @@ pub fn getsockopt_int(fd: BorrowedFd, level: i32, name: i32) -> io::Result<i32> 
 }
 
 /// Sets an integer socket option.
-pub fn setsockopt_int(fd: BorrowedFd, level: i32, name: i32, v: i32) -> io::Result<()> {
+pub(crate) fn setsockopt_int(fd: BorrowedFd, level: i32, name: i32, v: i32) -> io::Result<()> {
     // SAFETY: `v` is valid for reads of its size.
     let r = unsafe {
         libc::setsockopt(
@@ -68,7 +68,7 @@ pub fn setsockopt_int(fd: BorrowedFd, level: i32, name: i32, v: i32) -> io::Resu
 }
 
 /// The TCP state of a socket (`tcpi_state`: 1 is ESTABLISHED), from TCP_INFO.
-pub fn tcp_state(fd: BorrowedFd) -> io::Result<u8> {
+pub(crate) fn tcp_state(fd: BorrowedFd) -> io::Result<u8> {
     let mut info = [0u8; 8];
     let mut len = info.len() as libc::socklen_t;
     // SAFETY: `info` and `len` are valid for writes of the size given; the kernel copies at
@@ -86,7 +86,7 @@ pub fn tcp_state(fd: BorrowedFd) -> io::Result<u8> {
 }
 
 /// The local and remote ports of a connected socket.
-pub fn ports(fd: BorrowedFd) -> io::Result<(u16, u16)> {
+pub(crate) fn ports(fd: BorrowedFd) -> io::Result<(u16, u16)> {
     let port = |peer: bool| -> io::Result<u16> {
         // SAFETY: an all-zero sockaddr_storage is valid.
         let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -135,13 +135,13 @@ fn put_u64(attr: &mut [u8; 128], at: usize, v: u64) {
 
 /// Attaches the sock_ops program `prog` to the cgroup `cgroup` as a BPF link (Linux 5.7): it
 /// stays attached while the returned descriptor (or a pin of it) lives, and goes with it.
-pub fn link_sock_ops(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Result<OwnedFd> {
+pub(crate) fn link_sock_ops(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Result<OwnedFd> {
     link_cgroup(prog, cgroup, BPF_CGROUP_SOCK_OPS)
 }
 
 /// Attaches the cgroup/setsockopt program `prog` to `cgroup` as a BPF link (Linux 5.7), as
 /// [`link_sock_ops`].
-pub fn link_setsockopt(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Result<OwnedFd> {
+pub(crate) fn link_setsockopt(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Result<OwnedFd> {
     link_cgroup(prog, cgroup, BPF_CGROUP_SETSOCKOPT)
 }
 
@@ -154,7 +154,7 @@ fn link_cgroup(prog: BorrowedFd, cgroup: BorrowedFd, attach_type: u32) -> io::Re
 }
 
 /// Removes what a socket-storage map holds for the socket `sock` (nothing stored: no error).
-pub fn sk_storage_delete(map: BorrowedFd, sock: BorrowedFd) -> io::Result<()> {
+pub(crate) fn sk_storage_delete(map: BorrowedFd, sock: BorrowedFd) -> io::Result<()> {
     let key: i32 = sock.as_raw_fd();
     let mut attr = [0u8; 128];
     put_u32(&mut attr, 0, map.as_raw_fd() as u32); // map_fd
@@ -167,7 +167,7 @@ pub fn sk_storage_delete(map: BorrowedFd, sock: BorrowedFd) -> io::Result<()> {
 }
 
 /// The `u32` a socket-storage map holds for the socket `sock` (`None`: nothing stored).
-pub fn sk_storage_u32(map: BorrowedFd, sock: BorrowedFd) -> io::Result<Option<u32>> {
+pub(crate) fn sk_storage_u32(map: BorrowedFd, sock: BorrowedFd) -> io::Result<Option<u32>> {
     let key: i32 = sock.as_raw_fd();
     let mut value: u32 = 0;
     let mut attr = [0u8; 128];
@@ -187,7 +187,7 @@ fn c_path(path: &Path) -> io::Result<CString> {
 }
 
 /// Pins the BPF object `fd` (a link, a map, a program) at `path` on a BPF filesystem.
-pub fn obj_pin(fd: BorrowedFd, path: &Path) -> io::Result<()> {
+pub(crate) fn obj_pin(fd: BorrowedFd, path: &Path) -> io::Result<()> {
     let p = c_path(path)?;
     let mut attr = [0u8; 128];
     put_u64(&mut attr, 0, p.as_ptr() as u64); // pathname
@@ -196,7 +196,7 @@ pub fn obj_pin(fd: BorrowedFd, path: &Path) -> io::Result<()> {
 }
 
 /// Opens the BPF object pinned at `path`.
-pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
+pub(crate) fn obj_get(path: &Path) -> io::Result<OwnedFd> {
     let p = c_path(path)?;
     let mut attr = [0u8; 128];
     put_u64(&mut attr, 0, p.as_ptr() as u64); // pathname
@@ -204,7 +204,7 @@ pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
 }
 
 /// The attach type and cgroup id of a cgroup BPF link (`struct bpf_link_info`).
-pub fn cgroup_link_info(link: BorrowedFd) -> io::Result<(u32, u64)> {
+pub(crate) fn cgroup_link_info(link: BorrowedFd) -> io::Result<(u32, u64)> {
     let mut info = [0u8; 64];
     let mut attr = [0u8; 128];
     put_u32(&mut attr, 0, link.as_raw_fd() as u32); // bpf_fd
@@ -223,7 +223,7 @@ const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
 const BPF_LINK_GET_NEXT_ID: libc::c_long = 31;
 
 /// The id of the next BPF link after `id` on this host (`None` at the end).
-pub fn link_next_id(id: u32) -> Option<u32> {
+pub(crate) fn link_next_id(id: u32) -> Option<u32> {
     let mut attr = [0u8; 128];
     put_u32(&mut attr, 0, id); // start_id
     bpf(BPF_LINK_GET_NEXT_ID, &mut attr).ok()?;
@@ -231,7 +231,7 @@ pub fn link_next_id(id: u32) -> Option<u32> {
 }
 
 /// Whether this process may walk the host's BPF links (an empty list, ENOENT, counts).
-pub fn may_list_links() -> bool {
+pub(crate) fn may_list_links() -> bool {
     let mut attr = [0u8; 128];
     match bpf(BPF_LINK_GET_NEXT_ID, &mut attr) {
         Ok(_) => true,
@@ -240,14 +240,14 @@ pub fn may_list_links() -> bool {
 }
 
 /// A descriptor of the BPF link `id`.
-pub fn link_by_id(id: u32) -> io::Result<OwnedFd> {
+pub(crate) fn link_by_id(id: u32) -> io::Result<OwnedFd> {
     let mut attr = [0u8; 128];
     put_u32(&mut attr, 0, id); // link_id
     owned(bpf(BPF_LINK_GET_FD_BY_ID, &mut attr)?)
 }
 
 /// The program id of a BPF link (`struct bpf_link_info`'s prog_id).
-pub fn link_prog_id(link: BorrowedFd) -> io::Result<u32> {
+pub(crate) fn link_prog_id(link: BorrowedFd) -> io::Result<u32> {
     let mut info = [0u8; 64];
     let mut attr = [0u8; 128];
     put_u32(&mut attr, 0, link.as_raw_fd() as u32);
@@ -258,7 +258,7 @@ pub fn link_prog_id(link: BorrowedFd) -> io::Result<u32> {
 }
 
 /// The name of the BPF program `id` (`struct bpf_prog_info`'s name, at most 15 bytes).
-pub fn prog_name(id: u32) -> io::Result<String> {
+pub(crate) fn prog_name(id: u32) -> io::Result<String> {
     let mut attr = [0u8; 128];
     put_u32(&mut attr, 0, id); // prog_id
     let prog = owned(bpf(BPF_PROG_GET_FD_BY_ID, &mut attr)?)?;
@@ -274,17 +274,17 @@ pub fn prog_name(id: u32) -> io::Result<String> {
 }
 
 /// Whether `attach_type` is the sock_ops one.
-pub fn is_sock_ops(attach_type: u32) -> bool {
+pub(crate) fn is_sock_ops(attach_type: u32) -> bool {
     attach_type == BPF_CGROUP_SOCK_OPS
 }
 
 /// Whether `attach_type` is the cgroup/setsockopt one.
-pub fn is_setsockopt(attach_type: u32) -> bool {
+pub(crate) fn is_setsockopt(attach_type: u32) -> bool {
     attach_type == BPF_CGROUP_SETSOCKOPT
 }
 
 /// Mounts a BPF filesystem at `dir` (which must exist).
-pub fn mount_bpffs(dir: &Path) -> io::Result<()> {
+pub(crate) fn mount_bpffs(dir: &Path) -> io::Result<()> {
     let d = c_path(dir)?;
     // SAFETY: NUL-terminated strings that outlive the call; no data argument.
     let r = unsafe {
@@ -300,7 +300,7 @@ pub fn mount_bpffs(dir: &Path) -> io::Result<()> {
 }
 
 /// Whether `dir` is on a BPF filesystem.
-pub fn is_bpffs(dir: &Path) -> io::Result<bool> {
+pub(crate) fn is_bpffs(dir: &Path) -> io::Result<bool> {
     const BPF_FS_MAGIC: i64 = 0xcafe4a11;
     let d = c_path(dir)?;
     // SAFETY: an all-zero statfs is valid; the kernel fills it.
@@ -311,7 +311,7 @@ pub fn is_bpffs(dir: &Path) -> io::Result<bool> {
 }
 
 /// The kernel's timer tick, from CLOCK_MONOTONIC_COARSE's resolution (4 ms at HZ=250).
-pub fn tick() -> std::time::Duration {
+pub(crate) fn tick() -> std::time::Duration {
     // SAFETY: an all-zero timespec is valid; the kernel fills it.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: a valid timespec to fill.

@@ -7,6 +7,8 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use nagless_host::{text, Proc};
+
 /// What the operator selected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selector {
@@ -64,42 +66,17 @@ pub enum TargetError {
     Everything(String, usize),
 }
 
-/// The cgroup v2 mount point, from a `/proc/self/mountinfo` text.
-pub fn cgroup2_mount(mountinfo: &str) -> Option<PathBuf> {
-    mountinfo.lines().find_map(|l| {
-        // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-        let (pre, post) = l.split_once(" - ")?;
-        let point = pre.split_whitespace().nth(4)?;
-        (post.split_whitespace().next()? == "cgroup2").then(|| PathBuf::from(point))
-    })
-}
-
 /// The cgroup v2 mount point of this host.
 pub fn cgroup2_root() -> Result<PathBuf, TargetError> {
-    let text = fs::read_to_string("/proc/self/mountinfo")?;
-    cgroup2_mount(&text).ok_or(TargetError::NoCgroup2)
+    Proc::host().cgroup2_root()?.ok_or(TargetError::NoCgroup2)
 }
 
 /// The cgroup v2 path of process `pid` (relative to the mount: `/system.slice/x.service`).
 fn cgroup_of(pid: u32) -> Result<String, TargetError> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup"))
+    let text = Proc::host()
+        .cgroup(pid)
         .map_err(|_| TargetError::NoProcess(pid))?;
-    Ok(text
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .unwrap_or("/")
-        .to_string())
-}
-
-/// Whether process `pid` is a kernel thread (`PF_KTHREAD` in its flags).
-fn kernel_thread(pid: u32) -> bool {
-    const PF_KTHREAD: u64 = 0x0020_0000;
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        // `pid (comm) state ppid pgrp session tty tpgid flags ...`, read after comm's `)`.
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(6)?.parse::<u64>().ok())
-            .is_some_and(|flags| flags & PF_KTHREAD != 0)
-    })
+    Ok(text::cgroup_v2_path(&text).unwrap_or("/").to_string())
 }
 
 /// Refuses a selection that means more than a user names by it: a kernel thread (no
@@ -107,7 +84,7 @@ fn kernel_thread(pid: u32) -> bool {
 /// `all` says so.
 pub fn check_scope(sel: &Selector, t: &Target, all: bool) -> Result<(), TargetError> {
     if let Selector::Pid(pid) = sel {
-        if kernel_thread(*pid) {
+        if Proc::host().kernel_thread(*pid) {
             return Err(TargetError::KernelThread(*pid));
         }
     }
@@ -128,16 +105,8 @@ pub fn check_scope(sel: &Selector, t: &Target, all: bool) -> Result<(), TargetEr
     }
 }
 
-/// Whether process `pid` is gone or a zombie (exited, not yet reaped by its parent).
-fn exited(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
-    })
-}
-
 /// `pid` and every process descended from it, from `(pid, parent)` pairs.
-pub fn tree(pid: u32, parents: &[(u32, u32)]) -> BTreeSet<u32> {
+pub(crate) fn tree(pid: u32, parents: &[(u32, u32)]) -> BTreeSet<u32> {
     let mut set = BTreeSet::from([pid]);
     loop {
         let before = set.len();
@@ -154,33 +123,11 @@ pub fn tree(pid: u32, parents: &[(u32, u32)]) -> BTreeSet<u32> {
 
 /// Process `pid` and every process descended from it now.
 pub fn process_tree(pid: u32) -> BTreeSet<u32> {
-    tree(pid, &parents())
-}
-
-/// Every process's `(pid, parent)`.
-fn parents() -> Vec<(u32, u32)> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|pid| {
-            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // `pid (comm) state ppid ...`: comm may hold anything, so read after its `)`.
-            let ppid = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()?;
-            Some((pid, ppid))
-        })
-        .collect()
+    tree(pid, &Proc::host().parents())
 }
 
 /// A cgroup directory and every cgroup directory below it.
-pub fn cgroup_dirs(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn cgroup_dirs(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -198,7 +145,7 @@ pub fn cgroup_dirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The processes of a cgroup and of its descendants.
-pub fn procs_under(dir: &Path) -> BTreeSet<u32> {
+pub(crate) fn procs_under(dir: &Path) -> BTreeSet<u32> {
     cgroup_dirs(dir)
         .iter()
         .filter_map(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
@@ -226,12 +173,12 @@ pub fn resolve(sel: &Selector) -> Result<Target, TargetError> {
     };
     match sel {
         Selector::Pid(pid) => {
-            if exited(*pid) {
+            if Proc::host().exited(*pid) {
                 return Err(TargetError::NoProcess(*pid));
             }
             let path = cgroup_of(*pid)?;
             let dir = root.join(path.trim_start_matches('/'));
-            let mine = tree(*pid, &parents());
+            let mine = process_tree(*pid);
             let there = procs_under(&dir);
             // The cgroup is the process's own when it holds nothing else.
             if !there.is_empty() && there.is_subset(&mine) && path != "/" {
@@ -270,7 +217,7 @@ pub fn resolve(sel: &Selector) -> Result<Target, TargetError> {
                 )));
             }
             let mut found = BTreeSet::new();
-            for (pid, _) in parents() {
+            for (pid, _) in Proc::host().parents() {
                 let Ok(path) = cgroup_of(pid) else { continue };
                 if nagless_watch::procs::container_id(&path).is_some_and(|c| c.starts_with(&id)) {
                     found.insert(path);
@@ -313,19 +260,6 @@ fn find_dir(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_cgroup2_mount_is_found_among_v1_ones() {
-        let text = "\
-35 25 0:30 / /sys/fs/cgroup/memory rw,relatime shared:14 - cgroup cgroup rw,memory
-40 25 0:35 / /sys/fs/cgroup/unified rw,relatime shared:19 - cgroup2 cgroup2 rw
-";
-        assert_eq!(
-            cgroup2_mount(text),
-            Some(PathBuf::from("/sys/fs/cgroup/unified"))
-        );
-        assert_eq!(cgroup2_mount("1 0 0:1 / / rw - ext4 /dev/sda rw\n"), None);
-    }
 
     #[test]
     fn a_process_tree_takes_children_and_grandchildren_only() {

@@ -42,18 +42,10 @@ pub fn aside_from_start() {
 pub fn filter_at_start() -> bool {
     let mut status = [0u8; 4096];
     match crate::sys::read_file(c"/proc/self/status", &mut status) {
-        Some(n) => filtered(&status[..n]),
+        // (Allocation-free, as the rest of this read: see nagless_host::text.)
+        Some(n) => nagless_host::text::seccomp_in_force(&status[..n]),
         None => true,
     }
-}
-
-/// Whether a `/proc/PID/status` text says a seccomp mode is in force (strict or filter). No
-/// `Seccomp:` line (a kernel built without seccomp) means none.
-fn filtered(status: &[u8]) -> bool {
-    status
-        .split(|&b| b == b'\n')
-        .find_map(|line| line.strip_prefix(b"Seccomp:"))
-        .is_some_and(|v| v.trim_ascii() != b"0")
 }
 
 /// The program is about to install a seccomp filter (`what` names the call): end every
@@ -69,19 +61,4 @@ pub fn before_filter(what: &str) {
         "{what}: a seccomp filter comes: stepping aside"
     ));
     ASIDE.store(true, Relaxed);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::filtered;
-
-    #[test]
-    fn the_status_line_says_whether_a_filter_is_in_force() {
-        let with =
-            |v: &str| format!("Name:\tx\nNoNewPrivs:\t1\nSeccomp:\t{v}\nSeccomp_filters:\t1\n");
-        assert!(!filtered(with("0").as_bytes()));
-        assert!(filtered(with("2").as_bytes()));
-        assert!(filtered(with("1").as_bytes()));
-        assert!(!filtered(b"Name:\tx\nState:\tR\n"));
-    }
 }

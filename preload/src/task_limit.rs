@@ -9,6 +9,8 @@
 //! hierarchy), as `/proc/self/cgroup` and `/proc/self/mountinfo` name them. A limit that
 //! cannot be read counts as none.
 
+use nagless_host::text::{cgroup_lines, cgroup_v2_path, mounts};
+
 /// Limits at or below this many tasks are tight.
 #[cfg_attr(test, allow(dead_code))]
 pub const TIGHT: u64 = 1024;
@@ -18,34 +20,20 @@ pub const TIGHT: u64 = 1024;
 /// `/proc/self/mountinfo`; `None` if no mounted hierarchy carries it.
 pub fn pids_dir(cgroup: &str, mountinfo: &str) -> Option<(String, String)> {
     // v1's pids hierarchy first (where both exist, the controller is v1's), then v2.
-    let v1 = cgroup.lines().find_map(|l| {
-        let mut f = l.splitn(3, ':');
-        let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
-        ctrl.split(',').any(|c| c == "pids").then_some(path)
-    });
-    let v2 = cgroup.lines().find_map(|l| l.strip_prefix("0::"));
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let left: Vec<&str> = left.split(' ').collect();
-        let right: Vec<&str> = right.split(' ').collect();
-        let (Some(root), Some(mnt), Some(fstype), Some(opts)) =
-            (left.get(3), left.get(4), right.first(), right.get(2))
-        else {
-            continue;
-        };
-        let path = match *fstype {
-            "cgroup" if opts.split(',').any(|o| o == "pids") => v1,
+    let v1 = cgroup_lines(cgroup).find_map(|l| l.has("pids").then_some(l.path));
+    let v2 = cgroup_v2_path(cgroup);
+    for m in mounts(mountinfo) {
+        let path = match m.fstype {
+            "cgroup" if m.has_option("pids") => v1,
             "cgroup2" if v1.is_none() => v2,
             _ => None,
         };
         if let Some(path) = path {
             // The cgroup's path is relative to the namespace's root; the mount shows `root`.
             let rel = path
-                .strip_prefix(root.trim_end_matches('/'))
+                .strip_prefix(m.root.trim_end_matches('/'))
                 .unwrap_or(path);
-            return Some((mnt.to_string(), rel.trim_start_matches('/').to_string()));
+            return Some((m.point.to_string(), rel.trim_start_matches('/').to_string()));
         }
     }
     None

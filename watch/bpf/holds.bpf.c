@@ -50,6 +50,8 @@ const volatile __u64 clock_gap_ns = 2000000;
 #define IPPROTO_TCP 6
 #define SOCK_STREAM 1
 
+/* Read, summed over CPUs, into watch/src/ebpf/counters.rs's `Counters`, member by member
+ * (its test reads this enum). */
 enum counter {
 	HOLDS,       /* holds begun */
 	RELEASED,    /* released by an ACK */

@@ -1,8 +1,7 @@
-//! Which backend finds the stalls: the kernel's events ([`crate::ebpf`]) where BPF loads,
-//! else sampling every socket's `tcp_info` ([`crate::sampling`]). Both feed the same
-//! [`board`](crate::board) and give the same rows; each says for itself, through [`Source`],
-//! how it runs, what the watch cost and what it cannot see, so the command asks rather than
-//! telling them apart.
+//! Which backend finds the stalls: the kernel's events (`ebpf`) where BPF loads, else
+//! sampling every socket's `tcp_info` (`sampling`). Both feed the same `board` and give the
+//! same rows; each says for itself, through [`Source`], how it runs, what the watch cost and
+//! what it cannot see, so the command asks rather than telling them apart.
 
 use std::io;
 use std::ops::{Deref, DerefMut};
@@ -58,9 +57,9 @@ pub struct KernelReport {
     /// The programs' counters.
     pub counters: Counters,
     /// Times the programs ran, if the kernel's BPF run-time statistics are on.
-    pub program_runs: Option<u64>,
+    pub(crate) program_runs: Option<u64>,
     /// Time the kernel spent in them, ms (same).
-    pub program_ms: Option<f64>,
+    pub(crate) program_ms: Option<f64>,
 }
 
 /// A backend: where the stalls come from, and what it says of itself.

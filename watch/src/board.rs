@@ -21,13 +21,13 @@ pub struct GroupKey {
     /// Owning process id (`None`: not readable, see [`procs`](crate::procs)).
     pub pid: Option<u32>,
     /// Owner's uid (shown when the pid is unknown).
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// The port.
     pub port: u16,
     /// The port is the local one (the process serves it).
     pub serves: bool,
     /// The network namespace of its sockets (inode of `/proc/PID/ns/net`).
-    pub netns: u64,
+    pub(crate) netns: u64,
 }
 
 /// What cost a group most.
@@ -54,7 +54,7 @@ pub struct Row {
     /// Command line, if known.
     pub cmd: Option<String>,
     /// Which program it runs (the script, module or main class:
-    /// [`procs::program_name`](crate::procs::program_name)), if known.
+    /// `procs::program_name`), if known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub program: Option<String>,
     /// Command name (`/proc/PID/comm`), if known.
@@ -70,7 +70,7 @@ pub struct Row {
     /// The owner's container id (64 hex digits), if its cgroup names one.
     pub container: Option<String>,
     /// The owner's program without arguments
-    /// ([`procs::service_name`](crate::procs::service_name)): the metrics' `process` label.
+    /// (`procs::service_name`): the metrics' `process` label.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
     /// The owner's pod, on a Kubernetes node.

@@ -32,7 +32,7 @@ pub struct Stall {
     /// How late the releasing ACK came beyond the RTT: the time the write lost, µs.
     pub lost_us: u64,
     /// When the hold ended (sample time, µs).
-    pub at_us: u64,
+    pub(crate) at_us: u64,
     /// The receiver's timer class, judged from the delay.
     pub timer: Option<AckTimer>,
 }
@@ -51,7 +51,7 @@ struct Hold {
 
 /// How a hold an ACK released ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Release {
+pub(crate) enum Release {
     /// A stall.
     Stall(Stall),
     /// A prompt ACK released it (see [`rule::is_clocked_release`]): a clocked write.
@@ -63,7 +63,7 @@ pub enum Release {
 
 /// Follows one socket from sample to sample.
 #[derive(Debug, Default, Clone)]
-pub struct HoldTracker {
+pub(crate) struct HoldTracker {
     hold: Option<Hold>,
 }
 
@@ -93,12 +93,13 @@ fn holding(at_us: u64, i: &TcpInfo) -> Option<Hold> {
 
 impl HoldTracker {
     /// Whether a hold is being followed.
-    pub fn holding(&self) -> bool {
+    pub(crate) fn holding(&self) -> bool {
         self.hold.is_some()
     }
 
     /// One sample of the socket taken at `at_us`; returns a stall if one just ended.
-    pub fn observe(&mut self, at_us: u64, info: &TcpInfo) -> Option<Stall> {
+    #[cfg(test)]
+    pub(crate) fn observe(&mut self, at_us: u64, info: &TcpInfo) -> Option<Stall> {
         match self.observe_release(at_us, info)? {
             Release::Stall(s) => Some(s),
             Release::Clocked { .. } => None,
@@ -107,7 +108,7 @@ impl HoldTracker {
 
     /// One sample of the socket taken at `at_us`; returns how a hold ended, if one just
     /// ended with a release by an ACK that was a stall or clocked.
-    pub fn observe_release(&mut self, at_us: u64, info: &TcpInfo) -> Option<Release> {
+    pub(crate) fn observe_release(&mut self, at_us: u64, info: &TcpInfo) -> Option<Release> {
         let now = holding(at_us, info);
         let Some(h) = self.hold else {
             self.hold = now;
@@ -151,36 +152,27 @@ impl HoldTracker {
 
 /// A write TCP held until an ACK released it, as either backend saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeldWrite {
+pub(crate) struct HeldWrite {
     /// Most bytes held at once.
-    pub held: u32,
+    pub(crate) held: u32,
     /// The sender's MSS (`tcpi_snd_mss`, `mss_cache`: options already counted out).
-    pub mss: u32,
+    pub(crate) mss: u32,
     /// From the write to its release, µs.
-    pub hold_us: u64,
+    pub(crate) hold_us: u64,
     /// The path's round trip, µs.
-    pub rtt_us: u64,
+    pub(crate) rtt_us: u64,
     /// From the ACK's arrival to the release, µs (0 where it cannot be seen).
-    pub release_gap_us: u64,
+    pub(crate) release_gap_us: u64,
     /// The peer advertised a zero window meanwhile.
-    pub zero_window: bool,
+    pub(crate) zero_window: bool,
     /// The socket was in loss recovery meanwhile.
-    pub loss_recovery: bool,
+    pub(crate) loss_recovery: bool,
 }
 
 impl HeldWrite {
-    /// The verdict: the hold less the round trip is how late the releasing ACK came;
-    /// [`rule::judge`] says whether it was a stall. `at_us` is when it ended.
-    pub fn judge(&self, at_us: u64) -> Option<Stall> {
-        match self.release(at_us)? {
-            Release::Stall(s) => Some(s),
-            Release::Clocked { .. } => None,
-        }
-    }
-
     /// The verdict, with clocked releases: a stall, a write a prompt ACK released
     /// ([`rule::is_clocked_release`]), or neither (`None`). `at_us` is when it ended.
-    pub fn release(&self, at_us: u64) -> Option<Release> {
+    pub(crate) fn release(&self, at_us: u64) -> Option<Release> {
         let ack_delay_us = self.hold_us.saturating_sub(self.rtt_us);
         let e = HoldEvidence {
             held_len: self.held,

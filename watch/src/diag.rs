@@ -20,42 +20,42 @@ use netlink_sys::protocols::NETLINK_SOCK_DIAG;
 use netlink_sys::{Socket, SocketAddr as NlAddr};
 
 /// TCP states, as the kernel numbers them.
-pub mod state {
+pub(crate) mod state {
     /// ESTABLISHED.
-    pub const ESTABLISHED: u8 = 1;
+    pub(crate) const ESTABLISHED: u8 = 1;
     /// LISTEN.
-    pub const LISTEN: u8 = 10;
+    pub(crate) const LISTEN: u8 = 10;
     /// CLOSE_WAIT (the peer closed; we may still send).
-    pub const CLOSE_WAIT: u8 = 8;
+    pub(crate) const CLOSE_WAIT: u8 = 8;
 }
 
 /// One TCP socket.
 #[derive(Debug, Clone)]
-pub struct SocketRow {
+pub(crate) struct SocketRow {
     /// Local address and port.
-    pub local: SocketAddr,
+    pub(crate) local: SocketAddr,
     /// Remote address and port.
-    pub remote: SocketAddr,
+    pub(crate) remote: SocketAddr,
     /// TCP state ([`state`]).
-    pub state: u8,
+    pub(crate) state: u8,
     /// Socket inode (0 for time-wait and orphaned sockets): what /proc/PID/fd links name.
-    pub inode: u32,
+    pub(crate) inode: u32,
     /// Owner's uid.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// The kernel's unique id of the socket.
-    pub cookie: u64,
+    pub(crate) cookie: u64,
     /// Its TCP_INFO, if the kernel sent one.
-    pub info: Option<TcpInfo>,
+    pub(crate) info: Option<TcpInfo>,
     /// Its network namespace (the inode of `/proc/PID/ns/net`; 0 until [`crate::netns`] sets it).
-    pub netns: u64,
+    pub(crate) netns: u64,
     /// Its address family (`AF_INET` or `AF_INET6`: an IPv6 socket may have IPv4-mapped
     /// addresses, shown as IPv4 in `local` and `remote`).
-    pub family: u8,
+    pub(crate) family: u8,
     /// The interface it is bound to (0: none).
-    pub ifindex: u32,
+    pub(crate) ifindex: u32,
     /// Bytes written and not yet acknowledged, sent or not (the kernel's `write_seq -
     /// snd_una`): 0 when the socket has nothing in flight. Listed with or without `info`.
-    pub send_queue: u32,
+    pub(crate) send_queue: u32,
 }
 
 impl SocketRow {
@@ -109,7 +109,7 @@ const COMPAT_REQUEST_LEN: usize = 16 + 60;
 const LOOKUP_BATCH: usize = 64;
 
 /// A netlink socket for dumps.
-pub struct Diag {
+pub(crate) struct Diag {
     sock: Socket,
     buf: Vec<u8>,
     seq: u32,
@@ -117,7 +117,7 @@ pub struct Diag {
 
 impl Diag {
     /// Opens the netlink socket.
-    pub fn open() -> io::Result<Diag> {
+    pub(crate) fn open() -> io::Result<Diag> {
         let mut sock = Socket::new(NETLINK_SOCK_DIAG)?;
         sock.bind_auto()?;
         sock.connect(&NlAddr::new(0, 0))?;
@@ -130,13 +130,14 @@ impl Diag {
     }
 
     /// Every TCP socket in `states`, IPv4 and IPv6, with its `tcp_info`, appended to `out`.
-    pub fn dump(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+    #[cfg(test)]
+    pub(crate) fn dump(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
         self.dump_with(states, ExtensionFlags::INFO, out)
     }
 
     /// The same without `tcp_info` (`info` is `None`): the kernel spends about half as long
     /// on each socket, and `send_queue` still tells which have data in flight.
-    pub fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+    pub(crate) fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
         self.dump_with(states, ExtensionFlags::empty(), out)
     }
 
@@ -222,7 +223,11 @@ impl Diag {
     /// interface and cookie): the kernel finds each in its hash at once instead of walking the
     /// whole table as a dump does. Sockets gone (or reused) are left out; the rest are appended
     /// to `out`.
-    pub fn lookup(&mut self, socks: &[&SocketRow], out: &mut Vec<SocketRow>) -> io::Result<()> {
+    pub(crate) fn lookup(
+        &mut self,
+        socks: &[&SocketRow],
+        out: &mut Vec<SocketRow>,
+    ) -> io::Result<()> {
         for batch in socks.chunks(LOOKUP_BATCH) {
             self.lookup_batch(batch, out)?;
         }

@@ -26,20 +26,22 @@
 //! connections column counts connections that reported a long hold, not every connection.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
 use std::io;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 mod clock;
+mod counters;
 mod event;
 
-pub use clock::{Clock, CLOCK_SIZE};
-pub use event::{Event, EVENT_SIZE};
+pub(crate) use clock::{Clock, CLOCK_SIZE};
+pub(crate) use counters::Counters;
+pub(crate) use event::Event;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramInfo};
 use aya::{Btf, Ebpf, EbpfLoader};
+use nagless_host::{BpfError, Caps, Pid, Proc};
 use nagless_stall_rule::{release_window_us, DELAYED_ACK_MIN_US};
 use netlink_packet_sock_diag::inet::StateFlags;
 
@@ -47,11 +49,11 @@ use crate::backend::{KernelReport, Run, Source};
 use crate::board::{Board, GroupKey, Row, Who};
 use crate::detect::{Release, Stall};
 use crate::diag::SocketRow;
-use crate::netns::{netns_of, Namespaces};
+use crate::netns::Namespaces;
 use crate::{Filter, SampleStats, StallEvent};
 
 /// The compiled BPF object (built from watch/bpf/holds.bpf.c by `scripts/build-bpf`).
-pub static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/holds.bpf.o");
+pub(crate) static OBJECT: &[u8] = aya::include_bytes_aligned!("../bpf/holds.bpf.o");
 
 /// The programs and the tracepoints they attach to (as BTF tracepoints).
 const PROGRAMS: [(&str, &str); 4] = [
@@ -72,7 +74,10 @@ pub enum Unavailable {
     NoPermission(String),
     /// The kernel refused the object or a program (verifier, missing map type, ...).
     #[error("the kernel refused the BPF programs: {0}")]
-    Load(String),
+    Load(BpfError),
+    /// The object lacks a program or a map this module asks for.
+    #[error("the kernel refused the BPF programs: the object has no {0}")]
+    Missing(String),
     /// A program could not load for, or attach to, its tracepoint (a kernel without it:
     /// sock:sock_send_length came in Linux 6.2), or the verifier refused it there.
     #[error("cannot attach a BTF tracepoint program to {tracepoint} (needs Linux 6.2 or later, with BTF tracepoints): {error}")]
@@ -80,49 +85,23 @@ pub enum Unavailable {
         /// The tracepoint.
         tracepoint: &'static str,
         /// What the kernel said.
-        error: String,
+        error: BpfError,
     },
 }
 
-/// Effective capabilities of this process (CapEff of /proc/self/status).
-fn effective_caps() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
-}
-
-/// Whether this process may load tracing programs: CAP_SYS_ADMIN (21), or CAP_BPF (39) and
-/// CAP_PERFMON (38).
+/// Whether this process may load tracing programs (unknown: try).
 fn may_load_bpf() -> bool {
-    effective_caps()
-        .is_none_or(|c| c & (1 << 21) != 0 || (c & (1 << 39) != 0 && c & (1 << 38) != 0))
+    Proc::host().caps(Pid::Own).is_none_or(Caps::may_trace)
 }
 
-fn load_error(e: impl fmt::Display + fmt::Debug) -> Unavailable {
-    let text = format!("{e}: {e:?}");
-    if text.contains("EPERM") || text.contains("Operation not permitted") {
-        Unavailable::NoPermission(text)
+/// What a failed load, attach or map call means: no permission if the kernel said `EPERM`.
+fn load_error(e: &(dyn std::error::Error + 'static)) -> Unavailable {
+    let e = BpfError::of(e);
+    if e.not_permitted() {
+        Unavailable::NoPermission(e.to_string())
     } else {
-        Unavailable::Load(text)
+        Unavailable::Load(e)
     }
-}
-
-/// The kernel programs' counters (summed over CPUs), in the order of holds.bpf.c's `enum
-/// counter`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Counters {
-    /// Writes held behind unacknowledged data (holds begun).
-    pub holds: u64,
-    /// Holds released by an ACK.
-    pub released: u64,
-    /// Holds whose bytes left without an ACK releasing them (NODELAY set, uncork, a timer).
-    pub sent_without_ack: u64,
-    /// Holds long enough to be stalls, sent to userspace.
-    pub reported: u64,
-    /// Reports lost to a full ring buffer.
-    pub lost: u64,
-    /// Short holds a prompt ACK released, added up per socket (ACK-clocked evidence).
-    pub clocked: u64,
 }
 
 /// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns`.
@@ -144,7 +123,7 @@ static NOBODY: Who = Who {
 
 /// The eBPF watcher: call [`sample`](Source::sample) now and then (every 50 ms or so: the ring
 /// buffer holds about 7,700 reports) to drain the kernel's reports.
-pub struct EbpfWatcher {
+pub(crate) struct EbpfWatcher {
     // The programs stay attached while this lives.
     bpf: Ebpf,
     ring: RingBuf<MapData>,
@@ -179,7 +158,7 @@ pub struct EbpfWatcher {
 
 impl EbpfWatcher {
     /// Loads the programs and attaches them; the error names what is missing.
-    pub fn new(filter: Filter) -> Result<EbpfWatcher, Unavailable> {
+    pub(crate) fn new(filter: Filter) -> Result<EbpfWatcher, Unavailable> {
         let btf_path = Path::new("/sys/kernel/btf/vmlinux");
         if let Err(e) = std::fs::metadata(btf_path) {
             return Err(Unavailable::NoBtf(e));
@@ -200,31 +179,28 @@ impl EbpfWatcher {
             // 1 MiB: about 7,700 reports between two drains (every 50 ms: 150,000 a second).
             .set_max_entries("events", 1 << 20)
             .load(OBJECT)
-            .map_err(load_error)?;
+            .map_err(|e| load_error(&e))?;
         for (prog, tracepoint) in PROGRAMS {
             let p: &mut BtfTracePoint = bpf
                 .program_mut(prog)
-                .ok_or_else(|| Unavailable::Load(format!("the object has no program {prog}")))?
+                .ok_or_else(|| Unavailable::Missing(format!("program {prog}")))?
                 .try_into()
-                .map_err(load_error)?;
+                .map_err(|e| load_error(&e))?;
             let on_tracepoint = |e: aya::programs::ProgramError| match load_error(&e) {
-                Unavailable::NoPermission(m) => Unavailable::NoPermission(m),
-                _ => Unavailable::Attach {
-                    tracepoint,
-                    error: format!("{e}: {e:?}"),
-                },
+                Unavailable::Load(error) => Unavailable::Attach { tracepoint, error },
+                other => other,
             };
             p.load(tracepoint, &btf).map_err(on_tracepoint)?;
             p.attach().map_err(on_tracepoint)?;
         }
         let ring = bpf
             .take_map("events")
-            .ok_or_else(|| Unavailable::Load("the object has no map events".into()))?;
-        let ring = RingBuf::try_from(ring).map_err(load_error)?;
+            .ok_or_else(|| Unavailable::Missing("map events".into()))?;
+        let ring = RingBuf::try_from(ring).map_err(|e| load_error(&e))?;
         let clocks = bpf
             .take_map("clocks")
-            .ok_or_else(|| Unavailable::Load("the object has no map clocks".into()))?;
-        let clocks = BpfHashMap::try_from(clocks).map_err(load_error)?;
+            .ok_or_else(|| Unavailable::Missing("map clocks".into()))?;
+        let clocks = BpfHashMap::try_from(clocks).map_err(|e| load_error(&e))?;
         Ok(EbpfWatcher {
             bpf,
             ring,
@@ -285,7 +261,7 @@ impl EbpfWatcher {
                 let task = (!comm.is_empty()).then(|| comm.to_owned());
                 match crate::procs::process_of(pid) {
                     Some(p) => (
-                        netns_of(&pid.to_string()).unwrap_or(0),
+                        Proc::host().net_ns(pid).unwrap_or(0),
                         Who {
                             cmd: Some(p.cmd)
                                 .filter(|c| !c.is_empty())
@@ -431,30 +407,21 @@ impl EbpfWatcher {
     }
 
     /// The kernel programs' counters so far.
-    pub fn counters(&self) -> Counters {
-        let mut c = [0u64; 6];
-        if let Some(m) = self.bpf.map("counters") {
-            if let Ok(a) = PerCpuArray::<_, u64>::try_from(m) {
-                for (i, v) in c.iter_mut().enumerate() {
-                    if let Ok(per_cpu) = a.get(&(i as u32), 0) {
-                        *v = per_cpu.iter().sum();
-                    }
-                }
-            }
-        }
-        Counters {
-            holds: c[0],
-            released: c[1],
-            sent_without_ack: c[2],
-            reported: c[3],
-            lost: c[4],
-            clocked: c[5],
-        }
+    pub(crate) fn counters(&self) -> Counters {
+        let map = self
+            .bpf
+            .map("counters")
+            .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok());
+        Counters::read(|i| {
+            map.as_ref()
+                .and_then(|a| a.get(&i, 0).ok())
+                .map_or(0, |per_cpu| per_cpu.iter().sum())
+        })
     }
 
     /// Time the kernel spent in the programs so far, and how many times they ran (needs the
     /// kernel's BPF run-time statistics, turned on while this watcher lives; `None` if not).
-    pub fn kernel_cost(&self) -> Option<(Duration, u64)> {
+    pub(crate) fn kernel_cost(&self) -> Option<(Duration, u64)> {
         self._stats.as_ref()?;
         let mut time = Duration::ZERO;
         let mut runs = 0;
@@ -467,7 +434,7 @@ impl EbpfWatcher {
     }
 
     /// Reports received.
-    pub fn events(&self) -> u64 {
+    pub(crate) fn events(&self) -> u64 {
         self.events
     }
 }
@@ -571,5 +538,18 @@ impl Source for EbpfWatcher {
             program_runs: cost.map(|c| c.1),
             program_ms: cost.map(|c| c.0.as_secs_f64() * 1000.0),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_globals_the_loader_sets_are_u64s_in_holds_bpf_c() {
+        let source = include_str!("../bpf/holds.bpf.c");
+        // (`EbpfWatcher::new` sets them from `u64`s: their C type must be as wide.)
+        for global in ["min_hold_ns", "clock_gap_ns"] {
+            let decl = format!("const volatile __u64 {global} =");
+            assert!(source.contains(&decl), "no `{decl}` in holds.bpf.c");
+        }
     }
 }

@@ -27,7 +27,7 @@ pub struct Pod {
 /// The kubelet's files under a root (`/var/log` on a node), read again at most every 10 s
 /// when a container is asked for that the last reading did not know.
 #[derive(Debug)]
-pub struct Kubelet {
+pub(crate) struct Kubelet {
     root: PathBuf,
     by_container: HashMap<String, Pod>,
     /// Pod uid: namespace, name and container names.
@@ -37,7 +37,7 @@ pub struct Kubelet {
 
 impl Kubelet {
     /// The kubelet's files under `root` (`/var/log` on a node).
-    pub fn new(root: impl Into<PathBuf>) -> Kubelet {
+    pub(crate) fn new(root: impl Into<PathBuf>) -> Kubelet {
         Kubelet {
             root: root.into(),
             by_container: HashMap::new(),
@@ -48,7 +48,7 @@ impl Kubelet {
 
     /// The pod of the container `id` (full or its first 12 digits) whose cgroup path is
     /// `cgroup`; `None` off Kubernetes.
-    pub fn pod(&mut self, id: &str, cgroup: &str) -> Option<Pod> {
+    pub(crate) fn pod(&mut self, id: &str, cgroup: &str) -> Option<Pod> {
         let uid = pod_uid(cgroup);
         if uid.is_none() && !cgroup.contains("kubepods") {
             return None; // (a container, but not a pod's: Docker, Podman)
@@ -110,7 +110,7 @@ fn names(dir: &std::path::Path) -> impl Iterator<Item = String> {
 
 /// The pod of the container `id` whose cgroup path is `cgroup`, from this node's kubelet files
 /// (`/var/log`).
-pub fn pod_of(id: &str, cgroup: &str) -> Option<Pod> {
+pub(crate) fn pod_of(id: &str, cgroup: &str) -> Option<Pod> {
     static NODE: OnceLock<Mutex<Kubelet>> = OnceLock::new();
     NODE.get_or_init(|| Mutex::new(Kubelet::new("/var/log")))
         .lock()
@@ -166,7 +166,7 @@ fn is_uid(s: &str) -> bool {
 
 /// The pod uid a cgroup path carries: `kubepods-burstable-pod<uid with _>.slice` (systemd's
 /// cgroup driver) or `pod<uid>` (cgroupfs'), as the `/var/log/pods` directories write it.
-pub fn pod_uid(cgroup: &str) -> Option<String> {
+pub(crate) fn pod_uid(cgroup: &str) -> Option<String> {
     cgroup.rsplit('/').find_map(|c| {
         let c = c.strip_suffix(".slice").unwrap_or(c);
         let at = c.rfind("pod")?;

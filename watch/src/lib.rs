@@ -2,40 +2,40 @@
 //!
 //! Finds processes whose TCP connections stall on Nagle and delayed ACK, live, on a running
 //! host: no capture, no restart. It reads TCP sockets' `tcp_info` through netlink `sock_diag`
-//! ([`diag`]): a thread lists every established socket every scan interval (100 ms), and the
+//! (`diag`): a thread lists every established socket every scan interval (100 ms), and the
 //! sockets with data in flight lately are looked up one by one every interval (2 ms), so the
-//! cost follows the busy sockets. It follows each socket's held writes ([`detect`],
+//! cost follows the busy sockets. It follows each socket's held writes (`detect`,
 //! judged by [`nagless_stall_rule`], the rule `nagless doctor` uses), and adds the stalls up per
 //! process and port, attributing sockets to processes through /proc ([`procs`]). It lists
-//! every network namespace it can enter ([`netns`]: containers, pods) and names the container
-//! of each row; [`metrics`] exposes the board to Prometheus. Where BPF loads, [`ebpf`] gets
+//! every network namespace it can enter (`netns`: containers, pods) and names the container
+//! of each row; [`metrics`] exposes the board to Prometheus. Where BPF loads, `ebpf` gets
 //! the same stalls as events from the kernel instead, at a cost that follows held writes
 //! rather than sockets, in every namespace at once; [`backend`] picks one.
 //!
-//! Its rooms: [`board`] holds the groups, their tallies and rows, which both backends feed;
-//! [`sampling`] is the sock_diag sampler, [`ebpf`] the kernel's events, [`backend`] the one
+//! Its rooms: `board` holds the groups, their tallies and rows, which both backends feed;
+//! `sampling` is the sock_diag sampler, `ebpf` the kernel's events, [`backend`] the one
 //! the command asks (what runs, what it cost, what it cannot see).
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![warn(missing_docs, unreachable_pub)]
 
 pub mod backend;
-pub mod board;
-pub mod detect;
-pub mod diag;
-pub mod ebpf;
+mod board;
+mod detect;
+mod diag;
+mod ebpf;
 pub mod kube;
 mod lister;
 pub mod metrics;
-pub mod netns;
+mod netns;
 pub mod own_process;
 pub mod procs;
-pub mod role;
-pub mod sampling;
+mod role;
+mod sampling;
 pub mod serve;
 pub mod web_config;
 
 pub use board::{GroupKey, Row, RowKind};
-pub use sampling::Watcher;
+pub(crate) use sampling::Watcher;
 
 /// Which sockets to watch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -74,7 +74,7 @@ pub struct StallEvent {
     pub comm: Option<String>,
     /// Its owner's container id, if any.
     pub container: Option<String>,
-    /// Its owner's program as a metric's label names it ([`procs::service_name`]), if known.
+    /// Its owner's program as a metric's label names it (`procs::service_name`), if known.
     pub service: Option<String>,
     /// The systemd unit its owner's cgroup names ([`procs::unit`]), outside containers.
     pub unit: Option<String>,

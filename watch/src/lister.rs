@@ -21,25 +21,25 @@ use crate::procs::{ProcMap, Process};
 /// One listing.
 pub(crate) struct Listing {
     /// When the dump was taken.
-    pub at: Instant,
+    pub(crate) at: Instant,
     /// Every ESTABLISHED and CLOSE_WAIT socket, without `tcp_info` (`send_queue` says which
     /// have data in flight: the watcher looks those up at once).
-    pub rows: Vec<SocketRow>,
+    pub(crate) rows: Vec<SocketRow>,
     /// The listening (namespace, port)s, when listed again (a connection not seen before
     /// appeared).
-    pub listening: Option<HashSet<(u64, u16)>>,
+    pub(crate) listening: Option<HashSet<(u64, u16)>>,
     /// Lookup sockets of namespaces entered since the last listing.
-    pub lookups: Vec<(u64, Diag)>,
+    pub(crate) lookups: Vec<(u64, Diag)>,
     /// The namespaces listed now.
-    pub present: HashSet<u64>,
+    pub(crate) present: HashSet<u64>,
     /// The kernel's count of TCP sockets in use in them ([`Namespaces::tcp_in_use`]).
-    pub in_use: usize,
+    pub(crate) in_use: usize,
     /// Namespaces that could not be entered, and why.
-    pub not_entered: (usize, Option<io::ErrorKind>),
+    pub(crate) not_entered: (usize, Option<io::ErrorKind>),
     /// Owners of socket inodes found since the last listing.
-    pub owners: Vec<(u32, Process)>,
+    pub(crate) owners: Vec<(u32, Process)>,
     /// Processes whose fds could not be read at the last /proc walk.
-    pub denied: usize,
+    pub(crate) denied: usize,
 }
 
 /// Attribution of socket inodes, on the listing thread.

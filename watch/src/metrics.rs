@@ -32,7 +32,7 @@
 //! (the systemd unit, outside containers), `port` (the served local port when `role` is
 //! `serves`, the remote port when it is `connects`; `ephemeral` for a port the host may hand
 //! out to clients, which would make new series with every restart or connection: see
-//! [`crate::role`]), `role`, `container` (empty on the host) and, on a Kubernetes node,
+//! `role.rs`), `role`, `container` (empty on the host) and, on a Kubernetes node,
 //! `k8s_namespace`, `k8s_pod` and `k8s_container` ([`crate::kube`]). Each is a function of
 //! the process and port, so none makes series beyond the group's. The pid is left out on
 //! purpose: it changes with every restart, and a label that changes makes new series.
@@ -56,17 +56,17 @@
 //!
 //! [`crate::serve::Exporter`] serves the page over HTTP.
 //!
-//! Beside the families and their bounds here: `labels` makes a group's [`Labels`], `process`
+//! Beside the families and their bounds here: `labels` makes a group's `Labels`, `process`
 //! the watcher's own `process_*` gauges, `text_format` the page for clients that do not ask
-//! for OpenMetrics ([`text_format()`]).
+//! for OpenMetrics (`text_format()`).
 
 mod labels;
 mod micros;
 mod process;
 mod text_format;
 
-pub use labels::{Labels, Owner};
-pub use text_format::text_format;
+pub(crate) use labels::{Labels, Owner};
+pub(crate) use text_format::text_format;
 
 use micros::{MicrosCounter, MicrosHistogram};
 use process::ProcessGauges;
@@ -113,7 +113,7 @@ impl Default for Limits {
 /// above it; then one bucket ends just past each common delayed-ACK timer, so that each
 /// timer's stalls fill a bucket of their own: Linux's 40 ms, a 50-60 ms timer (seen on
 /// Windows hosts), macOS's 100 ms, Windows' and the BSDs' 200 ms, and longer.
-pub const DURATION_BUCKETS_US: [u64; 11] = [
+pub(crate) const DURATION_BUCKETS_US: [u64; 11] = [
     35_000, 45_000, 65_000, 80_000, 110_000, 150_000, 210_000, 300_000, 500_000, 1_000_000,
     2_500_000,
 ];
@@ -479,7 +479,8 @@ impl Metrics {
     }
 
     /// The metrics in the OpenMetrics text format.
-    pub fn encode(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn encode(&self) -> String {
         encode_registry(&self.registry)
     }
 }

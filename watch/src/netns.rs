@@ -4,33 +4,22 @@
 //!
 //! [`Namespaces::refresh`] finds the distinct namespaces named by `/proc/PID/ns/net` and, for
 //! each new one, opens a netlink socket inside it: a short-lived helper thread enters the
-//! namespace (`setns(2)`, which moves only the calling thread), opens two sockets and returns
-//! them (one for the listings, taken by a thread of their own, one for the watcher's exact
-//! lookups, [`Lookups`]); a socket keeps the namespace it was opened in for life. A namespace whose processes are
-//! all gone is dropped at the next refresh (its sockets leave the board like any closed
-//! socket). Entering another namespace takes CAP_SYS_ADMIN (and CAP_SYS_PTRACE to open other
-//! users' `/proc/PID/ns/net`); without them only the watcher's own namespace is listed and
-//! [`Namespaces::not_entered`] counts the others.
+//! namespace ([`Proc::in_net_ns`](nagless_host::Proc::in_net_ns): `setns(2)`, which moves only
+//! the calling thread), opens two sockets and returns them (one for the listings, taken by a
+//! thread of their own, one for the watcher's exact lookups, [`Lookups`]); a socket keeps the
+//! namespace it was opened in for life. A namespace whose processes are all gone is dropped at
+//! the next refresh (its sockets leave the board like any closed socket). Entering another
+//! namespace takes CAP_SYS_ADMIN (and CAP_SYS_PTRACE to open other users' `/proc/PID/ns/net`);
+//! without them only the watcher's own namespace is listed and [`Namespaces::not_entered`]
+//! counts the others.
 
 use std::collections::HashMap;
-use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsFd as _;
 
+use nagless_host::{Pid, Proc};
 use netlink_packet_sock_diag::inet::StateFlags;
-use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 
 use crate::diag::{Diag, SocketRow};
-
-/// The inode of a `/proc/PID/ns/net` link (`net:[4026531840]`): the namespace's identity.
-pub fn netns_of(pid: &str) -> Option<u64> {
-    let l = fs::read_link(format!("/proc/{pid}/ns/net")).ok()?;
-    l.to_str()?
-        .strip_prefix("net:[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
-}
 
 /// `TCP: inuse N` from the text of `/proc/net/sockstat`.
 fn sockstat_tcp_in_use(sockstat: &str) -> Option<usize> {
@@ -54,7 +43,7 @@ struct Net {
 
 /// The netlink sockets, one per network namespace, for dumps; and a second one in each, for
 /// exact lookups from another thread ([`take_lookups`](Self::take_lookups)).
-pub struct Namespaces {
+pub(crate) struct Namespaces {
     own: u64,
     own_diag: Diag,
     others: HashMap<u64, Net>,
@@ -67,22 +56,14 @@ pub struct Namespaces {
 
 /// Opens two netlink sockets inside the namespace of `/proc/PID/ns/net`.
 fn open_in(pid: u32) -> io::Result<(Diag, Diag)> {
-    let ns = File::open(format!("/proc/{pid}/ns/net"))?;
-    std::thread::Builder::new()
-        .name("netns".into())
-        .spawn(move || {
-            move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))?;
-            Ok((Diag::open()?, Diag::open()?))
-        })?
-        .join()
-        .map_err(|_| io::Error::other("the namespace helper thread panicked"))?
+    Proc::host().in_net_ns(pid, || Ok((Diag::open()?, Diag::open()?)))
 }
 
 impl Namespaces {
     /// The watcher's own namespace; others too after [`refresh`](Self::refresh) if `all`.
-    pub fn new(all: bool) -> io::Result<Namespaces> {
+    pub(crate) fn new(all: bool) -> io::Result<Namespaces> {
         Ok(Namespaces {
-            own: netns_of("self").unwrap_or(0),
+            own: Proc::host().net_ns(Pid::Own).unwrap_or(0),
             own_diag: Diag::open()?,
             others: HashMap::new(),
             new_lookups: Vec::new(),
@@ -92,12 +73,12 @@ impl Namespaces {
     }
 
     /// The watcher's own namespace.
-    pub fn own(&self) -> u64 {
+    pub(crate) fn own(&self) -> u64 {
         self.own
     }
 
     /// Namespaces seen but not entered at the last refresh, and why (the first reason).
-    pub fn not_entered(&self) -> (usize, Option<io::ErrorKind>) {
+    pub(crate) fn not_entered(&self) -> (usize, Option<io::ErrorKind>) {
         (
             self.not_entered.len(),
             self.not_entered.values().next().copied(),
@@ -105,21 +86,16 @@ impl Namespaces {
     }
 
     /// Finds the namespaces of the processes now in /proc: enters new ones, drops gone ones.
-    pub fn refresh(&mut self) {
+    pub(crate) fn refresh(&mut self) {
         if !self.all {
             return;
         }
         let mut found: HashMap<u64, u32> = HashMap::new();
-        if let Ok(procs) = fs::read_dir("/proc") {
-            for p in procs.flatten() {
-                let name = p.file_name();
-                let Some(pid) = name.to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                    continue;
-                };
-                if let Some(ns) = netns_of(&pid.to_string()) {
-                    if ns != self.own {
-                        found.entry(ns).or_insert(pid);
-                    }
+        let proc = Proc::host();
+        for pid in proc.pids() {
+            if let Some(ns) = proc.net_ns(pid) {
+                if ns != self.own {
+                    found.entry(ns).or_insert(pid);
                 }
             }
         }
@@ -151,7 +127,7 @@ impl Namespaces {
     /// [`Diag::list`]), appended to `out` with its namespace. A failure in the own namespace
     /// is an error; in another, that namespace is dropped (it may be found again at the next
     /// refresh).
-    pub fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+    pub(crate) fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
         let from = out.len();
         self.own_diag.list(states.clone(), out)?;
         for r in &mut out[from..] {
@@ -179,36 +155,37 @@ impl Namespaces {
     }
 
     /// The namespaces listed (the own one included).
-    pub fn present(&self) -> std::collections::HashSet<u64> {
+    pub(crate) fn present(&self) -> std::collections::HashSet<u64> {
         self.others.keys().copied().chain([self.own]).collect()
     }
 
     /// The kernel's count of TCP sockets in use (`/proc/net/sockstat`'s `TCP: inuse`: every
     /// state but TIME_WAIT) summed over the namespaces listed: one small read per namespace,
     /// however many sockets there are.
-    pub fn tcp_in_use(&self) -> usize {
-        std::iter::once("self".to_owned())
-            .chain(self.others.values().map(|n| n.pid.to_string()))
-            .filter_map(|pid| fs::read_to_string(format!("/proc/{pid}/net/sockstat")).ok())
+    pub(crate) fn tcp_in_use(&self) -> usize {
+        let proc = Proc::host();
+        std::iter::once(Pid::Own)
+            .chain(self.others.values().map(|n| Pid::Id(n.pid)))
+            .filter_map(|pid| proc.read(pid, "net/sockstat").ok())
             .filter_map(|s| sockstat_tcp_in_use(&s))
             .sum()
     }
 
     /// The lookup sockets of the namespaces entered since the last call.
-    pub fn take_lookups(&mut self) -> Vec<(u64, Diag)> {
+    pub(crate) fn take_lookups(&mut self) -> Vec<(u64, Diag)> {
         std::mem::take(&mut self.new_lookups)
     }
 }
 
 /// Netlink sockets for exact lookups, one per namespace (see [`Namespaces::take_lookups`]).
-pub struct Lookups {
+pub(crate) struct Lookups {
     own: u64,
     diags: HashMap<u64, Diag>,
 }
 
 impl Lookups {
     /// One socket in the watcher's own namespace, `own`.
-    pub fn new(own: u64) -> io::Result<Lookups> {
+    pub(crate) fn new(own: u64) -> io::Result<Lookups> {
         Ok(Lookups {
             own,
             diags: HashMap::from([(own, Diag::open()?)]),
@@ -216,12 +193,12 @@ impl Lookups {
     }
 
     /// Adds the socket of a namespace.
-    pub fn add(&mut self, ns: u64, d: Diag) {
+    pub(crate) fn add(&mut self, ns: u64, d: Diag) {
         self.diags.insert(ns, d);
     }
 
     /// Keeps only the namespaces for which `keep` holds (and the own one).
-    pub fn retain(&mut self, keep: impl Fn(u64) -> bool) {
+    pub(crate) fn retain(&mut self, keep: impl Fn(u64) -> bool) {
         let own = self.own;
         self.diags.retain(|ns, _| *ns == own || keep(*ns));
     }
@@ -229,7 +206,11 @@ impl Lookups {
     /// The sockets `socks` again, each by an exact lookup in its own namespace (see
     /// [`Diag::lookup`]); those gone, or whose namespace is gone, are left out. An error in
     /// the own namespace is returned; in another, that namespace is dropped.
-    pub fn lookup(&mut self, socks: &[&SocketRow], out: &mut Vec<SocketRow>) -> io::Result<()> {
+    pub(crate) fn lookup(
+        &mut self,
+        socks: &[&SocketRow],
+        out: &mut Vec<SocketRow>,
+    ) -> io::Result<()> {
         let mut by_ns: HashMap<u64, Vec<&SocketRow>> = HashMap::new();
         for s in socks {
             by_ns.entry(s.netns).or_default().push(s);

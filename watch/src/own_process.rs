@@ -3,21 +3,23 @@
 
 use std::time::Duration;
 
+use nagless_host::text::Stat;
+
 /// The watcher's own figures.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OwnProcess {
     /// CPU time used so far, user + system.
     pub cpu: Duration,
     /// Resident memory, bytes.
-    pub rss_bytes: u64,
+    pub(crate) rss_bytes: u64,
     /// Virtual memory, bytes.
-    pub virtual_bytes: u64,
+    pub(crate) virtual_bytes: u64,
     /// Open file descriptors.
-    pub open_fds: u64,
+    pub(crate) open_fds: u64,
     /// The soft limit on open file descriptors (`None`: unlimited).
-    pub max_fds: Option<u64>,
+    pub(crate) max_fds: Option<u64>,
     /// When the process started, seconds since the Unix epoch.
-    pub start_time_unix_s: f64,
+    pub(crate) start_time_unix_s: f64,
 }
 
 /// Linux's `USER_HZ`: the unit of `/proc/PID/stat`'s times, 100 on every architecture.
@@ -35,10 +37,8 @@ pub fn read() -> Option<OwnProcess> {
 
 /// The figures from the texts of `/proc/self/stat`, `/proc/stat` and `/proc/self/limits`.
 fn parse(stat: &str, boot: &str, limits: &str, page: u64, open_fds: u64) -> Option<OwnProcess> {
-    // Fields after the command name, which may hold spaces and parentheses: from field 3.
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    let stat = Stat::parse(stat)?;
+    let field = |n: usize| stat.field(n)?.parse::<u64>().ok();
     let ticks = field(14)? + field(15)?;
     let btime: u64 = boot
         .lines()

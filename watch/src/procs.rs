@@ -1,71 +1,60 @@
-//! Which process owns a socket: /proc/PID/fd links name socket inodes (`socket:[N]`). Other
-//! users' /proc/PID/fd can be read only with root (or CAP_SYS_PTRACE and
-//! CAP_DAC_READ_SEARCH); their sockets stay unattributed, and [`ProcMap::denied`] counts the
-//! processes that could not be read. [`program_name`] and [`unit()`] say which program a
-//! process runs, beyond its interpreter: the script, module or main class of its command line,
-//! and the systemd unit its cgroup names.
+//! Which process owns a socket: /proc/PID/fd links name socket inodes
+//! ([`Proc::sockets`](nagless_host::Proc::sockets)). Other users' /proc/PID/fd can be read
+//! only with root (or CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH); their sockets stay
+//! unattributed, and `ProcMap::denied` counts the processes that could not be read.
+//! `program_name` and [`unit()`] say which program a process runs, beyond its interpreter:
+//! the script, module or main class of its command line, and the systemd unit its cgroup
+//! names.
 
 use std::collections::HashMap;
-use std::fs;
+
+use nagless_host::text::{cgroup_lines, cgroup_v2_path};
+use nagless_host::{Pid, Proc};
 
 /// A process.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Process {
+pub(crate) struct Process {
     /// Process id.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Its command line (arguments joined by spaces, at most 80 characters).
-    pub cmd: String,
+    pub(crate) cmd: String,
     /// Which program it runs ([`program_name`] of its command line, at most 80 characters).
-    pub program: String,
+    pub(crate) program: String,
     /// Its command name (`/proc/PID/comm`, at most 15 bytes; empty if unreadable).
-    pub comm: String,
+    pub(crate) comm: String,
     /// Its cgroup (the cgroup v2 path of `/proc/PID/cgroup`, else the first hierarchy's).
-    pub cgroup: String,
+    pub(crate) cgroup: String,
     /// The id of its container, if its cgroup names one ([`container_id`]).
-    pub container: Option<String>,
+    pub(crate) container: Option<String>,
     /// Its program without arguments ([`service_name`]): what a metric's label says.
-    pub service: String,
+    pub(crate) service: String,
     /// Its container's pod, on a Kubernetes node ([`crate::kube`]).
-    pub pod: Option<crate::kube::Pod>,
+    pub(crate) pod: Option<crate::kube::Pod>,
 }
 
 /// Socket inode to owning process, rebuilt by scanning /proc.
 #[derive(Debug, Default)]
-pub struct ProcMap {
+pub(crate) struct ProcMap {
     owners: HashMap<u32, u32>,
     cmds: HashMap<u32, Process>,
     /// Processes whose fds could not be read in the last scan.
-    pub denied: usize,
+    pub(crate) denied: usize,
 }
 
 impl ProcMap {
     /// Scans every process's fds.
-    pub fn rescan(&mut self) {
+    pub(crate) fn rescan(&mut self) {
         self.owners.clear();
         self.denied = 0;
-        let Ok(procs) = fs::read_dir("/proc") else {
-            return;
-        };
-        for p in procs.flatten() {
-            let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(fds) = fs::read_dir(p.path().join("fd")) else {
+        let proc = Proc::host();
+        for pid in proc.pids() {
+            let Ok(sockets) = proc.sockets(pid) else {
                 self.denied += 1;
                 continue;
             };
-            for fd in fds.flatten() {
-                let Ok(target) = fs::read_link(fd.path()) else {
-                    continue;
-                };
-                let t = target.to_string_lossy();
-                if let Some(inode) = t
-                    .strip_prefix("socket:[")
-                    .and_then(|r| r.strip_suffix(']'))
-                    .and_then(|n| n.parse().ok())
-                {
-                    self.owners.insert(inode, pid);
-                }
+            // (sock_diag's inodes are 32 bits wide.)
+            for inode in sockets.into_values().filter_map(|i| u32::try_from(i).ok()) {
+                self.owners.insert(inode, pid);
             }
         }
         self.cmds
@@ -73,29 +62,27 @@ impl ProcMap {
     }
 
     /// Whether the last scan saw this inode.
-    pub fn knows(&self, inode: u32) -> bool {
+    pub(crate) fn knows(&self, inode: u32) -> bool {
         self.owners.contains_key(&inode)
     }
 
     /// The process owning socket `inode`, if known.
-    pub fn owner(&mut self, inode: u32) -> Option<Process> {
+    pub(crate) fn owner(&mut self, inode: u32) -> Option<Process> {
         let pid = *self.owners.get(&inode)?;
         Some(self.cmds.entry(pid).or_insert_with(|| process(pid)).clone())
     }
 }
 
 /// What /proc says of process `pid`, `None` if it is gone.
-pub fn process_of(pid: u32) -> Option<Process> {
-    std::path::Path::new(&format!("/proc/{pid}"))
-        .exists()
-        .then(|| process(pid))
+pub(crate) fn process_of(pid: u32) -> Option<Process> {
+    Proc::host().exists(pid).then(|| process(pid))
 }
 
 /// What /proc says of a process.
-pub fn process(pid: u32) -> Process {
+pub(crate) fn process(pid: u32) -> Process {
     let (cgroup, container) = cgroup(pid);
     let comm = comm(pid);
-    let raw = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let raw = Proc::host().cmdline(pid).unwrap_or_default();
     let text = String::from_utf8_lossy(&raw);
     let argv: Vec<&str> = text.split('\0').filter(|a| !a.is_empty()).collect();
     // (No command line: a kernel thread, or a process exiting.)
@@ -222,7 +209,7 @@ fn file_name(path: &str) -> &str {
 /// executable's file name (argv\[0\] as it is when it holds a space: a title set with
 /// `setproctitle`, `nginx: worker process`). Then the remaining arguments. Escaped with
 /// [`printable`]; empty for an empty argv.
-pub fn program_name(argv: &[&str]) -> String {
+pub(crate) fn program_name(argv: &[&str]) -> String {
     let (named, rest) = program_parts(argv);
     printable(
         &named
@@ -236,7 +223,7 @@ pub fn program_name(argv: &[&str]) -> String {
 /// [`program_name`] without the remaining arguments (`python3 app.py`, `java -jar app.jar`,
 /// `redis-server`): what a metric's label may say, since arguments (a port, a file, a time)
 /// could make a new series of every run.
-pub fn service_name(argv: &[&str]) -> String {
+pub(crate) fn service_name(argv: &[&str]) -> String {
     printable(&program_parts(argv).0.join(" "))
 }
 
@@ -312,7 +299,7 @@ fn program_parts<'a, 'b>(argv: &'b [&'a str]) -> (Vec<&'a str>, &'b [&'a str]) {
 }
 
 /// The systemd unit a cgroup path names: its last component ending in `.service` or `.scope`
-/// (`/system.slice/nginx.service`: `nginx.service`), escaped with [`printable`]. `None` when
+/// (`/system.slice/nginx.service`: `nginx.service`), escaped with `printable`. `None` when
 /// that is a login session's (`session-2.scope`), systemd's own (`init.scope`) or a
 /// container's scope (its id says more: [`container_id`]), which name no service.
 pub fn unit(cgroup: &str) -> Option<String> {
@@ -330,24 +317,19 @@ pub fn unit(cgroup: &str) -> Option<String> {
 
 /// The systemd unit of a process outside containers (in one, its container's id and pod say
 /// more): [`unit()`] of its `cgroup`.
-pub fn service_unit(container: Option<&str>, cgroup: Option<&str>) -> Option<String> {
+pub(crate) fn service_unit(container: Option<&str>, cgroup: Option<&str>) -> Option<String> {
     match container {
         Some(_) => None,
         None => cgroup.and_then(unit),
     }
 }
 
-/// The cgroup path of a process and its container's id (see [`container_id`]).
+/// The cgroup path of a process (its cgroup v2 path, else the first hierarchy's) and its
+/// container's id (see [`container_id`]).
 fn cgroup(pid: u32) -> (String, Option<String>) {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    // Lines are `ID:CONTROLLERS:PATH`; cgroup v2's is `0::PATH`.
-    let paths: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(2))
-        .collect();
-    let path = text
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
+    let text = Proc::host().cgroup(pid).unwrap_or_default();
+    let paths: Vec<&str> = cgroup_lines(&text).map(|l| l.path).collect();
+    let path = cgroup_v2_path(&text)
         .or(paths.first().copied())
         .unwrap_or_default();
     let id = container_id(path).or_else(|| paths.iter().find_map(|p| container_id(p)));
@@ -371,7 +353,7 @@ pub fn container_id(cgroup: &str) -> Option<String> {
 /// command line (`prctl(PR_SET_NAME)`, argv) is shown, never acted on by the terminal of the
 /// watcher, which runs as root. Every name and command line the watcher reports goes through
 /// here when it is read.
-pub fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
@@ -390,16 +372,15 @@ pub fn printable(text: &str) -> String {
 }
 
 fn comm(pid: u32) -> String {
-    fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|c| printable(c.trim_end_matches('\n')))
+    Proc::host()
+        .comm(pid)
+        .map(|c| printable(&c))
         .unwrap_or_default()
 }
 
 /// The effective uid of this process (from /proc/self/status).
-pub fn euid() -> Option<u32> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(2)?.parse().ok()
+pub(crate) fn euid() -> Option<u32> {
+    Proc::host().euid(Pid::Own)
 }
 
 #[cfg(test)]
@@ -409,14 +390,7 @@ mod tests {
     #[test]
     fn finds_the_owner_of_our_own_socket() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&l);
-        let link = fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
-        let inode: u32 = link
-            .to_string_lossy()
-            .trim_start_matches("socket:[")
-            .trim_end_matches(']')
-            .parse()
-            .unwrap();
+        let inode = nagless_host::fd::inode_of(std::os::fd::AsFd::as_fd(&l)).unwrap() as u32;
         let mut m = ProcMap::default();
         m.rescan();
         let p = m.owner(inode).unwrap();

@@ -16,14 +16,15 @@ const DYNAMIC_PORTS: u16 = 49152;
 /// `net.ipv4.ip_local_reserved_ports` (a service in the range that the administrator reserved,
 /// so that no client gets its port, is a fixed port like any other).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EphemeralPorts {
+pub(crate) struct EphemeralPorts {
     range: (u16, u16),
     reserved: Vec<(u16, u16)>,
 }
 
 impl EphemeralPorts {
     /// `lo..=hi`, less the `reserved` ranges.
-    pub fn new(lo: u16, hi: u16, reserved: Vec<(u16, u16)>) -> EphemeralPorts {
+    #[cfg(test)]
+    pub(crate) fn new(lo: u16, hi: u16, reserved: Vec<(u16, u16)>) -> EphemeralPorts {
         EphemeralPorts {
             range: (lo, hi),
             reserved,
@@ -31,7 +32,7 @@ impl EphemeralPorts {
     }
 
     /// The host's (Linux's defaults, 32768-60999 and none reserved, where they cannot be read).
-    pub fn of_host() -> EphemeralPorts {
+    pub(crate) fn of_host() -> EphemeralPorts {
         let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
             .ok()
             .and_then(|s| {
@@ -48,7 +49,7 @@ impl EphemeralPorts {
 
     /// Whether `port` may be a client's: in this host's range, or in IANA's dynamic range
     /// (49152-65535, which Windows and macOS clients take theirs from), and not reserved.
-    pub fn contains(&self, port: u16) -> bool {
+    pub(crate) fn contains(&self, port: u16) -> bool {
         ((self.range.0..=self.range.1).contains(&port) || port >= DYNAMIC_PORTS)
             && !self.reserved.iter().any(|&(a, b)| (a..=b).contains(&port))
     }
@@ -67,7 +68,7 @@ fn parse_reserved(s: &str) -> Vec<(u16, u16)> {
 
 /// (serves, the group's port) of a socket from `local` to `remote`; `listening`: something
 /// listens on its local port in its namespace.
-pub fn role(listening: bool, local: u16, remote: u16, eph: &EphemeralPorts) -> (bool, u16) {
+pub(crate) fn role(listening: bool, local: u16, remote: u16, eph: &EphemeralPorts) -> (bool, u16) {
     if listening || (!eph.contains(local) && eph.contains(remote)) {
         (true, local)
     } else {
@@ -79,7 +80,7 @@ pub fn role(listening: bool, local: u16, remote: u16, eph: &EphemeralPorts) -> (
 /// clients (a server bound to port 0, a client's port between two ephemeral ones): such a
 /// port changes with every restart or connection, and would make new series each time. The
 /// process label still names the service.
-pub fn label(port: u16, eph: &EphemeralPorts) -> String {
+pub(crate) fn label(port: u16, eph: &EphemeralPorts) -> String {
     if eph.contains(port) {
         "ephemeral".to_owned()
     } else {

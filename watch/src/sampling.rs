@@ -39,7 +39,7 @@ struct Tracked {
 const BUSY_US: u64 = 2_000_000;
 
 /// The watcher: call [`sample`](Source::sample) every interval.
-pub struct Watcher {
+pub(crate) struct Watcher {
     /// The namespaces, until the listing thread takes them.
     nets: Option<Namespaces>,
     listings: Option<std::sync::mpsc::Receiver<io::Result<lister::Listing>>>,
@@ -71,7 +71,7 @@ pub struct Watcher {
 
 impl Watcher {
     /// Opens a netlink socket in every network namespace it can enter and scans /proc once.
-    pub fn new(filter: Filter) -> io::Result<Watcher> {
+    pub(crate) fn new(filter: Filter) -> io::Result<Watcher> {
         let mut procs = ProcMap::default();
         procs.rescan();
         let mut nets = Namespaces::new(true)?;

@@ -3,12 +3,12 @@
 //!
 //! Each connection is served by a thread of its own (small stacks). Every read and write of a
 //! connection is given only the time left before its deadline (`Deadlined`): 10 s for the
-//! whole request, TLS handshake included ([`REQUEST_DEADLINE`]), then 10 s again for the whole
+//! whole request, TLS handshake included (`REQUEST_DEADLINE`), then 10 s again for the whole
 //! answer, so a client that sends or reads a byte every few seconds is dropped when its time is
-//! up. At most [`MAX_CONNECTIONS`] are open at once; a new one beyond that closes the oldest
+//! up. At most `MAX_CONNECTIONS` are open at once; a new one beyond that closes the oldest
 //! still reading its request (an idle or slow client: a scrape takes milliseconds), never one
 //! being answered, so that a flood of idle connections can neither fill the listen backlog nor
-//! make a real scrape wait. The page is rendered at most every [`PAGE_FRESH`] and shared by the
+//! make a real scrape wait. The page is rendered at most every `PAGE_FRESH` and shared by the
 //! answers in flight, so memory stays bounded: a thread, 8 KiB of request and a reference to
 //! the page per connection.
 //!
@@ -36,13 +36,13 @@ use conn::{read_head, Conn, Deadlined};
 use request::{accepts_openmetrics, header, request_line};
 
 /// Connections served at once; a new one beyond closes the oldest still reading its request.
-pub const MAX_CONNECTIONS: usize = 128;
+pub(crate) const MAX_CONNECTIONS: usize = 128;
 
 /// How long a client has for its whole request, and then for reading the whole answer.
-pub const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How long one rendering of the page is served before a new one is made.
-pub const PAGE_FRESH: Duration = Duration::from_millis(500);
+pub(crate) const PAGE_FRESH: Duration = Duration::from_millis(500);
 
 /// The longest request head read (the request line and headers).
 const MAX_HEAD: usize = 8192;

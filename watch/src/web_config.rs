@@ -21,7 +21,7 @@
 //!
 //! Each bcrypt check costs tens of milliseconds of CPU by design; they run one at a time, a
 //! request waits for its turn only until its deadline, and user and password pairs are
-//! remembered as keyed hashes (at most [`REMEMBERED`] that passed and as many that failed), so
+//! remembered as keyed hashes (at most `REMEMBERED` that passed and as many that failed), so
 //! that a scrape every second costs one check and wrong passwords cannot take more than one
 //! core. The file is read once, at start: restart the watcher after rotating certificates.
 
@@ -40,11 +40,11 @@ use rustls::{RootCertStore, ServerConfig};
 use yaml_rust2::{Yaml, YamlLoader};
 
 /// User and password pairs remembered at most, those that passed and those that failed each.
-pub const REMEMBERED: usize = 64;
+pub(crate) const REMEMBERED: usize = 64;
 
 /// The highest bcrypt cost taken: each step doubles a check's time (cost 14 is about a
 /// second here).
-pub const MAX_COST: u32 = 14;
+pub(crate) const MAX_COST: u32 = 14;
 
 /// What is wrong with a web configuration file, said with the file and key it is about.
 #[derive(Debug)]
@@ -86,7 +86,7 @@ impl WebConfig {
     }
 
     /// The configuration in `text`, its relative paths taken from `dir`.
-    pub fn parse(text: &str, dir: &Path) -> Result<WebConfig, String> {
+    pub(crate) fn parse(text: &str, dir: &Path) -> Result<WebConfig, String> {
         let docs = YamlLoader::load_from_str(text).map_err(|e| format!("not YAML: {e}"))?;
         let root = match docs.into_iter().next() {
             None | Some(Yaml::Null) => return Ok(WebConfig::default()),
@@ -279,7 +279,7 @@ impl BasicAuth {
     /// user with the right password. A check not remembered waits for the one running, until
     /// `deadline` or until `give_up` says so (its connection was closed): then it is refused.
     /// An unknown user costs a check too, so that the time taken does not say which exist.
-    pub fn allows(
+    pub(crate) fn allows(
         &self,
         authorization: Option<&str>,
         deadline: Instant,

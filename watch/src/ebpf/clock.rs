@@ -3,36 +3,36 @@
 //! socket's cookie, mirrored by a `#[repr(C)]` struct whose layout is asserted at compile
 //! time and read out of the map's bytes.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
-use super::event::{canonical, comm, ip};
+use super::event::{comm, ip};
 
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 /// Size of `struct clock` in holds.bpf.c.
-pub const CLOCK_SIZE: usize = 88;
+pub(crate) const CLOCK_SIZE: usize = 88;
 
 /// A socket's short ACK-released holds since the map was last drained.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Clock {
+pub(crate) struct Clock {
     /// The socket's cookie (the map's key).
-    pub cookie: u64,
+    pub(crate) cookie: u64,
     /// The time the held writes waited, summed, ns.
-    pub held_ns: u64,
+    pub(crate) held_ns: u64,
     /// How many there were.
-    pub count: u64,
+    pub(crate) count: u64,
     /// The first writer's cgroup id.
-    pub cgroup: u64,
+    pub(crate) cgroup: u64,
     /// The first writer's process id.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Its user id.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// Local address and port.
-    pub local: (IpAddr, u16),
+    pub(crate) local: (IpAddr, u16),
     /// Remote address and port.
-    pub remote: (IpAddr, u16),
+    pub(crate) remote: (IpAddr, u16),
     /// The first writing task's name.
-    pub comm: String,
+    pub(crate) comm: String,
 }
 
 /// `struct clock` of holds.bpf.c, field for field (native byte order).
@@ -74,7 +74,7 @@ const _: () = {
 impl Clock {
     /// Parses the `struct clock` of socket `cookie` (native byte order); `None` if `b` is too
     /// short.
-    pub fn parse(cookie: u64, b: &[u8]) -> Option<Clock> {
+    pub(crate) fn parse(cookie: u64, b: &[u8]) -> Option<Clock> {
         let (r, _) = RawClock::read_from_prefix(b).ok()?;
         Some(Clock {
             cookie,
@@ -90,15 +90,28 @@ impl Clock {
     }
 
     /// The local address as sampling shows it (IPv4-mapped IPv6 as IPv4).
-    pub fn local_addr(&self) -> SocketAddr {
-        canonical(self.local)
+    #[cfg(test)]
+    pub(crate) fn local_addr(&self) -> std::net::SocketAddr {
+        super::event::canonical(self.local)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nagless_test_support::bpf_object::c_struct;
     use std::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn the_mirror_is_holds_bpf_cs_struct_clock() {
+        let source = include_str!("../../bpf/holds.bpf.c");
+        assert_eq!(
+            c_struct(source, "clock"),
+            nagless_test_support::mirror_layout!(RawClock: held_ns, count, cgroup, pid, uid,
+                family, sport, dport, _pad, saddr, daddr, comm)
+        );
+        assert_eq!(size_of::<RawClock>(), CLOCK_SIZE);
+    }
 
     #[test]
     fn a_clock_parses_at_the_c_offsets() {

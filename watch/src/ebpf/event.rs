@@ -6,53 +6,53 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
-use crate::detect::{HeldWrite, Release, Stall};
+use crate::detect::{HeldWrite, Release};
 
 /// One report from the kernel: a write held until an ACK released it, at least
 /// [`DELAYED_ACK_MIN_US`](nagless_stall_rule::DELAYED_ACK_MIN_US) later.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Event {
+pub(crate) struct Event {
     /// The socket's cookie (unique while the system runs).
-    pub cookie: u64,
+    pub(crate) cookie: u64,
     /// From the held write to the ACK that released it, ns.
-    pub hold_ns: u64,
+    pub(crate) hold_ns: u64,
     /// The writer's cgroup id.
-    pub cgroup: u64,
+    pub(crate) cgroup: u64,
     /// The writer's process and thread ids, uid.
-    pub pid: u32,
+    pub(crate) pid: u32,
     /// Thread id.
-    pub tid: u32,
+    pub(crate) tid: u32,
     /// User id.
-    pub uid: u32,
+    pub(crate) uid: u32,
     /// Most bytes held at once.
-    pub held: u32,
+    pub(crate) held: u32,
     /// The sender's MSS.
-    pub mss: u32,
+    pub(crate) mss: u32,
     /// The path's round trip (the windowed minimum), µs.
-    pub min_rtt_us: u32,
+    pub(crate) min_rtt_us: u32,
     /// The smoothed round trip, µs.
-    pub srtt_us: u32,
+    pub(crate) srtt_us: u32,
     /// Local address and port.
-    pub local: (IpAddr, u16),
+    pub(crate) local: (IpAddr, u16),
     /// Remote address and port.
-    pub remote: (IpAddr, u16),
+    pub(crate) remote: (IpAddr, u16),
     /// The peer advertised a zero window during the hold.
-    pub zero_window: bool,
+    pub(crate) zero_window: bool,
     /// The socket was in loss recovery during the hold.
-    pub loss_recovery: bool,
+    pub(crate) loss_recovery: bool,
     /// The writing task's name.
-    pub comm: String,
+    pub(crate) comm: String,
     /// From the last segment that arrived during the hold to the release, µs (0 if none did).
-    pub release_gap_us: u32,
+    pub(crate) release_gap_us: u32,
     /// From the sending of the newest segment in flight when the hold began (the one whose
     /// ACK the write waited for) to the release, ns (0 if unknown).
-    pub wait_ns: u64,
+    pub(crate) wait_ns: u64,
     /// When an ACK released the write (`bpf_ktime_get_ns`: `CLOCK_MONOTONIC`), ns.
-    pub released_ns: u64,
+    pub(crate) released_ns: u64,
 }
 
 /// Size of `struct event` in holds.bpf.c.
-pub const EVENT_SIZE: usize = 128;
+pub(crate) const EVENT_SIZE: usize = 128;
 
 /// `struct event` of holds.bpf.c, field for field: what the kernel writes to the ring buffer
 /// (native byte order). The asserts below hold it to the C layout (its `_Static_assert` and
@@ -111,7 +111,7 @@ const _: () = {
     assert!(offset_of!(RawEvent, released_ns) == 120);
 };
 
-/// `AF_INET` in the `family` of holds.bpf.c's structs.
+/// `AF_INET` in the `family` of holds.bpf.c's structs (its `#define`).
 const AF_INET: u16 = 2;
 
 /// An address as sampling shows it: IPv4-mapped IPv6 as IPv4.
@@ -138,7 +138,7 @@ pub(super) fn comm(c: &[u8; 16]) -> String {
 
 impl Event {
     /// Parses a `struct event` (native byte order); `None` if `b` is too short.
-    pub fn parse(b: &[u8]) -> Option<Event> {
+    pub(crate) fn parse(b: &[u8]) -> Option<Event> {
         // A copy out of the ring buffer's bytes, which need not be aligned.
         let (r, _) = RawEvent::read_from_prefix(b).ok()?;
         Some(Event {
@@ -164,17 +164,18 @@ impl Event {
     }
 
     /// The local address as sampling shows it (IPv4-mapped IPv6 as IPv4).
-    pub fn local_addr(&self) -> SocketAddr {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
         canonical(self.local)
     }
 
     /// The remote address as sampling shows it (IPv4-mapped IPv6 as IPv4).
-    pub fn remote_addr(&self) -> SocketAddr {
+    pub(crate) fn remote_addr(&self) -> SocketAddr {
         canonical(self.remote)
     }
 
     /// The stall this hold was, judged by the stall rule; `None` if it was not one.
-    pub fn stall(&self, at_us: u64) -> Option<Stall> {
+    #[cfg(test)]
+    pub(crate) fn stall(&self, at_us: u64) -> Option<crate::detect::Stall> {
         match self.release(at_us)? {
             Release::Stall(s) => Some(s),
             Release::Clocked { .. } => None,
@@ -183,7 +184,7 @@ impl Event {
 
     /// The stall this hold was, or the clocked write (a long path's prompt ACK released it);
     /// `None` if neither.
-    pub fn release(&self, at_us: u64) -> Option<Release> {
+    pub(crate) fn release(&self, at_us: u64) -> Option<Release> {
         let rtt_us = if self.min_rtt_us > 0 && self.min_rtt_us != u32::MAX {
             self.min_rtt_us
         } else {
@@ -208,6 +209,20 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nagless_test_support::bpf_object::{c_define, c_struct};
+
+    #[test]
+    fn the_mirror_is_holds_bpf_cs_struct_event() {
+        let source = include_str!("../../bpf/holds.bpf.c");
+        assert_eq!(
+            c_struct(source, "event"),
+            nagless_test_support::mirror_layout!(RawEvent: cookie, hold_ns, cgroup, pid, tid,
+                uid, held, mss, min_rtt_us, srtt_us, family, sport, dport, zero_window, loss,
+                saddr, daddr, comm, gap_us, wait_ns, released_ns)
+        );
+        assert_eq!(size_of::<RawEvent>(), EVENT_SIZE);
+        assert_eq!(c_define(source, "AF_INET"), Some(AF_INET.into()));
+    }
 
     fn raw() -> Vec<u8> {
         let mut b = vec![0u8; EVENT_SIZE];

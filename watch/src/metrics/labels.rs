@@ -8,45 +8,45 @@ use crate::role::EphemeralPorts;
 /// The labels of a group's series. Each is a function of the group's process (its command
 /// line without arguments, its cgroup) and port, so none adds series beyond the group's own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct Labels {
+pub(crate) struct Labels {
     /// The program without its arguments, as the table names it (`python3 app.py`, `java
     /// -jar app.jar`, `redis-server`: [`procs::service_name`](crate::procs::service_name));
     /// the command name (`/proc/PID/comm`) when the command line could not be read; empty
     /// when the owner is not known.
-    pub process: String,
+    pub(crate) process: String,
     /// The systemd unit the process's cgroup names (`nginx.service`), empty in a container or
     /// when none does.
-    pub unit: String,
+    pub(crate) unit: String,
     /// The served local port (`role="serves"`) or the remote port (`role="connects"`);
     /// `ephemeral` for a port the host may hand out to clients (see [`crate::role`]).
-    pub port: String,
+    pub(crate) port: String,
     /// `serves`, `connects`, or `overflow` (the series that gathers the groups beyond
     /// [`Limits::max_series`](super::Limits::max_series)).
-    pub role: &'static str,
+    pub(crate) role: &'static str,
     /// Container id (its first 12 hex digits), empty on the host.
-    pub container: String,
+    pub(crate) container: String,
     /// The pod's namespace, on a Kubernetes node ([`crate::kube`]); `k8s_` because a scrape
     /// of the watcher's own pod already carries `namespace` and `pod` labels of its own.
-    pub k8s_namespace: String,
+    pub(crate) k8s_namespace: String,
     /// The pod's name.
-    pub k8s_pod: String,
+    pub(crate) k8s_pod: String,
     /// The container's name in its pod.
-    pub k8s_container: String,
+    pub(crate) k8s_container: String,
 }
 
 /// What a group's labels are made of.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Owner<'a> {
+pub(crate) struct Owner<'a> {
     /// [`Labels::process`]'s program name.
-    pub service: Option<&'a str>,
+    pub(crate) service: Option<&'a str>,
     /// The command name, for when `service` is not known.
-    pub comm: Option<&'a str>,
+    pub(crate) comm: Option<&'a str>,
     /// The systemd unit.
-    pub unit: Option<&'a str>,
+    pub(crate) unit: Option<&'a str>,
     /// The full container id.
-    pub container: Option<&'a str>,
+    pub(crate) container: Option<&'a str>,
     /// The pod.
-    pub pod: Option<&'a Pod>,
+    pub(crate) pod: Option<&'a Pod>,
 }
 
 impl Labels {

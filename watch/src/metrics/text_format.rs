@@ -5,7 +5,7 @@
 /// OpenMetrics (`curl`, `promtool check metrics`, older scrapers): no `# UNIT` lines and no
 /// `# EOF`; a counter's family takes its samples' name (`_total`); OpenMetrics's `info` and
 /// `unknown` types become `gauge` and `untyped`.
-pub fn text_format(om: &str) -> String {
+pub(crate) fn text_format(om: &str) -> String {
     let mut out = String::with_capacity(om.len());
     let lines: Vec<&str> = om.lines().collect();
     let mut i = 0;
