@@ -61,14 +61,10 @@ const MEMBERS: [(&str, usize); N_COUNTERS] = [
 ];
 
 // Counter `i` of the map is the `i`th u64 of the struct.
-const _: () = {
-    assert!(size_of::<Counters>() == N_COUNTERS * size_of::<u64>());
-    let mut i = 0;
-    while i < N_COUNTERS {
-        assert!(MEMBERS[i].1 == i * size_of::<u64>());
-        i += 1;
-    }
-};
+const _: () = assert!(nagless_host::bpf::counters_in_order(
+    &MEMBERS,
+    size_of::<Counters>()
+));
 
 /// The bits of fix.bpf.c's `chosen` map (`CHOSE_NODELAY`, `CHOSE_DELACK_MAX`): the options a
 /// program set itself.

@@ -108,3 +108,37 @@ mod tests {
         assert_eq!(BpfError::of(&EbpfError::NoBTF).errno(), None);
     }
 }
+
+/// Whether a `#[repr(C)]` struct of `size` bytes mirrors a BPF array of u64 counters whose
+/// members are `members` (the C enum's names, in order, each with the offset of the field
+/// that holds it): counter `i` is the struct's `i`th u64, and there are no others. For a
+/// `const` assertion beside the mirror.
+pub const fn counters_in_order(members: &[(&str, usize)], size: usize) -> bool {
+    if size != members.len() * 8 {
+        return false;
+    }
+    let mut i = 0;
+    while i < members.len() {
+        if members[i].1 != i * 8 {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod counters_tests {
+    use super::counters_in_order;
+
+    #[test]
+    fn counters_must_be_u64s_in_the_enums_order() {
+        assert!(counters_in_order(&[("A", 0), ("B", 8)], 16));
+        assert!(!counters_in_order(&[("A", 8), ("B", 0)], 16), "swapped");
+        assert!(
+            !counters_in_order(&[("A", 0), ("B", 8)], 24),
+            "a field too many"
+        );
+        assert!(!counters_in_order(&[("A", 0), ("B", 4)], 8), "u32s");
+    }
+}

@@ -52,14 +52,10 @@ const MEMBERS: [(&str, usize); N_COUNTERS] = [
 ];
 
 // Counter `i` of the map is the `i`th u64 of the struct.
-const _: () = {
-    assert!(size_of::<Counters>() == N_COUNTERS * size_of::<u64>());
-    let mut i = 0;
-    while i < N_COUNTERS {
-        assert!(MEMBERS[i].1 == i * size_of::<u64>());
-        i += 1;
-    }
-};
+const _: () = assert!(nagless_host::bpf::counters_in_order(
+    &MEMBERS,
+    size_of::<Counters>()
+));
 
 impl Counters {
     /// The counters from the map's values, by index (`value(i)`: counter `i` summed over
