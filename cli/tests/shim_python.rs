@@ -246,6 +246,42 @@ fn a_burst_nobody_waits_after_leaves_within_the_linger_bound() {
     eprintln!("write then sleep: arrival after {ours:?} (nagless) vs {cork:?} (cork mode)");
 }
 
+/// Runs `scripts/py/multiplexed.py`'s client under the shim (with `env`) against its server
+/// (one send per answer) on a free port: `client` its arguments after the port. Its median
+/// latency (µs), what it printed, and the shim's counters.
+fn multiplexed_under_the_shim(
+    client: &[&str],
+    env: &[(&str, &str)],
+) -> (f64, String, Vec<std::collections::HashMap<String, u64>>) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/py/multiplexed.py");
+    let port = free_port();
+    let _server = Started(
+        Command::new(python())
+            .args([script, "server", &port.to_string(), "each"])
+            .spawn()
+            .expect("python3"),
+    );
+    wait_for_port(port);
+    let mut cmd = Command::new(python());
+    cmd.args([script, "client", &port.to_string()]).args(client);
+    with_shim(&mut cmd, "nagless");
+    let out = cmd.envs(env.iter().copied()).output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    let p50_us: f64 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "p50")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no p50 in {said:?}"));
+    let stats = stats_lines(&String::from_utf8_lossy(&out.stderr));
+    (p50_us, said, stats)
+}
+
 /// A client whose four writer threads share one connection (each sends a 40-byte request
 /// under a lock, then waits on a semaphore of 8 requests in flight) while its reader thread
 /// waits in `recv` (`scripts/py/multiplexed.py`): the writers never wait on the socket and
@@ -257,40 +293,17 @@ fn a_burst_nobody_waits_after_leaves_within_the_linger_bound() {
 #[test]
 fn writer_threads_behind_a_waiting_reader_are_not_held_for_the_bound() {
     let _one = exclusive();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/py/multiplexed.py");
-    let port = free_port();
-    let _server = Started(
-        Command::new(python())
-            .args([script, "server", &port.to_string(), "each"])
-            .spawn()
-            .expect("python3"),
-    );
-    wait_for_port(port);
-    let mut cmd = Command::new(python());
-    cmd.args([script, "client", &port.to_string(), "400", "4", "8"]);
-    with_shim(&mut cmd, "nagless");
-    let out = cmd.env("NAGLESS_LINGER_US", "100000").output().unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}{stderr}");
-    let p50_us: f64 = stdout
-        .split_whitespace()
-        .skip_while(|w| *w != "p50")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no p50 in {stdout:?}"));
-    let stats = stats_lines(&stderr);
+    let (p50_us, said, stats) =
+        multiplexed_under_the_shim(&["400", "4", "8"], &[("NAGLESS_LINGER_US", "100000")]);
     assert!(
         p50_us < 50_000.0,
-        "median {p50_us} µs, against a linger bound of 100 ms: {stdout}{stderr}"
+        "median {p50_us} µs, against a linger bound of 100 ms: {said}"
     );
     assert!(
         stats
             .iter()
             .any(|m| m.get("clocked").is_some_and(|&n| n > 0)),
-        "{stderr}"
+        "{said}"
     );
 }
 
@@ -301,41 +314,17 @@ fn writer_threads_behind_a_waiting_reader_are_not_held_for_the_bound() {
 #[test]
 fn a_clocked_socket_is_never_held_for_the_peers_delayed_ack() {
     let _one = exclusive();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/py/multiplexed.py");
-    let port = free_port();
-    let _server = Started(
-        Command::new(python())
-            .args([script, "server", &port.to_string(), "each"])
-            .spawn()
-            .expect("python3"),
-    );
-    wait_for_port(port);
-    let mut cmd = Command::new(python());
-    cmd.args([script, "client", &port.to_string(), "40", "1", "1", "split"]);
-    with_shim(&mut cmd, "nagless");
-    let out = cmd.output().unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}{stderr}");
-    let p50_us: f64 = stdout
-        .split_whitespace()
-        .skip_while(|w| *w != "p50")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no p50 in {stdout:?}"));
+    let (p50_us, said, stats) = multiplexed_under_the_shim(&["40", "1", "1", "split"], &[]);
     assert!(
         p50_us < 20_000.0,
-        "median {p50_us} µs: the bodies waited for the server's delayed ACK. {stdout}{stderr}"
+        "median {p50_us} µs: the bodies waited for the server's delayed ACK. {said}"
     );
-    let stats = stats_lines(&stderr);
     assert!(
         stats
             .iter()
             .any(|m| m.get("clocked").is_some_and(|&n| n > 0)
                 && m.get("released").is_some_and(|&n| n > 0)),
-        "clocked, and pushed by the flusher: {stderr}"
+        "clocked, and pushed by the flusher: {said}"
     );
 }
 
