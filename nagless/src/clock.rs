@@ -105,7 +105,7 @@ impl Clock {
     /// (if any) certainly has not passed, else the true time. With no deadline pending, the
     /// true time only if this write may open a linger window (its arrival time matters).
     pub(crate) fn for_write(&mut self, core: &Coalescer) -> Instant {
-        let opens_window = || core.policy().linger.is_some_and(|d| !d.is_zero());
+        let opens_window = || core.policy().linger.deadline().is_some();
         match core.poll_timeout() {
             None if opens_window() => self.precise(),
             None => self.anchor,

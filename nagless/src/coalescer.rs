@@ -10,7 +10,7 @@
 use std::io::{self, IoSlice};
 use std::time::Instant;
 
-use crate::policy::{FlushPolicy, FlushReason, Urgency};
+use crate::policy::{FlushPolicy, FlushReason, Linger, Urgency};
 use crate::queue::SendQueue;
 
 /// Segment size assumed until the I/O layer reports the socket's MSS (an Ethernet path).
@@ -186,7 +186,7 @@ pub struct Coalescer {
     ///
     /// Invariant (recomputed by `refresh_quiet` after every other change, asserted in debug
     /// builds): 0 (closed) if bytes are due or a linger window needs opening (linger on and
-    /// zero, or no window open); else one more than the tail's length plus the bytes that keep
+    /// immediate, or no window open); else one more than the tail's length plus the bytes that keep
     /// the queue below the threshold and the high-water mark and fit the tail buffer.
     quiet_end: usize,
     stats: Stats,
@@ -314,8 +314,9 @@ impl Coalescer {
     /// [`write_staged`](Self::write_staged), if nothing else can act on the queue meanwhile.
     pub(crate) fn quiet_room(&self) -> usize {
         let needs_time = match self.policy.linger {
-            None => false,
-            Some(d) => d.is_zero() || self.oldest_unflushed.is_none(),
+            Linger::Off => false,
+            Linger::Immediate => true,
+            Linger::Deadline(_) => self.oldest_unflushed.is_none(),
         };
         let threshold = self
             .policy
@@ -351,7 +352,7 @@ impl Coalescer {
         if len > 0 && self.oldest_unflushed.is_none() && self.queue.len() > self.must_send {
             self.set_oldest_unflushed(Some(now));
         }
-        let immediate = self.policy.linger.is_some_and(|d| d.is_zero());
+        let immediate = self.policy.linger == Linger::Immediate;
         match urgency {
             Urgency::SendNow => self.make_all_due(FlushReason::Urgent),
             Urgency::Normal if immediate && self.policy.clocked => {
@@ -419,9 +420,8 @@ impl Coalescer {
 
     fn set_oldest_unflushed(&mut self, at: Option<Instant>) {
         self.oldest_unflushed = at;
-        let linger = self.policy.linger.filter(|d| !d.is_zero());
         self.deadline = at
-            .zip(linger)
+            .zip(self.policy.linger.deadline())
             .map(|(t, linger)| t.checked_add(linger).unwrap_or(t));
     }
 

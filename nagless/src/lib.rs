@@ -67,7 +67,8 @@ pub mod tokio_tls;
 
 pub use crate::coalescer::{drive, Coalescer, Drive, Stats, Transmit, Transport, MAX_IOV};
 pub use crate::policy::{
-    FlushPolicy, FlushReason, Urgency, DEFAULT_HIGH_WATER, DEFAULT_LINGER, DEFAULT_THRESHOLD,
+    FlushPolicy, FlushReason, Linger, Urgency, DEFAULT_HIGH_WATER, DEFAULT_LINGER,
+    DEFAULT_THRESHOLD,
 };
 pub use crate::stream::{IntoInnerError, NaglessStream, Sender};
 pub use crate::sys::{AsOsSocket, Sock};

@@ -189,7 +189,7 @@ where
     /// Wraps any async byte stream with `policy`. A policy with a linger deadline needs a
     /// runtime with tokio's time driver.
     pub fn from_io(conn: C, io: T, policy: FlushPolicy) -> io::Result<Self> {
-        if policy.linger_deadline().is_some_and(|d| !d.is_zero()) && !has_time_driver() {
+        if policy.linger.deadline().is_some() && !has_time_driver() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "nagless: this tokio runtime has no time driver, which the linger deadline \

@@ -7,7 +7,7 @@ use ::tokio::io::AsyncWrite;
 use super::shared::Shared;
 use crate::clock::Clock;
 use crate::coalescer::Coalescer;
-use crate::policy::FlushPolicy;
+use crate::policy::{FlushPolicy, Linger};
 
 /// Most bytes the lane holds before it hands them over (one copy into the shared queue).
 const LANE_MAX: usize = 64 * 1024;
@@ -45,7 +45,7 @@ impl Lane {
             end: 0,
             writes: 0,
             hint: 0,
-            usable: policy.linger.is_none() && !(reader_elsewhere && policy.before_read),
+            usable: policy.linger == Linger::Off && !(reader_elsewhere && policy.before_read),
         }
     }
 

@@ -148,10 +148,7 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
 
 impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
     fn build(io: T, core: Coalescer, spawner: Spawner<T>) -> io::Result<Self> {
-        let needs_timer = core
-            .policy()
-            .linger_deadline()
-            .is_some_and(|d| !d.is_zero());
+        let needs_timer = core.policy().linger.deadline().is_some();
         // Under panic = "abort" a failed probe cannot be caught: probe only when the policy
         // needs the timer. A stream not probed counts as timerless: a dropped stream's drain
         // then has no time limit (it ends when the peer takes the bytes or the socket fails).
