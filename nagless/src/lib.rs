@@ -52,7 +52,10 @@
 // keep modules of their own, as their types share the std stream's names.
 mod clock;
 mod coalescer;
+mod driver;
 mod io_glue;
+#[cfg(test)]
+mod legacy;
 mod policy;
 mod queue;
 mod stream;

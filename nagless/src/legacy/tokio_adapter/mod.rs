@@ -1,0 +1,239 @@
+//! The tokio adapter (feature `tokio`): [`NaglessStream`] implements `AsyncRead` and
+//! `AsyncWrite` with the semantics of the std wrapper.
+//!
+//! - `poll_read` sends pending output first when the read would wait (before-read), so
+//!   write-write-read never stalls; input already there is read without flushing.
+//! - **Linger by timer**: when bytes are pending with a deadline, or are due but the socket was
+//!   full, a small background task (spawned on the current runtime, holding only a weak
+//!   reference) sleeps until the deadline and flushes, even while the owning task is busy
+//!   awaiting something else. Errors it meets are returned by the next write, flush or
+//!   shutdown. The runtime must have its time driver (`enable_time`/`enable_all`): making a
+//!   stream on one without it is an error (built with `panic = "abort"`, where tokio's panic
+//!   cannot be caught, the program stops there with tokio's message instead; a policy
+//!   without linger needs no timer and is never probed).
+//! - **One socket, several waiters.** A tokio socket wakes only the last task that polled it
+//!   for write readiness, yet the writer, the read half (which flushes before it waits) and the
+//!   timer task all send. The socket is therefore always polled with one fan-out waker that
+//!   wakes every task waiting for socket space, so none of them can be forgotten.
+//! - **The owner's lane.** Under a policy without linger, a normal write that makes nothing
+//!   due is kept by the writing handle itself, without the shared lock, as long as no other
+//!   party could act on it (no flusher, no waiting error, and no read half that flushes before
+//!   it reads); the handle's next other call, or dropping it, hands it over first. Bytes leave
+//!   at the same moments; a small write costs about what one to tokio's `BufWriter` costs.
+//! - Streams that are not `Send` (a `LocalSet` program's) are made with
+//!   [`NaglessStream::from_io_local`]; their background tasks are started with `spawn_local`.
+//! - [`NaglessStream::into_split`] gives halves that share one queue, so the read half still
+//!   flushes what the write half queued; [`WriteHalf::reunite`] puts them back together.
+//! - **Closing**: `shutdown().await` sends everything, then shuts the write side down; errors
+//!   come back from it. Dropping the last handle with bytes still queued hands them to a
+//!   background task that finishes the send (for at most [`DRAIN_LIMIT`] where the stream
+//!   knows of a timer; see [`NaglessStream::from_io`]) and then closes the
+//!   socket, as the kernel does with a closed socket's send queue.
+
+mod halves;
+mod lane;
+mod poll;
+mod shared;
+mod tasks;
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::Duration;
+
+use ::tokio::io::AsyncWrite;
+
+use crate::clock::Clock;
+use crate::coalescer::Coalescer;
+use crate::legacy::io_glue::{refresh_segment, set_nodelay_if_tcp};
+use crate::policy::FlushPolicy;
+use crate::sys::AsOsSocket;
+
+pub use self::halves::{ReadHalf, ReuniteError, WriteHalf};
+pub(crate) use self::shared::{lock, WriteWaiters};
+pub(crate) use self::tasks::has_time_driver;
+
+use self::lane::Lane;
+use self::shared::Shared;
+use self::tasks::{local_spawner, quietly_succeeds, runtime_spawner, Spawner};
+
+/// Longest time the background task spends finishing the send of a stream dropped with bytes
+/// still queued.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+
+/// An async stream whose output is coalesced. All handles ([`NaglessStream`], [`ReadHalf`],
+/// [`WriteHalf`]) share one queue.
+///
+/// # Example
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// use nagless::tokio_adapter::NaglessStream;
+///
+/// let mut s = NaglessStream::connect("127.0.0.1:7000").await?;
+/// s.write_all(b"GET / HTTP/1.1\r\n").await?; // queued
+/// s.write_all(b"Host: a\r\n\r\n").await?; // queued
+/// let mut reply = [0u8; 512];
+/// let n = s.read(&mut reply).await?; // both leave in one send, then it reads
+/// # let _ = n; Ok(()) }
+/// ```
+pub struct NaglessStream<T: AsyncWrite + Unpin + 'static> {
+    shared: Arc<Mutex<Shared<T>>>,
+    lane: Lane,
+}
+
+impl NaglessStream<::tokio::net::TcpStream> {
+    /// Connects to `addr` and wraps the stream with the default policy.
+    pub async fn connect(addr: impl ::tokio::net::ToSocketAddrs) -> io::Result<Self> {
+        Self::new(::tokio::net::TcpStream::connect(addr).await?)
+    }
+
+    /// Wraps a tokio TCP stream with the default policy; sets `TCP_NODELAY`.
+    pub fn new(stream: ::tokio::net::TcpStream) -> io::Result<Self> {
+        Self::with_policy(stream, FlushPolicy::default())
+    }
+
+    /// Wraps a tokio TCP stream with `policy`; sets `TCP_NODELAY`.
+    pub fn with_policy(stream: ::tokio::net::TcpStream, policy: FlushPolicy) -> io::Result<Self> {
+        stream.set_nodelay(true)?;
+        let mut core = Coalescer::new(policy);
+        refresh_segment(&mut core, stream.as_os_socket());
+        Self::from_parts(stream, core)
+    }
+}
+
+impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
+    /// Wraps an async stream that is not `Send` (for a `LocalSet`) with `policy`: its
+    /// background tasks are started with `spawn_local`, so it must be made and used inside a
+    /// `LocalSet` (or a `LocalRuntime`); outside one this is an error, not a later panic.
+    pub fn from_io_local(io: T, policy: FlushPolicy) -> io::Result<Self> {
+        let in_local_set = ::tokio::runtime::Handle::try_current().is_ok()
+            && quietly_succeeds(|| drop(::tokio::task::spawn_local(async {})));
+        if !in_local_set {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "nagless: from_io_local must be called inside a tokio LocalSet (or LocalRuntime)",
+            ));
+        }
+        Self::build(io, Coalescer::new(policy), local_spawner())
+    }
+}
+
+impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
+    /// Wraps any async stream with `policy`. (Built with `panic = "abort"`, a policy without a
+    /// linger deadline is not probed for tokio's timer, so a dropped stream's drain has no
+    /// [`DRAIN_LIMIT`].) For a socket, [`from_socket`](Self::from_socket)
+    /// also sets `TCP_NODELAY` and reads the MSS; for a stream that is not `Send`,
+    /// [`from_io_local`](Self::from_io_local).
+    pub fn from_io(io: T, policy: FlushPolicy) -> io::Result<Self> {
+        Self::from_parts(io, Coalescer::new(policy))
+    }
+
+    /// Wraps an async socket with `policy`; sets `TCP_NODELAY` if it is a TCP socket.
+    pub fn from_socket(io: T, policy: FlushPolicy) -> io::Result<Self>
+    where
+        T: AsOsSocket,
+    {
+        set_nodelay_if_tcp(io.as_os_socket())?;
+        let mut core = Coalescer::new(policy);
+        refresh_segment(&mut core, io.as_os_socket());
+        Self::from_parts(io, core)
+    }
+
+    fn from_parts(io: T, core: Coalescer) -> io::Result<Self> {
+        Self::build(io, core, runtime_spawner())
+    }
+}
+
+impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
+    fn build(io: T, core: Coalescer, spawner: Spawner<T>) -> io::Result<Self> {
+        let needs_timer = core.policy().linger.deadline().is_some();
+        // Under panic = "abort" a failed probe cannot be caught: probe only when the policy
+        // needs the timer. A stream not probed counts as timerless: a dropped stream's drain
+        // then has no time limit (it ends when the peer takes the bytes or the socket fails).
+        let has_timer = (needs_timer || cfg!(panic = "unwind")) && has_time_driver();
+        if needs_timer && !has_timer {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "nagless: this tokio runtime has no time driver, which the linger deadline \
+                 needs; build it with enable_time() or enable_all(), or use a policy without \
+                 linger",
+            ));
+        }
+        let waiters = Arc::new(WriteWaiters::default());
+        let lane = Lane::new(core.policy(), false);
+        Ok(Self {
+            shared: Arc::new(Mutex::new(Shared {
+                io,
+                core,
+                clock: Clock::new(),
+                deferred_error: None,
+                flusher_running: false,
+                flusher_sleeping: None,
+                handles: 1,
+                has_timer,
+                spawner,
+                fanout: Waker::from(Arc::clone(&waiters)),
+                waiters,
+            })),
+            lane,
+        })
+    }
+
+    /// Splits into a read half and a write half sharing one queue: reading through the read
+    /// half still flushes what the write half queued.
+    pub fn into_split(self) -> (ReadHalf<T>, WriteHalf<T>) {
+        let lane = {
+            let mut g = lock(&self.shared);
+            g.handles += 2;
+            Lane::new(g.core.policy(), true)
+        };
+        let other = Arc::clone(&self.shared);
+        let shared = Arc::clone(&self.shared);
+        drop(self);
+        let write = WriteHalf {
+            shared: other,
+            lane,
+        };
+        (ReadHalf { shared }, write)
+    }
+}
+
+/// Accepts one connection from `listener` and wraps it with the default policy: the accept
+/// loop of a server (hyper, axum, your own) in one call.
+///
+/// ```no_run
+/// # async fn demo() -> std::io::Result<()> {
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+///
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:7000").await?;
+/// loop {
+///     let (mut s, _peer) = nagless::tokio_adapter::accept(&listener).await?;
+///     tokio::spawn(async move {
+///         let mut request = [0u8; 512];
+///         while let Ok(n) = s.read(&mut request).await {
+///             if n == 0 || s.write_all(b"+OK\r\n").await.is_err() {
+///                 break;
+///             }
+///         }
+///     });
+/// }
+/// # }
+/// ```
+pub async fn accept(
+    listener: &::tokio::net::TcpListener,
+) -> io::Result<(NaglessStream<::tokio::net::TcpStream>, std::net::SocketAddr)> {
+    let (tcp, peer) = listener.accept().await?;
+    Ok((NaglessStream::new(tcp)?, peer))
+}
+
+impl<T: AsyncWrite + Unpin + 'static> std::fmt::Debug for NaglessStream<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = lock(&self.shared);
+        f.debug_struct("NaglessStream")
+            .field("pending", &(g.core.pending() + self.lane.len()))
+            .field("policy", g.core.policy())
+            .finish_non_exhaustive()
+    }
+}
