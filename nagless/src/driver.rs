@@ -570,4 +570,6 @@ impl<S: Seal> Driver<S> {
 }
 
 #[cfg(test)]
+mod model;
+#[cfg(test)]
 mod tests;

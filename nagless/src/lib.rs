@@ -54,8 +54,6 @@ mod clock;
 mod coalescer;
 mod driver;
 mod io_glue;
-#[cfg(test)]
-mod legacy;
 mod policy;
 mod queue;
 mod stream;

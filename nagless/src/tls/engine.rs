@@ -52,7 +52,7 @@ pub(crate) enum Input {
     Eof,
 }
 
-pub(super) mod sealed {
+mod sealed {
     pub trait Sealed {}
 }
 

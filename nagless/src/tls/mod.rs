@@ -59,8 +59,6 @@ use crate::policy::{FlushPolicy, Urgency};
 use crate::sys::{self, AsOsSocket, Sock};
 
 mod engine;
-#[cfg(test)]
-pub(crate) mod fake;
 
 pub use engine::TlsConnection;
 pub(crate) use engine::{plaintext_core, tls_error, Input, Tls};
