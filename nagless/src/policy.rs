@@ -129,8 +129,10 @@ impl FlushPolicy {
     /// and sends them itself otherwise.
     ///
     /// Clocking needs the kernel's send-queue counters (`SIOCOUTQ`, `SIOCOUTQNSD`: Linux
-    /// and Android, with the std [`NaglessStream`](crate::NaglessStream) and
-    /// [`Sender`](crate::Sender)). Elsewhere, and in the tokio and TLS streams, this policy is
+    /// and Android) and a send the kernel can be asked to hold: every stream has it (the std
+    /// [`NaglessStream`](crate::NaglessStream) and [`Sender`](crate::Sender), the TLS streams,
+    /// the tokio streams over tokio's own `TcpStream` or `UnixStream`). A tokio stream over
+    /// another `AsyncWrite`, and every stream elsewhere, take this policy as
     /// [`immediate`](Self::immediate): every write leaves at once. Costs two to four syscalls
     /// per write (the counters, the send, at times a push) where `TCP_NODELAY` costs one.
     ///
