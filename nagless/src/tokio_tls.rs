@@ -81,6 +81,8 @@ where
     shared: Arced<T, C>,
 }
 
+// (tokio has no `net` under loom's model checker.)
+#[cfg(not(loom))]
 impl<C: TlsConnection + Send + 'static> TlsStream<::tokio::net::TcpStream, C> {
     /// Wraps a connected tokio TCP stream and a fresh rustls connection with the default
     /// [`FlushPolicy`]; sets `TCP_NODELAY`.

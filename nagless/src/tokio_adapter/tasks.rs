@@ -11,6 +11,7 @@ use ::tokio::io::AsyncWrite;
 
 use super::shared::{lock, PollWire, Shared};
 use super::sync::{Arc, Mutex, Weak};
+#[cfg(not(loom))]
 use super::DRAIN_LIMIT;
 use crate::clock::now;
 use crate::coalescer::Drive;
@@ -76,6 +77,26 @@ where
         },
         drain: |arc, timer| {
             ::tokio::task::spawn_local(drain(arc, timer));
+            true
+        },
+    }
+}
+
+/// Under the loom models: each background task runs on a thread of its own, whose
+/// interleavings with the others loom explores.
+#[cfg(all(test, loom))]
+pub(crate) fn loom_spawner<T, S>() -> Spawner<T, S>
+where
+    T: AsyncWrite + Unpin + Send + 'static,
+    S: TokioSeal<T> + Send + 'static,
+{
+    Spawner {
+        flusher: |weak| {
+            loom::thread::spawn(move || loom::future::block_on(flusher(weak)));
+            true
+        },
+        drain: |arc, timer| {
+            loom::thread::spawn(move || loom::future::block_on(drain(arc, timer)));
             true
         },
     }
