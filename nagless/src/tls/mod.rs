@@ -6,8 +6,9 @@
 //! in one segment, but each costs a header, an AEAD tag and its own encryption, and the peer
 //! decrypts each. [`TlsStream`] decides the moment once for both layers:
 //!
-//! - **Plaintext is queued, not encrypted.** Application writes go into a [`Coalescer`]
-//!   (the same state machine and [`FlushPolicy`] as [`NaglessStream`](crate::NaglessStream)).
+//! - **Plaintext is queued, not encrypted.** Application writes go into a
+//!   [`Coalescer`](crate::Coalescer) (the same state machine and [`FlushPolicy`] as
+//!   [`NaglessStream`](crate::NaglessStream)), which the stream's driver owns.
 //! - **At a flush point** (before a read that would wait, at the size threshold, at the linger
 //!   bound, on [`flush`](Write::flush), on a [`Urgency::SendNow`] write, on close) the due
 //!   plaintext is handed to rustls in **one** `write_vectored` call, which rustls seals as one
