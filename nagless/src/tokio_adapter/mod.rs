@@ -18,7 +18,8 @@
 //! - **The owner's lane.** Under a policy without linger, a normal write that makes nothing
 //!   due is kept by the writing handle itself, without the shared lock, as long as no other
 //!   party could act on it (no flusher, no waiting error, and no read half that flushes before
-//!   it reads); the handle's next other call, or dropping it, hands it over first. Bytes leave
+//!   it reads); the handle's next other call, or dropping it, hands it over first: the handle
+//!   reaches the shared state only through its `Owner`, whose one way in does it. Bytes leave
 //!   at the same moments; a small write costs about what one to tokio's `BufWriter` costs.
 //! - Streams that are not `Send` (a `LocalSet` program's) are made with
 //!   [`NaglessStream::from_io_local`]; their background tasks are started with `spawn_local`.
@@ -29,6 +30,11 @@
 //!   background task that finishes the send (for at most [`DRAIN_LIMIT`] where the stream
 //!   knows of a timer; see [`NaglessStream::from_io`]) and then closes the
 //!   socket, as the kernel does with a closed socket's send queue.
+//!
+//! The protocol itself (write, flush, before-read, close, the deferred error) is the crate's
+//! driver (private module `driver`), shared with the std stream and both TLS streams; this
+//! module holds what is tokio's: the shared state, the socket as a wire of poll functions,
+//! the flusher and drain tasks (the TLS stream's too) and the lane.
 
 mod halves;
 mod lane;
