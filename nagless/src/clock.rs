@@ -10,7 +10,33 @@ use crate::sys;
 /// The clock of the I/O layers (the core never reads one).
 #[allow(clippy::disallowed_methods)]
 pub(crate) fn now() -> Instant {
+    #[cfg(test)]
+    if let Some(t) = fake::now() {
+        return t;
+    }
     Instant::now()
+}
+
+/// A test's clock for its thread, read instead of the system's by [`now`] and [`Clock`]
+/// (which then judges deadlines by it exactly, without the cycle counter).
+#[cfg(test)]
+pub(crate) mod fake {
+    use std::cell::RefCell;
+    use std::time::Instant;
+
+    type Source = Box<dyn Fn() -> Instant>;
+
+    thread_local!(static SOURCE: RefCell<Option<Source>> = const { RefCell::new(None) });
+
+    /// Sets (or with `None` ends) this thread's fake clock.
+    pub(crate) fn set(source: Option<Source>) {
+        SOURCE.with(|s| *s.borrow_mut() = source);
+    }
+
+    /// The fake time, if this thread has a fake clock.
+    pub(crate) fn now() -> Option<Instant> {
+        SOURCE.with(|s| s.borrow().as_ref().map(|f| f()))
+    }
 }
 
 /// The streams' clock: reads the system clock only when a deadline could have passed.
@@ -46,6 +72,11 @@ impl Clock {
     /// The true time, read now.
     pub(crate) fn precise(&mut self) -> Instant {
         use std::sync::atomic::Ordering::Relaxed;
+        #[cfg(test)]
+        if let Some(t) = fake::now() {
+            self.anchor = t;
+            return t;
+        }
         // The counter first, as in `new`.
         let ticks = sys::fast_ticks();
         let t = now();
@@ -69,6 +100,10 @@ impl Clock {
     #[inline]
     pub(crate) fn certainly_before(&mut self, deadline: Instant) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
+        #[cfg(test)]
+        if let Some(t) = fake::now() {
+            return t < deadline;
+        }
         if SLOW_TICKS.load(Relaxed) {
             return false;
         }
@@ -105,7 +140,7 @@ impl Clock {
     /// (if any) certainly has not passed, else the true time. With no deadline pending, the
     /// true time only if this write may open a linger window (its arrival time matters).
     pub(crate) fn for_write(&mut self, core: &Coalescer) -> Instant {
-        let opens_window = || core.policy().linger.is_some_and(|d| !d.is_zero());
+        let opens_window = || core.policy().linger.deadline().is_some();
         match core.poll_timeout() {
             None if opens_window() => self.precise(),
             None => self.anchor,

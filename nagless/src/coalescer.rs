@@ -168,90 +168,246 @@ pub struct Transmit {
 /// ```
 #[derive(Debug)]
 pub struct Coalescer {
-    queue: SendQueue,
-    policy: FlushPolicy,
-    segment: usize,
-    /// Bytes at the front that a flush point made due; they leave as soon as the socket allows.
-    must_send: usize,
-    must_reason: FlushReason,
-    /// Arrival of the oldest pending byte not covered by `must_send` (the linger clock).
-    oldest_unflushed: Option<Instant>,
-    /// `oldest_unflushed` + linger, kept so that the per-write check adds nothing.
-    deadline: Option<Instant>,
+    /// The pending bytes and what decides when they leave, with the quiet lane's end kept in
+    /// step (see [`quiet`]).
+    q: quiet::Quiet,
     /// Set when the transmit in progress is the first of a flush (for counting flushes).
     flush_open: bool,
-    /// The quiet lane ([`write_if_nothing_due`](Self::write_if_nothing_due)): normal writes
-    /// may fill the queue's tail buffer up to below this length with nothing becoming due and
-    /// no time needed.
-    ///
-    /// Invariant (recomputed by `refresh_quiet` after every other change, asserted in debug
-    /// builds): 0 (closed) if bytes are due or a linger window needs opening (linger on and
-    /// zero, or no window open); else one more than the tail's length plus the bytes that keep
-    /// the queue below the threshold and the high-water mark and fit the tail buffer.
-    quiet_end: usize,
     stats: Stats,
+}
+
+/// The state the quiet lane's end is computed from, and that end, kept in step by
+/// construction: outside this module the state can be read, and changed only through
+/// [`Quiet::edit`], whose guard recomputes the end when it is dropped, or by
+/// [`Quiet::push_quiet`], the one change that keeps it (asserted in debug builds).
+mod quiet {
+    use std::ops::{Deref, DerefMut};
+    use std::time::Instant;
+
+    use crate::policy::{FlushPolicy, FlushReason, Linger};
+    use crate::queue::SendQueue;
+
+    /// Everything but the counters.
+    #[derive(Debug)]
+    pub(super) struct State {
+        pub(super) queue: SendQueue,
+        pub(super) policy: FlushPolicy,
+        pub(super) segment: usize,
+        /// Bytes at the front that a flush point made due; they leave as soon as the socket
+        /// allows.
+        pub(super) must_send: usize,
+        pub(super) must_reason: FlushReason,
+        /// Arrival of the oldest pending byte not covered by `must_send` (the linger clock).
+        /// Set with [`set_oldest_unflushed`](Self::set_oldest_unflushed), which keeps
+        /// `deadline` with it.
+        pub(super) oldest_unflushed: Option<Instant>,
+        /// `oldest_unflushed` + linger, kept so that the per-write check adds nothing.
+        pub(super) deadline: Option<Instant>,
+    }
+
+    /// [`State`] and the quiet lane's end.
+    #[derive(Debug)]
+    pub(super) struct Quiet {
+        state: State,
+        /// The quiet lane ([`Coalescer::write_if_nothing_due`](super::Coalescer::write_if_nothing_due)):
+        /// normal writes may fill the queue's tail buffer up to below this length with nothing
+        /// becoming due and no time needed.
+        ///
+        /// Invariant (recomputed whenever an [`Edit`] ends): 0 (closed) if bytes are due or a
+        /// linger window needs opening (linger immediate, or no window open); else one more
+        /// than the tail's length plus the bytes that keep the queue below the threshold and
+        /// the high-water mark and fit the tail buffer.
+        end: usize,
+    }
+
+    /// A change of [`State`] in progress; the quiet lane's end is recomputed when it ends.
+    pub(super) struct Edit<'a>(&'a mut Quiet);
+
+    impl Quiet {
+        pub(super) fn new(state: State) -> Self {
+            let end = state.quiet_end();
+            Quiet { state, end }
+        }
+
+        /// Opens a change of the state.
+        #[inline]
+        pub(super) fn edit(&mut self) -> Edit<'_> {
+            Edit(self)
+        }
+
+        /// Queues `data` if it stays within the quiet lane. The lane's end is unchanged: the
+        /// tail grows by `data.len()` and the room below the limits shrinks by as much, and
+        /// some room is left (`push_within` takes strictly less than the end allows).
+        #[inline]
+        pub(super) fn push_quiet(&mut self, data: &[u8]) -> bool {
+            if !self.state.queue.push_within(data, self.end) {
+                return false;
+            }
+            debug_assert_eq!(self.end, self.state.quiet_end());
+            true
+        }
+    }
+
+    impl Deref for Quiet {
+        type Target = State;
+        #[inline]
+        fn deref(&self) -> &State {
+            &self.state
+        }
+    }
+
+    impl Deref for Edit<'_> {
+        type Target = State;
+        #[inline]
+        fn deref(&self) -> &State {
+            &self.0.state
+        }
+    }
+
+    impl DerefMut for Edit<'_> {
+        #[inline]
+        fn deref_mut(&mut self) -> &mut State {
+            &mut self.0.state
+        }
+    }
+
+    impl Drop for Edit<'_> {
+        #[inline]
+        fn drop(&mut self) {
+            self.0.end = self.0.state.quiet_end();
+        }
+    }
+
+    impl State {
+        /// The quiet lane's end as the state stands (see [`Quiet`]'s `end`).
+        fn quiet_end(&self) -> usize {
+            match self.quiet_room() {
+                0 => 0,
+                room => self.queue.tail_len() + room.min(self.queue.tail_room() + 1),
+            }
+        }
+
+        /// One more than the bytes that normal writes, in any number, may add with nothing
+        /// becoming due and no time needed; 0 if none may (bytes are due, or a linger window
+        /// needs opening).
+        pub(super) fn quiet_room(&self) -> usize {
+            let needs_time = match self.policy.linger {
+                Linger::Off => false,
+                Linger::Immediate => true,
+                Linger::Deadline(_) => self.oldest_unflushed.is_none(),
+            };
+            let threshold = self
+                .policy
+                .threshold
+                .map_or(usize::MAX, |t| t.max(self.segment));
+            // A write of `n` makes nothing due while `pending + n < min(threshold, high water)`.
+            let limit = threshold.min(self.policy.high_water);
+            if self.must_send != 0 || needs_time || self.queue.len() >= limit {
+                return 0;
+            }
+            limit - self.queue.len()
+        }
+
+        pub(super) fn set_oldest_unflushed(&mut self, at: Option<Instant>) {
+            self.oldest_unflushed = at;
+            self.deadline = at
+                .zip(self.policy.linger.deadline())
+                .map(|(t, linger)| t.checked_add(linger).unwrap_or(t));
+        }
+
+        /// What a write of `len` bytes, already queued, changes.
+        pub(super) fn after_write(&mut self, len: usize, urgency: crate::Urgency, now: Instant) {
+            use crate::Urgency;
+            if len > 0 && self.oldest_unflushed.is_none() && self.queue.len() > self.must_send {
+                self.set_oldest_unflushed(Some(now));
+            }
+            let immediate = self.policy.linger == Linger::Immediate;
+            match urgency {
+                Urgency::SendNow => self.make_all_due(FlushReason::Urgent),
+                Urgency::Normal if immediate && self.policy.clocked => {
+                    self.make_all_due(FlushReason::Clocked)
+                }
+                Urgency::Normal if immediate => self.make_all_due(FlushReason::Urgent),
+                Urgency::Normal | Urgency::MoreFollows => {}
+            }
+        }
+
+        pub(super) fn make_all_due(&mut self, reason: FlushReason) {
+            // Bytes due for a clocked hand-over become due for any stronger reason that comes
+            // (an urgent write, `flush_all`, a read that would wait, close): sent now.
+            let upgrade = self.must_send > 0
+                && self.must_reason == FlushReason::Clocked
+                && reason != FlushReason::Clocked;
+            if self.queue.len() > self.must_send || upgrade {
+                self.must_send = self.queue.len();
+                self.must_reason = reason;
+            }
+            self.set_oldest_unflushed(None);
+        }
+    }
 }
 
 impl Coalescer {
     /// A coalescer with an empty queue.
     pub fn new(policy: FlushPolicy) -> Self {
         Self {
-            queue: SendQueue::new(),
-            policy,
-            segment: DEFAULT_SEGMENT,
-            must_send: 0,
-            must_reason: FlushReason::Explicit,
-            oldest_unflushed: None,
-            deadline: None,
+            q: quiet::Quiet::new(quiet::State {
+                queue: SendQueue::new(),
+                policy,
+                segment: DEFAULT_SEGMENT,
+                must_send: 0,
+                must_reason: FlushReason::Explicit,
+                oldest_unflushed: None,
+                deadline: None,
+            }),
             flush_open: false,
-            quiet_end: 0,
             stats: Stats::default(),
         }
     }
 
     /// The policy in force.
     pub fn policy(&self) -> &FlushPolicy {
-        &self.policy
+        &self.q.policy
     }
 
     /// Replaces the policy; pending bytes stay queued and are judged by the new one.
     pub fn set_policy(&mut self, policy: FlushPolicy) {
-        self.policy = policy;
-        self.set_oldest_unflushed(self.oldest_unflushed);
-        self.refresh_quiet();
+        let mut s = self.q.edit();
+        s.policy = policy;
+        let oldest = s.oldest_unflushed;
+        s.set_oldest_unflushed(oldest);
     }
 
     /// Sets the segment size the threshold rounds to (the socket's send MSS).
     pub fn set_segment_size(&mut self, mss: usize) {
-        self.segment = mss.max(1);
-        self.refresh_quiet();
+        self.q.edit().segment = mss.max(1);
     }
 
     /// The segment size in use.
     pub fn segment_size(&self) -> usize {
-        self.segment
+        self.q.segment
     }
 
     /// Bytes pending (accepted, not yet sent).
     pub fn pending(&self) -> usize {
-        self.queue.len()
+        self.q.queue.len()
     }
 
     /// Bytes that a flush point already made due but the socket has not taken.
     pub fn must_send(&self) -> usize {
-        self.must_send
+        self.q.must_send
     }
 
     /// True when pending bytes exceed the high-water mark: writers should wait.
     pub fn over_high_water(&self) -> bool {
-        self.queue.len() >= self.policy.high_water
+        self.q.queue.len() >= self.q.policy.high_water
     }
 
     /// How many more bytes a write may queue before the high-water mark: the I/O layers
     /// accept at most this much of one write (a short write, as `BufWriter` passes large
     /// writes through), so one huge write never copies more than the mark allows.
     pub fn room(&self) -> usize {
-        self.policy.high_water.saturating_sub(self.queue.len())
+        self.q.policy.high_water.saturating_sub(self.q.queue.len())
     }
 
     /// Counters so far.
@@ -259,19 +415,26 @@ impl Coalescer {
         &self.stats
     }
 
+    fn count_write(&mut self, len: usize) {
+        self.stats.writes += 1;
+        self.stats.bytes_written += len as u64;
+    }
+
     /// Queues a copy of `data`.
     pub fn write(&mut self, data: &[u8], urgency: Urgency, now: Instant) {
-        self.queue.push_copy(data);
-        self.after_write(data.len(), urgency, now);
-        self.refresh_quiet();
+        self.count_write(data.len());
+        let mut s = self.q.edit();
+        s.queue.push_copy(data);
+        s.after_write(data.len(), urgency, now);
     }
 
     /// Queues an owned buffer; large ones are sent later without another copy.
     pub fn write_owned(&mut self, data: Vec<u8>, urgency: Urgency, now: Instant) {
         let len = data.len();
-        self.queue.push_owned(data);
-        self.after_write(len, urgency, now);
-        self.refresh_quiet();
+        self.count_write(len);
+        let mut s = self.q.edit();
+        s.queue.push_owned(data);
+        s.after_write(len, urgency, now);
     }
 
     /// The fast path of a normal write, for a caller that knows the pending deadline (if any,
@@ -285,26 +448,11 @@ impl Coalescer {
     /// copy.
     #[inline]
     pub fn write_if_nothing_due(&mut self, data: &[u8]) -> bool {
-        if !self.queue.push_within(data, self.quiet_end) {
+        if !self.q.push_quiet(data) {
             return false;
         }
-        self.stats.writes += 1;
-        self.stats.bytes_written += data.len() as u64;
-        debug_assert_eq!(self.quiet_end, self.quiet_end_now());
+        self.count_write(data.len());
         true
-    }
-
-    /// Recomputes the quiet lane's end (see the field's invariant).
-    fn refresh_quiet(&mut self) {
-        self.quiet_end = self.quiet_end_now();
-    }
-
-    /// The quiet lane's end as the state stands.
-    fn quiet_end_now(&self) -> usize {
-        match self.quiet_room() {
-            0 => 0,
-            room => self.queue.tail_len() + room.min(self.queue.tail_room() + 1),
-        }
     }
 
     /// One more than the bytes that normal writes, in any number, may add with nothing
@@ -312,21 +460,9 @@ impl Coalescer {
     /// needs opening). The quiet lane is this room cut to the tail buffer; an I/O layer may
     /// also hold back up to this many bytes of normal writes and hand them over later with
     /// [`write_staged`](Self::write_staged), if nothing else can act on the queue meanwhile.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn quiet_room(&self) -> usize {
-        let needs_time = match self.policy.linger {
-            None => false,
-            Some(d) => d.is_zero() || self.oldest_unflushed.is_none(),
-        };
-        let threshold = self
-            .policy
-            .threshold
-            .map_or(usize::MAX, |t| t.max(self.segment));
-        // A write of `n` makes nothing due while `pending + n < min(threshold, high water)`.
-        let limit = threshold.min(self.policy.high_water);
-        if self.must_send != 0 || needs_time || self.queue.len() >= limit {
-            return 0;
-        }
-        limit - self.queue.len()
+        self.q.quiet_room()
     }
 
     /// Queues `data`, the bytes of `writes` normal writes an I/O layer held back (at most
@@ -338,74 +474,45 @@ impl Coalescer {
     pub(crate) fn write_staged(&mut self, data: &[u8], writes: u64, now: Instant) {
         let len = data.len();
         debug_assert!(writes > 0 && len < self.quiet_room());
-        self.queue.push_copy(data);
-        self.after_write(len, Urgency::Normal, now);
-        self.stats.writes += writes.saturating_sub(1);
-        self.refresh_quiet();
-        debug_assert_eq!(self.must_send, 0, "held-back writes made nothing due");
-    }
-
-    fn after_write(&mut self, len: usize, urgency: Urgency, now: Instant) {
-        self.stats.writes += 1;
+        self.stats.writes += writes;
         self.stats.bytes_written += len as u64;
-        if len > 0 && self.oldest_unflushed.is_none() && self.queue.len() > self.must_send {
-            self.set_oldest_unflushed(Some(now));
-        }
-        let immediate = self.policy.linger.is_some_and(|d| d.is_zero());
-        match urgency {
-            Urgency::SendNow => self.make_all_due(FlushReason::Urgent),
-            Urgency::Normal if immediate && self.policy.clocked => {
-                self.make_all_due(FlushReason::Clocked)
-            }
-            Urgency::Normal if immediate => self.make_all_due(FlushReason::Urgent),
-            Urgency::Normal | Urgency::MoreFollows => {}
-        }
+        let mut s = self.q.edit();
+        s.queue.push_copy(data);
+        s.after_write(len, Urgency::Normal, now);
+        debug_assert_eq!(s.must_send, 0, "held-back writes made nothing due");
     }
 
     /// The application flushed: everything pending is due (unless the policy makes flushes
     /// hints: [`FlushPolicy::explicit_flush`]).
     pub fn flush(&mut self) {
-        if self.policy.explicit_flush {
-            self.make_all_due(if self.policy.clocked {
+        if self.q.policy.explicit_flush {
+            let reason = if self.q.policy.clocked {
                 FlushReason::Clocked
             } else {
                 FlushReason::Explicit
-            });
+            };
+            self.q.edit().make_all_due(reason);
         }
     }
 
     /// The application asked for everything pending to leave now, whatever the policy (a
     /// flush that is never a hint: `flush_now`).
     pub fn flush_all(&mut self) {
-        self.make_all_due(FlushReason::Explicit);
+        self.q.edit().make_all_due(FlushReason::Explicit);
     }
 
     /// The application is about to wait for input: under a before-read policy, everything
     /// pending is due. (The I/O layers call it when a read would wait, not for input that is
     /// already buffered.)
     pub fn before_read(&mut self) {
-        if self.policy.before_read {
-            self.make_all_due(FlushReason::BeforeRead);
+        if self.q.policy.before_read {
+            self.q.edit().make_all_due(FlushReason::BeforeRead);
         }
     }
 
     /// The stream is closing, shutting down or being dropped: everything pending is due.
     pub fn close(&mut self) {
-        self.make_all_due(FlushReason::Close);
-    }
-
-    fn make_all_due(&mut self, reason: FlushReason) {
-        // Bytes due for a clocked hand-over become due for any stronger reason that comes
-        // (an urgent write, `flush_all`, a read that would wait, close): sent now.
-        let upgrade = self.must_send > 0
-            && self.must_reason == FlushReason::Clocked
-            && reason != FlushReason::Clocked;
-        if self.queue.len() > self.must_send || upgrade {
-            self.must_send = self.queue.len();
-            self.must_reason = reason;
-        }
-        self.set_oldest_unflushed(None);
-        self.refresh_quiet();
+        self.q.edit().make_all_due(FlushReason::Close);
     }
 
     /// When the linger deadline of the oldest unflushed byte passes, if one is pending.
@@ -414,38 +521,30 @@ impl Coalescer {
     /// [`Urgency::MoreFollows`] bytes then wait for the next write or flush point.
     #[inline]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline
-    }
-
-    fn set_oldest_unflushed(&mut self, at: Option<Instant>) {
-        self.oldest_unflushed = at;
-        let linger = self.policy.linger.filter(|d| !d.is_zero());
-        self.deadline = at
-            .zip(linger)
-            .map(|(t, linger)| t.checked_add(linger).unwrap_or(t));
+        self.q.deadline
     }
 
     /// What must be sent now, if anything. Call again after each `on_sent`.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
-        let pending = self.queue.len();
+        let pending = self.q.queue.len();
         if pending == 0 {
             self.flush_open = false;
             return None;
         }
         if self.poll_timeout().is_some_and(|deadline| now >= deadline) {
-            self.make_all_due(FlushReason::Linger);
+            self.q.edit().make_all_due(FlushReason::Linger);
         }
         let mut due = Transmit {
-            len: self.must_send,
-            reason: self.must_reason,
+            len: self.q.must_send,
+            reason: self.q.must_reason,
         };
-        if pending >= self.policy.high_water {
+        if pending >= self.q.policy.high_water {
             due = Transmit {
                 len: pending,
                 reason: FlushReason::HighWater,
             };
-        } else if let Some(threshold) = self.policy.threshold {
-            let seg = self.segment;
+        } else if let Some(threshold) = self.q.policy.threshold {
+            let seg = self.q.segment;
             if pending >= threshold.max(seg) {
                 let whole = pending / seg * seg;
                 if whole > due.len {
@@ -471,7 +570,7 @@ impl Coalescer {
     /// Fills `out` with slices covering at most `limit` bytes from the front of the queue;
     /// returns how many slices were filled.
     pub fn io_slices<'a>(&'a self, out: &mut [IoSlice<'a>], limit: usize) -> usize {
-        self.queue.io_slices(out, limit)
+        self.q.queue.io_slices(out, limit)
     }
 
     /// The socket accepted `n` bytes from the front.
@@ -481,12 +580,12 @@ impl Coalescer {
     pub fn on_sent(&mut self, n: usize) {
         self.stats.syscalls += 1;
         self.stats.bytes_sent += n as u64;
-        self.queue.consume(n);
-        self.must_send = self.must_send.saturating_sub(n);
-        if self.queue.is_empty() {
-            self.set_oldest_unflushed(None);
+        let mut s = self.q.edit();
+        s.queue.consume(n);
+        s.must_send = s.must_send.saturating_sub(n);
+        if s.queue.is_empty() {
+            s.set_oldest_unflushed(None);
         }
-        self.refresh_quiet();
     }
 
     /// The socket would block: due bytes stay queued until it is writable.
@@ -494,6 +593,11 @@ impl Coalescer {
         self.stats.syscalls += 1;
         self.stats.would_block += 1;
         self.flush_open = false;
+    }
+
+    /// Counts a send interrupted by a signal (`EINTR`), retried.
+    fn on_interrupted(&mut self) {
+        self.stats.syscalls += 1;
     }
 
     /// The I/O layer asked the kernel whether input is waiting (a syscall, for the counters).
@@ -533,12 +637,12 @@ impl Coalescer {
 
     /// Every pending byte, front to back (diagnostics and tests).
     pub fn pending_bytes(&self) -> Vec<u8> {
-        self.queue.to_vec()
+        self.q.queue.to_vec()
     }
 
     /// The pending bytes as the queue holds them: slices, front to back.
     pub fn pending_slices(&self) -> impl Iterator<Item = &[u8]> {
-        self.queue.slices()
+        self.q.queue.slices()
     }
 }
 
@@ -634,7 +738,7 @@ pub fn drive<T: Transport + ?Sized>(
         let mut slices = [IoSlice::new(&[]); MAX_IOV];
         let n = core.io_slices(&mut slices, tx.len);
         let gathered: usize = slices[..n].iter().map(|s| s.len()).sum();
-        let more = core.policy.msg_more && gathered < tx.len;
+        let more = core.policy().msg_more && gathered < tx.len;
         match transport.send(&slices[..n], more) {
             Ok(0) => {
                 core.on_error();
@@ -650,7 +754,7 @@ pub fn drive<T: Transport + ?Sized>(
                 );
                 core.on_sent(sent.min(gathered));
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => core.stats.syscalls += 1,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => core.on_interrupted(),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 core.on_would_block();
                 return Ok(Drive::Blocked);

@@ -52,6 +52,7 @@
 // keep modules of their own, as their types share the std stream's names.
 mod clock;
 mod coalescer;
+mod driver;
 mod io_glue;
 mod policy;
 mod queue;
@@ -67,11 +68,12 @@ pub mod tokio_tls;
 
 pub use crate::coalescer::{drive, Coalescer, Drive, Stats, Transmit, Transport, MAX_IOV};
 pub use crate::policy::{
-    FlushPolicy, FlushReason, Urgency, DEFAULT_HIGH_WATER, DEFAULT_LINGER, DEFAULT_THRESHOLD,
+    FlushPolicy, FlushReason, Linger, Urgency, DEFAULT_HIGH_WATER, DEFAULT_LINGER,
+    DEFAULT_THRESHOLD,
 };
 pub use crate::stream::{IntoInnerError, NaglessStream, Sender};
 pub use crate::sys::{AsOsSocket, Sock};
-pub use crate::tcp_info::TcpInfo;
+pub use crate::tcp_info::{TcpInfo, TcpState};
 
 /// The README's Rust examples, compiled as doc tests so that they cannot drift from the API.
 #[doc = include_str!("../../README.md")]

@@ -40,7 +40,7 @@ use std::time::Duration;
 pub struct FlushPolicy {
     pub(crate) before_read: bool,
     pub(crate) threshold: Option<usize>,
-    pub(crate) linger: Option<Duration>,
+    pub(crate) linger: Linger,
     pub(crate) high_water: usize,
     pub(crate) msg_more: bool,
     pub(crate) explicit_flush: bool,
@@ -74,7 +74,7 @@ impl Default for FlushPolicy {
         Self {
             before_read: true,
             threshold: Some(DEFAULT_THRESHOLD),
-            linger: Some(DEFAULT_LINGER),
+            linger: Linger::Deadline(DEFAULT_LINGER),
             high_water: DEFAULT_HIGH_WATER,
             msg_more: true,
             explicit_flush: true,
@@ -90,7 +90,7 @@ impl FlushPolicy {
         Self {
             before_read: false,
             threshold: None,
-            linger: None,
+            linger: Linger::Off,
             ..Self::default()
         }
     }
@@ -98,7 +98,7 @@ impl FlushPolicy {
     /// Every write leaves at once (what `TCP_NODELAY` alone does): for comparisons.
     pub fn immediate() -> Self {
         Self {
-            linger: Some(Duration::ZERO),
+            linger: Linger::Immediate,
             clocked: false,
             ..Self::default()
         }
@@ -129,8 +129,10 @@ impl FlushPolicy {
     /// and sends them itself otherwise.
     ///
     /// Clocking needs the kernel's send-queue counters (`SIOCOUTQ`, `SIOCOUTQNSD`: Linux
-    /// and Android, with the std [`NaglessStream`](crate::NaglessStream) and
-    /// [`Sender`](crate::Sender)). Elsewhere, and in the tokio and TLS streams, this policy is
+    /// and Android) and a send the kernel can be asked to hold: every stream has it (the std
+    /// [`NaglessStream`](crate::NaglessStream) and [`Sender`](crate::Sender), the TLS streams,
+    /// the tokio streams over tokio's own `TcpStream` or `UnixStream`). A tokio stream over
+    /// another `AsyncWrite`, and every stream elsewhere, take this policy as
     /// [`immediate`](Self::immediate): every write leaves at once. Costs two to four syscalls
     /// per write (the counters, the send, at times a push) where `TCP_NODELAY` costs one.
     ///
@@ -164,7 +166,7 @@ impl FlushPolicy {
     /// [`flush_now`]: crate::NaglessStream::flush_now
     pub fn clocked() -> Self {
         Self {
-            linger: Some(Duration::ZERO),
+            linger: Linger::Immediate,
             clocked: true,
             ..Self::default()
         }
@@ -189,12 +191,23 @@ impl FlushPolicy {
         self
     }
 
-    /// Hard deadline counted from the first unflushed byte (`None` disables; zero sends every
-    /// normal write at once). Any other value than zero ends [`clocked`](Self::clocked)
-    /// handing-over (writes are queued again).
-    pub fn linger(mut self, deadline: Option<Duration>) -> Self {
-        self.linger = deadline;
-        if deadline != Some(Duration::ZERO) {
+    /// Hard deadline counted from the first unflushed byte: a [`Linger`], or as before it an
+    /// `Option<Duration>` (`None` disables; zero sends every normal write at once). Anything
+    /// but [`Linger::Immediate`] ends [`clocked`](Self::clocked) handing-over (writes are
+    /// queued again).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use nagless::{FlushPolicy, Linger};
+    ///
+    /// let us200 = Duration::from_micros(200);
+    /// assert_eq!(FlushPolicy::default().linger(Some(us200)).linger_mode(), Linger::Deadline(us200));
+    /// assert_eq!(FlushPolicy::default().linger(None).linger_mode(), Linger::Off);
+    /// assert_eq!(FlushPolicy::default().linger(Linger::Immediate), FlushPolicy::immediate());
+    /// ```
+    pub fn linger(mut self, linger: impl Into<Linger>) -> Self {
+        self.linger = linger.into().normalized();
+        if self.linger != Linger::Immediate {
             self.clocked = false;
         }
         self
@@ -242,14 +255,93 @@ impl FlushPolicy {
         self.threshold
     }
 
-    /// The linger deadline, if any.
+    /// The linger setting as an `Option<Duration>` (`Some(ZERO)`: immediate); see
+    /// [`linger_mode`](Self::linger_mode).
     pub fn linger_deadline(&self) -> Option<Duration> {
+        self.linger.into()
+    }
+
+    /// The linger setting: off, immediate, or a deadline.
+    pub fn linger_mode(&self) -> Linger {
         self.linger
     }
 
     /// The high-water mark in bytes.
     pub fn high_water_bytes(&self) -> usize {
         self.high_water
+    }
+}
+
+/// How long a normal write may wait in the queue ([`FlushPolicy::linger`]).
+///
+/// It was an `Option<Duration>` whose `Some(ZERO)` meant "at once": both convert to and from
+/// it (`None` is [`Off`](Self::Off), `Some(ZERO)` [`Immediate`](Self::Immediate)).
+///
+/// ```
+/// use std::time::Duration;
+/// use nagless::Linger;
+///
+/// assert_eq!(Linger::from(None), Linger::Off);
+/// assert_eq!(Linger::from(Some(Duration::ZERO)), Linger::Immediate);
+/// let ms = Duration::from_millis(1);
+/// assert_eq!(Linger::from(Some(ms)).deadline(), Some(ms));
+/// assert_eq!(Option::<Duration>::from(Linger::Immediate), Some(Duration::ZERO));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Linger {
+    /// No deadline: bytes wait for a flush point (before-read, threshold, flush, close).
+    Off,
+    /// Every normal write leaves at once ([`FlushPolicy::immediate`]); an
+    /// [`Urgency::MoreFollows`] write waits for the next one.
+    Immediate,
+    /// No byte waits longer than this, counted from the first unflushed byte (a hard
+    /// deadline, not an idle timer). A zero deadline is [`Immediate`](Self::Immediate).
+    Deadline(Duration),
+}
+
+impl Linger {
+    /// The deadline, if the linger is one.
+    pub fn deadline(self) -> Option<Duration> {
+        match self {
+            Linger::Deadline(d) => Some(d),
+            Linger::Off | Linger::Immediate => None,
+        }
+    }
+
+    /// The one spelling of each state: a zero deadline is immediate.
+    fn normalized(self) -> Self {
+        match self {
+            Linger::Deadline(d) if d.is_zero() => Linger::Immediate,
+            other => other,
+        }
+    }
+}
+
+impl From<Option<Duration>> for Linger {
+    /// `None`: off; zero: immediate; else the deadline.
+    fn from(d: Option<Duration>) -> Self {
+        match d {
+            None => Linger::Off,
+            Some(d) => Linger::Deadline(d).normalized(),
+        }
+    }
+}
+
+impl From<Duration> for Linger {
+    /// A deadline (zero: immediate).
+    fn from(d: Duration) -> Self {
+        Linger::Deadline(d).normalized()
+    }
+}
+
+impl From<Linger> for Option<Duration> {
+    /// The former spelling: `None` off, `Some(ZERO)` immediate.
+    fn from(l: Linger) -> Self {
+        match l {
+            Linger::Off => None,
+            Linger::Immediate => Some(Duration::ZERO),
+            Linger::Deadline(d) => Some(d),
+        }
     }
 }
 

@@ -14,9 +14,10 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::time::Instant;
 
-use crate::clock::{now, Clock};
-use crate::coalescer::{drive, Coalescer, Drive, Stats};
-use crate::io_glue::{queue_vectored, refresh_segment, set_nodelay_if_tcp, FdTransport};
+use crate::clock::now;
+use crate::coalescer::{Coalescer, Drive, Stats};
+use crate::driver::{Driver, Plain};
+use crate::io_glue::{queue_vectored, refresh_segment, set_nodelay_if_tcp, FdWire};
 use crate::policy::{FlushPolicy, Urgency};
 use crate::sys::{self, AsOsSocket, Sock};
 use crate::tcp_info::TcpInfo;
@@ -70,12 +71,8 @@ use crate::tcp_info::TcpInfo;
 pub struct NaglessStream<S: AsOsSocket> {
     /// `None` only after `into_parts` took it (then the stream is being consumed).
     inner: Option<S>,
-    core: Coalescer,
-    deferred_error: Option<io::Error>,
-    clock: Clock,
-    /// Under [`FlushPolicy::clocked`]: since when the kernel holds bytes of ours for an ACK,
-    /// as last seen (`None`: it holds none).
-    held: Option<Instant>,
+    /// The core, the clock, the deferred error; the socket is its wire ([`FdWire`]).
+    driver: Driver<Plain>,
 }
 
 /// The write-only use of [`NaglessStream`], for programs that read elsewhere (event loops).
@@ -182,11 +179,21 @@ impl<S: AsOsSocket> NaglessStream<S> {
         refresh_segment(&mut core, inner.as_os_socket());
         Ok(Self {
             inner: Some(inner),
-            core,
-            deferred_error: None,
-            clock: Clock::new(),
-            held: None,
+            driver: Driver::new(core, Plain),
         })
+    }
+
+    /// The driver and the socket as its wire; no wire after `into_parts`.
+    fn parts(&mut self) -> (&mut Driver<Plain>, Option<FdWire<'_>>) {
+        let wire = self.inner.as_ref().map(|s| FdWire(s.as_os_socket()));
+        (&mut self.driver, wire)
+    }
+
+    /// Runs one of the driver's steps with the socket as its wire (invariant as in `io`).
+    fn step<R>(&mut self, f: impl FnOnce(&mut Driver<Plain>, &mut FdWire<'_>) -> R) -> R {
+        let (driver, wire) = self.parts();
+        let mut wire = wire.expect("stream used after into_parts");
+        f(driver, &mut wire)
     }
 
     fn io(&self) -> &S {
@@ -213,27 +220,27 @@ impl<S: AsOsSocket> NaglessStream<S> {
     /// The bytes accepted and not yet sent, slice by slice, front to back (`BufWriter::buffer`
     /// with the queue's own layout).
     pub fn buffer(&self) -> impl Iterator<Item = &[u8]> {
-        self.core.pending_slices()
+        self.driver.core.pending_slices()
     }
 
     /// The policy in force.
     pub fn policy(&self) -> &FlushPolicy {
-        self.core.policy()
+        self.driver.core.policy()
     }
 
     /// Replaces the policy; pending bytes are judged by the new one at the next call.
     pub fn set_policy(&mut self, policy: FlushPolicy) {
-        self.core.set_policy(policy);
+        self.driver.core.set_policy(policy);
     }
 
     /// Bytes accepted but not yet taken by the socket.
     pub fn pending(&self) -> usize {
-        self.core.pending()
+        self.driver.core.pending()
     }
 
     /// Per-stream counters.
     pub fn stats(&self) -> &Stats {
-        self.core.stats()
+        self.driver.core.stats()
     }
 
     /// A `TCP_INFO` snapshot of the socket (Linux; `ErrorKind::Unsupported` elsewhere).
@@ -241,79 +248,13 @@ impl<S: AsOsSocket> NaglessStream<S> {
         TcpInfo::of(&self.fd())
     }
 
-    fn take_deferred(&mut self) -> io::Result<()> {
-        self.deferred_error.take().map_or(Ok(()), Err)
-    }
-
-    /// Sends what is due; an error is kept for the next write, flush or close (the first
-    /// one met wins).
-    fn pump_deferring(&mut self, now: Instant) {
-        if let Err(e) = self.pump(now) {
-            self.deferred_error.get_or_insert(e);
-        }
-    }
-
-    /// Sends what is due: `WouldBlock` when a non-blocking socket cannot take it all.
-    fn send_due(&mut self) -> io::Result<()> {
-        match self.pump(now())? {
-            Drive::Idle => Ok(()),
-            Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-
-    /// Sends whatever is due now.
-    fn pump(&mut self, now: Instant) -> io::Result<Drive> {
-        let fd = self.inner.as_ref().map(AsOsSocket::as_os_socket);
-        let Some(fd) = fd else { return Ok(Drive::Idle) };
-        if self
-            .core
-            .policy()
-            .threshold_bytes()
-            .is_some_and(|t| self.core.pending() >= t)
-        {
-            refresh_segment(&mut self.core, fd);
-        }
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        if self.core.policy().is_clocked() {
-            let mut sock = FdTransport(fd);
-            return crate::io_glue::drive_clocked(&mut self.core, &mut self.held, &mut sock, now);
-        }
-        drive(&mut self.core, &mut FdTransport(fd), now)
-    }
-
-    /// Under [`FlushPolicy::clocked`]: sends what the kernel holds for an ACK, if it may hold
-    /// anything (the caller wants everything on the wire now).
-    fn release_held(&mut self) -> io::Result<()> {
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        if self.held.is_some() {
-            if let Some(io) = self.inner.as_ref() {
-                let mut sock = FdTransport(io.as_os_socket());
-                crate::io_glue::push_held(&mut self.core, &mut self.held, &mut sock)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Accepts one application write of `len` bytes: backpressure first, then queue at most
-    /// the room below the high-water mark (`queue` gets how many bytes to take), then send
-    /// what is due. A send error after the bytes were accepted is deferred to the next call.
+    /// Accepts one application write of `len` bytes ([`Driver::accept`]).
     fn accept(
         &mut self,
         len: usize,
         queue: impl FnOnce(&mut Coalescer, usize, Instant),
     ) -> io::Result<usize> {
-        self.take_deferred()?;
-        let now = self.clock.for_write(&self.core);
-        if self.core.room() == 0 && len > 0 {
-            self.pump(now)?;
-            if self.core.room() == 0 {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-        }
-        let take = len.min(self.core.room());
-        queue(&mut self.core, take, now);
-        self.pump_deferring(now);
-        Ok(take)
+        self.step(|d, w| d.accept(w, len, queue))
     }
 
     /// Queues `buf` (or as much as fits below the high-water mark) with an explicit
@@ -323,21 +264,14 @@ impl<S: AsOsSocket> NaglessStream<S> {
         if urgency == Urgency::Normal && self.write_fast(buf) {
             return Ok(buf.len());
         }
-        let n = self.accept(buf.len(), |core, n, now| {
-            core.write(&buf[..n], urgency, now)
-        })?;
-        if urgency == Urgency::SendNow {
-            self.release_held()?;
-        }
-        Ok(n)
+        self.step(|d, w| d.write_with(w, buf, urgency))
     }
 
-    /// The fast path of a normal write ([`Clock::join_burst`]), unless an error waits to be
-    /// returned. False (nothing queued) when the write needs the full path.
+    /// The fast path of a normal write ([`Driver::write_fast`]). False (nothing queued) when
+    /// the write needs the full path.
     #[inline(always)]
     fn write_fast(&mut self, buf: &[u8]) -> bool {
-        // A deferred error must meet the next write.
-        self.deferred_error.is_none() && self.clock.join_burst(&mut self.core, buf)
+        self.driver.write_fast(buf)
     }
 
     /// Queues an owned buffer whole (its memory is already spent, so the high-water mark does
@@ -353,10 +287,7 @@ impl<S: AsOsSocket> NaglessStream<S> {
     /// Sends everything pending now, whatever the policy (`flush` may be a hint under
     /// [`FlushPolicy::explicit_flush`]); `WouldBlock` when a non-blocking socket is full.
     pub fn flush_now(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.core.flush_all();
-        self.send_due()?;
-        self.release_held()
+        self.step(|d, w| d.flush_now(w))
     }
 
     /// Sends everything pending, waiting for a full socket to take it, at most `timeout`
@@ -379,35 +310,30 @@ impl<S: AsOsSocket> NaglessStream<S> {
     /// The program is about to wait for input somewhere else (an event loop's `poll` or
     /// `epoll_wait`): send what before-read would send before a read that waits.
     pub fn before_wait(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.core.before_read();
-        self.pump(now())?;
-        self.release_held()
+        self.step(|d, w| d.before_wait(w))
     }
 
     /// True when bytes are due but the socket could not take them (non-blocking and full):
     /// an event loop should wait for it to become writable and call
     /// [`on_writable`](Self::on_writable).
     pub fn waiting_for_socket(&self) -> bool {
-        self.core.must_send() > 0
+        self.driver.core.must_send() > 0
     }
 
     /// When the linger deadline of pending output passes, if any (for event loops).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.core.poll_timeout()
+        self.driver.core.poll_timeout()
     }
 
     /// Sends what has come due (call when [`next_deadline`](Self::next_deadline) passes).
     pub fn poll_deadline(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.pump(now()).map(drop)
+        self.step(|d, w| d.poll_deadline(w)).map(drop)
     }
 
     /// The socket became writable: continue a flush that met `WouldBlock`. Returns true when
     /// nothing due is left.
     pub fn on_writable(&mut self) -> io::Result<bool> {
-        self.take_deferred()?;
-        Ok(self.pump(now())? == Drive::Idle)
+        Ok(self.step(|d, w| d.poll_deadline(w))? == Drive::Idle)
     }
 
     /// Flushes, then shuts the socket down (`how` as in `TcpStream::shutdown`).
@@ -423,7 +349,7 @@ impl<S: AsOsSocket> NaglessStream<S> {
     /// the error with every unsent byte still queued: nothing is lost.
     #[allow(clippy::result_large_err)] // the stream comes back by value, as BufWriter's does
     pub fn close(mut self) -> Result<(), IntoInnerError<Self>> {
-        self.core.close();
+        self.driver.core.close();
         match self.flush_wait(None) {
             Ok(()) => {
                 // Everything was sent: dropping closes the socket without another send.
@@ -452,7 +378,7 @@ impl<S: AsOsSocket> NaglessStream<S> {
 
     /// Takes the stream apart without sending anything: the socket and the unsent bytes.
     pub fn into_parts(mut self) -> (S, Vec<u8>) {
-        let bytes = self.core.pending_bytes();
+        let bytes = self.driver.core.pending_bytes();
         // Invariant as in `io`: this is the only place that takes it, and it consumes self.
         let inner = self.inner.take().expect("stream used after into_parts");
         (inner, bytes)
@@ -484,9 +410,7 @@ impl<S: AsOsSocket> Write for NaglessStream<S> {
     /// Sends everything pending. On a non-blocking socket that cannot take it all, returns
     /// `WouldBlock` with the rest still queued.
     fn flush(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.core.flush();
-        self.send_due()
+        self.step(|d, w| d.flush(w))
     }
 }
 
@@ -523,38 +447,29 @@ impl<S: AsOsSocket + Read> Read for NaglessStream<S> {
     /// pending leaves first. A send error met here does not hide the input: it is kept for
     /// the next write, flush or close.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if (self.core.pending() > 0 || self.held.is_some()) && !buf.is_empty() {
-            self.core.on_input_check();
+        if self.driver.output_waiting() && !buf.is_empty() {
+            self.driver.core.on_input_check();
             match sys::recv_nowait(self.fd(), buf) {
                 Ok(n) if n > 0 => {
                     // Input keeps coming: still honour the linger deadline of our output.
-                    if let Some(d) = self.core.poll_timeout() {
-                        if !self.clock.certainly_before(d) {
-                            self.pump_deferring(now());
-                        }
-                    }
+                    self.step(|d, w| d.input_came(w));
                     return Ok(n);
                 }
                 // Nothing buffered, or end of input (flush before reporting it).
-                Ok(_) => self.core.before_read(),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.core.before_read(),
+                Ok(_) => self.driver.core.before_read(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.driver.core.before_read(),
                 Err(e) if sys::is_not_socket(&e) => {
                     // Not a socket (a pipe): ask how much is buffered instead.
                     if sys::readable_bytes(self.fd()).is_none_or(|n| n == 0) {
-                        self.core.before_read();
+                        self.driver.core.before_read();
                     }
                 }
                 Err(e) => return Err(e),
             }
         }
-        // A non-blocking socket that is full still lets us read; the rest stays queued.
-        self.pump_deferring(now());
-        if self.held.is_some() && self.core.policy().is_before_read() {
-            // The read may wait: what the kernel holds for an ACK leaves first.
-            if let Err(e) = self.release_held() {
-                self.deferred_error.get_or_insert(e);
-            }
-        }
+        // A non-blocking socket that is full still lets us read; the rest stays queued. The
+        // read may wait: what the kernel holds for an ACK leaves first (before-read).
+        self.step(|d, w| d.about_to_wait(w, false));
         self.get_mut().read(buf)
     }
 }
@@ -589,11 +504,10 @@ impl<S: AsOsSocket> std::os::windows::io::AsRawSocket for NaglessStream<S> {
 
 impl<S: AsOsSocket> Drop for NaglessStream<S> {
     fn drop(&mut self) {
-        self.core.close();
         // Best effort (see the type's docs): an error here has nobody to go to.
-        let _ = self.pump(now());
-        // A clone of the socket may keep it open: what the kernel holds leaves now.
-        let _ = self.release_held();
+        if let (driver, Some(mut wire)) = self.parts() {
+            driver.close_quietly(&mut wire);
+        }
     }
 }
 
@@ -603,8 +517,8 @@ impl<S: AsOsSocket> std::fmt::Debug for NaglessStream<S> {
         if let Some(io) = &self.inner {
             d.field("fd", &raw_of(io.as_os_socket()));
         }
-        d.field("pending", &self.core.pending())
-            .field("policy", self.core.policy())
+        d.field("pending", &self.driver.core.pending())
+            .field("policy", self.driver.core.policy())
             .finish()
     }
 }

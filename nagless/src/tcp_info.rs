@@ -26,7 +26,8 @@ use crate::sys::AsOsSocket;
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpInfo {
-    /// TCP state (1 = ESTABLISHED).
+    /// TCP state, the kernel's number (1 = ESTABLISHED); typed by
+    /// [`tcp_state`](Self::tcp_state).
     pub state: u8,
     /// Congestion-control state (0 = Open; others: disorder, CWR, recovery, loss).
     pub ca_state: u8,
@@ -70,6 +71,101 @@ pub struct TcpInfo {
     pub snd_wnd: Option<u32>,
 }
 
+/// A TCP connection's state, as the kernel numbers it (`include/net/tcp_states.h`); what
+/// [`TcpInfo::tcp_state`] reads from [`TcpInfo::state`].
+///
+/// ```
+/// use nagless::TcpState;
+///
+/// assert_eq!(TcpState::from_raw(1), TcpState::Established);
+/// assert_eq!(TcpState::from_raw(8).raw(), 8); // CLOSE_WAIT, and back
+/// assert_eq!(TcpState::from_raw(200), TcpState::Other(200)); // a number unknown here
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TcpState {
+    /// `TCP_ESTABLISHED` (1).
+    Established,
+    /// `TCP_SYN_SENT` (2).
+    SynSent,
+    /// `TCP_SYN_RECV` (3).
+    SynRecv,
+    /// `TCP_FIN_WAIT1` (4).
+    FinWait1,
+    /// `TCP_FIN_WAIT2` (5).
+    FinWait2,
+    /// `TCP_TIME_WAIT` (6).
+    TimeWait,
+    /// `TCP_CLOSE` (7).
+    Close,
+    /// `TCP_CLOSE_WAIT` (8): the peer closed its side; this one may still send.
+    CloseWait,
+    /// `TCP_LAST_ACK` (9).
+    LastAck,
+    /// `TCP_LISTEN` (10).
+    Listen,
+    /// `TCP_CLOSING` (11).
+    Closing,
+    /// `TCP_NEW_SYN_RECV` (12).
+    NewSynRecv,
+    /// A number this version does not know; the kernel's value as is.
+    Other(u8),
+}
+
+impl TcpState {
+    const NAMED: [TcpState; 12] = [
+        TcpState::Established,
+        TcpState::SynSent,
+        TcpState::SynRecv,
+        TcpState::FinWait1,
+        TcpState::FinWait2,
+        TcpState::TimeWait,
+        TcpState::Close,
+        TcpState::CloseWait,
+        TcpState::LastAck,
+        TcpState::Listen,
+        TcpState::Closing,
+        TcpState::NewSynRecv,
+    ];
+
+    /// The state the kernel's number stands for.
+    pub fn from_raw(raw: u8) -> TcpState {
+        match raw {
+            1..=12 => Self::NAMED[usize::from(raw) - 1],
+            other => TcpState::Other(other),
+        }
+    }
+
+    /// The kernel's number.
+    pub fn raw(self) -> u8 {
+        match self {
+            TcpState::Other(raw) => raw,
+            named => {
+                // The named states are numbered 1..=12 in `NAMED`'s order.
+                let i = Self::NAMED.iter().position(|s| *s == named).unwrap_or(0);
+                i as u8 + 1
+            }
+        }
+    }
+
+    /// The connection can still send: established, or half-closed by the peer.
+    pub fn can_send(self) -> bool {
+        matches!(self, TcpState::Established | TcpState::CloseWait)
+    }
+}
+
+impl From<u8> for TcpState {
+    fn from(raw: u8) -> Self {
+        TcpState::from_raw(raw)
+    }
+}
+
+impl From<TcpState> for u8 {
+    fn from(s: TcpState) -> u8 {
+        s.raw()
+    }
+}
+
 /// The kernel's `__u32` at `off` (native order), if the kernel's struct reaches it.
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(*b.get(off..)?.first_chunk()?))
@@ -84,6 +180,11 @@ fn u64_at(b: &[u8], off: usize) -> Option<u64> {
 const BASE_LEN: usize = 104;
 
 impl TcpInfo {
+    /// The TCP state, typed.
+    pub fn tcp_state(&self) -> TcpState {
+        TcpState::from_raw(self.state)
+    }
+
     /// Parses the bytes `getsockopt(TCP_INFO)` filled. Returns `None` if even the base struct
     /// is missing.
     pub fn parse(raw: &[u8]) -> Option<TcpInfo> {
@@ -145,6 +246,20 @@ mod tests {
         assert_eq!(info.data_segs_out, None);
         assert_eq!(info.bytes_acked, None);
         assert!(TcpInfo::parse(&raw[..50]).is_none());
+    }
+
+    #[test]
+    fn every_state_number_comes_back() {
+        for raw in 0..=u8::MAX {
+            assert_eq!(TcpState::from_raw(raw).raw(), raw);
+        }
+        assert_eq!(TcpState::from_raw(8), TcpState::CloseWait);
+        assert!(TcpState::from_raw(8).can_send() && !TcpState::from_raw(7).can_send());
+        let info = TcpInfo {
+            state: 1,
+            ..TcpInfo::default()
+        };
+        assert_eq!(info.tcp_state(), TcpState::Established);
     }
 
     #[test]

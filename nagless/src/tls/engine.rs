@@ -1,22 +1,47 @@
-//! The engine under both TLS streams: a rustls connection fed sealed plaintext batches and
-//! drained into the socket, TLS's own messages first ([`Engine`]); the connection types it
-//! takes ([`TlsConnection`]).
+//! What seals the driver's bytes under both TLS streams ([`Tls`]): a rustls connection fed
+//! plaintext batches and drained into the wire, TLS's own messages first; the connection
+//! types it takes ([`TlsConnection`]).
 
 use std::io::{self, IoSlice, Read, Write};
 use std::time::Instant;
 
 use super::{WireStats, MAX_RECORD_PLAINTEXT};
 use crate::coalescer::{Coalescer, Drive, MAX_IOV};
+use crate::driver::{Seal, SealOver, Wire};
 use crate::policy::FlushPolicy;
 
-/// What the std layer and the tokio layer share: the rustls connection, the plaintext queue
-/// and the rules that join them. It does no I/O of its own; every call is given the transport.
-pub(crate) struct Engine<C> {
+/// The driver's [`Seal`] for the std and the tokio TLS streams: the rustls connection and the
+/// rules that join it to the plaintext queue (the driver's core). It does no I/O of its own;
+/// every call is given the wire.
+pub(crate) struct Tls<C> {
     pub(crate) conn: C,
-    pub(crate) core: Coalescer,
     pub(crate) wire: WireStats,
     /// close_notify was queued: no more plaintext is accepted.
     pub(crate) closed: bool,
+}
+
+/// A wire as rustls's `Read + Write`; with `hold`, every send asks the kernel to hold it.
+struct WireIo<'w, W: ?Sized> {
+    wire: &'w mut W,
+    hold: bool,
+}
+
+impl<W: Wire + ?Sized> Write for WireIo<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.wire.send(&[IoSlice::new(buf)], self.hold)
+    }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.wire.send(bufs, self.hold)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<W: Read + ?Sized> Read for WireIo<'_, W> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.wire.read(buf)
+    }
 }
 
 /// The outcome of reading from the transport.
@@ -151,36 +176,37 @@ pub(crate) fn tls_error(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
-impl<C: TlsConnection> Engine<C> {
-    pub(crate) fn new(conn: C, policy: FlushPolicy) -> Self {
-        let mut core = Coalescer::new(policy);
-        // Threshold flushes then seal whole records only.
-        core.set_segment_size(MAX_RECORD_PLAINTEXT);
-        Engine {
+/// The plaintext queue for `policy`: threshold flushes seal whole records only.
+pub(crate) fn plaintext_core(policy: FlushPolicy) -> Coalescer {
+    let mut core = Coalescer::new(policy);
+    core.set_segment_size(MAX_RECORD_PLAINTEXT);
+    core
+}
+
+impl<C: TlsConnection> Tls<C> {
+    pub(crate) fn new(conn: C) -> Self {
+        Tls {
             conn,
-            core,
             wire: WireStats::default(),
             closed: false,
         }
     }
 
-    /// Fails once close_notify was queued.
-    pub(crate) fn check_open(&self) -> io::Result<()> {
-        if self.closed {
-            return Err(io::Error::new(
-                io::ErrorKind::BrokenPipe,
-                "nagless tls: write after close_notify",
-            ));
-        }
-        Ok(())
+    /// Hands the ciphertext rustls holds to `wire`: one gathered send per `write_tls` call (up
+    /// to 64 records). `Blocked` when `wire` would block; the rest stays in rustls.
+    pub(crate) fn send_tls<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<Drive> {
+        self.send_tls_holding(wire, false)
     }
 
-    /// Hands the ciphertext rustls holds to `io`: one gathered send per `write_tls` call (up
-    /// to 64 records). `Blocked` when `io` would block; the rest stays in rustls.
-    pub(crate) fn send_tls(&mut self, io: &mut dyn Write) -> io::Result<Drive> {
+    fn send_tls_holding<W: Wire + ?Sized>(
+        &mut self,
+        wire: &mut W,
+        hold: bool,
+    ) -> io::Result<Drive> {
+        let mut io = WireIo { wire, hold };
         while self.conn.wants_write() {
             self.wire.sends += 1;
-            match self.conn.write_tls(io) {
+            match self.conn.write_tls(&mut io) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::WriteZero,
@@ -199,66 +225,19 @@ impl<C: TlsConnection> Engine<C> {
         Ok(Drive::Idle)
     }
 
-    /// Seals what the policy made due, as few `write_vectored` calls into rustls as its
-    /// buffer allows, and sends the records. With `handshake`, a handshake in progress is
-    /// completed first (reading from `io`); without, due plaintext waits for it.
-    pub(crate) fn pump<T: Read + Write>(
+    /// Reads one batch of ciphertext from `wire`, processes it and sends at once whatever
+    /// rustls must answer (handshake, alerts, key update). `WouldBlock` from `wire` is
+    /// returned as is.
+    pub(crate) fn read_input<W: Wire + Read + ?Sized>(
         &mut self,
-        io: &mut T,
-        now: Instant,
-        handshake: bool,
-    ) -> io::Result<Drive> {
-        loop {
-            if self.conn.is_handshaking() {
-                if self.send_tls(io)? == Drive::Blocked {
-                    return Ok(Drive::Blocked);
-                }
-                let due = self.core.poll_transmit(now).is_some();
-                if !(handshake && due && self.conn.wants_read()) {
-                    return Ok(Drive::Idle);
-                }
-                match self.read_input(io)? {
-                    Input::Read => continue,
-                    Input::Eof => {
-                        return Err(io::Error::new(
-                            io::ErrorKind::UnexpectedEof,
-                            "peer closed during the TLS handshake",
-                        ))
-                    }
-                }
-            }
-            let Some(tx) = self.core.poll_transmit(now) else {
-                return self.send_tls(io);
-            };
-            let took = {
-                let mut slices = [IoSlice::new(&[]); MAX_IOV];
-                let n = self.core.io_slices(&mut slices, tx.len);
-                self.conn.write_plain(&slices[..n])?
-            };
-            if took > 0 {
-                self.wire.seals += 1;
-                self.core.on_sent(took);
-                continue;
-            }
-            // rustls's buffer is full: send it, then seal more.
-            if !self.conn.wants_write() {
-                return Err(io::Error::other(
-                    "nagless tls: rustls took no plaintext with an empty buffer",
-                ));
-            }
-            if self.send_tls(io)? == Drive::Blocked {
-                self.core.on_would_block();
-                return Ok(Drive::Blocked);
-            }
-        }
-    }
-
-    /// Reads one batch of ciphertext from `io`, processes it and sends at once whatever rustls
-    /// must answer (handshake, alerts, key update). `WouldBlock` from `io` is returned as is.
-    pub(crate) fn read_input<T: Read + Write>(&mut self, io: &mut T) -> io::Result<Input> {
+        wire: &mut W,
+    ) -> io::Result<Input> {
         self.wire.reads += 1;
         let n = loop {
-            match self.conn.read_tls(io) {
+            match self.conn.read_tls(&mut WireIo {
+                wire: &mut *wire,
+                hold: false,
+            }) {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 other => break other?,
             }
@@ -268,7 +247,7 @@ impl<C: TlsConnection> Engine<C> {
         // rustls for the next send.
         // A send error here does not hide the input: rustls keeps the bytes and the next
         // send meets the error again.
-        let _ = self.send_tls(io);
+        let _ = self.send_tls(wire);
         processed.map_err(tls_error)?;
         Ok(if n == 0 { Input::Eof } else { Input::Read })
     }
@@ -283,9 +262,98 @@ impl<C: TlsConnection> Engine<C> {
     }
 
     /// Queues close_notify after all plaintext, which must be sealed already.
-    pub(crate) fn queue_close_notify(&mut self) {
-        debug_assert_eq!(self.core.pending(), 0);
+    pub(crate) fn queue_close_notify(&mut self, core: &Coalescer) {
+        debug_assert_eq!(core.pending(), 0);
         self.closed = true;
         self.conn.send_close_notify();
+    }
+}
+
+impl<C: TlsConnection> Seal for Tls<C> {
+    const SOCKET_SEGMENT: bool = false;
+    const QUIET_WRITES: bool = false;
+
+    fn backlog(&self) -> bool {
+        self.conn.wants_write()
+    }
+
+    fn handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
+
+    /// close_notify, after every plaintext byte was sealed.
+    fn end(&mut self, core: &Coalescer) {
+        if !self.closed && core.pending() == 0 {
+            self.queue_close_notify(core);
+        }
+    }
+
+    /// Fails once close_notify was queued.
+    fn check_open(&self) -> io::Result<()> {
+        if self.closed {
+            return Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "nagless tls: write after close_notify",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<C: TlsConnection, W: Wire + Read + ?Sized> SealOver<W> for Tls<C> {
+    /// Seals what the policy made due, as few `write_vectored` calls into rustls as its
+    /// buffer allows, and sends the records. With `handshake`, a handshake in progress is
+    /// completed first (reading from `wire`); without, due plaintext waits for it.
+    fn send_due(
+        &mut self,
+        core: &mut Coalescer,
+        wire: &mut W,
+        now: Instant,
+        handshake: bool,
+        hold: bool,
+    ) -> io::Result<Drive> {
+        loop {
+            if self.conn.is_handshaking() {
+                if self.send_tls(wire)? == Drive::Blocked {
+                    return Ok(Drive::Blocked);
+                }
+                let due = core.poll_transmit(now).is_some();
+                if !(handshake && due && self.conn.wants_read()) {
+                    return Ok(Drive::Idle);
+                }
+                match self.read_input(wire)? {
+                    Input::Read => continue,
+                    Input::Eof => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            "peer closed during the TLS handshake",
+                        ))
+                    }
+                }
+            }
+            let Some(tx) = core.poll_transmit(now) else {
+                return self.send_tls_holding(wire, hold);
+            };
+            let took = {
+                let mut slices = [IoSlice::new(&[]); MAX_IOV];
+                let n = core.io_slices(&mut slices, tx.len);
+                self.conn.write_plain(&slices[..n])?
+            };
+            if took > 0 {
+                self.wire.seals += 1;
+                core.on_sent(took);
+                continue;
+            }
+            // rustls's buffer is full: send it, then seal more.
+            if !self.conn.wants_write() {
+                return Err(io::Error::other(
+                    "nagless tls: rustls took no plaintext with an empty buffer",
+                ));
+            }
+            if self.send_tls_holding(wire, hold)? == Drive::Blocked {
+                core.on_would_block();
+                return Ok(Drive::Blocked);
+            }
+        }
     }
 }

@@ -6,8 +6,9 @@
 //! in one segment, but each costs a header, an AEAD tag and its own encryption, and the peer
 //! decrypts each. [`TlsStream`] decides the moment once for both layers:
 //!
-//! - **Plaintext is queued, not encrypted.** Application writes go into a [`Coalescer`]
-//!   (the same state machine and [`FlushPolicy`] as [`NaglessStream`](crate::NaglessStream)).
+//! - **Plaintext is queued, not encrypted.** Application writes go into a
+//!   [`Coalescer`](crate::Coalescer) (the same state machine and [`FlushPolicy`] as
+//!   [`NaglessStream`](crate::NaglessStream)), which the stream's driver owns.
 //! - **At a flush point** (before a read that would wait, at the size threshold, at the linger
 //!   bound, on [`flush`](Write::flush), on a [`Urgency::SendNow`] write, on close) the due
 //!   plaintext is handed to rustls in **one** `write_vectored` call, which rustls seals as one
@@ -51,16 +52,17 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::Shutdown;
 use std::time::Instant;
 
-use crate::clock::{now, Clock};
-use crate::coalescer::{Coalescer, Drive, Stats};
+use crate::clock::now;
+use crate::coalescer::{Drive, Stats};
+use crate::driver::{Driver, Wire};
 use crate::io_glue::{queue_vectored, set_nodelay_if_tcp};
 use crate::policy::{FlushPolicy, Urgency};
-use crate::sys::{self, AsOsSocket};
+use crate::sys::{self, AsOsSocket, Sock};
 
 mod engine;
 
 pub use engine::TlsConnection;
-pub(crate) use engine::{tls_error, Engine, Input};
+pub(crate) use engine::{plaintext_core, tls_error, Input, Tls};
 
 /// Plaintext bytes per full TLS record (2^14, the protocol's limit, rustls's default).
 pub const MAX_RECORD_PLAINTEXT: usize = 16 * 1024;
@@ -88,18 +90,15 @@ pub struct WireStats {
     pub reads: u64,
 }
 
-/// The std transport: reads with the socket's own `Read`, sends with one gathered send.
+/// The std wire: reads with the socket's own `Read`, sends with one gathered send.
 struct SockIo<'a, S>(&'a mut S);
 
-impl<S: AsOsSocket> Write for SockIo<'_, S> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        sys::send_vectored(self.0.as_os_socket(), &[IoSlice::new(buf)], false)
+impl<S: AsOsSocket> Wire for SockIo<'_, S> {
+    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        sys::send_vectored(self.0.as_os_socket(), bufs, more)
     }
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        sys::send_vectored(self.0.as_os_socket(), bufs, false)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+    fn socket(&self) -> Option<Sock<'_>> {
+        Some(self.0.as_os_socket())
     }
 }
 
@@ -109,7 +108,7 @@ impl<S: Read> Read for SockIo<'_, S> {
     }
 }
 
-/// The std transport for a read that must not wait: `recv(MSG_DONTWAIT)`.
+/// The std wire for a read that must not wait: `recv(MSG_DONTWAIT)`.
 struct NoWait<'a, S>(&'a mut S);
 
 impl<S: AsOsSocket> Read for NoWait<'_, S> {
@@ -118,15 +117,12 @@ impl<S: AsOsSocket> Read for NoWait<'_, S> {
     }
 }
 
-impl<S: AsOsSocket> Write for NoWait<'_, S> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        SockIo(self.0).write(buf)
+impl<S: AsOsSocket> Wire for NoWait<'_, S> {
+    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        SockIo(&mut *self.0).send(bufs, more)
     }
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        SockIo(self.0).write_vectored(bufs)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+    fn socket(&self) -> Option<Sock<'_>> {
+        Some(self.0.as_os_socket())
     }
 }
 
@@ -167,10 +163,9 @@ impl<S: AsOsSocket> Write for NoWait<'_, S> {
 /// # let _ = n; Ok(()) }
 /// ```
 pub struct TlsStream<C: TlsConnection, S: AsOsSocket + Read> {
-    engine: Engine<C>,
+    /// The plaintext queue, the clock, the deferred error, rustls as the seal.
+    driver: Driver<Tls<C>>,
     sock: S,
-    clock: Clock,
-    deferred_error: Option<io::Error>,
 }
 
 impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
@@ -184,22 +179,25 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
     pub fn with_policy(conn: C, sock: S, policy: FlushPolicy) -> io::Result<Self> {
         set_nodelay_if_tcp(sock.as_os_socket())?;
         Ok(Self {
-            engine: Engine::new(conn, policy),
+            driver: Driver::new(plaintext_core(policy), Tls::new(conn)),
             sock,
-            clock: Clock::new(),
-            deferred_error: None,
         })
+    }
+
+    /// Runs one of the driver's steps with the socket as its wire.
+    fn step<R>(&mut self, f: impl FnOnce(&mut Driver<Tls<C>>, &mut SockIo<'_, S>) -> R) -> R {
+        f(&mut self.driver, &mut SockIo(&mut self.sock))
     }
 
     /// The rustls connection (to ask for the negotiated protocol, the peer's certificates...).
     pub fn conn(&self) -> &C {
-        &self.engine.conn
+        &self.driver.seal.conn
     }
 
     /// The rustls connection, mutably. Writing through its `writer()` bypasses the queue and
     /// may reorder with pending plaintext: [`flush`](Write::flush) first.
     pub fn conn_mut(&mut self) -> &mut C {
-        &mut self.engine.conn
+        &mut self.driver.seal.conn
     }
 
     /// The socket.
@@ -209,130 +207,85 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
 
     /// Plaintext bytes accepted and not yet sealed.
     pub fn pending(&self) -> usize {
-        self.engine.core.pending()
+        self.driver.core.pending()
     }
 
     /// Plaintext counters: writes, flushes by reason; here `bytes_sent` counts plaintext
     /// handed to rustls and `syscalls` counts seals and input checks (the socket's sends are
     /// in [`wire_stats`](Self::wire_stats)).
     pub fn stats(&self) -> &Stats {
-        self.engine.core.stats()
+        self.driver.core.stats()
     }
 
     /// Ciphertext counters (seals, sends, bytes).
     pub fn wire_stats(&self) -> &WireStats {
-        &self.engine.wire
+        &self.driver.seal.wire
     }
 
     /// The policy in force.
     pub fn policy(&self) -> &FlushPolicy {
-        self.engine.core.policy()
-    }
-
-    fn take_deferred(&mut self) -> io::Result<()> {
-        self.deferred_error.take().map_or(Ok(()), Err)
-    }
-
-    fn pump(&mut self, now: Instant, handshake: bool) -> io::Result<Drive> {
-        self.engine
-            .pump(&mut SockIo(&mut self.sock), now, handshake)
-    }
-
-    fn pump_deferring(&mut self, now: Instant) {
-        if let Err(e) = self.pump(now, false) {
-            self.deferred_error.get_or_insert(e);
-        }
-    }
-
-    fn send_due(&mut self) -> io::Result<()> {
-        match self.pump(now(), true)? {
-            Drive::Idle => Ok(()),
-            Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
-        }
+        self.driver.core.policy()
     }
 
     /// Completes the handshake now (it otherwise completes at the first read or flush).
     /// `WouldBlock` on a non-blocking socket that has no input yet.
     pub fn complete_handshake(&mut self) -> io::Result<()> {
-        while self.engine.conn.is_handshaking() {
-            if self.engine.send_tls(&mut SockIo(&mut self.sock))? == Drive::Blocked {
+        let tls = &mut self.driver.seal;
+        while tls.conn.is_handshaking() {
+            if tls.send_tls(&mut SockIo(&mut self.sock))? == Drive::Blocked {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            if let Input::Eof = self.engine.read_input(&mut SockIo(&mut self.sock))? {
+            if let Input::Eof = tls.read_input(&mut SockIo(&mut self.sock))? {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
         }
-        match self.engine.send_tls(&mut SockIo(&mut self.sock))? {
+        match tls.send_tls(&mut SockIo(&mut self.sock))? {
             Drive::Idle => Ok(()),
             Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
 
-    fn accept(
-        &mut self,
-        len: usize,
-        queue: impl FnOnce(&mut Coalescer, usize, Instant),
-    ) -> io::Result<usize> {
-        self.take_deferred()?;
-        self.engine.check_open()?;
-        let now = self.clock.for_write(&self.engine.core);
-        if self.engine.core.room() == 0 && len > 0 {
-            self.pump(now, true)?;
-            if self.engine.core.room() == 0 {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-        }
-        let take = len.min(self.engine.core.room());
-        queue(&mut self.engine.core, take, now);
-        self.pump_deferring(now);
-        Ok(take)
-    }
-
     /// Queues `buf` (as much as fits below the high-water mark) with an explicit [`Urgency`].
     pub fn write_with(&mut self, buf: &[u8], urgency: Urgency) -> io::Result<usize> {
-        self.accept(buf.len(), |core, n, now| {
-            core.write(&buf[..n], urgency, now)
-        })
+        self.step(|d, w| d.write_with(w, buf, urgency))
     }
 
     /// Seals and sends everything pending now, whatever the policy; `WouldBlock` when a
     /// non-blocking socket is full (the rest stays queued).
     pub fn flush_now(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.engine.core.flush_all();
-        self.send_due()
+        self.step(|d, w| d.flush_now(w))
     }
 
     /// When the linger deadline of pending plaintext passes, if any (for event loops).
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.engine.core.poll_timeout()
+        self.driver.core.poll_timeout()
     }
 
     /// Seals and sends what has come due (call when [`next_deadline`](Self::next_deadline)
     /// passes, or when a non-blocking socket becomes writable).
     pub fn poll_deadline(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.pump(now(), false).map(drop)
+        self.step(|d, w| d.poll_deadline(w)).map(drop)
     }
 
     /// True when sealed records or due plaintext wait for socket space.
     pub fn waiting_for_socket(&self) -> bool {
-        self.engine.conn.wants_write() || self.engine.core.must_send() > 0
+        self.driver.due_now()
     }
 
     /// Seals every pending byte, then queues close_notify behind it and sends it all.
     /// `WouldBlock` on a full non-blocking socket: call again when it is writable (nothing is
     /// queued twice). Writes after it fail with `BrokenPipe`.
     pub fn send_close_notify(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        if !self.engine.closed {
-            self.engine.core.close();
-            if self.pump(now(), true)? == Drive::Blocked || self.engine.core.pending() > 0 {
+        self.driver.take_deferred()?;
+        if !self.driver.seal.closed {
+            self.driver.core.close();
+            let d = self.step(|d, w| d.pump(w, now(), true))?;
+            if d == Drive::Blocked || self.driver.core.pending() > 0 {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            self.engine.queue_close_notify();
+            self.driver.seal.queue_close_notify(&self.driver.core);
         }
-        match self.engine.send_tls(&mut SockIo(&mut self.sock))? {
+        match self.driver.seal.send_tls(&mut SockIo(&mut self.sock))? {
             Drive::Idle => Ok(()),
             Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
         }
@@ -341,9 +294,13 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
     /// Sends a TLS 1.3 KeyUpdate now (new keys for what follows; pending plaintext is sealed
     /// under the new keys, in order). Fails before the handshake completes or under TLS 1.2.
     pub fn refresh_traffic_keys(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.engine.conn.refresh_traffic_keys().map_err(tls_error)?;
-        match self.engine.send_tls(&mut SockIo(&mut self.sock))? {
+        self.driver.take_deferred()?;
+        self.driver
+            .seal
+            .conn
+            .refresh_traffic_keys()
+            .map_err(tls_error)?;
+        match self.driver.seal.send_tls(&mut SockIo(&mut self.sock))? {
             Drive::Idle => Ok(()),
             Drive::Blocked => Err(io::ErrorKind::WouldBlock.into()),
         }
@@ -364,7 +321,7 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // A handshake still waiting for the peer blocks on input, not on room
                     // to write (waiting for room would return at once and spin).
-                    let conn = &self.engine.conn;
+                    let conn = &self.driver.seal.conn;
                     if conn.is_handshaking() && !conn.wants_write() {
                         sys::wait_readable(self.sock.as_os_socket(), None)?;
                     } else {
@@ -391,15 +348,13 @@ impl<C: TlsConnection, S: AsOsSocket + Read> Write for TlsStream<C, S> {
     /// Queues the slices as one message (all but the last [`Urgency::MoreFollows`]).
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let total = bufs.iter().map(|b| b.len()).sum();
-        self.accept(total, |core, n, now| queue_vectored(core, bufs, n, now))
+        self.step(|d, w| d.accept(w, total, |core, n, now| queue_vectored(core, bufs, n, now)))
     }
 
     /// Seals everything pending as one record batch and sends it (completing the handshake
     /// first if needed); `WouldBlock` on a full non-blocking socket, the rest kept.
     fn flush(&mut self) -> io::Result<()> {
-        self.take_deferred()?;
-        self.engine.core.flush();
-        self.send_due()
+        self.step(|d, w| d.flush(w))
     }
 }
 
@@ -412,45 +367,41 @@ impl<C: TlsConnection, S: AsOsSocket + Read> Read for TlsStream<C, S> {
             return Ok(0);
         }
         loop {
-            if let Some(r) = self.engine.read_plain(buf) {
-                if matches!(r, Ok(0)) && self.engine.core.pending() > 0 {
+            if let Some(r) = self.driver.seal.read_plain(buf) {
+                if matches!(r, Ok(0)) && self.driver.core.pending() > 0 {
                     // The peer ended its side: flush before reporting it, as a read that
                     // would wait does.
-                    self.engine.core.before_read();
-                    self.pump_deferring(now());
+                    self.driver.core.before_read();
+                    self.step(|d, w| d.about_to_wait(w, false));
                 } else if r.is_ok() {
                     // Input keeps coming: still honour the linger bound of our output.
-                    if let Some(d) = self.engine.core.poll_timeout() {
-                        if !self.clock.certainly_before(d) {
-                            self.pump_deferring(now());
-                        }
-                    }
+                    self.step(|d, w| d.input_came(w));
                 }
                 return r;
             }
-            if self.engine.core.pending() > 0 || self.engine.conn.wants_write() {
+            if self.driver.output_waiting() {
                 // Input already there is read without flushing (one `recv(MSG_DONTWAIT)`), so
                 // answers to pipelined requests still coalesce; when none is, the read would
                 // wait: everything pending leaves first (before-read).
-                self.engine.core.on_input_check();
-                match self.engine.read_input(&mut NoWait(&mut self.sock)) {
+                self.driver.core.on_input_check();
+                match self.driver.seal.read_input(&mut NoWait(&mut self.sock)) {
                     Ok(_) => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        self.engine.core.before_read();
+                        self.driver.core.before_read();
                     }
                     Err(e) if sys::is_not_socket(&e) => {
                         // Not a socket: ask how much is buffered instead.
                         let fd = self.sock.as_os_socket();
                         if sys::readable_bytes(fd).is_none_or(|n| n == 0) {
-                            self.engine.core.before_read();
+                            self.driver.core.before_read();
                         }
                     }
                     Err(e) => return Err(e),
                 }
                 // A full non-blocking socket still lets us read; the rest stays queued.
-                self.pump_deferring(now());
+                self.step(|d, w| d.about_to_wait(w, false));
             }
-            self.engine.read_input(&mut SockIo(&mut self.sock))?;
+            self.driver.seal.read_input(&mut SockIo(&mut self.sock))?;
         }
     }
 }
@@ -458,17 +409,16 @@ impl<C: TlsConnection, S: AsOsSocket + Read> Read for TlsStream<C, S> {
 impl<C: TlsConnection, S: AsOsSocket + Read> Drop for TlsStream<C, S> {
     fn drop(&mut self) {
         // Best effort, without completing a handshake; see the type's docs.
-        self.engine.core.close();
-        let _ = self.pump(now(), false);
+        self.step(|d, w| d.close_quietly(w));
     }
 }
 
 impl<C: TlsConnection, S: AsOsSocket + Read> std::fmt::Debug for TlsStream<C, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsStream")
-            .field("pending", &self.engine.core.pending())
-            .field("handshaking", &self.engine.conn.is_handshaking())
-            .field("policy", self.engine.core.policy())
+            .field("pending", &self.driver.core.pending())
+            .field("handshaking", &self.driver.seal.conn.is_handshaking())
+            .field("policy", self.driver.core.policy())
             .finish_non_exhaustive()
     }
 }

@@ -1,4 +1,4 @@
-//! The engine against an in-memory transport that takes a scripted number of bytes per
+//! The driver with the TLS seal against an in-memory transport that takes a scripted number of bytes per
 //! send (0: `WouldBlock`), with a real rustls client decrypting what it sent.
 use super::*;
 use proptest::prelude::*;
@@ -33,6 +33,12 @@ impl Write for Pipe {
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+impl Wire for Pipe {
+    fn send(&mut self, bufs: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+        self.write_vectored(bufs)
     }
 }
 
@@ -85,7 +91,7 @@ fn client_receive(client: &mut rustls::ClientConnection, pipe: &mut Pipe) -> (Ve
 
 /// Runs the handshake over `pipe` with unlimited budgets.
 fn handshake(
-    engine: &mut Engine<rustls::ServerConnection>,
+    driver: &mut Driver<Tls<rustls::ServerConnection>>,
     client: &mut rustls::ClientConnection,
 ) -> Pipe {
     let mut pipe = Pipe {
@@ -99,10 +105,10 @@ fn handshake(
             client.write_tls(&mut pipe.to_server).unwrap();
         }
         while !pipe.to_server.is_empty() {
-            engine.read_input(&mut pipe).unwrap();
+            driver.seal.read_input(&mut pipe).unwrap();
         }
         let (_, _) = client_receive(client, &mut pipe);
-        if !engine.conn.is_handshaking() && !client.is_handshaking() {
+        if !driver.seal.conn.is_handshaking() && !client.is_handshaking() {
             pipe.turn = 0;
             return pipe;
         }
@@ -113,16 +119,16 @@ fn handshake(
 #[test]
 fn three_writes_and_a_flush_are_one_record() {
     let (server, mut client) = pair();
-    let mut engine = Engine::new(server, FlushPolicy::default());
-    let mut pipe = handshake(&mut engine, &mut client);
+    let mut driver = Driver::new(plaintext_core(FlushPolicy::default()), Tls::new(server));
+    let mut pipe = handshake(&mut driver, &mut client);
     let t = now();
     for part in [&b"head"[..], b"body", b"tail"] {
-        engine.core.write(part, Urgency::Normal, t);
-        assert_eq!(engine.pump(&mut pipe, t, false).unwrap(), Drive::Idle);
+        driver.core.write(part, Urgency::Normal, t);
+        assert_eq!(driver.pump(&mut pipe, t, false).unwrap(), Drive::Idle);
     }
     assert!(pipe.to_client.is_empty(), "sent before a flush point");
-    engine.core.flush();
-    assert_eq!(engine.pump(&mut pipe, t, false).unwrap(), Drive::Idle);
+    driver.core.flush();
+    assert_eq!(driver.pump(&mut pipe, t, false).unwrap(), Drive::Idle);
     assert_eq!(pipe.turn, 1, "one send");
     let (plain, records) = client_receive(&mut client, &mut pipe);
     assert_eq!(plain, b"headbodytail");
@@ -132,17 +138,20 @@ fn three_writes_and_a_flush_are_one_record() {
 #[test]
 fn a_large_flush_is_full_records_and_a_tail() {
     let (server, mut client) = pair();
-    let mut engine = Engine::new(server, FlushPolicy::explicit_only());
-    let mut pipe = handshake(&mut engine, &mut client);
+    let mut driver = Driver::new(
+        plaintext_core(FlushPolicy::explicit_only()),
+        Tls::new(server),
+    );
+    let mut pipe = handshake(&mut driver, &mut client);
     let t = now();
     let data: Vec<u8> = (0..3 * MAX_RECORD_PLAINTEXT + 100)
         .map(|i| i as u8)
         .collect();
     for chunk in data.chunks(1000) {
-        engine.core.write(chunk, Urgency::Normal, t);
+        driver.core.write(chunk, Urgency::Normal, t);
     }
-    engine.core.flush();
-    assert_eq!(engine.pump(&mut pipe, t, false).unwrap(), Drive::Idle);
+    driver.core.flush();
+    assert_eq!(driver.pump(&mut pipe, t, false).unwrap(), Drive::Idle);
     let (plain, records) = client_receive(&mut client, &mut pipe);
     assert!(plain == data);
     assert_eq!(records, 4);
@@ -158,8 +167,8 @@ proptest! {
         budgets in proptest::collection::vec(0usize..70_000, 1..12),
     ) {
         let (server, mut client) = pair();
-        let mut engine = Engine::new(server, FlushPolicy::explicit_only());
-        let mut pipe = handshake(&mut engine, &mut client);
+        let mut driver = Driver::new(plaintext_core(FlushPolicy::explicit_only()), Tls::new(server));
+        let mut pipe = handshake(&mut driver, &mut client);
         // Progress is certain: one budget is never zero.
         pipe.budgets = budgets;
         pipe.budgets.push(1 + pipe.budgets.len());
@@ -169,25 +178,25 @@ proptest! {
         let mut got = Vec::new();
         for (i, (len, flush)) in writes.into_iter().enumerate() {
             let data: Vec<u8> = (0..len).map(|j| (i * 7 + j) as u8).collect();
-            let take = len.min(engine.core.room());
-            engine.core.write(&data[..take], Urgency::Normal, t);
+            let take = len.min(driver.core.room());
+            driver.core.write(&data[..take], Urgency::Normal, t);
             sent.extend_from_slice(&data[..take]);
             if flush {
-                engine.core.flush();
+                driver.core.flush();
             }
-            engine.pump(&mut pipe, t, false).unwrap();
+            driver.pump(&mut pipe, t, false).unwrap();
             got.extend(client_receive(&mut client, &mut pipe).0);
         }
-        engine.core.close();
+        driver.core.close();
         let mut rounds = 0;
-        while engine.pump(&mut pipe, t, false).unwrap() == Drive::Blocked {
+        while driver.pump(&mut pipe, t, false).unwrap() == Drive::Blocked {
             got.extend(client_receive(&mut client, &mut pipe).0);
             rounds += 1;
             prop_assert!(rounds < 1_000_000, "no progress");
         }
         got.extend(client_receive(&mut client, &mut pipe).0);
-        prop_assert_eq!(engine.core.pending(), 0);
-        prop_assert!(!engine.conn.wants_write());
+        prop_assert_eq!(driver.core.pending(), 0);
+        prop_assert!(!driver.seal.conn.wants_write());
         prop_assert!(got == sent, "{} bytes received of {}", got.len(), sent.len());
     }
 }

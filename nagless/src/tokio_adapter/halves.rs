@@ -2,14 +2,15 @@
 //! [`WriteHalf::reunite`], which puts them back together.
 
 use std::io;
-use std::sync::{Arc, Mutex};
 
 use ::tokio::io::AsyncWrite;
 
-use super::lane::Lane;
+use super::lane::Owner;
 use super::shared::{lock, Shared};
+use super::sync::{Arc, Mutex};
 use super::tasks::flush_on_drop;
 use super::NaglessStream;
+use crate::driver::Plain;
 use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 
@@ -33,7 +34,7 @@ use crate::tcp_info::TcpInfo;
 /// # drop(s); Ok(()) }
 /// ```
 pub struct ReadHalf<T: AsyncWrite + Unpin + 'static> {
-    pub(super) shared: Arc<Mutex<Shared<T>>>,
+    pub(super) shared: Arc<Mutex<Shared<T, Plain>>>,
 }
 
 /// The write half of a split [`NaglessStream`].
@@ -56,8 +57,8 @@ pub struct ReadHalf<T: AsyncWrite + Unpin + 'static> {
 /// # drop(s); Ok(()) }
 /// ```
 pub struct WriteHalf<T: AsyncWrite + Unpin + 'static> {
-    pub(super) shared: Arc<Mutex<Shared<T>>>,
-    pub(super) lane: Lane,
+    /// The shared state, and this writing handle's lane.
+    pub(super) owner: Owner<T>,
 }
 
 /// The halves given to [`WriteHalf::reunite`] came from different streams.
@@ -79,18 +80,17 @@ pub struct ReuniteError<T: AsyncWrite + Unpin + 'static>(pub ReadHalf<T>, pub Wr
 impl<T: AsyncWrite + Unpin + 'static> WriteHalf<T> {
     /// Puts the halves of one [`NaglessStream::into_split`] back together.
     pub fn reunite(self, read: ReadHalf<T>) -> Result<NaglessStream<T>, ReuniteError<T>> {
-        if !Arc::ptr_eq(&self.shared, &read.shared) {
+        let shared = self.owner.share();
+        if !Arc::ptr_eq(&shared, &read.shared) {
             return Err(ReuniteError(read, self));
         }
-        let shared = Arc::clone(&self.shared);
-        let lane = {
-            let mut g = lock(&shared);
-            g.handles += 1;
-            Lane::new(g.core.policy(), false)
-        };
+        lock(&shared).handles += 1;
         drop(read);
+        // Dropping the half hands its lane over and gives its handle up.
         drop(self);
-        Ok(NaglessStream { shared, lane })
+        Ok(NaglessStream {
+            owner: Owner::new(shared, false),
+        })
     }
 }
 

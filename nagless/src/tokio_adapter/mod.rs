@@ -18,7 +18,8 @@
 //! - **The owner's lane.** Under a policy without linger, a normal write that makes nothing
 //!   due is kept by the writing handle itself, without the shared lock, as long as no other
 //!   party could act on it (no flusher, no waiting error, and no read half that flushes before
-//!   it reads); the handle's next other call, or dropping it, hands it over first. Bytes leave
+//!   it reads); the handle's next other call, or dropping it, hands it over first: the handle
+//!   reaches the shared state only through its `Owner`, whose one way in does it. Bytes leave
 //!   at the same moments; a small write costs about what one to tokio's `BufWriter` costs.
 //! - Streams that are not `Send` (a `LocalSet` program's) are made with
 //!   [`NaglessStream::from_io_local`]; their background tasks are started with `spawn_local`.
@@ -29,33 +30,45 @@
 //!   background task that finishes the send (for at most [`DRAIN_LIMIT`] where the stream
 //!   knows of a timer; see [`NaglessStream::from_io`]) and then closes the
 //!   socket, as the kernel does with a closed socket's send queue.
+//!
+//! The protocol itself (write, flush, before-read, close, the deferred error) is the crate's
+//! driver (private module `driver`), shared with the std stream and both TLS streams; this
+//! module holds what is tokio's: the shared state, the socket as a wire of poll functions,
+//! the flusher and drain tasks (the TLS stream's too) and the lane.
 
 mod halves;
 mod lane;
+#[cfg(all(test, loom))]
+mod loom_models;
 mod poll;
 mod shared;
+mod sync;
 mod tasks;
 
 use std::io;
-use std::sync::{Arc, Mutex};
-use std::task::Waker;
 use std::time::Duration;
 
 use ::tokio::io::AsyncWrite;
 
-use crate::clock::Clock;
 use crate::coalescer::Coalescer;
+use crate::driver::{Driver, Plain, Seal};
 use crate::io_glue::{refresh_segment, set_nodelay_if_tcp};
 use crate::policy::FlushPolicy;
 use crate::sys::AsOsSocket;
 
 pub use self::halves::{ReadHalf, ReuniteError, WriteHalf};
-pub(crate) use self::shared::{lock, WriteWaiters};
-pub(crate) use self::tasks::has_time_driver;
+// What the TLS stream (`tokio_tls`) drives through.
+#[cfg_attr(not(feature = "tls"), allow(unused_imports))]
+pub(crate) use self::poll::{poll_flush_locked, poll_write_locked};
+#[cfg_attr(not(feature = "tls"), allow(unused_imports))]
+pub(crate) use self::shared::{lock, Locked, Shared, SocketAccess};
+pub(crate) use self::sync::{Arc, Mutex};
+#[cfg_attr(not(feature = "tls"), allow(unused_imports))]
+pub(crate) use self::tasks::{
+    ensure_flusher, flush_on_drop, in_local_set, local_spawner, runtime_spawner, Spawner,
+};
 
-use self::lane::Lane;
-use self::shared::Shared;
-use self::tasks::{local_spawner, quietly_succeeds, runtime_spawner, Spawner};
+use self::lane::Owner;
 
 /// Longest time the background task spends finishing the send of a stream dropped with bytes
 /// still queued.
@@ -79,10 +92,12 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 /// # let _ = n; Ok(()) }
 /// ```
 pub struct NaglessStream<T: AsyncWrite + Unpin + 'static> {
-    shared: Arc<Mutex<Shared<T>>>,
-    lane: Lane,
+    /// The shared state, and this writing handle's lane.
+    owner: Owner<T>,
 }
 
+// (tokio has no `net` under loom's model checker.)
+#[cfg(not(loom))]
 impl NaglessStream<::tokio::net::TcpStream> {
     /// Connects to `addr` and wraps the stream with the default policy.
     pub async fn connect(addr: impl ::tokio::net::ToSocketAddrs) -> io::Result<Self> {
@@ -99,7 +114,7 @@ impl NaglessStream<::tokio::net::TcpStream> {
         stream.set_nodelay(true)?;
         let mut core = Coalescer::new(policy);
         refresh_segment(&mut core, stream.as_os_socket());
-        Self::from_parts(stream, core)
+        Self::from_parts(stream, core, SocketAccess::socket())
     }
 }
 
@@ -108,15 +123,10 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
     /// background tasks are started with `spawn_local`, so it must be made and used inside a
     /// `LocalSet` (or a `LocalRuntime`); outside one this is an error, not a later panic.
     pub fn from_io_local(io: T, policy: FlushPolicy) -> io::Result<Self> {
-        let in_local_set = ::tokio::runtime::Handle::try_current().is_ok()
-            && quietly_succeeds(|| drop(::tokio::task::spawn_local(async {})));
-        if !in_local_set {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "nagless: from_io_local must be called inside a tokio LocalSet (or LocalRuntime)",
-            ));
-        }
-        Self::build(io, Coalescer::new(policy), local_spawner())
+        check_local_set()?;
+        let driver = Driver::new(Coalescer::new(policy), Plain);
+        let shared = shared(io, driver, SocketAccess::none(), local_spawner())?;
+        Ok(Self::from_shared(shared))
     }
 }
 
@@ -127,7 +137,7 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
     /// also sets `TCP_NODELAY` and reads the MSS; for a stream that is not `Send`,
     /// [`from_io_local`](Self::from_io_local).
     pub fn from_io(io: T, policy: FlushPolicy) -> io::Result<Self> {
-        Self::from_parts(io, Coalescer::new(policy))
+        Self::from_parts(io, Coalescer::new(policy), SocketAccess::none())
     }
 
     /// Wraps an async socket with `policy`; sets `TCP_NODELAY` if it is a TCP socket.
@@ -138,66 +148,68 @@ impl<T: AsyncWrite + Unpin + Send + 'static> NaglessStream<T> {
         set_nodelay_if_tcp(io.as_os_socket())?;
         let mut core = Coalescer::new(policy);
         refresh_segment(&mut core, io.as_os_socket());
-        Self::from_parts(io, core)
+        Self::from_parts(io, core, SocketAccess::socket())
     }
 
-    fn from_parts(io: T, core: Coalescer) -> io::Result<Self> {
-        Self::build(io, core, runtime_spawner())
+    fn from_parts(io: T, core: Coalescer, access: SocketAccess<T>) -> io::Result<Self> {
+        let shared = shared(io, Driver::new(core, Plain), access, runtime_spawner())?;
+        Ok(Self::from_shared(shared))
     }
 }
 
+/// The shared state of a new stream (plain or TLS), refused where a policy with a linger
+/// deadline finds no timer to honour it.
+pub(crate) fn shared<T, S: Seal>(
+    io: T,
+    driver: Driver<S>,
+    access: SocketAccess<T>,
+    spawner: Spawner<T, S>,
+) -> io::Result<Arc<Mutex<Shared<T, S>>>> {
+    let needs_timer = driver.core.policy().linger_mode().deadline().is_some();
+    // Under panic = "abort" a failed probe cannot be caught: probe only when the policy
+    // needs the timer. A stream not probed counts as timerless: a dropped stream's drain
+    // then has no time limit (it ends when the peer takes the bytes or the socket fails).
+    let has_timer = (needs_timer || cfg!(panic = "unwind")) && tasks::has_time_driver();
+    if needs_timer && !has_timer {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "nagless: this tokio runtime has no time driver, which the linger deadline \
+             needs; build it with enable_time() or enable_all(), or use a policy without \
+             linger",
+        ));
+    }
+    Ok(Arc::new(Mutex::new(Shared::new(
+        io, driver, access, has_timer, spawner,
+    ))))
+}
+
+/// Fails outside a tokio `LocalSet` (or `LocalRuntime`), where `spawn_local` would panic.
+pub(crate) fn check_local_set() -> io::Result<()> {
+    if in_local_set() {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "nagless: from_io_local must be called inside a tokio LocalSet (or LocalRuntime)",
+    ))
+}
+
 impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
-    fn build(io: T, core: Coalescer, spawner: Spawner<T>) -> io::Result<Self> {
-        let needs_timer = core
-            .policy()
-            .linger_deadline()
-            .is_some_and(|d| !d.is_zero());
-        // Under panic = "abort" a failed probe cannot be caught: probe only when the policy
-        // needs the timer. A stream not probed counts as timerless: a dropped stream's drain
-        // then has no time limit (it ends when the peer takes the bytes or the socket fails).
-        let has_timer = (needs_timer || cfg!(panic = "unwind")) && has_time_driver();
-        if needs_timer && !has_timer {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "nagless: this tokio runtime has no time driver, which the linger deadline \
-                 needs; build it with enable_time() or enable_all(), or use a policy without \
-                 linger",
-            ));
+    fn from_shared(shared: Arc<Mutex<Shared<T, Plain>>>) -> Self {
+        NaglessStream {
+            owner: Owner::new(shared, false),
         }
-        let waiters = Arc::new(WriteWaiters::default());
-        let lane = Lane::new(core.policy(), false);
-        Ok(Self {
-            shared: Arc::new(Mutex::new(Shared {
-                io,
-                core,
-                clock: Clock::new(),
-                deferred_error: None,
-                flusher_running: false,
-                flusher_sleeping: None,
-                handles: 1,
-                has_timer,
-                spawner,
-                fanout: Waker::from(Arc::clone(&waiters)),
-                waiters,
-            })),
-            lane,
-        })
     }
 
     /// Splits into a read half and a write half sharing one queue: reading through the read
     /// half still flushes what the write half queued.
     pub fn into_split(self) -> (ReadHalf<T>, WriteHalf<T>) {
-        let lane = {
-            let mut g = lock(&self.shared);
-            g.handles += 2;
-            Lane::new(g.core.policy(), true)
-        };
-        let other = Arc::clone(&self.shared);
-        let shared = Arc::clone(&self.shared);
+        let shared = self.owner.share();
+        lock(&shared).handles += 2;
+        // Dropping the stream hands its lane over and gives its handle up.
         drop(self);
         let write = WriteHalf {
-            shared: other,
-            lane,
+            owner: Owner::new(std::sync::Arc::clone(&shared), true),
         };
         (ReadHalf { shared }, write)
     }
@@ -224,6 +236,7 @@ impl<T: AsyncWrite + Unpin + 'static> NaglessStream<T> {
 /// }
 /// # }
 /// ```
+#[cfg(not(loom))]
 pub async fn accept(
     listener: &::tokio::net::TcpListener,
 ) -> io::Result<(NaglessStream<::tokio::net::TcpStream>, std::net::SocketAddr)> {
@@ -233,10 +246,13 @@ pub async fn accept(
 
 impl<T: AsyncWrite + Unpin + 'static> std::fmt::Debug for NaglessStream<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let g = lock(&self.shared);
+        let g = self.owner.peek();
         f.debug_struct("NaglessStream")
-            .field("pending", &(g.core.pending() + self.lane.len()))
-            .field("policy", g.core.policy())
+            .field(
+                "pending",
+                &(g.driver.core.pending() + self.owner.lane().len()),
+            )
+            .field("policy", g.driver.core.policy())
             .finish_non_exhaustive()
     }
 }

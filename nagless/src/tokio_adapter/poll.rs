@@ -1,138 +1,157 @@
-//! The poll functions every handle shares (write; flush or shutdown; read, which flushes
-//! before it waits) and the `AsyncRead`/`AsyncWrite` impls and inherent methods they back on
-//! [`NaglessStream`], [`WriteHalf`] and [`ReadHalf`].
+//! The poll functions every tokio handle shares, plain or TLS (write; flush or shutdown), the
+//! plain stream's read (which flushes before it waits), and the `AsyncRead`/`AsyncWrite`
+//! impls and inherent methods they back on [`NaglessStream`], [`WriteHalf`] and
+//! [`ReadHalf`].
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::lane::Lane;
-use super::shared::{lock, Shared};
-use super::tasks::{ensure_flusher, flush_on_drop};
+use super::shared::Locked;
+use super::tasks::{ensure_flusher, TokioSeal};
 use super::{NaglessStream, ReadHalf, WriteHalf};
 use crate::clock::now;
 use crate::coalescer::{Coalescer, Drive, Stats};
+use crate::driver::Plain;
 use crate::io_glue::queue_vectored;
 use crate::policy::Urgency;
 use crate::sys::AsOsSocket;
 use crate::tcp_info::TcpInfo;
 
-/// Queues as much of one message as fits below the high-water mark; waits (registering the
-/// writer) only when nothing fits. What `lane` holds goes first, and the lane is opened again
-/// afterwards if the state allows.
+/// Starts (or wakes) the flusher if the state needs it.
+fn flusher_if_needed<T, S: TokioSeal<T>>(g: &mut Locked<'_, T, S>) {
+    let arc = g.arc;
+    ensure_flusher(arc, g);
+}
+
+/// Queues as much of one message as fits below the high-water mark ([`Driver::accept`]);
+/// waits (registering the writer) only when nothing fits.
 ///
 /// `fast`: the bytes of a normal write, which may take the fast path.
+///
+/// [`Driver::accept`]: crate::driver::Driver::accept
 #[inline]
-fn poll_write_shared<T: AsyncWrite + Unpin + 'static>(
-    arc: &Arc<Mutex<Shared<T>>>,
-    lane: &mut Lane,
+pub(crate) fn poll_write_locked<T, S>(
+    g: &mut Locked<'_, T, S>,
     cx: &mut Context<'_>,
     len: usize,
     fast: Option<&[u8]>,
     queue: impl FnOnce(&mut Coalescer, usize, Instant),
-) -> Poll<io::Result<usize>> {
-    let mut g = lock(arc);
-    g.take_lane(lane);
-    let r = if fast.is_some_and(|buf| g.write_fast(buf)) {
-        Poll::Ready(Ok(len))
-    } else {
-        poll_write_full(arc, &mut g, cx, len, queue)
-    };
-    lane.open(&g);
-    r
+) -> Poll<io::Result<usize>>
+where
+    T: AsyncWrite + Unpin,
+    S: TokioSeal<T>,
+{
+    if fast.is_some_and(|buf| g.driver.write_fast(buf)) {
+        return Poll::Ready(Ok(len));
+    }
+    poll_write_full(g, cx, len, queue)
 }
 
-/// The full path of [`poll_write_shared`], kept out of line so that the fast path inlines.
+/// The full path of [`poll_write_locked`], kept out of line so that the fast path inlines.
 #[inline(never)]
-fn poll_write_full<T: AsyncWrite + Unpin + 'static>(
-    arc: &Arc<Mutex<Shared<T>>>,
-    g: &mut MutexGuard<'_, Shared<T>>,
+fn poll_write_full<T, S>(
+    g: &mut Locked<'_, T, S>,
     cx: &mut Context<'_>,
     len: usize,
     queue: impl FnOnce(&mut Coalescer, usize, Instant),
-) -> Poll<io::Result<usize>> {
-    g.take_deferred()?;
-    let now = {
-        let g = &mut **g;
-        g.clock.for_write(&g.core)
-    };
-    if g.core.room() == 0 && len > 0 {
-        g.drive(Some(cx.waker()), now)?;
-        if g.core.room() == 0 {
-            return Poll::Pending;
+) -> Poll<io::Result<usize>>
+where
+    T: AsyncWrite + Unpin,
+    S: TokioSeal<T>,
+{
+    match g.step(cx, |d, w| d.accept(w, len, queue)) {
+        Ok(take) => {
+            flusher_if_needed(g);
+            Poll::Ready(Ok(take))
         }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
+        Err(e) => Poll::Ready(Err(e)),
     }
-    let take = len.min(g.core.room());
-    queue(&mut g.core, take, now);
-    if let Err(e) = g.drive(None, now) {
-        g.defer(e);
-    }
-    ensure_flusher(arc, g, now);
-    Poll::Ready(Ok(take))
 }
 
-fn poll_flush_shared<T: AsyncWrite + Unpin + 'static>(
-    arc: &Arc<Mutex<Shared<T>>>,
-    lane: &mut Lane,
+/// Flushes (or, `closing`, sends everything and what the seal sends last, then shuts the
+/// write side down); waits for socket space, and for a handshake's input.
+pub(crate) fn poll_flush_locked<T, S>(
+    g: &mut Locked<'_, T, S>,
     cx: &mut Context<'_>,
     closing: bool,
-) -> Poll<io::Result<()>> {
-    let mut g = lock(arc);
-    g.take_lane(lane);
-    g.take_deferred()?;
+) -> Poll<io::Result<()>>
+where
+    T: AsyncWrite + Unpin,
+    S: TokioSeal<T>,
+{
+    g.driver.take_deferred()?;
     if closing {
-        g.core.close();
+        g.driver.core.close();
     } else {
-        g.core.flush();
+        g.driver.core.flush();
     }
     let now = now();
-    match g.drive(Some(cx.waker()), now)? {
-        Drive::Blocked => {
+    let pumped = g.pump(cx, true, now, true);
+    if let Some(waiting) = wait_on(g, pumped) {
+        return waiting;
+    }
+    if !closing {
+        return Pin::new(&mut g.io).poll_flush(cx);
+    }
+    let d = &mut g.driver;
+    d.seal.end(&d.core);
+    let pumped = g.pump(cx, true, now, true);
+    if let Some(waiting) = wait_on(g, pumped) {
+        return waiting;
+    }
+    Pin::new(&mut g.io).poll_shutdown(cx)
+}
+
+/// What a flush does after a pump: nothing more to wait for (`None`), or this.
+fn wait_on<T, S: TokioSeal<T>>(
+    g: &mut Locked<'_, T, S>,
+    pumped: io::Result<Drive>,
+) -> Option<Poll<io::Result<()>>> {
+    match pumped {
+        Ok(Drive::Idle) => None,
+        Ok(Drive::Blocked) => {
             // Should this flush be given up (its future dropped), the bytes it made due must
             // not wait for a linger deadline the flusher sleeps towards.
-            ensure_flusher(arc, &mut g, now);
-            Poll::Pending
+            flusher_if_needed(g);
+            Some(Poll::Pending)
         }
-        Drive::Idle if closing => Pin::new(&mut g.io).poll_shutdown(cx),
-        Drive::Idle => Pin::new(&mut g.io).poll_flush(cx),
+        // A handshake waits for the peer's input (the read registered the waker).
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(Poll::Pending),
+        Err(e) => Some(Poll::Ready(Err(e))),
     }
 }
 
-/// `lane`: the writing handle's, when it reads too (the unsplit stream).
-fn poll_read_shared<T: AsyncRead + AsyncWrite + Unpin + 'static>(
-    arc: &Arc<Mutex<Shared<T>>>,
-    lane: Option<&mut Lane>,
+/// The plain stream's read: input that is already there is read without flushing, so output
+/// keeps coalescing (pending output stays bounded by the linger timer); when the read would
+/// wait, pending output leaves first (before-read).
+fn poll_read_plain<T>(
+    g: &mut Locked<'_, T, Plain>,
     cx: &mut Context<'_>,
     buf: &mut ReadBuf<'_>,
-) -> Poll<io::Result<()>> {
-    let mut g = lock(arc);
-    if let Some(lane) = lane {
-        g.take_lane(lane);
-    }
-    let now = now();
-    // Try the read first: input that is already there is read without flushing, so output
-    // keeps coalescing; pending output stays bounded by the linger timer.
+) -> Poll<io::Result<()>>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
     let filled = buf.filled().len();
     match Pin::new(&mut g.io).poll_read(cx, buf) {
         Poll::Ready(Ok(())) if buf.filled().len() > filled || buf.remaining() == 0 => {
-            ensure_flusher(arc, &mut g, now);
+            flusher_if_needed(g);
             return Poll::Ready(Ok(()));
         }
         Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
         // Pending: we are about to wait. Ready with nothing: EOF; flush before reporting it.
         Poll::Ready(Ok(())) | Poll::Pending => {}
     }
-    g.core.before_read();
+    g.driver.core.before_read();
     // A full socket must not stop us from reading: the flusher finishes the send. A send
     // error belongs to the writer (the next write, flush or shutdown), not to this read.
-    if let Err(e) = g.drive(None, now) {
-        g.defer(e);
-    }
-    ensure_flusher(arc, &mut g, now);
+    g.step(cx, |d, w| d.about_to_wait(w, false));
+    flusher_if_needed(g);
     // Poll again so that the read waker is registered after the flush (and a reply to what
     // we just sent may already be there).
     Pin::new(&mut g.io).poll_read(cx, buf)
@@ -154,13 +173,12 @@ macro_rules! impl_async_write {
                 urgency: Urgency,
             ) -> Poll<io::Result<usize>> {
                 let normal = urgency == Urgency::Normal;
-                if normal && self.lane.push(buf) {
+                if normal && self.owner.push(buf) {
                     return Poll::Ready(Ok(buf.len()));
                 }
                 let fast = normal.then_some(buf);
-                poll_write_shared(
-                    &self.shared,
-                    &mut self.lane,
+                poll_write_locked(
+                    &mut self.owner.lock(),
                     cx,
                     buf.len(),
                     fast,
@@ -176,14 +194,14 @@ macro_rules! impl_async_write {
 
             /// Bytes accepted but not yet taken by the socket.
             pub fn pending(&self) -> usize {
-                lock(&self.shared).core.pending() + self.lane.len()
+                self.owner.peek().driver.core.pending() + self.owner.lane().len()
             }
 
             /// Per-stream counters.
             pub fn stats(&self) -> Stats {
-                let mut stats = lock(&self.shared).core.stats().clone();
-                stats.writes += self.lane.writes();
-                stats.bytes_written += self.lane.len() as u64;
+                let mut stats = self.owner.peek().driver.core.stats().clone();
+                stats.writes += self.owner.lane().writes();
+                stats.bytes_written += self.owner.lane().len() as u64;
                 stats
             }
         }
@@ -191,7 +209,7 @@ macro_rules! impl_async_write {
         impl<T: AsyncWrite + Unpin + 'static + AsOsSocket> $ty<T> {
             /// A `TCP_INFO` snapshot of the socket (Linux; `ErrorKind::Unsupported` elsewhere).
             pub fn tcp_info(&self) -> io::Result<TcpInfo> {
-                TcpInfo::of(&lock(&self.shared).io)
+                TcpInfo::of(&self.owner.peek().io)
             }
         }
 
@@ -212,10 +230,8 @@ macro_rules! impl_async_write {
                 bufs: &[IoSlice<'_>],
             ) -> Poll<io::Result<usize>> {
                 let total = bufs.iter().map(|b| b.len()).sum();
-                let this = self.get_mut();
-                poll_write_shared(
-                    &this.shared,
-                    &mut this.lane,
+                poll_write_locked(
+                    &mut self.get_mut().owner.lock(),
                     cx,
                     total,
                     None,
@@ -226,20 +242,15 @@ macro_rules! impl_async_write {
                 true
             }
             fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                let this = self.get_mut();
-                poll_flush_shared(&this.shared, &mut this.lane, cx, false)
+                poll_flush_locked(&mut self.get_mut().owner.lock(), cx, false)
             }
             fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                let this = self.get_mut();
-                poll_flush_shared(&this.shared, &mut this.lane, cx, true)
+                poll_flush_locked(&mut self.get_mut().owner.lock(), cx, true)
             }
         }
         impl<T: AsyncWrite + Unpin + 'static> Drop for $ty<T> {
             fn drop(&mut self) {
-                if self.lane.writes() > 0 {
-                    lock(&self.shared).take_lane(&mut self.lane);
-                }
-                flush_on_drop(&self.shared);
+                self.owner.drop_handle();
             }
         }
     };
@@ -254,8 +265,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin + 'static> AsyncRead for NaglessStream<T>
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        poll_read_shared(&this.shared, Some(&mut this.lane), cx, buf)
+        poll_read_plain(&mut self.get_mut().owner.lock(), cx, buf)
     }
 }
 
@@ -265,6 +275,6 @@ impl<T: AsyncRead + AsyncWrite + Unpin + 'static> AsyncRead for ReadHalf<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        poll_read_shared(&self.shared, None, cx, buf)
+        poll_read_plain(&mut Locked::new(&self.shared), cx, buf)
     }
 }

@@ -1,36 +1,23 @@
-//! The state every handle of one stream shares ([`Shared`]: the socket, the coalescer, the
-//! deferred error, the flusher's bookkeeping) and its drive: the send of what is due through
-//! the socket's `poll_write_vectored`, with one fan-out waker ([`WriteWaiters`]) for every task
-//! that waits for socket space.
+//! The state every handle of one tokio stream shares ([`Shared`]: the socket, the driver, the
+//! flusher's bookkeeping), for the plain stream and the TLS one alike; the socket as the
+//! driver's wire ([`PollWire`]: `poll_write_vectored`, with one fan-out waker,
+//! [`WriteWaiters`], for every task that waits for socket space); and [`Locked`], the one way
+//! a call gets at the shared state.
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Read};
+use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
-use ::tokio::io::AsyncWrite;
+use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::lane::Lane;
+use super::sync::{Arc, Mutex, MutexGuard};
 use super::tasks::Spawner;
-use crate::clock::Clock;
-use crate::coalescer::{drive, Coalescer, Drive, Transport};
-
-/// Sends through `poll_write_vectored`; `Pending` reads as `WouldBlock` to the drive loop,
-/// with the waker of `cx` registered by the inner stream.
-struct PollTransport<'a, 'b, T> {
-    io: Pin<&'a mut T>,
-    cx: &'a mut Context<'b>,
-}
-
-impl<T: AsyncWrite> Transport for PollTransport<'_, '_, T> {
-    fn send(&mut self, bufs: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
-        match self.io.as_mut().poll_write_vectored(self.cx, bufs) {
-            Poll::Ready(r) => r,
-            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
-        }
-    }
-}
+use crate::coalescer::Drive;
+use crate::driver::{Driver, Seal, SealOver, Wire};
+use crate::sys::{AsOsSocket, Sock};
 
 /// The tasks waiting for the socket to take bytes; woken all at once.
 #[derive(Default)]
@@ -63,96 +50,276 @@ impl Wake for WriteWaiters {
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing panics while holding the lock; if something did, the state is still consistent
-    // (every mutation is a single call into the core), so keep going.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    super::sync::lock(m)
 }
 
-pub(super) struct Shared<T> {
-    pub(super) io: T,
-    pub(super) core: Coalescer,
-    /// Judges, for writes that join an open window, whether its deadline may have passed
-    /// (the flusher cannot run while a task on its runtime's thread keeps writing).
-    pub(super) clock: Clock,
-    pub(super) deferred_error: Option<io::Error>,
-    pub(super) flusher_running: bool,
-    /// The flusher's waker while it sleeps towards a linger deadline: a write that makes bytes
+/// What the stream knows of the socket under its `AsyncWrite`, for the driver.
+pub(crate) struct SocketAccess<T> {
+    /// The descriptor, when the stream is a socket: its segment size, its send queue.
+    pub(crate) socket: Option<fn(&T) -> Sock<'_>>,
+    /// The `AsyncWrite` writes to the descriptor as it is (tokio's own socket types), so a
+    /// send may go to the descriptor directly, with `MSG_MORE`.
+    pub(crate) direct: bool,
+}
+
+impl<T> Clone for SocketAccess<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for SocketAccess<T> {}
+
+impl<T> SocketAccess<T> {
+    /// A stream that is not known to be a socket.
+    pub(crate) fn none() -> Self {
+        SocketAccess {
+            socket: None,
+            direct: false,
+        }
+    }
+
+    /// A socket, read through `T`'s [`AsOsSocket`]; sent to directly if `T` is one of
+    /// tokio's socket types (another `AsyncWrite` may do more than write the descriptor:
+    /// every send goes through it).
+    pub(crate) fn socket() -> Self
+    where
+        T: AsOsSocket + 'static,
+    {
+        SocketAccess {
+            socket: Some(<T as AsOsSocket>::as_os_socket),
+            direct: tokio_socket::<T>(),
+        }
+    }
+}
+
+/// Whether `T` is one of tokio's socket types, whose `AsyncWrite` writes the descriptor as
+/// it is.
+fn tokio_socket<T: 'static>() -> bool {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    // (tokio has no `net` under loom's model checker.)
+    #[cfg(all(unix, not(loom)))]
+    if t == TypeId::of::<::tokio::net::UnixStream>() {
+        return true;
+    }
+    #[cfg(not(loom))]
+    if t == TypeId::of::<::tokio::net::TcpStream>() {
+        return true;
+    }
+    let _ = t;
+    false
+}
+
+/// The socket as the driver's wire: sends through `poll_write_vectored`, whose `Pending` reads
+/// as `WouldBlock`, with the fan-out waker (registered by the socket); reads through
+/// `poll_read` with the caller's waker. A caller that waits for socket space is registered
+/// with the fan-out around the send ([`Wire::wait_for_room`]).
+pub(crate) struct PollWire<'a, 'r, T> {
+    io: &'a mut T,
+    /// The calling task: its waker is registered for input, and for socket space when it
+    /// waits for it.
+    cx: &'a mut Context<'r>,
+    fanout: &'a Waker,
+    waiters: &'a WriteWaiters,
+    access: SocketAccess<T>,
+}
+
+impl<T: AsyncWrite + Unpin> Wire for PollWire<'_, '_, T> {
+    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        if let (true, true, Some(fd)) = (more, self.access.direct, self.access.socket) {
+            // `MSG_MORE` does not pass through `AsyncWrite`: straight to the descriptor. If it
+            // is full, tokio's send below finds so too and registers the waker.
+            match crate::sys::send_vectored(fd(self.io), bufs, true) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                other => return other,
+            }
+        }
+        let mut cx = Context::from_waker(self.fanout);
+        match Pin::new(&mut *self.io).poll_write_vectored(&mut cx, bufs) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn socket(&self) -> Option<Sock<'_>> {
+        self.access.socket.map(|fd| fd(self.io))
+    }
+
+    fn can_clock(&self) -> bool {
+        cfg!(any(target_os = "linux", target_os = "android"))
+            && self.access.direct
+            && self.access.socket.is_some()
+    }
+
+    fn wait_for_room(&mut self) {
+        self.waiters.register(self.cx.waker());
+    }
+
+    fn stop_waiting(&mut self) {
+        self.waiters.unregister(self.cx.waker());
+    }
+}
+
+impl<T: AsyncRead + Unpin> Read for PollWire<'_, '_, T> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut rb = ReadBuf::new(buf);
+        match Pin::new(&mut *self.io).poll_read(self.cx, &mut rb) {
+            Poll::Ready(Ok(())) => Ok(rb.filled().len()),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+pub(crate) struct Shared<T, S> {
+    pub(crate) io: T,
+    /// The core, the clock, the deferred error, the seal.
+    pub(crate) driver: Driver<S>,
+    pub(crate) access: SocketAccess<T>,
+    pub(crate) flusher_running: bool,
+    /// The flusher's waker while it sleeps towards a linger deadline: a call that makes bytes
     /// due sooner (or finds the socket full) wakes it, so they do not wait for that deadline.
-    pub(super) flusher_sleeping: Option<Waker>,
+    pub(crate) flusher_sleeping: Option<Waker>,
     /// The runtime the stream was made on has tokio's time driver.
-    pub(super) has_timer: bool,
-    pub(super) spawner: Spawner<T>,
+    pub(crate) has_timer: bool,
+    pub(crate) spawner: Spawner<T, S>,
     /// Live user handles (the stream, or its two halves). Counted under the lock, not read
     /// off the `Arc`: the flusher's brief upgrades and two halves dropped at once on two
     /// threads must not make the last drop skip the final send.
-    pub(super) handles: usize,
-    pub(super) waiters: Arc<WriteWaiters>,
+    pub(crate) handles: usize,
+    pub(crate) waiters: Arc<WriteWaiters>,
     /// Wakes every waiter: the only waker the socket ever sees for write readiness.
-    pub(super) fanout: Waker,
+    pub(crate) fanout: Waker,
 }
 
-impl<T: AsyncWrite + Unpin> Shared<T> {
-    /// Sends what is due. `waiter`, if given, is woken when the socket has room again should
-    /// the send block (the writer and the timer task wait; a reader does not).
-    pub(super) fn drive(&mut self, waiter: Option<&Waker>, now: Instant) -> io::Result<Drive> {
-        if self.core.pending() == 0 {
+impl<T, S: Seal> Shared<T, S> {
+    pub(crate) fn new(
+        io: T,
+        driver: Driver<S>,
+        access: SocketAccess<T>,
+        has_timer: bool,
+        spawner: Spawner<T, S>,
+    ) -> Self {
+        let waiters = Arc::new(WriteWaiters::default());
+        Shared {
+            io,
+            driver,
+            access,
+            flusher_running: false,
+            flusher_sleeping: None,
+            handles: 1,
+            has_timer,
+            spawner,
+            fanout: Waker::from(Arc::clone(&waiters)),
+            waiters,
+        }
+    }
+
+    /// Runs one of the driver's steps with the socket as its wire; `cx` is the calling task.
+    pub(crate) fn step<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        f: impl FnOnce(&mut Driver<S>, &mut PollWire<'_, '_, T>) -> R,
+    ) -> R {
+        let mut wire = PollWire {
+            io: &mut self.io,
+            cx,
+            fanout: &self.fanout,
+            waiters: &self.waiters,
+            access: self.access,
+        };
+        f(&mut self.driver, &mut wire)
+    }
+
+    /// Sends what is due. With `waiting`, the calling task is woken when the socket has room
+    /// again should the send block (a writer, the flusher and the drain wait; a reader of
+    /// the plain stream does not, the flusher finishes for it).
+    pub(crate) fn pump(
+        &mut self,
+        cx: &mut Context<'_>,
+        waiting: bool,
+        now: Instant,
+        handshake: bool,
+    ) -> io::Result<Drive>
+    where
+        S: for<'a, 'r> SealOver<PollWire<'a, 'r, T>>,
+        T: AsyncWrite + Unpin,
+    {
+        if self.driver.core.pending() == 0 && !self.driver.seal.backlog() {
             return Ok(Drive::Idle);
         }
-        if let Some(w) = waiter {
-            // Before the send: readiness that arrives after the socket said "full" finds us.
-            self.waiters.register(w);
-        }
-        let fanout = self.fanout.clone();
-        let mut cx = Context::from_waker(&fanout);
-        let mut t = PollTransport {
-            io: Pin::new(&mut self.io),
-            cx: &mut cx,
-        };
-        let r = drive(&mut self.core, &mut t, now);
-        if let (Some(w), false) = (waiter, matches!(r, Ok(Drive::Blocked))) {
-            self.waiters.unregister(w);
-        }
-        r
+        self.step(cx, |d, w| {
+            if waiting {
+                d.pump_waiting(w, now, handshake)
+            } else {
+                d.pump(w, now, handshake)
+            }
+        })
     }
+}
 
-    pub(super) fn take_deferred(&mut self) -> io::Result<()> {
-        self.deferred_error.take().map_or(Ok(()), Err)
-    }
-
-    /// The fast path of a normal write, as the std stream's ([`Clock::join_burst`]: no clock
-    /// reading, no send, no flusher check), unless an error waits to be returned. False
-    /// (nothing queued) when the write needs the full path.
-    #[inline(always)]
-    pub(super) fn write_fast(&mut self, buf: &[u8]) -> bool {
-        // A deferred error must meet the next write.
-        self.deferred_error.is_none() && self.clock.join_burst(&mut self.core, buf)
-    }
-
+impl<T, S> Shared<T, S> {
     /// No background flusher runs and no error waits to be returned (with a policy the lane
     /// is usable under, see [`Lane`]'s invariant: nobody but the writing handle can act on
     /// the queue for now).
-    pub(super) fn others_quiet(&self) -> bool {
-        !self.flusher_running && self.deferred_error.is_none()
+    pub(crate) fn others_quiet(&self) -> bool {
+        !self.flusher_running && !self.driver.has_deferred()
     }
+}
 
-    /// Takes what `lane` holds into the queue (before anything else the handle does).
-    #[inline]
-    pub(super) fn take_lane(&mut self, lane: &mut Lane) {
-        lane.hand_over(&mut self.core, &mut self.clock);
-    }
+/// The shared state, locked for one call of a handle. For the writing handle of a plain
+/// stream it comes only from [`Owner::lock`](super::lane::Owner::lock): what the handle's
+/// lane held was handed over first (so nothing acts on the queue before those bytes are in
+/// it), and the lane is opened again, if the state allows, when the guard ends.
+pub(crate) struct Locked<'a, T, S> {
+    pub(crate) arc: &'a Arc<Mutex<Shared<T, S>>>,
+    guard: MutexGuard<'a, Shared<T, S>>,
+    lane: Option<&'a mut Lane>,
+}
 
-    pub(super) fn defer(&mut self, e: io::Error) {
-        if self.deferred_error.is_none() {
-            self.deferred_error = Some(e);
+impl<'a, T, S: Seal> Locked<'a, T, S> {
+    /// The state of a handle that keeps no lane (a read half, a TLS stream).
+    pub(crate) fn new(arc: &'a Arc<Mutex<Shared<T, S>>>) -> Self {
+        Locked {
+            arc,
+            guard: lock(arc),
+            lane: None,
         }
     }
 
-    /// When the background flusher should next act, if there is anything for it.
-    pub(super) fn flusher_wake(&self, now: Instant) -> Option<Instant> {
-        if self.core.must_send() > 0 {
-            Some(now)
-        } else {
-            self.core.poll_timeout()
+    /// The state of a handle with `lane`, which has been handed over under `guard`.
+    pub(super) fn with_lane(
+        arc: &'a Arc<Mutex<Shared<T, S>>>,
+        guard: MutexGuard<'a, Shared<T, S>>,
+        lane: &'a mut Lane,
+    ) -> Self {
+        debug_assert_eq!(lane.writes(), 0, "the lane was handed over");
+        Locked {
+            arc,
+            guard,
+            lane: Some(lane),
+        }
+    }
+}
+
+impl<T, S> Deref for Locked<'_, T, S> {
+    type Target = Shared<T, S>;
+    fn deref(&self) -> &Shared<T, S> {
+        &self.guard
+    }
+}
+
+impl<T, S> DerefMut for Locked<'_, T, S> {
+    fn deref_mut(&mut self) -> &mut Shared<T, S> {
+        &mut self.guard
+    }
+}
+
+impl<T, S> Drop for Locked<'_, T, S> {
+    fn drop(&mut self) {
+        if let Some(lane) = self.lane.take() {
+            lane.open(&self.guard);
         }
     }
 }

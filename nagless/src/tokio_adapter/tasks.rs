@@ -1,37 +1,52 @@
-//! The background tasks of a stream: the linger flusher (started, or woken, by
-//! [`ensure_flusher`]), the drain that finishes the send of a stream dropped with bytes queued
-//! ([`flush_on_drop`]), the [`Spawner`] that starts them on the runtime or in a `LocalSet`, and
-//! the probes for tokio's time driver and for a `LocalSet`.
+//! The background tasks of a tokio stream, plain or TLS: the linger flusher (started, or
+//! woken, by [`ensure_flusher`]), the drain that finishes the send of a stream dropped with
+//! bytes queued ([`flush_on_drop`]), the [`Spawner`] that starts them on the runtime or in a
+//! `LocalSet`, and the probes for tokio's time driver and for a `LocalSet`.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
-use std::task::Poll;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use ::tokio::io::AsyncWrite;
 
-use super::shared::{lock, Shared};
+use super::shared::{lock, PollWire, Shared};
+use super::sync::{Arc, Mutex, Weak};
+#[cfg(not(loom))]
 use super::DRAIN_LIMIT;
 use crate::clock::now;
 use crate::coalescer::Drive;
+use crate::driver::{Seal, SealOver};
+
+/// A seal the tokio streams can drive: one that moves its bytes through the socket's poll
+/// functions.
+pub(crate) trait TokioSeal<T>: Seal + for<'a, 'r> SealOver<PollWire<'a, 'r, T>> {}
+
+impl<T, S: Seal + for<'a, 'r> SealOver<PollWire<'a, 'r, T>>> TokioSeal<T> for S {}
+
+type Arced<T, S> = Arc<Mutex<Shared<T, S>>>;
+type Weaked<T, S> = Weak<Mutex<Shared<T, S>>>;
 
 /// How a stream starts its background tasks (the linger flusher, the drain on drop):
 /// `tokio::spawn` for `Send` streams, `spawn_local` for the others (`from_io_local`). Chosen
 /// where the stream is made, the only place that knows whether it is `Send`.
-pub(super) struct Spawner<T> {
-    flusher: fn(Weak<Mutex<Shared<T>>>) -> bool,
-    drain: fn(Arc<Mutex<Shared<T>>>, bool) -> bool,
+pub(crate) struct Spawner<T, S> {
+    flusher: fn(Weaked<T, S>) -> bool,
+    drain: fn(Arced<T, S>, bool) -> bool,
 }
 
-impl<T> Clone for Spawner<T> {
+impl<T, S> Clone for Spawner<T, S> {
     fn clone(&self) -> Self {
         *self
     }
 }
 
-impl<T> Copy for Spawner<T> {}
+impl<T, S> Copy for Spawner<T, S> {}
 
-pub(super) fn runtime_spawner<T: AsyncWrite + Unpin + Send + 'static>() -> Spawner<T> {
+pub(crate) fn runtime_spawner<T, S>() -> Spawner<T, S>
+where
+    T: AsyncWrite + Unpin + Send + 'static,
+    S: TokioSeal<T> + Send + 'static,
+{
     Spawner {
         flusher: |weak| match ::tokio::runtime::Handle::try_current() {
             Ok(h) => {
@@ -50,7 +65,11 @@ pub(super) fn runtime_spawner<T: AsyncWrite + Unpin + Send + 'static>() -> Spawn
     }
 }
 
-pub(super) fn local_spawner<T: AsyncWrite + Unpin + 'static>() -> Spawner<T> {
+pub(crate) fn local_spawner<T, S>() -> Spawner<T, S>
+where
+    T: AsyncWrite + Unpin + 'static,
+    S: TokioSeal<T> + 'static,
+{
     Spawner {
         flusher: |weak| {
             ::tokio::task::spawn_local(flusher(weak));
@@ -58,6 +77,26 @@ pub(super) fn local_spawner<T: AsyncWrite + Unpin + 'static>() -> Spawner<T> {
         },
         drain: |arc, timer| {
             ::tokio::task::spawn_local(drain(arc, timer));
+            true
+        },
+    }
+}
+
+/// Under the loom models: each background task runs on a thread of its own, whose
+/// interleavings with the others loom explores.
+#[cfg(all(test, loom))]
+pub(crate) fn loom_spawner<T, S>() -> Spawner<T, S>
+where
+    T: AsyncWrite + Unpin + Send + 'static,
+    S: TokioSeal<T> + Send + 'static,
+{
+    Spawner {
+        flusher: |weak| {
+            loom::thread::spawn(move || loom::future::block_on(flusher(weak)));
+            true
+        },
+        drain: |arc, timer| {
+            loom::thread::spawn(move || loom::future::block_on(drain(arc, timer)));
             true
         },
     }
@@ -71,12 +110,19 @@ pub(crate) fn has_time_driver() -> bool {
         || quietly_succeeds(|| drop(::tokio::time::sleep(Duration::ZERO)))
 }
 
+/// Whether the caller runs inside a tokio `LocalSet` (or a `LocalRuntime`), where
+/// `spawn_local` works.
+pub(crate) fn in_local_set() -> bool {
+    ::tokio::runtime::Handle::try_current().is_ok()
+        && quietly_succeeds(|| drop(::tokio::task::spawn_local(async {})))
+}
+
 /// Runs `probe` and says whether it returned rather than panicked, without the panic's
 /// message on stderr. tokio offers no queries for its time driver or for a `LocalSet`, only
 /// panics (tokio-rs/tokio#8361 asks for one); the message is kept off stderr only on this
 /// thread and only while probing, every other panic goes to the hook the program had.
 #[cfg(panic = "unwind")]
-pub(super) fn quietly_succeeds(probe: impl FnOnce()) -> bool {
+pub(crate) fn quietly_succeeds(probe: impl FnOnce()) -> bool {
     use std::cell::Cell;
     use std::sync::Once;
     thread_local!(static PROBING: Cell<bool> = const { Cell::new(false) });
@@ -100,69 +146,127 @@ pub(super) fn quietly_succeeds(probe: impl FnOnce()) -> bool {
 /// the constructor, with tokio's message naming the fix, rather than later inside a
 /// background task.
 #[cfg(not(panic = "unwind"))]
-pub(super) fn quietly_succeeds(probe: impl FnOnce()) -> bool {
+pub(crate) fn quietly_succeeds(probe: impl FnOnce()) -> bool {
     probe();
     true
 }
 
 /// Starts the background flusher if bytes are waiting on a deadline or on socket space, or
 /// wakes it from its sleep when bytes became due before the deadline it sleeps towards.
-pub(super) fn ensure_flusher<T: AsyncWrite + Unpin + 'static>(
-    arc: &Arc<Mutex<Shared<T>>>,
-    guard: &mut Shared<T>,
-    now: Instant,
-) {
+pub(crate) fn ensure_flusher<T, S: Seal>(arc: &Arced<T, S>, guard: &mut Shared<T, S>) {
     if guard.flusher_running {
-        if guard.core.must_send() > 0 {
+        if guard.driver.due_now() {
             if let Some(w) = guard.flusher_sleeping.take() {
                 w.wake();
             }
         }
         return;
     }
-    if guard.flusher_wake(now).is_none() {
+    if !guard.driver.needs_flusher() {
         return;
     }
     // Outside a runtime no task can run: the deadline is honoured at the next call.
     guard.flusher_running = (guard.spawner.flusher)(Arc::downgrade(arc));
 }
 
-async fn flusher<T: AsyncWrite + Unpin + 'static>(weak: Weak<Mutex<Shared<T>>>) {
+/// What the flusher does next, decided under the lock.
+pub(crate) enum FlusherStep {
+    /// Nothing is left for it: it has ended (`flusher_running` is false again).
+    Done,
+    /// Sleep until then (the linger deadline), unless woken early.
+    SleepUntil(Instant),
+    /// Send now.
+    Send,
+}
+
+/// The flusher's decision: end, sleep towards the deadline, or send.
+pub(crate) fn flusher_next<T, S: Seal>(g: &mut Shared<T, S>, now: Instant) -> FlusherStep {
+    match g.driver.next_wake(now) {
+        None => {
+            g.flusher_running = false;
+            FlusherStep::Done
+        }
+        Some(t) if t > now => FlusherStep::SleepUntil(t),
+        Some(_) => FlusherStep::Send,
+    }
+}
+
+/// One poll of the flusher's sleep, under the lock, after the timer said it has not fired:
+/// ready if bytes became due meanwhile, else the waker is left for whoever makes them due.
+pub(crate) fn flusher_sleep<T, S: Seal>(g: &mut Shared<T, S>, waker: &Waker) -> Poll<()> {
+    if g.driver.due_now() {
+        return Poll::Ready(());
+    }
+    g.flusher_sleeping = Some(waker.clone());
+    Poll::Pending
+}
+
+/// One poll of the flusher's send, under the lock: `Pending` while the socket is full (the
+/// flusher is woken when it has room).
+pub(crate) fn flusher_send<T, S: TokioSeal<T>>(
+    g: &mut Shared<T, S>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<(), ()>>
+where
+    T: AsyncWrite + Unpin,
+{
+    match g.pump(cx, true, now(), false) {
+        Ok(Drive::Idle) => Poll::Ready(Ok(())),
+        Ok(Drive::Blocked) => Poll::Pending,
+        Err(e) => {
+            g.driver.defer(e);
+            g.flusher_running = false;
+            Poll::Ready(Err(()))
+        }
+    }
+}
+
+/// Sleeps until `wake` (a linger deadline, which exists only under a linger policy: the
+/// constructors allow one only on runtimes with a timer).
+#[cfg(not(loom))]
+async fn sleep_until(wake: Instant) {
+    ::tokio::time::sleep_until(::tokio::time::Instant::from_std(wake)).await;
+}
+
+/// Under loom there is no timer: the deadline never comes, only an early wake ends the sleep.
+#[cfg(loom)]
+async fn sleep_until(_: Instant) {
+    std::future::pending::<()>().await;
+}
+
+pub(crate) async fn flusher<T, S>(weak: Weaked<T, S>)
+where
+    T: AsyncWrite + Unpin + 'static,
+    S: TokioSeal<T> + 'static,
+{
     loop {
-        let wake = {
+        let step = {
             let Some(arc) = weak.upgrade() else { return };
             let mut g = lock(&arc);
-            match g.flusher_wake(now()) {
-                Some(t) => t,
-                None => {
-                    g.flusher_running = false;
-                    return;
-                }
-            }
+            flusher_next(&mut g, now())
         };
-        // A deadline in the future exists only under a linger policy, which the constructors
-        // allow only on runtimes with a timer. The sleep ends early if a write makes bytes due
-        // (they found the socket full: the send below waits for room instead).
-        if wake > now() {
-            let sleep = ::tokio::time::sleep_until(::tokio::time::Instant::from_std(wake));
-            let mut sleep = std::pin::pin!(sleep);
-            std::future::poll_fn(|cx| {
-                if sleep.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(());
+        match step {
+            FlusherStep::Done => return,
+            FlusherStep::Send => {}
+            // The sleep ends early if a call makes bytes due (they found the socket full:
+            // the send below waits for room instead).
+            FlusherStep::SleepUntil(wake) => {
+                let sleep = std::pin::pin!(sleep_until(wake));
+                let mut sleep = sleep;
+                std::future::poll_fn(|cx| {
+                    if sleep.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(());
+                    }
+                    let Some(arc) = weak.upgrade() else {
+                        return Poll::Ready(());
+                    };
+                    let mut g = lock(&arc);
+                    flusher_sleep(&mut g, cx.waker())
+                })
+                .await;
+                if let Some(arc) = weak.upgrade() {
+                    lock(&arc).flusher_sleeping = None;
                 }
-                let Some(arc) = weak.upgrade() else {
-                    return Poll::Ready(());
-                };
-                let mut g = lock(&arc);
-                if g.core.must_send() > 0 {
-                    return Poll::Ready(());
-                }
-                g.flusher_sleeping = Some(cx.waker().clone());
-                Poll::Pending
-            })
-            .await;
-            if let Some(arc) = weak.upgrade() {
-                lock(&arc).flusher_sleeping = None;
             }
         }
         let result = std::future::poll_fn(|cx| {
@@ -170,34 +274,30 @@ async fn flusher<T: AsyncWrite + Unpin + 'static>(weak: Weak<Mutex<Shared<T>>>) 
                 return Poll::Ready(Ok(()));
             };
             let mut g = lock(&arc);
-            match g.drive(Some(cx.waker()), now()) {
-                Ok(Drive::Idle) => Poll::Ready(Ok(())),
-                Ok(Drive::Blocked) => Poll::Pending,
-                Err(e) => Poll::Ready(Err(e)),
-            }
+            flusher_send(&mut g, cx)
         })
         .await;
-        if let Err(e) = result {
-            if let Some(arc) = weak.upgrade() {
-                let mut g = lock(&arc);
-                g.defer(e);
-                g.flusher_running = false;
-            }
+        if result.is_err() {
             return;
         }
     }
 }
 
-/// On release of the last handle: send what the socket takes at once; if bytes remain, a
-/// background task finishes the send (at most [`DRAIN_LIMIT`]) and then drops the socket.
-pub(super) fn flush_on_drop<T: AsyncWrite + Unpin + 'static>(arc: &Arc<Mutex<Shared<T>>>) {
+/// On release of a handle: the last one sends what the socket takes at once; if bytes
+/// remain, a background task finishes the send (at most [`DRAIN_LIMIT`]) and then drops the
+/// socket.
+pub(crate) fn flush_on_drop<T, S>(arc: &Arced<T, S>)
+where
+    T: AsyncWrite + Unpin + 'static,
+    S: TokioSeal<T> + 'static,
+{
     let mut g = lock(arc);
     g.handles -= 1;
     if g.handles > 0 {
         return;
     }
-    g.core.close();
-    if !matches!(g.drive(None, now()), Ok(Drive::Blocked)) {
+    let mut cx = Context::from_waker(Waker::noop());
+    if g.step(&mut cx, |d, w| d.close_quietly(w)) != Drive::Blocked {
         return;
     }
     let (has_timer, spawner) = (g.has_timer, g.spawner);
@@ -207,14 +307,20 @@ pub(super) fn flush_on_drop<T: AsyncWrite + Unpin + 'static>(arc: &Arc<Mutex<Sha
 }
 
 /// Finishes the send of a dropped stream's queue (at most [`DRAIN_LIMIT`] with a timer).
-async fn drain<T: AsyncWrite + Unpin + 'static>(owned: Arc<Mutex<Shared<T>>>, has_timer: bool) {
-    let drain = std::future::poll_fn(|cx| match lock(&owned).drive(Some(cx.waker()), now()) {
+async fn drain<T, S>(owned: Arced<T, S>, has_timer: bool)
+where
+    T: AsyncWrite + Unpin + 'static,
+    S: TokioSeal<T> + 'static,
+{
+    let drain = std::future::poll_fn(|cx| match lock(&owned).pump(cx, true, now(), false) {
         Ok(Drive::Blocked) => Poll::Pending,
         Ok(Drive::Idle) | Err(_) => Poll::Ready(()),
     });
+    #[cfg(not(loom))]
     if has_timer {
         let _ = ::tokio::time::timeout(DRAIN_LIMIT, drain).await;
-    } else {
-        drain.await;
+        return;
     }
+    let _ = has_timer;
+    drain.await;
 }
