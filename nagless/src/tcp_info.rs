@@ -25,10 +25,10 @@ use crate::sys::AsOsSocket;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TcpInfo {
-    /// TCP state, the kernel's number (1 = ESTABLISHED); typed by
-    /// [`tcp_state`](Self::tcp_state).
-    pub state: u8,
+    /// TCP state ([`TcpState::raw`] gives the kernel's number).
+    pub state: TcpState,
     /// Congestion-control state (0 = Open; others: disorder, CWR, recovery, loss).
     pub ca_state: u8,
     /// Retransmission timeout, µs.
@@ -71,8 +71,8 @@ pub struct TcpInfo {
     pub snd_wnd: Option<u32>,
 }
 
-/// A TCP connection's state, as the kernel numbers it (`include/net/tcp_states.h`); what
-/// [`TcpInfo::tcp_state`] reads from [`TcpInfo::state`].
+/// A TCP connection's state, as the kernel numbers it (`include/net/tcp_states.h`):
+/// [`TcpInfo::state`]. Its default, `Other(0)`, is no state the kernel reports.
 ///
 /// ```
 /// use nagless::TcpState;
@@ -110,6 +110,12 @@ pub enum TcpState {
     NewSynRecv,
     /// A number this version does not know; the kernel's value as is.
     Other(u8),
+}
+
+impl Default for TcpState {
+    fn default() -> TcpState {
+        TcpState::Other(0)
+    }
 }
 
 impl TcpState {
@@ -180,11 +186,6 @@ fn u64_at(b: &[u8], off: usize) -> Option<u64> {
 const BASE_LEN: usize = 104;
 
 impl TcpInfo {
-    /// The TCP state, typed.
-    pub fn tcp_state(&self) -> TcpState {
-        TcpState::from_raw(self.state)
-    }
-
     /// Parses the bytes `getsockopt(TCP_INFO)` filled. Returns `None` if even the base struct
     /// is missing.
     pub fn parse(raw: &[u8]) -> Option<TcpInfo> {
@@ -193,7 +194,7 @@ impl TcpInfo {
         }
         let base = |off| u32_at(raw, off).unwrap_or(0);
         Some(TcpInfo {
-            state: raw[0],
+            state: TcpState::from_raw(raw[0]),
             ca_state: raw[1],
             rto_us: base(8),
             ato_us: base(12),
@@ -241,7 +242,7 @@ mod tests {
         raw[0] = 1;
         raw[16..20].copy_from_slice(&1448u32.to_ne_bytes());
         let info = TcpInfo::parse(&raw).unwrap();
-        assert_eq!(info.state, 1);
+        assert_eq!(info.state, TcpState::Established);
         assert_eq!(info.snd_mss, 1448);
         assert_eq!(info.data_segs_out, None);
         assert_eq!(info.bytes_acked, None);
@@ -255,11 +256,11 @@ mod tests {
         }
         assert_eq!(TcpState::from_raw(8), TcpState::CloseWait);
         assert!(TcpState::from_raw(8).can_send() && !TcpState::from_raw(7).can_send());
-        let info = TcpInfo {
-            state: 1,
-            ..TcpInfo::default()
-        };
-        assert_eq!(info.tcp_state(), TcpState::Established);
+        assert_eq!(
+            TcpInfo::default().state,
+            TcpState::Other(0),
+            "no state the kernel reports"
+        );
     }
 
     #[test]

@@ -367,7 +367,7 @@ fn tcp_info_snapshots_what_the_socket_sent_and_had_acknowledged() {
     let mut buf = [0u8; 3000];
     peer.read_exact(&mut buf).unwrap();
     let info = TcpInfo::of(&tcp).unwrap();
-    assert_eq!(info.state, 1, "ESTABLISHED");
+    assert_eq!(info.state, nagless::TcpState::Established);
     assert!(info.snd_mss > 0 && info.rtt_us > 0);
     assert_eq!(info.bytes_sent, Some(3000));
     assert_eq!(info.notsent_bytes, Some(0));

@@ -68,14 +68,10 @@ pub(crate) struct HoldTracker {
 }
 
 /// Established (or half-closed by the peer, still sending).
-fn sending_state(state: u8) -> bool {
-    state == crate::diag::state::ESTABLISHED || state == crate::diag::state::CLOSE_WAIT
-}
-
 fn holding(at_us: u64, i: &TcpInfo) -> Option<Hold> {
     let notsent = i.notsent_bytes?;
     let bytes_acked = i.bytes_acked?;
-    (sending_state(i.state) && notsent > 0 && i.unacked > 0 && i.unacked < i.snd_cwnd).then(|| {
+    (i.state.can_send() && notsent > 0 && i.unacked > 0 && i.unacked < i.snd_cwnd).then(|| {
         Hold {
             first_us: at_us,
             bytes_acked,
@@ -209,19 +205,24 @@ mod tests {
     use super::*;
 
     fn info(notsent: u32, unacked: u32, acked: u64) -> TcpInfo {
-        TcpInfo {
+        with(TcpInfo::default(), |i| {
             // Whatever was acknowledged went out with whatever was written since.
-            bytes_sent: Some(acked + 1_000_000 * u64::from(notsent == 0)),
-            state: 1,
-            snd_mss: 1448,
-            unacked,
-            snd_cwnd: 10,
-            rtt_us: 100,
-            notsent_bytes: Some(notsent),
-            bytes_acked: Some(acked),
-            snd_wnd: Some(65535),
-            ..TcpInfo::default()
-        }
+            i.bytes_sent = Some(acked + 1_000_000 * u64::from(notsent == 0));
+            i.state = nagless::TcpState::Established;
+            i.snd_mss = 1448;
+            i.unacked = unacked;
+            i.snd_cwnd = 10;
+            i.rtt_us = 100;
+            i.notsent_bytes = Some(notsent);
+            i.bytes_acked = Some(acked);
+            i.snd_wnd = Some(65535);
+        })
+    }
+
+    /// `i` changed by `f` (`TcpInfo` is `#[non_exhaustive]`: no struct literal here).
+    fn with(mut i: TcpInfo, f: impl FnOnce(&mut TcpInfo)) -> TcpInfo {
+        f(&mut i);
+        i
     }
 
     /// Samples every 2 ms: (µs, info).
@@ -254,10 +255,7 @@ mod tests {
         let mut t = HoldTracker::default();
         let mut clocked = Vec::new();
         for k in 1..=10u64 {
-            let i = TcpInfo {
-                bytes_sent: Some(1_000 * k),
-                ..info(40, 1, 1_000 * k)
-            };
+            let i = with(info(40, 1, 1_000 * k), |i| i.bytes_sent = Some(1_000 * k));
             if let Some(r) = t.observe_release(k * 2_000, &i) {
                 clocked.push(r);
             }
@@ -268,9 +266,10 @@ mod tests {
             .all(|r| *r == Release::Clocked { hold_us: 2_000 }));
         // A full segment held (a full window's tail, cork) is not a clocked write.
         let mut t = HoldTracker::default();
-        let big = |k: u64| TcpInfo {
-            bytes_sent: Some(10_000 * k),
-            ..info(1448, 1, 10_000 * k)
+        let big = |k: u64| {
+            with(info(1448, 1, 10_000 * k), |i| {
+                i.bytes_sent = Some(10_000 * k)
+            })
         };
         assert!((1..=5)
             .filter_map(|k| t.observe_release(k * 2_000, &big(k)))
@@ -300,11 +299,10 @@ mod tests {
         let mut s: Vec<_> = (1..=25).map(|k| (k * 2_000, rtt50)).collect();
         s.push((
             52_000,
-            TcpInfo {
-                bytes_acked: Some(101),
-                notsent_bytes: Some(0),
-                ..rtt50
-            },
+            with(rtt50, |i| {
+                i.bytes_acked = Some(101);
+                i.notsent_bytes = Some(0);
+            }),
         ));
         assert!(run(&s).is_empty());
         // A full window: unacked == cwnd.
@@ -329,11 +327,10 @@ mod tests {
         let mut s: Vec<_> = (1..=30).map(|k| (k * 2_000, info(100, 1, 1))).collect();
         s.push((
             62_000,
-            TcpInfo {
-                bytes_acked: Some(101),
-                bytes_sent: Some(1),
-                ..info(100, 1, 1)
-            },
+            with(info(100, 1, 1), |i| {
+                i.bytes_acked = Some(101);
+                i.bytes_sent = Some(1);
+            }),
         ));
         assert!(run(&s).is_empty());
         // Loss recovery.

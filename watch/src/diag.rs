@@ -7,6 +7,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use nagless::TcpInfo;
+use nagless::TcpState;
 use netlink_packet_core::{
     NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
 };
@@ -19,16 +20,6 @@ use netlink_packet_sock_diag::SockDiagMessage;
 use netlink_sys::protocols::NETLINK_SOCK_DIAG;
 use netlink_sys::{Socket, SocketAddr as NlAddr};
 
-/// TCP states, as the kernel numbers them.
-pub(crate) mod state {
-    /// ESTABLISHED.
-    pub(crate) const ESTABLISHED: u8 = 1;
-    /// LISTEN.
-    pub(crate) const LISTEN: u8 = 10;
-    /// CLOSE_WAIT (the peer closed; we may still send).
-    pub(crate) const CLOSE_WAIT: u8 = 8;
-}
-
 /// One TCP socket.
 #[derive(Debug, Clone)]
 pub(crate) struct SocketRow {
@@ -36,8 +27,8 @@ pub(crate) struct SocketRow {
     pub(crate) local: SocketAddr,
     /// Remote address and port.
     pub(crate) remote: SocketAddr,
-    /// TCP state ([`state`]).
-    pub(crate) state: u8,
+    /// TCP state.
+    pub(crate) state: TcpState,
     /// Socket inode (0 for time-wait and orphaned sockets): what /proc/PID/fd links name.
     pub(crate) inode: u32,
     /// Owner's uid.
@@ -69,7 +60,7 @@ impl SocketRow {
         SocketRow {
             local: SocketAddr::new(id.source_address.to_canonical(), id.source_port),
             remote: SocketAddr::new(id.destination_address.to_canonical(), id.destination_port),
-            state: h.state,
+            state: TcpState::from_raw(h.state),
             inode: h.inode,
             uid: h.uid,
             cookie: u64::from_ne_bytes(id.cookie),
@@ -344,7 +335,7 @@ mod tests {
         let canon = |a: SocketAddr| SocketAddr::new(a.ip().to_canonical(), a.port());
         let left: Vec<&SocketRow> = again
             .iter()
-            .filter(|r| r.state == crate::diag::state::ESTABLISHED)
+            .filter(|r| r.state == TcpState::Established)
             .collect();
         assert!(
             left.iter()

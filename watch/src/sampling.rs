@@ -13,7 +13,7 @@ use std::time::Instant;
 use crate::backend::{Run, Source};
 use crate::board::{Board, GroupKey, Row, Tally, Who};
 use crate::detect::{HoldTracker, Release};
-use crate::diag::{state, SocketRow};
+use crate::diag::SocketRow;
 use crate::netns::{Lookups, Namespaces};
 use crate::procs::{ProcMap, Process};
 use crate::{lister, role, wall_clock_ago, Filter, SampleStats, StallEvent};
@@ -109,7 +109,7 @@ impl Watcher {
     fn process(&mut self, full: bool, at_us: u64, stats: &mut SampleStats) {
         let listening = &self.listening;
         let port_ok = |r: &SocketRow| {
-            r.state != state::LISTEN
+            r.state != nagless::TcpState::Listen
                 && self
                     .filter
                     .port
