@@ -37,6 +37,15 @@ use crate::*;
 /// most (plus the flusher's timer slack).
 pub(crate) const CLOCK_LOOKS_PER_BOUND: u64 = 2;
 
+/// While ACKs clock a socket out (each look finds bytes waiting and segments sent since the
+/// last), the time to its next look doubles, up to `2^CLOCK_BACKOFF_MAX` times the first:
+/// the flusher's wake-ups are what a busy clocked socket pays (on two cores, 2,000 a second
+/// cost a Python client a tenth of its requests), and a socket that keeps moving needs no
+/// push. A look that finds the socket idle, or that pushes, starts again from the first. A
+/// socket that stops moving is thus pushed within two of its current intervals: at most
+/// `2^CLOCK_BACKOFF_MAX` bounds after a long busy stretch, far below a delayed-ACK timer.
+pub(crate) const CLOCK_BACKOFF_MAX: u8 = 3;
+
 /// What the kernel holds for a socket, and what it sent ([`Kernel::sending`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sending {
@@ -99,6 +108,7 @@ impl Shim {
         {
             return false;
         }
+        self.stats.clock_marks.fetch_add(1, Relaxed);
         let first = self.corked.fetch_add(1, AcqRel) == 0;
         // Pairs with the fence in `flusher_tick`'s park, as a burst's start does.
         fence(SeqCst);
@@ -115,7 +125,8 @@ impl Shim {
         now: u64,
         bound: u64,
     ) -> Option<u64> {
-        let limit = (bound / CLOCK_LOOKS_PER_BOUND).max(1);
+        let backoff = slot.clock_backoff.load(Relaxed).min(CLOCK_BACKOFF_MAX);
+        let limit = ((bound / CLOCK_LOOKS_PER_BOUND) << backoff).max(1);
         let mark = slot.clock_mark_us.load(Acquire);
         if mark == 0 {
             return None;
@@ -134,10 +145,19 @@ impl Shim {
         let before = slot
             .clock_segments
             .swap(u64::from(s.data_segments) + 1, Relaxed);
+        let moved = before != u64::from(s.data_segments) + 1;
+        // Segments left since the last look: the socket moves, looked at less often; none,
+        // and nothing waits: it is idle, and the next write is looked at soon again.
+        let backoff = if moved {
+            (backoff + 1).min(CLOCK_BACKOFF_MAX)
+        } else {
+            0
+        };
         if s.unsent == 0 {
+            slot.clock_backoff.store(backoff, Relaxed);
             return None;
         }
-        if before == u64::from(s.data_segments) + 1 {
+        if !moved {
             // Bytes wait, and nothing left since the last look, a bound ago at least: no ACK
             // clocks them (the peer delays its own). They go now.
             slot.nodelay_busy.fetch_add(1, SeqCst);
@@ -149,9 +169,11 @@ impl Shim {
                 self.stats.linger_releases.fetch_add(1, Relaxed);
             }
             slot.nodelay_busy.fetch_sub(1, SeqCst);
+            slot.clock_backoff.store(0, Relaxed);
             return None;
         }
-        // Still clocked out by ACKs: look again.
+        // Still clocked out by ACKs: look again, later (`CLOCK_BACKOFF_MAX`).
+        slot.clock_backoff.store(backoff, Relaxed);
         if slot
             .clock_mark_us
             .compare_exchange(0, now.max(1), SeqCst, Relaxed)
@@ -159,7 +181,7 @@ impl Shim {
         {
             self.corked.fetch_add(1, AcqRel);
         }
-        Some(limit)
+        Some((bound / CLOCK_LOOKS_PER_BOUND) << backoff)
     }
 
     /// Clears `slot`'s mark, counting it down (invariant 2); whether there was one.

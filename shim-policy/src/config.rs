@@ -166,6 +166,9 @@ pub struct Stats {
     pub clocked: StatCounter,
     /// Sockets handed to the kernel's Nagle so.
     pub clocked_sockets: StatCounter,
+    /// Marks of clocked sockets for the flusher's look (each counts as a burst in the
+    /// flusher's rate: it ticks, rather than parks and is woken, while they come often).
+    pub clock_marks: StatCounter,
     /// `TCP_QUICKACK`s set again after a read, or `TCP_DELACK_MAX_US`s set (`NAGLESS_ACKS`).
     pub ack_calls: StatCounter,
 }

@@ -106,7 +106,8 @@ impl Shim {
         // then it parks at once, and the next burst wakes it.
         let tick = self.config.linger;
         let now = k.now_us();
-        let bursts = self.stats.bursts.load(Relaxed);
+        // A clocked socket's marks come and go as bursts do.
+        let bursts = self.stats.bursts.load(Relaxed) + self.stats.clock_marks.load(Relaxed);
         if let Some(last) = st.last_look {
             let n = bursts.saturating_sub(last.bursts);
             let elapsed = now.saturating_sub(last.at_us).max(1);

@@ -71,6 +71,9 @@ pub(crate) struct Slot {
     pub(crate) clock_mark_us: AtomicU64,
     /// Data segments sent at the flusher's last look, plus one (0: no look yet).
     pub(crate) clock_segments: AtomicU64,
+    /// How many times the interval between the flusher's looks has doubled (see
+    /// `CLOCK_BACKOFF_MAX`).
+    pub(crate) clock_backoff: AtomicU8,
     /// Changes of the shim's `TCP_NODELAY` on their way to the kernel.
     pub(crate) nodelay_busy: AtomicU16,
     /// The program is setting `TCP_NODELAY` itself (see `Shim::program_nodelay_begins`).
@@ -95,6 +98,7 @@ impl Slot {
         self.socket.store(0, Relaxed);
         self.clocked.store(false, Relaxed);
         self.clock_segments.store(0, Relaxed);
+        self.clock_backoff.store(0, Relaxed);
         self.program_choosing.store(false, Relaxed);
     }
 

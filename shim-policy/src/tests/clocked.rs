@@ -3,7 +3,7 @@
 //! writes go plainly, and the flusher pushes what no ACK clocks out within about one bound.
 
 use super::*;
-use crate::clock::CLOCK_LOOKS_PER_BOUND;
+use crate::clock::{CLOCK_BACKOFF_MAX, CLOCK_LOOKS_PER_BOUND};
 
 /// The time between the flusher's looks at a clocked socket under `shim()`'s configuration
 /// (half its linger bound), in µs.
@@ -90,13 +90,17 @@ fn the_flusher_pushes_what_no_ack_clocks_out() {
     s.flusher_tick(&k, &mut st);
     assert_eq!(k.unsent(3), 1, "a first look only");
     assert_eq!(s.held(), 1, "still watched");
-    // A look later, no segment has left: nothing clocks it, it goes.
+    // (Segments had left before it, as far as it knows: the next look comes twice as late.)
     k.now.set(2 * look() + 1);
+    s.flusher_tick(&k, &mut st);
+    assert_eq!(k.unsent(3), 1, "not due yet");
+    // That look: no segment has left since the last: nothing clocks it, it goes.
+    k.now.set(3 * look() + 1);
     s.flusher_tick(&k, &mut st);
     assert_eq!(
         k.unsent(3),
         0,
-        "pushed within one bound, not at the peer's timer"
+        "pushed within two bounds, not at the peer's timer"
     );
     assert_eq!(s.held(), 0);
     assert_eq!(s.stats.linger_releases.load(Relaxed), 1);
@@ -217,4 +221,60 @@ fn a_closed_clocked_socket_leaves_no_mark_counted() {
         "a new socket on the number starts unclocked"
     );
     s.release_thread(&k, &mut w);
+}
+
+#[test]
+fn a_moving_socket_is_looked_at_less_often_and_pushed_once_it_stops() {
+    let (s, k) = shim();
+    let mut w = ThreadBursts::new();
+    let mut st = FlusherState::default();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut w);
+    // ACKs clock it out: every 50 µs a write waits behind the one in flight, and an ACK
+    // sends it.
+    let step = look() / 10;
+    let mut looks = Vec::new();
+    let mut t = 0;
+    while t < 20 * look() {
+        t += step;
+        k.now.set(t);
+        write(&s, &k, 3, &mut w);
+        k.ack(3);
+        let asked = k.sendings.get();
+        s.flusher_tick(&k, &mut st);
+        if k.sendings.get() > asked {
+            looks.push(t);
+        }
+    }
+    assert_eq!(s.stats.linger_releases.load(Relaxed), 0, "never pushed");
+    let gaps: Vec<u64> = looks.windows(2).map(|w| w[1] - w[0]).collect();
+    let widest = look() << CLOCK_BACKOFF_MAX;
+    assert!(
+        gaps.windows(2).all(|g| g[1] > g[0])
+            && gaps
+                .last()
+                .is_some_and(|&g| g >= widest && g <= widest + 2 * step),
+        "looks spread out while the socket moves, up to {widest} µs apart: {gaps:?}"
+    );
+    // It stops (the peer delays its ACK): pushed within two of the widest intervals.
+    write(&s, &k, 3, &mut w);
+    let held_at = t;
+    while k.unsent(3) > 0 {
+        t += step;
+        k.now.set(t);
+        s.flusher_tick(&k, &mut st);
+        assert!(t - held_at <= 2 * widest, "held {} µs", t - held_at);
+    }
+    assert_eq!(s.stats.linger_releases.load(Relaxed), 1);
+    // And the next stall is pushed within a bound and a half again.
+    k.ack(3);
+    write(&s, &k, 3, &mut w);
+    write(&s, &k, 3, &mut w);
+    let held_at = t;
+    while k.unsent(3) > 0 {
+        t += step;
+        k.now.set(t);
+        s.flusher_tick(&k, &mut st);
+        assert!(t - held_at <= 3 * look() + step, "held {} µs", t - held_at);
+    }
 }

@@ -40,6 +40,8 @@ struct Fake {
     /// anything is unacknowledged.
     nagle: RefCell<std::collections::HashSet<i32>>,
     nodelay_clears: Cell<u32>,
+    /// `sending` calls (the flusher's looks at clocked sockets).
+    sendings: Cell<u32>,
     /// `TCP_QUICKACK`s set, and `TCP_DELACK_MAX_US`s, in order.
     quickacks: RefCell<Vec<i32>>,
     delack_max: RefCell<Vec<(i32, u32)>>,
@@ -119,6 +121,7 @@ impl Kernel for Fake {
         true
     }
     fn sending(&self, fd: i32) -> Option<Sending> {
+        self.sendings.set(self.sendings.get() + 1);
         Some(Sending {
             unsent: self.unsent(fd),
             data_segments: self.segments(fd),
