@@ -13,8 +13,8 @@
 //! bound later (`CLOCK_LOOKS_PER_BOUND`), asks the kernel what waits unsent and how many
 //! data segments have left; if bytes wait and no segment left since its previous look, nothing
 //! clocks them, and it pushes them (`TCP_NODELAY` on, then off). A held small write thus
-//! waits about one bound at most, never a delayed-ACK timer; while ACKs clock the socket, the
-//! flusher only looks.
+//! waits about two bounds at most, never a delayed-ACK timer; while ACKs clock the socket, the
+//! flusher only looks, less and less often (`CLOCK_BACKOFF_MAX`).
 //!
 //! Invariants:
 //! 1. A clocked write's mark is set after its bytes were queued, or a mark set before it is

@@ -94,7 +94,8 @@
 //! plainly and leave as Nagle clocks them, with nothing in flight at once, else at the next
 //! ACK. The bound Nagle lacks is the flusher's: each clocked write marks the socket, and a
 //! look finding bytes unsent and no segment sent since its previous look pushes them
-//! (`CLOCK_LOOKS_PER_BOUND` looks per linger bound: about one bound at most). A duplicated
+//! (`CLOCK_LOOKS_PER_BOUND` looks per linger bound, spreading out while the socket keeps
+//! moving, `CLOCK_BACKOFF_MAX`: a few bounds at most). A duplicated
 //! socket, or one whose flusher cannot run, goes back to the shim's `TCP_NODELAY`.
 //!
 //! **Programs that set `TCP_NODELAY` themselves** (nginx, redis, node) already send each

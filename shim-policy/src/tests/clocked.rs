@@ -1,6 +1,6 @@
 //! The ACK-clocked socket: another thread waits in a read of it (a client's reader thread),
 //! so no wait of the writers ends their bursts. It is handed to the kernel's Nagle once, its
-//! writes go plainly, and the flusher pushes what no ACK clocks out within about one bound.
+//! writes go plainly, and the flusher pushes what no ACK clocks out within a few bounds.
 
 use super::*;
 use crate::clock::{CLOCK_BACKOFF_MAX, CLOCK_LOOKS_PER_BOUND};
