@@ -28,7 +28,9 @@ pub(crate) mod fake {
 
     thread_local!(static SOURCE: RefCell<Option<Source>> = const { RefCell::new(None) });
 
-    /// Sets (or with `None` ends) this thread's fake clock.
+    /// Sets (or with `None` ends) this thread's fake clock. (Its one user, the driver's
+    /// model, runs on Unix only.)
+    #[cfg_attr(not(unix), allow(dead_code))]
     pub(crate) fn set(source: Option<Source>) {
         SOURCE.with(|s| *s.borrow_mut() = source);
     }

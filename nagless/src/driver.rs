@@ -569,7 +569,8 @@ impl<S: Seal> Driver<S> {
     }
 }
 
-#[cfg(test)]
+// (The std stream's half runs over a Unix `SOCK_SEQPACKET` pair: on Unix only.)
+#[cfg(all(test, unix))]
 mod model;
 #[cfg(test)]
 mod tests;
