@@ -36,40 +36,33 @@ pub fn quietly<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// `TCP_INFO` of `fd` through libc's own `getsockopt`, read into a buffer of ours (no
-/// borrowed descriptor: the flusher asks about descriptors the program may close meanwhile,
-/// which then fails with `EBADF` or reads another socket's counters, never touches memory).
-pub fn tcp_info(fd: c_int) -> Option<nagless::TcpInfo> {
+/// `getsockopt` through libc's own definition (the shim's hook shows the program its own
+/// view of some options, not the kernel's), into `buf`: how many bytes the kernel wrote.
+fn real_getsockopt(fd: c_int, level: c_int, name: c_int, buf: &mut [u8]) -> Option<usize> {
     type GetSockOpt =
         unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
     let real = next!("getsockopt", GetSockOpt)?;
-    let mut buf = [0u8; 256];
-    let mut len = buf.len() as socklen_t;
+    let mut len = socklen_t::try_from(buf.len()).ok()?;
     // SAFETY: `buf` and `len` are valid for writes; `len` holds buf's size, which the kernel
     // writes no more than.
-    let r = unsafe {
-        real(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then(|| nagless::TcpInfo::parse(&buf[..(len as usize).min(buf.len())]))?
+    let r = unsafe { real(fd, level, name, buf.as_mut_ptr().cast(), &mut len) };
+    (r == 0).then(|| (len as usize).min(buf.len()))
 }
 
-/// `getsockopt` of an int through libc's own definition (the shim's hook shows the program
-/// its own view of some options, not the kernel's).
+/// `TCP_INFO` of `fd`, read into a buffer of ours (no borrowed descriptor: the flusher asks
+/// about descriptors the program may close meanwhile, which then fails with `EBADF` or reads
+/// another socket's counters, never touches memory).
+pub fn tcp_info(fd: c_int) -> Option<nagless::TcpInfo> {
+    let mut buf = [0u8; 256];
+    let n = real_getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, &mut buf)?;
+    nagless::TcpInfo::parse(&buf[..n])
+}
+
+/// `getsockopt` of an int (see [`real_getsockopt`]).
 pub fn sockopt_int(fd: c_int, level: c_int, name: c_int) -> Option<c_int> {
-    type GetSockOpt =
-        unsafe extern "C" fn(c_int, c_int, c_int, *mut c_void, *mut socklen_t) -> c_int;
-    let real = next!("getsockopt", GetSockOpt)?;
-    let mut v: c_int = 0;
-    let mut len = std::mem::size_of::<c_int>() as socklen_t;
-    // SAFETY: `v` and `len` are valid for writes; `len` holds v's size.
-    let r = unsafe { real(fd, level, name, (&mut v as *mut c_int).cast(), &mut len) };
-    (r == 0).then_some(v)
+    let mut v = [0u8; std::mem::size_of::<c_int>()];
+    real_getsockopt(fd, level, name, &mut v)?;
+    Some(c_int::from_ne_bytes(v))
 }
 
 /// `setsockopt` through libc's own definition: the shim's `setsockopt` hook watches the
