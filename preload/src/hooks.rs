@@ -136,6 +136,10 @@ pub fn on_write(fd: c_int, carries_more: bool) -> WriteStep {
     let Some(s) = shim() else {
         return WriteStep::default();
     };
+    // Loads only (no system call: errno is untouched).
+    if let Some(step) = s.clocked_write(fd) {
+        return step;
+    }
     quietly(|| {
         if s.needs_flusher(fd) {
             ensure_flusher(s);

@@ -66,6 +66,14 @@ pub struct WriteStep {
 }
 
 impl WriteStep {
+    /// A write on an ACK-clocked socket, made plainly.
+    pub(crate) fn clocked() -> WriteStep {
+        WriteStep {
+            clock: true,
+            ..WriteStep::default()
+        }
+    }
+
     /// Whether [`Shim::after_write`] has anything to do.
     pub fn needs_after(&self) -> bool {
         self.release_after || self.more || self.clock

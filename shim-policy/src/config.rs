@@ -73,6 +73,10 @@ pub struct Config {
     pub(crate) linger: Duration,
     /// Print statistics at exit.
     pub stats: bool,
+    /// Count every write, even a clocked socket's, whose hook otherwise touches no counter
+    /// shared between threads (see `Shim::clocked_write`): statistics are asked for
+    /// (`NAGLESS_STATS`, or a stats file, `NAGLESS_STATS_FILE`).
+    pub counts_writes: bool,
 }
 
 impl Default for Config {
@@ -82,6 +86,7 @@ impl Default for Config {
             acks: Acks::Native,
             linger: DEFAULT_LINGER,
             stats: false,
+            counts_writes: false,
         }
     }
 }
@@ -93,7 +98,8 @@ pub(crate) const DEFAULT_LINGER: Duration = Duration::from_micros(1000);
 pub(crate) const LINGER_RANGE_US: std::ops::RangeInclusive<u64> = 50..=100_000;
 
 impl Config {
-    /// Reads `NAGLESS_MODE`, `NAGLESS_ACKS`, `NAGLESS_LINGER_US` and `NAGLESS_STATS` through
+    /// Reads `NAGLESS_MODE`, `NAGLESS_ACKS`, `NAGLESS_LINGER_US`, `NAGLESS_STATS` and whether
+    /// `NAGLESS_STATS_FILE` is set, through
     /// `var`. A value
     /// that does not parse keeps the default and is named in the returned complaints (the
     /// shim cannot refuse to run; `nagless run` checks the same values and exits 2).
@@ -127,6 +133,7 @@ impl Config {
             }
         }
         c.stats = var("NAGLESS_STATS").is_some_and(|v| !v.is_empty() && v != "0");
+        c.counts_writes = c.stats || var("NAGLESS_STATS_FILE").is_some_and(|v| !v.is_empty());
         (c, bad)
     }
 }

@@ -138,11 +138,14 @@ impl Shim {
         st.idle_for = Duration::ZERO;
         let limit = self.config.linger.as_micros() as u64;
         // Sleep until the oldest burst still held reaches the bound (not a fixed tick: most
-        // bursts end long before, released by their writer), at least `MIN_NAP`.
-        let mut next_us = limit;
+        // bursts end long before, released by their writer), or until the next look at a
+        // clocked socket is due (which may be several bounds away: a busy clocked socket
+        // wakes the flusher no more often than it is looked at), at least `MIN_NAP`.
+        let mut next_us: Option<u64> = None;
+        let mut soonest = |due: u64| next_us = Some(next_us.map_or(due, |n| n.min(due)));
         for (fd, slot) in self.live_slots() {
             if let Some(due) = self.look_at_clock(k, fd, slot, now, limit) {
-                next_us = next_us.min(due);
+                soonest(due);
             }
             if !slot.flags.peek().is_held() {
                 continue;
@@ -164,9 +167,11 @@ impl Shim {
                     }
                 }
             } else {
-                next_us = next_us.min(limit - age);
+                soonest(limit - age);
             }
         }
+        // Nothing found (a mark or burst counted but not yet published): one bound.
+        let next_us = next_us.unwrap_or(limit);
         FlusherStep::Sleep(Duration::from_micros(next_us).max(MIN_NAP))
     }
 

@@ -11,9 +11,23 @@ fn look() -> u64 {
     Config::default().linger.as_micros() as u64 / CLOCK_LOOKS_PER_BOUND
 }
 
+/// `shim()`, counting every write (statistics asked for).
+fn counting_shim() -> (Shim, Fake) {
+    let s = Shim::new(
+        Config {
+            counts_writes: true,
+            ..Config::default()
+        },
+        256,
+    );
+    let k = Fake::default();
+    s.adopt(&k, 3);
+    (s, k)
+}
+
 #[test]
 fn behind_a_waiting_reader_the_socket_is_left_to_nagle_once() {
-    let (s, k) = shim();
+    let (s, k) = counting_shim();
     let mut writer = ThreadBursts::new();
     s.read_begins(&k, 3); // the reader thread, blocked in recv
     write(&s, &k, 3, &mut writer);
@@ -277,4 +291,82 @@ fn a_moving_socket_is_looked_at_less_often_and_pushed_once_it_stops() {
         s.flusher_tick(&k, &mut st);
         assert!(t - held_at <= 3 * look() + step, "held {} µs", t - held_at);
     }
+}
+
+#[test]
+fn a_clocked_write_touches_no_shared_counter_unless_counts_are_asked_for() {
+    for counts in [false, true] {
+        let (s, k) = if counts { counting_shim() } else { shim() };
+        let mut w = ThreadBursts::new();
+        assert!(s.clocked_write(3).is_none(), "not clocked yet");
+        s.read_begins(&k, 3);
+        write(&s, &k, 3, &mut w); // the full decision: the socket turns
+        let step = s.clocked_write(3).expect("clocked: the common case");
+        assert!(step.needs_after(), "its mark comes after the write");
+        assert!(!step.more && !step.wake_flusher);
+        let (writes, clocked) = (s.stats.writes.load(Relaxed), s.stats.clocked.load(Relaxed));
+        for _ in 0..3 {
+            write(&s, &k, 3, &mut w);
+        }
+        let counted = u64::from(counts) * 3;
+        assert_eq!(s.stats.writes.load(Relaxed), writes + counted);
+        assert_eq!(s.stats.clocked.load(Relaxed), clocked + counted);
+    }
+    // Not for a socket the program holds itself, nor in another mode.
+    let (s, k) = shim();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut ThreadBursts::new());
+    s.program_holds(&k, 3);
+    assert!(s.clocked_write(3).is_none());
+    let s = Shim::new(
+        Config {
+            mode: Mode::Nodelay,
+            ..Config::default()
+        },
+        256,
+    );
+    s.adopt(&k, 4);
+    s.read_begins(&k, 4);
+    assert!(s.clocked_write(4).is_none());
+}
+
+#[test]
+fn a_busy_clocked_socket_keeps_its_mark_and_the_flusher_sleeps_to_its_next_look() {
+    let (s, k) = shim();
+    let mut w = ThreadBursts::new();
+    let mut st = FlusherState::default();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut w);
+    let marks = s.stats.clock_marks.load(Relaxed);
+    // Each look finds segments sent since the last, and (the ACK having just sent the held
+    // write) nothing waiting: the socket moves, and stays watched.
+    let mut t = 0;
+    let mut sleep = Duration::ZERO;
+    for _ in 0..=CLOCK_BACKOFF_MAX + 1 {
+        write(&s, &k, 3, &mut w);
+        k.ack(3);
+        t += sleep.as_micros() as u64;
+        k.now.set(t.max(look() + 1));
+        match s.flusher_tick(&k, &mut st) {
+            FlusherStep::Sleep(d) => sleep = d,
+            FlusherStep::Park => panic!("parked with a socket watched"),
+        }
+        assert_eq!(s.held(), 1, "the mark stays while the socket moves");
+    }
+    assert_eq!(
+        s.stats.clock_marks.load(Relaxed),
+        marks,
+        "its writes found the mark set and made none"
+    );
+    let widest = Duration::from_micros(look() << CLOCK_BACKOFF_MAX);
+    assert!(
+        sleep >= widest && sleep > Config::default().linger,
+        "the flusher sleeps to the next look, {sleep:?}, not one bound: {widest:?}"
+    );
+    // Idle (no segment since, nothing waiting): the mark goes, and the next write marks.
+    k.now.set(t + widest.as_micros() as u64 + 1);
+    s.flusher_tick(&k, &mut st);
+    assert_eq!(s.held(), 0, "idle: no longer watched");
+    write(&s, &k, 3, &mut w);
+    assert_eq!(s.stats.clock_marks.load(Relaxed), marks + 1);
 }
