@@ -484,7 +484,13 @@ EXIT STATUS
 pub struct RunArgs {
     /// nagless (cork bursts, release on wait), cork (libautocork's rule: release on read and
     /// poll/select only), nodelay (set TCP_NODELAY only).
-    #[arg(short, long, default_value = "nagless", value_parser = ["nagless", "cork", "nodelay"])]
+    #[arg(
+        short,
+        long,
+        env = "NAGLESS_MODE",
+        default_value = "nagless",
+        value_parser = ["nagless", "cork", "nodelay"]
+    )]
     mode: String,
     /// Print per-process counters to stderr at exit (not where stderr is a socket, as in an
     /// inetd service: use --stats-file there).
@@ -499,10 +505,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     stats_file: Option<std::path::PathBuf>,
     /// Longest time a burst is held when the program neither reads nor polls: 50us..=100ms,
-    /// e.g. 500us, 2ms (a bare number is µs, as the older spelling --linger-us took).
+    /// e.g. 500us, 2ms (a bare number is µs, as the older spelling --linger-us took, and as
+    /// NAGLESS_LINGER_US, which it replaces, gives it).
     #[arg(
         long,
         alias = "linger-us",
+        env = "NAGLESS_LINGER_US",
         value_name = "DUR",
         default_value = "1ms",
         value_parser = parse_linger

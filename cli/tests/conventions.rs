@@ -9,6 +9,9 @@ use std::process::{Command, Output};
 fn nagless(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nagless"))
         .args(args)
+        // `run`'s options take these as their values (tested below).
+        .env_remove("NAGLESS_MODE")
+        .env_remove("NAGLESS_LINGER_US")
         .output()
         .expect("run nagless")
 }
@@ -210,6 +213,46 @@ fn durations_take_units_everywhere_and_bare_numbers_where_they_did() {
             out.lines().any(|l| l == format!("NAGLESS_LINGER_US={us}")),
             "{args:?}: {out}"
         );
+    }
+    // The shim's own variables, set for `nagless run`, are its options' values (an option
+    // given wins); never silently replaced by the defaults.
+    for (vars, args, want) in [
+        (
+            &[("NAGLESS_LINGER_US", "2000")][..],
+            &[][..],
+            "NAGLESS_LINGER_US=2000",
+        ),
+        (
+            &[("NAGLESS_LINGER_US", "2000")],
+            &["--linger", "500us"],
+            "NAGLESS_LINGER_US=500",
+        ),
+        (&[("NAGLESS_MODE", "cork")], &[], "NAGLESS_MODE=cork"),
+        (
+            &[("NAGLESS_MODE", "cork")],
+            &["--mode", "nodelay"],
+            "NAGLESS_MODE=nodelay",
+        ),
+    ] {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_nagless"));
+        c.arg("run")
+            .args(args)
+            .args(["--", "env"])
+            .envs(vars.iter().copied());
+        let o = c.output().expect("run nagless");
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{vars:?} {args:?}: {err}");
+        assert!(out.lines().any(|l| l == want), "{vars:?} {args:?}: {out}");
+    }
+    for (var, bad) in [("NAGLESS_LINGER_US", "100000000"), ("NAGLESS_MODE", "fast")] {
+        let o = Command::new(env!("CARGO_BIN_EXE_nagless"))
+            .args(["run", "--", "env"])
+            .env(var, bad)
+            .output()
+            .expect("run nagless");
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{var}={bad}: {err}");
+        assert!(err.contains(var) || err.contains(bad), "{var}={bad}: {err}");
     }
     for bad in ["10us", "1s", "40", "soon"] {
         let o = nagless(&["run", "--linger", bad, "--", "env"]);
