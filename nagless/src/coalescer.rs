@@ -203,6 +203,9 @@ mod quiet {
         pub(super) oldest_unflushed: Option<Instant>,
         /// `oldest_unflushed` + linger, kept so that the per-write check adds nothing.
         pub(super) deadline: Option<Instant>,
+        /// The burst in progress (the bytes written since everything pending was last made
+        /// due) has had its first full segment made due ([`State::first_segment`]).
+        pub(super) first_segment_out: bool,
     }
 
     /// [`State`] and the quiet lane's end.
@@ -296,16 +299,42 @@ mod quiet {
                 Linger::Immediate => true,
                 Linger::Deadline(_) => self.oldest_unflushed.is_none(),
             };
-            let threshold = self
-                .policy
-                .threshold
-                .map_or(usize::MAX, |t| t.max(self.segment));
             // A write of `n` makes nothing due while `pending + n < min(threshold, high water)`.
-            let limit = threshold.min(self.policy.high_water);
+            let limit = self.threshold_now().min(self.policy.high_water);
             if self.must_send != 0 || needs_time || self.queue.len() >= limit {
                 return 0;
             }
             limit - self.queue.len()
+        }
+
+        /// The pending bytes at which the threshold point makes whole segments due: one
+        /// segment while the burst in progress has sent none ([`State::first_segment`]), then
+        /// the policy's threshold (never below a segment); `usize::MAX` with no threshold.
+        pub(super) fn threshold_now(&self) -> usize {
+            match self.policy.threshold {
+                None => usize::MAX,
+                Some(_) if !self.first_segment_out => self.segment,
+                Some(t) => t.max(self.segment),
+            }
+        }
+
+        /// The first full segment of a burst leaves at once (under a threshold): on a path
+        /// whose segments are small next to the burst, its first bytes are on the wire while
+        /// the program writes the rest, at no segment more (the segments are whole either
+        /// way) and one send more per burst longer than a segment. The bytes become due as a
+        /// flush point makes them, so a socket that is full keeps them due.
+        pub(super) fn first_segment(&mut self) {
+            if self.first_segment_out || self.policy.threshold.is_none() {
+                return;
+            }
+            let whole = self.queue.len() / self.segment * self.segment;
+            // (Bytes another flush point made due are no early segment of this burst.)
+            if whole <= self.must_send {
+                return;
+            }
+            self.first_segment_out = true;
+            self.must_send = whole;
+            self.must_reason = FlushReason::Threshold;
         }
 
         pub(super) fn set_oldest_unflushed(&mut self, at: Option<Instant>) {
@@ -343,6 +372,8 @@ mod quiet {
                 self.must_reason = reason;
             }
             self.set_oldest_unflushed(None);
+            // Everything is due: the burst ends, and the next write begins another.
+            self.first_segment_out = false;
         }
     }
 }
@@ -359,6 +390,7 @@ impl Coalescer {
                 must_reason: FlushReason::Explicit,
                 oldest_unflushed: None,
                 deadline: None,
+                first_segment_out: false,
             }),
             flush_open: false,
             stats: Stats::default(),
@@ -543,9 +575,14 @@ impl Coalescer {
                 len: pending,
                 reason: FlushReason::HighWater,
             };
-        } else if let Some(threshold) = self.q.policy.threshold {
+        } else if self.q.policy.threshold.is_some() {
+            if !self.q.first_segment_out && pending >= self.q.segment {
+                self.q.edit().first_segment();
+                due.len = due.len.max(self.q.must_send);
+                due.reason = self.q.must_reason;
+            }
             let seg = self.q.segment;
-            if pending >= threshold.max(seg) {
+            if pending >= self.q.threshold_now() {
                 let whole = pending / seg * seg;
                 if whole > due.len {
                     due = Transmit {

@@ -107,16 +107,58 @@ fn threshold_sends_whole_segments_and_keeps_the_tail() {
     let mut c = Coalescer::new(policy);
     c.set_segment_size(1000);
     let mut s = FakeSocket::default();
-    for _ in 0..45 {
+    for n in 1..=55 {
         c.write(&[7; 100], Urgency::Normal, t0);
         drive(&mut c, &mut s, t0).unwrap();
+        if n == 10 {
+            // The burst's first full segment leaves at once...
+            assert_eq!(s.out.len(), 1000);
+        }
+        if n == 49 {
+            // ...the rest waits for the threshold...
+            assert_eq!((s.out.len(), c.pending()), (1000, 3900));
+        }
     }
-    // 4000 pending triggers 4000 out; 500 remain below the threshold.
-    assert_eq!(s.out.len(), 4000);
+    // ...4000 pending trigger 4000 out; 500 remain below the threshold.
+    assert_eq!(s.out.len(), 5000);
     assert_eq!(c.pending(), 500);
     c.before_read();
     drive(&mut c, &mut s, t0).unwrap();
-    assert_eq!(s.out.len(), 4500);
+    assert_eq!(s.out.len(), 5500);
+}
+
+#[test]
+fn a_bursts_first_full_segment_leaves_at_once_and_then_waits_for_the_burst_to_end() {
+    // BGP's UPDATEs at MSS 1448 (the lab's bgp-burst): 45 bytes each, written one by one.
+    let t0 = Instant::now();
+    let mut c = Coalescer::new(FlushPolicy::default());
+    c.set_segment_size(1448);
+    let mut s = FakeSocket::default();
+    for burst in 0..2 {
+        let before = s.out.len();
+        for n in 1..=255 {
+            c.write(&[burst; 45], Urgency::Normal, t0);
+            drive(&mut c, &mut s, t0).unwrap();
+            let sent = s.out.len() - before;
+            // The 33rd fills a segment: it leaves; nothing else before the burst ends.
+            assert_eq!(sent, if n < 33 { 0 } else { 1448 }, "update {n}");
+        }
+        assert_eq!(s.calls.len(), 2 * burst as usize + 1, "one send so far");
+        c.before_read(); // the program turns to read: the burst ends, all of it leaves
+        drive(&mut c, &mut s, t0).unwrap();
+        assert_eq!(s.out.len() - before, 255 * 45);
+        assert_eq!(
+            c.stats().flushes_for(FlushReason::Threshold),
+            u64::from(burst) + 1
+        );
+    }
+    // Not below a segment, nor where the threshold point is off.
+    let mut c = Coalescer::new(FlushPolicy::default().threshold(None));
+    c.set_segment_size(1448);
+    let mut s = FakeSocket::default();
+    c.write(&[0; 3000], Urgency::Normal, t0);
+    drive(&mut c, &mut s, t0).unwrap();
+    assert!(s.out.is_empty());
 }
 
 #[test]
