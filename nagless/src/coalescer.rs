@@ -206,6 +206,9 @@ mod quiet {
         /// The burst in progress (the bytes written since everything pending was last made
         /// due) has had its first full segment made due ([`State::first_segment`]).
         pub(super) first_segment_out: bool,
+        /// The last write was smaller than a segment: the burst is being built piece by
+        /// piece (see [`State::first_segment`]).
+        pub(super) last_write_small: bool,
     }
 
     /// [`State`] and the quiet lane's end.
@@ -307,9 +310,10 @@ mod quiet {
             limit - self.queue.len()
         }
 
-        /// The pending bytes at which the threshold point makes whole segments due: one
-        /// segment while the burst in progress has sent none ([`State::first_segment`]), then
-        /// the policy's threshold (never below a segment); `usize::MAX` with no threshold.
+        /// The pending bytes at which a write may make bytes due under the threshold point:
+        /// one segment while the burst in progress has sent none early (a small write that
+        /// fills it sends it: [`State::first_segment`]), then the policy's threshold (never
+        /// below a segment); `usize::MAX` with no threshold.
         pub(super) fn threshold_now(&self) -> usize {
             match self.policy.threshold {
                 None => usize::MAX,
@@ -318,13 +322,17 @@ mod quiet {
             }
         }
 
-        /// The first full segment of a burst leaves at once (under a threshold): on a path
-        /// whose segments are small next to the burst, its first bytes are on the wire while
-        /// the program writes the rest, at no segment more (the segments are whole either
-        /// way) and one send more per burst longer than a segment. The bytes become due as a
+        /// The first full segment of a burst built piece by piece leaves at once (under a
+        /// threshold): when a write smaller than a segment fills the burst's first segment,
+        /// the program is building the burst write by write (BGP's UPDATEs, a template's
+        /// chunks), and on a path whose segments are small next to the burst its first bytes
+        /// travel while it writes the rest, at no segment more (the segments are whole
+        /// either way) and one send more per such burst. A write of a segment or more is not
+        /// split so: its writer hands over whole messages and flushes them (early, its first
+        /// segment would cost a send and gain a few microseconds). The bytes become due as a
         /// flush point makes them, so a socket that is full keeps them due.
         pub(super) fn first_segment(&mut self) {
-            if self.first_segment_out || self.policy.threshold.is_none() {
+            if self.first_segment_out || !self.last_write_small || self.policy.threshold.is_none() {
                 return;
             }
             let whole = self.queue.len() / self.segment * self.segment;
@@ -347,6 +355,7 @@ mod quiet {
         /// What a write of `len` bytes, already queued, changes.
         pub(super) fn after_write(&mut self, len: usize, urgency: crate::Urgency, now: Instant) {
             use crate::Urgency;
+            self.last_write_small = len < self.segment;
             if len > 0 && self.oldest_unflushed.is_none() && self.queue.len() > self.must_send {
                 self.set_oldest_unflushed(Some(now));
             }
@@ -391,6 +400,7 @@ impl Coalescer {
                 oldest_unflushed: None,
                 deadline: None,
                 first_segment_out: false,
+                last_write_small: false,
             }),
             flush_open: false,
             stats: Stats::default(),
@@ -576,13 +586,14 @@ impl Coalescer {
                 reason: FlushReason::HighWater,
             };
         } else if self.q.policy.threshold.is_some() {
-            if !self.q.first_segment_out && pending >= self.q.segment {
+            if !self.q.first_segment_out && self.q.last_write_small && pending >= self.q.segment {
                 self.q.edit().first_segment();
                 due.len = due.len.max(self.q.must_send);
                 due.reason = self.q.must_reason;
             }
             let seg = self.q.segment;
-            if pending >= self.q.threshold_now() {
+            let threshold = self.q.policy.threshold.map_or(usize::MAX, |t| t.max(seg));
+            if pending >= threshold {
                 let whole = pending / seg * seg;
                 if whole > due.len {
                     due = Transmit {

@@ -2,9 +2,9 @@
 //!
 //! A policy combines independent flush points. Any one of them that fires makes bytes due; the
 //! [`Coalescer`](crate::Coalescer) turns the policy into "send these bytes now" and "wake me
-//! at T". The default needs no tuning: flush before every read, send a burst's first full
-//! segment at once, stream full segments once 64 KiB are pending, and never hold a byte longer
-//! than 500 µs.
+//! at T". The default needs no tuning: flush before every read, send the first full segment
+//! of a burst built from small writes at once, stream full segments once 64 KiB are pending,
+//! and never hold a byte longer than 500 µs.
 
 use std::time::Duration;
 
@@ -17,7 +17,7 @@ use std::time::Duration;
 /// | point | fires when | choose it for |
 /// |---|---|---|
 /// | before-read | the application reads and no input is waiting (it is about to wait) | request/response (the write-write-read fix) |
-/// | threshold | `threshold` bytes are pending, or a burst's first full segment is; sends whole segments, keeps the tail | bulk streams, long bursts |
+/// | threshold | `threshold` bytes are pending, or a small write fills a burst's first segment; sends whole segments, keeps the tail | bulk streams, long bursts |
 /// | linger | the oldest unflushed byte is `linger` old (a hard deadline, not an idle timer) | senders that wait elsewhere (event loops) |
 ///
 /// The linger is only a bound, never a wait the program pays when nothing else can come:
@@ -188,11 +188,12 @@ impl FlushPolicy {
     /// Send whole segments as soon as `bytes` are pending (`None` disables). The threshold is
     /// never below one segment; the sub-segment tail waits for the next flush point.
     ///
-    /// With a threshold, the first full segment of each burst (the bytes written since
-    /// everything pending was last made due) also leaves at once: on a path whose segments
-    /// are small next to the burst, its first bytes travel while the program writes the
-    /// rest, at no segment more (whole segments either way) and one send more per burst
-    /// longer than a segment.
+    /// With a threshold, the first full segment of a burst built piece by piece (a write
+    /// smaller than a segment fills it; a burst is the bytes written since everything
+    /// pending was last made due) also leaves at once: on a path whose segments are small
+    /// next to the burst, its first bytes travel while the program writes the rest, at no
+    /// segment more (whole segments either way) and one send more per such burst. A write of
+    /// a segment or more is never split so: it waits for its flush point whole.
     pub fn threshold(mut self, bytes: Option<usize>) -> Self {
         self.threshold = bytes;
         self

@@ -152,6 +152,22 @@ fn a_bursts_first_full_segment_leaves_at_once_and_then_waits_for_the_burst_to_en
             u64::from(burst) + 1
         );
     }
+    // A write of a segment or more (a whole message, its writer flushes it) is not split
+    // early: it waits for its flush point whole.
+    let mut c = Coalescer::new(FlushPolicy::default());
+    c.set_segment_size(1448);
+    let mut s = FakeSocket::default();
+    c.write(&[1; 10], Urgency::Normal, t0);
+    c.write(&[1; 4104], Urgency::Normal, t0);
+    drive(&mut c, &mut s, t0).unwrap();
+    assert!(s.out.is_empty(), "nothing before the flush");
+    c.flush();
+    drive(&mut c, &mut s, t0).unwrap();
+    assert_eq!(
+        (s.out.len(), s.calls.len()),
+        (4114, 1),
+        "one send, as before"
+    );
     // Not below a segment, nor where the threshold point is off.
     let mut c = Coalescer::new(FlushPolicy::default().threshold(None));
     c.set_segment_size(1448);
