@@ -108,7 +108,6 @@ pub(crate) trait Seal {
 
     /// The write side ends: once every byte of `core` has left, queues what the seal sends
     /// last (close_notify). Nothing for [`Plain`].
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     fn end(&mut self, core: &Coalescer) {
         let _ = core;
     }
@@ -414,6 +413,33 @@ impl<S: Seal> Driver<S> {
         self.pump(wire, now(), false)
     }
 
+    /// The input check before a read that may wait, with output pending: `peeked` is what
+    /// reading `fd` without waiting (`MSG_DONTWAIT`) gave, its input if any came (`Some`).
+    /// When none is there the read would wait, and everything pending becomes due
+    /// (before-read); a descriptor that is no socket (a pipe) is asked how much is buffered
+    /// instead. The caller then returns the input it got, or sends and reads
+    /// ([`about_to_wait`](Self::about_to_wait)).
+    pub(crate) fn input_checked<T>(
+        &mut self,
+        peeked: io::Result<Option<T>>,
+        fd: Sock<'_>,
+    ) -> io::Result<Option<T>> {
+        self.core.on_input_check();
+        let nothing_there = match peeked {
+            Ok(Some(input)) => return Ok(Some(input)),
+            Ok(None) => true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => true,
+            Err(e) if crate::sys::is_not_socket(&e) => {
+                crate::sys::readable_bytes(fd).is_none_or(|n| n == 0)
+            }
+            Err(e) => return Err(e),
+        };
+        if nothing_there {
+            self.core.before_read();
+        }
+        Ok(None)
+    }
+
     /// Input arrived while output is pending: the linger deadline still holds (the cycle
     /// counter says when it certainly has not passed, without a clock reading).
     pub(crate) fn input_came<W: Wire + ?Sized>(&mut self, wire: &mut W)
@@ -448,6 +474,27 @@ impl<S: Seal> Driver<S> {
                 self.defer(e);
             }
         }
+    }
+
+    /// A graceful close, its first step: everything pending becomes due (pump it next).
+    /// Every stream closes in the same order: [`close_begins`](Self::close_begins), a pump,
+    /// then, once the pump has handed everything on, [`close_ends`](Self::close_ends) and a
+    /// pump of what the seal queued last.
+    pub(crate) fn close_begins(&mut self) -> io::Result<()> {
+        self.take_deferred()?;
+        self.core.close();
+        Ok(())
+    }
+
+    /// A graceful close, once the pump after [`close_begins`](Self::close_begins) handed every
+    /// byte on: the seal's last words (TLS close_notify) are queued behind them; false (and
+    /// nothing queued) while bytes are still pending.
+    pub(crate) fn close_ends(&mut self) -> bool {
+        if self.core.pending() > 0 {
+            return false;
+        }
+        self.seal.end(&self.core);
+        true
     }
 
     /// Closing without a caller to tell (drop): everything pending becomes due and is sent

@@ -349,10 +349,16 @@ impl<S: AsOsSocket> NaglessStream<S> {
     /// the error with every unsent byte still queued: nothing is lost.
     #[allow(clippy::result_large_err)] // the stream comes back by value, as BufWriter's does
     pub fn close(mut self) -> Result<(), IntoInnerError<Self>> {
-        self.driver.core.close();
-        match self.flush_wait(None) {
+        match self
+            .driver
+            .close_begins()
+            .and_then(|()| self.flush_wait(None))
+        {
             Ok(()) => {
-                // Everything was sent: dropping closes the socket without another send.
+                // Everything was sent (a plain stream queues nothing after it): dropping
+                // closes the socket without another send.
+                let ended = self.driver.close_ends();
+                debug_assert!(ended, "close sent everything");
                 drop(self);
                 Ok(())
             }
@@ -448,23 +454,18 @@ impl<S: AsOsSocket + Read> Read for NaglessStream<S> {
     /// the next write, flush or close.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.driver.output_waiting() && !buf.is_empty() {
-            self.driver.core.on_input_check();
-            match sys::recv_nowait(self.fd(), buf) {
-                Ok(n) if n > 0 => {
-                    // Input keeps coming: still honour the linger deadline of our output.
-                    self.step(|d, w| d.input_came(w));
-                    return Ok(n);
-                }
-                // Nothing buffered, or end of input (flush before reporting it).
-                Ok(_) => self.driver.core.before_read(),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.driver.core.before_read(),
-                Err(e) if sys::is_not_socket(&e) => {
-                    // Not a socket (a pipe): ask how much is buffered instead.
-                    if sys::readable_bytes(self.fd()).is_none_or(|n| n == 0) {
-                        self.driver.core.before_read();
-                    }
-                }
-                Err(e) => return Err(e),
+            // Nothing buffered, or end of input (flush before reporting it): `None`.
+            let peeked = sys::recv_nowait(self.fd(), buf).map(|n| (n > 0).then_some(n));
+            // (The field, not `fd()`: the driver is borrowed beside it.)
+            let fd = self
+                .inner
+                .as_ref()
+                .expect("stream used after into_parts")
+                .as_os_socket();
+            if let Some(n) = self.driver.input_checked(peeked, fd)? {
+                // Input keeps coming: still honour the linger deadline of our output.
+                self.step(|d, w| d.input_came(w));
+                return Ok(n);
             }
         }
         // A non-blocking socket that is full still lets us read; the rest stays queued. The

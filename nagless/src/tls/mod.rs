@@ -276,14 +276,14 @@ impl<C: TlsConnection, S: AsOsSocket + Read> TlsStream<C, S> {
     /// `WouldBlock` on a full non-blocking socket: call again when it is writable (nothing is
     /// queued twice). Writes after it fail with `BrokenPipe`.
     pub fn send_close_notify(&mut self) -> io::Result<()> {
-        self.driver.take_deferred()?;
-        if !self.driver.seal.closed {
-            self.driver.core.close();
+        if self.driver.seal.closed {
+            self.driver.take_deferred()?;
+        } else {
+            self.driver.close_begins()?;
             let d = self.step(|d, w| d.pump(w, now(), true))?;
-            if d == Drive::Blocked || self.driver.core.pending() > 0 {
+            if d == Drive::Blocked || !self.driver.close_ends() {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            self.driver.seal.queue_close_notify(&self.driver.core);
         }
         match self.driver.seal.send_tls(&mut SockIo(&mut self.sock))? {
             Drive::Idle => Ok(()),
@@ -383,20 +383,11 @@ impl<C: TlsConnection, S: AsOsSocket + Read> Read for TlsStream<C, S> {
                 // Input already there is read without flushing (one `recv(MSG_DONTWAIT)`), so
                 // answers to pipelined requests still coalesce; when none is, the read would
                 // wait: everything pending leaves first (before-read).
-                self.driver.core.on_input_check();
-                match self.driver.seal.read_input(&mut NoWait(&mut self.sock)) {
-                    Ok(_) => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        self.driver.core.before_read();
-                    }
-                    Err(e) if sys::is_not_socket(&e) => {
-                        // Not a socket: ask how much is buffered instead.
-                        let fd = self.sock.as_os_socket();
-                        if sys::readable_bytes(fd).is_none_or(|n| n == 0) {
-                            self.driver.core.before_read();
-                        }
-                    }
-                    Err(e) => return Err(e),
+                // Whatever it read (records, or the end of input) is rustls's to process.
+                let peeked = self.driver.seal.read_input(&mut NoWait(&mut self.sock));
+                let fd = self.sock.as_os_socket();
+                if self.driver.input_checked(peeked.map(Some), fd)?.is_some() {
+                    continue;
                 }
                 // A full non-blocking socket still lets us read; the rest stays queued.
                 self.step(|d, w| d.about_to_wait(w, false));

@@ -84,10 +84,10 @@ where
     T: AsyncWrite + Unpin,
     S: TokioSeal<T>,
 {
-    g.driver.take_deferred()?;
     if closing {
-        g.driver.core.close();
+        g.driver.close_begins()?;
     } else {
+        g.driver.take_deferred()?;
         g.driver.core.flush();
     }
     let now = now();
@@ -98,8 +98,8 @@ where
     if !closing {
         return Pin::new(&mut g.io).poll_flush(cx);
     }
-    let d = &mut g.driver;
-    d.seal.end(&d.core);
+    // (Bytes still pending here were refused by a full socket: `wait_on` returned above.)
+    g.driver.close_ends();
     let pumped = g.pump(cx, true, now, true);
     if let Some(waiting) = wait_on(g, pumped) {
         return waiting;
