@@ -73,7 +73,7 @@ pub use crate::policy::{
 };
 pub use crate::stream::{IntoInnerError, NaglessStream, Sender};
 pub use crate::sys::{AsOsSocket, Sock};
-pub use crate::tcp_info::{TcpInfo, TcpState};
+pub use crate::tcp_info::{CaState, TcpInfo, TcpState};
 
 /// The README's Rust examples, compiled as doc tests so that they cannot drift from the API.
 #[doc = include_str!("../../README.md")]

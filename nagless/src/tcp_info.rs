@@ -29,8 +29,8 @@ use crate::sys::AsOsSocket;
 pub struct TcpInfo {
     /// TCP state ([`TcpState::raw`] gives the kernel's number).
     pub state: TcpState,
-    /// Congestion-control state (0 = Open; others: disorder, CWR, recovery, loss).
-    pub ca_state: u8,
+    /// Congestion-control state ([`CaState::raw`] gives the kernel's number).
+    pub ca_state: CaState,
     /// Retransmission timeout, µs.
     pub rto_us: u32,
     /// Delayed-ACK timeout, µs.
@@ -172,6 +172,78 @@ impl From<TcpState> for u8 {
     }
 }
 
+/// A connection's congestion-control state, as the kernel numbers it (`enum
+/// tcp_ca_state`, `include/uapi/linux/tcp.h`): [`TcpInfo::ca_state`]. Its default is
+/// `Open`.
+///
+/// ```
+/// use nagless::CaState;
+///
+/// assert_eq!(CaState::from_raw(4), CaState::Loss);
+/// assert!(!CaState::Recovery.is_open()); // losses are being repaired
+/// assert_eq!(CaState::from_raw(9), CaState::Other(9)); // a number unknown here
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum CaState {
+    /// `TCP_CA_Open` (0): nothing lost, nothing in doubt.
+    #[default]
+    Open,
+    /// `TCP_CA_Disorder` (1): duplicate ACKs or SACKs seen.
+    Disorder,
+    /// `TCP_CA_CWR` (2): the window was reduced (ECN, or a local congestion signal).
+    Cwr,
+    /// `TCP_CA_Recovery` (3): fast retransmit in progress.
+    Recovery,
+    /// `TCP_CA_Loss` (4): a retransmission timeout fired.
+    Loss,
+    /// A number this version does not know; the kernel's value as is.
+    Other(u8),
+}
+
+impl CaState {
+    /// The state the kernel's number stands for.
+    pub fn from_raw(raw: u8) -> CaState {
+        match raw {
+            0 => CaState::Open,
+            1 => CaState::Disorder,
+            2 => CaState::Cwr,
+            3 => CaState::Recovery,
+            4 => CaState::Loss,
+            other => CaState::Other(other),
+        }
+    }
+
+    /// The kernel's number.
+    pub fn raw(self) -> u8 {
+        match self {
+            CaState::Open => 0,
+            CaState::Disorder => 1,
+            CaState::Cwr => 2,
+            CaState::Recovery => 3,
+            CaState::Loss => 4,
+            CaState::Other(raw) => raw,
+        }
+    }
+
+    /// Nothing lost or in doubt: the connection is not repairing losses.
+    pub fn is_open(self) -> bool {
+        self == CaState::Open
+    }
+}
+
+impl From<u8> for CaState {
+    fn from(raw: u8) -> Self {
+        CaState::from_raw(raw)
+    }
+}
+
+impl From<CaState> for u8 {
+    fn from(s: CaState) -> u8 {
+        s.raw()
+    }
+}
+
 /// The kernel's `__u32` at `off` (native order), if the kernel's struct reaches it.
 fn u32_at(b: &[u8], off: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(*b.get(off..)?.first_chunk()?))
@@ -195,7 +267,7 @@ impl TcpInfo {
         let base = |off| u32_at(raw, off).unwrap_or(0);
         Some(TcpInfo {
             state: TcpState::from_raw(raw[0]),
-            ca_state: raw[1],
+            ca_state: CaState::from_raw(raw[1]),
             rto_us: base(8),
             ato_us: base(12),
             snd_mss: base(16),
@@ -261,6 +333,19 @@ mod tests {
             TcpState::Other(0),
             "no state the kernel reports"
         );
+    }
+
+    #[test]
+    fn every_congestion_state_number_comes_back() {
+        for raw in 0..=u8::MAX {
+            assert_eq!(CaState::from_raw(raw).raw(), raw);
+        }
+        let mut raw = vec![0u8; 120];
+        raw[1] = 3;
+        assert_eq!(TcpInfo::parse(&raw).unwrap().ca_state, CaState::Recovery);
+        raw[1] = 0;
+        assert!(TcpInfo::parse(&raw).unwrap().ca_state.is_open());
+        assert_eq!(TcpInfo::default().ca_state, CaState::Open);
     }
 
     #[test]

@@ -82,7 +82,7 @@ fn holding(at_us: u64, i: &TcpInfo) -> Option<Hold> {
             // the path's own round trip.
             rtt_us: u64::from(i.min_rtt_us.unwrap_or(i.rtt_us)),
             zero_window: i.snd_wnd == Some(0),
-            loss_recovery: i.ca_state != 0,
+            loss_recovery: !i.ca_state.is_open(),
         }
     })
 }
@@ -140,7 +140,7 @@ impl HoldTracker {
             rtt_us: h.rtt_us,
             release_gap_us: 0, // the kernel sends a held segment as the ACK arrives
             zero_window: h.zero_window,
-            loss_recovery: h.loss_recovery || info.ca_state != 0,
+            loss_recovery: h.loss_recovery || !info.ca_state.is_open(),
         }
         .release(at_us)
     }
@@ -335,7 +335,7 @@ mod tests {
         assert!(run(&s).is_empty());
         // Loss recovery.
         let mut lossy = info(100, 1, 1);
-        lossy.ca_state = 4;
+        lossy.ca_state = nagless::CaState::Loss;
         let s: Vec<_> = (1..=30)
             .map(|k| (k * 2_000, lossy))
             .chain([(62_000, info(0, 1, 101))])
