@@ -5,11 +5,20 @@
 //! `TCP_NODELAY` (one send, and one segment, per write). Criterion times a message; after
 //! each case a line gives its system calls (sends) and data segments per message (the
 //! client's `tcpi_data_segs_out`). Figures: docs/results/benchmarks.md.
-//! Run: `cargo bench -p nagless --features tokio --bench messages`.
+//!
+//! The same over TLS (rustls, TLS 1.3, to a rustls peer): the library's two TLS streams (std
+//! and tokio) against `rustls::StreamOwned` under a `BufWriter` flushed by hand before the
+//! read (one record per message), and against `StreamOwned` written to directly under
+//! `TCP_NODELAY` (a record and a send per write).
+//! Run: `cargo bench -p nagless --features tokio,tls --bench messages`.
 #![allow(missing_docs, clippy::disallowed_methods)]
 
 use std::io::{BufWriter, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+
+#[path = "../tests/tls_support/pki.rs"]
+mod pki;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -40,6 +49,38 @@ fn peer(k: usize) -> TcpStream {
         }
     });
     TcpStream::connect(addr).unwrap()
+}
+
+/// As [`peer`], over TLS: a rustls server answering each `k * PART` bytes of plaintext with
+/// one byte (its own record, flushed at once).
+fn tls_peer(k: usize, cfg: Arc<rustls::ServerConfig>) -> TcpStream {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (tcp, _) = l.accept().unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let conn = rustls::ServerConnection::new(cfg).unwrap();
+        let mut s = rustls::StreamOwned::new(conn, tcp);
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0;
+        while let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                return;
+            }
+            got += n;
+            while got >= k * PART {
+                got -= k * PART;
+                if s.write_all(b"!").and_then(|()| s.flush()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    TcpStream::connect(addr).unwrap()
+}
+
+fn client_conn(cfg: &Arc<rustls::ClientConfig>) -> rustls::ClientConnection {
+    rustls::ClientConnection::new(cfg.clone(), "localhost".try_into().unwrap()).unwrap()
 }
 
 fn segs_out(s: &TcpStream) -> u64 {
@@ -159,5 +200,101 @@ fn messages(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, messages);
+fn tls_messages(c: &mut Criterion) {
+    let part = [7u8; PART];
+    let pki = pki::pki();
+    let mut g = c.benchmark_group("tls_message");
+    g.throughput(Throughput::Elements(1));
+    for k in WRITES {
+        g.bench_with_input(BenchmarkId::new("nagless_tls_std", k), &k, |b, &k| {
+            let tcp = tls_peer(k, pki.server.clone());
+            let mut s = nagless::tls::TlsStream::new(client_conn(&pki.client), tcp).unwrap();
+            let mut one = [0u8; 1];
+            // The handshake, and the peer's first answer, outside the count.
+            s.write_all(&vec![0u8; k * PART]).unwrap();
+            s.read_exact(&mut one).unwrap();
+            let (segs0, sends0, mut n) = (segs_out(s.get_ref()), s.stats().syscalls, 0u64);
+            b.iter(|| {
+                for _ in 0..k {
+                    s.write_all(&part).unwrap();
+                }
+                s.read_exact(&mut one).unwrap(); // before-read seals and sends the message
+                n += 1;
+            });
+            let sends = s.stats().syscalls - sends0;
+            report("nagless_tls_std", k, sends, segs_out(s.get_ref()) - segs0, n);
+        });
+        g.bench_with_input(BenchmarkId::new("nagless_tls_tokio", k), &k, |b, &k| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let tcp = tls_peer(k, pki.server.clone());
+            tcp.set_nonblocking(true).unwrap();
+            let raw = tcp.try_clone().unwrap();
+            let mut one = [0u8; 1];
+            let mut s = rt.block_on(async {
+                let tcp = tokio::net::TcpStream::from_std(tcp).unwrap();
+                let mut s = nagless::tokio_tls::TlsStream::new(client_conn(&pki.client), tcp)
+                    .unwrap();
+                s.write_all(&vec![0u8; k * PART]).await.unwrap();
+                s.read_exact(&mut one).await.unwrap();
+                s
+            });
+            let (segs0, sends0, mut n) = (segs_out(&raw), s.stats().syscalls, 0u64);
+            b.iter(|| {
+                rt.block_on(async {
+                    for _ in 0..k {
+                        s.write_all(&part).await.unwrap();
+                    }
+                    s.read_exact(&mut one).await.unwrap();
+                });
+                n += 1;
+            });
+            let sends = s.stats().syscalls - sends0;
+            report("nagless_tls_tokio", k, sends, segs_out(&raw) - segs0, n);
+        });
+        g.bench_with_input(BenchmarkId::new("rustls_bufwriter_flush", k), &k, |b, &k| {
+            let tcp = tls_peer(k, pki.server.clone());
+            tcp.set_nodelay(true).unwrap();
+            let raw = tcp.try_clone().unwrap();
+            let mut w = BufWriter::new(rustls::StreamOwned::new(client_conn(&pki.client), tcp));
+            let mut one = [0u8; 1];
+            w.write_all(&vec![0u8; k * PART]).unwrap();
+            w.flush().unwrap();
+            w.get_mut().read_exact(&mut one).unwrap();
+            let (segs0, mut n) = (segs_out(&raw), 0u64);
+            b.iter(|| {
+                for _ in 0..k {
+                    w.write_all(&part).unwrap();
+                }
+                w.flush().unwrap(); // placed by hand before the read: one record
+                w.get_mut().read_exact(&mut one).unwrap();
+                n += 1;
+            });
+            report("rustls_bufwriter_flush", k, n, segs_out(&raw) - segs0, n);
+        });
+        g.bench_with_input(BenchmarkId::new("rustls_nodelay_writes", k), &k, |b, &k| {
+            let tcp = tls_peer(k, pki.server.clone());
+            tcp.set_nodelay(true).unwrap();
+            let raw = tcp.try_clone().unwrap();
+            let mut s = rustls::StreamOwned::new(client_conn(&pki.client), tcp);
+            let mut one = [0u8; 1];
+            s.write_all(&vec![0u8; k * PART]).unwrap();
+            s.read_exact(&mut one).unwrap();
+            let (segs0, mut n) = (segs_out(&raw), 0u64);
+            b.iter(|| {
+                for _ in 0..k {
+                    s.write_all(&part).unwrap(); // a record, sent at once
+                }
+                s.read_exact(&mut one).unwrap();
+                n += 1;
+            });
+            report("rustls_nodelay_writes", k, n * k as u64, segs_out(&raw) - segs0, n);
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, messages, tls_messages);
 criterion_main!(benches);
