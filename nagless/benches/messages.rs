@@ -222,7 +222,13 @@ fn tls_messages(c: &mut Criterion) {
                 n += 1;
             });
             let sends = s.stats().syscalls - sends0;
-            report("nagless_tls_std", k, sends, segs_out(s.get_ref()) - segs0, n);
+            report(
+                "nagless_tls_std",
+                k,
+                sends,
+                segs_out(s.get_ref()) - segs0,
+                n,
+            );
         });
         g.bench_with_input(BenchmarkId::new("nagless_tls_tokio", k), &k, |b, &k| {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -235,8 +241,8 @@ fn tls_messages(c: &mut Criterion) {
             let mut one = [0u8; 1];
             let mut s = rt.block_on(async {
                 let tcp = tokio::net::TcpStream::from_std(tcp).unwrap();
-                let mut s = nagless::tokio_tls::TlsStream::new(client_conn(&pki.client), tcp)
-                    .unwrap();
+                let mut s =
+                    nagless::tokio_tls::TlsStream::new(client_conn(&pki.client), tcp).unwrap();
                 s.write_all(&vec![0u8; k * PART]).await.unwrap();
                 s.read_exact(&mut one).await.unwrap();
                 s
@@ -254,26 +260,30 @@ fn tls_messages(c: &mut Criterion) {
             let sends = s.stats().syscalls - sends0;
             report("nagless_tls_tokio", k, sends, segs_out(&raw) - segs0, n);
         });
-        g.bench_with_input(BenchmarkId::new("rustls_bufwriter_flush", k), &k, |b, &k| {
-            let tcp = tls_peer(k, pki.server.clone());
-            tcp.set_nodelay(true).unwrap();
-            let raw = tcp.try_clone().unwrap();
-            let mut w = BufWriter::new(rustls::StreamOwned::new(client_conn(&pki.client), tcp));
-            let mut one = [0u8; 1];
-            w.write_all(&vec![0u8; k * PART]).unwrap();
-            w.flush().unwrap();
-            w.get_mut().read_exact(&mut one).unwrap();
-            let (segs0, mut n) = (segs_out(&raw), 0u64);
-            b.iter(|| {
-                for _ in 0..k {
-                    w.write_all(&part).unwrap();
-                }
-                w.flush().unwrap(); // placed by hand before the read: one record
+        g.bench_with_input(
+            BenchmarkId::new("rustls_bufwriter_flush", k),
+            &k,
+            |b, &k| {
+                let tcp = tls_peer(k, pki.server.clone());
+                tcp.set_nodelay(true).unwrap();
+                let raw = tcp.try_clone().unwrap();
+                let mut w = BufWriter::new(rustls::StreamOwned::new(client_conn(&pki.client), tcp));
+                let mut one = [0u8; 1];
+                w.write_all(&vec![0u8; k * PART]).unwrap();
+                w.flush().unwrap();
                 w.get_mut().read_exact(&mut one).unwrap();
-                n += 1;
-            });
-            report("rustls_bufwriter_flush", k, n, segs_out(&raw) - segs0, n);
-        });
+                let (segs0, mut n) = (segs_out(&raw), 0u64);
+                b.iter(|| {
+                    for _ in 0..k {
+                        w.write_all(&part).unwrap();
+                    }
+                    w.flush().unwrap(); // placed by hand before the read: one record
+                    w.get_mut().read_exact(&mut one).unwrap();
+                    n += 1;
+                });
+                report("rustls_bufwriter_flush", k, n, segs_out(&raw) - segs0, n);
+            },
+        );
         g.bench_with_input(BenchmarkId::new("rustls_nodelay_writes", k), &k, |b, &k| {
             let tcp = tls_peer(k, pki.server.clone());
             tcp.set_nodelay(true).unwrap();
@@ -290,7 +300,13 @@ fn tls_messages(c: &mut Criterion) {
                 s.read_exact(&mut one).unwrap();
                 n += 1;
             });
-            report("rustls_nodelay_writes", k, n * k as u64, segs_out(&raw) - segs0, n);
+            report(
+                "rustls_nodelay_writes",
+                k,
+                n * k as u64,
+                segs_out(&raw) - segs0,
+                n,
+            );
         });
     }
     g.finish();

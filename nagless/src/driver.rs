@@ -497,6 +497,19 @@ impl<S: Seal> Driver<S> {
         true
     }
 
+    /// A read is about to wait, or found the end of input, with output pending: everything
+    /// pending becomes due (before-read) and leaves as [`about_to_wait`](Self::about_to_wait)
+    /// sends it. (The std stream's reads come here through
+    /// [`input_checked`](Self::input_checked).)
+    #[cfg_attr(not(any(feature = "tokio", feature = "tls")), allow(dead_code))]
+    pub(crate) fn read_would_wait<W: Wire + ?Sized>(&mut self, wire: &mut W, waiting: bool)
+    where
+        S: SealOver<W>,
+    {
+        self.core.before_read();
+        self.about_to_wait(wire, waiting);
+    }
+
     /// Closing without a caller to tell (drop): everything pending becomes due and is sent
     /// as far as the wire takes it at once, and what the kernel holds leaves too. `Blocked`
     /// when bytes are left.

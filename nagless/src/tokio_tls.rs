@@ -250,8 +250,7 @@ where
             buf.advance(n);
             if n == 0 && g.driver.core.pending() > 0 {
                 // The peer ended its side: flush before reporting it.
-                g.driver.core.before_read();
-                g.step(cx, |d, w| d.about_to_wait(w, true));
+                g.step(cx, |d, w| d.read_would_wait(w, true));
             }
             let arc = g.arc;
             ensure_flusher(arc, g);
@@ -268,8 +267,7 @@ where
                 // read again. A send error belongs to the writer (the next write, flush or
                 // shutdown).
                 flushed = true;
-                g.driver.core.before_read();
-                g.step(cx, |d, w| d.about_to_wait(w, true));
+                g.step(cx, |d, w| d.read_would_wait(w, true));
                 let arc = g.arc;
                 ensure_flusher(arc, g);
             }

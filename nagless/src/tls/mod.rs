@@ -371,8 +371,7 @@ impl<C: TlsConnection, S: AsOsSocket + Read> Read for TlsStream<C, S> {
                 if matches!(r, Ok(0)) && self.driver.core.pending() > 0 {
                     // The peer ended its side: flush before reporting it, as a read that
                     // would wait does.
-                    self.driver.core.before_read();
-                    self.step(|d, w| d.about_to_wait(w, false));
+                    self.step(|d, w| d.read_would_wait(w, false));
                 } else if r.is_ok() {
                     // Input keeps coming: still honour the linger bound of our output.
                     self.step(|d, w| d.input_came(w));

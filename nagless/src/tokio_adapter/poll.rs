@@ -147,10 +147,9 @@ where
         // Pending: we are about to wait. Ready with nothing: EOF; flush before reporting it.
         Poll::Ready(Ok(())) | Poll::Pending => {}
     }
-    g.driver.core.before_read();
     // A full socket must not stop us from reading: the flusher finishes the send. A send
     // error belongs to the writer (the next write, flush or shutdown), not to this read.
-    g.step(cx, |d, w| d.about_to_wait(w, false));
+    g.step(cx, |d, w| d.read_would_wait(w, false));
     flusher_if_needed(g);
     // Poll again so that the read waker is registered after the flush (and a reply to what
     // we just sent may already be there).
