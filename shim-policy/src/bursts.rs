@@ -74,6 +74,12 @@ impl WriteStep {
         }
     }
 
+    /// A write on an ACK-clocked socket: [`Shim::after_write`] only marks it (no system
+    /// call).
+    pub fn is_clocked(&self) -> bool {
+        self.clock
+    }
+
     /// Whether [`Shim::after_write`] has anything to do.
     pub fn needs_after(&self) -> bool {
         self.release_after || self.more || self.clock

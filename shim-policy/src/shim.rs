@@ -76,6 +76,7 @@ impl Shim {
     }
 
     /// The slot of `fd`, if its chunk exists.
+    #[inline]
     pub(crate) fn slot(&self, fd: i32) -> Option<&Slot> {
         let i = usize::try_from(fd).ok()?;
         self.chunks.get(i / CHUNK)?.get().map(|c| &c[i % CHUNK])
