@@ -13,16 +13,20 @@ fn look() -> u64 {
 
 /// `shim()`, counting every write (statistics asked for).
 fn counting_shim() -> (Shim, Fake) {
-    let s = Shim::new(
-        Config {
-            counts_writes: true,
-            ..Config::default()
-        },
-        256,
-    );
-    let k = Fake::default();
-    s.adopt(&k, 3);
-    (s, k)
+    shim_with(Config {
+        counts_writes: true,
+        ..Config::default()
+    })
+}
+
+/// `shim()` with a reader waiting on fd 3 and a first write made there: the socket is
+/// clocked, that write in flight; with a writer's list and the flusher's memory.
+fn clocked() -> (Shim, Fake, ThreadBursts, FlusherState) {
+    let (s, k) = shim();
+    let mut w = ThreadBursts::new();
+    s.read_begins(&k, 3);
+    write(&s, &k, 3, &mut w);
+    (s, k, w, FlusherState::default())
 }
 
 #[test]
@@ -85,11 +89,7 @@ fn a_read_that_ends_unannounced_never_takes_the_count_below_zero() {
 
 #[test]
 fn the_flusher_pushes_what_no_ack_clocks_out() {
-    let (s, k) = shim();
-    let mut w = ThreadBursts::new();
-    let mut st = FlusherState::default();
-    s.read_begins(&k, 3);
-    write(&s, &k, 3, &mut w); // in flight; the peer delays its ACK
+    let (s, k, mut w, mut st) = clocked(); // in flight; the peer delays its ACK
     k.now.set(100);
     write(&s, &k, 3, &mut w); // held by Nagle
     assert_eq!(k.unsent(3), 1);
@@ -123,11 +123,7 @@ fn the_flusher_pushes_what_no_ack_clocks_out() {
 
 #[test]
 fn while_acks_clock_the_socket_the_flusher_only_looks() {
-    let (s, k) = shim();
-    let mut w = ThreadBursts::new();
-    let mut st = FlusherState::default();
-    s.read_begins(&k, 3);
-    write(&s, &k, 3, &mut w);
+    let (s, k, mut w, mut st) = clocked();
     let nodelay_calls = k.nodelay_calls.get();
     for round in 1..=5 {
         write(&s, &k, 3, &mut w); // held behind the one in flight
@@ -142,11 +138,7 @@ fn while_acks_clock_the_socket_the_flusher_only_looks() {
 
 #[test]
 fn the_programs_own_nodelay_wins_over_the_clock() {
-    let (s, k) = shim();
-    let mut w = ThreadBursts::new();
-    let mut st = FlusherState::default();
-    s.read_begins(&k, 3);
-    write(&s, &k, 3, &mut w);
+    let (s, k, mut w, mut st) = clocked();
     write(&s, &k, 3, &mut w);
     let adopted = k.nodelay_calls.get();
     // Off where it saw off: nothing changes, the socket stays clocked.
@@ -239,11 +231,7 @@ fn a_closed_clocked_socket_leaves_no_mark_counted() {
 
 #[test]
 fn a_moving_socket_is_looked_at_less_often_and_pushed_once_it_stops() {
-    let (s, k) = shim();
-    let mut w = ThreadBursts::new();
-    let mut st = FlusherState::default();
-    s.read_begins(&k, 3);
-    write(&s, &k, 3, &mut w);
+    let (s, k, mut w, mut st) = clocked();
     // ACKs clock it out: every 50 µs a write waits behind the one in flight, and an ACK
     // sends it.
     let step = look() / 10;
@@ -318,25 +306,17 @@ fn a_clocked_write_touches_no_shared_counter_unless_counts_are_asked_for() {
     write(&s, &k, 3, &mut ThreadBursts::new());
     s.program_holds(&k, 3);
     assert!(s.clocked_write(3).is_none());
-    let s = Shim::new(
-        Config {
-            mode: Mode::Nodelay,
-            ..Config::default()
-        },
-        256,
-    );
-    s.adopt(&k, 4);
+    let (s, k) = shim_with(Config {
+        mode: Mode::Nodelay,
+        ..Config::default()
+    });
     s.read_begins(&k, 4);
     assert!(s.clocked_write(4).is_none());
 }
 
 #[test]
 fn a_busy_clocked_socket_keeps_its_mark_and_the_flusher_sleeps_to_its_next_look() {
-    let (s, k) = shim();
-    let mut w = ThreadBursts::new();
-    let mut st = FlusherState::default();
-    s.read_begins(&k, 3);
-    write(&s, &k, 3, &mut w);
+    let (s, k, mut w, mut st) = clocked();
     let marks = s.stats.clock_marks.load(Relaxed);
     // Each look finds segments sent since the last, and (the ACK having just sent the held
     // write) nothing waiting: the socket moves, and stays watched.

@@ -189,7 +189,12 @@ fn write(s: &Shim, k: &Fake, fd: i32, t: &mut ThreadBursts) -> bool {
 }
 
 fn shim() -> (Shim, Fake) {
-    let s = Shim::new(Config::default(), 256);
+    shim_with(Config::default())
+}
+
+/// A shim under `config`, with the same descriptors adopted as `shim()`'s.
+fn shim_with(config: Config) -> (Shim, Fake) {
+    let s = Shim::new(config, 256);
     let k = Fake::default();
     for fd in [3, 4, 5, 6, 150] {
         s.adopt(&k, fd);
