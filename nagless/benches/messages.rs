@@ -28,39 +28,29 @@ const WRITES: [usize; 3] = [2, 3, 10];
 
 /// A connection to a peer that answers each `k * PART` bytes it receives with one byte.
 fn peer(k: usize) -> TcpStream {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.set_nodelay(true).unwrap();
-        let mut buf = vec![0u8; 1 << 16];
-        let mut got = 0;
-        while let Ok(n) = s.read(&mut buf) {
-            if n == 0 {
-                return;
-            }
-            got += n;
-            while got >= k * PART {
-                got -= k * PART;
-                if s.write_all(b"!").is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    TcpStream::connect(addr).unwrap()
+    peer_over(k, |tcp| tcp)
 }
 
 /// As [`peer`], over TLS: a rustls server answering each `k * PART` bytes of plaintext with
 /// one byte (its own record, flushed at once).
 fn tls_peer(k: usize, cfg: Arc<rustls::ServerConfig>) -> TcpStream {
+    peer_over(k, move |tcp| {
+        rustls::StreamOwned::new(rustls::ServerConnection::new(cfg).unwrap(), tcp)
+    })
+}
+
+/// A connection to a peer thread that answers over `wrap(its end)`: each `k * PART` bytes
+/// read, one byte written and flushed.
+fn peer_over<S: Read + Write>(
+    k: usize,
+    wrap: impl FnOnce(TcpStream) -> S + Send + 'static,
+) -> TcpStream {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         let (tcp, _) = l.accept().unwrap();
         tcp.set_nodelay(true).unwrap();
-        let conn = rustls::ServerConnection::new(cfg).unwrap();
-        let mut s = rustls::StreamOwned::new(conn, tcp);
+        let mut s = wrap(tcp);
         let mut buf = vec![0u8; 1 << 16];
         let mut got = 0;
         while let Ok(n) = s.read(&mut buf) {
