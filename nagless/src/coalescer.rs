@@ -332,17 +332,27 @@ mod quiet {
         /// segment would cost a send and gain a few microseconds). The bytes become due as a
         /// flush point makes them, so a socket that is full keeps them due.
         pub(super) fn first_segment(&mut self) {
-            if self.first_segment_out || !self.last_write_small || self.policy.threshold.is_none() {
-                return;
-            }
-            let whole = self.queue.len() / self.segment * self.segment;
-            // (Bytes another flush point made due are no early segment of this burst.)
-            if whole <= self.must_send {
+            if !self.first_segment_due() {
                 return;
             }
             self.first_segment_out = true;
-            self.must_send = whole;
+            self.must_send = self.whole_segments();
             self.must_reason = FlushReason::Threshold;
+        }
+
+        /// Whether [`first_segment`](Self::first_segment) would make bytes due now (read
+        /// only: the transmit path asks before it opens an edit).
+        pub(super) fn first_segment_due(&self) -> bool {
+            // (Bytes another flush point made due are no early segment of this burst.)
+            self.policy.threshold.is_some()
+                && !self.first_segment_out
+                && self.last_write_small
+                && self.whole_segments() > self.must_send
+        }
+
+        /// The pending bytes that fill whole segments.
+        fn whole_segments(&self) -> usize {
+            self.queue.len() / self.segment * self.segment
         }
 
         pub(super) fn set_oldest_unflushed(&mut self, at: Option<Instant>) {
@@ -585,15 +595,16 @@ impl Coalescer {
                 len: pending,
                 reason: FlushReason::HighWater,
             };
-        } else if self.q.policy.threshold.is_some() {
-            if !self.q.first_segment_out && self.q.last_write_small && pending >= self.q.segment {
+        } else if let Some(threshold) = self.q.policy.threshold {
+            if self.q.first_segment_due() {
                 self.q.edit().first_segment();
-                due.len = due.len.max(self.q.must_send);
-                due.reason = self.q.must_reason;
+                due = Transmit {
+                    len: self.q.must_send,
+                    reason: self.q.must_reason,
+                };
             }
             let seg = self.q.segment;
-            let threshold = self.q.policy.threshold.map_or(usize::MAX, |t| t.max(seg));
-            if pending >= threshold {
+            if pending >= threshold.max(seg) {
                 let whole = pending / seg * seg;
                 if whole > due.len {
                     due = Transmit {

@@ -454,14 +454,14 @@ impl<S: AsOsSocket + Read> Read for NaglessStream<S> {
     /// the next write, flush or close.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.driver.output_waiting() && !buf.is_empty() {
-            // Nothing buffered, or end of input (flush before reporting it): `None`.
-            let peeked = sys::recv_nowait(self.fd(), buf).map(|n| (n > 0).then_some(n));
             // (The field, not `fd()`: the driver is borrowed beside it.)
             let fd = self
                 .inner
                 .as_ref()
                 .expect("stream used after into_parts")
                 .as_os_socket();
+            // Nothing buffered, or end of input (flush before reporting it): `None`.
+            let peeked = sys::recv_nowait(fd, buf).map(|n| (n > 0).then_some(n));
             if let Some(n) = self.driver.input_checked(peeked, fd)? {
                 // Input keeps coming: still honour the linger deadline of our output.
                 self.step(|d, w| d.input_came(w));
