@@ -158,13 +158,13 @@ pub fn after_write(fd: c_int, step: WriteStep, failed: bool) {
     if step.needs_after() {
         if let Some(s) = shim() {
             if step.is_clocked() {
-                // A mark, no system call (errno stays): the common case, kept short.
+                // A write on an ACK-clocked socket marks it for the flusher, which may be
+                // parked: no system call (errno stays) unless it must be woken.
                 if s.after_write(&Libc, fd, step, failed) {
                     quietly(|| wake_flusher(s));
                 }
                 return;
             }
-            // A write on an ACK-clocked socket marks it for the flusher, which may be parked.
             if quietly(|| s.after_write(&Libc, fd, step, failed)) {
                 wake_flusher(s);
             }
