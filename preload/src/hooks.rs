@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use libc::c_int;
 
-use nagless_shim_policy::{Shim, ThreadBursts, WriteStep};
+use nagless_shim_policy::{Reading, Shim, ThreadBursts, WriteStep};
 
 use crate::debug_log::log;
 use crate::flusher::{ensure_flusher, wake_flusher};
@@ -235,17 +235,15 @@ pub fn release_socket(fd: c_int) {
 
 /// `fd` is about to be read or received on: as [`release_socket`], and the thread counts as
 /// waiting in a read of it until [`read_ends`].
-pub fn read_begins(fd: c_int) {
-    if let Some(s) = shim() {
-        quietly(|| s.read_begins(&Libc, fd));
-    }
+pub fn read_begins(fd: c_int) -> Option<Reading> {
+    shim().map(|s| quietly(|| s.read_begins(&Libc, fd)))
 }
 
-/// The read [`read_begins`] announced returned, with data if `got` (the same call: inside a
-/// signal handler neither counts).
-pub fn read_ends(fd: c_int, got: bool) {
-    if let Some(s) = shim() {
-        quietly(|| s.read_ends(&Libc, fd, got));
+/// The read [`read_begins`] announced (`reading`) returned, with data if `got` (the same
+/// call: inside a signal handler neither counts).
+pub fn read_ends(fd: c_int, reading: Option<Reading>, got: bool) {
+    if let (Some(s), Some(reading)) = (shim(), reading) {
+        quietly(|| s.read_ends(&Libc, fd, reading, got));
     }
 }
 

@@ -14,13 +14,15 @@
 //! data segments have left; if bytes wait and no segment left since its previous look, nothing
 //! clocks them, and it pushes them (`TCP_NODELAY` on, then off). A held small write thus
 //! waits about two bounds at most, never a delayed-ACK timer; while ACKs clock the socket, the
-//! flusher only looks, less and less often (`CLOCK_BACKOFF_MAX`), and the mark stays (a busy
-//! socket's writes find it set and mark nothing) until a look finds the socket idle.
+//! flusher only looks, less and less often (`CLOCK_BACKOFF_MAX`; further on a socket it never
+//! had to push, `CLOCK_BACKOFF_UNPUSHED`), and the mark stays (a busy socket's writes find it
+//! set and mark nothing) until a look finds the socket idle.
 //!
 //! Invariants:
 //! 1. A clocked write's mark is set after its bytes were queued, or a mark set before it is
 //!    cleared only after the flusher looked at the kernel's queue (it clears first, then
-//!    looks): no clocked byte goes unwatched.
+//!    looks): no clocked byte goes unwatched. The socket's lock orders the two sides: the
+//!    write queues its bytes under it, and the look ([`Kernel::sending`]) takes it too.
 //! 2. Every mark counts once in `corked` (set by CAS from 0, counted down by whoever clears
 //!    it from nonzero), so the flusher parks only with no mark left.
 //! 3. The shim changes `TCP_NODELAY` on a socket only between `nodelay_busy` up and down,
@@ -48,7 +50,21 @@ pub(crate) const CLOCK_LOOKS_PER_BOUND: u64 = 2;
 /// pushes, starts again from the first. A socket that stops moving is thus pushed within
 /// two of its current intervals: at most `2^CLOCK_BACKOFF_MAX` bounds after a long busy
 /// stretch, far below a delayed-ACK timer.
+///
+/// That bound is for a socket the flusher has had to push before (its peer delays ACKs: a
+/// request split into writes, a slow answer). One it never had to push backs off further,
+/// to `2^CLOCK_BACKOFF_UNPUSHED` times the first interval: its peer's ACKs have always come
+/// within a look, so the looks are insurance only, and their wake-ups cost the program more
+/// than they are likely to save (a multiplexed client whose every request is one write, at
+/// a quarter of the wake-ups' cost: `scripts/bench-clocked-writer`). Its first push brings
+/// it back to `CLOCK_BACKOFF_MAX` for good. A stall after a long stretch without one waits
+/// at most two such intervals, and never longer than natively: the flusher only ever sends
+/// sooner what the kernel's Nagle holds for the peer's ACK.
 pub(crate) const CLOCK_BACKOFF_MAX: u8 = 3;
+
+/// How far the looks at a clocked socket the flusher never had to push back off (see
+/// [`CLOCK_BACKOFF_MAX`]).
+pub(crate) const CLOCK_BACKOFF_UNPUSHED: u8 = 6;
 
 /// What the kernel holds for a socket, and what it sent ([`Kernel::sending`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -126,10 +142,11 @@ impl Shim {
         let Some(slot) = self.slot(fd) else {
             return false;
         };
-        // Pairs with the flusher's clearing swap (invariant 1): this load comes after the
-        // write queued its bytes, so either it sees the mark cleared and sets a new one, or
-        // the flusher's look at the queue, after its clear, sees those bytes.
-        fence(SeqCst);
+        // Pairs with the flusher's clearing swap (invariant 1) through the socket's lock, no
+        // fence of ours: the write queued its bytes under the lock, and the flusher's look
+        // takes it after its swap. Either the look took it first, and this load, after the
+        // write's taking of it, sees the mark cleared (and sets a new one); or the write took
+        // it first, and the look sees the bytes.
         if slot.clock_mark_us.load(SeqCst) != 0 {
             return false;
         }
@@ -157,7 +174,12 @@ impl Shim {
         now: u64,
         bound: u64,
     ) -> Option<u64> {
-        let backoff = slot.clock_backoff.load(Relaxed).min(CLOCK_BACKOFF_MAX);
+        let widest = if slot.clock_pushed.load(Relaxed) {
+            CLOCK_BACKOFF_MAX
+        } else {
+            CLOCK_BACKOFF_UNPUSHED
+        };
+        let backoff = slot.clock_backoff.load(Relaxed).min(widest);
         let limit = ((bound / CLOCK_LOOKS_PER_BOUND) << backoff).max(1);
         let mark = slot.clock_mark_us.load(Acquire);
         if mark == 0 {
@@ -180,11 +202,7 @@ impl Shim {
         let moved = before != u64::from(s.data_segments) + 1;
         // Segments left since the last look: the socket moves, looked at less often; none,
         // and nothing waits: it is idle, and the next write is looked at soon again.
-        let backoff = if moved {
-            (backoff + 1).min(CLOCK_BACKOFF_MAX)
-        } else {
-            0
-        };
+        let backoff = if moved { (backoff + 1).min(widest) } else { 0 };
         if !moved && s.unsent == 0 {
             // Idle: the next write marks it again.
             slot.clock_backoff.store(backoff, Relaxed);
@@ -200,12 +218,14 @@ impl Shim {
                 k.set_nodelay(fd);
                 k.clear_nodelay(fd);
                 self.stats.linger_releases.fetch_add(1, Relaxed);
+                slot.clock_pushed.store(true, Relaxed);
             }
             slot.nodelay_busy.fetch_sub(1, SeqCst);
             slot.clock_backoff.store(0, Relaxed);
             return None;
         }
-        // Still clocked out by ACKs: look again, later (`CLOCK_BACKOFF_MAX`).
+        // Still clocked out by ACKs: look again, later (`CLOCK_BACKOFF_MAX`,
+        // `CLOCK_BACKOFF_UNPUSHED`).
         slot.clock_backoff.store(backoff, Relaxed);
         if slot
             .clock_mark_us

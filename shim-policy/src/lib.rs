@@ -177,7 +177,7 @@ mod slot;
 mod state;
 mod sync;
 
-pub use bursts::{ThreadBursts, WriteStep};
+pub use bursts::{Reading, ThreadBursts, WriteStep};
 pub use clock::Sending;
 pub use config::{Config, Mode, Stats};
 pub use flusher::{FlusherState, FlusherStep};

@@ -527,7 +527,7 @@ fn loom_a_new_duplicate_racing_the_clearing_of_an_old_link() {
 /// as now, so its next look pushes what waits.
 fn clocked(due_push: bool) -> (Arc<Shim>, Arc<Kern>) {
     let (s, k) = setup(0);
-    s.read_begins(&*k, FD);
+    let _ = s.read_begins(&*k, FD);
     let mut t = ThreadBursts::new();
     write(&s, &k, &mut t, true);
     assert!(k.sock(|sock| sock.nagle && sock.in_flight));

@@ -61,8 +61,10 @@ pub(crate) struct Slot {
     /// The socket's identity ([`Kernel::socket_id`]), known for shared descriptors.
     pub(crate) socket: AtomicU64,
     /// Threads in a read of this socket now (between [`Shim::read_begins`] and
-    /// [`Shim::read_ends`]): a hint, never below zero (a read of a descriptor renewed
-    /// meanwhile ends on the new one's count, saturating).
+    /// [`Shim::read_ends`]), counted only while it is not clocked (the count decides
+    /// nothing else): a hint, never below zero (a read of a descriptor renewed meanwhile
+    /// ends on the new one's count, saturating). A socket unclocked while its reader waits
+    /// counts that reader again from its next read.
     pub(crate) readers: AtomicU16,
     /// The socket is handed to the kernel's Nagle (the shim's `TCP_NODELAY` is off): see
     /// the `clock` module. Until the descriptor is renewed, duplicated, or the program's.
@@ -74,6 +76,9 @@ pub(crate) struct Slot {
     /// How many times the interval between the flusher's looks has doubled (see
     /// `CLOCK_BACKOFF_MAX`).
     pub(crate) clock_backoff: AtomicU8,
+    /// The flusher has pushed what waited on this clocked socket once: its looks back off
+    /// no further than `CLOCK_BACKOFF_MAX` (else `CLOCK_BACKOFF_UNPUSHED`).
+    pub(crate) clock_pushed: AtomicBool,
     /// Changes of the shim's `TCP_NODELAY` on their way to the kernel.
     pub(crate) nodelay_busy: AtomicU16,
     /// The program is setting `TCP_NODELAY` itself (see `Shim::program_nodelay_begins`).
@@ -99,6 +104,7 @@ impl Slot {
         self.clocked.store(false, Relaxed);
         self.clock_segments.store(0, Relaxed);
         self.clock_backoff.store(0, Relaxed);
+        self.clock_pushed.store(false, Relaxed);
         self.program_choosing.store(false, Relaxed);
     }
 

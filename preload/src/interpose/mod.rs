@@ -27,6 +27,7 @@ pub(crate) fn enosys<T: From<i8>>() -> T {
 /// - `fn f(..) -> R { before }`: runs `before`, then the call;
 /// - `fn f(..) -> R { before } => after(|r| after)`: then runs `after` with the call's
 ///   result `r`, and returns `r`;
+/// - `fn f(..) -> R { before } => after(|b, r| after)`: the same, with `before`'s value `b`;
 /// - `fn f(..) -> R { before } => writing(fd, flags)`: the call is a write of `fd` (see
 ///   [`writing`]);
 /// - `fn f(..) -> R => waits(kind, never, [sets(n, r, w, e),] probe(args))`: the call is a wait
@@ -42,6 +43,15 @@ macro_rules! forward {
         => after(|$r:ident| $after:expr)) => {
         forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
             $($before;)?
+            let $r = call();
+            $after;
+            $r
+        });
+    };
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty { $before:expr }
+        => after(|$b:ident, $r:ident| $after:expr)) => {
+        forward!(@hook $(#[$doc])* fn $name($($arg: $ty),*) -> $ret; |call| {
+            let $b = $before;
             let $r = call();
             $after;
             $r

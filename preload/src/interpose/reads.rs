@@ -8,19 +8,19 @@ forward!(
     /// `read(2)`.
     fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 forward!(
     /// `readv(2)`.
     fn readv(fd: c_int, iov: *const libc::iovec, cnt: c_int) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 forward!(
     /// `recv(2)`.
     fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 forward!(
     /// `recvfrom(2)`.
@@ -33,13 +33,13 @@ forward!(
         len: *mut socklen_t,
     ) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 with_time64_twin!(
     /// `recvmsg(2)`.
     fn recvmsg / __recvmsg64(fd: c_int, msg: *mut Msghdr, flags: c_int) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 
 // Fortified reads (_FORTIFY_SOURCE builds call these instead of read/recv/recvfrom/poll).
@@ -47,13 +47,13 @@ forward!(
     /// `__read_chk`.
     fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 forward!(
     /// `__recv_chk`.
     fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 forward!(
     /// `__recvfrom_chk`.
@@ -67,7 +67,7 @@ forward!(
         len: *mut socklen_t,
     ) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 with_time64_twin!(
     /// `recvmmsg(2)`.
@@ -79,7 +79,7 @@ with_time64_twin!(
         timeout: *mut Timespec,
     ) -> c_int {
         hooks::read_begins(fd)
-    } => after(|r| hooks::read_ends(fd, r > 0))
+    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
 );
 
 forward!(

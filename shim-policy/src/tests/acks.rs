@@ -21,14 +21,14 @@ fn shim_with(acks: Acks) -> (Shim, Fake) {
 #[test]
 fn quickack_is_set_again_after_each_read_that_returned_data() {
     let (s, k) = shim_with(Acks::Quickack);
-    s.read_begins(&k, 3);
-    s.read_ends(&k, 3, true);
-    s.read_begins(&k, 3);
-    s.read_ends(&k, 3, false); // EAGAIN, EOF or an error: nothing to acknowledge
-    s.read_begins(&k, 150); // not a TCP socket
-    s.read_ends(&k, 150, true);
-    s.read_begins(&k, 4);
-    s.read_ends(&k, 4, true);
+    let r = s.read_begins(&k, 3);
+    s.read_ends(&k, 3, r, true);
+    let r = s.read_begins(&k, 3);
+    s.read_ends(&k, 3, r, false); // EAGAIN, EOF or an error: nothing to acknowledge
+    let r = s.read_begins(&k, 150); // not a TCP socket
+    s.read_ends(&k, 150, r, true);
+    let r = s.read_begins(&k, 4);
+    s.read_ends(&k, 4, r, true);
     assert_eq!(*k.quickacks.borrow(), vec![3, 4]);
     assert_eq!(s.stats.ack_calls.load(Relaxed), 2);
     assert!(k.delack_max.borrow().is_empty());
@@ -39,8 +39,8 @@ fn delack_max_is_set_once_on_every_tcp_socket_the_program_gets() {
     let (s, k) = shim_with(Acks::DelackMaxUs(8000));
     // Its own choice of how to send does not exempt a socket: the bound is the receiver's.
     s.program_holds(&k, 4);
-    s.read_begins(&k, 3);
-    s.read_ends(&k, 3, true);
+    let r = s.read_begins(&k, 3);
+    s.read_ends(&k, 3, r, true);
     assert_eq!(*k.delack_max.borrow(), vec![(3, 8000), (4, 8000)]);
     assert!(k.quickacks.borrow().is_empty());
 }
@@ -48,8 +48,8 @@ fn delack_max_is_set_once_on_every_tcp_socket_the_program_gets() {
 #[test]
 fn native_acks_are_left_alone() {
     let (s, k) = shim_with(Acks::Native);
-    s.read_begins(&k, 3);
-    s.read_ends(&k, 3, true);
+    let r = s.read_begins(&k, 3);
+    s.read_ends(&k, 3, r, true);
     assert!(k.quickacks.borrow().is_empty() && k.delack_max.borrow().is_empty());
     assert_eq!(s.stats.ack_calls.load(Relaxed), 0);
 }

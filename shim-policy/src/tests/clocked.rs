@@ -3,7 +3,7 @@
 //! writes go plainly, and the flusher pushes what no ACK clocks out within a few bounds.
 
 use super::*;
-use crate::clock::{CLOCK_BACKOFF_MAX, CLOCK_LOOKS_PER_BOUND};
+use crate::clock::{CLOCK_BACKOFF_MAX, CLOCK_BACKOFF_UNPUSHED, CLOCK_LOOKS_PER_BOUND};
 
 /// The time between the flusher's looks at a clocked socket under `shim()`'s configuration
 /// (half its linger bound), in µs.
@@ -24,7 +24,7 @@ fn counting_shim() -> (Shim, Fake) {
 fn clocked() -> (Shim, Fake, ThreadBursts, FlusherState) {
     let (s, k) = shim();
     let mut w = ThreadBursts::new();
-    s.read_begins(&k, 3);
+    let _ = s.read_begins(&k, 3);
     write(&s, &k, 3, &mut w);
     (s, k, w, FlusherState::default())
 }
@@ -33,7 +33,7 @@ fn clocked() -> (Shim, Fake, ThreadBursts, FlusherState) {
 fn behind_a_waiting_reader_the_socket_is_left_to_nagle_once() {
     let (s, k) = counting_shim();
     let mut writer = ThreadBursts::new();
-    s.read_begins(&k, 3); // the reader thread, blocked in recv
+    let reader = s.read_begins(&k, 3); // the reader thread, blocked in recv
     write(&s, &k, 3, &mut writer);
     assert!(!s.is_corked(3), "no burst of the shim's");
     assert_eq!(k.nodelay_clears.get(), 1, "its TCP_NODELAY came off");
@@ -47,7 +47,7 @@ fn behind_a_waiting_reader_the_socket_is_left_to_nagle_once() {
     assert_eq!(k.unsent(3), 0);
     assert_eq!(k.segments(3), 2, "two writes held, one segment");
     // The reader turns to its answers: the socket stays clocked (no more setsockopt).
-    s.read_ends(&k, 3, true);
+    s.read_ends(&k, 3, reader, true);
     write(&s, &k, 3, &mut writer);
     assert!(!s.is_corked(3));
     assert_eq!(k.nodelay_clears.get(), 1);
@@ -65,8 +65,8 @@ fn without_a_reader_waiting_the_burst_is_held_as_before() {
     assert_eq!(s.stats.clocked.load(Relaxed), 0);
     s.release_thread(&k, &mut t);
     // A read that began and ended counts no more.
-    s.read_begins(&k, 3);
-    s.read_ends(&k, 3, true);
+    let r = s.read_begins(&k, 3);
+    s.read_ends(&k, 3, r, true);
     write(&s, &k, 3, &mut t);
     assert!(s.is_corked(3));
     assert_eq!(k.nodelay_clears.get(), 0);
@@ -74,17 +74,38 @@ fn without_a_reader_waiting_the_burst_is_held_as_before() {
 }
 
 #[test]
-fn a_read_that_ends_unannounced_never_takes_the_count_below_zero() {
+fn a_clocked_sockets_reads_count_nothing_and_a_counted_read_counts_down_once() {
     let (s, k) = shim();
-    let mut t = ThreadBursts::new();
-    s.read_ends(&k, 3, true);
-    s.read_ends(&k, 3, true);
-    write(&s, &k, 3, &mut t);
-    assert!(s.is_corked(3), "no reader counted");
-    s.release_thread(&k, &mut t);
-    s.read_begins(&k, 3);
-    write(&s, &k, 3, &mut t);
-    assert!(!s.is_corked(3), "one reader counted");
+    let mut w = ThreadBursts::new();
+    let slot = s.slot(3).unwrap();
+    let reader = s.read_begins(&k, 3);
+    assert_eq!(
+        slot.readers.load(Relaxed),
+        1,
+        "a reader of a socket not clocked"
+    );
+    write(&s, &k, 3, &mut w); // the socket turns
+                              // The read that began before is counted down when it ends, once...
+    s.read_ends(&k, 3, reader, true);
+    assert_eq!(slot.readers.load(Relaxed), 0);
+    // ...and the reader's later reads, on the clocked socket, write no count at all.
+    for _ in 0..3 {
+        let r = s.read_begins(&k, 3);
+        assert_eq!(slot.readers.load(Relaxed), 0);
+        s.read_ends(&k, 3, r, true);
+        assert_eq!(slot.readers.load(Relaxed), 0, "never below zero");
+    }
+    let step = s.clocked_write(3);
+    assert!(
+        step.is_some(),
+        "still clocked: the count decides only the turn"
+    );
+    // A socket unclocked (a duplicate) counts its readers again.
+    s.duplicate(&k, 3, 7);
+    let r = s.read_begins(&k, 3);
+    assert_eq!(slot.readers.load(Relaxed), 1);
+    s.read_ends(&k, 3, r, false);
+    assert_eq!(slot.readers.load(Relaxed), 0);
 }
 
 #[test]
@@ -186,7 +207,7 @@ fn a_program_choosing_nodelay_waits_for_a_change_of_the_shims_on_its_way() {
 fn a_duplicate_or_a_missing_flusher_ends_the_clock() {
     let (s, k) = shim();
     let mut w = ThreadBursts::new();
-    s.read_begins(&k, 3);
+    let _ = s.read_begins(&k, 3);
     write(&s, &k, 3, &mut w);
     write(&s, &k, 3, &mut w);
     assert_eq!(k.unsent(3), 1);
@@ -200,7 +221,7 @@ fn a_duplicate_or_a_missing_flusher_ends_the_clock() {
     s.release_thread(&k, &mut w);
 
     let (s, k) = shim();
-    s.read_begins(&k, 4);
+    let _ = s.read_begins(&k, 4);
     write(&s, &k, 4, &mut w);
     write(&s, &k, 4, &mut w);
     s.flusher_cannot_run(&k);
@@ -213,11 +234,11 @@ fn a_duplicate_or_a_missing_flusher_ends_the_clock() {
 fn a_closed_clocked_socket_leaves_no_mark_counted() {
     let (s, k) = shim();
     let mut w = ThreadBursts::new();
-    s.read_begins(&k, 3);
+    let reader = s.read_begins(&k, 3);
     write(&s, &k, 3, &mut w);
     write(&s, &k, 3, &mut w);
     assert_eq!(s.held(), 1);
-    s.read_ends(&k, 3, false);
+    s.read_ends(&k, 3, reader, false);
     s.forget(&k, 3);
     assert_eq!(s.held(), 0);
     s.adopt(&k, 3);
@@ -229,46 +250,62 @@ fn a_closed_clocked_socket_leaves_no_mark_counted() {
     s.release_thread(&k, &mut w);
 }
 
+/// Drives the clocked socket fd 3 busy from `t` for `rounds` looks' time (every tenth of a
+/// look a write waits behind the one in flight, and an ACK sends it), then stops it (the peer
+/// delays its ACK of one last write) and ticks until the flusher pushes. Returns the gaps
+/// between the flusher's looks while it moved, and how long the last write was held.
+fn busy_then_stalled(
+    s: &Shim,
+    k: &Fake,
+    w: &mut ThreadBursts,
+    st: &mut FlusherState,
+    t: &mut u64,
+    rounds: u64,
+) -> (Vec<u64>, u64) {
+    let step = look() / 10;
+    let mut looks = Vec::new();
+    let end = *t + rounds * look();
+    while *t < end {
+        *t += step;
+        k.now.set(*t);
+        write(s, k, 3, w);
+        k.ack(3);
+        let asked = k.sendings.get();
+        s.flusher_tick(k, st);
+        if k.sendings.get() > asked {
+            looks.push(*t);
+        }
+    }
+    let gaps = looks.windows(2).map(|w| w[1] - w[0]).collect();
+    write(s, k, 3, w);
+    let held_at = *t;
+    while k.unsent(3) > 0 {
+        *t += step;
+        k.now.set(*t);
+        s.flusher_tick(k, st);
+        assert!(*t - held_at <= 1 << 30, "never pushed");
+    }
+    (gaps, *t - held_at)
+}
+
 #[test]
 fn a_moving_socket_is_looked_at_less_often_and_pushed_once_it_stops() {
     let (s, k, mut w, mut st) = clocked();
-    // ACKs clock it out: every 50 µs a write waits behind the one in flight, and an ACK
-    // sends it.
     let step = look() / 10;
-    let mut looks = Vec::new();
     let mut t = 0;
-    while t < 20 * look() {
-        t += step;
-        k.now.set(t);
-        write(&s, &k, 3, &mut w);
-        k.ack(3);
-        let asked = k.sendings.get();
-        s.flusher_tick(&k, &mut st);
-        if k.sendings.get() > asked {
-            looks.push(t);
-        }
-    }
-    assert_eq!(s.stats.linger_releases.load(Relaxed), 0, "never pushed");
-    let gaps: Vec<u64> = looks.windows(2).map(|w| w[1] - w[0]).collect();
-    let widest = look() << CLOCK_BACKOFF_MAX;
+    // Never pushed yet: the looks spread out to `CLOCK_BACKOFF_UNPUSHED`'s interval.
+    let (gaps, held) = busy_then_stalled(&s, &k, &mut w, &mut st, &mut t, 200);
+    let widest = look() << CLOCK_BACKOFF_UNPUSHED;
     assert!(
-        gaps.windows(2).all(|g| g[1] > g[0])
+        gaps.windows(2).all(|g| g[1] >= g[0])
             && gaps
                 .last()
                 .is_some_and(|&g| g >= widest && g <= widest + 2 * step),
         "looks spread out while the socket moves, up to {widest} µs apart: {gaps:?}"
     );
-    // It stops (the peer delays its ACK): pushed within two of the widest intervals.
-    write(&s, &k, 3, &mut w);
-    let held_at = t;
-    while k.unsent(3) > 0 {
-        t += step;
-        k.now.set(t);
-        s.flusher_tick(&k, &mut st);
-        assert!(t - held_at <= 2 * widest, "held {} µs", t - held_at);
-    }
-    assert_eq!(s.stats.linger_releases.load(Relaxed), 1);
-    // And the next stall is pushed within a bound and a half again.
+    assert!(held <= 2 * widest + step, "held {held} µs");
+    assert_eq!(s.stats.linger_releases.load(Relaxed), 1, "pushed once");
+    // The next stall is pushed within a bound and a half again.
     k.ack(3);
     write(&s, &k, 3, &mut w);
     write(&s, &k, 3, &mut w);
@@ -279,6 +316,16 @@ fn a_moving_socket_is_looked_at_less_often_and_pushed_once_it_stops() {
         s.flusher_tick(&k, &mut st);
         assert!(t - held_at <= 3 * look() + step, "held {} µs", t - held_at);
     }
+    k.ack(3);
+    // Pushed before: the looks of its next busy stretch spread out to `CLOCK_BACKOFF_MAX`'s
+    // interval only, and its next stall waits two of those at most.
+    let (gaps, held) = busy_then_stalled(&s, &k, &mut w, &mut st, &mut t, 40);
+    let widest = look() << CLOCK_BACKOFF_MAX;
+    assert!(
+        gaps.iter().all(|&g| g <= widest + 2 * step) && gaps.last().is_some_and(|&g| g >= widest),
+        "looks at most {widest} µs apart: {gaps:?}"
+    );
+    assert!(held <= 2 * widest + step, "held {held} µs");
 }
 
 #[test]
@@ -287,7 +334,7 @@ fn a_clocked_write_touches_no_shared_counter_unless_counts_are_asked_for() {
         let (s, k) = if counts { counting_shim() } else { shim() };
         let mut w = ThreadBursts::new();
         assert!(s.clocked_write(3).is_none(), "not clocked yet");
-        s.read_begins(&k, 3);
+        let _ = s.read_begins(&k, 3);
         write(&s, &k, 3, &mut w); // the full decision: the socket turns
         let step = s.clocked_write(3).expect("clocked: the common case");
         assert!(step.needs_after(), "its mark comes after the write");
@@ -302,7 +349,7 @@ fn a_clocked_write_touches_no_shared_counter_unless_counts_are_asked_for() {
     }
     // Not for a socket the program holds itself, nor in another mode.
     let (s, k) = shim();
-    s.read_begins(&k, 3);
+    let _ = s.read_begins(&k, 3);
     write(&s, &k, 3, &mut ThreadBursts::new());
     s.program_holds(&k, 3);
     assert!(s.clocked_write(3).is_none());
@@ -310,7 +357,7 @@ fn a_clocked_write_touches_no_shared_counter_unless_counts_are_asked_for() {
         mode: Mode::Nodelay,
         ..Config::default()
     });
-    s.read_begins(&k, 4);
+    let _ = s.read_begins(&k, 4);
     assert!(s.clocked_write(4).is_none());
 }
 
@@ -344,7 +391,7 @@ fn a_busy_clocked_socket_keeps_its_mark_and_the_flusher_sleeps_to_its_next_look(
         "the flusher sleeps to the next look, {sleep:?}, not one bound: {widest:?}"
     );
     // Idle (no segment since, nothing waiting): the mark goes, and the next write marks.
-    k.now.set(t + widest.as_micros() as u64 + 1);
+    k.now.set(t + sleep.as_micros() as u64 + 1);
     s.flusher_tick(&k, &mut st);
     assert_eq!(s.held(), 0, "idle: no longer watched");
     write(&s, &k, 3, &mut w);
