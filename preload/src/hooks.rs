@@ -236,14 +236,21 @@ pub fn release_socket(fd: c_int) {
 /// `fd` is about to be read or received on: as [`release_socket`], and the thread counts as
 /// waiting in a read of it until [`read_ends`].
 pub fn read_begins(fd: c_int) -> Option<Reading> {
-    shim().map(|s| quietly(|| s.read_begins(&Libc, fd)))
+    let s = shim()?;
+    // Loads only (no system call: errno is untouched).
+    if let Some(reading) = s.clocked_read(fd) {
+        return Some(reading);
+    }
+    Some(quietly(|| s.read_begins(&Libc, fd)))
 }
 
 /// The read [`read_begins`] announced (`reading`) returned, with data if `got` (the same
 /// call: inside a signal handler neither counts).
 pub fn read_ends(fd: c_int, reading: Option<Reading>, got: bool) {
     if let (Some(s), Some(reading)) = (shim(), reading) {
-        quietly(|| s.read_ends(&Libc, fd, reading, got));
+        if s.read_ends_needed(reading) {
+            quietly(|| s.read_ends(&Libc, fd, reading, got));
+        }
     }
 }
 

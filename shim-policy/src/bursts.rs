@@ -56,6 +56,13 @@ pub struct Reading {
     counted: bool,
 }
 
+impl Shim {
+    /// Whether [`Shim::read_ends`] has anything to do for `reading`.
+    pub fn read_ends_needed(&self, reading: Reading) -> bool {
+        reading.counted || self.config.acks == Acks::Quickack
+    }
+}
+
 /// What the libc layer does around one write on a managed socket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[must_use]

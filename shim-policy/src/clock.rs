@@ -136,6 +136,22 @@ impl Shim {
         Some(WriteStep::clocked())
     }
 
+    /// The read about to be made on `fd`, if the socket is clocked already and nothing else
+    /// is to be done before it ([`Shim::read_begins`] would only look): loads only. Its
+    /// reader's calls, as its writers', come between the program's own steps (the answers it
+    /// hands on to waiting writers).
+    pub fn clocked_read(&self, fd: i32) -> Option<Reading> {
+        let slot = self.slot(fd)?;
+        if !slot.clocked.load(Acquire) || slot.shared.load(Acquire) != 0 {
+            return None;
+        }
+        let flags = slot.flags.peek();
+        if flags.is_held() || slot.writes.load(Relaxed) != 0 {
+            return None;
+        }
+        Some(Reading::default())
+    }
+
     /// After a clocked write: marks `fd` for the flusher's look unless a mark is pending;
     /// true if the flusher must be woken (or started).
     pub(crate) fn mark_clocked(&self, k: &impl Kernel, fd: i32) -> bool {

@@ -22,6 +22,7 @@ fn shim_with(acks: Acks) -> (Shim, Fake) {
 fn quickack_is_set_again_after_each_read_that_returned_data() {
     let (s, k) = shim_with(Acks::Quickack);
     let r = s.read_begins(&k, 3);
+    assert!(s.read_ends_needed(r), "every read's end sets it");
     s.read_ends(&k, 3, r, true);
     let r = s.read_begins(&k, 3);
     s.read_ends(&k, 3, r, false); // EAGAIN, EOF or an error: nothing to acknowledge

@@ -95,6 +95,11 @@ fn a_clocked_sockets_reads_count_nothing_and_a_counted_read_counts_down_once() {
         s.read_ends(&k, 3, r, true);
         assert_eq!(slot.readers.load(Relaxed), 0, "never below zero");
     }
+    // Their common case takes loads only, and nothing is left for the read's end.
+    let r = s.clocked_read(3).expect("clocked, nothing held");
+    assert_eq!(r, s.read_begins(&k, 3), "the same as the full step");
+    assert!(!s.read_ends_needed(r));
+    assert!(s.clocked_read(4).is_none(), "not clocked");
     let step = s.clocked_write(3);
     assert!(
         step.is_some(),
@@ -102,6 +107,7 @@ fn a_clocked_sockets_reads_count_nothing_and_a_counted_read_counts_down_once() {
     );
     // A socket unclocked (a duplicate) counts its readers again.
     s.duplicate(&k, 3, 7);
+    assert!(s.clocked_read(3).is_none());
     let r = s.read_begins(&k, 3);
     assert_eq!(slot.readers.load(Relaxed), 1);
     s.read_ends(&k, 3, r, false);
