@@ -15,8 +15,8 @@
 //! clocks them, and it pushes them (`TCP_NODELAY` on, then off). A held small write thus
 //! waits about two bounds at most, never a delayed-ACK timer; while ACKs clock the socket, the
 //! flusher only looks, less and less often (`CLOCK_BACKOFF_MAX`; further on a socket it never
-//! had to push, `CLOCK_BACKOFF_UNPUSHED`), and the mark stays (a busy socket's writes find it
-//! set and mark nothing) until a look finds the socket idle.
+//! had to push, `CLOCK_UNPUSHED_LONGEST_US`), and the mark stays (a busy socket's writes find
+//! it set and mark nothing) until a look finds the socket idle.
 //!
 //! Invariants:
 //! 1. A clocked write's mark is set after its bytes were queued, or a mark set before it is
@@ -53,18 +53,35 @@ pub(crate) const CLOCK_LOOKS_PER_BOUND: u64 = 2;
 ///
 /// That bound is for a socket the flusher has had to push before (its peer delays ACKs: a
 /// request split into writes, a slow answer). One it never had to push backs off further,
-/// to `2^CLOCK_BACKOFF_UNPUSHED` times the first interval: its peer's ACKs have always come
-/// within a look, so the looks are insurance only, and their wake-ups cost the program more
-/// than they are likely to save (a multiplexed client whose every request is one write, at
-/// a quarter of the wake-ups' cost: `scripts/bench-clocked-writer`). Its first push brings
-/// it back to `CLOCK_BACKOFF_MAX` for good. A stall after a long stretch without one waits
-/// at most two such intervals, and never longer than natively: the flusher only ever sends
-/// sooner what the kernel's Nagle holds for the peer's ACK.
+/// up to [`CLOCK_UNPUSHED_LONGEST_US`] between looks: its peer's ACKs have come within a
+/// look so far, so the looks are insurance, and their wake-ups cost a busy program more
+/// than they are likely to save (the clocked writer of `scripts/bench-clocked-writer` paid
+/// about 80 ns a write for looks at the 4-bound pace, 40 at 16 ms). Its first push brings it
+/// back to `CLOCK_BACKOFF_MAX` for good.
 pub(crate) const CLOCK_BACKOFF_MAX: u8 = 3;
 
-/// How far the looks at a clocked socket the flusher never had to push back off (see
-/// [`CLOCK_BACKOFF_MAX`]).
-pub(crate) const CLOCK_BACKOFF_UNPUSHED: u8 = 6;
+/// How many times the interval between the looks at a clocked socket the flusher never had
+/// to push may double (its time is capped by [`CLOCK_UNPUSHED_LONGEST_US`]).
+pub(crate) const CLOCK_BACKOFF_UNPUSHED: u8 = 8;
+
+/// The longest interval between the looks at a clocked socket the flusher never had to push
+/// (or `2^CLOCK_BACKOFF_MAX` first intervals, if longer): two of them, the most a stall after
+/// a long busy stretch waits, stay below the shortest delayed-ACK timer (Linux's 40 ms), so
+/// that the flusher, not the peer's timer, sends what stalls, and the socket learns that its
+/// peer delays ACKs. Never later than natively either way: the flusher only ever sends sooner
+/// what the kernel's Nagle holds for the peer's ACK.
+pub(crate) const CLOCK_UNPUSHED_LONGEST_US: u64 = 16_000;
+
+/// The interval between looks at a clocked socket after `backoff` doublings of `first`;
+/// `pushed`: the flusher has had to push it before.
+fn clock_interval(first: u64, backoff: u8, pushed: bool) -> u64 {
+    if pushed {
+        first << backoff.min(CLOCK_BACKOFF_MAX)
+    } else {
+        let longest = CLOCK_UNPUSHED_LONGEST_US.max(first << CLOCK_BACKOFF_MAX);
+        (first << backoff.min(CLOCK_BACKOFF_UNPUSHED)).min(longest)
+    }
+}
 
 /// What the kernel holds for a socket, and what it sent ([`Kernel::sending`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -159,10 +176,13 @@ impl Shim {
             return false;
         };
         // Pairs with the flusher's clearing swap (invariant 1) through the socket's lock, no
-        // fence of ours: the write queued its bytes under the lock, and the flusher's look
-        // takes it after its swap. Either the look took it first, and this load, after the
+        // fence of ours: the write queued its bytes under the lock (Linux's `tcp_sendmsg`
+        // takes `lock_sock`), and the flusher's look takes it after its swap (`tcp_get_info`
+        // takes `lock_sock_fast`). Either the look took it first, and this load, after the
         // write's taking of it, sees the mark cleared (and sets a new one); or the write took
-        // it first, and the look sees the bytes.
+        // it first, and the look sees the bytes. (A kernel that read `TCP_INFO` unlocked
+        // could leave a write racing a look unwatched: its bytes would wait for the peer's
+        // ACK, as natively.)
         if slot.clock_mark_us.load(SeqCst) != 0 {
             return false;
         }
@@ -190,13 +210,15 @@ impl Shim {
         now: u64,
         bound: u64,
     ) -> Option<u64> {
-        let widest = if slot.clock_pushed.load(Relaxed) {
+        let pushed = slot.clock_pushed.load(Relaxed);
+        let widest = if pushed {
             CLOCK_BACKOFF_MAX
         } else {
             CLOCK_BACKOFF_UNPUSHED
         };
+        let first = (bound / CLOCK_LOOKS_PER_BOUND).max(1);
         let backoff = slot.clock_backoff.load(Relaxed).min(widest);
-        let limit = ((bound / CLOCK_LOOKS_PER_BOUND) << backoff).max(1);
+        let limit = clock_interval(first, backoff, pushed);
         let mark = slot.clock_mark_us.load(Acquire);
         if mark == 0 {
             return None;
@@ -240,8 +262,7 @@ impl Shim {
             slot.clock_backoff.store(0, Relaxed);
             return None;
         }
-        // Still clocked out by ACKs: look again, later (`CLOCK_BACKOFF_MAX`,
-        // `CLOCK_BACKOFF_UNPUSHED`).
+        // Still clocked out by ACKs: look again, later (`clock_interval`).
         slot.clock_backoff.store(backoff, Relaxed);
         if slot
             .clock_mark_us
@@ -250,7 +271,7 @@ impl Shim {
         {
             self.corked.fetch_add(1, AcqRel);
         }
-        Some((bound / CLOCK_LOOKS_PER_BOUND) << backoff)
+        Some(clock_interval(first, backoff, pushed))
     }
 
     /// Clears `slot`'s mark, counting it down (invariant 2); whether there was one.

@@ -95,7 +95,8 @@
 //! ACK. The bound Nagle lacks is the flusher's: each clocked write marks the socket, and a
 //! look finding bytes unsent and no segment sent since its previous look pushes them
 //! (`CLOCK_LOOKS_PER_BOUND` looks per linger bound, spreading out while the socket keeps
-//! moving, `CLOCK_BACKOFF_MAX`: a few bounds at most). A duplicated
+//! moving: up to 4 bounds apart once it has needed a push, else up to
+//! `CLOCK_UNPUSHED_LONGEST_US`, two of which stay below a delayed-ACK timer). A duplicated
 //! socket, or one whose flusher cannot run, goes back to the shim's `TCP_NODELAY`.
 //!
 //! **Programs that set `TCP_NODELAY` themselves** (nginx, redis, node) already send each
@@ -172,15 +173,17 @@ mod flusher;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod program_options;
+mod reads;
 mod shim;
 mod slot;
 mod state;
 mod sync;
 
-pub use bursts::{Reading, ThreadBursts, WriteStep};
+pub use bursts::{ThreadBursts, WriteStep};
 pub use clock::Sending;
 pub use config::{Config, Mode, Stats};
 pub use flusher::{FlusherState, FlusherStep};
+pub use reads::Reading;
 pub use shim::{Kernel, Shim};
 
 #[cfg(all(test, not(loom)))]

@@ -26,7 +26,8 @@ pub trait Kernel {
     fn clear_nodelay(&self, fd: i32) -> bool;
     /// What `fd`'s kernel holds unsent and how many data segments it sent (`TCP_INFO`);
     /// `None` if unknown. Read under the socket's lock, which a write takes to queue its
-    /// bytes (Linux's `tcp_get_info` and `tcp_sendmsg`): the clock's invariant 1 rests on it.
+    /// bytes (Linux's `tcp_get_info` takes `lock_sock_fast`, `tcp_sendmsg` `lock_sock`):
+    /// the clock's invariant 1 rests on it.
     fn sending(&self, fd: i32) -> Option<Sending>;
     /// Sets `TCP_QUICKACK` (the kernel acknowledges what it received at once, and goes on
     /// doing so until it next decides to delay).
