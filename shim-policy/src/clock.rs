@@ -72,14 +72,24 @@ pub(crate) const CLOCK_BACKOFF_UNPUSHED: u8 = 8;
 /// what the kernel's Nagle holds for the peer's ACK.
 pub(crate) const CLOCK_UNPUSHED_LONGEST_US: u64 = 16_000;
 
-/// The interval between looks at a clocked socket after `backoff` doublings of `first`;
-/// `pushed`: the flusher has had to push it before.
-fn clock_interval(first: u64, backoff: u8, pushed: bool) -> u64 {
+/// How many times the interval between looks at a clocked socket may double; `pushed`: the
+/// flusher has had to push it before.
+fn widest_backoff(pushed: bool) -> u8 {
     if pushed {
-        first << backoff.min(CLOCK_BACKOFF_MAX)
+        CLOCK_BACKOFF_MAX
     } else {
-        let longest = CLOCK_UNPUSHED_LONGEST_US.max(first << CLOCK_BACKOFF_MAX);
-        (first << backoff.min(CLOCK_BACKOFF_UNPUSHED)).min(longest)
+        CLOCK_BACKOFF_UNPUSHED
+    }
+}
+
+/// The interval between looks at a clocked socket after `backoff` doublings of `first`
+/// (at most [`widest_backoff`]); `pushed`: the flusher has had to push it before.
+fn clock_interval(first: u64, backoff: u8, pushed: bool) -> u64 {
+    let interval = first << backoff.min(widest_backoff(pushed));
+    if pushed {
+        interval
+    } else {
+        interval.min(CLOCK_UNPUSHED_LONGEST_US.max(first << CLOCK_BACKOFF_MAX))
     }
 }
 
@@ -211,11 +221,7 @@ impl Shim {
         bound: u64,
     ) -> Option<u64> {
         let pushed = slot.clock_pushed.load(Relaxed);
-        let widest = if pushed {
-            CLOCK_BACKOFF_MAX
-        } else {
-            CLOCK_BACKOFF_UNPUSHED
-        };
+        let widest = widest_backoff(pushed);
         let first = (bound / CLOCK_LOOKS_PER_BOUND).max(1);
         let backoff = slot.clock_backoff.load(Relaxed).min(widest);
         let limit = clock_interval(first, backoff, pushed);

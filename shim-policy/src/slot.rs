@@ -73,11 +73,11 @@ pub(crate) struct Slot {
     pub(crate) clock_mark_us: AtomicU64,
     /// Data segments sent at the flusher's last look, plus one (0: no look yet).
     pub(crate) clock_segments: AtomicU64,
-    /// How many times the interval between the flusher's looks has doubled (see
-    /// `CLOCK_BACKOFF_MAX`).
+    /// How many times the interval between the flusher's looks has doubled (see the
+    /// `clock` module's `clock_interval`).
     pub(crate) clock_backoff: AtomicU8,
     /// The flusher has pushed what waited on this clocked socket once: its looks back off
-    /// no further than `CLOCK_BACKOFF_MAX` (else `CLOCK_BACKOFF_UNPUSHED`).
+    /// no further than `CLOCK_BACKOFF_MAX` (else up to `CLOCK_UNPUSHED_LONGEST_US`).
     pub(crate) clock_pushed: AtomicBool,
     /// Changes of the shim's `TCP_NODELAY` on their way to the kernel.
     pub(crate) nodelay_busy: AtomicU16,
