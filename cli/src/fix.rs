@@ -38,7 +38,8 @@ WHAT IT DOES
 
 SELECTION
   --pid PID          the process and its children: their cgroup when it holds nothing else,
-                     otherwise only their own connections (new ones found every 200 ms)
+                     otherwise only their own connections (new ones as they are made, wherever
+                     they are charged: a listener made in another cgroup included)
   --cgroup PATH      a cgroup v2 (absolute, or under the cgroup2 mount) and every cgroup below
   --unit NAME        a systemd unit's cgroup (nginx or nginx.service)
   --container ID     a container's cgroup (Docker, containerd, CRI-O, Podman; 12+ hex digits)
@@ -207,9 +208,14 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         .check(nagless_fix::tick())
         .map_err(|e| crate::usage(e.to_string()))?;
     let release = Proc::host().kernel_release().unwrap_or_default();
-    if let Some(have) = nagless_host::text::kernel_version(&release) {
+    let have = nagless_host::text::kernel_version(&release);
+    if let Some(have) = have {
         plan::check_kernel(&action, have, t.cgroup.is_some()).map_err(|e| anyhow!(e))?;
     }
+    // New connections as they are made, wherever they are charged (a process that shares its
+    // cgroup; a listener made in another cgroup): the options set from BPF on the marked
+    // ones. Without that (an old kernel), a shared process's new ones are looked for.
+    let marks = have.is_none_or(|have| plan::check_kernel(&action, have, true).is_ok());
     if a.dry_run {
         dry_run(&t, &action, &ports, a.pid);
         return Ok(());
@@ -229,7 +235,15 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     } else {
         a.pid.unwrap_or(0)
     };
-    let mut attached = Some(attach::attach(&t.home, &config, t.cgroup.is_some())?);
+    let root = target::cgroup2_root().context("cgroup v2")?;
+    let mut at = attach::attach(
+        &t.home,
+        &config,
+        t.cgroup.is_some(),
+        marks.then_some(root.as_path()),
+    )?;
+    at.set_targeted(&t.pids);
+    let mut attached = Some(at);
     crate::sys::catch_interrupts();
     let mut seen = BTreeSet::new();
     let first = existing::fix(&t.pids, &action, &ports, &mut seen, attached.as_ref());
@@ -242,6 +256,9 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         let why: Vec<&str> = first.blocked.iter().map(String::as_str).collect();
         anyhow::bail!("{}", why.join("; "));
     }
+    let new = attached
+        .as_ref()
+        .is_some_and(Attached::sets_new_connections);
     let pinned = match (a.persist, attached.take()) {
         (true, Some(at)) => Some(at.persist()?),
         (_, at) => {
@@ -253,7 +270,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     let scope = match &t.cgroup {
         Some(cg) => format!("cgroup {} ({})", cg.display(), processes(t.pids.len())),
         None => format!(
-            "process {} and its children ({}; their cgroup holds others, so new connections are found every 200 ms)",
+            "process {} and its children ({}; their cgroup holds others, so only theirs)",
             a.pid.unwrap_or(t.pids[0]),
             processes(t.pids.len())
         ),
@@ -261,10 +278,10 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     outln!(
         "nagless fix: {what} on {scope}: {} existing connection(s) changed{}",
         first.changed.len(),
-        if t.cgroup.is_some() {
-            "; every new one from now on"
+        if new {
+            "; every new one from now on, as it is made"
         } else {
-            ""
+            "; new ones are looked for every 200 ms (this kernel cannot set the options from BPF)"
         }
     );
     if let Some(dir) = pinned {
@@ -279,11 +296,16 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     while !crate::sys::interrupted() && (a.duration.is_zero() || start.elapsed() < a.duration) {
         std::thread::sleep(Duration::from_millis(200));
         if t.cgroup.is_none() {
-            // The process's own connections: look again for new ones, until it exits.
+            // The process's own connections: its children as they come and go, and the
+            // connections that escaped the marks (a child's, made before it was known), until
+            // it exits.
             let Ok(now) = target::resolve(&sel) else {
                 outln!("nagless fix: process {} exited", a.pid.unwrap_or(0));
                 break;
             };
+            if let Some(at) = attached.as_mut() {
+                at.set_targeted(&now.pids);
+            }
             changed.extend(
                 existing::fix(&now.pids, &action, &ports, &mut seen, attached.as_ref()).changed,
             );

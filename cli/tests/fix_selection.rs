@@ -109,3 +109,118 @@ print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), s.getsockopt(socket.
     finish_fix(child);
     assert_eq!(probe(), "0 0");
 }
+
+/// An unmodified python3 in `cg` with a listener; on each line it reads, it makes `n` short
+/// connections to its own listener, as quickly as it can, and prints for each the
+/// TCP_NODELAY of both ends (the connecting one right after connect, the accepted one right
+/// after accept) as "c s", then "done".
+struct ShortConnections {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl ShortConnections {
+    fn start(cg: &Cgroup) -> ShortConnections {
+        const SHORT: &str = r#"import socket, sys
+l = socket.create_server(('127.0.0.1', 0))
+print('ready', flush=True)
+for line in sys.stdin:
+    for _ in range(int(line)):
+        c = socket.create_connection(l.getsockname(), timeout=5)
+        s, _ = l.accept()
+        print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),
+              s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)
+        c.close()
+        s.close()
+    print('done', flush=True)
+"#;
+        let mut child = cg
+            .command()
+            .args(["python3", "-c", SHORT])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut s = ShortConnections { child, out };
+        assert_eq!(s.line(), "ready");
+        s
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+
+    /// `n` short connections: how many of them had TCP_NODELAY at both ends.
+    fn fixed_of(&mut self, n: usize) -> usize {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{n}").unwrap();
+        let mut fixed = 0;
+        loop {
+            match self.line().as_str() {
+                "done" => return fixed,
+                "1 1" => fixed += 1,
+                "" => panic!("the program ended"),
+                _ => {}
+            }
+        }
+    }
+}
+
+impl Drop for ShortConnections {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_pid_that_shares_its_cgroup_has_each_new_connection_fixed_as_it_is_made() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    let shared = Cgroup::new("short");
+    let (mut target, mut beside) = (
+        ShortConnections::start(&shared),
+        ShortConnections::start(&shared),
+    );
+    assert_eq!(target.fixed_of(3), 0);
+    let pid = target.child.id().to_string();
+    let (child, line) = start_fix(&["--pid", &pid, "--nodelay", "--duration", "5s"]);
+    assert!(line.contains("their cgroup holds others"), "{line}");
+    assert!(line.contains("every new one from now on"), "{line}");
+    // Both ends of every one, made faster than any look for new connections could follow:
+    // the connecting socket it makes, and the one its listener (made before the fix) accepts.
+    assert_eq!(target.fixed_of(20), 20, "{line}");
+    // Its neighbour in the same cgroup: untouched.
+    assert_eq!(beside.fixed_of(20), 0);
+    finish_fix(child);
+    // The fix's end: new connections as they were.
+    assert_eq!(target.fixed_of(3), 0);
+}
+
+#[test]
+fn connections_accepted_by_a_listener_charged_to_another_cgroup_are_fixed() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    // The listener is made in one cgroup; then its process is moved to a cgroup of its own
+    // (as a supervisor moves a started service): every connection it accepts is charged to
+    // the first cgroup, where the listener was made.
+    let (made, moved) = (Cgroup::new("made"), Cgroup::new("moved"));
+    let mut server = ShortConnections::start(&made);
+    let pid = server.child.id();
+    std::fs::write(moved.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    let (child, line) = start_fix(&["--pid", &pid.to_string(), "--nodelay", "--duration", "4s"]);
+    // The process is alone in its cgroup now: the whole cgroup is fixed.
+    assert!(line.contains(&moved.dir.display().to_string()), "{line}");
+    assert_eq!(server.fixed_of(10), 10, "{line}");
+    finish_fix(child);
+    assert_eq!(server.fixed_of(3), 0);
+}

@@ -11,6 +11,16 @@
  * - TCP_BPF_DELACK_MAX (Linux 5.10): the receiver's fix for peers that cannot be changed
  *   (its delayed ACK waits at most that long; the kernel refuses less than two jiffies).
  *
+ * Sockets charged to another cgroup than the selection's (a fix of one process that shares
+ * its cgroup with others; a listener made before its process was moved: every socket it
+ * accepts is charged where the listener was made) are reached by marks instead: `mine`
+ * holds a mark per socket of the selection, set by mark_new (cgroup/sock_create, in process
+ * context: the creating process is known) for the sockets the selected processes make, by
+ * userspace for the sockets they hold already, and copied by the kernel to every connection
+ * a marked listener accepts (BPF_F_CLONE). fix_marked, the same as fix_sockops but only for
+ * marked sockets, is attached to the root cgroup, so that it sees them wherever they are
+ * charged; nothing unmarked is touched. A socket both programs see gets the options once.
+ *
  * Userspace (fix/src/attach.rs) fills `config` once before attaching and reads `counters`.
  * Connections that exist already are reached from userspace (fix/src/existing.rs).
  * Nothing runs per packet: the kernel calls it a few times per connection (its init
@@ -30,6 +40,7 @@
 char LICENSE[] SEC("license") = "Dual MIT/GPL";
 
 #define SOL_TCP 6
+#define IPPROTO_TCP 6
 #define TCP_NODELAY 1
 #define TCP_DELACK_MAX_US 46
 #define MAX_PORTS 16
@@ -44,6 +55,28 @@ struct config {
 	__u32 fixer_tgid;    /* the nagless fix process (for `nagless fix --list`) */
 	__u32 target_pid;    /* the process (and children) fixed; 0: the whole cgroup */
 };
+
+/* The processes of a fix of one process and its children (target_pid != 0): their tgids,
+ * kept by userspace as children come and go. mark_new marks the sockets they make. */
+#define MAX_TARGETED 4096
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_TARGETED);
+	__type(key, __u32);
+	__type(value, __u8);
+} targeted SEC(".maps");
+
+/* Bits of `mine` (read and written by fix/src/attach.rs too). */
+#define MINE_MARKED 1  /* a socket of the selection */
+#define MINE_APPLIED 2 /* the options were set on it (by either program) */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE);
+	__type(key, int);
+	__type(value, __u32);
+} mine SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -90,8 +123,9 @@ static __always_inline int selected(const struct config *c, __u16 local, __u16 r
 	return 0;
 }
 
-SEC("sockops")
-int fix_sockops(struct bpf_sock_ops *ops)
+/* Sets the configured options on the connection `ops` once it is established and on a
+ * selected port; `marked_only`: only if it is marked as the selection's. */
+static __always_inline int apply(struct bpf_sock_ops *ops, int marked_only)
 {
 	if (ops->op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB &&
 	    ops->op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
@@ -100,6 +134,18 @@ int fix_sockops(struct bpf_sock_ops *ops)
 	struct config *c = bpf_map_lookup_elem(&config, &zero);
 	if (!c)
 		return 1;
+	struct bpf_sock *sk = ops->sk;
+	if (!sk)
+		return 1;
+	__u32 *m = bpf_sk_storage_get(&mine, sk, 0, marked_only ? 0 : BPF_SK_STORAGE_GET_F_CREATE);
+	if (marked_only && (!m || !(*m & MINE_MARKED)))
+		return 1;
+	/* Both programs may see one connection (charged to the selection's cgroup and marked):
+	 * the first sets the options, the second leaves it. */
+	if (m && (*m & MINE_APPLIED))
+		return 1;
+	if (m)
+		*m |= MINE_APPLIED;
 	count(ESTABLISHED);
 	/* local_port is in host order; remote_port holds the network-order port in its upper
 	 * half on little-endian hosts (bpf_ntohl puts it right). */
@@ -122,6 +168,41 @@ int fix_sockops(struct bpf_sock_ops *ops)
 		else
 			count(REFUSED);
 	}
+	return 1;
+}
+
+/* On the selection's cgroup, for a fix of the whole cgroup: every connection charged to it. */
+SEC("sockops")
+int fix_sockops(struct bpf_sock_ops *ops)
+{
+	return apply(ops, 0);
+}
+
+/* On the root cgroup: every marked connection, wherever it is charged. */
+SEC("sockops")
+int fix_marked(struct bpf_sock_ops *ops)
+{
+	return apply(ops, 1);
+}
+
+/* On the root cgroup, for a fix of one process and its children: marks each TCP socket one
+ * of them makes (the kernel calls it in the process's context, at socket()). */
+SEC("cgroup/sock_create")
+int mark_new(struct bpf_sock *sk)
+{
+	if (sk->protocol != IPPROTO_TCP)
+		return 1;
+	__u32 zero = 0;
+	struct config *c = bpf_map_lookup_elem(&config, &zero);
+	if (!c || !c->target_pid)
+		return 1;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (!bpf_map_lookup_elem(&targeted, &tgid))
+		return 1;
+	__u32 *m = bpf_sk_storage_get(&mine, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (m)
+		*m |= MINE_MARKED;
+	/* 1: the socket is made as asked. */
 	return 1;
 }
 

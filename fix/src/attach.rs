@@ -3,7 +3,11 @@
 //! bpffs to outlive it (`--persist`), listed and removed from there. Two programs: the
 //! sock_ops one sets the options on every new connection of a whole cgroup; the
 //! cgroup/setsockopt one notes the options the program sets itself, which the undo leaves
-//! alone (attached for every fix, also one of a process that shares its cgroup).
+//! alone (attached for every fix, also one of a process that shares its cgroup). Sockets
+//! charged elsewhere (a process that shares its cgroup, a listener made in another cgroup)
+//! are reached by marks: a third program marks the sockets the selected processes make, this
+//! module marks those they hold, and a marked copy of the sock_ops program on the root cgroup
+//! sets the options on marked connections wherever they are charged.
 
 use std::fs;
 use std::mem::offset_of;
@@ -12,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, MapData, PerCpuArray};
-use aya::programs::{CgroupSockopt, SockOps};
+use aya::programs::{CgroupSock, CgroupSockopt, SockOps};
 use aya::{Ebpf, EbpfLoader};
 use nagless_host::BpfError;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -66,6 +70,9 @@ const _: () = assert!(nagless_host::bpf::counters_in_order(
     size_of::<Counters>()
 ));
 
+/// The bit of fix.bpf.c's `mine` map (`MINE_MARKED`) that marks a socket of the selection.
+const MINE_MARKED: u32 = 1;
+
 /// The bits of fix.bpf.c's `chosen` map (`CHOSE_NODELAY`, `CHOSE_DELACK_MAX`): the options a
 /// program set itself.
 const CHOSE_NODELAY: u32 = 1;
@@ -113,6 +120,11 @@ pub struct Attached {
     link: Option<OwnedFd>,
     /// The note_choice program's link.
     _observer: OwnedFd,
+    /// The fix_marked program's link on the root cgroup (marked connections, wherever they
+    /// are charged), and mark_new's there (a fix of one process: the sockets its processes
+    /// make), when the kernel can set the options from BPF.
+    marked: Option<OwnedFd>,
+    _marker: Option<OwnedFd>,
     cgroup: PathBuf,
 }
 
@@ -124,7 +136,15 @@ pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
 /// Loads the programs with `config` and attaches them to `cgroup`: from now on the options a
 /// program of it sets itself are noted, and, if `whole` (the fix is the cgroup's), every
 /// connection a process of it (or of a cgroup under it) makes or accepts gets the options.
-pub fn attach(cgroup: &Path, config: &Config, whole: bool) -> Result<Attached, AttachError> {
+/// With `root` (the root cgroup), every connection marked as the selection's gets them too,
+/// wherever it is charged ([`Attached::mark`]); for a fix of one process (`target_pid`), the
+/// sockets the processes of [`Attached::set_targeted`] make are marked as they are made.
+pub fn attach(
+    cgroup: &Path,
+    config: &Config,
+    whole: bool,
+    root: Option<&Path>,
+) -> Result<Attached, AttachError> {
     // `chosen`, a socket-storage map, is a kind aya 0.13 does not wrap: it is read by hand.
     let mut bpf = EbpfLoader::new()
         .allow_unsupported_maps()
@@ -165,10 +185,39 @@ pub fn attach(cgroup: &Path, config: &Config, whole: bool) -> Result<Attached, A
     } else {
         None
     };
+    let (mut marked, mut marker) = (None, None);
+    if let Some(root) = root {
+        let root_err = |e: std::io::Error| AttachError::Link {
+            cgroup: root.to_path_buf(),
+            error: e.to_string(),
+        };
+        let root_dir = fs::File::open(root).map_err(root_err)?;
+        let prog: &mut SockOps = bpf
+            .program_mut("fix_marked")
+            .ok_or(AttachError::Missing("fix_marked program"))?
+            .try_into()
+            .map_err(|e| load_error(&e))?;
+        prog.load().map_err(|e| load_error(&e))?;
+        let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
+        marked = Some(sys::link_sock_ops(prog_fd.as_fd(), root_dir.as_fd()).map_err(root_err)?);
+        if config.target_pid != 0 {
+            let prog: &mut CgroupSock = bpf
+                .program_mut("mark_new")
+                .ok_or(AttachError::Missing("mark_new program"))?
+                .try_into()
+                .map_err(|e| load_error(&e))?;
+            prog.load().map_err(|e| load_error(&e))?;
+            let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
+            marker =
+                Some(sys::link_sock_create(prog_fd.as_fd(), root_dir.as_fd()).map_err(root_err)?);
+        }
+    }
     Ok(Attached {
         bpf,
         link,
         _observer: observer,
+        marked,
+        _marker: marker,
         cgroup: cgroup.to_path_buf(),
     })
 }
@@ -205,10 +254,51 @@ impl Attached {
         }
     }
 
-    /// Whether it sets options on every new connection of its cgroup (a fix of the whole
-    /// cgroup), not only notes the program's choices.
+    /// Marks the socket `sock` (a copy of a selected process's descriptor) as the
+    /// selection's: if it connects later, or is a listener, its connections get the options
+    /// (those it accepts inherit the mark), wherever they are charged. Nothing without the
+    /// root cgroup's program.
+    pub(crate) fn mark(&self, sock: BorrowedFd<'_>) {
+        if self.marked.is_none() {
+            return;
+        }
+        if let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("mine") {
+            let was = sys::sk_storage_u32(map.fd().as_fd(), sock)
+                .ok()
+                .flatten()
+                .unwrap_or(0);
+            if was & MINE_MARKED == 0 {
+                let _ = sys::sk_storage_set(map.fd().as_fd(), sock, was | MINE_MARKED);
+            }
+        }
+    }
+
+    /// The processes (a fix of one process and its children) whose new sockets are marked as
+    /// they are made: exactly `pids` from now on.
+    pub fn set_targeted(&mut self, pids: &[u32]) {
+        let Some(map) = self.bpf.map_mut("targeted") else {
+            return;
+        };
+        let Ok(mut hash) = aya::maps::HashMap::<_, u32, u8>::try_from(map) else {
+            return;
+        };
+        let gone: Vec<u32> = hash
+            .keys()
+            .flatten()
+            .filter(|k| !pids.contains(k))
+            .collect();
+        for k in gone {
+            let _ = hash.remove(&k);
+        }
+        for &p in pids {
+            let _ = hash.insert(p, 1, 0);
+        }
+    }
+
+    /// Whether it sets options on new connections as they are made (of its whole cgroup, or
+    /// the marked ones of its processes), not only notes the program's choices.
     pub fn sets_new_connections(&self) -> bool {
-        self.link.is_some()
+        self.link.is_some() || self.marked.is_some()
     }
 
     /// What the program did so far.
@@ -250,6 +340,9 @@ impl Attached {
                     m.pin(dir.join(name))
                         .map_err(|e| AttachError::Pin(e.to_string()))?;
                 }
+            }
+            if let Some(marked) = &self.marked {
+                sys::obj_pin(marked.as_fd(), &dir.join("marked-link")).map_err(pin)?;
             }
             sys::obj_pin(link.as_fd(), &dir.join("link")).map_err(pin)
         })();
@@ -409,7 +502,7 @@ fn config_of(prog_id: u32) -> Option<Config> {
 
 /// Removes a pinned fix: its link goes (the program detaches), then its maps.
 pub fn remove(p: &Pinned) -> std::io::Result<()> {
-    for name in ["link", "config", "counters"] {
+    for name in ["link", "marked-link", "config", "counters"] {
         match fs::remove_file(p.dir.join(name)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}

@@ -76,7 +76,8 @@ pub(crate) fn reach(call: &str, pid: u32, e: &std::io::Error) -> Reach {
 
 /// The TCP connections of `pids` selected by `ports`, changed as `action` says; sockets
 /// in `seen` (by inode) are left alone, and every socket looked at is added to it. `noting`:
-/// the fix's programs, which must not count its own calls as the program's choices.
+/// the fix's programs, which must not count its own calls as the program's choices, and
+/// which mark each selected socket (connected, connecting or listening) as the selection's.
 pub fn fix(
     pids: &[u32],
     action: &Action,
@@ -124,6 +125,7 @@ pub fn fix(
                 Settled::Changed(c) => {
                     if let Some(at) = noting {
                         at.forget_choices(copy.as_fd());
+                        at.mark(copy.as_fd());
                     }
                     seen.insert(inode);
                     pass.changed.push(c);
@@ -131,8 +133,14 @@ pub fn fix(
                 Settled::Never => {
                     seen.insert(inode);
                 }
-                // (Not established yet: a later pass looks again.)
-                Settled::NotYet => {}
+                // Not established yet (a listener, a connect under way): marked, so that its
+                // connections get the options as they are made, wherever they are charged; a
+                // later pass looks again.
+                Settled::NotYet => {
+                    if let Some(at) = noting {
+                        at.mark(copy.as_fd());
+                    }
+                }
             }
         }
     }

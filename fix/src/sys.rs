@@ -121,9 +121,11 @@ const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
 const BPF_CGROUP_SOCK_OPS: u32 = 3;
 const BPF_CGROUP_SETSOCKOPT: u32 = 22;
+const BPF_CGROUP_INET_SOCK_CREATE: u32 = 2;
 
 fn put_u32(attr: &mut [u8; 128], at: usize, v: u32) {
     attr[at..at + 4].copy_from_slice(&v.to_ne_bytes());
@@ -145,6 +147,12 @@ pub(crate) fn link_setsockopt(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Resul
     link_cgroup(prog, cgroup, BPF_CGROUP_SETSOCKOPT)
 }
 
+/// Attaches the cgroup/sock_create program `prog` to `cgroup` as a BPF link (Linux 5.7), as
+/// [`link_sock_ops`].
+pub(crate) fn link_sock_create(prog: BorrowedFd, cgroup: BorrowedFd) -> io::Result<OwnedFd> {
+    link_cgroup(prog, cgroup, BPF_CGROUP_INET_SOCK_CREATE)
+}
+
 fn link_cgroup(prog: BorrowedFd, cgroup: BorrowedFd, attach_type: u32) -> io::Result<OwnedFd> {
     let mut attr = [0u8; 128];
     put_u32(&mut attr, 0, prog.as_raw_fd() as u32); // prog_fd
@@ -164,6 +172,17 @@ pub(crate) fn sk_storage_delete(map: BorrowedFd, sock: BorrowedFd) -> io::Result
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Stores `value` in a socket-storage map for the socket `sock`.
+pub(crate) fn sk_storage_set(map: BorrowedFd, sock: BorrowedFd, value: u32) -> io::Result<()> {
+    let key: i32 = sock.as_raw_fd();
+    let mut attr = [0u8; 128];
+    put_u32(&mut attr, 0, map.as_raw_fd() as u32); // map_fd
+    put_u64(&mut attr, 8, &key as *const i32 as u64); // key: the socket's descriptor
+    put_u64(&mut attr, 16, &value as *const u32 as u64); // value
+                                                         // flags (at 24): BPF_ANY, 0.
+    bpf(BPF_MAP_UPDATE_ELEM, &mut attr).map(drop)
 }
 
 /// The `u32` a socket-storage map holds for the socket `sock` (`None`: nothing stored).
