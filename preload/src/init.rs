@@ -59,6 +59,7 @@ extern "C" fn at_exit() {
 extern "C" fn init_hook() {
     quietly(|| {
         crate::symbols::resolve_all();
+        crate::carry::init();
         if crate::sandbox::filter_at_start() {
             // Born under a seccomp filter (or unable to tell): no call of ours from here on.
             crate::sandbox::aside_from_start();

@@ -55,9 +55,12 @@
 //! `waits`) and gives it the real kernel (`sys`, the crate's one module of kernel calls). The
 //! flusher thread is `flusher`; start-up and exit `init`; the exit report and stats file
 //! `report`; the debug log `debug_log`; what a hook may use inside a signal handler
-//! `signal_safe`.
+//! `signal_safe`; the shim carried into programs started with an environment that dropped it
+//! `carry`.
 
 // The hooks would interpose the test runner itself: unit tests build without them.
+#[cfg(not(test))]
+mod carry;
 #[cfg(not(test))]
 mod children;
 #[cfg(not(test))]
