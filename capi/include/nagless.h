@@ -89,6 +89,16 @@ typedef struct nagless_policy {
    linger bound decide). Default 1.
    */
   int explicit_flush;
+  /*
+   1: every write is handed to the kernel at once and **clocked as Nagle clocks it**
+   (the library's `FlushPolicy::clocked`), for a connection several threads write
+   requests to (each under a lock) while another reads the answers: a write leaves at
+   once when nothing is unacknowledged, and is held by the kernel (`MSG_MORE`) for the
+   next ACK otherwise, then sent with everything held since in one segment. Nothing waits
+   in the handle, so no linger bound applies: needs `linger_us` 0. Linux and Android;
+   elsewhere every write leaves at once. 0: off. Default 0.
+   */
+  int clocked;
 } nagless_policy;
 
 /*
@@ -123,6 +133,19 @@ typedef struct nagless_stats {
    Bytes accepted and not yet sent.
    */
   uint64_t pending;
+  /*
+   Queries of the kernel's send queue under the clocked policy (`SIOCOUTQ`,
+   `SIOCOUTQNSD`): how often a hand-over was clocked.
+   */
+  uint64_t clock_checks;
+  /*
+   Clocked sends the kernel was asked to hold for the next ACK.
+   */
+  uint64_t held_for_ack;
+  /*
+   Pushes of bytes the kernel held with nothing left in flight to bring an ACK.
+   */
+  uint64_t pushes;
 } nagless_stats;
 
 #ifdef __cplusplus

@@ -1,5 +1,5 @@
 //! The conversions between the C structs and the library's types: a `nagless_policy` checked
-//! and read into a [`FlushPolicy`] (and the defaults written back out), and the library's
+//! and read into a [`FlushPolicy`] (`clocked` 1: [`FlushPolicy::clocked`], with `linger_us` 0) (and the defaults written back out), and the library's
 //! [`Stats`] as a `nagless_stats`.
 
 use std::io;
@@ -25,10 +25,18 @@ pub(crate) fn policy_from_c(p: &NaglessPolicy) -> io::Result<FlushPolicy> {
     if p.high_water == 0 {
         return einval();
     }
-    Ok(FlushPolicy::default()
+    let base = if flag(p.clocked)? {
+        // Nothing waits in the handle: a linger bound would end the clocking.
+        if linger != Some(Duration::ZERO) {
+            return einval();
+        }
+        FlushPolicy::clocked()
+    } else {
+        FlushPolicy::default().linger(linger)
+    };
+    Ok(base
         .before_read(flag(p.before_read)?)
         .threshold((p.threshold > 0).then_some(p.threshold))
-        .linger(linger)
         .high_water(p.high_water)
         .msg_more(flag(p.msg_more)?)
         .explicit_flush(flag(p.explicit_flush)?))
@@ -45,6 +53,7 @@ pub(crate) fn policy_to_c(d: &FlushPolicy) -> NaglessPolicy {
         high_water: d.high_water_bytes(),
         msg_more: 1,
         explicit_flush: c_int::from(d.is_explicit_flush()),
+        clocked: c_int::from(d.is_clocked()),
     }
 }
 
@@ -58,5 +67,8 @@ pub(crate) fn stats_to_c(s: &Stats, pending: usize) -> NaglessStats {
         would_block: s.would_block,
         bytes_sent: s.bytes_sent,
         pending: pending as u64,
+        clock_checks: s.clock_checks,
+        held_for_ack: s.held_for_ack,
+        pushes: s.pushes,
     }
 }

@@ -57,6 +57,14 @@ pub struct NaglessPolicy {
     /// 1: `nagless_flush` sends at once. 0: it is a hint (before-read, the threshold and the
     /// linger bound decide). Default 1.
     pub explicit_flush: c_int,
+    /// 1: every write is handed to the kernel at once and **clocked as Nagle clocks it**
+    /// (the library's `FlushPolicy::clocked`), for a connection several threads write
+    /// requests to (each under a lock) while another reads the answers: a write leaves at
+    /// once when nothing is unacknowledged, and is held by the kernel (`MSG_MORE`) for the
+    /// next ACK otherwise, then sent with everything held since in one segment. Nothing waits
+    /// in the handle, so no linger bound applies: needs `linger_us` 0. Linux and Android;
+    /// elsewhere every write leaves at once. 0: off. Default 0.
+    pub clocked: c_int,
 }
 
 /// Counters of one handle (`nagless_get_stats`).
@@ -77,6 +85,13 @@ pub struct NaglessStats {
     pub bytes_sent: u64,
     /// Bytes accepted and not yet sent.
     pub pending: u64,
+    /// Queries of the kernel's send queue under the clocked policy (`SIOCOUTQ`,
+    /// `SIOCOUTQNSD`): how often a hand-over was clocked.
+    pub clock_checks: u64,
+    /// Clocked sends the kernel was asked to hold for the next ACK.
+    pub held_for_ack: u64,
+    /// Pushes of bytes the kernel held with nothing left in flight to bring an ACK.
+    pub pushes: u64,
 }
 
 /// A socket the caller owns: borrowed for every call, never closed here.

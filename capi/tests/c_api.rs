@@ -1,4 +1,4 @@
-//! The C API from C: the four programs of `tests/c/`, compiled with `cc` against
+//! The C API from C: the programs of `tests/c/`, compiled with `cc` against
 //! `include/nagless.h` and the `libnagless.so` this build made, run on 127.0.0.1.
 #![allow(clippy::disallowed_methods)]
 // cc, ldd, pkg-config and shared objects named .so: the Linux toolchain. (`tests/abi.rs`
@@ -92,6 +92,18 @@ fn write_write_read_stalls_with_plain_sockets_and_not_through_the_c_api() {
         (r["rounds"]..=r["rounds"] + spare).contains(&r["client_segs"]),
         "{r:?}"
     );
+}
+
+#[test]
+fn the_clocked_policy_leaves_nothing_in_the_handle_and_asks_the_kernels_send_queue() {
+    let _one = exclusive();
+    let r = run("clocked");
+    // The hand-over was clocked (the send queue asked), not merely immediate; every request
+    // in one segment at most.
+    assert!(r["clock_checks"] > 0.0, "{r:?}");
+    assert!(r["data_segs"] <= r["pipelined"], "{r:?}");
+    // One request in flight: none waits for the peer's delayed ACK (40 ms) in the middle run.
+    assert!(r["single_median_ms"] < 15.0, "{r:?}");
 }
 
 #[test]
