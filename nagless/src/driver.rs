@@ -166,6 +166,9 @@ pub(crate) struct Driver<S> {
     /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked): since when the kernel
     /// holds bytes of ours for an ACK, as last seen (`None`: it holds none).
     held: Option<Instant>,
+    /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked): the caller's batch, as
+    /// its flushes delimit it.
+    batch: Batch,
 }
 
 impl<S> Driver<S> {
@@ -176,6 +179,7 @@ impl<S> Driver<S> {
             clock: Clock::new(),
             deferred: None,
             held: None,
+            batch: Batch::default(),
         }
     }
 
@@ -377,8 +381,15 @@ impl<S: Seal> Driver<S> {
         S: SealOver<W>,
     {
         self.take_deferred()?;
-        self.core.flush();
+        self.flush_point();
         self.send_due(wire)
+    }
+
+    /// The caller flushed: what is pending becomes due (unless the policy makes flushes
+    /// hints), and its batch ends there.
+    pub(crate) fn flush_point(&mut self) {
+        self.core.flush();
+        self.batch.ended();
     }
 
     /// `flush_now()`: everything pending is sent now, whatever the policy, and what the
@@ -567,12 +578,15 @@ impl<S: Seal> Driver<S> {
         let overdue = self
             .held
             .is_some_and(|t| now.saturating_duration_since(t) >= CLOCK_BOUND);
+        // In flight ahead of this send: bytes of earlier batches only (the caller's own
+        // batch's first pieces would wait for an ACK its peer delays until the rest comes).
+        let own = self.batch.own(self.core.stats().bytes_sent).unwrap_or(0);
         let in_flight = clocked
             && !overdue
             // Bytes held already mean data in flight (or the check after the send finds out).
             && (self.held.is_some() || {
                 self.core.on_clock_check();
-                wire.unacknowledged().is_ok_and(|n| n > 0)
+                wire.unacknowledged().is_ok_and(|n| u64::from(n) > own)
             });
         if !in_flight {
             let had_due = tx.is_some() || self.seal.backlog();
@@ -628,6 +642,9 @@ impl<S: Seal> Driver<S> {
         wire.push()
     }
 }
+
+mod batch;
+use batch::Batch;
 
 // (The std stream's half runs over a Unix `SOCK_SEQPACKET` pair: on Unix only.)
 #[cfg(all(test, unix))]

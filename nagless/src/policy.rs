@@ -121,6 +121,12 @@ impl FlushPolicy {
     /// segment where `TCP_NODELAY` alone sends one per write. That ACK comes when the peer
     /// answers a request in flight, so requests are not delayed for it in a busy pipeline.
     ///
+    /// A request written in pieces and then flushed (a codec's header and body, then
+    /// `flush` or `poll_flush`) does not wait for the ACK of its own first piece: from the
+    /// caller's first flush on, its flushes delimit its batches, and a write is held only
+    /// behind bytes of earlier batches. Before a first flush every write is a batch of its
+    /// own.
+    ///
     /// The bound, honestly: held bytes leave with the next ACK, so a peer that answers slowly
     /// and delays its ACKs (40 ms on Linux, up to 200 ms elsewhere) holds them that long, as
     /// Nagle would; a later clocked write sends everything that waited more than

@@ -88,7 +88,7 @@ where
         g.driver.close_begins()?;
     } else {
         g.driver.take_deferred()?;
-        g.driver.core.flush();
+        g.driver.flush_point();
     }
     let now = now();
     let pumped = g.pump(cx, true, now, true);
