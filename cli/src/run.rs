@@ -501,7 +501,8 @@ pub struct RunArgs {
     log: Option<std::path::PathBuf>,
     /// Keep the counters current in FILE.PID, one file per process (rewritten at most once a
     /// second while they change, and at exit): for daemons stopped by a signal, which never
-    /// print --stats.
+    /// print --stats. Workers that drop privileges need FILE's directory writable by their
+    /// user (mode 1777); one that cannot write says so on stderr.
     #[arg(long, value_name = "FILE")]
     stats_file: Option<std::path::PathBuf>,
     /// Longest time a burst is held when the program neither reads nor polls: 50us..=100ms,

@@ -65,7 +65,7 @@ complete -c nagless -n "__fish_nagless_using_subcommand run" -s m -l mode -d 'na
 cork\t''
 nodelay\t''"
 complete -c nagless -n "__fish_nagless_using_subcommand run" -l log -d 'Append a debug trace to FILE' -r -F
-complete -c nagless -n "__fish_nagless_using_subcommand run" -l stats-file -d 'Keep the counters current in FILE.PID, one file per process (rewritten at most once a second while they change, and at exit): for daemons stopped by a signal, which never print --stats' -r -F
+complete -c nagless -n "__fish_nagless_using_subcommand run" -l stats-file -d 'Keep the counters current in FILE.PID, one file per process (rewritten at most once a second while they change, and at exit): for daemons stopped by a signal, which never print --stats. Workers that drop privileges need FILE\'s directory writable by their user (mode 1777); one that cannot write says so on stderr' -r -F
 complete -c nagless -n "__fish_nagless_using_subcommand run" -l linger -d 'Longest time a burst is held when the program neither reads nor polls: 50us..=100ms, e.g. 500us, 2ms (a bare number is µs, as the older spelling --linger-us took, and as NAGLESS_LINGER_US, which it replaces, gives it)' -r
 complete -c nagless -n "__fish_nagless_using_subcommand run" -l ack-delay-max -d 'The receiver\'s half, for a program whose peers you cannot change: its ACKs of partial messages leave within DUR (`8ms`: TCP_DELACK_MAX_US, Linux 6.15, rounded up to the kernel\'s tick), or at once with 0 (TCP_QUICKACK after every read, also where the kernel takes no such bound). Says which on stderr' -r
 complete -c nagless -n "__fish_nagless_using_subcommand run" -s s -l stats -d 'Print per-process counters to stderr at exit (not where stderr is a socket, as in an inetd service: use --stats-file there)'

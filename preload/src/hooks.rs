@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use libc::c_int;
 
-use nagless_shim_policy::{Reading, Shim, ThreadBursts, WriteStep};
+use nagless_shim_policy::{Kernel, Reading, Shim, ThreadBursts, WriteStep};
 
 use crate::debug_log::log;
 use crate::flusher::{ensure_flusher, wake_flusher};
@@ -100,6 +100,28 @@ pub fn adopt(fd: c_int) {
             log(format_args!("adopt fd {fd}"));
         }
     }
+}
+
+/// A TCP socket another process made reaches this one (inherited as stdin, stdout or
+/// stderr; received by `SCM_RIGHTS`, as a daemon hands a client's connection to the worker
+/// that serves it): adopted unless its owner holds bytes on it (`TCP_CORK` set), its
+/// `TCP_NODELAY` as it finds it (set by the other process, or that one's shim: this program
+/// made no choice). `others`: descriptors that may name the same socket. Whether it was.
+pub fn adopt_passed(fd: c_int, others: &[c_int]) -> bool {
+    let Some(s) = shim() else { return false };
+    quietly(|| {
+        if !Libc.is_tcp_stream(fd) {
+            return false;
+        }
+        if crate::sys::sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK) != Some(0) {
+            log(format_args!("fd {fd}: corked by its owner, left alone"));
+            return false;
+        }
+        let nodelay = crate::sys::sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) == Some(1);
+        s.adopt_inherited(&Libc, fd, nodelay, others);
+        log(format_args!("adopt fd {fd} (passed by another process)"));
+        true
+    })
 }
 
 /// `fd` now listens: the shim's own `TCP_NODELAY` on it (set when it was made) goes, unless

@@ -5,11 +5,11 @@
 
 use libc::c_int;
 
-use nagless_shim_policy::{Config, Kernel, Shim};
+use nagless_shim_policy::{Config, Shim};
 
 use crate::debug_log::log;
 use crate::hooks::shim_anywhere;
-use crate::sys::{self, quietly, Libc};
+use crate::sys::{self, quietly};
 
 /// Most descriptors the table covers (the hard RLIMIT_NOFILE, up to this); the table is made
 /// in chunks as sockets appear, so covering many costs nothing until they are used.
@@ -19,24 +19,12 @@ const MAX_FDS: usize = 1 << 24;
 const INHERITED: [c_int; 3] = [0, 1, 2];
 
 /// Adopts the TCP sockets the program inherited as stdin, stdout or stderr (an inetd-style
-/// service, a helper a server starts per connection), unless their owner holds bytes on them
-/// (`TCP_CORK` set): a read of any of them ends the bursts of all that name the same socket.
-/// Their `TCP_NODELAY` may be on (set by the parent, or the parent's shim): the program, which
-/// made no choice, is held as any other.
-fn adopt_inherited(s: &Shim) {
+/// service, a helper a server starts per connection), as any socket another process passes
+/// ([`crate::hooks::adopt_passed`]): a read of any of them ends the bursts of all that name
+/// the same socket.
+fn adopt_inherited() {
     for (n, &fd) in INHERITED.iter().enumerate() {
-        if !Libc.is_tcp_stream(fd) {
-            continue;
-        }
-        if sys::sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_CORK) != Some(0) {
-            log(format_args!(
-                "inherited fd {fd}: corked by its owner, left alone"
-            ));
-            continue;
-        }
-        let nodelay = sys::sockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_NODELAY) == Some(1);
-        s.adopt_inherited(&Libc, fd, nodelay, &INHERITED[..n]);
-        log(format_args!("adopt inherited fd {fd}"));
+        crate::hooks::adopt_passed(fd, &INHERITED[..n]);
     }
 }
 
@@ -81,10 +69,10 @@ extern "C" fn init_hook() {
             log(format_args!("ignored: {c}"));
         }
         let size = sys::fd_limit().clamp(1024, MAX_FDS);
-        let Some(s) = crate::hooks::install(Shim::new(config, size)) else {
+        if crate::hooks::install(Shim::new(config, size)).is_none() {
             return;
-        };
-        adopt_inherited(s);
+        }
+        adopt_inherited();
         sys::on_exit_and_fork(at_exit, after_fork_child);
     });
 }

@@ -4,7 +4,10 @@
 //! daemons stopped by SIGTERM, as systemd and docker stop them, without touching the
 //! program's signal handlers. The file is replaced whole (written aside, then renamed) at
 //! most once per [`STATS_FILE_EVERY`] while the counters change (by the flusher, and at
-//! closes of managed sockets), once more when they stop changing, and at exit.
+//! closes of managed sockets), once more when they stop changing, and at exit. The file is
+//! written in the directory opened at start-up, so that a worker that chroots or changes its
+//! directory after its exec still reports; one that cannot write it (its user may not) says
+//! so once on stderr, naming itself and why.
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
@@ -29,10 +32,96 @@ static PATH: OnceLock<Vec<u8>> = OnceLock::new();
 static WRITTEN_AT: AtomicU64 = AtomicU64::new(0);
 static WRITTEN_DIGEST: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// Reads `NAGLESS_STATS_FILE` (at start-up).
+/// The stats file's directory, opened at start-up: a daemon's workers chroot and drop
+/// privileges after their exec, and still write their file there. A descriptor of ours, moved
+/// far from the low numbers, and the directory it must still be (a daemon that closes every
+/// descriptor may get the number back for one of its own).
+struct Dir {
+    fd: c_int,
+    dev: u64,
+    ino: u64,
+    /// The file's name in it, without its `.PID`.
+    name: Vec<u8>,
+}
+
+static DIR: OnceLock<Dir> = OnceLock::new();
+
+/// This process said already that it cannot write its stats file.
+static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Reads `NAGLESS_STATS_FILE` (at start-up), and opens its directory.
 pub fn init(path: Option<OsString>) {
     if let Some(p) = path.filter(|p| !p.is_empty()) {
-        let _ = PATH.set(p.into_vec());
+        let p = p.into_vec();
+        if let Some(dir) = open_dir(&p) {
+            let _ = DIR.set(dir);
+        }
+        let _ = PATH.set(p);
+    }
+}
+
+fn open_dir(path: &[u8]) -> Option<Dir> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path));
+    let (dir, name) = (path.parent()?, path.file_name()?);
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a NUL-terminated path; the descriptor is ours.
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    let fd = crate::sys::move_fd_up(fd, 900);
+    let Some(st) = crate::sys::fstat(fd) else {
+        // SAFETY: our own descriptor, closed once.
+        unsafe { libc::close(fd) };
+        return None;
+    };
+    #[allow(clippy::unnecessary_cast)] // 32-bit fields on 32-bit targets
+    Some(Dir {
+        fd,
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
+        name: name.as_bytes().to_vec(),
+    })
+}
+
+/// The stats directory's descriptor and the file's name in it, while the descriptor is still
+/// that directory.
+fn dir() -> Option<(c_int, &'static [u8])> {
+    let d = DIR.get()?;
+    #[allow(clippy::unnecessary_cast)] // 32-bit fields on 32-bit targets
+    let same = crate::sys::fstat(d.fd)
+        .is_some_and(|st| st.st_dev as u64 == d.dev && st.st_ino as u64 == d.ino);
+    same.then_some((d.fd, &d.name[..]))
+}
+
+/// Says once, on stderr (where it takes our lines) and in the debug log, that this process
+/// cannot write its stats file, and why.
+fn cannot_write(path: &[u8], pid: u32, errno: c_int) {
+    let why = std::io::Error::from_raw_os_error(errno);
+    let path = String::from_utf8_lossy(path);
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    crate::debug_log::log(format_args!(
+        "cannot write the stats file {path}.{pid} as uid {uid}: {why}"
+    ));
+    if crate::sys::stderr_takes_our_lines() && !SAID.swap(true, Relaxed) {
+        crate::debug_log::write_formatted(
+            2,
+            format_args!(
+                "nagless: process {pid} (uid {uid}) cannot write its stats file {path}.{pid}: {why}; give --stats-file a directory its user may write (mode 1777)\n"
+            ),
+        );
     }
 }
 
@@ -135,28 +224,34 @@ pub fn refresh(s: SignalSafe) {
     }
 }
 
-/// Writes the stats file now (`PATH.PID`, replaced whole); `live` as for [`format`].
+/// Writes the stats file now (`PATH.PID`, replaced whole); `live` as for [`format`]. Through
+/// the directory opened at start-up while it is still ours (a chroot or a change of working
+/// directory since does not matter), else by its path.
 fn write_file(s: SignalSafe, live: bool) {
     let Some(path) = PATH.get() else { return };
     WRITTEN_DIGEST.store(digest(s), Relaxed);
     let mut line = [0u8; 640];
     let n = format(s, live, &mut line);
-    // "PATH.PID" and "PATH.PID.TID~", NUL-terminated, in stack buffers.
+    // "PATH.PID" and "PATH.PID.TID~" (or the same of the name alone, in the directory),
+    // NUL-terminated, in stack buffers.
     let mut name = [0u8; 4200];
     let mut tmp = [0u8; 4200];
     let pid = std::process::id();
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
+    let (at, base) = dir().unwrap_or((libc::AT_FDCWD, &path[..]));
     let (Some(_), Some(_)) = (
-        fill(&mut name, path, format_args!(".{pid}")),
-        fill(&mut tmp, path, format_args!(".{pid}.{tid}~")),
+        fill(&mut name, base, format_args!(".{pid}")),
+        fill(&mut tmp, base, format_args!(".{pid}.{tid}~")),
     ) else {
         return;
     };
-    // SAFETY: `tmp` and `name` are NUL-terminated; the descriptor is ours and closed here.
+    // SAFETY: `tmp` and `name` are NUL-terminated; `at` is AT_FDCWD or the directory's
+    // descriptor, checked above; the file's descriptor is ours and closed here.
     unsafe {
         let open = || {
-            libc::open(
+            libc::openat(
+                at,
                 tmp.as_ptr().cast(),
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW,
                 0o644,
@@ -165,10 +260,11 @@ fn write_file(s: SignalSafe, live: bool) {
         let mut fd = open();
         if fd < 0 && crate::sys::errno() == libc::EEXIST {
             // Left by a process of this PID killed mid-write, or planted: ours to replace.
-            libc::unlink(tmp.as_ptr().cast());
+            libc::unlinkat(at, tmp.as_ptr().cast(), 0);
             fd = open();
         }
         if fd < 0 {
+            cannot_write(path, pid, crate::sys::errno());
             return;
         }
         let ok = write_all_raw(fd, &line[..n]);
@@ -177,12 +273,12 @@ fn write_file(s: SignalSafe, live: bool) {
             // A write of the flusher's that ends after the exit's own began gives way to it
             // (`live`: the flusher's, with the open sockets counted live).
             if live && FINAL.load(Relaxed) {
-                libc::unlink(tmp.as_ptr().cast());
+                libc::unlinkat(at, tmp.as_ptr().cast(), 0);
             } else {
-                libc::rename(tmp.as_ptr().cast(), name.as_ptr().cast());
+                libc::renameat(at, tmp.as_ptr().cast(), at, name.as_ptr().cast());
             }
         } else {
-            libc::unlink(tmp.as_ptr().cast());
+            libc::unlinkat(at, tmp.as_ptr().cast(), 0);
         }
     }
 }

@@ -334,3 +334,30 @@ pub fn on_exit_and_fork(at_exit: extern "C" fn(), child: extern "C" fn()) {
         libc::pthread_atfork(None, None, Some(child));
     }
 }
+
+/// Calls `each` with every descriptor a `struct msghdr` carries (`SCM_RIGHTS`).
+///
+/// # Safety
+/// `msg` is NULL or a `struct msghdr` the kernel just filled (a successful `recvmsg`, whose
+/// layout is the same in both of 32-bit glibc's time forms), its control buffer with it.
+pub unsafe fn passed_descriptors(msg: *const c_void, mut each: impl FnMut(c_int)) {
+    let msg = msg.cast::<libc::msghdr>();
+    // SAFETY: the caller's promise; the CMSG macros stay inside `msg_controllen`, and each
+    // SCM_RIGHTS message holds `cmsg_len - CMSG_LEN(0)` bytes of descriptors, unaligned.
+    unsafe {
+        if msg.is_null() || (*msg).msg_control.is_null() {
+            return;
+        }
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c).cast::<c_int>();
+                let bytes = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                for i in 0..bytes / std::mem::size_of::<c_int>() {
+                    each(data.add(i).read_unaligned());
+                }
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+}

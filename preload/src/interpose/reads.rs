@@ -1,6 +1,7 @@
 //! Reads: the socket's burst ends before a read, a receive (fortified forms included) or a
 //! shutdown of it; while a read of it lasts, other threads' writes to it are clocked as Nagle
-//! clocks them ([`Shim::read_begins`](nagless_shim_policy::Shim::read_begins)).
+//! clocks them ([`Shim::read_begins`](nagless_shim_policy::Shim::read_begins)). TCP sockets
+//! a `recvmsg` receives from another process (`SCM_RIGHTS`) are adopted.
 
 use super::*;
 
@@ -39,7 +40,18 @@ with_time64_twin!(
     /// `recvmsg(2)`.
     fn recvmsg / __recvmsg64(fd: c_int, msg: *mut Msghdr, flags: c_int) -> ssize_t {
         hooks::read_begins(fd)
-    } => after(|reading, r| hooks::read_ends(fd, reading, r > 0))
+    } => after(|reading, r| {
+        hooks::read_ends(fd, reading, r > 0);
+        if r >= 0 {
+            // SAFETY: the call succeeded: the kernel filled `msg` (whose layout is the same
+            // in both time forms), and with it any descriptors passed.
+            unsafe {
+                crate::sys::passed_descriptors(msg.cast(), |passed| {
+                    hooks::adopt_passed(passed, &[]);
+                })
+            }
+        }
+    })
 );
 
 // Fortified reads (_FORTIFY_SOURCE builds call these instead of read/recv/recvfrom/poll).
