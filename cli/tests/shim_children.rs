@@ -296,3 +296,60 @@ fn descendants(root: u32) -> Vec<u32> {
     }
     tree
 }
+
+/// A forked child that answers each line with one write (as rsync's daemon greets, then
+/// drops privileges) stays single-threaded under the shim: a burst's first write leaves
+/// plainly while the child has no flusher, and only a burst of two writes starts the thread.
+/// (A second thread makes every `setuid` a broadcast that waits for it to be scheduled: on a
+/// busy machine the child's next answer took milliseconds where natively it takes 0.1.)
+#[test]
+fn a_forked_child_that_answers_with_single_writes_starts_no_thread() {
+    use std::io::{BufRead, BufReader, Write};
+    const SERVER: &str = r#"import os, socket
+def threads():
+    for l in open('/proc/self/status'):
+        if l.startswith('Threads:'):
+            return int(l.split()[1])
+l = socket.create_server(('127.0.0.1', 0))
+print(l.getsockname()[1], flush=True)
+c, _ = l.accept()
+pid = os.fork()
+if pid == 0:
+    c.send(b'greeting\n')
+    c.recv(100)
+    one = threads()
+    c.send(b'a')
+    c.send(b'b\n')
+    c.recv(100)
+    c.send(f'{one} {threads()}\n'.encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+"#;
+    let mut server = Command::new(nagless())
+        .args(["run", "--", "python3", "-c", SERVER])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let s =
+        std::net::TcpStream::connect(("127.0.0.1", port.trim().parse::<u16>().unwrap())).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = s;
+    let mut line = || {
+        let mut l = String::new();
+        r.read_line(&mut l).unwrap();
+        l.trim().to_string()
+    };
+    assert_eq!(line(), "greeting");
+    w.write_all(b"x\n").unwrap();
+    assert_eq!(line(), "ab");
+    w.write_all(b"y\n").unwrap();
+    // The child's threads after its one-write burst, then after its two-write burst.
+    assert_eq!(line(), "1 2");
+    assert!(server.wait().unwrap().success());
+}

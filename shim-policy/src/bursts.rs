@@ -231,6 +231,14 @@ impl Shim {
                 ..none
             };
         }
+        if self.first_write_plainly(slot) {
+            // A forked child's first write of a burst, no flusher yet: plainly, noted (the
+            // wait ends the burst and still teaches), and the next write before the wait
+            // starts the thread.
+            slot.writes.store(1, Relaxed);
+            self.note(k, mine, fd, slot.generation.load(Acquire));
+            return none;
+        }
         let nth = slot.writes.load(Relaxed).saturating_add(1);
         slot.writes.store(nth, Relaxed);
         let shape = slot.shape.load(Relaxed);

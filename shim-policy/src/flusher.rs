@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::slot::SHAPE_PATIENCE;
+use crate::slot::{Slot, SHAPE_PATIENCE};
 use crate::sync::Ordering::*;
 use crate::sync::{fence, AtomicU32};
 use crate::*;
@@ -51,10 +51,28 @@ pub enum FlusherStep {
 }
 
 impl Shim {
-    /// In a child after fork: it has no flusher thread (the next burst starts one) and
-    /// inherits no burst (the parent released them before forking).
+    /// In a child after fork: it has no flusher thread (a burst's second write starts one:
+    /// see [`Shim::first_write_plainly`]) and inherits no burst (the parent released them
+    /// before forking).
     pub fn after_fork_child(&self) {
+        self.forked.store(true, Relaxed);
         self.flusher_stopped();
+    }
+
+    /// Whether a write on `slot` leaves plainly, as the first of a burst in a forked child
+    /// that has no flusher yet: nothing is held, so no thread is needed for it. A child of a
+    /// fork-per-connection server (rsync's daemon) that answers each line with one write
+    /// then stays single-threaded, and its `setuid` and friends (which glibc broadcasts to
+    /// every thread, each to be scheduled in turn) cost what they cost natively; a burst of
+    /// two or more writes starts the thread at its second write, which is held as any.
+    pub(crate) fn first_write_plainly(&self, slot: &Slot) -> bool {
+        self.config.mode == Mode::Nagless
+            && self.forked.load(Relaxed)
+            && self.flusher_missing.load(Acquire)
+            && slot.writes.load(Relaxed) == 0
+            && slot.readers.load(Relaxed) == 0
+            && !slot.clocked.load(Acquire)
+            && !slot.flags.peek().is_held()
     }
 
     /// The flusher thread was stopped (and nothing is held: see
@@ -73,7 +91,9 @@ impl Shim {
         self.config.mode == Mode::Nagless
             && self.flusher_missing.load(Acquire)
             && !self.hold_nothing.load(Acquire)
-            && self.slot(fd).is_some_and(|s| s.flags.peek().is_shims())
+            && self
+                .slot(fd)
+                .is_some_and(|s| s.flags.peek().is_shims() && !self.first_write_plainly(s))
     }
 
     /// The flusher could not be started, or stopped: the shim holds nothing from now on (in

@@ -58,6 +58,9 @@ pub struct Shim {
     /// The flusher could not be started (or died): nothing may be held, since nothing
     /// would release a burst its writer does not end.
     pub(crate) hold_nothing: AtomicBool,
+    /// A forked child: until it has a flusher, the first write of each burst leaves plainly
+    /// and only a second one starts the thread (see [`Shim::first_write_plainly`]).
+    pub(crate) forked: AtomicBool,
     /// Counters.
     pub stats: Stats,
 }
@@ -73,6 +76,7 @@ impl Shim {
             flusher_parked: AtomicBool::new(false),
             flusher_missing: AtomicBool::new(true),
             hold_nothing: AtomicBool::new(false),
+            forked: AtomicBool::new(false),
             stats: Stats::default(),
         }
     }

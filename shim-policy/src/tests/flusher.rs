@@ -89,15 +89,33 @@ fn the_flusher_ticks_while_bursts_are_frequent_and_parks_when_they_stop() {
 }
 
 #[test]
-fn a_forked_child_starts_its_own_flusher() {
+fn a_forked_child_starts_its_own_flusher_at_a_bursts_second_write() {
     let (s, k) = shim();
     let mut t = ThreadBursts::new();
     write(&s, &k, 3, &mut t);
     assert!(s.claim_flusher_start());
     s.release_thread(&k, &mut t);
     s.after_fork_child();
+    // Bursts of one write (a greeting, then a wait): each leaves plainly, no thread.
+    for _ in 0..3 {
+        assert!(!s.needs_flusher(3), "a burst's first write needs no thread");
+        write(&s, &k, 3, &mut t);
+        assert!(!s.is_corked(3) && k.unsent(3) == 0, "sent plainly");
+        s.release_thread(&k, &mut t);
+    }
+    // A burst of two: its second write starts the thread and is held.
+    write(&s, &k, 3, &mut t);
+    assert!(
+        s.needs_flusher(3),
+        "the second write of a burst needs the thread"
+    );
     assert!(write(&s, &k, 3, &mut t));
+    assert!(s.is_corked(3));
     assert!(s.claim_flusher_start());
+    s.release_thread(&k, &mut t);
+    // With the thread, a burst's first write is held again.
+    write(&s, &k, 3, &mut t);
+    assert!(s.is_corked(3));
 }
 
 #[test]
@@ -126,8 +144,10 @@ fn a_flusher_that_cannot_run_leaves_nothing_held() {
         );
         assert_eq!(k.unsent(fd), 0);
     }
-    // A forked child tries again.
+    // A forked child tries again, at a burst's second write.
     s.after_fork_child();
+    write(&s, &k, 4, &mut t);
+    assert!(!s.is_corked(4));
     assert!(s.needs_flusher(4));
     write(&s, &k, 4, &mut t);
     assert!(s.is_corked(4));
