@@ -162,11 +162,13 @@ impl AckTimer {
         }
     }
 
-    /// How to make a receiver with this timer ACK at once, for each host that has one.
+    /// How to make a receiver with this timer ACK at once, for each host that has one: on
+    /// Linux nagless's own receiver fixes first (the running program, then at its next
+    /// start), then the kernel's knobs.
     pub fn receiver_fix(self) -> &'static str {
         match self {
             AckTimer::Linux40ms => {
-                "on Linux set TCP_QUICKACK after each read, or `ip route change <route> quickack 1`; on FreeBSD `sysctl net.inet.tcp.delayed_ack=0`"
+                "on Linux `sudo nagless fix --pid PID --ack-delay-max 8ms` (the running receiver, no restart) or `nagless run --ack-delay-max 0 -- CMD` (at its next start), or set TCP_QUICKACK after each read, or `ip route change <route> quickack 1`; on FreeBSD `sysctl net.inet.tcp.delayed_ack=0`"
             }
             AckTimer::Classic200ms => {
                 "on Windows set TcpAckFrequency=1 for the interface (registry); on macOS `sysctl net.inet.tcp.delayed_ack=0`"

@@ -231,6 +231,7 @@ impl Flow {
         let path = verdict::Path {
             rtt_us: sequence::sides_of_round_trip(&self.seq).iter().sum(),
             ttl: [self.seq[0].ttl, self.seq[1].ttl],
+            point: capture_point,
         };
         let ack_clocked = self.clock.report(&self.seq, &sides);
         let mut verdict = verdict::verdict(&sides, &self.found, ack_timer, &path);

@@ -160,6 +160,30 @@ fn stalls_are_found_from_either_end_of_a_long_path() {
             .stalls
             .iter()
             .all(|s| (39_000..42_000).contains(&s.stalled_us)));
+        // The fix of the side the capture was taken at (the one the user has in hand) comes
+        // first: the receiver's (the server, which delays its ACKs) when it was taken at the
+        // server's end, with nagless's own receiver fixes; else the sender's.
+        let receiver_first = point == CapturePoint::ServerEnd;
+        assert_eq!(
+            r.verdict[1].starts_with("fix at the receiver"),
+            receiver_first,
+            "{point:?}: {:?}",
+            r.verdict
+        );
+        let receiver = r
+            .verdict
+            .iter()
+            .find(|l| l.contains("at the receiver"))
+            .unwrap();
+        assert!(
+            receiver.contains("nagless fix --pid PID --ack-delay-max")
+                && receiver.contains("nagless run --ack-delay-max 0"),
+            "{receiver}"
+        );
+        assert_eq!(
+            receiver.contains("where this capture was taken"),
+            receiver_first
+        );
     }
 }
 

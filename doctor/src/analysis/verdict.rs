@@ -1,6 +1,6 @@
 //! The verdict for people ([`FlowReport::verdict`](super::FlowReport::verdict)): per side
 //! whose writes stalled, who splits writes and who delays ACKs, then the fix at the sender and
-//! at the receiver; without a stall, "no Nagle stall" and what was seen instead. Also the
+//! at the receiver (the receiver's first when the capture was taken at its end); without a stall, "no Nagle stall" and what was seen instead. Also the
 //! words for a [`Pattern`] and a [`CapturePoint`].
 
 use super::direction::Direction;
@@ -40,6 +40,20 @@ pub(super) struct Path {
     pub(super) rtt_us: u64,
     /// The IP TTL each side's packets reached the capture with (client first).
     pub(super) ttl: [Option<u8>; 2],
+    /// Where the capture was taken: the side at whose end it was is the one the user
+    /// controls, and its fix comes first.
+    pub(super) point: CapturePoint,
+}
+
+impl CapturePoint {
+    /// Whether the capture was taken at the end of side `d`.
+    fn at(self, d: Direction) -> bool {
+        matches!(
+            (self, d),
+            (CapturePoint::ClientEnd, Direction::Client)
+                | (CapturePoint::ServerEnd, Direction::Server)
+        )
+    }
 }
 
 /// The verdict lines of a flow with these `sides` (counters final), `found`, the receiver's
@@ -69,15 +83,23 @@ pub(super) fn verdict(
             found.lost[d].total_us as f64 / 1000.0,
             found.lost[d].worst_us as f64 / 1000.0,
         ));
-        out.push(format!(
-            "fix at the sender ({}): {}",
-            side.addr,
-            rule::SENDER_FIX
-        ));
-        out.push(format!(
-            "or at the receiver ({peer}): {}",
-            timer.receiver_fix()
-        ));
+        let sender = format!("at the sender ({}): {}", side.addr, rule::SENDER_FIX);
+        // (Captured at the receiver's end: that side is the one the user has in hand.)
+        let receiver = if path.point.at(d.peer()) {
+            format!(
+                "at the receiver ({peer}, where this capture was taken): {}",
+                timer.receiver_fix()
+            )
+        } else {
+            format!("at the receiver ({peer}): {}", timer.receiver_fix())
+        };
+        let (first, second) = if path.point.at(d.peer()) {
+            (receiver, sender)
+        } else {
+            (sender, receiver)
+        };
+        out.push(format!("fix {first}"));
+        out.push(format!("or {second}"));
     }
     if out.is_empty() {
         out.push(no_stall(sides, found.delayed_count));
