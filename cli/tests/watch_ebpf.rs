@@ -58,6 +58,8 @@ fn ebpf_backend_counts_the_stalling_server_like_the_doctor_counts() {
     assert_eq!(summary["backend"], "ebpf", "{summary}");
     let watched = stalls_of(&summary["rows"], pid);
     assert_eq!(row["ack_timer"], "linux40ms", "{row}");
+    // Its writes waited for wrk's delayed ACKs, and wrk runs on this host: named.
+    assert_eq!(row["acked_by"]["comm"], "wrk", "{row}");
     // Events, not samples: the same stalls as the doctor's, stall by stall (the capture and
     // the watch start and stop at slightly different moments).
     let m = against_doctor(&lines, &cap, Window::EITHER_WAY, "eBPF");

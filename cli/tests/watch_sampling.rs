@@ -44,6 +44,8 @@ fn http_server_under_wrk_is_flagged_and_counted_like_the_doctor_counts() {
     let (summary, row, t_first) = flagged(&lines, code, pid, started_at);
     let watched = stalls_of(&summary["rows"], pid);
     assert!(row["advice"].as_str().unwrap().contains("nagless run"));
+    // Its writes waited for wrk's delayed ACKs, and wrk runs on this host: named.
+    assert_eq!(row["acked_by"]["comm"], "wrk", "{row}");
     // (Sampling's time is the sample that saw the ACK: late, by more on a busy machine.)
     let m = against_doctor(&lines, &cap, Window::LATE, "sampling");
     eprintln!("wrk for {wrk_secs:.1} s: first flagged {t_first:.2} s into the watch");

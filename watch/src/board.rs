@@ -13,6 +13,7 @@ use nagless_stall_rule::{
 };
 
 use crate::detect::Stall;
+use crate::peer::Receiver;
 
 /// What a row of the table is about: a process (if known) and a port: the local port when
 /// the process listens on it (a server), else the remote one (a client).
@@ -104,6 +105,10 @@ pub struct Row {
     /// (`null` otherwise): its releases, the share of each connection's time its writes
     /// waited behind the peer's ACKs, and that time per second.
     pub ack_clocked: Option<AckClocked>,
+    /// The process on this host whose delayed ACKs its stalls waited for (the last one
+    /// seen), when the connections' other ends are held here: its fix is this host's too.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acked_by: Option<Receiver>,
 }
 
 impl Row {
@@ -133,6 +138,9 @@ pub(crate) struct Tally {
     clock_held_us: u64,
     clocking: u64,
     clock_span: Option<(u64, u64)>,
+    /// The process on this host whose delayed ACKs the last stall waited for, if one did
+    /// ([`crate::peer`]).
+    acked_by: Option<u32>,
 }
 
 impl Tally {
@@ -167,7 +175,13 @@ impl Tally {
         });
     }
 
+    /// The last stall waited for the delayed ACKs of process `pid` on this host.
+    pub(crate) fn acked_by(&mut self, pid: Option<u32>) {
+        self.acked_by = pid.or(self.acked_by);
+    }
+
     fn merge(&mut self, o: &Tally) {
+        self.acked_by = o.acked_by.or(self.acked_by);
         self.conns += o.conns;
         self.stalling += o.stalling;
         self.clocking += o.clocking;
@@ -235,6 +249,7 @@ impl Tally {
             ack_held_ms: self.clock_held_us as f64 / 1000.0,
             ack_released_connections: self.clocking as usize,
             ack_clocked,
+            acked_by: self.acked_by.map(crate::peer::named),
         }
     }
 }
@@ -286,9 +301,17 @@ impl Board {
 
     /// Adds one stall of connection `cookie` to its group, which counts the connection
     /// once, at its first stall.
-    pub(crate) fn add_stall(&mut self, key: &GroupKey, who: &Who, cookie: u64, s: &Stall) {
+    pub(crate) fn add_stall(
+        &mut self,
+        key: &GroupKey,
+        who: &Who,
+        cookie: u64,
+        s: &Stall,
+        acked_by: Option<u32>,
+    ) {
         let mut t = Tally::default();
         t.add(s);
+        t.acked_by(acked_by);
         let id = (key.clone(), cookie);
         t.conns = u64::from(self.seen.insert(id.clone()));
         t.stalling = u64::from(self.stalled.insert(id));
@@ -363,10 +386,10 @@ mod tests {
         // one stall; counted once, as clocked and as stalling.
         b.add_clock(&key(6379), &who, 1, (10_000, 400_000), (0, 600_000));
         b.add_clock(&key(6379), &who, 1, (4_000, 210_000), (600_000, 1_000_000));
-        b.add_stall(&key(6379), &who, 1, &stall(40_000));
+        b.add_stall(&key(6379), &who, 1, &stall(40_000), None);
         // Port 80: stalls, and a few prompt-ACK releases (not clocked).
-        b.add_stall(&key(80), &who, 2, &stall(40_000));
-        b.add_stall(&key(80), &who, 2, &stall(41_000));
+        b.add_stall(&key(80), &who, 2, &stall(40_000), None);
+        b.add_stall(&key(80), &who, 2, &stall(41_000), None);
         b.add_clock(&key(80), &who, 2, (12, 600), (0, 1_000_000));
         let rows = b.rows(1_000_000);
         let clocked = rows.iter().find(|r| r.port == 6379).unwrap();

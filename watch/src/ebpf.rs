@@ -146,6 +146,8 @@ pub(crate) struct EbpfWatcher {
     namespaces_at: Option<Instant>,
     /// Per writer pid: its network namespace (0 if unknown) and who it is.
     owners: HashMap<u32, (u64, Who)>,
+    /// The processes on this host whose ACKs the stalls waited for.
+    peers: crate::peer::Peers,
     /// The stalls of this window, and of the whole watch.
     window: Board,
     total: Board,
@@ -216,6 +218,7 @@ impl EbpfWatcher {
             counted_at: None,
             namespaces_at: None,
             owners: HashMap::new(),
+            peers: crate::peer::Peers::default(),
             window: Board::default(),
             total: Board::default(),
             stalls: None,
@@ -313,8 +316,13 @@ impl EbpfWatcher {
                 return None;
             }
         };
-        self.window.add_stall(&key, who, e.cookie, &stall);
-        self.total.add_stall(&key, who, e.cookie, &stall);
+        let acked_by = self
+            .peers
+            .receiver(e.pid, key.netns, e.local_addr(), e.remote_addr())
+            .map(|r| r.pid);
+        let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+        self.window.add_stall(&key, who, e.cookie, &stall, acked_by);
+        self.total.add_stall(&key, who, e.cookie, &stall, acked_by);
         if let Some(v) = &mut self.stalls {
             v.push(StallEvent {
                 key,

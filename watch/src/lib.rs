@@ -28,6 +28,7 @@ mod lister;
 pub mod metrics;
 mod netns;
 pub mod own_process;
+pub mod peer;
 pub mod procs;
 mod role;
 mod sampling;

@@ -67,6 +67,8 @@ pub(crate) struct Watcher {
     gone_total: Board,
     /// Stalls since the last [`take_stalls`](Source::take_stalls), when kept.
     events: Option<Vec<StallEvent>>,
+    /// The processes on this host whose ACKs the stalls waited for.
+    peers: crate::peer::Peers,
 }
 
 impl Watcher {
@@ -101,6 +103,7 @@ impl Watcher {
             gone_window: Board::default(),
             gone_total: Board::default(),
             events: None,
+            peers: crate::peer::Peers::default(),
         })
     }
 
@@ -210,8 +213,15 @@ impl Watcher {
             }
             if let Some(stall) = stall {
                 stats.stalls += 1;
+                let acked_by = t.key.pid.and_then(|pid| {
+                    self.peers
+                        .receiver(pid, t.key.netns, t.id.local, t.id.remote)
+                        .map(|r| r.pid)
+                });
                 t.window.add(&stall);
                 t.total.add(&stall);
+                t.window.acked_by(acked_by);
+                t.total.acked_by(acked_by);
                 if let Some(ev) = &mut self.events {
                     ev.push(StallEvent {
                         key: t.key.clone(),

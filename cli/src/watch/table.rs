@@ -120,6 +120,12 @@ pub(super) fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &
     }
 }
 
+/// The `nagless fix` command that bounds the delayed ACKs of process `pid` live, and the
+/// `nagless run` that does it at its next start.
+fn receiver_fix_command(pid: u32) -> String {
+    format!("nagless fix --pid {pid} --ack-delay-max 8ms (or start it as `nagless run --ack-delay-max 0 -- CMD`)")
+}
+
 /// The summary's lines on the rows that stalled: each row's process (in full), port, stalls
 /// and time lost, grouped by fix; under each group, once, its peers' timer and the fix,
 /// numbered as in the table.
@@ -158,6 +164,15 @@ pub(super) fn stalled_lines(stalled: &[Row], own_netns: u64, pins: &[Pin], out: 
                         let _ = writeln!(out, "  repair it live: {cmd}");
                     }
                 }
+            }
+            if let Some(rcv) = &r.acked_by {
+                let _ = writeln!(
+                    out,
+                    "  its writes wait for the delayed ACKs of {} {} on this host: or repair that side live: {}",
+                    rcv.pid,
+                    rcv.comm,
+                    receiver_fix_command(rcv.pid)
+                );
             }
         }
         if let (Some(fix), Some(r)) = (fix, rows.first()) {
