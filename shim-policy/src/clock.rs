@@ -125,6 +125,7 @@ impl Shim {
                 return false;
             }
             self.stats.clocked_sockets.fetch_add(1, Relaxed);
+            self.any_clocked.store(true, Relaxed);
         }
         if slot.flags.peek().is_held() {
             // A burst another thread started as the socket turned: it ends (what Nagle then
@@ -145,7 +146,13 @@ impl Shim {
     /// 200 ns spin added to `send` cost such a client a tenth of its requests, 50 ns about
     /// a twentieth. [`Shim::before_write`] is the full decision; this is its common case.
     pub fn clocked_write(&self, fd: i32) -> Option<WriteStep> {
-        if self.config.mode != Mode::Nagless || self.hold_nothing.load(Relaxed) {
+        // (No socket of this process was ever clocked: not even its slot is looked up, for
+        // the writes of the common program. A socket turning clocked as this reads is found
+        // by `before_write`, which clocks it all the same.)
+        if self.config.mode != Mode::Nagless
+            || !self.any_clocked.load(Relaxed)
+            || self.hold_nothing.load(Relaxed)
+        {
             return None;
         }
         let slot = self.slot(fd)?;

@@ -61,6 +61,10 @@ pub struct Shim {
     /// A forked child: until it has a flusher, the first write of each burst leaves plainly
     /// and only a second one starts the thread (see [`Shim::first_write_plainly`]).
     pub(crate) forked: AtomicBool,
+    /// Some socket of this process was clocked once ([`Shim::clocked_write`] looks no
+    /// further while none was). Written once, read by every write: beside the read-mostly
+    /// flags, not the counters.
+    pub(crate) any_clocked: AtomicBool,
     /// Counters.
     pub stats: Stats,
 }
@@ -77,6 +81,7 @@ impl Shim {
             flusher_missing: AtomicBool::new(true),
             hold_nothing: AtomicBool::new(false),
             forked: AtomicBool::new(false),
+            any_clocked: AtomicBool::new(false),
             stats: Stats::default(),
         }
     }
