@@ -209,6 +209,10 @@ mod quiet {
         /// The last write was smaller than a segment: the burst is being built piece by
         /// piece (see [`State::first_segment`]).
         pub(super) last_write_small: bool,
+        /// Under [`FlushPolicy::clocked`]: the caller's flushes mark where its batches end
+        /// (it has flushed once), so a normal write waits for its batch's flush instead of
+        /// being handed over by itself.
+        pub(super) flush_delimits: bool,
     }
 
     /// [`State`] and the quiet lane's end.
@@ -372,6 +376,8 @@ mod quiet {
             let immediate = self.policy.linger == Linger::Immediate;
             match urgency {
                 Urgency::SendNow => self.make_all_due(FlushReason::Urgent),
+                // A piece of the caller's batch: its flush hands the batch over whole.
+                Urgency::Normal if immediate && self.policy.clocked && self.flush_delimits => {}
                 Urgency::Normal if immediate && self.policy.clocked => {
                     self.make_all_due(FlushReason::Clocked)
                 }
@@ -411,6 +417,7 @@ impl Coalescer {
                 deadline: None,
                 first_segment_out: false,
                 last_write_small: false,
+                flush_delimits: false,
             }),
             flush_open: false,
             stats: Stats::default(),
@@ -544,6 +551,14 @@ impl Coalescer {
                 FlushReason::Explicit
             };
             self.q.edit().make_all_due(reason);
+        }
+    }
+
+    /// Under [`FlushPolicy::clocked`]: the caller's flushes mark where its batches end, so
+    /// from now on its normal writes wait for the flush that ends their batch.
+    pub(crate) fn flushes_delimit_batches(&mut self) {
+        if self.q.policy.clocked && !self.q.flush_delimits {
+            self.q.edit().flush_delimits = true;
         }
     }
 

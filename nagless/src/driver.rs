@@ -382,13 +382,21 @@ impl<S: Seal> Driver<S> {
     {
         self.take_deferred()?;
         self.flush_point();
-        self.send_due(wire)
+        let r = self.send_due(wire);
+        self.batch_ended();
+        r
     }
 
     /// The caller flushed: what is pending becomes due (unless the policy makes flushes
-    /// hints), and its batch ends there.
+    /// hints), and the caller's flushes delimit its batches from now on. The flush's own
+    /// send belongs to the batch it ends: [`batch_ended`](Self::batch_ended) follows it.
     pub(crate) fn flush_point(&mut self) {
         self.core.flush();
+        self.core.flushes_delimit_batches();
+    }
+
+    /// The caller's flush has handed its batch to the wire: the next bytes begin another.
+    pub(crate) fn batch_ended(&mut self) {
         self.batch.ended();
     }
 

@@ -1,9 +1,10 @@
-//! `FlushPolicy::clocked` with requests written in pieces (a header, then a body, then a
-//! flush: what a client codec does), through the std and the tokio stream on 127.0.0.1: no
-//! request waits for the peer's delayed ACK, as none would under `TCP_NODELAY`, and the
-//! answers come back whole and in order. Before the caller's flushes mark its batches, the
-//! second piece of each request was held for the ACK of the first, which a server that waits
-//! for the whole request delays (40 ms on Linux).
+//! `FlushPolicy::clocked` with requests written in pieces (a header, then a body in two
+//! writes, then a flush: what a client codec does), through the std and the tokio stream on
+//! 127.0.0.1: no request waits for the peer's delayed ACK, as none would under `TCP_NODELAY`,
+//! each leaves as one segment, as none would under `TCP_NODELAY`, and the answers come back
+//! whole and in order. Before the caller's flushes marked its batches, the second piece of
+//! each request was held for the ACK of the first, which a server that waits for the whole
+//! request delays (40 ms on Linux).
 //!
 //! Robust facts only: a stall is >= 30 ms; the middle round of 60 is held below it (a loaded
 //! machine may delay a few rounds as much); a hang is caught by generous timeouts.
@@ -72,7 +73,8 @@ fn std_clocked_requests_in_pieces_never_wait_for_a_delayed_ack() {
     for seq in 0..ROUNDS {
         let start = Instant::now();
         s.write_all(&header(seq)).unwrap();
-        s.write_all(&[b'b'; BODY]).unwrap();
+        s.write_all(&[b'b'; BODY / 2]).unwrap();
+        s.write_all(&[b'b'; BODY / 2]).unwrap();
         s.flush().unwrap();
         answers.read_exact(&mut answer).unwrap();
         waits.push(start.elapsed());
@@ -81,6 +83,13 @@ fn std_clocked_requests_in_pieces_never_wait_for_a_delayed_ack() {
     let middle = median(waits);
     assert!(middle < STALL, "the median request waited {middle:?}");
     assert!(s.stats().clock_checks > 0, "clocked: {:?}", s.stats());
+    // Each request one segment (its answer came before the next, so nothing was in flight
+    // at its flush), where its three writes would be three under `TCP_NODELAY`.
+    let segs = u64::from(s.tcp_info().unwrap().data_segs_out.unwrap_or(0));
+    assert!(
+        segs <= ROUNDS + ROUNDS / 4,
+        "{segs} data segments for {ROUNDS} requests"
+    );
     drop((s, answers));
     server.join().unwrap();
 }
@@ -100,7 +109,8 @@ async fn tokio_clocked_requests_in_pieces_never_wait_for_a_delayed_ack() {
     for seq in 0..ROUNDS {
         let start = Instant::now();
         wr.write_all(&header(seq)).await.unwrap();
-        wr.write_all(&[b'b'; BODY]).await.unwrap();
+        wr.write_all(&[b'b'; BODY / 2]).await.unwrap();
+        wr.write_all(&[b'b'; BODY / 2]).await.unwrap();
         wr.flush().await.unwrap();
         tokio::time::timeout(Duration::from_secs(20), rd.read_exact(&mut answer))
             .await
@@ -112,6 +122,11 @@ async fn tokio_clocked_requests_in_pieces_never_wait_for_a_delayed_ack() {
     let middle = median(waits);
     assert!(middle < STALL, "the median request waited {middle:?}");
     assert!(wr.stats().clock_checks > 0, "clocked: {:?}", wr.stats());
+    let segs = u64::from(wr.tcp_info().unwrap().data_segs_out.unwrap_or(0));
+    assert!(
+        segs <= ROUNDS + ROUNDS / 4,
+        "{segs} data segments for {ROUNDS} requests"
+    );
     drop((rd, wr));
     server.join().unwrap();
 }

@@ -19,7 +19,8 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    /// The caller flushed: its batch ends here, and its flushes delimit batches from now on.
+    /// The caller's flush handed its batch over: the batch ends here, and the caller's
+    /// flushes delimit batches from now on.
     pub(crate) fn ended(&mut self) {
         self.delimited = true;
         self.base = None;

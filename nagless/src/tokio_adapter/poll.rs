@@ -96,6 +96,7 @@ where
         return waiting;
     }
     if !closing {
+        g.driver.batch_ended();
         return Pin::new(&mut g.io).poll_flush(cx);
     }
     // (Bytes still pending here were refused by a full socket: `wait_on` returned above.)
