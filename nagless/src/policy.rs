@@ -113,7 +113,8 @@ impl FlushPolicy {
     /// Such writers never read the stream and then wait somewhere else (a semaphore, a
     /// channel), so no flush point of the default policy comes, and the std stream has no
     /// thread to honour a linger deadline: a write left queued would wait for the next call.
-    /// Under this policy no byte waits in the stream. A write (or a [`flush`] of
+    /// Under this policy no byte waits in the stream (until the caller flushes: below). A
+    /// write (or a [`flush`] of
     /// [`MoreFollows`] pieces) is sent at once, plainly, when nothing is unacknowledged on the
     /// socket: it is the only request on the wire and nothing else would carry it. With data in
     /// flight it is given to the kernel with `MSG_MORE`, which holds it until the next ACK
@@ -123,9 +124,10 @@ impl FlushPolicy {
     ///
     /// A request written in pieces and then flushed (a codec's header and body, then
     /// `flush` or `poll_flush`) does not wait for the ACK of its own first piece: from the
-    /// caller's first flush on, its flushes delimit its batches, and a write is held only
-    /// behind bytes of earlier batches. Before a first flush every write is a batch of its
-    /// own.
+    /// caller's first flush on, its flushes delimit its batches, its writes wait in the
+    /// stream for their batch's flush (as a `BufWriter`'s do), and the flush hands the batch
+    /// over in one send, held only behind bytes of earlier batches. Before a first flush
+    /// every write is a batch of its own, handed over as it is made.
     ///
     /// The bound, honestly: held bytes leave with the next ACK, so a peer that answers slowly
     /// and delays its ACKs (40 ms on Linux, up to 200 ms elsewhere) holds them that long, as
