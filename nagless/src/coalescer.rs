@@ -572,7 +572,10 @@ impl Coalescer {
     /// pending is due. (The I/O layers call it when a read would wait, not for input that is
     /// already buffered.)
     pub fn before_read(&mut self) {
-        if self.q.policy.before_read {
+        // (A clocked caller whose flushes delimit its batches sends each at its flush: a
+        // read of its answers, which a multiplexed client makes beside its writes, must not
+        // split the batch it is writing.)
+        if self.q.policy.before_read && !(self.q.policy.clocked && self.q.flush_delimits) {
             self.q.edit().make_all_due(FlushReason::BeforeRead);
         }
     }

@@ -125,9 +125,12 @@ impl FlushPolicy {
     /// A request written in pieces and then flushed (a codec's header and body, then
     /// `flush` or `poll_flush`) does not wait for the ACK of its own first piece: from the
     /// caller's first flush on, its flushes delimit its batches, its writes wait in the
-    /// stream for their batch's flush (as a `BufWriter`'s do), and the flush hands the batch
-    /// over in one send, held only behind bytes of earlier batches. Before a first flush
-    /// every write is a batch of its own, handed over as it is made.
+    /// stream for their batch's flush (as a `BufWriter`'s do; a read that would wait does not
+    /// send them), and the flush hands the batch over in one send to a socket whose Nagle is
+    /// on again (`TCP_NODELAY` off): Linux's Nagle holds a small segment only while an
+    /// earlier small segment is unacknowledged, so a batch waits for the next ACK only behind
+    /// an earlier batch, at no syscall beyond its send. Before a first flush every write is a
+    /// batch of its own, handed over as it is made.
     ///
     /// The bound, honestly: held bytes leave with the next ACK, so a peer that answers slowly
     /// and delays its ACKs (40 ms on Linux, up to 200 ms elsewhere) holds them that long, as
