@@ -137,7 +137,7 @@ pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
 /// program of it sets itself are noted, and, if `whole` (the fix is the cgroup's), every
 /// connection a process of it (or of a cgroup under it) makes or accepts gets the options.
 /// With `root` (the root cgroup), every connection marked as the selection's gets them too,
-/// wherever it is charged ([`Attached::mark`]); for a fix of one process (`target_pid`), the
+/// wherever it is charged (the sockets `existing::fix` marks); for a fix of one process (`target_pid`), the
 /// sockets the processes of [`Attached::set_targeted`] make are marked as they are made.
 pub fn attach(
     cgroup: &Path,

@@ -52,7 +52,7 @@ pub enum FlusherStep {
 
 impl Shim {
     /// In a child after fork: it has no flusher thread (a burst's second write starts one:
-    /// see [`Shim::first_write_plainly`]) and inherits no burst (the parent released them
+    /// see `Shim::first_write_plainly`) and inherits no burst (the parent released them
     /// before forking).
     pub fn after_fork_child(&self) {
         self.forked.store(true, Relaxed);
