@@ -241,8 +241,15 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
         &config,
         t.cgroup.is_some(),
         marks.then_some(root.as_path()),
+        &t.pids,
     )?;
     at.set_targeted(&t.pids);
+    if let Some(e) = at.root_error() {
+        errln!(
+            "nagless fix: connections charged to another cgroup than {} are not reached ({e})",
+            t.home.display()
+        );
+    }
     let mut attached = Some(at);
     crate::sys::catch_interrupts();
     let mut seen = BTreeSet::new();

@@ -125,6 +125,8 @@ pub struct Attached {
     /// make), when the kernel can set the options from BPF.
     marked: Option<OwnedFd>,
     _marker: Option<OwnedFd>,
+    /// Why the programs on the root cgroup could not be attached, if they could not.
+    root_error: Option<String>,
     cgroup: PathBuf,
 }
 
@@ -144,6 +146,7 @@ pub fn attach(
     config: &Config,
     whole: bool,
     root: Option<&Path>,
+    pids: &[u32],
 ) -> Result<Attached, AttachError> {
     // `chosen`, a socket-storage map, is a kind aya 0.13 does not wrap: it is read by hand.
     let mut bpf = EbpfLoader::new()
@@ -185,31 +188,13 @@ pub fn attach(
     } else {
         None
     };
-    let (mut marked, mut marker) = (None, None);
+    let (mut marked, mut marker, mut root_error) = (None, None, None);
     if let Some(root) = root {
-        let root_err = |e: std::io::Error| AttachError::Link {
-            cgroup: root.to_path_buf(),
-            error: e.to_string(),
-        };
-        let root_dir = fs::File::open(root).map_err(root_err)?;
-        let prog: &mut SockOps = bpf
-            .program_mut("fix_marked")
-            .ok_or(AttachError::Missing("fix_marked program"))?
-            .try_into()
-            .map_err(|e| load_error(&e))?;
-        prog.load().map_err(|e| load_error(&e))?;
-        let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
-        marked = Some(sys::link_sock_ops(prog_fd.as_fd(), root_dir.as_fd()).map_err(root_err)?);
-        if config.target_pid != 0 {
-            let prog: &mut CgroupSock = bpf
-                .program_mut("mark_new")
-                .ok_or(AttachError::Missing("mark_new program"))?
-                .try_into()
-                .map_err(|e| load_error(&e))?;
-            prog.load().map_err(|e| load_error(&e))?;
-            let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
-            marker =
-                Some(sys::link_sock_create(prog_fd.as_fd(), root_dir.as_fd()).map_err(root_err)?);
+        // Best effort: without it the fix reaches what it reached before (the cgroup's own
+        // sockets; a shared process's new connections by looking again), and says so.
+        match attach_marked(&mut bpf, root, config, pids) {
+            Ok((m, k)) => (marked, marker) = (m, k),
+            Err(e) => root_error = Some(e.to_string()),
         }
     }
     Ok(Attached {
@@ -218,8 +203,67 @@ pub fn attach(
         _observer: observer,
         marked,
         _marker: marker,
+        root_error,
         cgroup: cgroup.to_path_buf(),
     })
+}
+
+/// The programs that act on marked sockets, attached to the root cgroup: `fix_marked`, and
+/// for a fix of one process `mark_new`.
+fn attach_marked(
+    bpf: &mut Ebpf,
+    root: &Path,
+    config: &Config,
+    pids: &[u32],
+) -> Result<(Option<OwnedFd>, Option<OwnedFd>), AttachError> {
+    let root_err = |e: std::io::Error| AttachError::Link {
+        cgroup: root.to_path_buf(),
+        error: e.to_string(),
+    };
+    let root_dir = fs::File::open(root).map_err(root_err)?;
+    let prog: &mut SockOps = bpf
+        .program_mut("fix_marked")
+        .ok_or(AttachError::Missing("fix_marked program"))?
+        .try_into()
+        .map_err(|e| load_error(&e))?;
+    prog.load().map_err(|e| load_error(&e))?;
+    let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
+    let marked = sys::link_sock_ops(prog_fd.as_fd(), root_dir.as_fd()).map_err(root_err)?;
+    if config.target_pid == 0 {
+        return Ok((Some(marked), None));
+    }
+    // The processes first: no socket one of them makes once the program runs is missed.
+    set_targeted(bpf, pids);
+    let prog: &mut CgroupSock = bpf
+        .program_mut("mark_new")
+        .ok_or(AttachError::Missing("mark_new program"))?
+        .try_into()
+        .map_err(|e| load_error(&e))?;
+    prog.load().map_err(|e| load_error(&e))?;
+    let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
+    let marker = sys::link_sock_create(prog_fd.as_fd(), root_dir.as_fd()).map_err(root_err)?;
+    Ok((Some(marked), Some(marker)))
+}
+
+/// Fills the `targeted` map of `bpf` with exactly `pids`.
+fn set_targeted(bpf: &mut Ebpf, pids: &[u32]) {
+    let Some(map) = bpf.map_mut("targeted") else {
+        return;
+    };
+    let Ok(mut hash) = aya::maps::HashMap::<_, u32, u8>::try_from(map) else {
+        return;
+    };
+    let gone: Vec<u32> = hash
+        .keys()
+        .flatten()
+        .filter(|k| !pids.contains(k))
+        .collect();
+    for k in gone {
+        let _ = hash.remove(&k);
+    }
+    for &p in pids {
+        let _ = hash.insert(p, 1, 0);
+    }
 }
 
 /// The counters of a `counters` map (the attached program's, or a pinned one's).
@@ -276,23 +320,13 @@ impl Attached {
     /// The processes (a fix of one process and its children) whose new sockets are marked as
     /// they are made: exactly `pids` from now on.
     pub fn set_targeted(&mut self, pids: &[u32]) {
-        let Some(map) = self.bpf.map_mut("targeted") else {
-            return;
-        };
-        let Ok(mut hash) = aya::maps::HashMap::<_, u32, u8>::try_from(map) else {
-            return;
-        };
-        let gone: Vec<u32> = hash
-            .keys()
-            .flatten()
-            .filter(|k| !pids.contains(k))
-            .collect();
-        for k in gone {
-            let _ = hash.remove(&k);
-        }
-        for &p in pids {
-            let _ = hash.insert(p, 1, 0);
-        }
+        set_targeted(&mut self.bpf, pids);
+    }
+
+    /// Why the programs that act on marked sockets (on the root cgroup) could not be
+    /// attached: the fix then reaches the connections charged to its own cgroup only.
+    pub fn root_error(&self) -> Option<&str> {
+        self.root_error.as_deref()
     }
 
     /// Whether it sets options on new connections as they are made (of its whole cgroup, or

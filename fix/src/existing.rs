@@ -221,8 +221,9 @@ fn change(
     }
     match sys::tcp_state(f) {
         Ok(TCP_ESTABLISHED) => {}
-        // SYN_SENT, SYN_RECV, LISTEN: it may become a connection.
-        Ok(2 | 3 | 10) => return Settled::NotYet,
+        // SYN_SENT, SYN_RECV, LISTEN, and CLOSE (made, not yet connecting): it may become a
+        // connection (marked, so that it is fixed as it does, wherever it is charged).
+        Ok(2 | 3 | 7 | 10) => return Settled::NotYet,
         _ => return Settled::Never,
     }
     let Ok(p) = sys::ports(f) else {

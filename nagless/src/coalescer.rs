@@ -557,7 +557,8 @@ impl Coalescer {
     /// Under [`FlushPolicy::clocked`]: the caller's flushes mark where its batches end, so
     /// from now on its normal writes wait for the flush that ends their batch.
     pub(crate) fn flushes_delimit_batches(&mut self) {
-        if self.q.policy.clocked && !self.q.flush_delimits {
+        // (A flush that is a hint ends no batch: it would leave the batch's bytes waiting.)
+        if self.q.policy.clocked && self.q.policy.explicit_flush && !self.q.flush_delimits {
             self.q.edit().flush_delimits = true;
         }
     }
@@ -572,10 +573,7 @@ impl Coalescer {
     /// pending is due. (The I/O layers call it when a read would wait, not for input that is
     /// already buffered.)
     pub fn before_read(&mut self) {
-        // (A clocked caller whose flushes delimit its batches sends each at its flush: a
-        // read of its answers, which a multiplexed client makes beside its writes, must not
-        // split the batch it is writing.)
-        if self.q.policy.before_read && !(self.q.policy.clocked && self.q.flush_delimits) {
+        if self.q.policy.before_read {
             self.q.edit().make_all_due(FlushReason::BeforeRead);
         }
     }

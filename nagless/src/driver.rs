@@ -61,14 +61,6 @@ pub(crate) trait Wire {
         }
     }
 
-    /// Turns the kernel's Nagle on (`TCP_NODELAY` off) or off.
-    fn set_nagle(&mut self, on: bool) -> io::Result<()> {
-        match self.socket() {
-            Some(fd) => crate::sys::set_nodelay(fd, !on),
-            None => Ok(()),
-        }
-    }
-
     /// The caller will wait for socket space if the send that follows blocks: the tokio wire
     /// registers its task with the fan-out waker (before the send, so that readiness arriving
     /// after the socket said "full" finds it). Nothing for a blocking descriptor.
@@ -177,9 +169,6 @@ pub(crate) struct Driver<S> {
     /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked): the caller's batch, as
     /// its flushes delimit it.
     batch: Batch,
-    /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked), once the caller's
-    /// flushes delimit its batches: the kernel's Nagle is on, and it clocks whole batches.
-    nagle_on: bool,
 }
 
 impl<S> Driver<S> {
@@ -191,7 +180,6 @@ impl<S> Driver<S> {
             deferred: None,
             held: None,
             batch: Batch::default(),
-            nagle_on: false,
         }
     }
 
@@ -393,18 +381,24 @@ impl<S: Seal> Driver<S> {
         S: SealOver<W>,
     {
         self.take_deferred()?;
-        self.flush_point();
+        self.flush_point(false);
         let r = self.send_due(wire);
         self.batch_ended();
         r
     }
 
     /// The caller flushed: what is pending becomes due (unless the policy makes flushes
-    /// hints), and the caller's flushes delimit its batches from now on. The flush's own
-    /// send belongs to the batch it ends: [`batch_ended`](Self::batch_ended) follows it.
-    pub(crate) fn flush_point(&mut self) {
+    /// hints). With `queue`, the caller's flushes also say when its batches leave from now
+    /// on: its writes wait for their batch's flush (the tokio streams over a socket they can
+    /// clock, whose callers flush after each batch as `AsyncWrite` asks; never the std
+    /// stream or the C API, whose writers may flush once and then wait elsewhere). The
+    /// flush's own send belongs to the batch it ends: [`batch_ended`](Self::batch_ended)
+    /// follows it.
+    pub(crate) fn flush_point(&mut self, queue: bool) {
         self.core.flush();
-        self.core.flushes_delimit_batches();
+        if queue {
+            self.core.flushes_delimit_batches();
+        }
     }
 
     /// The caller's flush has handed its batch to the wire: the next bytes begin another.
@@ -561,13 +555,6 @@ impl<S: Seal> Driver<S> {
     /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked): sends what the kernel
     /// holds for an ACK, if it may hold anything (the caller wants everything on the wire).
     pub(crate) fn release_held<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<()> {
-        if self.nagle_on {
-            // The kernel's Nagle may hold a batch: pushed, and Nagle on again.
-            self.core.on_push();
-            self.core.on_push();
-            wire.push()?;
-            return wire.set_nagle(true);
-        }
         if self.held.is_some() {
             self.held = None;
             self.core.on_push();
@@ -600,9 +587,6 @@ impl<S: Seal> Driver<S> {
     where
         S: SealOver<W>,
     {
-        if self.batch.delimits() {
-            return self.pump_batches(wire, now, handshake);
-        }
         let tx = self.core.poll_transmit(now);
         let clocked = tx.is_some_and(|tx| tx.reason == FlushReason::Clocked);
         let overdue = self
@@ -663,34 +647,6 @@ impl<S: Seal> Driver<S> {
             self.release_held_now(wire)?;
         }
         r
-    }
-
-    /// Sends what is due under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked) once
-    /// the caller's flushes delimit its batches: each batch whole, in one send, to a socket
-    /// whose Nagle is on. Linux's Nagle (Minshall's) holds a small segment only while an
-    /// earlier small segment is unacknowledged: a batch waits for the next ACK only behind an
-    /// earlier batch's tail, never behind its own first bytes, and costs no syscall beyond
-    /// its send, where handing it over with `MSG_MORE` costs two to four.
-    fn pump_batches<W: Wire + ?Sized>(
-        &mut self,
-        wire: &mut W,
-        now: Instant,
-        handshake: bool,
-    ) -> io::Result<Drive>
-    where
-        S: SealOver<W>,
-    {
-        if !self.nagle_on {
-            // Bytes held with `MSG_MORE` before the caller's first flush leave first.
-            if self.held.is_some() {
-                self.release_held_now(wire)?;
-            }
-            self.core.on_push();
-            wire.set_nagle(true)?;
-            self.nagle_on = true;
-        }
-        self.seal
-            .send_due(&mut self.core, wire, now, handshake, false)
     }
 
     /// Pushes what the kernel holds, whatever was last seen.

@@ -113,8 +113,8 @@ impl FlushPolicy {
     /// Such writers never read the stream and then wait somewhere else (a semaphore, a
     /// channel), so no flush point of the default policy comes, and the std stream has no
     /// thread to honour a linger deadline: a write left queued would wait for the next call.
-    /// Under this policy no byte waits in the stream (until the caller flushes: below). A
-    /// write (or a [`flush`] of
+    /// Under this policy no byte waits in the stream (but in a tokio stream whose caller
+    /// flushes: below). A write (or a [`flush`] of
     /// [`MoreFollows`] pieces) is sent at once, plainly, when nothing is unacknowledged on the
     /// socket: it is the only request on the wire and nothing else would carry it. With data in
     /// flight it is given to the kernel with `MSG_MORE`, which holds it until the next ACK
@@ -124,13 +124,11 @@ impl FlushPolicy {
     ///
     /// A request written in pieces and then flushed (a codec's header and body, then
     /// `flush` or `poll_flush`) does not wait for the ACK of its own first piece: from the
-    /// caller's first flush on, its flushes delimit its batches, its writes wait in the
-    /// stream for their batch's flush (as a `BufWriter`'s do; a read that would wait does not
-    /// send them), and the flush hands the batch over in one send to a socket whose Nagle is
-    /// on again (`TCP_NODELAY` off): Linux's Nagle holds a small segment only while an
-    /// earlier small segment is unacknowledged, so a batch waits for the next ACK only behind
-    /// an earlier batch, at no syscall beyond its send. Before a first flush every write is a
-    /// batch of its own, handed over as it is made.
+    /// caller's first flush on, its flushes delimit its batches, and a write is held only
+    /// behind bytes of earlier batches. The tokio streams (over a socket they clock, with
+    /// explicit flushes) also keep a batch's writes until its `poll_flush`, which hands it
+    /// over in one send (a read that would wait sends them too). Before a first flush every
+    /// write is a batch of its own, handed over as it is made.
     ///
     /// The bound, honestly: held bytes leave with the next ACK, so a peer that answers slowly
     /// and delays its ACKs (40 ms on Linux, up to 200 ms elsewhere) holds them that long, as

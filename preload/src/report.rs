@@ -108,8 +108,17 @@ fn dir() -> Option<(c_int, &'static [u8])> {
 /// Says once, on stderr (where it takes our lines) and in the debug log, that this process
 /// cannot write its stats file, and why.
 fn cannot_write(path: &[u8], pid: u32, errno: c_int) {
-    let why = std::io::Error::from_raw_os_error(errno);
-    let path = String::from_utf8_lossy(path);
+    // (No allocation: this may run at exit, in a process whose malloc is not to be trusted.)
+    let mut text = [0u8; 128];
+    // SAFETY: strerror_r (the XSI form the libc crate binds) writes at most `text.len()`
+    // bytes, NUL-terminated, into the buffer we own.
+    let ok = unsafe { libc::strerror_r(errno, text.as_mut_ptr().cast(), text.len()) } == 0;
+    let end = text.iter().position(|&b| b == 0).unwrap_or(0);
+    let why = std::str::from_utf8(&text[..end])
+        .ok()
+        .filter(|_| ok)
+        .unwrap_or("an error");
+    let path = std::str::from_utf8(path).unwrap_or("the stats file");
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     crate::debug_log::log(format_args!(
@@ -119,7 +128,7 @@ fn cannot_write(path: &[u8], pid: u32, errno: c_int) {
         crate::debug_log::write_formatted(
             2,
             format_args!(
-                "nagless: process {pid} (uid {uid}) cannot write its stats file {path}.{pid}: {why}; give --stats-file a directory its user may write (mode 1777)\n"
+                "nagless: process {pid} (uid {uid}) cannot write its stats file {path}.{pid}: {why} (errno {errno}); give --stats-file a directory its user may write (mode 1777)\n"
             ),
         );
     }

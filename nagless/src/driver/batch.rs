@@ -26,11 +26,6 @@ impl Batch {
         self.base = None;
     }
 
-    /// Whether the caller's flushes delimit its batches (it has flushed once).
-    pub(crate) fn delimits(&self) -> bool {
-        self.delimited
-    }
-
     /// Of `sent` bytes handed to the kernel so far, those of the current batch (opening it at
     /// `sent` if none is open), when the caller's flushes delimit batches; `None` before its
     /// first flush.

@@ -88,7 +88,8 @@ where
         g.driver.close_begins()?;
     } else {
         g.driver.take_deferred()?;
-        g.driver.flush_point();
+        let queue = g.access.can_clock();
+        g.driver.flush_point(queue);
     }
     let now = now();
     let pumped = g.pump(cx, true, now, true);

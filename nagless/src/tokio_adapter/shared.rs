@@ -71,6 +71,16 @@ impl<T> Clone for SocketAccess<T> {
 impl<T> Copy for SocketAccess<T> {}
 
 impl<T> SocketAccess<T> {
+    /// Whether a send can be held for the next ACK (`MSG_MORE` reaches the descriptor) and
+    /// its send queue asked: [`FlushPolicy::clocked`](crate::FlushPolicy::clocked) clocks.
+    pub(crate) fn can_clock(&self) -> bool {
+        cfg!(any(target_os = "linux", target_os = "android"))
+            && self.direct
+            && self.socket.is_some()
+    }
+}
+
+impl<T> SocketAccess<T> {
     /// A stream that is not known to be a socket.
     pub(crate) fn none() -> Self {
         SocketAccess {
@@ -147,9 +157,7 @@ impl<T: AsyncWrite + Unpin> Wire for PollWire<'_, '_, T> {
     }
 
     fn can_clock(&self) -> bool {
-        cfg!(any(target_os = "linux", target_os = "android"))
-            && self.access.direct
-            && self.access.socket.is_some()
+        self.access.can_clock()
     }
 
     fn wait_for_room(&mut self) {
