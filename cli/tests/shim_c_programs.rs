@@ -51,13 +51,18 @@ fn c_write_write_read_stalls_plain_and_not_under_the_shim() {
     // Both processes (client and forked server): one segment per burst, two writes per
     // round. A process descheduled past the 1 ms linger bound between its two writes has
     // that burst released early, which makes it two bursts: a few such rounds on a busy
-    // machine, never most of them.
+    // machine, never most of them. The forked server has no flusher until its first burst's
+    // second write, so that burst's first write leaves alone: one segment more, once
+    // (docs/shim.md, "Forked children").
     let stats = stats_lines(&stderr);
     assert_eq!(stats.len(), 2, "{stderr}");
     let released: i64 = stats.iter().map(|s| s["released"] as i64).sum();
     for s in &stats {
         assert_eq!(s["writes"], 60, "{s:?}");
-        assert_eq!(s["data"], s["bursts"], "one segment per burst: {s:?}");
+        assert!(
+            (s["bursts"]..=s["bursts"] + 1).contains(&s["data"]),
+            "one segment per burst (a forked child's first, two): {s:?}"
+        );
         assert!((30..=30 + s["released"]).contains(&s["bursts"]), "{s:?}");
         assert!(s["released"] <= 6, "{s:?}");
         // After three rounds the shape (two writes, then a read) is learned: from then on
