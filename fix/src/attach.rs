@@ -135,6 +135,22 @@ pub fn cgroup_id(dir: &Path) -> std::io::Result<u64> {
     fs::metadata(dir).map(|m| m.ino())
 }
 
+/// Takes the program `$name` of `$bpf` as a `$ty`, loads it and links it to the cgroup
+/// directory `$dir` with `$link`: the link's descriptor (`?` on any error, a link's through
+/// `$err`).
+macro_rules! load_and_link {
+    ($bpf:expr, $name:literal, $ty:ty, $link:path, $dir:expr, $err:expr) => {{
+        let prog: &mut $ty = $bpf
+            .program_mut($name)
+            .ok_or(AttachError::Missing(concat!($name, " program")))?
+            .try_into()
+            .map_err(|e| load_error(&e))?;
+        prog.load().map_err(|e| load_error(&e))?;
+        let fd = prog.fd().map_err(|e| load_error(&e))?;
+        $link(fd.as_fd(), $dir.as_fd()).map_err($err)?
+    }};
+}
+
 /// Loads the programs with `config` and attaches them to `cgroup`: from now on the options a
 /// program of it sets itself are noted, and, if `whole` (the fix is the cgroup's), every
 /// connection a process of it (or of a cgroup under it) makes or accepts gets the options.
@@ -168,23 +184,23 @@ pub fn attach(
         error: e.to_string(),
     };
     let dir = fs::File::open(cgroup).map_err(link_err)?;
-    let observer: &mut CgroupSockopt = bpf
-        .program_mut("note_choice")
-        .ok_or(AttachError::Missing("note_choice program"))?
-        .try_into()
-        .map_err(|e| load_error(&e))?;
-    observer.load().map_err(|e| load_error(&e))?;
-    let observer_fd = observer.fd().map_err(|e| load_error(&e))?;
-    let observer = sys::link_setsockopt(observer_fd.as_fd(), dir.as_fd()).map_err(link_err)?;
+    let observer = load_and_link!(
+        bpf,
+        "note_choice",
+        CgroupSockopt,
+        sys::link_setsockopt,
+        dir,
+        link_err
+    );
     let link = if whole {
-        let prog: &mut SockOps = bpf
-            .program_mut("fix_sockops")
-            .ok_or(AttachError::Missing("fix_sockops program"))?
-            .try_into()
-            .map_err(|e| load_error(&e))?;
-        prog.load().map_err(|e| load_error(&e))?;
-        let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
-        Some(sys::link_sock_ops(prog_fd.as_fd(), dir.as_fd()).map_err(link_err)?)
+        Some(load_and_link!(
+            bpf,
+            "fix_sockops",
+            SockOps,
+            sys::link_sock_ops,
+            dir,
+            link_err
+        ))
     } else {
         None
     };
@@ -221,27 +237,27 @@ fn attach_marked(
         error: e.to_string(),
     };
     let root_dir = fs::File::open(root).map_err(root_err)?;
-    let prog: &mut SockOps = bpf
-        .program_mut("fix_marked")
-        .ok_or(AttachError::Missing("fix_marked program"))?
-        .try_into()
-        .map_err(|e| load_error(&e))?;
-    prog.load().map_err(|e| load_error(&e))?;
-    let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
-    let marked = sys::link_sock_ops(prog_fd.as_fd(), root_dir.as_fd()).map_err(root_err)?;
+    let marked = load_and_link!(
+        bpf,
+        "fix_marked",
+        SockOps,
+        sys::link_sock_ops,
+        root_dir,
+        root_err
+    );
     if config.target_pid == 0 {
         return Ok((Some(marked), None));
     }
     // The processes first: no socket one of them makes once the program runs is missed.
     set_targeted(bpf, pids);
-    let prog: &mut CgroupSock = bpf
-        .program_mut("mark_new")
-        .ok_or(AttachError::Missing("mark_new program"))?
-        .try_into()
-        .map_err(|e| load_error(&e))?;
-    prog.load().map_err(|e| load_error(&e))?;
-    let prog_fd = prog.fd().map_err(|e| load_error(&e))?;
-    let marker = sys::link_sock_create(prog_fd.as_fd(), root_dir.as_fd()).map_err(root_err)?;
+    let marker = load_and_link!(
+        bpf,
+        "mark_new",
+        CgroupSock,
+        sys::link_sock_create,
+        root_dir,
+        root_err
+    );
     Ok((Some(marked), Some(marker)))
 }
 
