@@ -21,6 +21,11 @@ SCENARIOS (default: all but custom)
   multiplexed     4 writer threads share one connection, 40 B requests, 64 in flight, a reader
                   thread; the server answers each with its own write (cork: TCP_CORK around
                   each request; msgmore is nodelay here; nagless: FlushPolicy::clocked)
+  The glue cases (reports of 2025-2026; the strategy is one program's, its peers are fixed):
+  sse-stream         a server streams 32 SSE events per request, 2 ms apart, each flushed
+  tls-first-request  new rustls TLS 1.3 connections: tickets, then the first answer
+  nodelay-server     a TCP_NODELAY server; its Nagle client writes header then body
+  relay-hop          a relay whose upstream hop lacks TCP_NODELAY, between NODELAY ends
   custom          your own exchange: --client PATTERN --server PATTERN [--rounds N]
 
 STRATEGIES (default: all)
@@ -28,6 +33,8 @@ STRATEGIES (default: all)
   cork      TCP_CORK around bursts   msgmore   TCP_NODELAY + MSG_MORE on all but the last write
   quickack  receiver re-arms TCP_QUICKACK after every read
   nagless   the nagless library, default policy
+  run       glue cases only: the program as shipped, in a process of its own under
+            `nagless run` (nodelay-server: `nagless run --ack-delay-max 0`)
 
 PATTERNS (custom)
   Comma-separated steps per round: wN writes N bytes in one call, rN reads exactly N bytes.
@@ -205,15 +212,24 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
     }
     if let Some(rounds) = args.rounds {
         // Refused where no case has rounds (bgp-burst, framed-window, ...), not dropped.
-        if !plan
-            .cases
-            .iter()
-            .any(|(c, _)| matches!(c, Case::SplitWrite { .. } | Case::Custom { .. }))
-        {
-            return Err(usage("--rounds applies to split-write and custom"));
+        if !plan.cases.iter().any(|(c, _)| {
+            matches!(
+                c,
+                Case::SplitWrite { .. }
+                    | Case::Custom { .. }
+                    | Case::NodelayServer { .. }
+                    | Case::RelayHop { .. }
+            )
+        }) {
+            return Err(usage(
+                "--rounds applies to split-write, nodelay-server, relay-hop and custom",
+            ));
         }
         for (c, _) in &mut plan.cases {
-            if let Case::SplitWrite { rounds: r, .. } = c {
+            if let Case::SplitWrite { rounds: r, .. }
+            | Case::NodelayServer { rounds: r }
+            | Case::RelayHop { rounds: r } = c
+            {
                 *r = rounds.max(1);
             }
         }
@@ -226,7 +242,10 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
         }
         let mut seen = Vec::new();
         for (c, mut p) in std::mem::take(&mut plan.cases) {
-            p.mss = Some(mss);
+            // (The glue cases' programs make their own sockets: loopback as it is.)
+            if !c.is_glue() {
+                p.mss = Some(mss);
+            }
             if !seen.contains(&(c.clone(), p)) {
                 seen.push((c, p));
             }
@@ -234,9 +253,22 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
         plan.cases = seen;
     }
     if !args.rtt.is_empty() {
-        // Every case once per link (the loopback MSS variants collapse: the MTU decides).
+        if let Some((c, _)) = plan.cases.iter().find(|(c, _)| c.is_glue()) {
+            if args.scenario.is_some() {
+                return Err(usage(format!(
+                    "{} runs on loopback only: its programs live beside the lab, not in the emulated path's namespaces",
+                    c.scenario()
+                )));
+            }
+        }
+        // Every case once per link (the loopback MSS variants collapse: the MTU decides);
+        // the glue cases stay on loopback.
         let mut cases: Vec<Case> = Vec::new();
-        for (c, _) in std::mem::take(&mut plan.cases) {
+        for (c, p) in std::mem::take(&mut plan.cases) {
+            if c.is_glue() {
+                plan.cases.push((c, p));
+                continue;
+            }
             if !cases.contains(&c) {
                 cases.push(c);
             }
@@ -283,6 +315,21 @@ fn plan(args: &LabArgs) -> anyhow::Result<Plan> {
     if let Some(limit) = args.limit {
         plan.limit = limit.max(Duration::from_millis(1));
         plan.limit_fixed = true;
+    }
+    // The glue cases' `run` rows start this executable's `lab-end` under `nagless run`,
+    // which reaches dynamically linked programs only (not the static build of
+    // `scripts/install`).
+    if let Ok(exe) = std::env::current_exe() {
+        match crate::run::unreachable_reason(&exe) {
+            None => plan.exe = Some(exe),
+            Some(why)
+                if plan.strategies.contains(&Strategy::Run)
+                    && plan.cases.iter().any(|(c, _)| c.is_glue()) =>
+            {
+                errln!("nagless lab: the glue cases have no `run` row here: {why}");
+            }
+            Some(_) => {}
+        }
     }
     Ok(plan)
 }

@@ -87,6 +87,13 @@ enum Command {
     /// Write the man pages and shell completions (deploy/man, deploy/completions).
     #[command(hide = true)]
     Generate(generate::GenerateArgs),
+    /// Serve the end under test of a lab glue case: what the lab starts under `nagless run`
+    /// for a `run` row.
+    #[command(hide = true)]
+    LabEnd {
+        /// The end's description (JSON, made by the lab).
+        spec: String,
+    },
 }
 
 /// `20ms`, `0.1ms`, `1s`, `500us`, `2m`.
@@ -190,6 +197,15 @@ fn main() -> ExitCode {
         Command::Fix(args) => return fix::command(args),
         Command::Version(args) => return version::command(args),
         Command::Generate(args) => return generate::command(args, Cli::command()),
+        Command::LabEnd { spec } => {
+            return match nagless_lab::serve_end(&spec) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    errln!("nagless lab-end: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

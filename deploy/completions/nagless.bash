@@ -31,6 +31,9 @@ _nagless() {
             nagless,lab)
                 cmd="nagless__subcmd__lab"
                 ;;
+            nagless,lab-end)
+                cmd="nagless__subcmd__lab__subcmd__end"
+                ;;
             nagless,run)
                 cmd="nagless__subcmd__run"
                 ;;
@@ -55,6 +58,9 @@ _nagless() {
             nagless__subcmd__help,lab)
                 cmd="nagless__subcmd__help__subcmd__lab"
                 ;;
+            nagless__subcmd__help,lab-end)
+                cmd="nagless__subcmd__help__subcmd__lab__subcmd__end"
+                ;;
             nagless__subcmd__help,run)
                 cmd="nagless__subcmd__help__subcmd__run"
                 ;;
@@ -71,7 +77,7 @@ _nagless() {
 
     case "${cmd}" in
         nagless)
-            opts="-h -V --help --version lab run doctor watch fix version generate help"
+            opts="-h -V --help --version lab run doctor watch fix version generate lab-end help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -195,7 +201,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__help)
-            opts="lab run doctor watch fix version generate help"
+            opts="lab run doctor watch fix version generate lab-end help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -265,6 +271,20 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__help__subcmd__lab)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nagless__subcmd__help__subcmd__lab__subcmd__end)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -407,6 +427,20 @@ _nagless() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        nagless__subcmd__lab__subcmd__end)
+            opts="-h -V --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

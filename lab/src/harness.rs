@@ -131,10 +131,13 @@ pub struct Setup<'a> {
     pub pin: Option<usize>,
     /// The emulated path the sockets are made in, when `path.link` asks for one.
     pub net: Option<&'a nagless_netpath::EmulatedPath>,
+    /// The `nagless` executable, which starts a glue case's end under `nagless run` (the
+    /// `run` strategy).
+    pub exe: Option<&'a std::path::Path>,
 }
 
 /// What one side of a session cost, from the kernel's and the process's own counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SideCost {
     /// Data segments sent (`tcpi_data_segs_out`, MSS units).
     pub data_segs: u64,

@@ -12,6 +12,7 @@
 #![warn(unreachable_pub)]
 
 mod bgp;
+mod glue;
 mod harness;
 mod multiplexed;
 mod pattern;
@@ -26,6 +27,7 @@ mod table;
 mod verdict;
 mod wrk;
 
+pub use glue::serve_end;
 pub use harness::{Link, Path, RunResult, Setup, SideCost};
 pub use pattern::{check_pair, Pattern, PatternError};
 pub use plan::{default_pin, Plan, Scale};

@@ -101,11 +101,13 @@ impl Writer {
                     syscalls: 1,
                 }
             }
-            Strategy::Nagle | Strategy::Cork | Strategy::Quickack => Writer::Plain {
-                tcp,
-                strategy,
-                syscalls: 0,
-            },
+            Strategy::Nagle | Strategy::Cork | Strategy::Quickack | Strategy::Run => {
+                Writer::Plain {
+                    tcp,
+                    strategy,
+                    syscalls: 0,
+                }
+            }
         })
     }
 

@@ -24,6 +24,8 @@ pub struct Plan {
     pub limit_fixed: bool,
     /// Pin both ends of every connection to this CPU (`None`: let the scheduler place them).
     pub pin: Option<usize>,
+    /// The `nagless` executable, for the glue cases' `run` rows (`None`: no `run` row).
+    pub exe: Option<std::path::PathBuf>,
 }
 
 /// Round trips an open-ended run lasts on an emulated path by default.
@@ -113,6 +115,41 @@ impl Plan {
                 out.push((Case::HttpKeepalive { conns }, lo));
             }
         }
+        // The glue cases (issue 54), on loopback: see the module `glue`.
+        if want("sse-stream") {
+            out.push((
+                Case::SseStream {
+                    tokens: 32,
+                    gap_us: 2_000,
+                    streams: if quick { 3 } else { 8 },
+                },
+                lo,
+            ));
+        }
+        if want("tls-first-request") {
+            out.push((
+                Case::TlsFirstRequest {
+                    connections: if quick { 10 } else { 20 },
+                },
+                lo,
+            ));
+        }
+        if want("nodelay-server") {
+            out.push((
+                Case::NodelayServer {
+                    rounds: if quick { 10 } else { 20 },
+                },
+                lo,
+            ));
+        }
+        if want("relay-hop") {
+            out.push((
+                Case::RelayHop {
+                    rounds: if quick { 10 } else { 20 },
+                },
+                lo,
+            ));
+        }
         if want("multiplexed") {
             out.push((
                 Case::Multiplexed {
@@ -139,6 +176,7 @@ impl Plan {
             },
             limit_fixed: false,
             pin: default_pin(),
+            exe: None,
         }
     }
 
@@ -153,8 +191,20 @@ impl Plan {
         }
     }
 
+    /// The strategies with a row in `case`'s table: `run` needs a glue case and the
+    /// executable.
+    pub fn rows_of<'a>(&'a self, case: &'a Case) -> impl Iterator<Item = Strategy> + 'a {
+        self.strategies
+            .iter()
+            .copied()
+            .filter(move |s| case.has_row(*s) && (*s != Strategy::Run || self.exe.is_some()))
+    }
+
     /// Number of runs the plan makes.
     pub fn run_count(&self) -> usize {
-        self.cases.len() * self.strategies.len() * self.repeats
+        self.cases
+            .iter()
+            .map(|(case, _)| self.rows_of(case).count() * self.repeats)
+            .sum()
     }
 }

@@ -46,7 +46,7 @@ pub fn run_plan(
             .and_then(|link| nets.iter().find(|(l, _)| *l == link).map(|(_, n)| n));
         let mut rows = Vec::new();
         let mut errors = Vec::new();
-        for &strategy in &plan.strategies {
+        for strategy in plan.rows_of(case) {
             let mut runs = Vec::new();
             for rep in 0..plan.repeats {
                 let what = format!(
@@ -62,6 +62,7 @@ pub fn run_plan(
                     path: *path,
                     pin: plan.pin,
                     net,
+                    exe: plan.exe.as_deref(),
                 };
                 if path.link.is_some() && net.is_none() {
                     errors.push(format!("{what}: no emulated path was made for it"));

@@ -10,6 +10,7 @@
 //! | `http-keepalive` | 004 | one request, response as header then 100 B body | requests/s |
 //! | `multiplexed` | issue 42 | one 40 B request of W writer threads sharing a connection, D in flight, to its answer (module `multiplexed`) | requests/s |
 //! | `http-wrk` (`--seeds`) | 004 | one request as Debian's wrk times it, against a server spending CPU per request (module `wrk`) | requests/s |
+//! | `sse-stream`, `tls-first-request`, `nodelay-server`, `relay-hop` | issue 54 | the glue cases: one program under test among fixed peers (module `glue`) | see `glue` | |
 //! | `custom` | — | one round of the user's patterns | rounds/s |
 
 use std::io;
@@ -21,7 +22,7 @@ use crate::pattern::{Pattern, Step};
 use crate::strategy::{Burst, Conn, Strategy};
 
 /// A scenario with its parameters: one table in the report.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "scenario", rename_all = "kebab-case")]
 pub enum Case {
     /// 1024 bytes as `k` writes, answered the same way, `rounds` times.
@@ -88,6 +89,34 @@ pub enum Case {
         /// Requests per run (the run may stop earlier at its time limit).
         requests: usize,
     },
+    /// A server streams `streams` completions, each `tokens` server-sent events written
+    /// `gap_us` apart (ai-dynamo/dynamo #14643; module `glue`).
+    SseStream {
+        /// Events per stream.
+        tokens: usize,
+        /// Time between two events, µs.
+        gap_us: u64,
+        /// Streams per run (the run may stop earlier at its time limit).
+        streams: usize,
+    },
+    /// `connections` new TLS 1.3 connections, one request each (alphaonedev/ai-memory-mcp
+    /// #1581).
+    TlsFirstRequest {
+        /// Connections per run (the run may stop earlier at its time limit).
+        connections: usize,
+    },
+    /// A server that sets `TCP_NODELAY`, its client writing each request in two writes with
+    /// Nagle on (zoxy-io/zoxy #96).
+    NodelayServer {
+        /// Requests per run (the run may stop earlier at its time limit).
+        rounds: usize,
+    },
+    /// Requests through a relay whose upstream hop lacks `TCP_NODELAY`
+    /// (kvcache-ai/AgentENV #109, istio #30333).
+    RelayHop {
+        /// Requests per run (the run may stop earlier at its time limit).
+        rounds: usize,
+    },
     /// The user's own patterns, `rounds` times.
     Custom {
         /// Client pattern.
@@ -100,7 +129,7 @@ pub enum Case {
 }
 
 /// When the framed-window receiver sends a credit (SEQ) frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Credit {
     /// After every frame it consumes.
@@ -111,13 +140,17 @@ pub enum Credit {
 }
 
 /// Scenario names accepted on the command line.
-pub const SCENARIOS: [&str; 7] = [
+pub const SCENARIOS: [&str; 11] = [
     "split-write",
     "bgp-burst",
     "framed-window",
     "pipelined-read",
     "http-keepalive",
     "multiplexed",
+    "sse-stream",
+    "tls-first-request",
+    "nodelay-server",
+    "relay-hop",
     "custom",
 ];
 
@@ -132,8 +165,29 @@ impl Case {
             Case::HttpKeepalive { .. } => "http-keepalive",
             Case::HttpWrk { .. } => "http-wrk",
             Case::Multiplexed { .. } => "multiplexed",
+            Case::SseStream { .. } => "sse-stream",
+            Case::TlsFirstRequest { .. } => "tls-first-request",
+            Case::NodelayServer { .. } => "nodelay-server",
+            Case::RelayHop { .. } => "relay-hop",
             Case::Custom { .. } => "custom",
         }
+    }
+
+    /// A glue case: one program under test among fixed peers, on loopback, with a `run`
+    /// row (module `glue`).
+    pub fn is_glue(&self) -> bool {
+        matches!(
+            self,
+            Case::SseStream { .. }
+                | Case::TlsFirstRequest { .. }
+                | Case::NodelayServer { .. }
+                | Case::RelayHop { .. }
+        )
+    }
+
+    /// Whether `strategy` has a row in this case: `run` only in the glue cases.
+    pub fn has_row(&self, strategy: Strategy) -> bool {
+        strategy != Strategy::Run || self.is_glue()
     }
 
     /// The parameters, for table titles.
@@ -175,6 +229,15 @@ impl Case {
                 depth,
                 requests,
             } => format!("W={writers} D={depth} requests={requests}"),
+            Case::SseStream {
+                tokens,
+                gap_us,
+                streams,
+            } => format!("tokens={tokens} gap={gap_us}us streams={streams}"),
+            Case::TlsFirstRequest { connections } => format!("connections={connections}"),
+            Case::NodelayServer { rounds } | Case::RelayHop { rounds } => {
+                format!("rounds={rounds}")
+            }
             Case::Custom {
                 client,
                 server,
@@ -190,7 +253,13 @@ impl Case {
             Case::BgpBurst { .. } => "sess/s",
             Case::FramedWindow { .. } => "msg/s",
             Case::PipelinedRead { .. } => "MB/s",
-            Case::HttpKeepalive { .. } | Case::HttpWrk { .. } | Case::Multiplexed { .. } => "req/s",
+            Case::HttpKeepalive { .. }
+            | Case::HttpWrk { .. }
+            | Case::Multiplexed { .. }
+            | Case::NodelayServer { .. }
+            | Case::RelayHop { .. } => "req/s",
+            Case::SseStream { .. } => "tok/s",
+            Case::TlsFirstRequest { .. } => "conn/s",
             Case::Custom { .. } => "rounds/s",
         }
     }
@@ -205,6 +274,7 @@ impl Case {
     ) -> io::Result<RunResult> {
         let start = Instant::now();
         let mut result = RunResult::default();
+        let mut exchanges_took = None;
         match self {
             Case::SplitWrite { k, rounds } => {
                 let (c, s) = split_write_patterns(*k);
@@ -275,6 +345,21 @@ impl Case {
                     crate::multiplexed::run(*writers, *depth, *requests, strategy, setup, limit)?;
                 result.absorb(r.0, r.1, r.2);
             }
+            Case::SseStream { .. }
+            | Case::TlsFirstRequest { .. }
+            | Case::NodelayServer { .. }
+            | Case::RelayHop { .. } => {
+                if setup.net.is_some() {
+                    return Err(io::Error::other(
+                        "the glue cases run on loopback only (their programs live beside the lab)",
+                    ));
+                }
+                let (r, busy) = crate::glue::run(self, strategy, setup.pin, setup.exe, limit)?;
+                result.absorb(r.0, r.1, r.2);
+                // (Its exchanges' time: a `run` row's wall time also holds the start of a
+                // process.)
+                exchanges_took = Some(busy);
+            }
             Case::HttpWrk { conns, work_us } => {
                 let r = crate::wrk::run(
                     *conns,
@@ -286,7 +371,7 @@ impl Case {
                 result.absorb(r.0, r.1, r.2);
             }
         }
-        result.elapsed = start.elapsed();
+        result.elapsed = exchanges_took.unwrap_or_else(|| start.elapsed());
         Ok(result)
     }
 }

@@ -30,17 +30,22 @@ pub enum Strategy {
     Quickack,
     /// The nagless library with its default policy, used as a plain `Read + Write`.
     Nagless,
+    /// The program as shipped (kernel defaults, and the options it sets itself), started
+    /// under `nagless run` in a process of its own: only the glue cases, whose end under
+    /// test is a program (module `glue`), and only from the `nagless` command.
+    Run,
 }
 
 impl Strategy {
     /// Every strategy, in table order.
-    pub const ALL: [Strategy; 6] = [
+    pub const ALL: [Strategy; 7] = [
         Strategy::Nagle,
         Strategy::Nodelay,
         Strategy::Cork,
         Strategy::Msgmore,
         Strategy::Quickack,
         Strategy::Nagless,
+        Strategy::Run,
     ];
 
     /// The name used on the command line and in reports.
@@ -52,6 +57,7 @@ impl Strategy {
             Strategy::Msgmore => "msgmore",
             Strategy::Quickack => "quickack",
             Strategy::Nagless => "nagless",
+            Strategy::Run => "run",
         }
     }
 }
@@ -98,7 +104,8 @@ impl Conn {
     /// Applies `strategy`'s socket options to a connected stream.
     pub(crate) fn new(tcp: TcpStream, strategy: Strategy) -> io::Result<Conn> {
         let io = match strategy {
-            Strategy::Nagle | Strategy::Cork | Strategy::Quickack => Io::Plain(tcp),
+            // (`run` reaches a socket as the kernel default; the shim acts beneath.)
+            Strategy::Nagle | Strategy::Cork | Strategy::Quickack | Strategy::Run => Io::Plain(tcp),
             Strategy::Nodelay | Strategy::Msgmore => {
                 tcp.set_nodelay(true)?;
                 Io::Plain(tcp)
@@ -113,7 +120,7 @@ impl Conn {
         })
     }
 
-    fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match &self.io {
             Io::Plain(s) => s,
             Io::Nagless(s) => s.get_ref(),
@@ -173,6 +180,37 @@ impl Conn {
                 SockRef::from(self.tcp()).set_tcp_quickack(true)?;
                 self.syscalls += 1;
             }
+        }
+        Ok(())
+    }
+
+    /// Reads what has arrived (waiting for at least one byte); 0 at the end of the stream.
+    pub(crate) fn recv_some(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = match &mut self.io {
+                Io::Plain(s) => s.read(buf),
+                Io::Nagless(s) => s.read(buf),
+            };
+            match n {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+                Ok(n) => {
+                    self.syscalls += 1;
+                    if n > 0 && self.strategy == Strategy::Quickack {
+                        SockRef::from(self.tcp()).set_tcp_quickack(true)?;
+                        self.syscalls += 1;
+                    }
+                    return Ok(n);
+                }
+            }
+        }
+    }
+
+    /// Hands the library's queue to the socket (a relay's copy loop flushes after each
+    /// chunk, as `io::copy` does); the other strategies hold nothing.
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        if let Io::Nagless(s) = &mut self.io {
+            s.flush()?;
         }
         Ok(())
     }

@@ -38,3 +38,18 @@ pub(crate) fn readable_bytes(fd: std::os::fd::BorrowedFd<'_>) -> Option<usize> {
     let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
     (ret == 0 && n >= 0).then_some(n as usize)
 }
+
+/// `CLOCK_MONOTONIC` in ns: one clock for every process of the machine, so that a time
+/// written by one end (a child process under `nagless run`) is read by the other.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a Linux constant.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if ret != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -41,6 +41,7 @@ fn write_write_read_across_20_ms_costs_the_round_trip_under_nagless_only() {
             },
             pin: None,
             net: Some(&net),
+            exe: None,
         };
         case.run(strategy, setup, Duration::from_secs(5)).unwrap()
     };

@@ -17,6 +17,7 @@ fn run(case: &Case, strategy: Strategy, path: Path) -> RunResult {
         path,
         pin: nagless_lab::default_pin(),
         net: None,
+        exe: None,
     };
     case.run(strategy, setup, Duration::from_millis(300))
         .unwrap_or_else(|e| panic!("{case:?} {strategy:?} {path:?}: {e}"))

@@ -14,13 +14,14 @@ type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 /// One measure of a row.
 type Pick = fn(&Row) -> f64;
 
-const COLORS: [RGBColor; 6] = [
+const COLORS: [RGBColor; Strategy::ALL.len()] = [
     RGBColor(214, 39, 40),
     RGBColor(31, 119, 180),
     RGBColor(148, 103, 189),
     RGBColor(255, 127, 14),
     RGBColor(140, 86, 75),
     RGBColor(44, 160, 44),
+    RGBColor(23, 190, 207),
 ];
 
 /// Text that names more than one strategy.
