@@ -12,7 +12,8 @@
 --   nagless.direction    "client->server" or "server->client" (which way the held write went)
 --   nagless.sender       the held write's sender, ip:port
 --   nagless.held_len     payload bytes of the held write
---   nagless.pattern      request-split, header-then-body, tiny-trailing-frame, small-writes
+--   nagless.pattern      request-split, header-then-body, tiny-trailing-frame, small-writes,
+--                        event-stream, tls-first-answer, relay-hop
 --   nagless.flow         the flow's number in the doctor's report (`--flow N`)
 --   nagless.peer_frame   the other frame of the pair (the ACK for a held write, and back)
 --

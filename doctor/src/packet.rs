@@ -52,6 +52,41 @@ pub struct Segment {
     /// IPv4 TTL or IPv6 hop limit: a packet seen with the value its sender's system starts
     /// from (64, 128 or 255) crossed no router before the capture point.
     pub ttl: u8,
+    /// The payload's first bytes, as far as they were captured.
+    pub head: Head,
+}
+
+/// A payload's first bytes, as far as they were captured: enough to tell a TLS record's
+/// header (content type and version).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Head {
+    bytes: [u8; 3],
+    len: u8,
+}
+
+impl Head {
+    /// TLS content type of a handshake record.
+    pub const TLS_HANDSHAKE: u8 = 0x16;
+    /// TLS content type of an application-data record (every TLS 1.3 record after the
+    /// ServerHello).
+    pub const TLS_APPLICATION_DATA: u8 = 0x17;
+
+    /// The first bytes of `payload`.
+    pub fn of(payload: &[u8]) -> Head {
+        let mut bytes = [0u8; 3];
+        let len = payload.len().min(3);
+        bytes[..len].copy_from_slice(&payload[..len]);
+        Head {
+            bytes,
+            len: len as u8,
+        }
+    }
+
+    /// Whether the payload starts with a TLS record header of content type `kind` (version
+    /// 3.1-3.4, as every TLS 1.x record says).
+    pub fn is_tls_record(self, kind: u8) -> bool {
+        self.len == 3 && self.bytes[0] == kind && self.bytes[1] == 3 && self.bytes[2] <= 4
+    }
 }
 
 /// Decodes a frame of link type `linktype` that was `wire_len` bytes long on the wire.
@@ -189,6 +224,8 @@ fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr, ttl: u8) -> Option<Se
         sack,
         ts,
         ttl,
+        // (What was captured of the payload, padding after it left out.)
+        head: Head::of(t.get(doff..t.len().min(tcp_len)).unwrap_or_default()),
     })
 }
 

@@ -477,6 +477,56 @@ fn both_ends(spec: PathSpec, scenarios: impl FnOnce(&EmulatedPath) -> Vec<Expect
     );
 }
 
+/// A control channel whose acknowledgements are messages, both ends with Nagle on: each
+/// round the client sends a command while the server sends an event (they cross), the server
+/// answers the command (held behind its unacknowledged event until the client's delayed ACK
+/// of it: a stall), and the client acknowledges the answer with a message of its own, written
+/// once the answer arrived. The server's pure ACKs are held to a 200 ms timer, so its answer
+/// carries the late ACK of the command; the client's message then leaves right after that
+/// answer, as a write released by it would: a reply, not a stall (the corpus README's rule 4).
+/// Rounds are 300 ms apart, so each starts with nothing unacknowledged.
+fn crossing_messages(p: &EmulatedPath, port: u16, rounds: usize) -> Expect {
+    use std::sync::{Arc, Barrier};
+    let l = listen(p, port);
+    let start = Arc::new(Barrier::new(2));
+    let server_start = start.clone();
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 40];
+        for _ in 0..rounds {
+            server_start.wait();
+            s.write_all(&[b'e'; 40]).unwrap(); // an event
+            s.read_exact(&mut buf).unwrap(); // the command
+            s.write_all(&[b'a'; 40]).unwrap(); // its answer
+            s.read_exact(&mut buf).unwrap(); // the client's acknowledgement
+        }
+    });
+    let mut c = connect(p, port);
+    let mut labels = Vec::new();
+    let mut buf = [0u8; 40];
+    for _ in 0..rounds {
+        thread::sleep(Duration::from_millis(300));
+        let before = delayed_acks(p, false);
+        start.wait();
+        c.write_all(&[b'c'; 40]).unwrap(); // a command
+        c.read_exact(&mut buf).unwrap(); // the event
+        c.read_exact(&mut buf).unwrap(); // the answer
+        c.write_all(&[b'k'; 40]).unwrap(); // acknowledged by a message
+        labels.push(label(before, delayed_acks(p, false)));
+    }
+    srv.join().unwrap();
+    drop(c);
+    Expect {
+        name: "crossing messages",
+        port,
+        kind: Kind::Labelled {
+            sender_is_client: false,
+            round_bytes: 80,
+            labels,
+        },
+    }
+}
+
 fn nagle_scenarios(p: &EmulatedPath) -> Vec<Expect> {
     vec![
         request_split(p, 7001, 20, false),
@@ -524,5 +574,17 @@ fn both_ends_of_a_lossy_path() {
             ..PathSpec::default()
         },
         |p| vec![lossy(p, 7010)],
+    );
+}
+
+#[test]
+fn both_ends_of_a_control_channel_whose_acks_are_messages() {
+    both_ends(
+        PathSpec {
+            rtt: Duration::from_millis(10),
+            server_ack_delay: Some(Duration::from_millis(200)),
+            ..PathSpec::default()
+        },
+        |p| vec![crossing_messages(p, 7020, 12)],
     );
 }

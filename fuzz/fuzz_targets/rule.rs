@@ -73,6 +73,7 @@ fn push(
         sack: c[10] & 0x40 != 0,
         ts: (c[10] & 0x80 != 0).then_some((*us as u32 / 1000, u32::from(c[3]))),
         ttl: c[1],
+        head: Default::default(),
     };
     analyzer.push(frame, *us, &s);
 }

@@ -181,7 +181,7 @@ impl AckTimer {
 pub const SENDER_FIX: &str = "coalesce each message into one write (writev/sendmsg), or run the program under `nagless run`; TCP_NODELAY also removes the stall but sends more packets";
 
 /// No full segment is smaller than this (the MSS every IPv4 host must accept, RFC 9293).
-pub(crate) const MIN_FULL_SEGMENT: u32 = 536;
+pub const MIN_FULL_SEGMENT: u32 = 536;
 
 /// What is known of a sender's segment sizes, to tell a full segment from a small one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::flow::Flow;
 use super::options::Options;
 use super::output::{FlowReport, Outcome, Service};
+use super::relay::Arrivals;
 use super::table::{FlowKey, FlowTable};
 use crate::packet::{flags, Segment};
 
@@ -31,6 +32,8 @@ pub struct Analyzer {
     services: HashMap<u16, Service>,
     /// The flows kept so far (cut to the best [`Options::top`] when twice that many).
     kept: Vec<FlowReport>,
+    /// What reached each host lately, for relays.
+    arrivals: Arrivals,
 }
 
 impl Analyzer {
@@ -45,6 +48,7 @@ impl Analyzer {
             outcome: Outcome::default(),
             services: HashMap::new(),
             kept: Vec::new(),
+            arrivals: Arrivals::default(),
         }
     }
 
@@ -62,7 +66,7 @@ impl Analyzer {
             let new_syn = is_syn && f.starts_anew(s);
             let stale = us.saturating_sub(f.last_us) > IDLE_US;
             if !new_syn && !stale {
-                f.on_segment(f.sender(s.src), s, us, frame);
+                Self::segment(&mut self.arrivals, f, s, us, frame);
                 return;
             }
             if let Some(f) = self.live.remove(&key) {
@@ -101,7 +105,24 @@ impl Analyzer {
                 self.live.entry(key).or_insert(Box::new(f))
             }
         };
+        Self::segment(&mut self.arrivals, flow, s, us, frame);
+    }
+
+    /// Hands `s` to its flow; a stall candidate it made is matched against the arrivals at
+    /// its sender's host (a relay's hop), and a data segment's arrival is kept.
+    fn segment(arrivals: &mut Arrivals, flow: &mut Flow, s: &Segment, us: u64, frame: u64) {
+        let made = flow.candidates_made();
         flow.on_segment(flow.sender(s.src), s, us, frame);
+        if s.len == 0 {
+            return;
+        }
+        let index = flow.index;
+        if flow.candidates_made() > made {
+            if let Some(c) = flow.newest_candidate() {
+                c.relayed_from = arrivals.source(s.src.0, index, c);
+            }
+        }
+        arrivals.on_data(s.dst.0, index, us, s.len);
     }
 
     /// Judges flows that closed or went idle a while ago (in capture time).

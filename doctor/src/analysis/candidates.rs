@@ -7,7 +7,11 @@
 //!   waits for; it lasts until the peer's next data segment, or until the acker sends data
 //!   (then the peer's next segment answers that data). One exception: when both sides hold a
 //!   write for the other (two speakers that each sent first), the acker's own held write,
-//!   released late, carries the ACK that releases the peer's ([`Collector::carried`]).
+//!   released late, carries the ACK that releases the peer's ([`Collector::carried`]), but
+//!   only a write sent before that data reached the peer (its ACK field does not cover it):
+//!   one that acknowledges it may as well be the peer's answer to it (a control channel
+//!   whose acknowledgements are messages), and a capture cannot tell a message queued before
+//!   from one written in answer.
 //! - A **stall candidate**: a write that left soon after a release that came late, and that
 //!   was not written in answer to the peer: not the first of its turn, or the peer's data that
 //!   opened the turn came before the release by more than jitter (a key exchange: both sides
@@ -18,8 +22,11 @@
 use super::direction::Direction;
 use super::output::At;
 use super::sequence::{self, Acked, Sent, Sequence};
-use crate::packet::{flags, Segment};
+use crate::packet::{flags, Head, Segment};
 use crate::rule::{self, DELAYED_ACK_MIN_US};
+
+/// Turns with a candidate whose shape is kept until judged.
+const STREAM_TURNS_KEPT: usize = 64;
 
 /// A pure ACK from the peer that covered everything the sender had sent.
 #[derive(Clone, Copy)]
@@ -52,6 +59,8 @@ struct LastWrite {
     end: u32,
     /// It opened its turn (the peer sent data last).
     first_of_turn: bool,
+    /// Its payload's first bytes.
+    head: Head,
 }
 
 /// A write that followed an ACK; judged once the round trips are known well.
@@ -78,6 +87,17 @@ pub(super) struct Candidate {
     pub(super) prev_len: u32,
     /// The previous write opened its turn.
     pub(super) prev_first_of_turn: bool,
+    /// The sender's turn it was written in (1 for the sender's first), counted from the
+    /// flow's start: a turn is a run of one side's data segments.
+    pub(super) turn: u64,
+    /// The first bytes of the previous and of the held write's payloads, and of the sender's
+    /// first data segment in the flow (a TLS record's header tells a TLS 1.3 answer).
+    pub(super) prev_head: Head,
+    pub(super) held_head: Head,
+    pub(super) first_head: Head,
+    /// The flow whose data the sender relayed into the previous and the held write, when
+    /// the capture holds it (set by the analysis of the whole capture).
+    pub(super) relayed_from: Option<usize>,
 }
 
 /// A pure ACK that may have been delayed.
@@ -100,11 +120,32 @@ pub(super) struct Collector {
     /// A late ACK riding on data, for the side it acknowledged: it becomes that side's
     /// release if the data it rides on is itself a held write (see the module doc).
     carried: Option<(Direction, Release)>,
+    /// Per sender: its turns so far, and its first data segment's first bytes.
+    turns: [u64; 2],
+    first_head: [Option<Head>; 2],
+    made: u64,
+    /// Per sender: small data segments in its current turn, and whether a candidate was
+    /// made in it.
+    turn_small: [u32; 2],
+    turn_has_candidate: [bool; 2],
+    /// Small data segments of the turns that held a candidate, by (sender, turn); at most
+    /// [`STREAM_TURNS_KEPT`] (the latest).
+    pub(super) stalled_turns: std::collections::VecDeque<(Direction, u64, u32)>,
     pub(super) pending: Vec<Candidate>,
     pub(super) pending_delayed: Vec<DelayedCandidate>,
 }
 
 impl Collector {
+    /// Stall candidates made so far, and the newest one (still pending: candidates are
+    /// judged only after an ACK, never between a data segment and the next).
+    pub(super) fn made(&self) -> u64 {
+        self.made
+    }
+
+    pub(super) fn newest_mut(&mut self) -> Option<&mut Candidate> {
+        self.pending.last_mut()
+    }
+
     /// Candidates waiting to be judged.
     pub(super) fn len(&self) -> usize {
         self.pending.len() + self.pending_delayed.len()
@@ -173,6 +214,15 @@ impl Collector {
     ) {
         let peer = sender.peer();
         let mut held = false;
+        if new_turn {
+            self.turns[sender] += 1;
+            self.turn_small[sender] = 0;
+            self.turn_has_candidate[sender] = false;
+        }
+        if s.len < rule::MIN_FULL_SEGMENT {
+            self.turn_small[sender] += 1;
+        }
+        let first_head = *self.first_head[sender].get_or_insert(s.head);
         // A release the peer's data came after is still one if that data had not reached
         // the sender.
         let release = self.release[sender].filter(|r| r.answered.is_none_or(|e| !acks_end(s, e)));
@@ -200,6 +250,7 @@ impl Collector {
                 && gap <= latest
             {
                 held = true;
+                self.made += 1;
                 self.pending.push(Candidate {
                     sender,
                     previous: At::new(prev.frame, prev.us),
@@ -215,7 +266,27 @@ impl Collector {
                     nagle_off: seq[sender].nagle_off,
                     prev_len: prev.len,
                     prev_first_of_turn: prev.first_of_turn,
+                    turn: self.turns[sender],
+                    prev_head: prev.head,
+                    held_head: s.head,
+                    first_head,
+                    relayed_from: None,
                 });
+            }
+        }
+        if held {
+            self.turn_has_candidate[sender] = true;
+        }
+        if self.turn_has_candidate[sender] {
+            let (turn, small) = (self.turns[sender], self.turn_small[sender]);
+            match self.stalled_turns.back_mut() {
+                Some(last) if last.0 == sender && last.1 == turn => last.2 = small,
+                _ => {
+                    if self.stalled_turns.len() == STREAM_TURNS_KEPT {
+                        self.stalled_turns.pop_front();
+                    }
+                    self.stalled_turns.push_back((sender, turn, small));
+                }
             }
         }
         self.before_last[sender] = self.last[sender];
@@ -225,12 +296,18 @@ impl Collector {
             len: s.len,
             end: s.seq.wrapping_add(s.len),
             first_of_turn: new_turn,
+            head: s.head,
         });
         self.release[sender] = None;
         let carried = self.carried.take().filter(|(d, _)| *d == peer);
         let end = s.seq.wrapping_add(s.len);
         self.release[peer] = match (held, carried) {
-            (true, Some((_, r))) => Some(r),
+            // (Answered by the peer's next segment if that one acknowledges this one: a reply
+            // to it, as any segment after the peer's data is (see the module doc).)
+            (true, Some((_, r))) => Some(Release {
+                answered: Some(end),
+                ..r
+            }),
             _ => self.release[peer].map(|r| Release {
                 answered: r.answered.or(Some(end)),
                 ..r

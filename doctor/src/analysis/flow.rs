@@ -205,6 +205,15 @@ impl Flow {
             .on_data(d, &self.seq, s.len, options, sent.retransmit, us, frame);
     }
 
+    /// Stall candidates made so far, and the newest (see [`Collector::newest_mut`]).
+    pub(super) fn candidates_made(&self) -> u64 {
+        self.collected.made()
+    }
+
+    pub(super) fn newest_candidate(&mut self) -> Option<&mut super::candidates::Candidate> {
+        self.collected.newest_mut()
+    }
+
     /// Judges the pending candidates with the round trips known now.
     fn settle(&mut self) {
         self.found

@@ -17,6 +17,10 @@ use crate::rule::{self, AckTimer, HoldEvidence};
 /// Details kept per flow; counts cover everything.
 const KEPT: usize = 32;
 
+/// Small data segments in one turn that make it a stream: a request, or an answer as a
+/// header and a body, takes two or three.
+const STREAM_SMALL_SEGMENTS: u32 = 5;
+
 /// Time a side's writes lost to stalls.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Lost {
@@ -40,6 +44,8 @@ pub(super) struct Findings {
     pub(super) timers: [u64; 2],
     /// Stalls by pattern, per sending side.
     pub(super) patterns: [HashMap<Pattern, u64>; 2],
+    /// The turn of each side's last stall.
+    pub(super) last_stall_turn: [Option<u64>; 2],
     /// The first delayed ACKs.
     pub(super) delayed: Vec<DelayedAck>,
     pub(super) delayed_count: u64,
@@ -58,7 +64,12 @@ impl Findings {
             self.delayed_ack(c, base, sides);
         }
         for c in std::mem::take(&mut collected.pending) {
-            self.stall(c, base, seq, sides);
+            let small = collected
+                .stalled_turns
+                .iter()
+                .find(|t| t.0 == c.sender && t.1 == c.turn)
+                .map_or(0, |t| t.2);
+            self.stall(c, small, base, seq, sides);
         }
     }
 
@@ -79,7 +90,15 @@ impl Findings {
         }
     }
 
-    fn stall(&mut self, c: Candidate, base: [u64; 2], seq: &[Sequence; 2], sides: &mut [Side; 2]) {
+    /// Judges a stall candidate; `turn_small`: the small data segments of its turn so far.
+    fn stall(
+        &mut self,
+        c: Candidate,
+        turn_small: u32,
+        base: [u64; 2],
+        seq: &[Sequence; 2],
+        sides: &mut [Side; 2],
+    ) {
         let d = c.sender;
         let (mss, counts_options) = sequence::sizes(seq, d).full_segment();
         let evidence = HoldEvidence {
@@ -98,7 +117,16 @@ impl Findings {
         if rule::judge(&evidence).is_err() {
             return;
         }
-        let pattern = Pattern::of(&c);
+        // A second stall in one turn, or a stall in a turn of many small segments, is a
+        // stream's, whatever the shape of its first write.
+        let streaming =
+            self.last_stall_turn[d] == Some(c.turn) || turn_small >= STREAM_SMALL_SEGMENTS;
+        let pattern = match Pattern::of(&c) {
+            Pattern::RelayHop | Pattern::TlsFirstAnswer => Pattern::of(&c),
+            _ if streaming => Pattern::EventStream,
+            p => p,
+        };
+        self.last_stall_turn[d] = Some(c.turn);
         let stalled = evidence.ack_delay_us;
         self.stall_count += 1;
         let lost = &mut self.lost[d];
@@ -119,6 +147,7 @@ impl Findings {
             held_offset: c.held_offset,
             stalled_us: stalled,
             pattern,
+            relayed_from: c.relayed_from,
         });
         if !self.every_stall && self.stalls.len() >= 2 * KEPT {
             self.keep_worst();
@@ -149,8 +178,20 @@ impl Findings {
 impl Pattern {
     /// Names a held write from what came before it.
     fn of(c: &Candidate) -> Pattern {
+        use crate::packet::Head;
+        let app_data = |h: Head| h.is_tls_record(Head::TLS_APPLICATION_DATA);
         // The previous write opened its turn: this one is the second part of a message.
-        if c.held_len <= 16 && c.prev_len >= 4 * c.held_len {
+        if c.relayed_from.is_some() {
+            Pattern::RelayHop
+        } else if c.sender == Direction::Server
+            && c.turn == 2
+            && c.prev_first_of_turn
+            && c.first_head.is_tls_record(Head::TLS_HANDSHAKE)
+            && app_data(c.prev_head)
+            && app_data(c.held_head)
+        {
+            Pattern::TlsFirstAnswer
+        } else if c.held_len <= 16 && c.prev_len >= 4 * c.held_len {
             Pattern::TinyTrailingFrame
         } else if c.prev_first_of_turn && c.sender == Direction::Client {
             Pattern::RequestSplit

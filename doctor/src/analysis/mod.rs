@@ -25,6 +25,7 @@
 //! | `direction` | which way a segment goes ([`Direction`], with its peer) |
 //! | `sequence` | per direction: sequence numbers, what is unacknowledged, retransmissions, duplicate ACKs, SACK, windows, the round trip |
 //! | `candidates` | writes that followed an ACK and slow pure ACKs: what might be a stall, held until the round trips are known well |
+//! | `relay` | what reached each host lately: a stall on a relay's hop names the flow it relays ([`Pattern::RelayHop`]) |
 //! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`judge_clock`](crate::rule::judge_clock) judges |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
 //! | `verdict` | the verdict and advice for people |
@@ -39,6 +40,7 @@ mod flow;
 mod judge;
 mod options;
 mod output;
+mod relay;
 mod sequence;
 mod table;
 mod verdict;

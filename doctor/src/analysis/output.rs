@@ -17,6 +17,16 @@ pub enum Pattern {
     TinyTrailingFrame,
     /// A small write followed another small write; no finer name fits.
     SmallWrites,
+    /// The sender streams small messages one by one: a second (or later) stall in one turn
+    /// of its, the peer sending nothing between (server-sent events, a token stream, a feed).
+    EventStream,
+    /// A TLS 1.3 server's first answer, held behind the session tickets it sent as the
+    /// handshake ended (the server's second turn, TLS application-data records, after a
+    /// handshake record).
+    TlsFirstAnswer,
+    /// A relay's hop: the sender wrote onto this connection, piece by piece, what reached it
+    /// on another connection of the capture ([`Stall::relayed_from`]).
+    RelayHop,
 }
 
 /// A frame in the capture, for people to find in Wireshark.
@@ -62,6 +72,10 @@ pub struct Stall {
     pub stalled_us: u64,
     /// The named pattern.
     pub pattern: Pattern,
+    /// The flow (its number in the report) whose data the sender relayed into this one, when
+    /// the capture holds both hops.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relayed_from: Option<usize>,
 }
 
 /// A pure ACK sent 30 ms or more after the data it acknowledges.

@@ -16,6 +16,48 @@ impl Pattern {
             Pattern::HeaderThenBody => "sends each response as a header write then a body write",
             Pattern::TinyTrailingFrame => "sends a tiny trailing frame after each message",
             Pattern::SmallWrites => "sends small writes back to back",
+            Pattern::EventStream => {
+                "streams small messages one by one (events, tokens, a feed), each held behind the last"
+            }
+            Pattern::TlsFirstAnswer => {
+                "holds each connection's first answer behind the TLS 1.3 session tickets it sent as the handshake ended"
+            }
+            Pattern::RelayHop => {
+                "relays onto this hop, piece by piece, what reaches it on another connection (a relay's hop without TCP_NODELAY)"
+            }
+        }
+    }
+
+    /// What the sender does, for people; a relay's hop names the flow it relays.
+    fn describe_in(self, found: &Findings, d: Direction) -> String {
+        let from = found
+            .stalls
+            .iter()
+            .filter(|s| s.direction == super::judge::direction_name(d))
+            .find_map(|s| s.relayed_from);
+        match (self, from) {
+            (Pattern::RelayHop, Some(n)) => format!(
+                "relays onto this hop, piece by piece, what reaches it on flow {n} (a relay's hop without TCP_NODELAY)"
+            ),
+            _ => self.describe().to_string(),
+        }
+    }
+}
+
+impl Pattern {
+    /// The fix at the sender, for this shape of held write.
+    fn sender_fix(self) -> &'static str {
+        match self {
+            Pattern::EventStream => {
+                "set TCP_NODELAY (each message is written when it is ready: there is nothing to coalesce), or run the program under `nagless run`"
+            }
+            Pattern::TlsFirstAnswer => {
+                "set TCP_NODELAY on the server's sockets, or run it under `nagless run` (either sends the answer behind the tickets at once)"
+            }
+            Pattern::RelayHop => {
+                "set TCP_NODELAY on the relay's socket of this hop, as on its other side, or run the relay under `nagless run`"
+            }
+            _ => rule::SENDER_FIX,
         }
     }
 }
@@ -77,13 +119,13 @@ pub(super) fn verdict(
         out.push(format!(
             "{} {} and {peer} delays its ACKs ({}): {} stall(s), {:.1} ms lost, worst {:.1} ms",
             side.addr,
-            pattern.describe(),
+            pattern.describe_in(found, d),
             timer.describe_measured(mean_us, path.rtt_us, path.ttl[d.peer()]),
             side.stalls,
             found.lost[d].total_us as f64 / 1000.0,
             found.lost[d].worst_us as f64 / 1000.0,
         ));
-        let sender = format!("at the sender ({}): {}", side.addr, rule::SENDER_FIX);
+        let sender = format!("at the sender ({}): {}", side.addr, pattern.sender_fix());
         // (Captured at the receiver's end: that side is the one the user has in hand.)
         let receiver = if path.point.at(d.peer()) {
             format!(
