@@ -41,6 +41,9 @@ pub struct TcpInfo {
     pub rcv_mss: u32,
     /// Segments in flight (MSS units).
     pub unacked: u32,
+    /// Time since the last data segment was sent, ms (counted in the kernel's clock ticks:
+    /// 4 ms at HZ=250).
+    pub last_data_sent_ms: u32,
     /// Smoothed RTT, µs.
     pub rtt_us: u32,
     /// RTT variance, µs.
@@ -273,6 +276,7 @@ impl TcpInfo {
             snd_mss: base(16),
             rcv_mss: base(20),
             unacked: base(24),
+            last_data_sent_ms: base(44),
             rtt_us: base(68),
             rttvar_us: base(72),
             snd_cwnd: base(80),

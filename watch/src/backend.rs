@@ -105,9 +105,16 @@ pub trait Source {
     }
 
     /// Whether, after sample `s`, nothing is to be looked at before the next listing (so the
-    /// command may sleep a scan interval rather than an interval).
+    /// command may wait for it, [`wait_idle`](Source::wait_idle), rather than an interval).
     fn idle(&self, _s: &SampleStats) -> bool {
         false
+    }
+
+    /// Idle: waits at most `max` for something to look at (sampling: the next listing, taken
+    /// as soon as the listing thread has it, so a short connection it found busy is looked up
+    /// while it lives).
+    fn wait_idle(&mut self, max: Duration) {
+        std::thread::sleep(max);
     }
 
     /// What the watch has seen so far, for the live table's title.
@@ -118,6 +125,13 @@ pub trait Source {
 
     /// What the kernel programs did and cost (eBPF only).
     fn kernel(&self) -> Option<KernelReport> {
+        None
+    }
+
+    /// TCP sockets that came and went between two listings, data sent, never looked at:
+    /// stalls in them are not counted (sampling, where the kernel tells of freed sockets:
+    /// `None` elsewhere).
+    fn sockets_unseen(&self) -> Option<u64> {
         None
     }
 }

@@ -40,6 +40,8 @@ pub struct Stall {
 #[derive(Debug, Clone, Copy)]
 struct Hold {
     first_us: u64,
+    /// The last sample that saw it still holding.
+    seen_us: u64,
     bytes_acked: u64,
     bytes_sent: Option<u64>,
     held: u32,
@@ -65,15 +67,24 @@ pub(crate) enum Release {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct HoldTracker {
     hold: Option<Hold>,
+    /// The last sample that saw nothing in flight (µs): data in flight later left after it.
+    clear_us: Option<u64>,
 }
 
-/// Established (or half-closed by the peer, still sending).
-fn holding(at_us: u64, i: &TcpInfo) -> Option<Hold> {
+/// Established (or half-closed by the peer, still sending). A hold is timed from when the
+/// data in flight left, which the releasing ACK acknowledges: the kernel's
+/// `tcpi_last_data_sent` (nothing leaves during a hold), no earlier than the last sample that
+/// saw nothing in flight, and no later than this one. So a hold first seen under way (a
+/// short connection a listing found mid-hold) counts whole; the kernel counts in ticks of its
+/// clock (4 ms at HZ=250).
+fn holding(at_us: u64, i: &TcpInfo, clear_us: Option<u64>) -> Option<Hold> {
     let notsent = i.notsent_bytes?;
     let bytes_acked = i.bytes_acked?;
     (i.state.can_send() && notsent > 0 && i.unacked > 0 && i.unacked < i.snd_cwnd).then(|| {
+        let sent_us = at_us.saturating_sub(u64::from(i.last_data_sent_ms) * 1000);
         Hold {
-            first_us: at_us,
+            first_us: sent_us.max(clear_us.unwrap_or(0)).min(at_us),
+            seen_us: at_us,
             bytes_acked,
             bytes_sent: i.bytes_sent,
             held: notsent,
@@ -102,10 +113,39 @@ impl HoldTracker {
         }
     }
 
+    /// The socket was freed, `info` its last `tcp_info` (the kernel's word as it freed it): a
+    /// hold followed until then ended before, released by an ACK if both counters moved
+    /// (the connection then closed, as short ones do within a sample). It is timed to the
+    /// last sample that saw it holding, the least it lasted.
+    pub(crate) fn observe_gone(&mut self, info: &TcpInfo) -> Option<Release> {
+        let h = self.hold.take()?;
+        let acked = info.bytes_acked.is_some_and(|b| b != h.bytes_acked);
+        let sent = match (h.bytes_sent, info.bytes_sent) {
+            (Some(a), Some(b)) => a != b,
+            _ => false,
+        };
+        if !acked || !sent {
+            return None;
+        }
+        HeldWrite {
+            held: h.held,
+            mss: h.mss,
+            hold_us: h.seen_us.saturating_sub(h.first_us),
+            rtt_us: h.rtt_us,
+            release_gap_us: 0,
+            zero_window: h.zero_window,
+            loss_recovery: h.loss_recovery || info.total_retrans > 0,
+        }
+        .release(h.seen_us)
+    }
+
     /// One sample of the socket taken at `at_us`; returns how a hold ended, if one just
     /// ended with a release by an ACK that was a stall or clocked.
     pub(crate) fn observe_release(&mut self, at_us: u64, info: &TcpInfo) -> Option<Release> {
-        let now = holding(at_us, info);
+        let now = holding(at_us, info, self.clear_us);
+        if info.unacked == 0 {
+            self.clear_us = Some(at_us);
+        }
         let Some(h) = self.hold else {
             self.hold = now;
             return None;
@@ -116,6 +156,7 @@ impl HoldTracker {
             Some(n) if !acked => {
                 self.hold = Some(Hold {
                     held: n.held.max(h.held),
+                    seen_us: at_us,
                     zero_window: h.zero_window || n.zero_window,
                     loss_recovery: h.loss_recovery || n.loss_recovery,
                     ..h
@@ -275,6 +316,72 @@ mod tests {
             .filter_map(|k| t.observe_release(k * 2_000, &big(k)))
             .next()
             .is_none());
+    }
+
+    #[test]
+    fn a_hold_first_seen_under_way_is_dated_from_its_data_leaving() {
+        // A short connection a listing finds 30 ms into a 40 ms hold: the kernel says its
+        // data in flight left 32 ms before (in ticks of 4 ms).
+        let mid = |us: u64, since_ms: u32| {
+            (
+                us,
+                with(info(100, 1, 1), |i| i.last_data_sent_ms = since_ms),
+            )
+        };
+        let s = [
+            mid(130_000, 32),
+            mid(132_000, 32),
+            mid(136_000, 36),
+            (142_000, info(0, 1, 101)),
+        ];
+        let found = run(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!((41_000..45_000).contains(&found[0].lost_us), "{found:?}");
+        // Without the date it would be 12 ms: a prompt ACK's, no stall.
+        let undated = [(130_000, info(100, 1, 1)), (142_000, info(0, 1, 101))];
+        assert!(run(&undated).is_empty());
+        // Never before a sample that saw nothing in flight: the kernel's tick is coarse.
+        let s = [
+            (120_000, info(0, 0, 1)),
+            mid(124_000, 8),
+            (152_000, info(0, 1, 101)),
+        ];
+        let found = run(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!((31_000..33_000).contains(&found[0].lost_us), "{found:?}");
+    }
+
+    #[test]
+    fn a_hold_whose_socket_was_freed_is_judged_by_its_last_word() {
+        // Held from 100 ms, last seen holding at 142 ms; freed before the next sample with
+        // both counters moved: released by the ACK, then closed.
+        let mut t = HoldTracker::default();
+        for k in 0..=21 {
+            assert!(t
+                .observe_release(100_000 + k * 2_000, &info(100, 1, 1))
+                .is_none());
+        }
+        let last = with(info(0, 0, 102), |i| {
+            i.state = nagless::TcpState::from_raw(7)
+        });
+        match t.observe_gone(&last) {
+            Some(Release::Stall(s)) => {
+                assert!((41_000..43_000).contains(&s.lost_us), "{s:?}");
+                assert_eq!(s.at_us, 142_000);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Freed with the held bytes never sent (an abort): nothing to judge.
+        let mut t = HoldTracker::default();
+        for k in 0..=21 {
+            t.observe_release(100_000 + k * 2_000, &info(100, 1, 1));
+        }
+        let aborted = with(info(100, 1, 1), |i| {
+            i.state = nagless::TcpState::from_raw(7)
+        });
+        assert!(t.observe_gone(&aborted).is_none());
+        // Nothing followed: nothing to judge.
+        assert!(HoldTracker::default().observe_gone(&last).is_none());
     }
 
     #[test]

@@ -89,6 +89,9 @@ impl SocketRow {
     }
 }
 
+/// A cookie that matches any socket in an exact lookup (`INET_DIAG_NOCOOKIE`).
+pub(crate) const NO_COOKIE: u64 = u64::MAX;
+
 /// `TCPDIAG_GETSOCK`: the compatibility dump request (linux/inet_diag.h).
 const TCPDIAG_GETSOCK: u16 = 18;
 /// `SOCK_DIAG_BY_FAMILY` (linux/sock_diag.h).
@@ -268,10 +271,108 @@ impl Diag {
     }
 }
 
+/// `SKNLGRP_INET_TCP_DESTROY` and `SKNLGRP_INET6_TCP_DESTROY` (linux/sock_diag.h): the
+/// multicast groups the kernel tells of every TCP socket it frees, with its last `tcp_info`.
+const TCP_DESTROY_GROUPS: [u32; 2] = [1, 3];
+
+/// A netlink socket told of every TCP socket freed in its namespace (needs `CAP_NET_ADMIN`
+/// there): the kernel's last word on a connection, however short it was.
+pub(crate) struct Destroyed {
+    sock: Socket,
+    buf: Vec<u8>,
+}
+
+impl Destroyed {
+    /// Joins the groups; `PermissionDenied` without `CAP_NET_ADMIN`.
+    pub(crate) fn open() -> io::Result<Destroyed> {
+        let mut sock = Socket::new(NETLINK_SOCK_DIAG)?;
+        sock.bind_auto()?;
+        sock.set_non_blocking(true)?;
+        for g in TCP_DESTROY_GROUPS {
+            sock.add_membership(g)?;
+        }
+        Ok(Destroyed {
+            sock,
+            buf: vec![0; 64 * 1024],
+        })
+    }
+
+    /// The sockets freed since the last call, each with its last `tcp_info`, appended to
+    /// `out`; and whether some were lost (the receive buffer overflowed: `ENOBUFS`).
+    pub(crate) fn drain(&mut self, out: &mut Vec<SocketRow>) -> io::Result<bool> {
+        let mut lost = false;
+        loop {
+            let n = match self.sock.recv(&mut &mut self.buf[..], libc::MSG_TRUNC) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(lost),
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    lost = true;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let mut off = 0;
+            while off + 16 <= n.min(self.buf.len()) {
+                let Ok(m) = NetlinkMessage::<SockDiagMessage>::deserialize(&self.buf[off..n])
+                else {
+                    break; // (a message of a kind not parsed here: skipped with its datagram)
+                };
+                let len = m.header.length as usize;
+                if let NetlinkPayload::InnerMessage(SockDiagMessage::InetResponse(r)) = m.payload {
+                    out.push(SocketRow::from_response(r.header.family, &r));
+                }
+                if len == 0 {
+                    break;
+                }
+                off += (len + 3) & !3;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn a_freed_socket_is_told_with_its_last_tcp_info() {
+        let mut d = match Destroyed::open() {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                eprintln!("skipped: joining the destroy groups needs CAP_NET_ADMIN");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        let (local, remote) = (a.local_addr().unwrap(), a.peer_addr().unwrap());
+        std::io::Write::write_all(&mut &a, b"0123456789").unwrap();
+        let mut buf = [0u8; 10];
+        std::io::Read::read_exact(&mut &c, &mut buf).unwrap();
+        drop(c);
+        drop(a);
+        let mut rows = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !rows
+            .iter()
+            .any(|r: &SocketRow| r.local == local && r.remote == remote)
+        {
+            assert!(std::time::Instant::now() < deadline, "not told: {rows:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            d.drain(&mut rows).unwrap();
+        }
+        let r = rows
+            .iter()
+            .find(|r| r.local == local && r.remote == remote)
+            .unwrap();
+        let info = r.info.expect("its last tcp_info");
+        // The 10 bytes it sent were acknowledged (and the SYN, FIN count one each).
+        assert!(info.bytes_acked.unwrap() >= 11, "{info:?}");
+        assert_ne!(r.cookie, 0);
+    }
 
     /// The row of the socket from `local` to `remote`, from a dump.
     fn find(d: &mut Diag, local: SocketAddr, remote: SocketAddr) -> SocketRow {

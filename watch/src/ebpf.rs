@@ -318,7 +318,7 @@ impl EbpfWatcher {
         };
         let acked_by = self
             .peers
-            .receiver(e.pid, key.netns, e.local_addr(), e.remote_addr())
+            .receiver(e.pid, key.netns, e.local_addr(), e.remote_addr(), None)
             .map(|r| r.pid);
         let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
         self.window.add_stall(&key, who, e.cookie, &stall, acked_by);

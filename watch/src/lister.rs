@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use netlink_packet_sock_diag::inet::StateFlags;
 
-use crate::diag::{Diag, SocketRow};
+use crate::diag::SocketRow;
 use crate::netns::Namespaces;
 use crate::procs::{ProcMap, Process};
 
@@ -25,11 +25,11 @@ pub(crate) struct Listing {
     /// Every ESTABLISHED and CLOSE_WAIT socket, without `tcp_info` (`send_queue` says which
     /// have data in flight: the watcher looks those up at once).
     pub(crate) rows: Vec<SocketRow>,
-    /// The listening (namespace, port)s, when listed again (a connection not seen before
-    /// appeared).
-    pub(crate) listening: Option<HashSet<(u64, u16)>>,
+    /// The listening (namespace, port)s with each listener's inode, when listed again (a
+    /// connection not seen before    /// appeared).
+    pub(crate) listening: Option<HashMap<(u64, u16), u32>>,
     /// Lookup sockets of namespaces entered since the last listing.
-    pub(crate) lookups: Vec<(u64, Diag)>,
+    pub(crate) lookups: Vec<(u64, crate::netns::NsLookup)>,
     /// The namespaces listed now.
     pub(crate) present: HashSet<u64>,
     /// The kernel's count of TCP sockets in use in them ([`Namespaces::tcp_in_use`]).
@@ -93,7 +93,7 @@ impl Owners {
 pub(crate) fn spawn(
     mut nets: Namespaces,
     procs: ProcMap,
-    every: Duration,
+    every: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) -> io::Result<Receiver<io::Result<Listing>>> {
     // One listing ahead at most: the thread waits while the watcher sleeps.
     let (tx, rx) = sync_channel(1);
@@ -102,6 +102,12 @@ pub(crate) fn spawn(
         .spawn(move || {
             let mut last_refresh = Instant::now();
             let mut known: HashSet<(u64, u64)> = HashSet::new();
+            let mut last_listeners = None;
+            // xorshift64, seeded from the clock: a listing's wait.
+            let mut jitter = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1;
             let mut owners = Owners {
                 procs,
                 done: HashSet::new(),
@@ -124,17 +130,33 @@ pub(crate) fn spawn(
                 let now: HashSet<(u64, u64)> = rows.iter().map(|r| (r.netns, r.cookie)).collect();
                 let new = now.iter().any(|k| !known.contains(k));
                 known = now;
-                let listening = if new {
-                    let mut l = Vec::new();
-                    if let Err(e) = nets.list(StateFlags::LISTEN, &mut l) {
+                let mut listeners = Vec::new();
+                // Listeners change seldom: listed again at most once a second (short
+                // connections make every listing find a new one).
+                let listening = if new
+                    && last_listeners.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1))
+                {
+                    last_listeners = Some(at);
+                    if let Err(e) = nets.list(StateFlags::LISTEN, &mut listeners) {
                         let _ = tx.send(Err(e));
                         return;
                     }
-                    Some(l.iter().map(|r| (r.netns, r.local.port())).collect())
+                    Some(
+                        listeners
+                            .iter()
+                            .map(|r| ((r.netns, r.local.port()), r.inode))
+                            .collect(),
+                    )
                 } else {
                     None
                 };
+                // (A socket accepted a moment ago may not be in its owner's fds yet, but its
+                // listener is: its owner is the accepting process's.)
+                // (One call: it forgets the inodes it is not given.)
+                let n = rows.len();
+                rows.append(&mut listeners);
                 let found = owners.of(&rows);
+                rows.truncate(n);
                 let listing = Listing {
                     owners: found,
                     denied: owners.procs.denied,
@@ -149,6 +171,14 @@ pub(crate) fn spawn(
                 if tx.send(Ok(listing)).is_err() {
                     return; // the watcher is gone
                 }
+                // The watcher may shorten it while short connections hold writes. Each wait
+                // is drawn within 10 % of it, so that a workload as periodic as the listings
+                // cannot fall between them every time.
+                jitter ^= jitter << 13;
+                jitter ^= jitter >> 7;
+                jitter ^= jitter << 17;
+                let us = every.load(std::sync::atomic::Ordering::Relaxed);
+                let every = Duration::from_micros(us * 9 / 10 + jitter % (us / 5 + 1));
                 if let Some(rest) = every.checked_sub(at.elapsed()) {
                     std::thread::sleep(rest);
                 }

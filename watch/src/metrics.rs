@@ -142,6 +142,8 @@ pub struct BlindSpots {
     pub namespaces_not_entered: usize,
     /// Processes whose sockets could not be attributed (sampling without root).
     pub processes_unattributed: usize,
+    /// TCP sockets that came and went between two listings unseen (sampling).
+    pub sockets_unseen: u64,
 }
 
 /// The families of [`BlindSpots`], and the counts the counters last reached.
@@ -150,6 +152,7 @@ struct BlindGauges {
     late_samples: Counter,
     namespaces: Gauge,
     unattributed: Gauge,
+    unseen: Counter,
     last: BlindSpots,
 }
 
@@ -160,6 +163,7 @@ impl BlindGauges {
             late_samples: Counter::default(),
             namespaces: Gauge::default(),
             unattributed: Gauge::default(),
+            unseen: Counter::default(),
             last: BlindSpots::default(),
         };
         r.register(
@@ -182,6 +186,11 @@ impl BlindGauges {
             "Processes whose sockets could not be attributed to them (the watcher is not root)",
             g.unattributed.clone(),
         );
+        r.register(
+            "nagless_watch_sockets_unseen",
+            "TCP sockets that came and went between two listings of the sampling backend, never looked at: stalls in them are not counted (the eBPF backend sees them)",
+            g.unseen.clone(),
+        );
         g
     }
 
@@ -192,9 +201,12 @@ impl BlindGauges {
             .inc_by(b.late_samples.saturating_sub(self.last.late_samples));
         self.namespaces.set(b.namespaces_not_entered as i64);
         self.unattributed.set(b.processes_unattributed as i64);
+        self.unseen
+            .inc_by(b.sockets_unseen.saturating_sub(self.last.sockets_unseen));
         self.last = BlindSpots {
             events_lost: b.events_lost.max(self.last.events_lost),
             late_samples: b.late_samples.max(self.last.late_samples),
+            sockets_unseen: b.sockets_unseen.max(self.last.sockets_unseen),
             ..b
         };
     }
@@ -743,23 +755,26 @@ mod tests {
             "nagless_watch_late_samples_total 0",
             "nagless_watch_namespaces_not_entered 0",
             "nagless_watch_processes_unattributed 0",
+            "nagless_watch_sockets_unseen_total 0",
         ] {
             assert!(text.contains(want), "no {want} in\n{text}");
         }
-        let seen = |lost, late, ns, procs| BlindSpots {
+        let seen = |lost, late, ns, procs, unseen| BlindSpots {
             events_lost: lost,
             late_samples: late,
             namespaces_not_entered: ns,
             processes_unattributed: procs,
+            sockets_unseen: unseen,
         };
-        m.blind_spots(seen(5, 2, 3, 1));
-        m.blind_spots(seen(7, 2, 1, 0));
+        m.blind_spots(seen(5, 2, 3, 1, 4));
+        m.blind_spots(seen(7, 2, 1, 0, 9));
         let text = m.encode();
         for want in [
             "nagless_watch_events_lost_total 7",
             "nagless_watch_late_samples_total 2",
             "nagless_watch_namespaces_not_entered 1",
             "nagless_watch_processes_unattributed 0",
+            "nagless_watch_sockets_unseen_total 9",
         ] {
             assert!(text.contains(want), "no {want} in\n{text}");
         }

@@ -19,7 +19,7 @@ use std::io;
 use nagless_host::{Pid, Proc};
 use netlink_packet_sock_diag::inet::StateFlags;
 
-use crate::diag::{Diag, SocketRow};
+use crate::diag::{Destroyed, Diag, SocketRow};
 
 /// `TCP: inuse N` from the text of `/proc/net/sockstat`.
 fn sockstat_tcp_in_use(sockstat: &str) -> Option<usize> {
@@ -48,15 +48,32 @@ pub(crate) struct Namespaces {
     own_diag: Diag,
     others: HashMap<u64, Net>,
     /// Lookup sockets of namespaces entered, not yet taken.
-    new_lookups: Vec<(u64, Diag)>,
+    new_lookups: Vec<(u64, NsLookup)>,
     /// Whether to enter other namespaces at all.
     all: bool,
     not_entered: HashMap<u64, io::ErrorKind>,
 }
 
-/// Opens two netlink sockets inside the namespace of `/proc/PID/ns/net`.
-fn open_in(pid: u32) -> io::Result<(Diag, Diag)> {
-    Proc::host().in_net_ns(pid, || Ok((Diag::open()?, Diag::open()?)))
+/// What the watcher's thread reads in one namespace: exact lookups, and the sockets freed
+/// there (`None` without `CAP_NET_ADMIN` in it).
+pub(crate) struct NsLookup {
+    pub(crate) diag: Diag,
+    pub(crate) destroyed: Option<Destroyed>,
+}
+
+impl NsLookup {
+    fn open() -> io::Result<NsLookup> {
+        Ok(NsLookup {
+            diag: Diag::open()?,
+            destroyed: Destroyed::open().ok(),
+        })
+    }
+}
+
+/// Opens the netlink sockets inside the namespace of `/proc/PID/ns/net`: one for dumps, and
+/// the watcher's.
+fn open_in(pid: u32) -> io::Result<(Diag, NsLookup)> {
+    Proc::host().in_net_ns(pid, || Ok((Diag::open()?, NsLookup::open()?)))
 }
 
 impl Namespaces {
@@ -172,15 +189,16 @@ impl Namespaces {
     }
 
     /// The lookup sockets of the namespaces entered since the last call.
-    pub(crate) fn take_lookups(&mut self) -> Vec<(u64, Diag)> {
+    pub(crate) fn take_lookups(&mut self) -> Vec<(u64, NsLookup)> {
         std::mem::take(&mut self.new_lookups)
     }
 }
 
-/// Netlink sockets for exact lookups, one per namespace (see [`Namespaces::take_lookups`]).
+/// Netlink sockets for exact lookups, one per namespace (see [`Namespaces::take_lookups`]),
+/// and for the sockets freed there.
 pub(crate) struct Lookups {
     own: u64,
-    diags: HashMap<u64, Diag>,
+    diags: HashMap<u64, NsLookup>,
 }
 
 impl Lookups {
@@ -188,13 +206,58 @@ impl Lookups {
     pub(crate) fn new(own: u64) -> io::Result<Lookups> {
         Ok(Lookups {
             own,
-            diags: HashMap::from([(own, Diag::open()?)]),
+            diags: HashMap::from([(own, NsLookup::open()?)]),
         })
     }
 
-    /// Adds the socket of a namespace.
-    pub(crate) fn add(&mut self, ns: u64, d: Diag) {
+    /// Adds the sockets of a namespace.
+    pub(crate) fn add(&mut self, ns: u64, d: NsLookup) {
         self.diags.insert(ns, d);
+    }
+
+    /// The inode of the other end of `s`'s connection, when it is a socket of `s`'s
+    /// namespace (an exact lookup, ports swapped, any cookie).
+    pub(crate) fn other_end(&mut self, s: &SocketRow) -> Option<u32> {
+        let d = self.diags.get_mut(&s.netns)?;
+        let other = SocketRow {
+            local: s.remote,
+            remote: s.local,
+            cookie: crate::diag::NO_COOKIE,
+            info: None,
+            ..s.clone()
+        };
+        let mut out = Vec::new();
+        d.diag.lookup(&[&other], &mut out).ok()?;
+        out.first().map(|r| r.inode)
+    }
+
+    /// Whether the sockets freed are told in every namespace looked in.
+    pub(crate) fn tells_freed(&self) -> bool {
+        self.diags.values().all(|d| d.destroyed.is_some())
+    }
+
+    /// The sockets freed since the last call in every namespace, each with its last
+    /// `tcp_info` and its namespace, appended to `out`; whether some were lost.
+    pub(crate) fn freed(&mut self, out: &mut Vec<SocketRow>) -> bool {
+        let mut lost = false;
+        for (ns, d) in &mut self.diags {
+            let Some(destroyed) = &mut d.destroyed else {
+                continue;
+            };
+            let from = out.len();
+            match destroyed.drain(out) {
+                Ok(l) => lost |= l,
+                Err(_) => {
+                    out.truncate(from);
+                    d.destroyed = None;
+                    continue;
+                }
+            }
+            for r in &mut out[from..] {
+                r.netns = *ns;
+            }
+        }
+        lost
     }
 
     /// Keeps only the namespaces for which `keep` holds (and the own one).
@@ -220,7 +283,7 @@ impl Lookups {
                 continue;
             };
             let from = out.len();
-            match d.lookup(&socks, out) {
+            match d.diag.lookup(&socks, out) {
                 Ok(()) => {}
                 Err(e) if ns == self.own => return Err(e),
                 Err(_) => {

@@ -77,12 +77,15 @@ pub(crate) struct Peers {
 impl Peers {
     /// The receiver of the connection from `local` to `remote` that process `pid` (of
     /// namespace `netns`) writes to, if its other end is held by a process on this host.
+    /// The other end's socket is found in `/proc/PID/net/tcp` (a walk of the namespace's
+    /// sockets) unless `other_end` finds its inode (a `sock_diag` lookup: at once).
     pub(crate) fn receiver(
         &mut self,
         pid: u32,
         netns: u64,
         local: SocketAddr,
         remote: SocketAddr,
+        other_end: Option<&mut dyn FnMut() -> Option<u32>>,
     ) -> Option<Receiver> {
         if !on_this_host(local, remote) {
             return None;
@@ -92,15 +95,20 @@ impl Peers {
             return r.clone();
         }
         // The other end: ports swapped, established (a time-wait socket has no inode).
-        let inode = Proc::host()
-            .tcp_sockets(pid)
-            .into_iter()
-            .find(|r| {
-                r.local_port == remote.port() && r.remote_port == local.port() && r.established()
-            })
-            .map(|r| r.inode)
-            .and_then(|i| u32::try_from(i).ok())
-            .filter(|&i| i != 0);
+        let inode = match other_end {
+            Some(find) => find(),
+            None => Proc::host()
+                .tcp_sockets(pid)
+                .into_iter()
+                .find(|r| {
+                    r.local_port == remote.port()
+                        && r.remote_port == local.port()
+                        && r.established()
+                })
+                .map(|r| r.inode)
+                .and_then(|i| u32::try_from(i).ok()),
+        }
+        .filter(|&i| i != 0);
         let found = match inode {
             None => None,
             Some(inode) => {
@@ -155,11 +163,11 @@ mod tests {
         let me = std::process::id();
         let mut p = Peers::default();
         let r = p
-            .receiver(me, 0, c.local_addr().unwrap(), c.peer_addr().unwrap())
+            .receiver(me, 0, c.local_addr().unwrap(), c.peer_addr().unwrap(), None)
             .expect("the accepted socket's owner: this process");
         assert_eq!(r.pid, me);
         // A remote end is no one's here.
         let far = "192.0.2.1:80".parse().unwrap();
-        assert_eq!(p.receiver(me, 0, c.local_addr().unwrap(), far), None);
+        assert_eq!(p.receiver(me, 0, c.local_addr().unwrap(), far, None), None);
     }
 }

@@ -38,15 +38,53 @@ struct Tracked {
 /// How long a socket stays busy after it last had data in flight.
 const BUSY_US: u64 = 2_000_000;
 
+/// How long listings stay faster after a followed hold ended with its socket freed.
+const SHORT_HOLDS_US: u64 = 10_000_000;
+
+/// Listings run this many times as often while short connections hold writes (measured:
+/// `scripts/bench-watch-short`, docs/watch.md).
+const SHORT_HOLDS_SPEEDUP: u32 = 4;
+
+/// Listings never run more often than this.
+const SCAN_FLOOR: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// What a batch of rows is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// A listing of every established socket (no `tcp_info`).
+    Listing,
+    /// Exact lookups of the busy sockets.
+    Lookup,
+    /// Sockets the kernel freed, with their last `tcp_info`.
+    Freed,
+}
+
+/// Connections the kernel freed, as the watcher learnt of them (`CAP_NET_ADMIN` only).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FreedCounts {
+    /// Told of in every namespace watched.
+    pub(crate) told: bool,
+    /// Freed while followed.
+    pub(crate) followed: u64,
+    /// Came and went between two listings, data sent, never looked at: their stalls, if any,
+    /// are not counted.
+    pub(crate) unseen: u64,
+    /// Some were lost (the kernel's messages overflowed the socket).
+    pub(crate) lost: bool,
+}
+
 /// The watcher: call [`sample`](Source::sample) every interval.
 pub(crate) struct Watcher {
     /// The namespaces, until the listing thread takes them.
     nets: Option<Namespaces>,
     listings: Option<std::sync::mpsc::Receiver<io::Result<lister::Listing>>>,
+    /// A listing taken while idle ([`Source::wait_idle`]), for the next sample.
+    waiting: Option<io::Result<lister::Listing>>,
     lookups: Lookups,
     ns_info: (usize, usize, Option<io::ErrorKind>),
     scan_interval: std::time::Duration,
-    listening: HashSet<(u64, u16)>,
+    /// Listening (namespace, port)s, with the listener's inode.
+    listening: HashMap<(u64, u16), u32>,
     /// The host's ephemeral ports (see [`role`]).
     ephemeral: role::EphemeralPorts,
     /// The /proc scanner, until the listing thread takes it.
@@ -69,6 +107,12 @@ pub(crate) struct Watcher {
     events: Option<Vec<StallEvent>>,
     /// The processes on this host whose ACKs the stalls waited for.
     peers: crate::peer::Peers,
+    /// Connections freed, as told.
+    freed: FreedCounts,
+    /// The listing thread's interval, µs: the scan interval, or a quarter of it while short
+    /// connections hold writes (until then, µs).
+    scan_every: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    short_holds_until_us: u64,
 }
 
 impl Watcher {
@@ -87,9 +131,10 @@ impl Watcher {
             ns_info: (nets.present().len(), n, why),
             nets: Some(nets),
             listings: None,
+            waiting: None,
             lookups,
             scan_interval: std::time::Duration::from_millis(100),
-            listening: HashSet::new(),
+            listening: HashMap::new(),
             ephemeral: role::EphemeralPorts::of_host(),
             denied: procs.denied,
             procs: Some(procs),
@@ -104,12 +149,16 @@ impl Watcher {
             gone_total: Board::default(),
             events: None,
             peers: crate::peer::Peers::default(),
+            freed: FreedCounts::default(),
+            scan_every: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(100_000)),
+            short_holds_until_us: 0,
         })
     }
 
-    /// Observes `self.rows`, taken at `at_us`: a listing of every socket if `full`, else
-    /// lookups of the busy ones.
-    fn process(&mut self, full: bool, at_us: u64, stats: &mut SampleStats) {
+    /// Observes `self.rows`, taken at `at_us`: a listing of every socket, lookups of the busy
+    /// ones, or sockets freed since the last sample.
+    fn process(&mut self, pass: Pass, at_us: u64, stats: &mut SampleStats) {
+        let full = pass == Pass::Listing;
         let listening = &self.listening;
         let port_ok = |r: &SocketRow| {
             r.state != nagless::TcpState::Listen
@@ -122,19 +171,31 @@ impl Watcher {
             if !port_ok(r) {
                 continue;
             }
+            // A socket freed that was never looked at: counted, nothing to judge.
+            if pass == Pass::Freed && !self.sockets.contains_key(&(r.netns, r.cookie)) {
+                if r.info.is_some_and(|i| i.bytes_sent.is_some_and(|b| b > 0)) {
+                    self.freed.unseen += 1;
+                }
+                continue;
+            }
             // New, or not attributed yet while /proc now names its owner (sockets waiting in
             // an accept queue have no inode yet; a scan may also miss a socket made during it).
             let id = (r.netns, r.cookie);
+            // A socket accepted a moment ago, not attributed yet: its listener's owner.
+            let listener = listening.get(&(r.netns, r.local.port())).copied();
+            let owner_of = |inode: u32| {
+                self.owners
+                    .get(&inode)
+                    .or_else(|| listener.and_then(|l| self.owners.get(&l)))
+            };
             let resolve = match self.sockets.get(&id) {
                 None => true,
-                Some(t) => {
-                    t.key.pid.is_none() && r.inode != 0 && self.owners.contains_key(&r.inode)
-                }
+                Some(t) => t.key.pid.is_none() && owner_of(r.inode).is_some(),
             };
             if resolve {
-                let owner = self.owners.get(&r.inode).cloned();
+                let owner = owner_of(r.inode).cloned();
                 let (serves, port) = role::role(
-                    listening.contains(&(r.netns, r.local.port())),
+                    listener.is_some(),
                     r.local.port(),
                     r.remote.port(),
                     &self.ephemeral,
@@ -190,11 +251,22 @@ impl Watcher {
                 }
                 continue;
             };
-            if at_us <= t.observed_us {
-                continue;
-            }
-            t.observed_us = at_us;
-            let stall = match t.tracker.observe_release(at_us, info) {
+            let release = if pass == Pass::Freed {
+                self.freed.followed += 1;
+                t.busy_until_us = 0;
+                let r = t.tracker.observe_gone(info);
+                if r.is_some() {
+                    self.short_holds_until_us = at_us + SHORT_HOLDS_US;
+                }
+                r
+            } else {
+                if at_us <= t.observed_us {
+                    continue;
+                }
+                t.observed_us = at_us;
+                t.tracker.observe_release(at_us, info)
+            };
+            let stall = match release {
                 Some(Release::Stall(s)) => Some(s),
                 Some(Release::Clocked { hold_us }) => {
                     let span = (at_us.saturating_sub(hold_us), at_us);
@@ -204,7 +276,10 @@ impl Watcher {
                 }
                 None => None,
             };
-            if info.unacked > 0 || info.notsent_bytes.is_some_and(|n| n > 0) || t.tracker.holding()
+            if pass != Pass::Freed
+                && (info.unacked > 0
+                    || info.notsent_bytes.is_some_and(|n| n > 0)
+                    || t.tracker.holding())
             {
                 t.busy_until_us = at_us + BUSY_US;
             }
@@ -213,9 +288,18 @@ impl Watcher {
             }
             if let Some(stall) = stall {
                 stats.stalls += 1;
+                // The other end by an exact lookup: /proc/PID/net/tcp walks every socket.
+                let lookups = &mut self.lookups;
+                let mut other_end = || lookups.other_end(&t.id);
                 let acked_by = t.key.pid.and_then(|pid| {
                     self.peers
-                        .receiver(pid, t.key.netns, t.id.local, t.id.remote)
+                        .receiver(
+                            pid,
+                            t.key.netns,
+                            t.id.local,
+                            t.id.remote,
+                            Some(&mut other_end),
+                        )
                         .map(|r| r.pid)
                 });
                 t.window.add(&stall);
@@ -275,11 +359,16 @@ impl Source for Watcher {
         let mut stats = SampleStats::default();
         let listing = match (&self.listings, self.nets.take(), self.procs.take()) {
             (None, Some(nets), Some(procs)) => {
-                let rx = lister::spawn(nets, procs, self.scan_interval)?;
+                self.scan_every.store(
+                    self.scan_interval.as_micros() as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                let rx = lister::spawn(nets, procs, self.scan_every.clone())?;
                 let first = rx.recv();
                 self.listings = Some(rx);
                 Some(first.map_err(|_| io::Error::other("the listing thread stopped"))?)
             }
+            (Some(_), _, _) if self.waiting.is_some() => self.waiting.take(),
             (Some(rx), _, _) => match rx.try_recv() {
                 Ok(l) => Some(l),
                 Err(std::sync::mpsc::TryRecvError::Empty) => None,
@@ -289,9 +378,6 @@ impl Source for Watcher {
         };
         if let Some(l) = listing {
             let l = l?;
-            if let Some(set) = l.listening {
-                self.listening = set;
-            }
             for (ns, d) in l.lookups {
                 self.lookups.add(ns, d);
             }
@@ -299,11 +385,19 @@ impl Source for Watcher {
             self.ns_info = (l.present.len(), l.not_entered.0, l.not_entered.1);
             self.denied = l.denied;
             self.owners.extend(l.owners);
-            let live: HashSet<u32> = l.rows.iter().map(|r| r.inode).collect();
+            if let Some(set) = l.listening {
+                self.listening = set;
+            }
+            let live: HashSet<u32> = l
+                .rows
+                .iter()
+                .map(|r| r.inode)
+                .chain(self.listening.values().copied())
+                .collect();
             self.owners.retain(|i, _| live.contains(i));
             self.rows = l.rows;
             let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
-            self.process(true, at_us, &mut stats);
+            self.process(Pass::Listing, at_us, &mut stats);
             stats.sockets = l.in_use;
             stats.full = true;
         }
@@ -320,8 +414,30 @@ impl Source for Watcher {
             self.lookups.lookup(&busy, &mut rows)?;
             self.rows = rows;
             let at_us = self.start.elapsed().as_micros() as u64;
-            self.process(false, at_us, &mut stats);
+            self.process(Pass::Lookup, at_us, &mut stats);
         }
+        // The sockets freed since: a followed hold ends with them (short connections close
+        // within a sample of their release).
+        let mut rows = std::mem::take(&mut self.rows);
+        rows.clear();
+        self.freed.lost |= self.lookups.freed(&mut rows);
+        self.freed.told = self.lookups.tells_freed();
+        self.rows = rows;
+        if !self.rows.is_empty() {
+            let at_us = self.start.elapsed().as_micros() as u64;
+            self.process(Pass::Freed, at_us, &mut stats);
+        }
+        // Listings run faster while short connections hold writes.
+        let now_us = self.start.elapsed().as_micros() as u64;
+        let every = if now_us < self.short_holds_until_us {
+            (self.scan_interval / SHORT_HOLDS_SPEEDUP).max(SCAN_FLOOR.min(self.scan_interval))
+        } else {
+            self.scan_interval
+        };
+        self.scan_every.store(
+            every.as_micros() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         Ok(stats)
     }
 
@@ -382,6 +498,22 @@ impl Source for Watcher {
         s.busy == 0
     }
 
+    fn sockets_unseen(&self) -> Option<u64> {
+        self.freed.told.then_some(self.freed.unseen)
+    }
+
+    fn wait_idle(&mut self, max: std::time::Duration) {
+        match &self.listings {
+            Some(rx) if self.waiting.is_none() => {
+                // (A stopped thread is reported by the next sample.)
+                if let Ok(l) = rx.recv_timeout(max) {
+                    self.waiting = Some(l);
+                }
+            }
+            _ => std::thread::sleep(max),
+        }
+    }
+
     fn status(&self, run: &Run) -> String {
         format!(
             "{} sockets, sampled every {:?} ({} samples)",
@@ -391,8 +523,18 @@ impl Source for Watcher {
 
     fn cost(&self, run: &Run) -> String {
         let (listed, _, _) = self.namespaces();
+        let f = self.freed;
+        let unseen = if f.told {
+            format!(
+                "; {} socket(s) came and went between listings, never looked at (stalls in them are not counted: the eBPF backend sees them){}",
+                f.unseen,
+                if f.lost { ", some not told (the kernel's messages overflowed)" } else { "" }
+            )
+        } else {
+            String::new()
+        };
         format!(
-            "{} samples of up to {} sockets ({} full listings, the rest lookups of busy sockets) in {listed} network namespace(s) in {:.1} s: {:.2} ms per sample, {} late; watcher CPU {:.1}% of one core",
+            "{} samples of up to {} sockets ({} full listings, the rest lookups of busy sockets) in {listed} network namespace(s) in {:.1} s: {:.2} ms per sample, {} late; watcher CPU {:.1}% of one core{unseen}",
             run.samples,
             run.sockets_max,
             run.full_samples,

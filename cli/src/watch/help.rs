@@ -26,13 +26,18 @@ WHAT SAMPLING CAN AND CANNOT SEE
   Every SCAN_INTERVAL (100 ms) it asks the kernel for every ESTABLISHED and CLOSE_WAIT socket
   (listening ones only when a new connection appears); between those listings it looks up,
   each by its exact identity, only the sockets that had data in flight (unacknowledged or
-  unsent bytes) in the last 2 s, every INTERVAL (2 ms); with none, it sleeps until the next
+  unsent bytes) in the last 2 s, every INTERVAL (2 ms); with none, it waits for the next
   listing. So an idle host costs little, and the cost follows the busy sockets.
+  Short connections (a stall in the first 50 ms, then closed): as root the kernel tells it of
+  every TCP socket freed, with its last state, so a hold whose connection closed within a
+  sample still counts, and a socket that came and went between listings is counted as unseen
+  (`sockets_unseen`); while short connections hold writes, listings run four times as often.
   It sees the sending side: a stall shows on the socket whose write waits, on this host. A
   hold shorter than INTERVAL can be missed, and each stall's length is known to within one
   INTERVAL (the default 2 ms is fine for 40 ms and 200 ms delayed-ACK timers). On a
   connection idle for 2 s or more, the first stall after the pause is seen only from the
-  listing that finds it busy (up to SCAN_INTERVAL late): shortened, or missed. A remote
+  listing that finds it busy (up to SCAN_INTERVAL late): shortened, or missed; so is a short
+  connection whose hold falls between two listings. A remote
   sender waiting for this host's delayed ACKs does not show here (capture at either end and
   use `nagless doctor`).
 

@@ -81,6 +81,7 @@ pub(super) fn run(
                     late_samples: run.late,
                     namespaces_not_entered: w.namespaces().1,
                     processes_unattributed: w.denied_processes(),
+                    sockets_unseen: w.sockets_unseen().unwrap_or(0),
                 });
                 if fixes_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                     fixes_at = Some(Instant::now());
@@ -98,13 +99,15 @@ pub(super) fn run(
         if crate::sys::interrupted() || (!duration.is_zero() && start.elapsed() >= duration) {
             break;
         }
-        // Nothing busy: nothing to look at until the next listing (sampling; eBPF drains
-        // its reports every interval).
-        next += if idle {
-            args.scan_interval
-        } else {
-            run.interval
-        };
+        // Nothing busy: nothing to look at until the next listing, taken as soon as it is
+        // made (sampling; eBPF drains its reports every interval).
+        if idle {
+            let until = (t + args.scan_interval).min(next_refresh);
+            w.wait_idle(until.saturating_duration_since(Instant::now()));
+            next = Instant::now();
+            continue;
+        }
+        next += run.interval;
         let now = Instant::now();
         if next > now {
             std::thread::sleep(next - now);

@@ -45,6 +45,7 @@ pub(super) fn write(
             "namespaces_not_entered": not_entered,
             "sample_ms_mean": run.sample_ms_mean(),
             "late_samples": run.late,
+            "sockets_unseen": w.sockets_unseen(),
             "cpu_percent": run.cpu_percent,
             "rows": json_rows(&totals, elapsed),
         });
