@@ -113,6 +113,7 @@ impl Flow {
         let us = us.max(self.last_us);
         self.packets += 1;
         self.last_us = us;
+        self.seq[d].last_segment_us = Some(us);
         let control = sequence::is_control(s);
         let pure = s.len == 0 && !control;
         if let Some(t) = &mut self.timeline {

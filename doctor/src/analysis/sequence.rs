@@ -17,6 +17,13 @@ use crate::rule::{self, DELAYED_ACK_MIN_US};
 const UNACKED_MAX: usize = 8_192;
 /// A second small segment in flight this long after the first was written after it.
 const NAGLE_OFF_GAP_US: u64 = 1_000;
+
+/// A tail-loss probe with one segment in flight leaves after the peer's longest delayed-ACK
+/// allowance (200 ms) and the round trips of its PTO (RFC 8985; Linux and Windows alike), new
+/// data and all, whatever Nagle holds. A segment sent with one small segment in flight and no
+/// ACK for 200 ms and a round trip is taken for one: no receiver's timer keeps an ACK that
+/// long.
+const PROBE_ALLOWANCE_US: u64 = 200_000;
 /// Retransmissions this long after the original with no duplicate ACK first are timeouts.
 const RTO_MIN_US: u64 = 150_000;
 
@@ -91,6 +98,8 @@ pub(super) struct Sequence {
     pub(super) ttl: Option<u8>,
     /// When this direction's sender last sent a full segment of new data.
     last_full_us: Option<u64>,
+    /// When this direction's sender last sent a segment (data or not).
+    pub(super) last_segment_us: Option<u64>,
 }
 
 /// What an ACK acknowledged.
@@ -291,6 +300,7 @@ pub(super) fn send_data(
             }
         }
     }
+    let peer_us = seq[d.peer()].last_segment_us;
     let dir = &mut seq[d];
     if dir.nxt.is_none_or(|n| seq_lt(n, end)) {
         dir.nxt = Some(end);
@@ -308,7 +318,23 @@ pub(super) fn send_data(
         let clearly_small = s.len * 4 < full * 3;
         let tail = small && dir.last_full_us.is_some_and(|t| us < t + NAGLE_OFF_GAP_US);
         let counted = small && !tail;
-        if counted && clearly_small && !retransmit && s.flags & flags::FIN == 0 {
+        // (Nor from a tail-loss probe: with one small segment in flight and no ACK for the
+        // probe timeout, the sender sends what it holds, Nagle or not.)
+        let probe = dir.small_unacked == 1
+            && us >= dir.last_small_us + PROBE_ALLOWANCE_US + dir.base_us.unwrap_or(0);
+        // (Nor, from a Windows sender at its end, from a segment that left as the peer's
+        // arrived: Windows lets held data go with an ACK it sends anyway, and on an ACK that
+        // covers part of what is in flight.)
+        let rode_an_ack = dir.unrouted()
+            && dir.ttl == Some(128)
+            && peer_us.is_some_and(|p| us <= p + NAGLE_OFF_GAP_US);
+        if counted
+            && clearly_small
+            && !retransmit
+            && !probe
+            && !rode_an_ack
+            && s.flags & flags::FIN == 0
+        {
             dir.nagle_off |= dir.small_unacked > 0 && us >= dir.last_small_us + NAGLE_OFF_GAP_US;
         }
         if counted {

@@ -552,6 +552,56 @@ fn a_large_writes_tail_beside_a_small_segment_does_not_prove_nagle_off() {
     assert_eq!(analyse(&c.segs)[0].stall_count, 0);
 }
 
+/// Issue 54's open class (`corpus/open/`): a sender with Nagle on sends a small segment beside
+/// a small one in flight when its tail-loss probe fires (no ACK for 200 ms and a round trip),
+/// and Windows lets held data go as the peer's segment arrives (with the ACK it sends anyway,
+/// or on an ACK of part of what is in flight). Neither proves Nagle off: its later held
+/// writes are stalls. The same segment sent on its own, by a sender that is not Windows or
+/// not at the peer's arrival, still proves it.
+#[test]
+fn a_probe_and_data_riding_a_windows_ack_do_not_prove_nagle_off() {
+    let rounds = |c: &mut Conv| {
+        let mut t = 1000.0;
+        for _ in 0..3 {
+            c.data(t, 0, 100)
+                .ack(t + 80.0, 1)
+                .data(t + 80.05, 0, 100)
+                .data(t + 80.3, 1, 100);
+            t += 300.0;
+        }
+    };
+    let windows = |c: &mut Conv| {
+        for (_, _, seg) in &mut c.segs {
+            if seg.src == C {
+                seg.ttl = 128;
+            }
+        }
+    };
+    // A tail-loss probe: 359 ms after a small segment still unacknowledged.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 24).data(360.0, 0, 189).ack(400.0, 1);
+    rounds(&mut c);
+    assert_eq!(analyse(&c.segs)[0].stall_count, 3, "a probe proves nothing");
+    // Sent beside a small segment in flight as the server's data arrived.
+    for (win, stalls) in [(true, 3), (false, 0)] {
+        let mut c = Conv::new();
+        c.data(1.0, 0, 24).data(5.0, 1, 200);
+        c.last_mut().ack -= 24; // (the server's data does not acknowledge the 24 bytes)
+        c.data(5.05, 0, 66).ack(6.0, 1);
+        rounds(&mut c);
+        if win {
+            windows(&mut c);
+        }
+        assert_eq!(analyse(&c.segs)[0].stall_count, stalls, "windows {win}");
+    }
+    // A Windows sender's small segment sent on its own beside one in flight proves it.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 24).data(5.0, 0, 66).ack(6.0, 1);
+    rounds(&mut c);
+    windows(&mut c);
+    assert_eq!(analyse(&c.segs)[0].stall_count, 0);
+}
+
 /// Issue 42's misnaming: a Windows receiver (TTL 128) whose timer fired 56 ms after the data
 /// is not Linux's 40 ms timer; the verdict says the delay measured and offers Windows' fix.
 #[test]
