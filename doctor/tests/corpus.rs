@@ -1,5 +1,6 @@
 //! The stall rule against captures others made: every capture in `tests/corpus/` (public
-//! test captures of the tcpdump and Zeek projects; `SOURCES.md`) is diagnosed, and its stalls
+//! test captures of the tcpdump, Zeek, nDPI, Suricata-verify, Arkime and ipfixprobe projects;
+//! `SOURCES.md`) is diagnosed, and its stalls
 //! are matched, by the held segment's frame and the releasing ACK's, against the hand labels
 //! in `labels.txt`
 //! (`README.md` there says how they were made). Stall-by-stall precision and recall over the
