@@ -193,9 +193,17 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
             d.flows_ack_clocked
         );
     }
-    Ok(if d.stalls_total > 0 || d.flows_ack_clocked > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    if d.stalls_total == 0 && d.flows_sender_held > 0 {
+        errln!(
+            "nagless doctor: no Nagle stall, but {} flow(s) whose sender held its own writes (a cork left on): exit 1",
+            d.flows_sender_held
+        );
+    }
+    Ok(
+        if d.stalls_total > 0 || d.flows_ack_clocked > 0 || d.flows_sender_held > 0 {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        },
+    )
 }

@@ -32,6 +32,13 @@ pub fn text(d: &Diagnosis) -> String {
             d.flows_ack_clocked
         );
     }
+    if d.flows_sender_held > 0 {
+        let _ = writeln!(
+            out,
+            "{} flow(s) whose sender held its own writes ~200 ms: a cork left on (TCP_CORK or MSG_MORE), not Nagle",
+            d.flows_sender_held
+        );
+    }
     // (A cut or damaged capture is warned about on stderr, by the command, once.)
     if !d.unsupported_linktypes.is_empty() {
         let _ = writeln!(

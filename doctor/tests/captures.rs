@@ -333,3 +333,79 @@ fn every_stall_keeps_them_all_and_the_capture_start_is_wall_clock_time() {
         "capture start {start} vs the clock {before}"
     );
 }
+
+/// A server whose answer's last piece is sent with `MSG_MORE` and nothing after it (HAProxy
+/// #3447): the piece stays in its kernel until the kernel's 200 ms ceiling on a cork ends it,
+/// every time (its client ACKs the head at once, before the piece is written, so no ACK comes
+/// to push it). Not Nagle: the doctor
+/// names the sender's own hold, and exits 1 for it. The same answers written by a server that
+/// takes 120-280 ms to write the rest are think time, not a hold.
+#[test]
+fn a_cork_left_on_is_named_a_sender_hold_not_nagle() {
+    if !have_tool("tcpdump") {
+        return;
+    }
+    for (corked, name) in [(true, "cork"), (false, "slow-rest")] {
+        let (l, port) = listener();
+        let cap = Tcpdump::start(name, port, &["-i", "lo"]);
+        let srv = thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 10];
+            for i in 0..5u64 {
+                if s.read_exact(&mut buf).is_err() {
+                    break;
+                }
+                s.write_all(&[b'h'; 100]).unwrap();
+                // The rest of the answer is ready a little later (its head is acknowledged
+                // meanwhile, so no ACK comes after it to push it).
+                thread::sleep(Duration::from_millis(10));
+                if corked {
+                    socket2::SockRef::from(&s)
+                        .send_with_flags(&[b'b'; 50], libc::MSG_MORE)
+                        .unwrap();
+                } else {
+                    thread::sleep(Duration::from_millis(120 + 40 * i));
+                    s.write_all(&[b'b'; 50]).unwrap();
+                }
+            }
+        });
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut answer = [0u8; 150];
+        let mut slow = 0;
+        for _ in 0..5 {
+            let t = Instant::now();
+            c.write_all(&[b'q'; 10]).unwrap();
+            let mut got = 0;
+            while got < answer.len() {
+                got += c.read(&mut answer[got..]).unwrap();
+                // ACK at once: nothing but the kernel's ceiling pushes a corked piece.
+                socket2::SockRef::from(&c).set_tcp_quickack(true).unwrap();
+            }
+            slow += usize::from(t.elapsed() >= Duration::from_millis(150));
+            eprintln!(
+                "{name}: answer in {:.1} ms",
+                t.elapsed().as_secs_f64() * 1000.0
+            );
+        }
+        drop(c);
+        srv.join().unwrap();
+        let d = nagless_doctor::diagnose(&cap.finish()).unwrap();
+        let f = &d.flows[0];
+        if corked {
+            assert!(slow >= 3, "the kernel held {slow} of 5 answers");
+            assert_eq!(f.sender_holds.len(), 1, "{f:#?}");
+            let h = &f.sender_holds[0];
+            assert_eq!(h.direction, "server->client");
+            assert!(h.count >= 3 && h.count <= 5, "{h:?}");
+            assert!(f
+                .verdict
+                .iter()
+                .any(|v| v.starts_with("not Nagle:") && v.contains("MSG_MORE")));
+            assert_eq!(d.flows_sender_held, 1);
+            assert_eq!(d.stalls_total, 0, "{f:#?}");
+        } else {
+            assert!(f.sender_holds.is_empty(), "{f:#?}");
+            assert_eq!(d.flows_sender_held, 0);
+        }
+    }
+}

@@ -187,6 +187,9 @@ impl Analyzer {
             o.flows_ack_clocked += 1;
             svc.flows_ack_clocked += 1;
         }
+        if !r.sender_holds.is_empty() {
+            o.flows_sender_held += 1;
+        }
         svc.stalls += r.stall_count;
         svc.stalled_s += r.stalled_s;
         svc.worst_stall_ms = svc.worst_stall_ms.max(r.worst_stall_ms);
@@ -204,7 +207,13 @@ impl Analyzer {
     /// Sorts the kept flows, most stalled time first (then most time queued behind an ACK
     /// clock, then capture order), and keeps the top.
     fn keep_top(&mut self) {
-        let queued = |f: &FlowReport| f.ack_clocked.iter().map(|c| c.queued_s).sum::<f64>();
+        let queued = |f: &FlowReport| {
+            f.ack_clocked.iter().map(|c| c.queued_s).sum::<f64>()
+                + f.sender_holds
+                    .iter()
+                    .map(|h| h.held_ms / 1000.0)
+                    .sum::<f64>()
+        };
         self.kept.sort_by(|a, b| {
             b.stalled_s
                 .total_cmp(&a.stalled_s)

@@ -6,6 +6,7 @@ use super::candidates::Collector;
 use super::clock::Clock;
 use super::direction::Direction;
 use super::endpoint::{self, Endpoint};
+use super::hold::SenderHolds;
 use super::judge::{self, Findings};
 use super::output::{At, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
 use super::sequence::{self, Sequence};
@@ -29,6 +30,7 @@ pub(super) struct Flow {
     collected: Collector,
     found: Findings,
     clock: Clock,
+    holds: SenderHolds,
     packets: u64,
     exchanges: u64,
     /// Who sent data last, and who first.
@@ -71,6 +73,7 @@ impl Flow {
                 ..Findings::default()
             },
             clock: Clock::default(),
+            holds: SenderHolds::default(),
             packets: 0,
             exchanges: 0,
             last_sender: None,
@@ -162,6 +165,8 @@ impl Flow {
         }
         if s.flags & flags::FIN != 0 {
             self.fin[d] = true;
+            let rtt = sequence::sides_of_round_trip(&self.seq).iter().sum();
+            self.holds.on_fin(d, us, rtt);
         }
         if s.len > 0 {
             self.on_data(d, s, us, frame);
@@ -174,6 +179,9 @@ impl Flow {
         };
         self.collected
             .on_ack(d, &acked, &self.seq, s, us, frame, pure);
+        if self.seq[d.peer()].all_acked() {
+            self.holds.on_all_acked(d.peer(), us);
+        }
         self.clock.on_ack(d.peer(), &self.seq, us, frame);
         if self.collected.len() >= PENDING_MAX {
             self.settle();
@@ -181,6 +189,8 @@ impl Flow {
     }
 
     fn on_data(&mut self, d: Direction, s: &Segment, us: u64, frame: u64) {
+        let in_flight = !self.seq[d].all_acked();
+        let small = sequence::sizes(&self.seq, d).is_small(s.len, u32::from(s.opt_len));
         let sent = sequence::send_data(&mut self.seq, d, s, us, frame);
         let side = &mut self.sides[d];
         if sent.retransmit {
@@ -199,6 +209,11 @@ impl Flow {
             self.exchanges += 1;
         }
         self.last_sender = Some(d);
+        if !sent.retransmit {
+            let rtt = sequence::sides_of_round_trip(&self.seq).iter().sum();
+            self.holds
+                .on_data(d, new_turn, in_flight, small, us, frame, rtt);
+        }
         self.collected
             .on_data(d, &sent, new_turn, &self.seq, s, us, frame);
         let options = u32::from(s.opt_len);
@@ -244,9 +259,15 @@ impl Flow {
             point: capture_point,
         };
         let ack_clocked = self.clock.report(&self.seq, &sides);
+        let sender_holds = self.holds.report(&sides);
         let mut verdict = verdict::verdict(&sides, &self.found, ack_timer, &path);
         verdict.extend(ack_clocked.iter().map(verdict::clocked));
-        let findings = ack_clocked.iter().map(verdict::clocked_finding).collect();
+        verdict.extend(sender_holds.iter().map(verdict::sender_hold));
+        let findings = ack_clocked
+            .iter()
+            .map(verdict::clocked_finding)
+            .chain(sender_holds.iter().map(verdict::sender_hold_finding))
+            .collect();
         FlowReport {
             index: self.index,
             sides,
@@ -270,6 +291,7 @@ impl Flow {
             delayed_ack_count: self.found.delayed_count,
             delayed_acks: self.found.delayed,
             ack_clocked,
+            sender_holds,
             findings,
             verdict,
             timeline: self.timeline.unwrap_or_default(),

@@ -27,6 +27,7 @@
 //! | `candidates` | writes that followed an ACK and slow pure ACKs: what might be a stall, held until the round trips are known well |
 //! | `relay` | what reached each host lately: a stall on a relay's hop names the flow it relays ([`Pattern::RelayHop`]) |
 //! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`judge_clock`](crate::rule::judge_clock) judges |
+//! | `hold` | per direction: a small segment that left about 200 ms after its answer began, the peer waiting: a cork left on (not Nagle) |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
 //! | `verdict` | the verdict and advice for people |
 //! | `output` | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
@@ -37,6 +38,7 @@ mod clock;
 mod direction;
 mod endpoint;
 mod flow;
+mod hold;
 mod judge;
 mod options;
 mod output;
@@ -52,7 +54,7 @@ pub use direction::Direction;
 pub use options::{Filter, Options, StallOrder};
 pub use output::{
     AckClocked, At, CapturePoint, ClockedSegment, DelayedAck, Finding, FindingFrame, FlowReport,
-    Outcome, Pattern, Service, Side, Stall, TimelinePoint,
+    HeldTail, Outcome, Pattern, SenderHold, Service, Side, Stall, TimelinePoint,
 };
 
 #[cfg(test)]

@@ -154,6 +154,34 @@ pub struct Finding {
     pub summary: String,
 }
 
+/// A sender's own hold that is not Nagle's: a cork left on, released by the kernel's ceiling
+/// on it (module `hold`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SenderHold {
+    /// The side that held: its address.
+    pub sender: String,
+    /// `client->server` or `server->client`.
+    pub direction: &'static str,
+    /// Small segments that left about 200 ms after the sender's answer began, with nothing in
+    /// flight and the peer waiting.
+    pub count: u64,
+    /// Their time after the segment before them, summed, ms: what the peer waited.
+    pub held_ms: f64,
+    /// The first 8.
+    pub first: Vec<HeldTail>,
+}
+
+/// One held tail: the segment before it, and it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct HeldTail {
+    /// The sender's segment that opened its answer.
+    pub previous: At,
+    /// The held segment.
+    pub held: At,
+    /// How long after `previous` it left, ms.
+    pub after_ms: f64,
+}
+
 /// Per-direction counters.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Side {
@@ -238,6 +266,10 @@ pub struct FlowReport {
     /// The directions whose small writes were ACK-clocked; absent from the JSON when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ack_clocked: Vec<AckClocked>,
+    /// The directions whose sender held its own writes (a cork left on: not Nagle); absent
+    /// from the JSON when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sender_holds: Vec<SenderHold>,
     /// Verdicts other than stalls, for the Wireshark plugin (one per ACK-clocked
     /// direction); absent from the JSON when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -312,6 +344,10 @@ pub struct Outcome {
     /// the JSON when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub flows_ack_clocked: u64,
+    /// Flows whose sender held its own writes (a cork left on, not Nagle: a verdict of its
+    /// own); absent from the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub flows_sender_held: u64,
     /// Per server port, most stalled time first.
     pub services: Vec<Service>,
     /// The flows kept ([`Options::top`](super::Options::top)), most stalled time first.

@@ -799,3 +799,56 @@ fn a_relays_hop_names_the_flow_it_relays() {
         .iter()
         .all(|s| s.pattern != Pattern::RelayHop && s.relayed_from.is_none()));
 }
+
+/// A sender's own hold (issue 51): an answer's last piece left ~200 ms after its head, with
+/// the head long acknowledged and the peer waiting, three times alike: a cork left on. A feed
+/// that writes every 200 ms unasked, a piece an ACK released (Nagle's), and one such answer
+/// alone are not named.
+#[test]
+fn a_cork_left_on_is_a_sender_hold_and_look_alikes_are_not() {
+    let cork = |rounds: usize| {
+        let mut c = Conv::new();
+        let mut t = 1.0;
+        for _ in 0..rounds {
+            c.data(t, 0, 10)
+                .data(t + 0.1, 1, 100)
+                .ack(t + 0.2, 0)
+                .data(t + 204.0, 1, 50)
+                .ack(t + 204.1, 0);
+            t += 300.0;
+        }
+        c.data(t, 0, 10);
+        analyse(&c.segs).remove(0)
+    };
+    let r = cork(3);
+    assert_eq!(r.sender_holds.len(), 1, "{r:#?}");
+    assert_eq!(r.sender_holds[0].count, 3);
+    assert_eq!(r.sender_holds[0].direction, "server->client");
+    assert_eq!(r.stall_count, 0);
+    assert!(r.verdict.iter().any(|v| v.starts_with("not Nagle:")));
+    assert_eq!(r.findings[0].kind, "sender-hold");
+    assert!(cork(1).sender_holds.is_empty(), "one alone is not named");
+    // A feed: small writes every 200 ms, each acknowledged, nothing asked.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 10);
+    for k in 0..6 {
+        let t = 2.0 + 200.0 * f64::from(k);
+        c.data(t, 1, 50).ack(t + 0.1, 0);
+    }
+    assert!(analyse(&c.segs)[0].sender_holds.is_empty());
+    // Nagle's: the piece leaves as a late ACK of the head arrives.
+    let mut c = Conv::new();
+    let mut t = 1.0;
+    for _ in 0..3 {
+        c.data(t, 0, 10)
+            .data(t + 0.1, 1, 100)
+            .ack(t + 200.0, 0)
+            .data(t + 200.05, 1, 50)
+            .ack(t + 200.2, 0);
+        t += 300.0;
+    }
+    c.data(t, 0, 10);
+    let r = &analyse(&c.segs)[0];
+    assert!(r.sender_holds.is_empty(), "{r:#?}");
+    assert_eq!(r.stall_count, 3);
+}

@@ -235,3 +235,40 @@ pub(super) fn clocked_finding(c: &AckClocked) -> Finding {
         ),
     }
 }
+
+/// What to do about a sender's own hold.
+pub(super) const HOLD_FIX: &str = "release the cork after each message: clear TCP_CORK once the message is written, or send its last piece without MSG_MORE";
+
+/// The verdict line of a direction whose sender held its own writes.
+pub(super) fn sender_hold(h: &super::output::SenderHold) -> String {
+    let mean = h.held_ms / h.count.max(1) as f64;
+    format!(
+        "not Nagle: {} holds its own writes, {}: {} answer(s) finished by a small segment ~{mean:.0} ms after they began, with nothing in flight and the peer waiting: a cork left on (TCP_CORK, or a last send with MSG_MORE), released by the kernel's 200 ms ceiling; {HOLD_FIX}",
+        h.sender, h.direction, h.count
+    )
+}
+
+/// The finding the Wireshark plugin marks for a sender's own hold.
+pub(super) fn sender_hold_finding(h: &super::output::SenderHold) -> Finding {
+    let mut frames = Vec::with_capacity(2 * h.first.len());
+    for t in &h.first {
+        frames.push(FindingFrame {
+            frame: t.previous.frame,
+            role: "previous",
+        });
+        frames.push(FindingFrame {
+            frame: t.held.frame,
+            role: "held",
+        });
+    }
+    Finding {
+        kind: "sender-hold",
+        frames,
+        delay_ms: h.held_ms / h.count.max(1) as f64,
+        direction: h.direction,
+        summary: format!(
+            "{} held this small segment itself (a cork left on, released by the kernel's 200 ms ceiling), not Nagle: {HOLD_FIX}",
+            h.sender
+        ),
+    }
+}
