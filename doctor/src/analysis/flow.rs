@@ -30,7 +30,8 @@ pub(super) struct Flow {
     collected: Collector,
     found: Findings,
     clock: Clock,
-    holds: SenderHolds,
+    /// Made at the first data segment (a flow of SYNs alone, as in a flood, costs nothing).
+    holds: Option<Box<SenderHolds>>,
     packets: u64,
     exchanges: u64,
     /// Who sent data last, and who first.
@@ -73,7 +74,7 @@ impl Flow {
                 ..Findings::default()
             },
             clock: Clock::default(),
-            holds: SenderHolds::default(),
+            holds: None,
             packets: 0,
             exchanges: 0,
             last_sender: None,
@@ -166,7 +167,9 @@ impl Flow {
         if s.flags & flags::FIN != 0 {
             self.fin[d] = true;
             let rtt = sequence::sides_of_round_trip(&self.seq).iter().sum();
-            self.holds.on_fin(d, us, rtt);
+            if let Some(h) = &mut self.holds {
+                h.on_fin(d, us, rtt);
+            }
         }
         if s.len > 0 {
             self.on_data(d, s, us, frame);
@@ -179,8 +182,8 @@ impl Flow {
         };
         self.collected
             .on_ack(d, &acked, &self.seq, s, us, frame, pure);
-        if self.seq[d.peer()].all_acked() {
-            self.holds.on_all_acked(d.peer(), us);
+        if let Some(h) = self.holds.as_mut().filter(|_| self.seq[d.peer()].all_acked()) {
+            h.on_all_acked(d.peer(), us);
         }
         self.clock.on_ack(d.peer(), &self.seq, us, frame);
         if self.collected.len() >= PENDING_MAX {
@@ -212,6 +215,7 @@ impl Flow {
         if !sent.retransmit {
             let rtt = sequence::sides_of_round_trip(&self.seq).iter().sum();
             self.holds
+                .get_or_insert_with(Default::default)
                 .on_data(d, new_turn, in_flight, small, us, frame, rtt);
         }
         self.collected
@@ -259,7 +263,7 @@ impl Flow {
             point: capture_point,
         };
         let ack_clocked = self.clock.report(&self.seq, &sides);
-        let sender_holds = self.holds.report(&sides);
+        let sender_holds = self.holds.map(|h| h.report(&sides)).unwrap_or_default();
         let mut verdict = verdict::verdict(&sides, &self.found, ack_timer, &path);
         verdict.extend(ack_clocked.iter().map(verdict::clocked));
         verdict.extend(sender_holds.iter().map(verdict::sender_hold));
