@@ -182,7 +182,11 @@ impl Flow {
         };
         self.collected
             .on_ack(d, &acked, &self.seq, s, us, frame, pure);
-        if let Some(h) = self.holds.as_mut().filter(|_| self.seq[d.peer()].all_acked()) {
+        if let Some(h) = self
+            .holds
+            .as_mut()
+            .filter(|_| self.seq[d.peer()].all_acked())
+        {
             h.on_all_acked(d.peer(), us);
         }
         self.clock.on_ack(d.peer(), &self.seq, us, frame);
