@@ -311,8 +311,10 @@ impl Destroyed {
                 }
                 Err(e) => return Err(e),
             };
+            // (A datagram larger than the buffer, MSG_TRUNC, is read as far as it fits.)
+            let n = n.min(self.buf.len());
             let mut off = 0;
-            while off + 16 <= n.min(self.buf.len()) {
+            while off + 16 <= n {
                 let Ok(m) = NetlinkMessage::<SockDiagMessage>::deserialize(&self.buf[off..n])
                 else {
                     break; // (a message of a kind not parsed here: skipped with its datagram)

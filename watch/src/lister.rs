@@ -25,8 +25,8 @@ pub(crate) struct Listing {
     /// Every ESTABLISHED and CLOSE_WAIT socket, without `tcp_info` (`send_queue` says which
     /// have data in flight: the watcher looks those up at once).
     pub(crate) rows: Vec<SocketRow>,
-    /// The listening (namespace, port)s with each listener's inode, when listed again (a
-    /// connection not seen before    /// appeared).
+    /// The listening (namespace, port)s with each listener's inode, when listed again (new
+    /// connections appeared: see [`spawn`]).
     pub(crate) listening: Option<HashMap<(u64, u16), u32>>,
     /// Lookup sockets of namespaces entered since the last listing.
     pub(crate) lookups: Vec<(u64, crate::netns::NsLookup)>,
@@ -103,6 +103,10 @@ pub(crate) fn spawn(
             let mut last_refresh = Instant::now();
             let mut known: HashSet<(u64, u64)> = HashSet::new();
             let mut last_listeners = None;
+            let mut due = false;
+            let mut listeners: Vec<SocketRow> = Vec::new();
+            let mut listener_ports: HashMap<(u64, u16), u32> = HashMap::new();
+            let ephemeral = crate::role::EphemeralPorts::of_host();
             // xorshift64, seeded from the clock: a listing's wait.
             let mut jitter = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -128,33 +132,46 @@ pub(crate) fn spawn(
                     return;
                 }
                 let now: HashSet<(u64, u64)> = rows.iter().map(|r| (r.netns, r.cookie)).collect();
-                let new = now.iter().any(|k| !known.contains(k));
+                // New connections: listeners are listed again, at once if one of them has a
+                // local port that is neither a known listener's nor ephemeral (a listener new
+                // since), else at most once a second (short connections make every listing
+                // find new ones), and never forgotten until then.
+                let fresh: Vec<&SocketRow> = rows
+                    .iter()
+                    .filter(|r| !known.contains(&(r.netns, r.cookie)))
+                    .collect();
+                due |= !fresh.is_empty();
+                let unknown_server = fresh.iter().any(|r| {
+                    !listener_ports.contains_key(&(r.netns, r.local.port()))
+                        && !ephemeral.contains(r.local.port())
+                });
                 known = now;
-                let mut listeners = Vec::new();
-                // Listeners change seldom: listed again at most once a second (short
-                // connections make every listing find a new one).
-                let listening = if new
-                    && last_listeners.is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1))
+                let listening = if due
+                    && (unknown_server
+                        || last_listeners
+                            .is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)))
                 {
+                    due = false;
                     last_listeners = Some(at);
-                    if let Err(e) = nets.list(StateFlags::LISTEN, &mut listeners) {
+                    let mut l = Vec::new();
+                    if let Err(e) = nets.list(StateFlags::LISTEN, &mut l) {
                         let _ = tx.send(Err(e));
                         return;
                     }
-                    Some(
-                        listeners
-                            .iter()
-                            .map(|r| ((r.netns, r.local.port()), r.inode))
-                            .collect(),
-                    )
+                    listener_ports = l
+                        .iter()
+                        .map(|r| ((r.netns, r.local.port()), r.inode))
+                        .collect();
+                    listeners = l;
+                    Some(listener_ports.clone())
                 } else {
                     None
                 };
                 // (A socket accepted a moment ago may not be in its owner's fds yet, but its
-                // listener is: its owner is the accepting process's.)
-                // (One call: it forgets the inodes it is not given.)
+                // listener is: its owner is the accepting process's. One call with both: it
+                // forgets the inodes it is not given.)
                 let n = rows.len();
-                rows.append(&mut listeners);
+                rows.extend(listeners.iter().cloned());
                 let found = owners.of(&rows);
                 rows.truncate(n);
                 let listing = Listing {

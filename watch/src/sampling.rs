@@ -33,6 +33,11 @@ struct Tracked {
     id: SocketRow,
     /// It had data in flight lately: looked up every interval until then (µs).
     busy_until_us: u64,
+    /// Its owner is its listener's (it was not in a process's fds yet): asked again when its
+    /// own inode is attributed (a pre-fork server's workers share one listener).
+    by_listener: bool,
+    /// When it was first seen (µs).
+    born_us: u64,
 }
 
 /// How long a socket stays busy after it last had data in flight.
@@ -64,8 +69,6 @@ enum Pass {
 pub(crate) struct FreedCounts {
     /// Told of in every namespace watched.
     pub(crate) told: bool,
-    /// Freed while followed.
-    pub(crate) followed: u64,
     /// Came and went between two listings, data sent, never looked at: their stalls, if any,
     /// are not counted.
     pub(crate) unseen: u64,
@@ -181,19 +184,22 @@ impl Watcher {
             // New, or not attributed yet while /proc now names its owner (sockets waiting in
             // an accept queue have no inode yet; a scan may also miss a socket made during it).
             let id = (r.netns, r.cookie);
-            // A socket accepted a moment ago, not attributed yet: its listener's owner.
+            // A socket accepted a moment ago, not attributed yet: its listener's owner, until
+            // its own is known. (A freed socket's row names no inode, nor its owner's uid.)
             let listener = listening.get(&(r.netns, r.local.port())).copied();
-            let owner_of = |inode: u32| {
-                self.owners
-                    .get(&inode)
-                    .or_else(|| listener.and_then(|l| self.owners.get(&l)))
-            };
+            let own = self.owners.get(&r.inode);
+            let of_listener = listener.and_then(|l| self.owners.get(&l));
             let resolve = match self.sockets.get(&id) {
                 None => true,
-                Some(t) => t.key.pid.is_none() && owner_of(r.inode).is_some(),
+                Some(_) if pass == Pass::Freed => false,
+                Some(t) => {
+                    (t.key.pid.is_none() && own.or(of_listener).is_some())
+                        || (t.by_listener && own.is_some())
+                }
             };
             if resolve {
-                let owner = owner_of(r.inode).cloned();
+                let by_listener = own.is_none() && of_listener.is_some();
+                let owner = own.or(of_listener).cloned();
                 let (serves, port) = role::role(
                     listener.is_some(),
                     r.local.port(),
@@ -216,12 +222,15 @@ impl Watcher {
                         ..r.clone()
                     },
                     busy_until_us: 0,
+                    by_listener,
+                    born_us: at_us,
                     observed_us: 0,
                     last_us: at_us,
                     window: Tally::default(),
                     total: Tally::connection(),
                 });
                 t.key = key;
+                t.by_listener = by_listener;
                 t.who = owner.map_or_else(Who::default, |o| Who {
                     cmd: Some(o.cmd),
                     program: Some(o.program),
@@ -252,7 +261,6 @@ impl Watcher {
                 continue;
             };
             let release = if pass == Pass::Freed {
-                self.freed.followed += 1;
                 t.busy_until_us = 0;
                 let r = t.tracker.observe_gone(info);
                 if r.is_some() {
@@ -288,6 +296,11 @@ impl Watcher {
             }
             if let Some(stall) = stall {
                 stats.stalls += 1;
+                // A connection's stall in its first second: short connections may hold
+                // writes (armed without the kernel's word on freed sockets too).
+                if at_us.saturating_sub(t.born_us) < 1_000_000 {
+                    self.short_holds_until_us = at_us + SHORT_HOLDS_US;
+                }
                 // The other end by an exact lookup: /proc/PID/net/tcp walks every socket.
                 let lookups = &mut self.lookups;
                 let mut other_end = || lookups.other_end(&t.id);

@@ -5,13 +5,12 @@
 //!   data it acknowledged, beyond the acker's side of the round trip known so far.
 //! - A **release**: a pure ACK that acknowledged everything its peer had sent, which Nagle
 //!   waits for; it lasts until the peer's next data segment, or until the acker sends data
-//!   (then the peer's next segment answers that data). One exception: when both sides hold a
-//!   write for the other (two speakers that each sent first), the acker's own held write,
-//!   released late, carries the ACK that releases the peer's ([`Collector::carried`]), but
-//!   only a write sent before that data reached the peer (its ACK field does not cover it):
-//!   one that acknowledges it may as well be the peer's answer to it (a control channel
-//!   whose acknowledgements are messages), and a capture cannot tell a message queued before
-//!   from one written in answer.
+//!   (then the peer's next segment answers that data). So a late ACK that rides on the
+//!   acker's own data releases nothing the doctor counts: when both sides hold a write for the
+//!   other (two speakers that each sent first, as BGP peers do), the peer's next segment may
+//!   be a message it queued before or its answer to that data (a control channel whose
+//!   acknowledgements are messages), and both leave right after it, acknowledging it: a
+//!   capture cannot tell them apart, and this class of true stalls is given up (issue 54).
 //! - A **stall candidate**: a write that left soon after a release that came late, and that
 //!   was not written in answer to the peer: not the first of its turn, or the peer's data that
 //!   opened the turn came before the release by more than jitter (a key exchange: both sides
@@ -117,9 +116,6 @@ pub(super) struct Collector {
     /// Each sender's data segment before its last.
     before_last: [Option<LastWrite>; 2],
     release: [Option<Release>; 2],
-    /// A late ACK riding on data, for the side it acknowledged: it becomes that side's
-    /// release if the data it rides on is itself a held write (see the module doc).
-    carried: Option<(Direction, Release)>,
     /// Per sender: its turns so far, and its first data segment's first bytes.
     turns: [u64; 2],
     first_head: [Option<Head>; 2],
@@ -192,15 +188,13 @@ impl Collector {
         };
         if pure {
             self.release[o] = Some(release);
-        } else if s.len > 0 && !acked.retransmitted {
-            self.carried = Some((o, release));
         }
     }
 
     /// A data segment from `sender` (`sent`: what sequence tracking made of it; `new_turn`:
     /// the peer sent data last): a stall candidate if it may have been held for a release.
-    /// The peer's next segment answers it, so no release is pending for the peer; unless this
-    /// one was held itself and carries a late ACK for the peer.
+    /// The peer's next segment answers it, so no release is pending for the peer (see the
+    /// module doc for a late ACK riding on this one).
     #[allow(clippy::too_many_arguments)] // one segment's facts, as the flow has them
     pub(super) fn on_data(
         &mut self,
@@ -230,8 +224,7 @@ impl Collector {
             let own = &seq[peer];
             let own_side = own.base_us.unwrap_or(0);
             let gap = us.saturating_sub(rel.us);
-            // The newest peer data this segment acknowledges (what had reached the sender),
-            // the release itself apart when it rode on data.
+            // The newest peer data this segment acknowledges (what had reached the sender).
             let heard = [self.last[peer], self.before_last[peer]]
                 .into_iter()
                 .flatten()
@@ -299,19 +292,10 @@ impl Collector {
             head: s.head,
         });
         self.release[sender] = None;
-        let carried = self.carried.take().filter(|(d, _)| *d == peer);
         let end = s.seq.wrapping_add(s.len);
-        self.release[peer] = match (held, carried) {
-            // (Answered by the peer's next segment if that one acknowledges this one: a reply
-            // to it, as any segment after the peer's data is (see the module doc).)
-            (true, Some((_, r))) => Some(Release {
-                answered: Some(end),
-                ..r
-            }),
-            _ => self.release[peer].map(|r| Release {
-                answered: r.answered.or(Some(end)),
-                ..r
-            }),
-        };
+        self.release[peer] = self.release[peer].map(|r| Release {
+            answered: r.answered.or(Some(end)),
+            ..r
+        });
     }
 }

@@ -23,11 +23,13 @@ const EARLY_US: u64 = 10_000;
 const WAITED_US: u64 = 100_000;
 /// Holds listed per direction (the counts cover all).
 const KEPT: usize = 8;
-/// A direction is named only with this many holds, all within [`SPREAD_US`] of each other: a
+/// A direction is named only with this many holds within [`SPREAD_US`] of each other: a
 /// ceiling is the same every time, where a program's time to write the rest of an answer
-/// varies.
-const MIN_HOLDS: u64 = 2;
+/// varies (a program that takes as long every time is named too: the verdict says so).
+const MIN_HOLDS: usize = 2;
 const SPREAD_US: u64 = 20_000;
+/// Hold lengths kept per direction to judge that by.
+const GAPS_KEPT: usize = 64;
 /// How long, beyond a round trip and a quarter, before the held segment the peer's ACK of
 /// all the sender had sent must have passed the capture point: a segment leaving as that ACK
 /// reaches the sender (its side of the round trip later, at most) was released by it
@@ -57,8 +59,8 @@ pub(super) struct SenderHolds {
     opened: [Option<Opened>; 2],
     pending: [Option<Pending>; 2],
     found: [SenderHold; 2],
-    /// Per sender: the shortest and longest hold.
-    range_us: [Option<(u64, u64)>; 2],
+    /// Per sender: the first holds' lengths.
+    gaps_us: [Vec<u64>; 2],
     /// Per sender: when the peer last acknowledged all it had sent.
     all_acked_us: [Option<u64>; 2],
 }
@@ -128,8 +130,9 @@ impl SenderHolds {
     }
 
     fn confirm(&mut self, d: Direction, p: Pending) {
-        let r = self.range_us[d].get_or_insert((p.gap_us, p.gap_us));
-        *r = (r.0.min(p.gap_us), r.1.max(p.gap_us));
+        if self.gaps_us[d].len() < GAPS_KEPT {
+            self.gaps_us[d].push(p.gap_us);
+        }
         let f = &mut self.found[d];
         f.count += 1;
         f.held_ms += p.gap_us as f64 / 1000.0;
@@ -147,8 +150,13 @@ impl SenderHolds {
         let mut out = Vec::new();
         for d in Direction::BOTH {
             let mut f = self.found[d].clone();
-            let alike = self.range_us[d].is_some_and(|(lo, hi)| hi - lo <= SPREAD_US);
-            if f.count >= MIN_HOLDS && alike {
+            // Two or more within the spread of each other (an outlier hides nothing).
+            let mut g = self.gaps_us[d].clone();
+            g.sort_unstable();
+            let alike = g
+                .windows(MIN_HOLDS)
+                .any(|w| w[MIN_HOLDS - 1] - w[0] <= SPREAD_US);
+            if alike {
                 f.sender = sides[d].addr.clone();
                 f.direction = super::judge::direction_name(d);
                 out.push(f);

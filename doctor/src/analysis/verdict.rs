@@ -243,7 +243,7 @@ pub(super) const HOLD_FIX: &str = "release the cork after each message: clear TC
 pub(super) fn sender_hold(h: &super::output::SenderHold) -> String {
     let mean = h.held_ms / h.count.max(1) as f64;
     format!(
-        "not Nagle: {} holds its own writes, {}: {} answer(s) finished by a small segment ~{mean:.0} ms after they began, with nothing in flight and the peer waiting: a cork left on (TCP_CORK, or a last send with MSG_MORE), released by the kernel's 200 ms ceiling; {HOLD_FIX}",
+        "not Nagle: {} holds its own writes, {}: {} answer(s) finished by a small segment ~{mean:.0} ms after they began, with nothing in flight and the peer waiting: a cork left on (TCP_CORK, or a last send with MSG_MORE), released by the kernel's 200 ms ceiling (or a program that takes as long, every time, to write the rest); {HOLD_FIX}",
         h.sender, h.direction, h.count
     )
 }
