@@ -63,3 +63,31 @@ fn each_glue_case_stalls_as_shipped_and_not_under_nagless_run() {
         );
     }
 }
+
+#[test]
+fn a_run_row_whose_end_cannot_start_says_why_and_the_lab_goes_on() {
+    // `nagless run` refuses a shim that is not there: the row fails with its words, at once.
+    let out = Command::new(env!("CARGO_BIN_EXE_nagless"))
+        .args([
+            "lab",
+            "nodelay-server",
+            "--quick",
+            "--json",
+            "--strategy",
+            "run,nodelay",
+        ])
+        .env("NAGLESS_PRELOAD", "/nonexistent/libnagless_preload.so")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "some runs failed: exit 1");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &json["tables"][0];
+    let errors = t["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{t}");
+    assert!(
+        errors[0].as_str().unwrap().contains("NAGLESS_PRELOAD"),
+        "{errors:?}"
+    );
+    // The other row ran.
+    assert_eq!(row(t, "nodelay")["runs"], 1);
+}

@@ -9,7 +9,7 @@
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 
 use crate::harness::{SideCost, IO_TIMEOUT};
@@ -55,19 +55,30 @@ pub(crate) struct Ctx<'a> {
     pub(crate) exe: Option<&'a std::path::Path>,
 }
 
-/// A serving end.
-pub(crate) enum End {
+/// A serving end. Dropped without [`finish`](End::finish) (a run that failed early), it
+/// stops: its thread leaves its `accept`, its child is killed and reaped.
+pub(crate) struct End {
+    addr: SocketAddr,
+    kind: Kind,
+}
+
+enum Kind {
     Thread {
-        addr: SocketAddr,
-        costs: mpsc::Receiver<io::Result<SideCost>>,
+        costs: Option<mpsc::Receiver<io::Result<SideCost>>>,
     },
     Child {
-        addr: SocketAddr,
         child: Child,
         stdin: Option<ChildStdin>,
-        stdout: BufReader<ChildStdout>,
+        /// The child's lines, read by a thread of their own (so that every wait is bounded).
+        lines: mpsc::Receiver<String>,
+        /// Its standard error, in a file (a pipe nobody reads could fill and stop it).
+        stderr: std::path::PathBuf,
     },
+    Done,
 }
+
+/// How long a child may take to start and to report a connection.
+const CHILD_WAIT: std::time::Duration = IO_TIMEOUT;
 
 impl End {
     /// Starts `spec`'s end with `strategy`: `run` as a child under `nagless run`, any other
@@ -83,7 +94,8 @@ impl End {
             if let Some(cpu) = spec.pin {
                 sys::pin_to_cpu(cpu);
             }
-            // Ends when the run drops its receiver (a send fails) after its last connection.
+            // Ends when the run drops its receiver (a send fails): the run then connects once
+            // more to wake it from `accept`.
             while let Ok((tcp, _)) = listener.accept() {
                 let cost = tcp
                     .set_read_timeout(Some(IO_TIMEOUT))
@@ -93,15 +105,22 @@ impl End {
                 }
             }
         });
-        Ok(End::Thread { addr, costs })
+        Ok(End {
+            addr,
+            kind: Kind::Thread { costs: Some(costs) },
+        })
     }
 
     fn child(spec: &Spec, ctx: Ctx<'_>) -> io::Result<End> {
+        static CHILDREN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let exe = ctx.exe.ok_or_else(|| {
             io::Error::other("`run` needs the nagless executable (run it from `nagless lab`)")
         })?;
         let (_, options) = super::as_shipped(&spec.case);
         let json = serde_json::to_string(spec).map_err(io::Error::other)?;
+        let n = CHILDREN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let stderr =
+            std::env::temp_dir().join(format!("nagless-lab-end-{}-{n}.err", std::process::id()));
         let mut child = Command::new(exe)
             .arg("run")
             .args(options)
@@ -112,118 +131,147 @@ impl End {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             // (`nagless run` says what it does; shown only when the end fails.)
-            .stderr(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr)?)
             .spawn()?;
         let stdin = child.stdin.take();
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-        let port = match read_line(&mut stdout)?.strip_prefix("port ") {
-            Some(p) => p.trim().parse::<u16>().map_err(io::Error::other)?,
-            None => {
-                return Err(io::Error::other(format!(
-                    "`nagless run` did not start the end: {}",
-                    stopped(child)
-                )))
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines() {
+                let Ok(l) = line else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
             }
+        });
+        let mut end = End {
+            addr: (Ipv4Addr::LOCALHOST, 0).into(),
+            kind: Kind::Child {
+                child,
+                stdin,
+                lines,
+                stderr,
+            },
         };
-        Ok(End::Child {
-            addr: (Ipv4Addr::LOCALHOST, port).into(),
-            child,
-            stdin,
-            stdout,
+        let line = end.next_line()?;
+        match line.strip_prefix("port ").map(|p| p.trim().parse::<u16>()) {
+            Some(Ok(port)) => {
+                end.addr = (Ipv4Addr::LOCALHOST, port).into();
+                Ok(end)
+            }
+            _ => Err(end.failed(&format!("`nagless run` did not start the end: {line}"))),
+        }
+    }
+
+    /// The child's next line, within [`CHILD_WAIT`].
+    fn next_line(&mut self) -> io::Result<String> {
+        let Kind::Child { lines, .. } = &self.kind else {
+            return Err(io::Error::other("not a child"));
+        };
+        match lines.recv_timeout(CHILD_WAIT) {
+            Ok(l) => Ok(l),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                Err(self.failed("the end under `run` said nothing in time"))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(self.failed("the end under `run` stopped"))
+            }
+        }
+    }
+
+    /// Stops a child that failed: the error, with what it said on its standard error.
+    fn failed(&mut self, what: &str) -> io::Error {
+        let said = match &self.kind {
+            Kind::Child { stderr, .. } => std::fs::read_to_string(stderr).unwrap_or_default(),
+            _ => String::new(),
+        };
+        self.stop();
+        let said = said.trim().replace('\n', "; ");
+        io::Error::other(if said.is_empty() {
+            what.to_string()
+        } else {
+            format!("{what}: {said}")
         })
     }
 
     /// Where it listens.
     pub(crate) fn addr(&self) -> SocketAddr {
-        match self {
-            End::Thread { addr, .. } | End::Child { addr, .. } => *addr,
-        }
+        self.addr
     }
 
     /// Waits for the costs of the `connections` it was given (each closed by its client),
     /// and stops it: their sum.
-    pub(crate) fn finish(self, connections: usize) -> io::Result<SideCost> {
+    pub(crate) fn finish(mut self, connections: usize) -> io::Result<SideCost> {
         let mut total = SideCost::default();
-        match self {
-            End::Thread { costs, addr } => {
-                let mut result = Ok(());
-                for _ in 0..connections {
-                    match costs.recv_timeout(IO_TIMEOUT) {
-                        Ok(Ok(cost)) => total.add(&cost),
-                        Ok(Err(e)) => result = Err(e),
-                        Err(_) => result = Err(io::Error::other("the end reported nothing")),
-                    }
-                    if result.is_err() {
-                        break;
-                    }
-                }
-                // Wakes the thread from its accept: it serves an empty connection, finds
-                // nobody to report to, and ends.
-                drop(costs);
-                let _ = std::net::TcpStream::connect(addr);
-                result?;
-            }
-            End::Child {
-                mut child,
-                stdin,
-                mut stdout,
-                ..
-            } => {
-                let mut result = Ok(());
-                for _ in 0..connections {
-                    let line = match read_line(&mut stdout) {
-                        Ok(line) => line,
-                        Err(e) => {
-                            result = Err(e);
-                            break;
-                        }
-                    };
+        for _ in 0..connections {
+            let cost = match &self.kind {
+                Kind::Thread { costs: Some(c) } => match c.recv_timeout(IO_TIMEOUT) {
+                    Ok(cost) => cost,
+                    Err(_) => Err(io::Error::other("the end reported nothing in time")),
+                },
+                Kind::Child { .. } => {
+                    let line = self.next_line()?;
                     match line.strip_prefix("cost ") {
-                        Some(json) => match serde_json::from_str::<SideCost>(json) {
-                            Ok(c) => total.add(&c),
-                            Err(e) => result = Err(io::Error::other(e)),
-                        },
-                        None => result = Err(io::Error::other(format!("the end said: {line}"))),
-                    }
-                    if result.is_err() {
-                        break;
+                        Some(json) => serde_json::from_str::<SideCost>(json).map_err(|e| {
+                            self.failed(&format!("the end's report is not one ({e})"))
+                        }),
+                        None => Err(self.failed(&format!("the end said: {line}"))),
                     }
                 }
-                drop(stdin);
-                if result.is_err() {
-                    let _ = child.kill();
-                }
-                let status = child.wait()?;
-                result?;
-                if !status.success() {
-                    return Err(io::Error::other(format!(
-                        "the end under `run` ended {status}"
-                    )));
+                _ => Err(io::Error::other("the end has stopped")),
+            };
+            match cost {
+                Ok(c) => total.add(&c),
+                Err(e) => {
+                    self.stop();
+                    return Err(e);
                 }
             }
         }
+        if let Kind::Child { child, stdin, .. } = &mut self.kind {
+            // Its standard input closing ends it (within the wait, or it is killed).
+            drop(stdin.take());
+            let deadline = std::time::Instant::now() + CHILD_WAIT;
+            let status = loop {
+                match child.try_wait()? {
+                    Some(status) => break Some(status),
+                    None if std::time::Instant::now() >= deadline => break None,
+                    None => std::thread::sleep(std::time::Duration::from_millis(5)),
+                }
+            };
+            match status {
+                Some(s) if s.success() => {}
+                Some(s) => return Err(self.failed(&format!("the end under `run` ended {s}"))),
+                None => return Err(self.failed("the end under `run` did not end")),
+            }
+        }
+        self.stop();
         Ok(total)
     }
+
+    /// Stops it (once): wakes its thread from `accept`, or kills and reaps its child.
+    fn stop(&mut self) {
+        match std::mem::replace(&mut self.kind, Kind::Done) {
+            Kind::Thread { costs } => {
+                drop(costs);
+                let _ = std::net::TcpStream::connect(self.addr);
+            }
+            Kind::Child {
+                mut child, stderr, ..
+            } => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_file(stderr);
+            }
+            Kind::Done => {}
+        }
+    }
 }
 
-/// Stops a child that failed; what it said on its standard error.
-fn stopped(mut child: Child) -> String {
-    let _ = child.kill();
-    let _ = child.wait();
-    let mut said = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = io::Read::read_to_string(&mut e, &mut said);
+impl Drop for End {
+    fn drop(&mut self) {
+        self.stop();
     }
-    said.trim().replace('\n', "; ")
-}
-
-/// One line of a child's output; an error at its end.
-fn read_line(r: &mut impl BufRead) -> io::Result<String> {
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
-        return Err(io::Error::other("the end under `run` stopped"));
-    }
-    Ok(line.trim_end().to_string())
 }
 
 /// `nagless lab-end SPEC`: serves a glue case's end as its program ships (see the module
