@@ -155,6 +155,17 @@ fn nodelay_bulk_and_think_time_raise_no_alarm() {
     srv.join().unwrap();
     let (found, d) = stalls(&cap.finish());
     assert_eq!(found, 0, "think time: {d:#?}");
+    // The honest negative names where the time went: the server's 60 ms.
+    let v = &d.flows[0].verdict[0];
+    assert!(v.starts_with("no Nagle stall"), "{v}");
+    let ms: f64 = v
+        .split("answered after ~")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no answer time named: {v}"));
+    assert!((55.0..200.0).contains(&ms), "{v}");
+    assert!(v.contains(&format!(":{port} answered after")), "{v}");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! (`sequence`), candidate collection (`candidates`) and now and then judging (`judge`), keeps
 //! the per-side counters, and when the flow ends builds its [`FlowReport`].
 
+use super::answer::Answers;
 use super::candidates::Collector;
 use super::clock::Clock;
 use super::direction::Direction;
@@ -32,6 +33,10 @@ pub(super) struct Flow {
     clock: Clock,
     /// Made at the first data segment (a flow of SYNs alone, as in a flood, costs nothing).
     holds: Option<Box<SenderHolds>>,
+    /// The answering side's times to answer; made at its first answer.
+    answers: Option<Box<Answers>>,
+    /// Each side's last data segment, µs (0: none yet).
+    last_data_us: [u64; 2],
     packets: u64,
     exchanges: u64,
     /// Who sent data last, and who first.
@@ -75,6 +80,8 @@ impl Flow {
             },
             clock: Clock::default(),
             holds: None,
+            answers: None,
+            last_data_us: [0; 2],
             packets: 0,
             exchanges: 0,
             last_sender: None,
@@ -215,6 +222,15 @@ impl Flow {
         if new_turn && d == opener {
             self.exchanges += 1;
         }
+        // The answerer's turn begins: how long after the question, the round trip taken off.
+        let asked = self.last_data_us[d.peer()];
+        if new_turn && d != opener && asked > 0 && !sent.retransmit {
+            let rtt: u64 = sequence::sides_of_round_trip(&self.seq).iter().sum();
+            self.answers
+                .get_or_insert_with(Default::default)
+                .on_answer(us.saturating_sub(asked).saturating_sub(rtt));
+        }
+        self.last_data_us[d] = us;
         self.last_sender = Some(d);
         if !sent.retransmit {
             let rtt = sequence::sides_of_round_trip(&self.seq).iter().sum();
@@ -268,7 +284,9 @@ impl Flow {
         };
         let ack_clocked = self.clock.report(&self.seq, &sides);
         let sender_holds = self.holds.map(|h| h.report(&sides)).unwrap_or_default();
-        let mut verdict = verdict::verdict(&sides, &self.found, ack_timer, &path);
+        let answerer = self.first_sender.map(|o| o.peer());
+        let slow_answers = answerer.zip(self.answers.as_ref().and_then(|a| a.median_us()));
+        let mut verdict = verdict::verdict(&sides, &self.found, ack_timer, &path, slow_answers);
         verdict.extend(ack_clocked.iter().map(verdict::clocked));
         verdict.extend(sender_holds.iter().map(verdict::sender_hold));
         let findings = ack_clocked

@@ -27,12 +27,14 @@
 //! | `candidates` | writes that followed an ACK and slow pure ACKs: what might be a stall, held until the round trips are known well |
 //! | `relay` | what reached each host lately: a stall on a relay's hop names the flow it relays ([`Pattern::RelayHop`]) |
 //! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`judge_clock`](crate::rule::judge_clock) judges |
+//! | `answer` | how long the answering side took to answer, the round trip taken off: named without a stall |
 //! | `hold` | per direction: a small segment that left about 200 ms after its answer began, the peer waiting: a cork left on (not Nagle) |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
 //! | `verdict` | the verdict and advice for people |
 //! | `output` | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
 
 mod analyzer;
+mod answer;
 mod candidates;
 mod clock;
 mod direction;

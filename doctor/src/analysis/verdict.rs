@@ -105,6 +105,7 @@ pub(super) fn verdict(
     found: &Findings,
     timer: Option<AckTimer>,
     path: &Path,
+    answers: Option<(Direction, (u64, usize))>,
 ) -> Vec<String> {
     let mut out = Vec::new();
     for d in Direction::BOTH {
@@ -144,7 +145,18 @@ pub(super) fn verdict(
         out.push(format!("or {second}"));
     }
     if out.is_empty() {
-        out.push(no_stall(sides, found.delayed_count));
+        let mut line = no_stall(sides, found.delayed_count);
+        // The honest negative: the time was the program's.
+        if let Some((d, (median, n))) = answers.filter(|(_, (m, n))| {
+            *m >= super::answer::NOTABLE_US && *n >= super::answer::MIN_ANSWERS
+        }) {
+            line += &format!(
+                "; {} answered after ~{:.0} ms (median of {n} answers, the round trip taken off): the time is the program's, not the network's",
+                sides[d].addr,
+                median as f64 / 1000.0
+            );
+        }
+        out.push(line);
     }
     out
 }
