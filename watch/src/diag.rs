@@ -275,6 +275,9 @@ impl Diag {
 /// multicast groups the kernel tells of every TCP socket it frees, with its last `tcp_info`.
 const TCP_DESTROY_GROUPS: [u32; 2] = [1, 3];
 
+/// The receive buffer asked for the freed sockets' messages, bytes.
+const DESTROYED_BUFFER: usize = 4 << 20;
+
 /// A netlink socket told of every TCP socket freed in its namespace (needs `CAP_NET_ADMIN`
 /// there): the kernel's last word on a connection, however short it was.
 pub(crate) struct Destroyed {
@@ -288,6 +291,10 @@ impl Destroyed {
         let mut sock = Socket::new(NETLINK_SOCK_DIAG)?;
         sock.bind_auto()?;
         sock.set_non_blocking(true)?;
+        // Room for a host's closes between two drains (up to a scan interval apart when
+        // idle): a few hundred bytes each. (The kernel may cap it at net.core.rmem_max; what
+        // overflows is counted as lost.)
+        let _ = sock.set_rx_buf_sz(DESTROYED_BUFFER);
         for g in TCP_DESTROY_GROUPS {
             sock.add_membership(g)?;
         }
