@@ -563,6 +563,12 @@ impl Coalescer {
         }
     }
 
+    /// Whether the caller's flushes mark where its batches end (see
+    /// [`flushes_delimit_batches`](Self::flushes_delimit_batches)).
+    pub(crate) fn flushes_delimit(&self) -> bool {
+        self.q.flush_delimits
+    }
+
     /// The application asked for everything pending to leave now, whatever the policy (a
     /// flush that is never a hint: `flush_now`).
     pub fn flush_all(&mut self) {

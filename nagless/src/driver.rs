@@ -61,6 +61,31 @@ pub(crate) trait Wire {
         }
     }
 
+    /// Turns the kernel's Nagle algorithm on or off (`TCP_NODELAY` cleared or set); turning
+    /// it off sends what it held.
+    fn nagle(&mut self, on: bool) -> io::Result<()> {
+        match self.socket() {
+            Some(fd) => crate::sys::set_nodelay(fd, !on),
+            None => Err(io::ErrorKind::Unsupported.into()),
+        }
+    }
+
+    /// What the kernel has sent of the stream in all, and what it holds unsent (`TCP_INFO`'s
+    /// `bytes_sent` and `notsent_bytes`).
+    fn progress(&mut self) -> io::Result<(u64, u32)> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(fd) = self.socket() {
+            let mut buf = [0u8; 512];
+            let len = crate::sys::tcp_info_raw(fd, &mut buf)?;
+            let info = crate::tcp_info::TcpInfo::parse(&buf[..len]);
+            if let Some((Some(sent), Some(unsent))) = info.map(|i| (i.bytes_sent, i.notsent_bytes))
+            {
+                return Ok((sent, unsent));
+            }
+        }
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
     /// The caller will wait for socket space if the send that follows blocks: the tokio wire
     /// registers its task with the fan-out waker (before the send, so that readiness arriving
     /// after the socket said "full" finds it). Nothing for a blocking descriptor.
@@ -169,6 +194,9 @@ pub(crate) struct Driver<S> {
     /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked): the caller's batch, as
     /// its flushes delimit it.
     batch: Batch,
+    /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked), in a tokio stream: whether
+    /// the kernel's Nagle clocks whole batches, and the next look at what it holds.
+    kernel: KernelClock,
 }
 
 impl<S> Driver<S> {
@@ -180,6 +208,17 @@ impl<S> Driver<S> {
             deferred: None,
             held: None,
             batch: Batch::default(),
+            kernel: KernelClock::default(),
+        }
+    }
+
+    /// The stream can make the looks a Nagle socket needs (a tokio stream with a timer, over
+    /// a socket it clocks): once the caller's flushes delimit its batches, a clocked batch is
+    /// handed to the socket with Nagle on (see [`KernelClock`]).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn allow_kernel_clock(&mut self) {
+        if self.kernel == KernelClock::Unavailable {
+            self.kernel = KernelClock::Ready;
         }
     }
 
@@ -222,7 +261,10 @@ impl<S: Seal> Driver<S> {
         } else if self.due_now() {
             Some(now)
         } else {
-            self.core.poll_timeout()
+            match (self.core.poll_timeout(), self.kernel.due()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
         }
     }
 
@@ -230,7 +272,8 @@ impl<S: Seal> Driver<S> {
     /// linger deadline is pending (not while a handshake is in progress).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn needs_flusher(&self) -> bool {
-        !self.seal.handshaking() && (self.due_now() || self.core.poll_timeout().is_some())
+        !self.seal.handshaking()
+            && (self.due_now() || self.core.poll_timeout().is_some() || self.kernel.due().is_some())
     }
 
     /// The fast path of a normal write ([`Clock::join_burst`]), unless an error waits to be
@@ -274,6 +317,9 @@ impl<S: Seal> Driver<S> {
             }
         }
         if self.core.policy().is_clocked() && wire.can_clock() && !self.seal.handshaking() {
+            if self.kernel.usable() && self.core.flushes_delimit() {
+                return self.pump_kernel_clocked(wire, now, handshake);
+            }
             return self.pump_clocked(wire, now, handshake);
         }
         self.seal
@@ -499,6 +545,12 @@ impl<S: Seal> Driver<S> {
                 self.defer(e);
             }
         }
+        // A batch the kernel may hold starts to cost now: its first look is made at once.
+        if self.kernel.first_look_owed() {
+            if let Err(e) = self.look_at_kernel(wire, now, true) {
+                self.defer(e);
+            }
+        }
     }
 
     /// A graceful close, its first step: everything pending becomes due (pump it next).
@@ -555,6 +607,9 @@ impl<S: Seal> Driver<S> {
     /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked): sends what the kernel
     /// holds for an ACK, if it may hold anything (the caller wants everything on the wire).
     pub(crate) fn release_held<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<()> {
+        if self.kernel.due().is_some() {
+            return self.push_kernel(wire);
+        }
         if self.held.is_some() {
             self.held = None;
             self.core.on_push();
@@ -649,6 +704,89 @@ impl<S: Seal> Driver<S> {
         r
     }
 
+    /// Sends what is due to a socket with Nagle on, under
+    /// [`FlushPolicy::clocked`](crate::FlushPolicy::clocked) once the caller's flushes delimit
+    /// its batches (see [`KernelClock`]): one plain send per batch, which the kernel sends at
+    /// once or with the next ACK; a look is then owed. A transmit for an urgent write,
+    /// `flush_now` or close is pushed out at once.
+    fn pump_kernel_clocked<W: Wire + ?Sized>(
+        &mut self,
+        wire: &mut W,
+        now: Instant,
+        handshake: bool,
+    ) -> io::Result<Drive>
+    where
+        S: SealOver<W>,
+    {
+        if self.kernel == KernelClock::Ready {
+            let ok = wire.nagle(true).is_ok();
+            self.kernel.turned_on(ok);
+            if !ok {
+                return self.pump_clocked(wire, now, handshake);
+            }
+            // What a `MSG_MORE` hand-over left held is now the kernel's Nagle's to send: it
+            // is looked at with the rest.
+            if self.held.take().is_some() {
+                self.kernel.sent(now, CLOCK_BOUND);
+            }
+        }
+        let tx = self.core.poll_transmit(now);
+        let urgent = tx.is_some_and(|tx| {
+            matches!(
+                tx.reason,
+                FlushReason::Urgent | FlushReason::Explicit | FlushReason::Close
+            )
+        });
+        let sent_before = self.core.stats().bytes_sent;
+        let r = self
+            .seal
+            .send_due(&mut self.core, wire, now, handshake, false);
+        if self.core.stats().bytes_sent > sent_before {
+            self.kernel.sent(now, CLOCK_BOUND);
+        }
+        if urgent && matches!(r, Ok(Drive::Idle)) {
+            self.push_kernel(wire)?;
+        }
+        r
+    }
+
+    /// Under a [`KernelClock`] that is on: the look owed, if it is due at `now` (the stream's
+    /// background task calls it) or, `early`, if it is the first since a send (a reader
+    /// about to wait): bytes the kernel held a whole bound are pushed.
+    pub(crate) fn look_at_kernel<W: Wire + ?Sized>(
+        &mut self,
+        wire: &mut W,
+        now: Instant,
+        early: bool,
+    ) -> io::Result<()> {
+        let owed = if early {
+            self.kernel.first_look_owed()
+        } else {
+            self.kernel.due().is_some_and(|at| at <= now)
+        };
+        if !owed {
+            return Ok(());
+        }
+        self.core.on_clock_check();
+        let found = match wire.progress() {
+            Ok((sent, unsent)) => self.kernel.looked(now, CLOCK_BOUND, sent, unsent),
+            // The kernel cannot say: push, so that nothing waits on what is not known.
+            Err(_) => Found::Stuck,
+        };
+        if found == Found::Stuck {
+            return self.push_kernel(wire);
+        }
+        Ok(())
+    }
+
+    /// Sends everything a Nagle socket holds (`TCP_NODELAY` set, then cleared again).
+    fn push_kernel<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<()> {
+        self.kernel.pushed();
+        self.core.on_push();
+        wire.nagle(false)?;
+        wire.nagle(true)
+    }
+
     /// Pushes what the kernel holds, whatever was last seen.
     fn release_held_now<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<()> {
         self.held = None;
@@ -658,7 +796,9 @@ impl<S: Seal> Driver<S> {
 }
 
 mod batch;
+mod kernel_clock;
 use batch::Batch;
+use kernel_clock::{Found, KernelClock};
 
 // (The std stream's half runs over a Unix `SOCK_SEQPACKET` pair: on Unix only.)
 #[cfg(all(test, unix))]

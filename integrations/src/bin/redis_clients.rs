@@ -6,6 +6,7 @@
 //! socket's `tcpi_data_segs_out`, read through a second descriptor of it).
 //!
 //! usage: redis_clients PORT [REQUESTS] [ROUNDS] [TASKS] [PIECES]   (default 200,000, 3, 32, 1)
+//! MODES=kernel,clocked (say) runs only the modes named.
 //! PIECES 2 hands each of redis-rs's flushes to the socket in two writes (a stream wrapper
 //! that splits `poll_write`), as a client that writes a request in pieces does.
 //! Needs a redis server on 127.0.0.1:PORT (scripts/bench-clients starts one).
@@ -224,8 +225,14 @@ async fn main() -> std::process::ExitCode {
         "{:<8} {:>12} {:>9} {:>9} {:>10}",
         "mode", "requests/s", "p50 µs", "p99 µs", "segs/req"
     );
+    // MODES (a comma-separated list of mode names) runs only those.
+    let only = std::env::var("MODES").ok();
+    let modes: Vec<Mode> = Mode::ALL
+        .into_iter()
+        .filter(|m| only.as_deref().is_none_or(|o| o.split(',').any(|n| n == m.name())))
+        .collect();
     for _ in 0..rounds {
-        for mode in Mode::ALL {
+        for &mode in &modes {
             match run(port, mode, requests, tasks, pieces).await {
                 Ok(r) => println!(
                     "{:<8} {:>12.0} {:>9.1} {:>9.1} {:>10.3}",

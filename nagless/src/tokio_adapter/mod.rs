@@ -178,6 +178,11 @@ pub(crate) fn shared<T, S: Seal>(
              linger",
         ));
     }
+    let mut driver = driver;
+    if has_timer && access.can_clock() {
+        // The looks a Nagle socket needs are made by the flusher task, on the timer.
+        driver.allow_kernel_clock();
+    }
     Ok(Arc::new(Mutex::new(Shared::new(
         io, driver, access, has_timer, spawner,
     ))))

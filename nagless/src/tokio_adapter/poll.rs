@@ -98,6 +98,8 @@ where
     }
     if !closing {
         g.driver.batch_ended();
+        // A batch handed to a Nagle socket is owed a look (clocked batches).
+        flusher_if_needed(g);
         return Pin::new(&mut g.io).poll_flush(cx);
     }
     // (Bytes still pending here were refused by a full socket: `wait_on` returned above.)

@@ -210,7 +210,10 @@ pub(crate) fn flusher_send<T, S: TokioSeal<T>>(
 where
     T: AsyncWrite + Unpin,
 {
-    match g.pump(cx, true, now(), false) {
+    let now = now();
+    // A look owed to a Nagle socket (clocked batches): what it held too long leaves.
+    let looked = g.step(cx, |d, w| d.look_at_kernel(w, now, false));
+    match looked.and_then(|()| g.pump(cx, true, now, false)) {
         Ok(Drive::Idle) => Poll::Ready(Ok(())),
         Ok(Drive::Blocked) => Poll::Pending,
         Err(e) => {
