@@ -7,6 +7,8 @@
 //! Not part of the workspace: its dependencies (tonic, axum) are heavy, and only
 //! `scripts/bench-integrations` and its CI step build it.
 
+pub mod clients;
+
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
