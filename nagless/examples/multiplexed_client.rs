@@ -22,6 +22,8 @@
 //! second and the client's data segments per request; `--requests` (default 20,000) and
 //! `--tasks` (default 32) set the load.
 
+#![allow(clippy::disallowed_methods)] // it measures real time
+
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
