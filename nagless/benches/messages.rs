@@ -4,11 +4,13 @@
 //! (`BufWriter` with a `flush()` placed before the read) and against plain writes under
 //! `TCP_NODELAY` (one send, and one segment, per write). Criterion times a message; after
 //! each case a line gives its system calls (sends) and data segments per message (the
-//! client's `tcpi_data_segs_out`). Figures: docs/results/benchmarks.md.
+//! client's `tcpi_data_segs_out`), and the client thread's own CPU time per message, which a
+//! round trip's wake-ups do not blur. Figures: docs/results/benchmarks.md.
 //!
 //! The same over TLS (rustls, TLS 1.3, to a rustls peer): the library's two TLS streams (std
 //! and tokio) against `rustls::StreamOwned` under a `BufWriter` flushed by hand before the
-//! read (one record per message), and against `StreamOwned` written to directly under
+//! read (one record per message), the tokio one against tokio-rustls under tokio's
+//! `BufWriter` flushed so, and both against `StreamOwned` written to directly under
 //! `TCP_NODELAY` (a record and a send per write).
 //! Run: `cargo bench -p nagless --features tokio,tls --bench messages`.
 #![allow(missing_docs, clippy::disallowed_methods)]
@@ -16,6 +18,7 @@
 use std::io::{BufWriter, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
+use std::time::Duration;
 
 #[path = "../tests/tls_support/pki.rs"]
 mod pki;
@@ -81,13 +84,26 @@ fn segs_out(s: &TcpStream) -> u64 {
 }
 
 /// Prints a case's sends and data segments per message.
-fn report(name: &str, k: usize, sends: u64, segs: u64, messages: u64) {
+fn report(name: &str, k: usize, sends: u64, segs: u64, messages: u64, cpu: Duration) {
     let m = messages.max(1) as f64;
     eprintln!(
-        "{name} k={k}: {:.2} send-side system calls and {:.2} data segments per message",
+        "{name} k={k}: {:.2} send-side system calls, {:.2} data segments and {:.2} µs of the caller's CPU per message",
         sends as f64 / m,
-        segs as f64 / m
+        segs as f64 / m,
+        cpu.as_secs_f64() * 1e6 / m
     );
+}
+
+/// The calling thread's CPU time so far (user and system): what a message costs the caller,
+/// whatever the wake-ups of a round trip add to its time.
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid, writable timespec; the clock id is a constant the kernel knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
 fn messages(c: &mut Criterion) {
@@ -100,6 +116,7 @@ fn messages(c: &mut Criterion) {
             let mut s = nagless::NaglessStream::new(tcp).unwrap();
             let (segs0, mut n) = (segs_out(s.get_ref()), 0u64);
             let mut one = [0u8; 1];
+            let cpu0 = thread_cpu();
             b.iter(|| {
                 for _ in 0..k {
                     s.write_all(&part).unwrap();
@@ -114,6 +131,7 @@ fn messages(c: &mut Criterion) {
                 st.syscalls,
                 segs_out(s.get_ref()) - segs0,
                 n,
+                thread_cpu() - cpu0,
             );
             eprintln!(
                 "  (of which input checks: {:.2} per message)",
@@ -137,6 +155,7 @@ fn messages(c: &mut Criterion) {
             });
             let mut n = 0u64;
             let mut one = [0u8; 1];
+            let cpu0 = thread_cpu();
             b.iter(|| {
                 rt.block_on(async {
                     for _ in 0..k {
@@ -147,7 +166,14 @@ fn messages(c: &mut Criterion) {
                 n += 1;
             });
             let st = s.stats();
-            report("nagless_tokio", k, st.syscalls, segs_out(&raw) - segs0, n);
+            report(
+                "nagless_tokio",
+                k,
+                st.syscalls,
+                segs_out(&raw) - segs0,
+                n,
+                thread_cpu() - cpu0,
+            );
             eprintln!(
                 "  (of which input checks: {:.2} per message)",
                 st.input_checks as f64 / n.max(1) as f64
@@ -161,6 +187,7 @@ fn messages(c: &mut Criterion) {
             let mut w = BufWriter::new(tcp);
             let mut n = 0u64;
             let mut one = [0u8; 1];
+            let cpu0 = thread_cpu();
             b.iter(|| {
                 for _ in 0..k {
                     w.write_all(&part).unwrap();
@@ -169,7 +196,14 @@ fn messages(c: &mut Criterion) {
                 r.read_exact(&mut one).unwrap();
                 n += 1;
             });
-            report("bufwriter_flush", k, n, segs_out(&r) - segs0, n);
+            report(
+                "bufwriter_flush",
+                k,
+                n,
+                segs_out(&r) - segs0,
+                n,
+                thread_cpu() - cpu0,
+            );
         });
         g.bench_with_input(BenchmarkId::new("nodelay_writes", k), &k, |b, &k| {
             let mut tcp = peer(k);
@@ -177,6 +211,7 @@ fn messages(c: &mut Criterion) {
             let segs0 = segs_out(&tcp);
             let mut n = 0u64;
             let mut one = [0u8; 1];
+            let cpu0 = thread_cpu();
             b.iter(|| {
                 for _ in 0..k {
                     tcp.write_all(&part).unwrap();
@@ -184,7 +219,14 @@ fn messages(c: &mut Criterion) {
                 tcp.read_exact(&mut one).unwrap();
                 n += 1;
             });
-            report("nodelay_writes", k, n * k as u64, segs_out(&tcp) - segs0, n);
+            report(
+                "nodelay_writes",
+                k,
+                n * k as u64,
+                segs_out(&tcp) - segs0,
+                n,
+                thread_cpu() - cpu0,
+            );
         });
     }
     g.finish();
@@ -204,6 +246,7 @@ fn tls_messages(c: &mut Criterion) {
             s.write_all(&vec![0u8; k * PART]).unwrap();
             s.read_exact(&mut one).unwrap();
             let (segs0, sends0, mut n) = (segs_out(s.get_ref()), s.stats().syscalls, 0u64);
+            let cpu0 = thread_cpu();
             b.iter(|| {
                 for _ in 0..k {
                     s.write_all(&part).unwrap();
@@ -218,6 +261,7 @@ fn tls_messages(c: &mut Criterion) {
                 sends,
                 segs_out(s.get_ref()) - segs0,
                 n,
+                thread_cpu() - cpu0,
             );
         });
         g.bench_with_input(BenchmarkId::new("nagless_tls_tokio", k), &k, |b, &k| {
@@ -238,6 +282,7 @@ fn tls_messages(c: &mut Criterion) {
                 s
             });
             let (segs0, sends0, mut n) = (segs_out(&raw), s.stats().syscalls, 0u64);
+            let cpu0 = thread_cpu();
             b.iter(|| {
                 rt.block_on(async {
                     for _ in 0..k {
@@ -248,7 +293,14 @@ fn tls_messages(c: &mut Criterion) {
                 n += 1;
             });
             let sends = s.stats().syscalls - sends0;
-            report("nagless_tls_tokio", k, sends, segs_out(&raw) - segs0, n);
+            report(
+                "nagless_tls_tokio",
+                k,
+                sends,
+                segs_out(&raw) - segs0,
+                n,
+                thread_cpu() - cpu0,
+            );
         });
         g.bench_with_input(
             BenchmarkId::new("rustls_bufwriter_flush", k),
@@ -263,6 +315,7 @@ fn tls_messages(c: &mut Criterion) {
                 w.flush().unwrap();
                 w.get_mut().read_exact(&mut one).unwrap();
                 let (segs0, mut n) = (segs_out(&raw), 0u64);
+                let cpu0 = thread_cpu();
                 b.iter(|| {
                     for _ in 0..k {
                         w.write_all(&part).unwrap();
@@ -271,7 +324,60 @@ fn tls_messages(c: &mut Criterion) {
                     w.get_mut().read_exact(&mut one).unwrap();
                     n += 1;
                 });
-                report("rustls_bufwriter_flush", k, n, segs_out(&raw) - segs0, n);
+                report(
+                    "rustls_bufwriter_flush",
+                    k,
+                    n,
+                    segs_out(&raw) - segs0,
+                    n,
+                    thread_cpu() - cpu0,
+                );
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("tokio_rustls_bufwriter_flush", k),
+            &k,
+            |b, &k| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                let tcp = tls_peer(k, pki.server.clone());
+                tcp.set_nodelay(true).unwrap();
+                tcp.set_nonblocking(true).unwrap();
+                let raw = tcp.try_clone().unwrap();
+                let mut one = [0u8; 1];
+                let connector = tokio_rustls::TlsConnector::from(pki.client.clone());
+                let mut w = rt.block_on(async {
+                    let tcp = tokio::net::TcpStream::from_std(tcp).unwrap();
+                    let name = "localhost".try_into().unwrap();
+                    let tls = connector.connect(name, tcp).await.unwrap();
+                    let mut w = tokio::io::BufWriter::new(tls);
+                    w.write_all(&vec![0u8; k * PART]).await.unwrap();
+                    w.flush().await.unwrap();
+                    w.read_exact(&mut one).await.unwrap();
+                    w
+                });
+                let (segs0, mut n) = (segs_out(&raw), 0u64);
+                let cpu0 = thread_cpu();
+                b.iter(|| {
+                    rt.block_on(async {
+                        for _ in 0..k {
+                            w.write_all(&part).await.unwrap();
+                        }
+                        w.flush().await.unwrap(); // placed by hand before the read
+                        w.read_exact(&mut one).await.unwrap();
+                    });
+                    n += 1;
+                });
+                report(
+                    "tokio_rustls_bufwriter_flush",
+                    k,
+                    n,
+                    segs_out(&raw) - segs0,
+                    n,
+                    thread_cpu() - cpu0,
+                );
             },
         );
         g.bench_with_input(BenchmarkId::new("rustls_nodelay_writes", k), &k, |b, &k| {
@@ -283,6 +389,7 @@ fn tls_messages(c: &mut Criterion) {
             s.write_all(&vec![0u8; k * PART]).unwrap();
             s.read_exact(&mut one).unwrap();
             let (segs0, mut n) = (segs_out(&raw), 0u64);
+            let cpu0 = thread_cpu();
             b.iter(|| {
                 for _ in 0..k {
                     s.write_all(&part).unwrap(); // a record, sent at once
@@ -296,6 +403,7 @@ fn tls_messages(c: &mut Criterion) {
                 n * k as u64,
                 segs_out(&raw) - segs0,
                 n,
+                thread_cpu() - cpu0,
             );
         });
     }
