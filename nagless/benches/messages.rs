@@ -205,6 +205,41 @@ fn messages(c: &mut Criterion) {
                 thread_cpu() - cpu0,
             );
         });
+        g.bench_with_input(BenchmarkId::new("tokio_bufwriter_flush", k), &k, |b, &k| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let tcp = peer(k);
+            tcp.set_nodelay(true).unwrap();
+            tcp.set_nonblocking(true).unwrap();
+            let raw = tcp.try_clone().unwrap();
+            let segs0 = segs_out(&raw);
+            let mut w = rt.block_on(async {
+                tokio::io::BufWriter::new(tokio::net::TcpStream::from_std(tcp).unwrap())
+            });
+            let mut n = 0u64;
+            let mut one = [0u8; 1];
+            let cpu0 = thread_cpu();
+            b.iter(|| {
+                rt.block_on(async {
+                    for _ in 0..k {
+                        w.write_all(&part).await.unwrap();
+                    }
+                    w.flush().await.unwrap(); // placed by hand before the read
+                    w.read_exact(&mut one).await.unwrap();
+                });
+                n += 1;
+            });
+            report(
+                "tokio_bufwriter_flush",
+                k,
+                n,
+                segs_out(&raw) - segs0,
+                n,
+                thread_cpu() - cpu0,
+            );
+        });
         g.bench_with_input(BenchmarkId::new("nodelay_writes", k), &k, |b, &k| {
             let mut tcp = peer(k);
             tcp.set_nodelay(true).unwrap();
