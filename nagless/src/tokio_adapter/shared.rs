@@ -121,9 +121,9 @@ fn tokio_socket<T: 'static>() -> bool {
     false
 }
 
-/// The socket as the driver's wire: sends through `poll_write_vectored`, whose `Pending` reads
-/// as `WouldBlock`, with the fan-out waker (registered by the socket); reads through
-/// `poll_read` with the caller's waker. A caller that waits for socket space is registered
+/// The socket as the driver's wire: sends through `poll_write` (one slice) or
+/// `poll_write_vectored`, whose `Pending` reads as `WouldBlock`, with the fan-out waker
+/// (registered by the socket); reads through `poll_read` with the caller's waker. A caller that waits for socket space is registered
 /// with the fan-out around the send ([`Wire::wait_for_room`]).
 pub(crate) struct PollWire<'a, 'r, T> {
     io: &'a mut T,
@@ -146,7 +146,14 @@ impl<T: AsyncWrite + Unpin> Wire for PollWire<'_, '_, T> {
             }
         }
         let mut cx = Context::from_waker(self.fanout);
-        match Pin::new(&mut *self.io).poll_write_vectored(&mut cx, bufs) {
+        // One slice (a batch, a record) is a plain write: the kernel's `send` path is shorter
+        // than `writev`'s (no vector to check and copy in).
+        let io = Pin::new(&mut *self.io);
+        let r = match bufs {
+            [one] => io.poll_write(&mut cx, one),
+            _ => io.poll_write_vectored(&mut cx, bufs),
+        };
+        match r {
             Poll::Ready(r) => r,
             Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
         }
