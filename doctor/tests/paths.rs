@@ -215,8 +215,9 @@ fn slow_server(p: &EmulatedPath, port: u16) -> Expect {
         name: "think time",
         port,
         kind: Kind::NoNagle {
-            // Ten rounds, each a request and its echo: ten exchanges.
-            check: |f| f.exchanges >= 10,
+            // Ten rounds, each a request and its echo: ten exchanges; the server's think time
+            // is named, at either end (the answerer's side of the round trip taken off).
+            check: |f| f.exchanges >= 10 && f.verdict[0].contains("the time is the program's"),
         },
     }
 }
@@ -294,7 +295,13 @@ fn zero_window(p: &EmulatedPath, port: u16) -> Expect {
         name: "zero window",
         port,
         kind: Kind::NoNagle {
-            check: |f| f.sides[1].zero_window_waits >= 1,
+            // The server read nothing for a second: its window stayed closed for most of
+            // it, and the verdict says so.
+            check: |f| {
+                f.sides[1].zero_window_waits >= 1
+                    && f.sides[1].zero_window_ms >= 500.0
+                    && f.verdict[0].contains("zero window: its application stopped reading")
+            },
         },
     }
 }
@@ -311,7 +318,15 @@ fn lossy(p: &EmulatedPath, port: u16) -> Expect {
         name: "loss",
         port,
         kind: Kind::NoNagle {
-            check: |f| f.sides.iter().map(|s| s.retransmissions).sum::<u64>() > 0,
+            // Every timeout waited at least the kernel's minimum RTO, and the verdict gives
+            // the time.
+            check: |f| {
+                let rto: u64 = f.sides.iter().map(|s| s.retransmission_timeouts).sum();
+                let waited: f64 = f.sides.iter().map(|s| s.retransmission_timeout_ms).sum();
+                f.sides.iter().map(|s| s.retransmissions).sum::<u64>() > 0
+                    && waited >= 150.0 * rto as f64
+                    && (rto == 0 || f.verdict[0].contains("waited"))
+            },
         },
     }
 }

@@ -1,6 +1,7 @@
 //! How long the answering side took to answer (issue 51's honest negative): from the
-//! opener's last data segment of a turn to the answerer's first of the next, the path's round
-//! trip taken off. Without a stall, a median of 20 ms or more is named: the time is the
+//! opener's last data segment of a turn to the answerer's first of the next, the answerer's
+//! side of the round trip taken off (the whole round trip at the opener's end, nothing at the
+//! answerer's). Without a stall, a median of 20 ms or more is named: the time is the
 //! program's, not the network's.
 
 /// Answers kept (the first ones): enough for a median.

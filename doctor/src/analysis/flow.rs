@@ -10,7 +10,7 @@ use super::endpoint::{self, Endpoint};
 use super::hold::SenderHolds;
 use super::judge::{self, Findings};
 use super::output::{At, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
-use super::sequence::{self, Sequence};
+use super::sequence::{self, Sequence, Window};
 use super::verdict;
 use crate::packet::{flags, Segment};
 use crate::rule::AckTimer;
@@ -153,8 +153,12 @@ impl Flow {
             }
             self.seq[d].on_syn(s);
         }
-        if !control && self.seq[d].on_window(s.window == 0) {
-            self.sides[d].zero_window_waits += 1;
+        if !control {
+            match self.seq[d].on_window(s.window == 0, us) {
+                Window::Closed => self.sides[d].zero_window_waits += 1,
+                Window::Opened(zero_us) => self.sides[d].zero_window_ms += zero_us as f64 / 1000.0,
+                Window::Unchanged => {}
+            }
         }
         if self.seq[d].is_probe(s, control) {
             if !self.seq[o].zero_window {
@@ -212,6 +216,7 @@ impl Flow {
         }
         if sent.timeout {
             side.retransmission_timeouts += 1;
+            side.retransmission_timeout_ms += sent.waited_us as f64 / 1000.0;
         }
         side.data_segments += 1;
         side.bytes += u64::from(s.len);
@@ -225,7 +230,10 @@ impl Flow {
         // The answerer's turn begins: how long after the question, the round trip taken off.
         let asked = self.last_data_us[d.peer()];
         if new_turn && d != opener && asked > 0 && !sent.retransmit {
-            let rtt: u64 = sequence::sides_of_round_trip(&self.seq).iter().sum();
+            // Between the question and the answer, as captured: the answerer's side of the
+            // round trip (all of it at the opener's end, none at the answerer's) and its
+            // think time.
+            let rtt = sequence::receiver_side_us(&self.seq, d.peer());
             self.answers
                 .get_or_insert_with(Default::default)
                 .on_answer(us.saturating_sub(asked).saturating_sub(rtt));
@@ -272,7 +280,14 @@ impl Flow {
                 0.0
             };
         }
-        let duration_s = self.last_us.saturating_sub(self.first_us) as f64 / 1e6;
+        // A window still closed at the end was closed until then.
+        for (side, seq) in sides.iter_mut().zip(&self.seq) {
+            if let Some(zero_us) = seq.zero_for(self.last_us) {
+                side.zero_window_ms += zero_us as f64 / 1000.0;
+            }
+        }
+        let duration_us = self.last_us.saturating_sub(self.first_us);
+        let duration_s = duration_us as f64 / 1e6;
         let [client, server] = self.found.lost;
         let stalled_s = (client.total_us + server.total_us) as f64 / 1e6;
         let (rtt_ms, capture_point) = judge::capture_point(&self.seq);
@@ -286,7 +301,14 @@ impl Flow {
         let sender_holds = self.holds.map(|h| h.report(&sides)).unwrap_or_default();
         let answerer = self.first_sender.map(|o| o.peer());
         let slow_answers = answerer.zip(self.answers.as_ref().and_then(|a| a.median_us()));
-        let mut verdict = verdict::verdict(&sides, &self.found, ack_timer, &path, slow_answers);
+        let mut verdict = verdict::verdict(
+            &sides,
+            &self.found,
+            ack_timer,
+            &path,
+            slow_answers,
+            duration_us,
+        );
         verdict.extend(ack_clocked.iter().map(verdict::clocked));
         verdict.extend(sender_holds.iter().map(verdict::sender_hold));
         let findings = ack_clocked

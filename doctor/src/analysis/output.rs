@@ -207,6 +207,14 @@ pub struct Side {
     pub zero_window_waits: u64,
     /// Keep-alive probes sent.
     pub keepalives: u64,
+    /// Time this side's retransmission timeouts waited, ms: each from the segment's last
+    /// sending to its retransmission (backoff included); absent when 0.
+    #[serde(skip_serializing_if = "is_zero_ms")]
+    pub retransmission_timeout_ms: f64,
+    /// Time this side advertised a zero window, ms (its application read nothing; to the
+    /// flow's last frame if the window never opened again); absent when 0.
+    #[serde(skip_serializing_if = "is_zero_ms")]
+    pub zero_window_ms: f64,
 }
 
 /// Where along the path the capture was taken, judged from the two sides of the round trip.
@@ -361,4 +369,8 @@ pub struct Outcome {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+fn is_zero_ms(ms: &f64) -> bool {
+    *ms == 0.0
 }

@@ -93,6 +93,8 @@ pub(super) struct Sequence {
     pub(super) sacked: bool,
     /// This direction's sender advertises a zero window.
     pub(super) zero_window: bool,
+    /// Since when (µs) it has advertised it.
+    zero_since: Option<u64>,
     /// The highest IP TTL this direction's sender's packets reached the capture with (the
     /// closest to its system's initial one).
     pub(super) ttl: Option<u8>,
@@ -112,6 +114,16 @@ pub(super) struct Acked {
     pub(super) raw_us: u64,
 }
 
+/// What a window advertisement did.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Window {
+    Unchanged,
+    /// It closed the window (zero).
+    Closed,
+    /// It opened the window again, after so many µs at zero.
+    Opened(u64),
+}
+
 /// What a data segment was, in its sender's byte stream.
 pub(super) struct Sent {
     /// First sequence number of the stream (to place the segment in it).
@@ -121,6 +133,8 @@ pub(super) struct Sent {
     /// It is a retransmission after a timeout (no duplicate ACK or SACK before it, and
     /// [`RTO_MIN_US`] or more after the original).
     pub(super) timeout: bool,
+    /// With `timeout`: how long after the segment's last sending it came, µs.
+    pub(super) waited_us: u64,
 }
 
 impl Sequence {
@@ -150,11 +164,25 @@ impl Sequence {
         self.mss = Some(u32::from(mss));
     }
 
-    /// The window this direction's sender advertises; true if it has just closed it.
-    pub(super) fn on_window(&mut self, zero: bool) -> bool {
-        let closed = zero && !self.zero_window;
-        self.zero_window = zero;
-        closed
+    /// The window this direction's sender advertises at `us`: whether it has just closed it
+    /// or opened it again.
+    pub(super) fn on_window(&mut self, zero: bool, us: u64) -> Window {
+        let was = std::mem::replace(&mut self.zero_window, zero);
+        match (was, zero) {
+            (false, true) => {
+                self.zero_since = Some(us);
+                Window::Closed
+            }
+            (true, false) => {
+                Window::Opened(us.saturating_sub(self.zero_since.take().unwrap_or(us)))
+            }
+            _ => Window::Unchanged,
+        }
+    }
+
+    /// How long the window has been zero at `us`, if it is (the flow ends so).
+    pub(super) fn zero_for(&self, us: u64) -> Option<u64> {
+        self.zero_since.map(|t| us.saturating_sub(t))
     }
 
     /// A keep-alive probe (or, into a zero window, a window probe): one byte before the next,
@@ -283,6 +311,7 @@ pub(super) fn send_data(
     }
     let retransmit = dir.nxt.is_some_and(|n| seq_lt(s.seq, n));
     let mut timeout = false;
+    let mut waited_us = 0;
     if retransmit {
         let sent = dir
             .unacked
@@ -293,6 +322,9 @@ pub(super) fn send_data(
         timeout = sent.is_some_and(|t| {
             peer.dupacks < 2 && !peer.sacked && us.saturating_sub(t) >= RTO_MIN_US
         });
+        if timeout {
+            waited_us = sent.map_or(0, |t| us.saturating_sub(t));
+        }
         for u in seq[d].unacked.iter_mut() {
             if seq_lt(s.seq, u.end) && seq_le(u.end, end) {
                 u.retransmitted = true;
@@ -357,6 +389,7 @@ pub(super) fn send_data(
         base_seq,
         retransmit,
         timeout,
+        waited_us,
     }
 }
 

@@ -442,6 +442,75 @@ fn think_time_bulk_zero_window_and_retransmission_raise_no_alarm() {
     );
 }
 
+/// Issue 51's honest negative: without a stall, the time retransmission timeouts and zero
+/// windows took is measured, and the longest is named with its side and its share.
+#[test]
+fn without_a_stall_the_wait_that_took_the_flow_is_named() {
+    // Part 1 is lost twice: sent again 200 ms later, then 400 ms after that (the backoff),
+    // ACKed at once, then part 2 leaves.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100);
+    c.seq[0] -= 100;
+    c.data(201.0, 0, 100);
+    c.seq[0] -= 100;
+    c.data(601.0, 0, 100).ack(601.1, 1).data(601.15, 0, 100);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[0].retransmission_timeouts, 2);
+    assert!(
+        (r.sides[0].retransmission_timeout_ms - 600.0).abs() < 0.01,
+        "{r:#?}"
+    );
+    let line = &r.verdict[0];
+    assert!(
+        line.contains("2 retransmission timeout(s) (600 ms waited)"),
+        "{line}"
+    );
+    assert!(
+        line.contains("the longest wait was retransmission timeouts of")
+            && line.contains("the path lost packets")
+            && line.contains("600 ms of the flow's"),
+        "{line}"
+    );
+
+    // The server closes its window for 2 s (its application read nothing), then opens it;
+    // the client's write follows at once.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).ack(41.0, 1);
+    c.last_mut().window = 0;
+    c.ack(2041.0, 1).data(2041.05, 0, 100).ack(2042.0, 1);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[1].zero_window_waits, 1);
+    assert!((r.sides[1].zero_window_ms - 2000.0).abs() < 0.01, "{r:#?}");
+    let line = &r.verdict[0];
+    assert!(
+        line.contains("1 zero-window wait(s) (2.00 s in all)"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "the longest wait was {}'s zero window: its application stopped reading",
+            r.sides[1].addr
+        )),
+        "{line}"
+    );
+
+    // A 10 ms zero window is counted, but not named as a wait.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).ack(41.0, 1);
+    c.last_mut().window = 0;
+    c.ack(51.0, 1).data(51.05, 0, 100).ack(92.0, 1);
+    c.data(2000.0, 0, 100).ack(2001.0, 1);
+    let r = &analyse(&c.segs)[0];
+    assert!((r.sides[1].zero_window_ms - 10.0).abs() < 0.01, "{r:#?}");
+    assert!(
+        r.verdict[0].contains("(10 ms in all)") && !r.verdict[0].contains("longest wait"),
+        "{:?}",
+        r.verdict
+    );
+}
+
 #[test]
 fn a_reused_four_tuple_is_two_flows() {
     let mut c = Conv::new();

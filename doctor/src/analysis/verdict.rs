@@ -99,13 +99,14 @@ impl CapturePoint {
 }
 
 /// The verdict lines of a flow with these `sides` (counters final), `found`, the receiver's
-/// timer and the `path`.
+/// timer and the `path`, that lasted `duration_us`.
 pub(super) fn verdict(
     sides: &[Side; 2],
     found: &Findings,
     timer: Option<AckTimer>,
     path: &Path,
     answers: Option<(Direction, (u64, usize))>,
+    duration_us: u64,
 ) -> Vec<String> {
     let mut out = Vec::new();
     for d in Direction::BOTH {
@@ -146,6 +147,9 @@ pub(super) fn verdict(
     }
     if out.is_empty() {
         let mut line = no_stall(sides, found.delayed_count);
+        if let Some(longest) = longest_wait(sides, duration_us) {
+            line += &format!("; {longest}");
+        }
         // The honest negative: the time was the program's.
         if let Some((d, (median, n))) = answers.filter(|(_, (m, n))| {
             *m >= super::answer::NOTABLE_US && *n >= super::answer::MIN_ANSWERS
@@ -161,20 +165,71 @@ pub(super) fn verdict(
     out
 }
 
+/// A span of time for people: "180 ms", "1.80 s".
+fn span(ms: f64) -> String {
+    if ms >= 1000.0 {
+        format!("{:.2} s", ms / 1000.0)
+    } else {
+        format!("{ms:.0} ms")
+    }
+}
+
+/// A wait worth naming: at least this long, ms.
+const NOTABLE_WAIT_MS: f64 = 20.0;
+
+/// Without a stall, the longest of the waits measured, if it is worth naming: retransmission
+/// timeouts (the path lost packets) or a zero window (a receiver that read nothing), with the
+/// side it belongs to, what to look at, and its share of the flow (the reader judges it).
+fn longest_wait(sides: &[Side; 2], duration_us: u64) -> Option<String> {
+    let total_ms = duration_us as f64 / 1000.0;
+    let mut waits: Vec<(f64, String)> = Vec::new();
+    for side in sides {
+        waits.push((
+            side.retransmission_timeout_ms,
+            format!(
+                "retransmission timeouts of {}'s data: the path lost packets (look at loss, not at the programs)",
+                side.addr
+            ),
+        ));
+        waits.push((
+            side.zero_window_ms,
+            format!(
+                "{}'s zero window: its application stopped reading (look at what it does between reads)",
+                side.addr
+            ),
+        ));
+    }
+    let (ms, what) = waits.into_iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
+    (ms >= NOTABLE_WAIT_MS).then(|| {
+        format!(
+            "the longest wait was {what}, {} of the flow's {}",
+            span(ms),
+            span(total_ms)
+        )
+    })
+}
+
 /// "no Nagle stall", and what the flow had instead.
 fn no_stall(sides: &[Side; 2], delayed_acks: u64) -> String {
     let mut seen = Vec::new();
     let count = |n: u64, what: &str| (n > 0).then(|| format!("{n} {what}"));
     let s = |f: fn(&Side) -> u64| sides.iter().map(f).sum::<u64>();
-    seen.extend(count(
-        s(|x| x.retransmission_timeouts),
-        "retransmission timeout(s)",
-    ));
+    let ms = |f: fn(&Side) -> f64| sides.iter().map(f).sum::<f64>();
+    seen.extend(
+        count(
+            s(|x| x.retransmission_timeouts),
+            "retransmission timeout(s)",
+        )
+        .map(|c| format!("{c} ({} waited)", span(ms(|x| x.retransmission_timeout_ms)))),
+    );
     seen.extend(count(
         s(|x| x.retransmissions) - s(|x| x.retransmission_timeouts),
         "fast retransmission(s)",
     ));
-    seen.extend(count(s(|x| x.zero_window_waits), "zero-window wait(s)"));
+    seen.extend(
+        count(s(|x| x.zero_window_waits), "zero-window wait(s)")
+            .map(|c| format!("{c} ({} in all)", span(ms(|x| x.zero_window_ms)))),
+    );
     seen.extend(count(s(|x| x.keepalives), "keep-alive probe(s)"));
     seen.extend(count(
         delayed_acks,
