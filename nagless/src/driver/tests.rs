@@ -2,6 +2,8 @@
 //! and an ACK that can be made to arrive between the check and the send.
 use std::time::Duration;
 
+use std::io::IoSlice;
+
 use super::*;
 use crate::policy::FlushPolicy;
 

@@ -1,0 +1,99 @@
+//! How due bytes are moved ([`Wire`]: a gathered send, and what the socket under it can
+//! tell: its segment size, its send-queue counters, its Nagle switch), and a wire as the core's
+//! [`Transport`] ([`Sends`]).
+
+use std::io::{self, IoSlice};
+
+use crate::coalescer::Transport;
+use crate::sys::Sock;
+
+/// How due bytes are moved: a gathered send, and what the socket under it can tell.
+pub(crate) trait Wire {
+    /// Sends a prefix of `bufs` in one call; `more` asks the kernel to hold a partial segment
+    /// (`MSG_MORE`). `WouldBlock` when the socket is full (tokio: `Pending`, with the fan-out
+    /// waker registered by the socket).
+    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize>;
+
+    /// The socket under the wire, when there is one: its segment size is read at the
+    /// threshold.
+    fn socket(&self) -> Option<Sock<'_>> {
+        None
+    }
+
+    /// Whether the kernel can be asked to hold a send for the next ACK (`MSG_MORE` reaches
+    /// it) and tells its send queue ([`FlushPolicy::clocked`](crate::FlushPolicy::clocked)).
+    fn can_clock(&self) -> bool {
+        cfg!(any(target_os = "linux", target_os = "android")) && self.socket().is_some()
+    }
+
+    /// Bytes written and not yet acknowledged, sent or not (`SIOCOUTQ`).
+    fn unacknowledged(&mut self) -> io::Result<u32> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(fd) = self.socket() {
+            return crate::sys::unacknowledged(fd);
+        }
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Bytes written and not yet sent: what the kernel holds (`SIOCOUTQNSD`).
+    fn unsent(&mut self) -> io::Result<u32> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(fd) = self.socket() {
+            return crate::sys::unsent(fd);
+        }
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// Sends everything the kernel holds (`TCP_NODELAY` set again).
+    fn push(&mut self) -> io::Result<()> {
+        match self.socket() {
+            Some(fd) => crate::sys::set_nodelay(fd, true),
+            None => Ok(()),
+        }
+    }
+
+    /// Turns the kernel's Nagle algorithm on or off (`TCP_NODELAY` cleared or set); turning
+    /// it off sends what it held.
+    fn nagle(&mut self, on: bool) -> io::Result<()> {
+        match self.socket() {
+            Some(fd) => crate::sys::set_nodelay(fd, !on),
+            None => Err(io::ErrorKind::Unsupported.into()),
+        }
+    }
+
+    /// What the kernel has sent of the stream in all, and what it holds unsent (`TCP_INFO`'s
+    /// `bytes_sent` and `notsent_bytes`).
+    fn progress(&mut self) -> io::Result<(u64, u32)> {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        if let Some(fd) = self.socket() {
+            let mut buf = [0u8; 512];
+            let len = crate::sys::tcp_info_raw(fd, &mut buf)?;
+            let info = crate::tcp_info::TcpInfo::parse(&buf[..len]);
+            if let Some((Some(sent), Some(unsent))) = info.map(|i| (i.bytes_sent, i.notsent_bytes))
+            {
+                return Ok((sent, unsent));
+            }
+        }
+        Err(io::ErrorKind::Unsupported.into())
+    }
+
+    /// The caller will wait for socket space if the send that follows blocks: the tokio wire
+    /// registers its task with the fan-out waker (before the send, so that readiness arriving
+    /// after the socket said "full" finds it). Nothing for a blocking descriptor.
+    fn wait_for_room(&mut self) {}
+
+    /// The send did not block after all: the caller no longer waits.
+    fn stop_waiting(&mut self) {}
+}
+
+/// A wire as the core's [`Transport`]; with `hold`, every send asks the kernel to hold it.
+pub(crate) struct Sends<'w, W: ?Sized> {
+    pub(crate) wire: &'w mut W,
+    pub(crate) hold: bool,
+}
+
+impl<W: Wire + ?Sized> Transport for Sends<'_, W> {
+    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        self.wire.send(bufs, more || self.hold)
+    }
+}
