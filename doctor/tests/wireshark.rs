@@ -66,8 +66,8 @@ fn doctor(capture: &Path) -> (BTreeMap<u64, Vec<(String, u64)>>, String) {
     (named, report::json(&d).to_string())
 }
 
-/// What tshark with the plugin marks in `capture` under `-Y nagless.stall`, and what it said
-/// on stderr.
+/// What tshark with the plugin marks in `capture` under `-Y nagless.stall` (the marks of
+/// kind `stall`), and what it said on stderr.
 fn tshark(capture: &Path, findings: &Path) -> (BTreeMap<u64, Vec<(String, u64)>>, String) {
     let out = Command::new("tshark")
         .arg("-r")
@@ -85,6 +85,8 @@ fn tshark(capture: &Path, findings: &Path) -> (BTreeMap<u64, Vec<(String, u64)>>
             "nagless.role",
             "-e",
             "nagless.delay",
+            "-e",
+            "nagless.kind",
         ])
         .env("NAGLESS_FINDINGS", findings)
         .output()
@@ -101,11 +103,13 @@ fn tshark(capture: &Path, findings: &Path) -> (BTreeMap<u64, Vec<(String, u64)>>
     let mut marked: BTreeMap<u64, Vec<(String, u64)>> = BTreeMap::new();
     for line in String::from_utf8(out.stdout).unwrap().lines() {
         let cols: Vec<&str> = line.split('\t').collect();
-        assert_eq!(cols.len(), 3, "{line:?}");
+        assert_eq!(cols.len(), 4, "{line:?}");
         let frame: u64 = cols[0].parse().unwrap();
         let roles = cols[1].split(',');
         let delays = cols[2].split(',');
-        for (role, delay) in roles.zip(delays) {
+        // (A stall's frame may carry another finding's mark too: a retransmission's, say.)
+        let kinds = cols[3].split(',');
+        for ((role, delay), _) in roles.zip(delays).zip(kinds).filter(|(_, k)| *k == "stall") {
             let ms: f64 = delay.parse().unwrap();
             marked
                 .entry(frame)
@@ -266,4 +270,79 @@ fn the_plugin_marks_the_ack_clocked_frames_the_doctor_names() {
         v.sort();
     }
     assert_eq!(marked, named);
+}
+
+/// The waits that are not Nagle's (issue 51): on every capture of the corpus, the frames the
+/// doctor's `retransmission-timeout` and `zero-window` findings list are exactly the frames
+/// the plugin marks with those kinds, each with its role; some captures have them.
+#[test]
+fn the_plugin_marks_the_timeouts_and_zero_windows_the_doctor_names() {
+    if !have_tool("tshark") {
+        return;
+    }
+    const KINDS: [&str; 2] = ["retransmission-timeout", "zero-window"];
+    let dir = std::env::temp_dir().join(format!("nagless-wireshark-wait-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut with_waits = 0;
+    for capture in captures() {
+        let bytes = std::fs::read(&capture).unwrap();
+        let opts = Options {
+            top: 0,
+            ..Options::default()
+        };
+        let d = nagless_doctor::diagnose_reader(&bytes[..], opts, |_| {}).unwrap();
+        let mut named: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for fd in d.flows.iter().flat_map(|f| &f.findings) {
+            if KINDS.contains(&fd.kind) {
+                for fr in &fd.frames {
+                    named
+                        .entry(fr.frame)
+                        .or_default()
+                        .push(format!("{} {}", fd.kind, fr.role));
+                }
+            }
+        }
+        let findings = dir.join("findings.json");
+        std::fs::write(&findings, report::json(&d).to_string()).unwrap();
+        let out = Command::new("tshark")
+            .arg("-r")
+            .arg(&capture)
+            .arg("-X")
+            .arg(format!(
+                "lua_script:{}",
+                root().join("deploy/wireshark/nagless.lua").display()
+            ))
+            .args([
+                "-Y",
+                "nagless.kind == \"retransmission-timeout\" || nagless.kind == \"zero-window\"",
+            ])
+            .args(["-T", "fields", "-E", "occurrence=a", "-e", "frame.number"])
+            .args(["-e", "nagless.role", "-e", "nagless.kind"])
+            .env("NAGLESS_FINDINGS", &findings)
+            .output()
+            .expect("tshark runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("nagless:"), "{stderr}");
+        let mut marked: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for line in String::from_utf8(out.stdout).unwrap().lines() {
+            let cols: Vec<&str> = line.split('\t').collect();
+            let frame: u64 = cols[0].parse().unwrap();
+            for (role, kind) in cols[1].split(',').zip(cols[2].split(',')) {
+                if KINDS.contains(&kind) {
+                    marked
+                        .entry(frame)
+                        .or_default()
+                        .push(format!("{kind} {role}"));
+                }
+            }
+        }
+        for v in named.values_mut().chain(marked.values_mut()) {
+            v.sort();
+        }
+        assert_eq!(marked, named, "{}", capture.display());
+        with_waits += usize::from(!named.is_empty());
+    }
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(with_waits >= 1, "no capture of the corpus has such a wait");
+    eprintln!("{with_waits} capture(s) with retransmission timeouts or zero windows");
 }

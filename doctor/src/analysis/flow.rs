@@ -12,6 +12,7 @@ use super::judge::{self, Findings};
 use super::output::{At, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
 use super::sequence::{self, Sequence, Window};
 use super::verdict;
+use super::waits::Waits;
 use crate::packet::{flags, Segment};
 use crate::rule::AckTimer;
 
@@ -35,6 +36,8 @@ pub(super) struct Flow {
     holds: Option<Box<SenderHolds>>,
     /// The answering side's times to answer; made at its first answer.
     answers: Option<Box<Answers>>,
+    /// Retransmission timeouts and zero windows; made at the first.
+    waits: Option<Box<Waits>>,
     /// Each side's last data segment, µs (0: none yet).
     last_data_us: [u64; 2],
     packets: u64,
@@ -81,6 +84,7 @@ impl Flow {
             clock: Clock::default(),
             holds: None,
             answers: None,
+            waits: None,
             last_data_us: [0; 2],
             packets: 0,
             exchanges: 0,
@@ -155,8 +159,19 @@ impl Flow {
         }
         if !control {
             match self.seq[d].on_window(s.window == 0, us) {
-                Window::Closed => self.sides[d].zero_window_waits += 1,
-                Window::Opened(zero_us) => self.sides[d].zero_window_ms += zero_us as f64 / 1000.0,
+                Window::Closed => {
+                    self.sides[d].zero_window_waits += 1;
+                    let at = At::new(frame, us);
+                    self.waits
+                        .get_or_insert_with(Default::default)
+                        .on_window_closed(d, at);
+                }
+                Window::Opened(zero_us) => {
+                    self.sides[d].zero_window_ms += zero_us as f64 / 1000.0;
+                    if let Some(w) = &mut self.waits {
+                        w.on_window_opened(d, At::new(frame, us));
+                    }
+                }
                 Window::Unchanged => {}
             }
         }
@@ -217,6 +232,10 @@ impl Flow {
         if sent.timeout {
             side.retransmission_timeouts += 1;
             side.retransmission_timeout_ms += sent.waited_us as f64 / 1000.0;
+            let last = At::new(sent.last_frame, us.saturating_sub(sent.waited_us));
+            self.waits
+                .get_or_insert_with(Default::default)
+                .on_timeout(d, last, At::new(frame, us));
         }
         side.data_segments += 1;
         side.bytes += u64::from(s.len);
@@ -315,6 +334,7 @@ impl Flow {
             .iter()
             .map(verdict::clocked_finding)
             .chain(sender_holds.iter().map(verdict::sender_hold_finding))
+            .chain(self.waits.map(|w| w.findings(&sides)).unwrap_or_default())
             .collect();
         FlowReport {
             index: self.index,

@@ -29,6 +29,7 @@
 //! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`judge_clock`](crate::rule::judge_clock) judges |
 //! | `answer` | how long the answering side took to answer, the round trip taken off: named without a stall |
 //! | `hold` | per direction: a small segment that left about 200 ms after its answer began, the peer waiting: a cork left on (not Nagle) |
+//! | `waits` | per direction: retransmission timeouts and zero windows, their frames kept as evidence (not Nagle) |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
 //! | `verdict` | the verdict and advice for people |
 //! | `output` | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
@@ -48,6 +49,7 @@ mod relay;
 mod sequence;
 mod table;
 mod verdict;
+mod waits;
 
 #[cfg(test)]
 pub(crate) use analyzer::analyse;

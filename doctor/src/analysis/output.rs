@@ -142,7 +142,7 @@ pub struct FindingFrame {
 /// (`deploy/wireshark/nagless.lua`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Finding {
-    /// What was found: `ack-clocked`.
+    /// What was found: `ack-clocked`, `sender-hold`, `retransmission-timeout`, `zero-window`.
     pub kind: &'static str,
     /// The frames to mark (bounded: at most 64).
     pub frames: Vec<FindingFrame>,
@@ -278,8 +278,9 @@ pub struct FlowReport {
     /// from the JSON when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub sender_holds: Vec<SenderHold>,
-    /// Verdicts other than stalls, for the Wireshark plugin (one per ACK-clocked
-    /// direction); absent from the JSON when none.
+    /// Verdicts other than stalls, for the Wireshark plugin (one per ACK-clocked direction,
+    /// per direction that held its own writes, per direction with retransmission timeouts
+    /// and per side with zero windows); absent from the JSON when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<Finding>,
     /// Verdict and advice for people.

@@ -45,7 +45,7 @@ pub(super) struct Unacked {
     end: u32,
     /// When it was sent (last sent, if sent again), µs.
     pub(super) us: u64,
-    /// Its frame.
+    /// Its frame (the last sending's, if sent again).
     pub(super) frame: u64,
     /// It was sent more than once: its ACK times nothing (Karn).
     retransmitted: bool,
@@ -133,8 +133,10 @@ pub(super) struct Sent {
     /// It is a retransmission after a timeout (no duplicate ACK or SACK before it, and
     /// [`RTO_MIN_US`] or more after the original).
     pub(super) timeout: bool,
-    /// With `timeout`: how long after the segment's last sending it came, µs.
+    /// With `timeout`: how long after the segment's last sending it came, µs, and that
+    /// sending's frame.
     pub(super) waited_us: u64,
+    pub(super) last_frame: u64,
 }
 
 impl Sequence {
@@ -311,24 +313,26 @@ pub(super) fn send_data(
     }
     let retransmit = dir.nxt.is_some_and(|n| seq_lt(s.seq, n));
     let mut timeout = false;
-    let mut waited_us = 0;
+    let (mut waited_us, mut last_frame) = (0, 0);
     if retransmit {
-        let sent = dir
+        let last = dir
             .unacked
             .iter()
             .find(|u| seq_lt(s.seq, u.end))
-            .map(|u| u.us);
+            .map(|u| (u.us, u.frame));
+        let sent = last.map(|(t, _)| t);
         let peer = &seq[d.peer()];
         timeout = sent.is_some_and(|t| {
             peer.dupacks < 2 && !peer.sacked && us.saturating_sub(t) >= RTO_MIN_US
         });
-        if timeout {
-            waited_us = sent.map_or(0, |t| us.saturating_sub(t));
+        if let Some((t, f)) = last.filter(|_| timeout) {
+            (waited_us, last_frame) = (us.saturating_sub(t), f);
         }
         for u in seq[d].unacked.iter_mut() {
             if seq_lt(s.seq, u.end) && seq_le(u.end, end) {
                 u.retransmitted = true;
                 u.us = us;
+                u.frame = frame;
             }
         }
     }
@@ -390,6 +394,7 @@ pub(super) fn send_data(
         retransmit,
         timeout,
         waited_us,
+        last_frame,
     }
 }
 

@@ -472,6 +472,26 @@ fn without_a_stall_the_wait_that_took_the_flow_is_named() {
             && line.contains("600 ms of the flow's"),
         "{line}"
     );
+    // The evidence, for the Wireshark plugin: each retransmission and the sending before it
+    // (frames 1-3 are the handshake).
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "retransmission-timeout")
+        .expect("a retransmission-timeout finding");
+    let frames: Vec<(u64, &str)> = f.frames.iter().map(|x| (x.frame, x.role)).collect();
+    assert_eq!(
+        frames,
+        [
+            (4, "sent"),
+            (5, "retransmission"),
+            (5, "sent"),
+            (6, "retransmission")
+        ],
+        "{f:#?}"
+    );
+    assert!((f.delay_ms - 300.0).abs() < 0.01, "{f:#?}");
+    assert_eq!(f.direction, "client->server");
 
     // The server closes its window for 2 s (its application read nothing), then opens it;
     // the client's write follows at once.
@@ -483,6 +503,15 @@ fn without_a_stall_the_wait_that_took_the_flow_is_named() {
     assert_eq!(r.stall_count, 0, "{r:#?}");
     assert_eq!(r.sides[1].zero_window_waits, 1);
     assert!((r.sides[1].zero_window_ms - 2000.0).abs() < 0.01, "{r:#?}");
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "zero-window")
+        .expect("a zero-window finding");
+    let roles: Vec<&str> = f.frames.iter().map(|x| x.role).collect();
+    assert_eq!(roles, ["closed", "opened"], "{f:#?}");
+    assert!((f.delay_ms - 2000.0).abs() < 0.01, "{f:#?}");
+    assert_eq!(f.direction, "server->client");
     let line = &r.verdict[0];
     assert!(
         line.contains("1 zero-window wait(s) (2.00 s in all)"),
