@@ -204,7 +204,12 @@ where
         std::future::poll_fn(|cx| {
             let mut g = Locked::new(&self.shared);
             match g.step(cx, |d, w| d.pump_waiting(w, now(), false)) {
-                Ok(Drive::Idle) => Poll::Ready(Ok(())),
+                Ok(Drive::Idle) => {
+                    // (A record left to the kernel's clock is owed a look.)
+                    let arc = g.arc;
+                    ensure_flusher(arc, &mut g);
+                    Poll::Ready(Ok(()))
+                }
                 Ok(Drive::Blocked) => Poll::Pending,
                 Err(e) => Poll::Ready(Err(e)),
             }

@@ -148,11 +148,13 @@ impl<S: Seal> Driver<S> {
                 FlushReason::Urgent | FlushReason::Explicit | FlushReason::Close
             )
         });
-        let sent_before = self.core.stats().bytes_sent;
+        // Anything handed over (plaintext, or records the seal holds: a key update, an
+        // alert) may be held by the kernel: a look is owed.
+        let had_due = tx.is_some() || self.seal.backlog();
         let r = self
             .seal
             .send_due(&mut self.core, wire, now, handshake, false);
-        if self.core.stats().bytes_sent > sent_before {
+        if had_due {
             self.kernel.sent(now, CLOCK_BOUND);
         }
         if urgent && matches!(r, Ok(Drive::Idle)) {
