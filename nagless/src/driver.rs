@@ -123,6 +123,13 @@ impl<S> Driver<S> {
         }
     }
 
+    /// Bytes may have gone to the socket outside a pump (rustls's answers to input: a key
+    /// update, an alert): under a [`KernelClock`] that is on, a look is owed.
+    #[cfg(all(feature = "tokio", feature = "tls"))]
+    pub(crate) fn owe_look(&mut self, now: Instant) {
+        self.kernel.sent(now, CLOCK_BOUND);
+    }
+
     /// The stream can make the looks a Nagle socket needs (a tokio stream with a timer, over
     /// a socket it clocks): once the caller's flushes delimit its batches, a clocked batch is
     /// handed to the socket with Nagle on (see [`KernelClock`]).

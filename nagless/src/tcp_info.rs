@@ -70,6 +70,8 @@ pub struct TcpInfo {
     pub data_segs_out: Option<u32>,
     /// Payload bytes sent, including retransmits.
     pub bytes_sent: Option<u64>,
+    /// Payload bytes sent again (retransmits, loss probes), 4.19+.
+    pub bytes_retrans: Option<u64>,
     /// The peer's advertised window, bytes (5.4+).
     pub snd_wnd: Option<u32>,
 }
@@ -290,6 +292,7 @@ impl TcpInfo {
             data_segs_in: u32_at(raw, 152),
             data_segs_out: u32_at(raw, 156),
             bytes_sent: u64_at(raw, 200),
+            bytes_retrans: u64_at(raw, 208),
             snd_wnd: u32_at(raw, 228),
         })
     }

@@ -265,8 +265,12 @@ where
         match g.step(cx, |d, w| d.seal.read_input(w)) {
             // Bytes, or the end of the stream (reported by the reader next round). They may
             // have completed the handshake, letting plaintext queued during it leave: the next
-            // wait flushes again.
-            Ok(_) => flushed = false,
+            // wait flushes again. rustls may have answered them (a key update, an alert): what
+            // it sent is owed a look (the flusher is made sure of below, before any return).
+            Ok(_) => {
+                flushed = false;
+                g.driver.owe_look(now());
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !flushed => {
                 // About to wait: seal and send pending plaintext first (before-read), then
                 // read again. A send error belongs to the writer (the next write, flush or

@@ -130,7 +130,9 @@ impl<S: Seal> Driver<S> {
         S: SealOver<W>,
     {
         if self.kernel == KernelClock::Ready {
-            let ok = wire.nagle(true).is_ok();
+            // The looks need the kernel's counters (Linux 4.19+): without them, the
+            // `MSG_MORE` hand-over stays.
+            let ok = wire.progress().is_ok() && wire.nagle(true).is_ok();
             self.kernel.turned_on(ok);
             if !ok {
                 return self.pump_clocked(wire, now, handshake);
@@ -142,10 +144,15 @@ impl<S: Seal> Driver<S> {
             }
         }
         let tx = self.core.poll_transmit(now);
+        // (At the high-water mark a transmit's reason says so, whatever made its bytes due:
+        // pushing then costs nothing, full segments are leaving.)
         let urgent = tx.is_some_and(|tx| {
             matches!(
                 tx.reason,
-                FlushReason::Urgent | FlushReason::Explicit | FlushReason::Close
+                FlushReason::Urgent
+                    | FlushReason::Explicit
+                    | FlushReason::Close
+                    | FlushReason::HighWater
             )
         });
         // Anything handed over (plaintext, or records the seal holds: a key update, an
@@ -192,12 +199,17 @@ impl<S: Seal> Driver<S> {
         Ok(())
     }
 
-    /// Sends everything a Nagle socket holds (`TCP_NODELAY` set, then cleared again).
+    /// Sends everything a Nagle socket holds (`TCP_NODELAY` set, then cleared again). The
+    /// look stays owed until the push is made; a socket that refuses to turn Nagle back on
+    /// keeps `TCP_NODELAY` and the `MSG_MORE` hand-over from then on.
     fn push_kernel<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<()> {
-        self.kernel.pushed();
         self.core.on_push();
         wire.nagle(false)?;
-        wire.nagle(true)
+        self.kernel.pushed();
+        if wire.nagle(true).is_err() {
+            self.kernel.refused();
+        }
+        Ok(())
     }
 
     /// Pushes what the kernel holds, whatever was last seen.

@@ -141,6 +141,12 @@ impl KernelClock {
         Found::Moving(at)
     }
 
+    /// The socket would not turn Nagle back on after a push (it has `TCP_NODELAY`): the
+    /// `MSG_MORE` hand-over takes over.
+    pub(crate) fn refused(&mut self) {
+        *self = KernelClock::Refused;
+    }
+
     /// Everything held was pushed: no look is owed until the next send.
     pub(crate) fn pushed(&mut self) {
         if let KernelClock::On { look } = self {

@@ -1,5 +1,7 @@
 //! The clocked hand-over against a scripted kernel: what it holds, what is in flight,
-//! and an ACK that can be made to arrive between the check and the send.
+//! and an ACK that can be made to arrive between the check and the send; and the kernel
+//! clock's (batches to a Nagle socket, its looks and pushes, and its fallbacks) against one
+//! with Nagle's switch and counters.
 use std::time::Duration;
 
 use std::io::IoSlice;
@@ -169,4 +171,217 @@ fn more_follows_pieces_wait_for_the_write_that_ends_the_request() {
     assert_eq!((d.core.pending(), k.segments.len()), (6, 0));
     write(&mut d, &mut k, t);
     assert_eq!(k.segments, [46], "one request, one segment");
+}
+
+/// A kernel with the switches the kernel clock uses: with Nagle on (`TCP_NODELAY` cleared),
+/// a plain send is held while anything is in flight; clearing Nagle sends what it holds; its
+/// counters tell what it has sent in all and what it holds.
+#[derive(Default)]
+struct NagleKernel {
+    k: Kernel,
+    nagle: bool,
+    /// Bytes sent in all.
+    sent: u64,
+    /// Turning Nagle back on fails from now on.
+    refuse_nagle: bool,
+    switches: Vec<bool>,
+}
+
+impl NagleKernel {
+    fn ack(&mut self) {
+        self.k.in_flight = 0;
+        self.send_held();
+    }
+    fn send_held(&mut self) {
+        self.sent += u64::from(self.k.held);
+        self.k.send_held();
+    }
+}
+
+impl Wire for NagleKernel {
+    fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        let n: usize = bufs.iter().map(|b| b.len()).sum();
+        self.k.held += n as u32;
+        if !more && !(self.nagle && self.k.in_flight > 0) {
+            self.send_held();
+        }
+        Ok(n)
+    }
+    fn can_clock(&self) -> bool {
+        true
+    }
+    fn unacknowledged(&mut self) -> io::Result<u32> {
+        self.k.unacknowledged()
+    }
+    fn unsent(&mut self) -> io::Result<u32> {
+        Ok(self.k.held)
+    }
+    fn push(&mut self) -> io::Result<()> {
+        self.k.pushes += 1;
+        self.send_held();
+        Ok(())
+    }
+    fn nagle(&mut self, on: bool) -> io::Result<()> {
+        if on && self.refuse_nagle {
+            return Err(io::ErrorKind::InvalidInput.into());
+        }
+        self.switches.push(on);
+        self.nagle = on;
+        if !on {
+            self.send_held();
+        }
+        Ok(())
+    }
+    fn progress(&mut self) -> io::Result<(u64, u32)> {
+        Ok((self.sent, self.k.held))
+    }
+}
+
+/// A clocked driver in a stream that can make looks, whose caller flushes its batches.
+fn kernel_clocked() -> (Driver<Plain>, NagleKernel) {
+    let mut d = Driver::new(Coalescer::new(FlushPolicy::clocked()), Plain);
+    d.allow_kernel_clock();
+    (d, NagleKernel::default())
+}
+
+/// One batch of 40 bytes, flushed as a tokio caller flushes it.
+fn batch(d: &mut Driver<Plain>, k: &mut NagleKernel, at: Instant) {
+    d.core.write(&[b'b'; 40], crate::Urgency::Normal, at);
+    d.flush_point(true);
+    assert_eq!(d.pump(k, at, false).unwrap(), Drive::Idle);
+    d.batch_ended();
+    assert_eq!(
+        d.core.pending(),
+        0,
+        "the batch went to the kernel at its flush"
+    );
+}
+
+#[test]
+fn a_flushed_batch_goes_to_a_nagle_socket_in_one_send_and_is_looked_at() {
+    let (mut d, mut k) = kernel_clocked();
+    let t = crate::clock::now();
+    batch(&mut d, &mut k, t);
+    assert_eq!(k.switches, [true], "Nagle on at the first delimited batch");
+    assert_eq!(k.k.segments, [40], "nothing in flight: sent at once");
+    assert_eq!(d.kernel.due(), Some(t + CLOCK_BOUND), "a look is owed");
+    assert_eq!(
+        d.core.stats().clock_checks,
+        0,
+        "no queue check before the send"
+    );
+    // The look finds nothing held: no more looks until the next send.
+    d.look_at_kernel(&mut k, t + CLOCK_BOUND, false).unwrap();
+    assert_eq!(d.kernel.due(), None);
+    assert_eq!(k.k.pushes + d.core.stats().pushes as u32, 0);
+}
+
+#[test]
+fn a_batch_held_a_whole_bound_with_nothing_sent_is_pushed() {
+    let (mut d, mut k) = kernel_clocked();
+    let t = crate::clock::now();
+    batch(&mut d, &mut k, t);
+    // The peer never answers the first batch (an HTTP/2 WINDOW_UPDATE): the second waits.
+    batch(&mut d, &mut k, t + Duration::from_micros(10));
+    assert_eq!(
+        (k.k.segments.len(), k.k.held),
+        (1, 40),
+        "held behind the first"
+    );
+    // The reader is about to wait: the first look, early.
+    let early = t + Duration::from_micros(20);
+    d.look_at_kernel(&mut k, early, true).unwrap();
+    assert_eq!(k.k.held, 40, "one look alone never pushes");
+    d.look_at_kernel(
+        &mut k,
+        early + CLOCK_BOUND - Duration::from_micros(1),
+        false,
+    )
+    .unwrap();
+    assert_eq!(k.k.held, 40, "not due yet");
+    d.look_at_kernel(&mut k, early + CLOCK_BOUND, false)
+        .unwrap();
+    assert_eq!(
+        k.k.segments,
+        [40, 40],
+        "pushed a bound after the first look"
+    );
+    assert_eq!(
+        k.switches,
+        [true, false, true],
+        "TCP_NODELAY set and cleared"
+    );
+    assert_eq!(d.core.stats().pushes, 1);
+    assert_eq!(d.kernel.due(), None);
+}
+
+#[test]
+fn a_batch_released_by_an_ack_between_looks_is_not_pushed() {
+    let (mut d, mut k) = kernel_clocked();
+    let t = crate::clock::now();
+    batch(&mut d, &mut k, t);
+    batch(&mut d, &mut k, t);
+    d.look_at_kernel(&mut k, t, true).unwrap();
+    // The answer to the first comes, its ACK sends the second; a third is held behind it.
+    k.ack();
+    batch(&mut d, &mut k, t + Duration::from_micros(50));
+    d.look_at_kernel(&mut k, t + CLOCK_BOUND, false).unwrap();
+    assert_eq!(
+        d.core.stats().pushes,
+        0,
+        "the bytes held at the first look left"
+    );
+    assert_eq!(k.k.held, 40);
+    assert!(
+        d.kernel.due().is_some(),
+        "the newer bytes are looked at again"
+    );
+    // Nothing sent for a whole bound since: now they are pushed.
+    d.look_at_kernel(&mut k, t + 2 * CLOCK_BOUND, false)
+        .unwrap();
+    assert_eq!((k.k.held, d.core.stats().pushes), (0, 1));
+}
+
+#[test]
+fn an_urgent_write_pushes_what_the_nagle_socket_holds() {
+    let (mut d, mut k) = kernel_clocked();
+    let t = crate::clock::now();
+    batch(&mut d, &mut k, t);
+    batch(&mut d, &mut k, t);
+    d.core.write(b"ping", crate::Urgency::SendNow, t);
+    d.pump(&mut k, t, false).unwrap();
+    assert_eq!((k.k.held, d.core.stats().pushes), (0, 1));
+    assert_eq!(k.switches, [true, false, true]);
+}
+
+#[test]
+fn a_socket_that_will_not_turn_nagle_back_on_keeps_the_msg_more_hand_over() {
+    let (mut d, mut k) = kernel_clocked();
+    let t = crate::clock::now();
+    batch(&mut d, &mut k, t);
+    batch(&mut d, &mut k, t);
+    k.refuse_nagle = true;
+    d.release_held(&mut k).unwrap();
+    assert_eq!(k.k.held, 0, "pushed");
+    assert_eq!(d.kernel, KernelClock::Refused);
+    assert!(!k.nagle, "TCP_NODELAY stays set");
+    // From now on a batch with data in flight is held with MSG_MORE, checked before and
+    // after its send.
+    let checks = d.core.stats().clock_checks;
+    batch(&mut d, &mut k, t);
+    assert!(d.core.stats().clock_checks > checks, "{:?}", d.core.stats());
+}
+
+#[test]
+fn a_socket_without_the_kernel_counters_keeps_the_msg_more_hand_over() {
+    // The plain scripted kernel has no `progress` (a kernel before 4.19).
+    let mut d = Driver::new(Coalescer::new(FlushPolicy::clocked()), Plain);
+    d.allow_kernel_clock();
+    let mut k = Kernel::default();
+    let t = crate::clock::now();
+    d.core.write(&[b'b'; 40], crate::Urgency::Normal, t);
+    d.flush_point(true);
+    d.pump(&mut k, t, false).unwrap();
+    assert_eq!(d.kernel, KernelClock::Refused);
+    assert_eq!(k.segments, [40]);
 }

@@ -61,17 +61,19 @@ pub(crate) trait Wire {
         }
     }
 
-    /// What the kernel has sent of the stream in all, and what it holds unsent (`TCP_INFO`'s
-    /// `bytes_sent` and `notsent_bytes`).
+    /// What the kernel has sent of the stream in all, each byte once, and what it holds
+    /// unsent (`TCP_INFO`'s `bytes_sent` less `bytes_retrans`, and `notsent_bytes`; Linux
+    /// 4.19+).
     fn progress(&mut self) -> io::Result<(u64, u32)> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         if let Some(fd) = self.socket() {
             let mut buf = [0u8; 512];
             let len = crate::sys::tcp_info_raw(fd, &mut buf)?;
             let info = crate::tcp_info::TcpInfo::parse(&buf[..len]);
-            if let Some((Some(sent), Some(unsent))) = info.map(|i| (i.bytes_sent, i.notsent_bytes))
+            if let Some((Some(sent), Some(again), Some(unsent))) =
+                info.map(|i| (i.bytes_sent, i.bytes_retrans, i.notsent_bytes))
             {
-                return Ok((sent, unsent));
+                return Ok((sent.saturating_sub(again), unsent));
             }
         }
         Err(io::ErrorKind::Unsupported.into())

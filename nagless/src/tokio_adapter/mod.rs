@@ -179,8 +179,9 @@ pub(crate) fn shared<T, S: Seal>(
         ));
     }
     let mut driver = driver;
-    if has_timer && access.can_clock() {
-        // The looks a Nagle socket needs are made by the flusher task, on the timer.
+    // The looks a Nagle socket needs are made by the flusher task, on the timer: only a
+    // stream made on a runtime (one that has the timer) can start it.
+    if has_timer && access.can_clock() && ::tokio::runtime::Handle::try_current().is_ok() {
         driver.allow_kernel_clock();
     }
     Ok(Arc::new(Mutex::new(Shared::new(
