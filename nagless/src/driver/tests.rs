@@ -202,7 +202,8 @@ impl Wire for NagleKernel {
     fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
         let n: usize = bufs.iter().map(|b| b.len()).sum();
         self.k.held += n as u32;
-        if !more && !(self.nagle && self.k.in_flight > 0) {
+        let nagle_holds = self.nagle && self.k.in_flight > 0;
+        if !(more || nagle_holds) {
             self.send_held();
         }
         Ok(n)
