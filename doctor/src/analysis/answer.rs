@@ -17,7 +17,8 @@ pub(super) struct Answers {
 }
 
 impl Answers {
-    /// One answer, `gap_us` after the question (round trip taken off).
+    /// One answer, `gap_us` after the question (the answerer's side of the round trip taken
+    /// off).
     pub(super) fn on_answer(&mut self, gap_us: u64) {
         if self.gaps_us.len() < KEPT {
             self.gaps_us.push(gap_us);

@@ -246,7 +246,8 @@ impl Flow {
         if new_turn && d == opener {
             self.exchanges += 1;
         }
-        // The answerer's turn begins: how long after the question, the round trip taken off.
+        // The answerer's turn begins: how long after the question, its side of the round trip
+        // taken off.
         let asked = self.last_data_us[d.peer()];
         if new_turn && d != opener && asked > 0 && !sent.retransmit {
             // Between the question and the answer, as captured: the answerer's side of the

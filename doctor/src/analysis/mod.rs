@@ -27,7 +27,7 @@
 //! | `candidates` | writes that followed an ACK and slow pure ACKs: what might be a stall, held until the round trips are known well |
 //! | `relay` | what reached each host lately: a stall on a relay's hop names the flow it relays ([`Pattern::RelayHop`]) |
 //! | `clock` | per direction: small segments that left as the ACK of the last one came, carrying writes merged meanwhile: the evidence [`judge_clock`](crate::rule::judge_clock) judges |
-//! | `answer` | how long the answering side took to answer, the round trip taken off: named without a stall |
+//! | `answer` | how long the answering side took to answer, its side of the round trip taken off: named without a stall |
 //! | `hold` | per direction: a small segment that left about 200 ms after its answer began, the peer waiting: a cork left on (not Nagle) |
 //! | `waits` | per direction: retransmission timeouts and zero windows, their frames kept as evidence (not Nagle) |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |

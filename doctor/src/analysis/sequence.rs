@@ -95,6 +95,9 @@ pub(super) struct Sequence {
     pub(super) zero_window: bool,
     /// Since when (µs) it has advertised it.
     zero_since: Option<u64>,
+    /// The end of the last retransmission timeout's wait counted (µs): the segments sent
+    /// again behind it after one timeout waited through the same time, which counts once.
+    timeout_until_us: u64,
     /// The highest IP TTL this direction's sender's packets reached the capture with (the
     /// closest to its system's initial one).
     pub(super) ttl: Option<u8>,
@@ -133,8 +136,8 @@ pub(super) struct Sent {
     /// It is a retransmission after a timeout (no duplicate ACK or SACK before it, and
     /// [`RTO_MIN_US`] or more after the original).
     pub(super) timeout: bool,
-    /// With `timeout`: how long after the segment's last sending it came, µs, and that
-    /// sending's frame.
+    /// With `timeout`: how long after the segment's last sending it came, µs (not counting
+    /// time an earlier timeout's wait already counted), and that sending's frame.
     pub(super) waited_us: u64,
     pub(super) last_frame: u64,
 }
@@ -326,7 +329,9 @@ pub(super) fn send_data(
             peer.dupacks < 2 && !peer.sacked && us.saturating_sub(t) >= RTO_MIN_US
         });
         if let Some((t, f)) = last.filter(|_| timeout) {
-            (waited_us, last_frame) = (us.saturating_sub(t), f);
+            let from = t.max(seq[d].timeout_until_us);
+            (waited_us, last_frame) = (us.saturating_sub(from), f);
+            seq[d].timeout_until_us = us;
         }
         for u in seq[d].unacked.iter_mut() {
             if seq_lt(s.seq, u.end) && seq_le(u.end, end) {

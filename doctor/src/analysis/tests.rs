@@ -467,9 +467,9 @@ fn without_a_stall_the_wait_that_took_the_flow_is_named() {
         "{line}"
     );
     assert!(
-        line.contains("the longest wait was retransmission timeouts of")
+        line.contains("the longest of these waits: retransmission timeouts of")
             && line.contains("the path lost packets")
-            && line.contains("600 ms of the flow's"),
+            && line.contains("600 ms in all of the flow's"),
         "{line}"
     );
     // The evidence, for the Wireshark plugin: each retransmission and the sending before it
@@ -511,7 +511,8 @@ fn without_a_stall_the_wait_that_took_the_flow_is_named() {
     let roles: Vec<&str> = f.frames.iter().map(|x| x.role).collect();
     assert_eq!(roles, ["closed", "opened"], "{f:#?}");
     assert!((f.delay_ms - 2000.0).abs() < 0.01, "{f:#?}");
-    assert_eq!(f.direction, "server->client");
+    assert_eq!(f.direction, "client->server", "the data held back");
+    assert!(f.summary.starts_with(&r.sides[1].addr), "{f:#?}");
     let line = &r.verdict[0];
     assert!(
         line.contains("1 zero-window wait(s) (2.00 s in all)"),
@@ -519,7 +520,7 @@ fn without_a_stall_the_wait_that_took_the_flow_is_named() {
     );
     assert!(
         line.contains(&format!(
-            "the longest wait was {}'s zero window: its application stopped reading",
+            "the longest of these waits: {}'s zero window, 2.00 s in all of the flow's 2.04 s: its application stopped reading",
             r.sides[1].addr
         )),
         "{line}"
@@ -534,10 +535,32 @@ fn without_a_stall_the_wait_that_took_the_flow_is_named() {
     let r = &analyse(&c.segs)[0];
     assert!((r.sides[1].zero_window_ms - 10.0).abs() < 0.01, "{r:#?}");
     assert!(
-        r.verdict[0].contains("(10 ms in all)") && !r.verdict[0].contains("longest wait"),
+        r.verdict[0].contains("(10 ms in all)") && !r.verdict[0].contains("longest of these"),
         "{:?}",
         r.verdict
     );
+}
+
+/// A whole window lost: after the timeout, the segments sent again behind the first (in
+/// slow start, the duplicate ACKs forgotten) count as timeouts too, but the time they waited
+/// through together counts once: the waits never add up to more than the flow lasted.
+#[test]
+fn the_segments_behind_one_timeout_do_not_count_its_wait_again() {
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).data(1.1, 0, 100).data(1.2, 0, 100);
+    c.seq[0] -= 300;
+    c.data(201.0, 0, 100).ack(201.1, 1);
+    c.data(201.2, 0, 100).data(201.3, 0, 100).ack(201.4, 1);
+    let r = &analyse(&c.segs)[0];
+    let side = &r.sides[0];
+    assert!(side.retransmission_timeouts >= 1, "{r:#?}");
+    assert!(
+        (side.retransmission_timeout_ms - 200.3).abs() < 0.01,
+        "{} ms waited in a flow of {} s",
+        side.retransmission_timeout_ms,
+        r.duration_s
+    );
+    assert!(side.retransmission_timeout_ms <= r.duration_s * 1000.0);
 }
 
 #[test]

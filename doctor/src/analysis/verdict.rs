@@ -155,7 +155,7 @@ pub(super) fn verdict(
             *m >= super::answer::NOTABLE_US && *n >= super::answer::MIN_ANSWERS
         }) {
             line += &format!(
-                "; {} answered after ~{:.0} ms (median of {n} answers, the round trip taken off): the time is the program's, not the network's",
+                "; {} answered after ~{:.0} ms (median of {n} answers, its side of the round trip taken off): the time is the program's, not the network's",
                 sides[d].addr,
                 median as f64 / 1000.0
             );
@@ -177,32 +177,29 @@ fn span(ms: f64) -> String {
 /// A wait worth naming: at least this long, ms.
 const NOTABLE_WAIT_MS: f64 = 20.0;
 
-/// Without a stall, the longest of the waits measured, if it is worth naming: retransmission
-/// timeouts (the path lost packets) or a zero window (a receiver that read nothing), with the
-/// side it belongs to, what to look at, and its share of the flow (the reader judges it).
+/// Without a stall, the longest of the waits measured (each kind totalled per side), if it is
+/// worth naming: retransmission timeouts (the path lost packets) or a zero window (a receiver
+/// that read nothing), with the side it belongs to, its share of the flow (the reader judges
+/// it) and what to look at.
 fn longest_wait(sides: &[Side; 2], duration_us: u64) -> Option<String> {
     let total_ms = duration_us as f64 / 1000.0;
-    let mut waits: Vec<(f64, String)> = Vec::new();
+    let mut waits: Vec<(f64, String, &str)> = Vec::new();
     for side in sides {
         waits.push((
             side.retransmission_timeout_ms,
-            format!(
-                "retransmission timeouts of {}'s data: the path lost packets (look at loss, not at the programs)",
-                side.addr
-            ),
+            format!("retransmission timeouts of {}'s data", side.addr),
+            "the path lost packets (look at loss, not at the programs)",
         ));
         waits.push((
             side.zero_window_ms,
-            format!(
-                "{}'s zero window: its application stopped reading (look at what it does between reads)",
-                side.addr
-            ),
+            format!("{}'s zero window", side.addr),
+            "its application stopped reading (look at what it does between reads)",
         ));
     }
-    let (ms, what) = waits.into_iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
+    let (ms, what, meaning) = waits.into_iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
     (ms >= NOTABLE_WAIT_MS).then(|| {
         format!(
-            "the longest wait was {what}, {} of the flow's {}",
+            "the longest of these waits: {what}, {} in all of the flow's {}: {meaning}",
             span(ms),
             span(total_ms)
         )

@@ -76,7 +76,8 @@ impl Waits {
                         })
                         .collect(),
                     delay_ms: mean_ms(windows.iter().map(|(c, o)| (c, o.as_ref()))),
-                    direction: direction_name(d),
+                    // The way the data held back went: to the side that stopped reading.
+                    direction: direction_name(d.peer()),
                     summary: format!(
                         "{} advertised a zero window: its application stopped reading (not Nagle)",
                         sides[d].addr
