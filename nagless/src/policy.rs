@@ -130,15 +130,17 @@ impl FlushPolicy {
     /// over in one send (a read that would wait sends them too). Before a first flush every
     /// write is a batch of its own, handed over as it is made.
     ///
-    /// In a tokio stream on a runtime with a timer, once the caller flushes, each batch is
-    /// one plain send to the socket with the kernel's Nagle on (`TCP_NODELAY` cleared): the
+    /// In a tokio stream made on a runtime with a timer (and built with `panic = "unwind"`,
+    /// where the timer can be probed; Linux 4.19 or later), once the caller flushes, each batch
+    /// is one plain send to the socket with the kernel's Nagle on (`TCP_NODELAY` cleared): the
     /// kernel sends it at once when no small segment is unacknowledged and otherwise with the
-    /// next ACK, one system call per batch, as a client that already batches (redis-rs,
-    /// hyper) gets from the kernel's defaults. The stream then looks at what the kernel holds
-    /// (`TCP_INFO`) when its reader is about to wait and every [`DEFAULT_LINGER`] after, and
-    /// pushes bytes held a whole bound: a batch behind one the peer does not answer (an HTTP/2
-    /// `WINDOW_UPDATE`) waits about a millisecond (the timer's step), not the peer's delayed
-    /// ACK.
+    /// next ACK, one send per batch, as a client that already batches (redis-rs, hyper) gets
+    /// from the kernel's defaults. The stream then looks at what the kernel holds (a
+    /// `TCP_INFO` read) when its reader is about to wait and every [`DEFAULT_LINGER`] after
+    /// while bytes stay held, and pushes bytes held a whole bound: a batch behind one the peer
+    /// does not answer (an HTTP/2 `WINDOW_UPDATE`) waits about a millisecond when the reader
+    /// turns to wait after the flush, up to two or three (looks a bound apart on tokio's 1 ms
+    /// timer) when it was waiting already, not the peer's delayed ACK.
     ///
     /// The bound elsewhere (the std stream, the C API, and a tokio stream before its first
     /// flush), honestly: held bytes leave with the next ACK, so a peer that answers slowly

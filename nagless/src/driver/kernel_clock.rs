@@ -6,7 +6,7 @@
 //! whole and flushes it. Each batch is one plain send to a socket with Nagle on: the kernel
 //! sends it at once when no small segment of ours is unacknowledged (Minshall's rule), and
 //! otherwise with the next ACK, together with everything written since, which is what the
-//! `MSG_MORE` hand-over does with two to four system calls per batch instead of one. A batch's
+//! `MSG_MORE` hand-over does with two to four system calls per batch instead of one send. A batch's
 //! own pieces are in its one send, so they never wait for each other's ACK.
 //!
 //! The bound: what Nagle holds waits for an ACK, and a peer that does not answer the earlier

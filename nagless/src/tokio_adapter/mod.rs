@@ -109,7 +109,9 @@ impl NaglessStream<::tokio::net::TcpStream> {
         Self::with_policy(stream, FlushPolicy::default())
     }
 
-    /// Wraps a tokio TCP stream with `policy`; sets `TCP_NODELAY`.
+    /// Wraps a tokio TCP stream with `policy`; sets `TCP_NODELAY` (under
+    /// [`FlushPolicy::clocked`], cleared again after the caller's first flush: the kernel's
+    /// Nagle then clocks its batches, see there).
     pub fn with_policy(stream: ::tokio::net::TcpStream, policy: FlushPolicy) -> io::Result<Self> {
         stream.set_nodelay(true)?;
         let mut core = Coalescer::new(policy);
