@@ -218,5 +218,7 @@ fn hyper_http2_tasks_share_one_clocked_connection_without_a_stall() {
         .and_then(|s| s.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no rate in {text:?}"));
-    assert!(rate > 2_000.0, "{text}");
+    // (A generous bar: the stall's ceiling is 800 a second, a debug build on a loaded
+    // machine makes several thousand.)
+    assert!(rate > 1_000.0, "{text}");
 }
