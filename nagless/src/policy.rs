@@ -136,11 +136,10 @@ impl FlushPolicy {
     /// kernel sends it at once when no small segment is unacknowledged and otherwise with the
     /// next ACK, one send per batch, as a client that already batches (redis-rs, hyper) gets
     /// from the kernel's defaults. The stream then looks at what the kernel holds (a
-    /// `TCP_INFO` read) when its reader is about to wait and every [`DEFAULT_LINGER`] after
-    /// while bytes stay held, and pushes bytes held a whole bound: a batch behind one the peer
-    /// does not answer (an HTTP/2 `WINDOW_UPDATE`) waits about a millisecond when the reader
-    /// turns to wait after the flush, up to two or three (looks a bound apart on tokio's 1 ms
-    /// timer) when it was waiting already, not the peer's delayed ACK.
+    /// `TCP_INFO` read) right after a send that finds no look owed, and every
+    /// [`DEFAULT_LINGER`] after while bytes stay held, and pushes bytes held a whole bound: a
+    /// batch behind one the peer does not answer (an HTTP/2 `WINDOW_UPDATE`) waits one to two
+    /// milliseconds (the bound, on tokio's 1 ms timer), not the peer's delayed ACK.
     ///
     /// The bound elsewhere (the std stream, the C API, and a tokio stream before its first
     /// flush), honestly: held bytes leave with the next ACK, so a peer that answers slowly

@@ -162,7 +162,14 @@ impl<S: Seal> Driver<S> {
             .seal
             .send_due(&mut self.core, wire, now, handshake, false);
         if had_due {
+            let first = self.kernel.due().is_none();
             self.kernel.sent(now, CLOCK_BOUND);
+            // The first look at once: a batch the kernel sent whole owes nothing more (no
+            // timer wakes for it); what it holds is pushed a bound from now, unless an ACK
+            // sends it first.
+            if first && !urgent {
+                self.look_at_kernel(wire, now, true)?;
+            }
         }
         if urgent && matches!(r, Ok(Drive::Idle)) {
             self.push_kernel(wire)?;

@@ -12,10 +12,10 @@
 //! The bound: what Nagle holds waits for an ACK, and a peer that does not answer the earlier
 //! bytes (an HTTP/2 `SETTINGS` acknowledgement, a `WINDOW_UPDATE`) delays it (40 ms on
 //! Linux). So after every send a look is owed: the kernel is asked what it has sent in all
-//! and what it holds. The stream makes it when its reader is about to wait (the moment a held
-//! request would start to cost), else its background task makes it
-//! [`CLOCK_BOUND`](super::CLOCK_BOUND) after the send; every look that finds bytes held owes
-//! the next one a bound later. When the kernel has sent fewer bytes since the previous look
+//! and what it holds. The first is made at once, right after the send (or, for bytes handed
+//! over elsewhere, when the reader is about to wait); every look that finds bytes held owes
+//! the next one [`CLOCK_BOUND`](super::CLOCK_BOUND) later, which the stream's background task
+//! makes. When the kernel has sent fewer bytes since the previous look
 //! than it held then, bytes have waited a whole bound with no ACK to release them: they are
 //! pushed (`TCP_NODELAY` set and cleared). A look that finds nothing held ends the looking
 //! until the next send.
