@@ -67,11 +67,9 @@ pub(crate) trait Wire {
     fn progress(&mut self) -> io::Result<(u64, u32)> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         if let Some(fd) = self.socket() {
-            let mut buf = [0u8; 512];
-            let len = crate::sys::tcp_info_raw(fd, &mut buf)?;
-            let info = crate::tcp_info::TcpInfo::parse(&buf[..len]);
-            if let Some((Some(sent), Some(again), Some(unsent))) =
-                info.map(|i| (i.bytes_sent, i.bytes_retrans, i.notsent_bytes))
+            let i = crate::tcp_info::TcpInfo::of(&fd)?;
+            if let (Some(sent), Some(again), Some(unsent)) =
+                (i.bytes_sent, i.bytes_retrans, i.notsent_bytes)
             {
                 return Ok((sent.saturating_sub(again), unsent));
             }
