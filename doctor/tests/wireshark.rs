@@ -226,7 +226,10 @@ fn the_plugin_marks_the_ack_clocked_frames_the_doctor_names() {
         for fd in &f.findings {
             assert_eq!(fd.kind, "ack-clocked");
             for fr in &fd.frames {
-                named.entry(fr.frame).or_default().push(fr.role.to_string());
+                named
+                    .entry(fr.frame)
+                    .or_default()
+                    .push(format!("ack-clocked {}", fr.role));
             }
         }
     }
@@ -235,38 +238,10 @@ fn the_plugin_marks_the_ack_clocked_frames_the_doctor_names() {
     std::fs::create_dir_all(&dir).unwrap();
     let findings = dir.join("findings.json");
     std::fs::write(&findings, report::json(&d).to_string()).unwrap();
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(&capture)
-        .arg("-X")
-        .arg(format!(
-            "lua_script:{}",
-            root().join("deploy/wireshark/nagless.lua").display()
-        ))
-        .args(["-Y", "nagless.kind == \"ack-clocked\""])
-        .args(["-T", "fields", "-E", "occurrence=a", "-e", "frame.number"])
-        .args(["-e", "nagless.role", "-e", "nagless.kind"])
-        .env("NAGLESS_FINDINGS", &findings)
-        .output()
-        .expect("tshark runs");
+    let (marked, stderr, ok) = marks_of_kinds(&capture, &findings, &["ack-clocked"]);
     std::fs::remove_dir_all(&dir).ok();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && !stderr.contains("nagless:"),
-        "{stderr}"
-    );
-    let mut marked: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    for line in String::from_utf8(out.stdout).unwrap().lines() {
-        let cols: Vec<&str> = line.split('\t').collect();
-        let frame: u64 = cols[0].parse().unwrap();
-        // (A frame may carry a stall's mark too: only the ACK-clocked ones are compared.)
-        for (role, kind) in cols[1].split(',').zip(cols[2].split(',')) {
-            if kind == "ack-clocked" {
-                marked.entry(frame).or_default().push(role.to_string());
-            }
-        }
-    }
-    for v in named.values_mut().chain(marked.values_mut()) {
+    assert!(ok && !stderr.contains("nagless:"), "{stderr}");
+    for v in named.values_mut() {
         v.sort();
     }
     assert_eq!(marked, named);
@@ -304,39 +279,14 @@ fn the_plugin_marks_the_timeouts_and_zero_windows_the_doctor_names() {
         }
         let findings = dir.join("findings.json");
         std::fs::write(&findings, report::json(&d).to_string()).unwrap();
-        let out = Command::new("tshark")
-            .arg("-r")
-            .arg(&capture)
-            .arg("-X")
-            .arg(format!(
-                "lua_script:{}",
-                root().join("deploy/wireshark/nagless.lua").display()
-            ))
-            .args([
-                "-Y",
-                "nagless.kind == \"retransmission-timeout\" || nagless.kind == \"zero-window\"",
-            ])
-            .args(["-T", "fields", "-E", "occurrence=a", "-e", "frame.number"])
-            .args(["-e", "nagless.role", "-e", "nagless.kind"])
-            .env("NAGLESS_FINDINGS", &findings)
-            .output()
-            .expect("tshark runs");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!stderr.contains("nagless:"), "{stderr}");
-        let mut marked: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-        for line in String::from_utf8(out.stdout).unwrap().lines() {
-            let cols: Vec<&str> = line.split('\t').collect();
-            let frame: u64 = cols[0].parse().unwrap();
-            for (role, kind) in cols[1].split(',').zip(cols[2].split(',')) {
-                if KINDS.contains(&kind) {
-                    marked
-                        .entry(frame)
-                        .or_default()
-                        .push(format!("{kind} {role}"));
-                }
-            }
-        }
-        for v in named.values_mut().chain(marked.values_mut()) {
+        let (marked, stderr, ok) = marks_of_kinds(&capture, &findings, &KINDS);
+        // (synthetic-head.pcap is cut mid-record on purpose: tshark fails at the cut.)
+        assert!(
+            (ok || stderr.contains("cut short in the middle of a packet"))
+                && !stderr.contains("nagless:"),
+            "{stderr}"
+        );
+        for v in named.values_mut() {
             v.sort();
         }
         assert_eq!(marked, named, "{}", capture.display());
@@ -345,4 +295,51 @@ fn the_plugin_marks_the_timeouts_and_zero_windows_the_doctor_names() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(with_waits >= 1, "no capture of the corpus has such a wait");
     eprintln!("{with_waits} capture(s) with retransmission timeouts or zero windows");
+}
+
+/// What tshark with the plugin marks in `capture` with one of `kinds`, by frame: each mark as
+/// "kind role", sorted (a frame may carry marks of other kinds too: a stall's, say; they are
+/// left out), what it said on stderr, and whether it succeeded.
+fn marks_of_kinds(
+    capture: &Path,
+    findings: &Path,
+    kinds: &[&str],
+) -> (BTreeMap<u64, Vec<String>>, String, bool) {
+    let filter = kinds
+        .iter()
+        .map(|k| format!("nagless.kind == \"{k}\""))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    let out = Command::new("tshark")
+        .arg("-r")
+        .arg(capture)
+        .arg("-X")
+        .arg(format!(
+            "lua_script:{}",
+            root().join("deploy/wireshark/nagless.lua").display()
+        ))
+        .args(["-Y", &filter])
+        .args(["-T", "fields", "-E", "occurrence=a", "-e", "frame.number"])
+        .args(["-e", "nagless.role", "-e", "nagless.kind"])
+        .env("NAGLESS_FINDINGS", findings)
+        .output()
+        .expect("tshark runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let mut marked: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let frame: u64 = cols[0].parse().unwrap();
+        for (role, kind) in cols[1].split(',').zip(cols[2].split(',')) {
+            if kinds.contains(&kind) {
+                marked
+                    .entry(frame)
+                    .or_default()
+                    .push(format!("{kind} {role}"));
+            }
+        }
+    }
+    for v in marked.values_mut() {
+        v.sort();
+    }
+    (marked, stderr, out.status.success())
 }
