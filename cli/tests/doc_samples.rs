@@ -94,9 +94,28 @@ fn samples(text: &str, prefix: &str) -> Vec<Sample> {
     v
 }
 
-/// Writes `outputs` (one per sample, in order) over the samples' lines of `path`.
-fn update(path: &Path, found: &[Sample], outputs: &[String]) {
+/// The `nagless doctor` samples of `text`.
+fn doctor_samples(text: &str) -> Vec<Sample> {
+    samples(text, "nagless doctor")
+}
+
+/// The `nagless watch` samples of `text` that are run again (those with a marker).
+fn watch_samples(text: &str) -> Vec<Sample> {
+    samples(text, "nagless watch")
+        .into_iter()
+        .filter(|s| s.marker.is_some())
+        .collect()
+}
+
+/// Writes `outputs` (one per sample `find` finds, in order) over the samples' lines of
+/// `path`, found again in the file as it is now: the doctor's and the watch's tests update
+/// one document (README.md) at once, and lines one adds move the other's samples.
+fn update(path: &Path, find: fn(&str) -> Vec<Sample>, outputs: &[String]) {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let text = std::fs::read_to_string(path).unwrap();
+    let found = find(&text);
+    assert_eq!(found.len(), outputs.len(), "{}", path.display());
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     for (s, out) in found.iter().zip(outputs).rev() {
         lines.splice(s.start..s.end, out.lines().map(str::to_owned));
@@ -114,7 +133,7 @@ fn doctor_samples_are_what_the_doctor_prints() {
     for doc in documents() {
         let text = std::fs::read_to_string(&doc).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        let found = samples(&text, "nagless doctor");
+        let found = doctor_samples(&text);
         let mut outputs = Vec::new();
         for s in &found {
             let args: Vec<&str> = s.command.split_whitespace().skip(2).collect();
@@ -141,7 +160,7 @@ fn doctor_samples_are_what_the_doctor_prints() {
             checked += 1;
         }
         if updating() && !found.is_empty() {
-            update(&doc, &found, &outputs);
+            update(&doc, doctor_samples, &outputs);
         }
     }
     assert!(checked > 0, "no doctor sample found");
@@ -223,10 +242,7 @@ fn watch_samples_have_the_words_the_watch_prints() {
     for doc in documents() {
         let text = std::fs::read_to_string(&doc).unwrap();
         let lines: Vec<&str> = text.lines().collect();
-        let found: Vec<Sample> = samples(&text, "nagless watch")
-            .into_iter()
-            .filter(|s| s.marker.is_some())
-            .collect();
+        let found = watch_samples(&text);
         let mut outputs = Vec::new();
         for s in &found {
             if !s.command.contains("--backend sampling") && !watch_ebpf_or_skip(NAGLESS) {
@@ -251,7 +267,7 @@ fn watch_samples_have_the_words_the_watch_prints() {
             checked += 1;
         }
         if updating() && !found.is_empty() {
-            update(&doc, &found, &outputs);
+            update(&doc, watch_samples, &outputs);
         }
     }
     assert!(checked > 0, "no watch sample checked");

@@ -170,8 +170,65 @@ fn flow_text(out: &mut String, f: &FlowReport, order: crate::analysis::StallOrde
             );
         }
     }
+    budget_text(out, f);
     for v in &f.verdict {
         let _ = writeln!(out, "  => {v}");
+    }
+}
+
+/// Causes in a line of the budget: the largest, each 1% of the time or more; the rest
+/// summed up.
+const CAUSES_SHOWN: usize = 6;
+const CAUSE_SHARE_SHOWN: f64 = 0.01;
+
+/// Where the flow's time went, and its slowest exchange's.
+fn budget_text(out: &mut String, f: &FlowReport) {
+    let line = |causes: &[crate::analysis::Spent]| {
+        let shown = causes
+            .iter()
+            .take(CAUSES_SHOWN)
+            .take_while(|s| s.share >= CAUSE_SHARE_SHOWN)
+            .count()
+            .max(1);
+        let mut parts: Vec<String> = causes[..shown]
+            .iter()
+            .map(|s| {
+                let side = s.side.map(|x| format!(" ({x})")).unwrap_or_default();
+                format!(
+                    "{}{side} {:.1} ms ({:.0}%)",
+                    s.cause.describe(),
+                    s.ms,
+                    s.share * 100.0
+                )
+            })
+            .collect();
+        if causes.len() > shown {
+            let rest: f64 = causes[shown..].iter().map(|s| s.ms).sum();
+            parts.push(format!("other {rest:.1} ms"));
+        }
+        parts.join(", ")
+    };
+    let b = &f.budget;
+    if b.causes.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "  time: {}", line(&b.causes));
+    if f.exchanges > 1 {
+        if let Some(e) = b
+            .exchanges
+            .iter()
+            .filter(|e| e.index > 0)
+            .max_by(|a, b| a.total_ms.total_cmp(&b.total_ms))
+        {
+            let _ = writeln!(
+                out,
+                "  slowest exchange, #{} (frame {}): {:.1} ms: {}",
+                e.index,
+                e.start.frame,
+                e.total_ms,
+                line(&e.causes)
+            );
+        }
     }
 }
 

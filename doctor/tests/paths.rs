@@ -14,6 +14,7 @@ use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::Duration;
 
+use nagless_doctor::analysis::Cause;
 use nagless_doctor::{Diagnosis, FlowReport};
 use nagless_netpath::{EmulatedPath, PathError, PathSpec};
 use nagless_test_support::{exclusive, have_tool, skip, Tcpdump};
@@ -217,7 +218,15 @@ fn slow_server(p: &EmulatedPath, port: u16) -> Expect {
         kind: Kind::NoNagle {
             // Ten rounds, each a request and its echo: ten exchanges; the server's think time
             // is named, at either end (the answerer's side of the round trip taken off).
-            check: |f| f.exchanges >= 10 && f.verdict[0].contains("the time is the program's"),
+            // Its budget gives the server its 60 ms a round (less a margin for the
+            // scheduler), and the client its 30 ms of idle.
+            check: |f| {
+                f.exchanges >= 10
+                    && f.verdict[0].contains("the time is the program's")
+                    && f.verdict[0].contains("'s think time: ")
+                    && spent(f, Cause::Think, Some("server")) >= 10.0 * 60.0 * 0.9
+                    && spent(f, Cause::Idle, Some("client")) >= 10.0 * 30.0 * 0.9
+            },
         },
     }
 }
@@ -300,6 +309,7 @@ fn zero_window(p: &EmulatedPath, port: u16) -> Expect {
             check: |f| {
                 f.sides[1].zero_window_waits >= 1
                     && f.sides[1].zero_window_ms >= 500.0
+                    && spent(f, Cause::ZeroWindow, Some("server")) >= 500.0
                     && f.verdict[0].contains("'s zero window, ")
                     && f.verdict[0].contains("its application stopped reading")
             },
@@ -324,7 +334,11 @@ fn lossy(p: &EmulatedPath, port: u16) -> Expect {
             // verdict gives the time.
             check: |f| {
                 let rto: u64 = f.sides.iter().map(|s| s.retransmission_timeouts).sum();
+                let waited = f.sides.iter().map(|s| s.retransmission_timeout_ms);
+                let recovered = spent(f, Cause::LossRecovery, Some("client"))
+                    + spent(f, Cause::LossRecovery, Some("server"));
                 f.sides.iter().map(|s| s.retransmissions).sum::<u64>() > 0
+                    && recovered >= waited.fold(0.0, f64::max) * 0.99
                     && f.sides
                         .iter()
                         .all(|s| s.retransmission_timeout_ms <= f.duration_s * 1000.0)
@@ -332,6 +346,16 @@ fn lossy(p: &EmulatedPath, port: u16) -> Expect {
             },
         },
     }
+}
+
+/// The time `f`'s budget gives `cause` of `side`, ms.
+fn spent(f: &FlowReport, cause: Cause, side: Option<&str>) -> f64 {
+    f.budget
+        .causes
+        .iter()
+        .filter(|s| s.cause == cause && s.side == side)
+        .map(|s| s.ms)
+        .sum()
 }
 
 fn flow_on(d: &Diagnosis, port: u16) -> &FlowReport {
@@ -359,6 +383,22 @@ fn score(end: &str, d: &Diagnosis, expects: &[Expect]) -> (usize, usize, usize) 
             "{end}, {}: {:?}",
             e.name,
             f.verdict
+        );
+        // Its budget adds up to the flow's time, and gives the stalls theirs.
+        let b = &f.budget;
+        let sum: f64 = b.causes.iter().map(|s| s.ms).sum();
+        assert!(
+            (sum - b.total_ms).abs() < 0.01 && (b.total_ms - f.duration_s * 1000.0).abs() < 0.01,
+            "{end}, {}: {b:#?}",
+            e.name
+        );
+        let nagle = spent(f, Cause::NagleStall, Some("client"))
+            + spent(f, Cause::NagleStall, Some("server"));
+        let stalled = f.stalled_s * 1000.0;
+        assert!(
+            nagle >= stalled * 0.99 && nagle <= stalled + 0.01,
+            "{end}, {}: {nagle} ms of Nagle in the budget, {stalled} ms stalled",
+            e.name
         );
         match &e.kind {
             Kind::Labelled {
@@ -442,6 +482,16 @@ fn both_ends(spec: PathSpec, scenarios: impl FnOnce(&EmulatedPath) -> Vec<Expect
         }
     }
     for (end, bytes) in captures {
+        // `NAGLESS_KEEP_CAPTURES=DIR` keeps them, for a person to read (docs/doctor.md's
+        // examples come from them).
+        if let Some(dir) = std::env::var_os("NAGLESS_KEEP_CAPTURES") {
+            let test = thread::current()
+                .name()
+                .unwrap_or("paths")
+                .replace("::", "-");
+            let name = format!("{test}-{}.pcap", end.replace(' ', "-"));
+            std::fs::write(std::path::Path::new(&dir).join(name), &bytes).unwrap();
+        }
         let d = nagless_doctor::diagnose(&bytes).expect("tcpdump's capture parses");
         assert!(d.damage.is_none(), "{end}: {:?}", d.damage);
         let (tp, fp, fneg) = score(end, &d, &expects);

@@ -3,13 +3,15 @@
 //! the per-side counters, and when the flow ends builds its [`FlowReport`].
 
 use super::answer::Answers;
+use super::budget::{self, Budget, Named, Paths, Wait};
 use super::candidates::Collector;
 use super::clock::Clock;
 use super::direction::Direction;
 use super::endpoint::{self, Endpoint};
 use super::hold::SenderHolds;
 use super::judge::{self, Findings};
-use super::output::{At, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
+use super::ledger::{Kind, Label};
+use super::output::{At, Cause, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
 use super::sequence::{self, Sequence, Window};
 use super::verdict;
 use super::waits::Waits;
@@ -38,6 +40,10 @@ pub(super) struct Flow {
     answers: Option<Box<Answers>>,
     /// Retransmission timeouts and zero windows; made at the first.
     waits: Option<Box<Waits>>,
+    /// Where the time went; made at the first data segment.
+    budget: Option<Box<Budget>>,
+    /// The last frame's number.
+    last_frame: u64,
     /// Each side's last data segment, µs (0: none yet).
     last_data_us: [u64; 2],
     packets: u64,
@@ -85,6 +91,8 @@ impl Flow {
             holds: None,
             answers: None,
             waits: None,
+            budget: None,
+            last_frame: frame,
             last_data_us: [0; 2],
             packets: 0,
             exchanges: 0,
@@ -128,6 +136,7 @@ impl Flow {
         let us = us.max(self.last_us);
         self.packets += 1;
         self.last_us = us;
+        self.last_frame = frame;
         self.seq[d].last_segment_us = Some(us);
         let control = sequence::is_control(s);
         let pure = s.len == 0 && !control;
@@ -143,7 +152,13 @@ impl Flow {
         }
         if s.flags & flags::RST != 0 {
             self.rst = true;
+            if let Some(b) = &mut self.budget {
+                b.on_close(d, us, frame);
+            }
             return;
+        }
+        if !control {
+            self.seq[d].on_advertised(s.window);
         }
         self.seq[d].on_ttl(s.ttl);
         if let Some(m) = s.mss {
@@ -171,6 +186,10 @@ impl Flow {
                     if let Some(w) = &mut self.waits {
                         w.on_window_opened(d, At::new(frame, us));
                     }
+                    if let Some(b) = &mut self.budget {
+                        let label = Label::of(Cause::ZeroWindow, Some(d));
+                        b.overlay(us.saturating_sub(zero_us), us, label);
+                    }
                 }
                 Window::Unchanged => {}
             }
@@ -196,6 +215,10 @@ impl Flow {
             if let Some(h) = &mut self.holds {
                 h.on_fin(d, us, rtt);
             }
+            if let Some(b) = &mut self.budget {
+                b.on_close(d, us, frame);
+            }
+            self.budget_holds();
         }
         if s.len > 0 {
             self.on_data(d, s, us, frame);
@@ -206,6 +229,9 @@ impl Flow {
         let Some(acked) = sequence::acknowledge(&mut self.seq, d, s, us, pure) else {
             return;
         };
+        if let Some(b) = &mut self.budget {
+            b.on_ack(d, us, frame);
+        }
         self.collected
             .on_ack(d, &acked, &self.seq, s, us, frame, pure);
         if let Some(h) = self
@@ -236,6 +262,22 @@ impl Flow {
             self.waits
                 .get_or_insert_with(Default::default)
                 .on_timeout(d, last, At::new(frame, us));
+        }
+        let data = budget::Data {
+            retransmit: sent.retransmit,
+            opens_exchange: self.last_sender != Some(d) && self.first_sender.unwrap_or(d) == d,
+            asks: self.last_sender != Some(d) && d == Direction::Client,
+            full: !small,
+            wait: Wait::of(&self.seq, d, !small),
+        };
+        let (first_us, first_frame) = (self.first_us, self.start.frame);
+        let b = self
+            .budget
+            .get_or_insert_with(|| Box::new(Budget::new(first_us, first_frame)));
+        b.on_data(d, us, frame, data, &Paths::of(&self.seq));
+        if sent.timeout {
+            let label = Label::of(Cause::LossRecovery, Some(d));
+            b.overlay(us.saturating_sub(sent.waited_us), us, label);
         }
         side.data_segments += 1;
         side.bytes += u64::from(s.len);
@@ -271,6 +313,28 @@ impl Flow {
         let options = u32::from(s.opt_len);
         self.clock
             .on_data(d, &self.seq, s.len, options, sent.retransmit, us, frame);
+        self.budget_holds();
+        if self.budget.as_ref().is_some_and(|b| b.full()) {
+            // What is pending relabels the runs it covers before the older ones fold.
+            self.settle();
+            if let Some(b) = &mut self.budget {
+                b.fold_older();
+            }
+        }
+    }
+
+    /// The sender holds confirmed since last time go to the budget.
+    fn budget_holds(&mut self) {
+        let (Some(h), Some(b)) = (&mut self.holds, &mut self.budget) else {
+            return;
+        };
+        for (d, from_us, to_us) in h.confirmed.drain(..) {
+            let label = Label {
+                kind: Kind::HoldWait,
+                side: Some(d),
+            };
+            b.overlay(from_us, to_us, label);
+        }
     }
 
     /// Stall candidates made so far, and the newest (see [`Collector::newest_mut`]).
@@ -286,6 +350,12 @@ impl Flow {
     fn settle(&mut self) {
         self.found
             .settle(&mut self.collected, &self.seq, &mut self.sides);
+        let spans = self.found.stalled_spans.drain(..);
+        if let Some(b) = &mut self.budget {
+            for (d, from_us, to_us) in spans {
+                b.overlay(from_us, to_us, Label::of(Cause::NagleStall, Some(d)));
+            }
+        }
     }
 
     /// Judges what is left and sums the flow up.
@@ -301,9 +371,16 @@ impl Flow {
             };
         }
         // A window still closed at the end was closed until then.
-        for (side, seq) in sides.iter_mut().zip(&self.seq) {
+        for (d, (side, seq)) in Direction::BOTH
+            .into_iter()
+            .zip(sides.iter_mut().zip(&self.seq))
+        {
             if let Some(zero_us) = seq.zero_for(self.last_us) {
                 side.zero_window_ms += zero_us as f64 / 1000.0;
+                if let Some(b) = &mut self.budget {
+                    let label = Label::of(Cause::ZeroWindow, Some(d));
+                    b.overlay(self.last_us - zero_us, self.last_us, label);
+                }
             }
         }
         let duration_us = self.last_us.saturating_sub(self.first_us);
@@ -319,6 +396,20 @@ impl Flow {
         };
         let ack_clocked = self.clock.report(&self.seq, &sides);
         let sender_holds = self.holds.map(|h| h.report(&sides)).unwrap_or_default();
+        let named = Named {
+            clocked: Direction::BOTH.map(|d| {
+                let name = judge::direction_name(d);
+                ack_clocked.iter().any(|c| c.direction == name)
+            }),
+            holds: Direction::BOTH.map(|d| {
+                let name = judge::direction_name(d);
+                sender_holds.iter().any(|h| h.direction == name)
+            }),
+        };
+        let budget = self
+            .budget
+            .unwrap_or_else(|| Box::new(Budget::new(self.first_us, self.start.frame)))
+            .close(self.last_us, self.last_frame, &Paths::of(&self.seq), named);
         let answerer = self.first_sender.map(|o| o.peer());
         let slow_answers = answerer.zip(self.answers.as_ref().and_then(|a| a.median_us()));
         let mut verdict = verdict::verdict(
@@ -337,6 +428,13 @@ impl Flow {
             .chain(sender_holds.iter().map(verdict::sender_hold_finding))
             .chain(self.waits.map(|w| w.findings(&sides)).unwrap_or_default())
             .collect();
+        if self.found.stall_count == 0 {
+            if let (Some(line), Some(clause)) =
+                (verdict.first_mut(), budget::most_waited(&budget, &sides))
+            {
+                *line += &format!("; {clause}");
+            }
+        }
         FlowReport {
             index: self.index,
             sides,
@@ -362,6 +460,7 @@ impl Flow {
             ack_clocked,
             sender_holds,
             findings,
+            budget,
             verdict,
             timeline: self.timeline.unwrap_or_default(),
         }

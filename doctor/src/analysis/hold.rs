@@ -63,6 +63,9 @@ pub(super) struct SenderHolds {
     gaps_us: [Vec<u64>; 2],
     /// Per sender: when the peer last acknowledged all it had sent.
     all_acked_us: [Option<u64>; 2],
+    /// Holds confirmed since the budget last took them: the sender, and the time the peer
+    /// waited for the held segment, µs.
+    pub(super) confirmed: Vec<(Direction, u64, u64)>,
 }
 
 impl SenderHolds {
@@ -87,6 +90,10 @@ impl SenderHolds {
                 self.confirm(peer, p);
             }
         }
+        // The peer's turn ends with this: a hold of its needs nothing from `d` between.
+        // (`new_turn` alone does not say so: a retransmission of the peer's may have come
+        // after this side's last data.)
+        self.opened[peer] = None;
         let opened = self.opened[d].take();
         if let (false, Some(o)) = (new_turn, opened) {
             let gap = us.saturating_sub(o.us);
@@ -130,6 +137,8 @@ impl SenderHolds {
     }
 
     fn confirm(&mut self, d: Direction, p: Pending) {
+        self.confirmed
+            .push((d, p.held_us.saturating_sub(p.gap_us), p.held_us));
         if self.gaps_us[d].len() < GAPS_KEPT {
             self.gaps_us[d].push(p.gap_us);
         }

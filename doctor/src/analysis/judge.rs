@@ -49,6 +49,9 @@ pub(super) struct Findings {
     /// The first delayed ACKs.
     pub(super) delayed: Vec<DelayedAck>,
     pub(super) delayed_count: u64,
+    /// The stalls judged since the budget last took them: the sender, and the time its
+    /// write waited (the ACK's delay), µs.
+    pub(super) stalled_spans: Vec<(Direction, u64, u64)>,
 }
 
 impl Findings {
@@ -128,6 +131,9 @@ impl Findings {
         };
         self.last_stall_turn[d] = Some(c.turn);
         let stalled = evidence.ack_delay_us;
+        let ack_us = (c.ack.time_s * 1e6).round() as u64;
+        self.stalled_spans
+            .push((d, ack_us.saturating_sub(stalled), ack_us));
         self.stall_count += 1;
         let lost = &mut self.lost[d];
         lost.total_us += stalled;

@@ -30,12 +30,15 @@
 //! | `answer` | how long the answering side took to answer, its side of the round trip taken off: named without a stall |
 //! | `hold` | per direction: a small segment that left about 200 ms after its answer began, the peer waiting: a cork left on (not Nagle) |
 //! | `waits` | per direction: retransmission timeouts and zero windows, their frames kept as evidence (not Nagle) |
+//! | `budget` | where the flow's time went: each span between data segments labelled with a cause, later evidence relabelling what it covers ([`Budget`]) |
+//! | `ledger` | the budget's runs of labelled time, end to end, folded into totals per cause and per exchange as they age |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
 //! | `verdict` | the verdict and advice for people |
 //! | `output` | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
 
 mod analyzer;
 mod answer;
+mod budget;
 mod candidates;
 mod clock;
 mod direction;
@@ -43,6 +46,7 @@ mod endpoint;
 mod flow;
 mod hold;
 mod judge;
+mod ledger;
 mod options;
 mod output;
 mod relay;
@@ -57,8 +61,9 @@ pub use analyzer::{Analyzer, MAX_LIVE_FLOWS};
 pub use direction::Direction;
 pub use options::{Filter, Options, StallOrder};
 pub use output::{
-    AckClocked, At, CapturePoint, ClockedSegment, DelayedAck, Finding, FindingFrame, FlowReport,
-    HeldTail, Outcome, Pattern, SenderHold, Service, Side, Stall, TimelinePoint,
+    AckClocked, At, Budget, CapturePoint, Cause, ClockedSegment, DelayedAck, ExchangeBudget,
+    Finding, FindingFrame, FlowReport, HeldTail, Outcome, Pattern, SenderHold, Service, Side,
+    Spent, Stall, TimelinePoint,
 };
 
 #[cfg(test)]

@@ -182,6 +182,94 @@ pub struct HeldTail {
     pub after_ms: f64,
 }
 
+/// A cause the time of a connection went to, in its [`Budget`] (issue 51).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cause {
+    /// A write held by Nagle until a delayed ACK released it (the stall rule's [`Stall`]).
+    NagleStall,
+    /// Small writes queued behind the ACK of the sender's last segment ([`AckClocked`]).
+    AckClocked,
+    /// A sender's own hold, not Nagle's: a cork or `MSG_MORE` tail released by the kernel's
+    /// 200 ms ceiling ([`SenderHold`]).
+    SenderHold,
+    /// The path's round trip: a question's way to the answerer and the answer's back, a
+    /// handshake, a close.
+    RoundTrip,
+    /// Data crossing at the path's rate: a turn's segments one after another.
+    Transfer,
+    /// Loss recovery: retransmission timeouts (with their backoff), tail-loss probes, fast
+    /// retransmissions.
+    LossRecovery,
+    /// A receiver advertised a zero window: its application stopped reading.
+    ZeroWindow,
+    /// A sender waited for an ACK to send more, the receiver's window full.
+    ReceiveWindow,
+    /// A sender waited for an ACK to send more, its own congestion window full (slow start,
+    /// or a restart after idle).
+    CongestionWindow,
+    /// A receiver delayed its ACK while the sender waited for it, with no write held by
+    /// Nagle.
+    DelayedAck,
+    /// A program's own time: an answer's, or a pause within a turn ("it is not the
+    /// network").
+    Think,
+    /// The side that asks sent nothing: between an answer and its next question, or before
+    /// it closed. No one waited.
+    Idle,
+    /// Time the capture does not explain (a round trip never measured, a capture that ended
+    /// mid-turn): never forced into a class.
+    Unknown,
+}
+
+/// Time a [`Budget`] gives one cause (and one side, where it belongs to one).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Spent {
+    /// The cause.
+    pub cause: Cause,
+    /// The side it belongs to, `client` or `server` (the sender for a hold, a window or a
+    /// loss; the receiver for a zero window or a delayed ACK; the program for think time);
+    /// absent for the path's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub side: Option<&'static str>,
+    /// The time, ms.
+    pub ms: f64,
+    /// Its share of the whole.
+    pub share: f64,
+    /// The frames bounding its longest stretch.
+    pub longest: [At; 2],
+    /// What to do about it, where something can be done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<&'static str>,
+}
+
+/// Where a connection's time went: its first to last frame split into causes that add up to
+/// the whole (module `budget`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Budget {
+    /// The whole: the flow's first to last frame, ms.
+    pub total_ms: f64,
+    /// The causes, most time first.
+    pub causes: Vec<Spent>,
+    /// Exchanges: the first ones and the slowest (each from the asking side's question to
+    /// its next), in capture order; exchange 0 is the time before the first question (the
+    /// handshake).
+    pub exchanges: Vec<ExchangeBudget>,
+}
+
+/// One exchange's budget.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ExchangeBudget {
+    /// 0 before the first question, then 1, 2, ... as [`FlowReport::exchanges`] counts them.
+    pub index: u64,
+    /// Its first frame.
+    pub start: At,
+    /// Its time, ms.
+    pub total_ms: f64,
+    /// Its causes, most time first.
+    pub causes: Vec<Spent>,
+}
+
 /// Per-direction counters.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Side {
@@ -283,6 +371,8 @@ pub struct FlowReport {
     /// and per side with zero windows); absent from the JSON when none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub findings: Vec<Finding>,
+    /// Where the flow's time went.
+    pub budget: Budget,
     /// Verdict and advice for people.
     pub verdict: Vec<String>,
     /// The flow's segments, for the timeline ([`crate::report::svg`]); kept only when asked

@@ -105,6 +105,10 @@ pub(super) struct Sequence {
     last_full_us: Option<u64>,
     /// When this direction's sender last sent a segment (data or not).
     pub(super) last_segment_us: Option<u64>,
+    /// The window scale its SYN announced (`Some(None)`: its SYN announced none), and the
+    /// window it last advertised, unscaled.
+    scale: Option<Option<u8>>,
+    window: Option<u16>,
 }
 
 /// What an ACK acknowledged.
@@ -146,6 +150,12 @@ impl Sequence {
     /// A SYN or SYN-ACK from this direction's sender: its stream starts after it.
     pub(super) fn on_syn(&mut self, s: &Segment) {
         self.base_seq = Some(s.seq.wrapping_add(1));
+        self.scale = Some(s.wscale);
+    }
+
+    /// The window a segment (not a SYN) from this direction's sender advertised.
+    pub(super) fn on_advertised(&mut self, window: u16) {
+        self.window = Some(window);
     }
 
     /// Whether the stream starts right after the SYN `s` (a copy of its SYN, if it is one).
@@ -437,6 +447,24 @@ pub(super) fn sides_of_round_trip(seq: &[Sequence; 2]) -> [u64; 2] {
         receiver_side_us(seq, Direction::Client),
         receiver_side_us(seq, Direction::Server),
     ]
+}
+
+/// What `d` has sent that its peer has not acknowledged, bytes (0 if unknown).
+pub(super) fn in_flight(seq: &[Sequence; 2], d: Direction) -> u64 {
+    match (seq[d].nxt, seq[d.peer()].last_ack) {
+        (Some(nxt), Some(acked)) if seq_lt(acked, nxt) => u64::from(nxt.wrapping_sub(acked)),
+        _ => 0,
+    }
+}
+
+/// The window `d` last advertised, bytes: known when both SYNs were captured (they tell
+/// whether, and by how much, windows are scaled).
+pub(super) fn window(seq: &[Sequence; 2], d: Direction) -> Option<u64> {
+    let raw = u64::from(seq[d].window?);
+    match (seq[d].scale?, seq[d.peer()].scale?) {
+        (Some(shift), Some(_)) => Some(raw << shift.min(14)),
+        _ => Some(raw),
+    }
 }
 
 /// Whether `s` carries SYN, FIN or RST.

@@ -1,0 +1,565 @@
+//! Where a flow's time went ([`Budget`], issue 51): every stretch between two of its frames
+//! labelled with a cause in a [`Ledger`], so that the causes add up to the flow's first to
+//! last frame.
+//!
+//! Time is labelled a span at a time, from one data segment (either side's) to the next, when
+//! the next comes: who the flow was waiting for is known only when the wait ends.
+//! - The other side answered: its side of the round trip (as the capture point sees it) is
+//!   the path's, the rest its own: think time, or, before the client's next question, idle.
+//! - The same side went on with no ACK of its data between: the path's rate (after a full
+//!   segment, or within a millisecond), else a pause of its own (think).
+//! - The same side went on after the peer's ACK of its data: it waited for that ACK. Up to
+//!   the round trip that wait is its window's (a full segment or more in flight: the
+//!   receiver's window if that was full, else its congestion window) or, for one small
+//!   segment, a round trip the ACK clock's verdict may claim; beyond the receiver's side it is
+//!   the receiver's delayed ACK, beyond the sender's its own pause.
+//! - A retransmission ends its span as loss recovery.
+//!
+//! Evidence judged later relabels the time it covers ([`Ledger::overlay`]): a Nagle stall
+//! (the ACK's delay), a sender's hold (the held segment's wait), a retransmission timeout
+//! (from the segment's last sending), a zero window (closed to opened). Time a round trip
+//! was never measured to split is unknown: never forced into a class.
+
+use super::direction::Direction;
+use super::ledger::{Kind, Label, Ledger, Stretch, Tally};
+use super::output::{self, At, Cause, ExchangeBudget, Spent};
+use super::sequence::{self, Sequence};
+
+/// Gaps between one side's segments up to this long are the path's rate, whatever their
+/// size, µs.
+const RATE_GAP_US: u64 = 1_000;
+
+/// What a sender waits on when its data is in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// After a small segment: Nagle's (or the program's) round trip.
+    Small,
+    /// After a full segment, the receiver's window not full: its congestion window.
+    Congestion,
+    /// The receiver's window full.
+    Receive,
+}
+
+impl Wait {
+    /// What `d` waits on after a segment, `full` or not, with what it has in flight now. (A
+    /// full segment says the sender had more to send; what it has in flight is as the
+    /// capture point sees it, which at the receiver's end is little more than the segment.)
+    pub(super) fn of(seq: &[Sequence; 2], d: Direction, full: bool) -> Wait {
+        let in_flight = sequence::in_flight(seq, d);
+        let segment = u64::from(sequence::sizes(seq, d).full_segment().0);
+        match sequence::window(seq, d.peer()) {
+            _ if !full => Wait::Small,
+            // The receiver's window is used up (to a segment's room).
+            Some(w) if in_flight + segment > w => Wait::Receive,
+            _ => Wait::Congestion,
+        }
+    }
+
+    fn label(self, d: Direction) -> Label {
+        match self {
+            Wait::Small => Label {
+                kind: Kind::ClockWait,
+                side: Some(d),
+            },
+            Wait::Congestion => Label::of(Cause::CongestionWindow, Some(d)),
+            Wait::Receive => Label::of(Cause::ReceiveWindow, Some(d)),
+        }
+    }
+}
+
+/// The round trip as the capture point sees it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Paths {
+    /// Per sender: from its data passing the capture point to its receiver's ACK passing it
+    /// (the receiver's side of the round trip, jitter allowed), once measured.
+    side_us: [Option<u64>; 2],
+}
+
+impl Paths {
+    pub(super) fn of(seq: &[Sequence; 2]) -> Paths {
+        let side = |d: Direction| {
+            seq[d]
+                .base_us
+                .map(|_| sequence::receiver_side_us(seq, d) + seq[d].spread_us)
+        };
+        Paths {
+            side_us: [side(Direction::Client), side(Direction::Server)],
+        }
+    }
+
+    fn round_trip_us(&self) -> Option<u64> {
+        Some(self.side_us[0]? + self.side_us[1]?)
+    }
+}
+
+/// A data segment, as the budget needs it.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Data {
+    pub(super) retransmit: bool,
+    /// It opens an exchange: the first speaker's first segment of a turn.
+    pub(super) opens_exchange: bool,
+    /// It is the client's first segment of a turn: the time before it, past the way to it,
+    /// is the client's idle time (a server speaks when asked, or first: its time is think
+    /// time).
+    pub(super) asks: bool,
+    /// It was a full segment.
+    pub(super) full: bool,
+    /// What its sender waits on now, with it in flight.
+    pub(super) wait: Wait,
+}
+
+/// The last data segment.
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    sender: Direction,
+    full: bool,
+    wait: Wait,
+}
+
+/// One flow's budget, as it goes.
+pub(super) struct Budget {
+    ledger: Ledger,
+    /// The frame the ledger stands at.
+    frame: u64,
+    last: Option<Last>,
+    /// The peer's first ACK of the last sender's data since it: when, and its frame.
+    acked: Option<(u64, u64)>,
+    /// The first side to close (FIN or RST), when, and its frame.
+    closed: Option<(Direction, u64, u64)>,
+    exchange: u64,
+}
+
+impl Budget {
+    /// The budget of a flow whose first frame is `frame`, at `us`.
+    pub(super) fn new(us: u64, frame: u64) -> Budget {
+        Budget {
+            ledger: Ledger::new(us),
+            frame,
+            last: None,
+            acked: None,
+            closed: None,
+            exchange: 0,
+        }
+    }
+
+    /// `acker` acknowledged new data at `us`.
+    pub(super) fn on_ack(&mut self, acker: Direction, us: u64, frame: u64) {
+        if self.acked.is_none() && self.last.is_some_and(|l| l.sender == acker.peer()) {
+            self.acked = Some((us, frame));
+        }
+    }
+
+    /// `d` closed (FIN or RST) at `us`.
+    pub(super) fn on_close(&mut self, d: Direction, us: u64, frame: u64) {
+        self.closed.get_or_insert((d, us, frame));
+    }
+
+    /// A data segment from `d` at `us`: the span since the last one is labelled.
+    pub(super) fn on_data(&mut self, d: Direction, us: u64, frame: u64, data: Data, p: &Paths) {
+        let think = if data.asks { Cause::Idle } else { Cause::Think };
+        let mine = |c| Label::of(c, Some(d));
+        match self.last {
+            // The time before the first data: the handshake, then the first speaker's.
+            None => self.path_then(us, frame, p.round_trip_us(), mine(think)),
+            Some(_) if data.retransmit => self.push(us, frame, mine(Cause::LossRecovery)),
+            // An answer: the way to the answerer and back, then its time.
+            Some(l) if l.sender != d => self.path_then(us, frame, p.side_us[l.sender], mine(think)),
+            Some(l) => match self.acked {
+                None if l.full || us <= self.ledger.until_us() + RATE_GAP_US => {
+                    self.push(us, frame, Label::of(Cause::Transfer, None))
+                }
+                None => self.push(us, frame, mine(Cause::Think)),
+                Some((ack_us, ack_frame)) => {
+                    // The wait for the ACK: up to the receiver's side its window's, then the
+                    // receiver's delay; from the ACK, up to the sender's side its window's,
+                    // then its own pause.
+                    let waited = l.wait.label(d);
+                    let acker = Label::of(Cause::DelayedAck, Some(d.peer()));
+                    self.split(ack_us, ack_frame, p.side_us[d], waited, acker);
+                    self.split(us, frame, p.side_us[d.peer()], waited, mine(Cause::Think));
+                }
+            },
+        }
+        if data.opens_exchange {
+            self.exchange += 1;
+        }
+        self.last = Some(Last {
+            sender: d,
+            full: data.full,
+            wait: data.wait,
+        });
+        self.acked = None;
+    }
+
+    /// The time from `from_us` to `to_us` went to `label` instead, as later evidence shows.
+    pub(super) fn overlay(&mut self, from_us: u64, to_us: u64, label: Label) {
+        self.ledger.overlay(from_us, to_us, label);
+    }
+
+    /// Whether enough is open to fold: judge what is pending and overlay it first.
+    pub(super) fn full(&self) -> bool {
+        self.ledger.full()
+    }
+
+    pub(super) fn fold_older(&mut self) {
+        self.ledger.fold_older();
+    }
+
+    /// The flow ended at `us`, frame `frame`: the time since the last data is labelled, and
+    /// all of it summed up with what the flow's verdict `named`.
+    pub(super) fn close(mut self, us: u64, frame: u64, p: &Paths, named: Named) -> output::Budget {
+        let unknown = Label::of(Cause::Unknown, None);
+        match (self.last, self.closed) {
+            (None, _) => self.path_then(us, frame, p.round_trip_us(), unknown),
+            (Some(l), Some((c, close_us, close_frame))) => {
+                // Up to the close: the closing side's idle time (after the way to it, if the
+                // other side spoke last); then the closing handshake, and the other's idle.
+                let idle = |d| Label::of(Cause::Idle, Some(d));
+                if c == l.sender {
+                    self.push(close_us, close_frame, idle(c));
+                } else {
+                    self.path_then(close_us, close_frame, p.side_us[l.sender], idle(c));
+                }
+                self.path_then(us, frame, p.round_trip_us(), idle(c.peer()));
+            }
+            // The capture ended with the flow open.
+            (Some(l), None) => self.path_then(us, frame, p.side_us[l.sender], unknown),
+        }
+        let (tally, exchanges) = self.ledger.close();
+        let total_us = tally_total(&tally);
+        output::Budget {
+            total_ms: total_us as f64 / 1000.0,
+            causes: spent(tally.labels(), total_us, named),
+            exchanges: exchanges
+                .iter()
+                .map(|e| {
+                    let total_us = e.total_us();
+                    ExchangeBudget {
+                        index: e.index,
+                        start: At::new(e.start.0, e.start.1),
+                        total_ms: total_us as f64 / 1000.0,
+                        causes: spent(e.labels(), total_us, named),
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    fn push(&mut self, to_us: u64, frame: u64, label: Label) {
+        let from = self.frame;
+        self.ledger.push(to_us, [from, frame], label, self.exchange);
+        self.frame = frame;
+    }
+
+    /// Up to `to_us`: the path's round trip for `path_us` (all of it unknown if that was never
+    /// measured), then `rest`.
+    fn path_then(&mut self, to_us: u64, frame: u64, path_us: Option<u64>, rest: Label) {
+        self.split(
+            to_us,
+            frame,
+            path_us,
+            Label::of(Cause::RoundTrip, None),
+            rest,
+        );
+    }
+
+    /// Up to `to_us`: `first` for `first_us` (all of it unknown if that is), then `rest`.
+    fn split(&mut self, to_us: u64, frame: u64, first_us: Option<u64>, first: Label, rest: Label) {
+        let Some(first_us) = first_us else {
+            return self.push(to_us, frame, Label::of(Cause::Unknown, None));
+        };
+        let cut = (self.ledger.until_us() + first_us).min(to_us);
+        let from = self.frame;
+        self.ledger.push(cut, [from, frame], first, self.exchange);
+        self.ledger.push(to_us, [from, frame], rest, self.exchange);
+        self.frame = frame;
+    }
+}
+
+fn tally_total(t: &Tally) -> u64 {
+    t.labels().map(|(_, us, _)| us).sum()
+}
+
+/// What the flow's verdict named, per direction: the budget's pending kinds are named so too.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Named {
+    /// Found ACK-clocked.
+    pub(super) clocked: [bool; 2],
+    /// Found holding its own writes.
+    pub(super) holds: [bool; 2],
+}
+
+/// Labels and their times as causes for people, most time first: a wait for the ACK of one
+/// small segment is the ACK clock's in a direction found ACK-clocked, else the round trip's;
+/// a segment's wait of about 200 ms is its sender's hold where its holds were named, else its
+/// sender's own time.
+fn spent(
+    labels: impl Iterator<Item = (Label, u64, Stretch)>,
+    total_us: u64,
+    named: Named,
+) -> Vec<Spent> {
+    let mut by: Vec<(Cause, Option<Direction>, u64, Stretch)> = Vec::new();
+    for (label, us, longest) in labels {
+        let (cause, side) = match (label.kind, label.side) {
+            (Kind::Is(c), side) => (c, side),
+            (Kind::ClockWait, Some(d)) if named.clocked[d] => (Cause::AckClocked, Some(d)),
+            (Kind::ClockWait, _) => (Cause::RoundTrip, None),
+            (Kind::HoldWait, Some(d)) if named.holds[d] => (Cause::SenderHold, Some(d)),
+            (Kind::HoldWait, side) => (Cause::Think, side),
+        };
+        match by.iter_mut().find(|b| b.0 == cause && b.1 == side) {
+            Some(b) => {
+                b.2 += us;
+                if b.3.to_us - b.3.from_us < longest.to_us - longest.from_us {
+                    b.3 = longest;
+                }
+            }
+            None => by.push((cause, side, us, longest)),
+        }
+    }
+    by.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    by.into_iter()
+        .map(|(cause, side, us, longest)| Spent {
+            cause,
+            side: side.map(side_name),
+            ms: us as f64 / 1000.0,
+            share: if total_us > 0 {
+                us as f64 / total_us as f64
+            } else {
+                0.0
+            },
+            longest: [
+                At::new(longest.frames[0], longest.from_us),
+                At::new(longest.frames[1], longest.to_us),
+            ],
+            fix: fix(cause),
+        })
+        .collect()
+}
+
+impl Cause {
+    /// Its name for people.
+    pub(crate) fn describe(self) -> &'static str {
+        match self {
+            Cause::NagleStall => "Nagle stall",
+            Cause::AckClocked => "ACK-clocked writes",
+            Cause::SenderHold => "sender's own hold",
+            Cause::RoundTrip => "round trip",
+            Cause::Transfer => "transfer",
+            Cause::LossRecovery => "loss recovery",
+            Cause::ZeroWindow => "zero window",
+            Cause::ReceiveWindow => "receive window",
+            Cause::CongestionWindow => "congestion window",
+            Cause::DelayedAck => "delayed ACK",
+            Cause::Think => "think time",
+            Cause::Idle => "idle",
+            Cause::Unknown => "unknown",
+        }
+    }
+}
+
+/// A cause worth naming in the verdict: this much time or more, ms.
+const NOTABLE_MS: f64 = 20.0;
+
+/// Without a stall, the verdict's clause for the cause that took most of the time waited
+/// (idle left out), if it took [`NOTABLE_MS`] or more: what it was, whose, its share, and
+/// what to do.
+pub(super) fn most_waited(b: &output::Budget, sides: &[output::Side; 2]) -> Option<String> {
+    let waited: f64 = b
+        .causes
+        .iter()
+        .filter(|s| s.cause != Cause::Idle)
+        .map(|s| s.ms)
+        .sum();
+    let top = b.causes.iter().find(|s| s.cause != Cause::Idle)?;
+    if top.ms < NOTABLE_MS {
+        return None;
+    }
+    let whose = match top.side {
+        Some("client") => format!("{}'s ", sides[0].addr),
+        Some(_) => format!("{}'s ", sides[1].addr),
+        None => String::new(),
+    };
+    let mut line = format!(
+        "most of the time waited (idle left out) was {whose}{}: {:.1} ms of {:.1} ms ({:.0} %)",
+        top.cause.describe(),
+        top.ms,
+        waited,
+        top.ms * 100.0 / waited
+    );
+    if let Some(fix) = top.fix {
+        line += &format!(": {fix}");
+    }
+    Some(line)
+}
+
+pub(super) fn side_name(d: Direction) -> &'static str {
+    match d {
+        Direction::Client => "client",
+        Direction::Server => "server",
+    }
+}
+
+/// What to do about time that went to `cause`, where something can be done.
+fn fix(cause: Cause) -> Option<&'static str> {
+    Some(match cause {
+        Cause::NagleStall => crate::rule::SENDER_FIX,
+        Cause::AckClocked => super::verdict::CLOCKED_FIX,
+        Cause::SenderHold => super::verdict::HOLD_FIX,
+        Cause::RoundTrip => {
+            "fewer round trips: reuse connections, pipeline or batch requests, or bring the ends closer"
+        }
+        Cause::Transfer => "fewer bytes, or a faster path: the data crossed at the path's rate",
+        Cause::LossRecovery => {
+            "the path lost packets: look at loss (drops, errors, full queues), not at the programs"
+        }
+        Cause::ZeroWindow => {
+            "the receiving program stopped reading: look at what it does between reads"
+        }
+        Cause::ReceiveWindow => {
+            "the receiver's window held the sender back: raise its receive buffer (net.ipv4.tcp_rmem, SO_RCVBUF)"
+        }
+        Cause::CongestionWindow => {
+            "the sender's congestion window held it back (slow start, or a restart after idle: net.ipv4.tcp_slow_start_after_idle=0 keeps a reused connection's window)"
+        }
+        Cause::DelayedAck => {
+            "the receiver delayed its ACK while the sender waited for it: TCP_QUICKACK at the receiver"
+        }
+        Cause::Think => "the program's own time, not the network's: profile that side",
+        Cause::Idle | Cause::Unknown => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: Direction = Direction::Client;
+    const S: Direction = Direction::Server;
+
+    fn paths(client_data_side: u64, server_data_side: u64) -> Paths {
+        Paths {
+            side_us: [Some(client_data_side), Some(server_data_side)],
+        }
+    }
+
+    fn data(opens_exchange: bool) -> Data {
+        Data {
+            retransmit: false,
+            opens_exchange,
+            asks: opens_exchange,
+            full: false,
+            wait: Wait::Small,
+        }
+    }
+
+    fn ms_of(b: &output::Budget, cause: Cause, side: Option<&str>) -> f64 {
+        b.causes
+            .iter()
+            .filter(|s| s.cause == cause && s.side == side)
+            .map(|s| s.ms)
+            .sum()
+    }
+
+    /// Seen at the client, 10 ms from the server: a request, an answer after 180 ms of the
+    /// server's, 500 ms idle, a second request split in two and held by Nagle until a
+    /// delayed ACK.
+    #[test]
+    fn an_answer_a_stall_and_idle_time_add_up() {
+        let p = paths(10_000, 0);
+        let mut b = Budget::new(0, 1);
+        // The handshake's last ACK at 10 ms; the request at 10 ms.
+        b.on_data(C, 10_000, 4, data(true), &p);
+        b.on_ack(S, 20_000, 5);
+        b.on_data(S, 200_000, 6, data(false), &p);
+        b.on_data(C, 700_000, 7, data(true), &p);
+        b.on_ack(S, 750_000, 8);
+        b.on_data(C, 750_100, 9, data(false), &p);
+        b.overlay(710_000, 750_000, Label::of(Cause::NagleStall, Some(C)));
+        b.on_data(S, 760_100, 10, data(false), &p);
+        let got = b.close(760_100, 10, &p, Named::default());
+        assert_eq!(got.total_ms, 760.1);
+        let sum: f64 = got.causes.iter().map(|s| s.ms).sum();
+        assert!((sum - got.total_ms).abs() < 1e-6, "{got:#?}");
+        assert_eq!(ms_of(&got, Cause::Think, Some("server")), 180.0);
+        assert_eq!(ms_of(&got, Cause::Idle, Some("client")), 500.0);
+        assert_eq!(ms_of(&got, Cause::NagleStall, Some("client")), 40.0);
+        // Handshake 10, first answer's way 10, the stall's round trip 10, the second
+        // answer's way 10; the release took the client 0.1 ms (its side measured as none).
+        assert_eq!(ms_of(&got, Cause::RoundTrip, None), 40.0);
+        assert!((ms_of(&got, Cause::Think, Some("client")) - 0.1).abs() < 1e-6);
+        assert_eq!(got.causes[0].cause, Cause::Idle);
+        assert_eq!(got.causes[0].longest[0].frame, 6);
+        let indexes: Vec<u64> = got.exchanges.iter().map(|e| e.index).collect();
+        assert_eq!(indexes, [0, 1, 2]);
+        assert_eq!(got.exchanges[2].total_ms, 60.1);
+    }
+
+    /// A bulk sender waits for ACKs with its window full, a receiver that stops reading.
+    #[test]
+    fn windows_loss_and_a_capture_that_ends_mid_turn() {
+        let p = paths(20_000, 1_000);
+        let mut b = Budget::new(0, 1);
+        let bulk = |wait| Data {
+            retransmit: false,
+            opens_exchange: false,
+            asks: false,
+            full: true,
+            wait,
+        };
+        b.on_data(C, 21_000, 4, data(true), &p);
+        b.on_data(C, 21_100, 5, bulk(Wait::Congestion), &p);
+        b.on_ack(S, 41_100, 6);
+        b.on_data(C, 42_100, 7, bulk(Wait::Receive), &p);
+        b.on_ack(S, 62_100, 8);
+        b.on_data(C, 63_100, 9, bulk(Wait::Receive), &p);
+        let again = Data {
+            retransmit: true,
+            ..bulk(Wait::Receive)
+        };
+        b.on_data(C, 300_000, 10, again, &p);
+        let got = b.close(310_000, 11, &p, Named::default());
+        assert_eq!(ms_of(&got, Cause::CongestionWindow, Some("client")), 21.0);
+        assert_eq!(ms_of(&got, Cause::ReceiveWindow, Some("client")), 21.0);
+        assert!((ms_of(&got, Cause::LossRecovery, Some("client")) - 236.9).abs() < 1e-6);
+        // The handshake (21 ms), then the first request's first segments at the path's rate.
+        assert_eq!(ms_of(&got, Cause::Transfer, None), 0.1);
+        // The capture ends 10 ms after the last segment, less than its way to the server.
+        assert_eq!(ms_of(&got, Cause::RoundTrip, None), 31.0);
+    }
+
+    #[test]
+    fn a_clocked_wait_is_the_clocks_only_where_the_verdict_says_so() {
+        let p = paths(5_000, 5_000);
+        let run = |clocked| {
+            let mut b = Budget::new(0, 1);
+            b.on_data(C, 10_000, 4, data(true), &p);
+            b.on_ack(S, 15_000, 5);
+            b.on_data(C, 20_000, 6, data(false), &p);
+            let named = Named {
+                clocked,
+                ..Named::default()
+            };
+            b.close(20_000, 6, &p, named)
+        };
+        let on = run([true, false]);
+        assert_eq!(ms_of(&on, Cause::AckClocked, Some("client")), 10.0);
+        let off = run([false, true]);
+        assert_eq!(ms_of(&off, Cause::AckClocked, Some("client")), 0.0);
+        assert_eq!(ms_of(&off, Cause::RoundTrip, None), 20.0);
+    }
+
+    #[test]
+    fn without_a_round_trip_the_time_is_unknown() {
+        let p = Paths {
+            side_us: [None, None],
+        };
+        let mut b = Budget::new(0, 1);
+        b.on_data(C, 1_000, 2, data(true), &p);
+        b.on_data(S, 90_000, 3, data(false), &p);
+        let got = b.close(90_000, 3, &p, Named::default());
+        assert_eq!(got.causes.len(), 1, "{got:#?}");
+        assert_eq!(got.causes[0].cause, Cause::Unknown);
+        assert_eq!(got.causes[0].fix, None);
+    }
+}
