@@ -31,6 +31,14 @@ pub struct TcpInfo {
     pub state: TcpState,
     /// Congestion-control state ([`CaState::raw`] gives the kernel's number).
     pub ca_state: CaState,
+    /// Retransmission timeouts since the last ACK of new data (the kernel's
+    /// `icsk_retransmits`; zero-window probes do not count).
+    pub timeouts: u8,
+    /// Unanswered zero-window or keep-alive probes now.
+    pub probes: u8,
+    /// Backoff of the retransmission or zero-window probe timer now (0 when neither backs
+    /// off).
+    pub backoff: u8,
     /// Retransmission timeout, µs.
     pub rto_us: u32,
     /// Delayed-ACK timeout, µs.
@@ -70,6 +78,14 @@ pub struct TcpInfo {
     pub data_segs_out: Option<u32>,
     /// Payload bytes sent, including retransmits.
     pub bytes_sent: Option<u64>,
+    /// Time the connection was busy sending (data in flight or waiting to be sent), µs,
+    /// 4.10+.
+    pub busy_time_us: Option<u64>,
+    /// Of that, time limited by the peer's receive window, µs, 4.10+.
+    pub rwnd_limited_us: Option<u64>,
+    /// Of that, time limited by the send buffer (the program wrote faster than the connection
+    /// sent), µs, 4.10+.
+    pub sndbuf_limited_us: Option<u64>,
     /// Payload bytes sent again (retransmits, loss probes), 4.19+.
     pub bytes_retrans: Option<u64>,
     /// The peer's advertised window, bytes (5.4+).
@@ -273,6 +289,9 @@ impl TcpInfo {
         Some(TcpInfo {
             state: TcpState::from_raw(raw[0]),
             ca_state: CaState::from_raw(raw[1]),
+            timeouts: raw[2],
+            probes: raw[3],
+            backoff: raw[4],
             rto_us: base(8),
             ato_us: base(12),
             snd_mss: base(16),
@@ -291,6 +310,9 @@ impl TcpInfo {
             min_rtt_us: u32_at(raw, 148),
             data_segs_in: u32_at(raw, 152),
             data_segs_out: u32_at(raw, 156),
+            busy_time_us: u64_at(raw, 168),
+            rwnd_limited_us: u64_at(raw, 176),
+            sndbuf_limited_us: u64_at(raw, 184),
             bytes_sent: u64_at(raw, 200),
             bytes_retrans: u64_at(raw, 208),
             snd_wnd: u32_at(raw, 228),
@@ -326,6 +348,43 @@ mod tests {
         assert_eq!(info.data_segs_out, None);
         assert_eq!(info.bytes_acked, None);
         assert!(TcpInfo::parse(&raw[..50]).is_none());
+    }
+
+    /// The kernel's own account of a sender's time: a receiver that reads nothing closes its
+    /// window, and the sender's time from then is busy and limited by that window.
+    #[cfg(target_os = "linux")]
+    #[test]
+    #[allow(clippy::disallowed_methods)] // the kernel's clock runs while the test waits
+    fn a_window_that_stays_closed_is_the_senders_receive_window_limited_time() {
+        use std::io::Write;
+        use std::net::{TcpListener, TcpStream};
+        use std::time::Duration;
+
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s2 = socket2::Socket::from(TcpStream::connect(l.local_addr().unwrap()).unwrap());
+        let (reader, _) = l.accept().unwrap();
+        socket2::SockRef::from(&reader)
+            .set_recv_buffer_size(4096)
+            .unwrap();
+        let mut sender = TcpStream::from(s2);
+        sender.set_nonblocking(true).unwrap();
+        // Written until the window and the send buffer are full (bounded: 64 MB).
+        let chunk = [7u8; 65536];
+        let mut written = 0;
+        while written < 64 << 20 {
+            match sender.write(&chunk) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let info = TcpInfo::of(&sender).unwrap();
+        let rwnd = info.rwnd_limited_us.expect("4.10+");
+        let busy = info.busy_time_us.expect("4.10+");
+        assert!(rwnd >= 100_000, "{info:?}");
+        assert!(busy >= rwnd, "{info:?}");
+        drop(reader);
     }
 
     #[test]

@@ -14,6 +14,7 @@ use nagless_stall_rule::{
 
 use crate::detect::Stall;
 use crate::peer::Receiver;
+use crate::waits::Waits;
 
 /// What a row of the table is about: a process (if known) and a port: the local port when
 /// the process listens on it (a server), else the remote one (a client).
@@ -109,6 +110,9 @@ pub struct Row {
     /// seen), when the connections' other ends are held here: its fix is this host's too.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acked_by: Option<Receiver>,
+    /// What the kernel counted of its connections' time and losses ([`Waits`]): where the
+    /// time went when it was not a stall (sampling backend).
+    pub waits: Waits,
 }
 
 impl Row {
@@ -141,6 +145,8 @@ pub(crate) struct Tally {
     /// The process on this host whose delayed ACKs the last stall waited for, if one did
     /// ([`crate::peer`]).
     acked_by: Option<u32>,
+    /// What the kernel counted of the time and losses ([`crate::waits`]).
+    waits: Waits,
 }
 
 impl Tally {
@@ -175,6 +181,11 @@ impl Tally {
         });
     }
 
+    /// Counts what the kernel counted of the connection's time and losses since last read.
+    pub(crate) fn add_waits(&mut self, w: &Waits) {
+        self.waits.add(w);
+    }
+
     /// The last stall waited for the delayed ACKs of process `pid` on this host.
     pub(crate) fn acked_by(&mut self, pid: Option<u32>) {
         self.acked_by = pid.or(self.acked_by);
@@ -182,6 +193,7 @@ impl Tally {
 
     fn merge(&mut self, o: &Tally) {
         self.acked_by = o.acked_by.or(self.acked_by);
+        self.waits.add(&o.waits);
         self.conns += o.conns;
         self.stalling += o.stalling;
         self.clocking += o.clocking;
@@ -250,6 +262,7 @@ impl Tally {
             ack_released_connections: self.clocking as usize,
             ack_clocked,
             acked_by: self.acked_by.map(crate::peer::named),
+            waits: self.waits,
         }
     }
 }

@@ -33,6 +33,7 @@ pub mod procs;
 mod role;
 mod sampling;
 pub mod serve;
+pub mod waits;
 pub mod web_config;
 
 pub use board::{GroupKey, Row, RowKind};

@@ -11,6 +11,7 @@
 //! | `nagless_stall_duration_seconds` | histogram | each stall's lost time |
 //! | `nagless_stalling_connections` | gauge | connections of the group that stalled in the last refresh |
 //! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
+//! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
 //! | `nagless_watch_sockets` | gauge | TCP sockets in use on the host (the kernel's count) |
@@ -57,19 +58,21 @@
 //! [`crate::serve::Exporter`] serves the page over HTTP.
 //!
 //! Beside the families and their bounds here: `labels` makes a group's `Labels`, `process`
-//! the watcher's own `process_*` gauges, `text_format` the page for clients that do not ask
-//! for OpenMetrics (`text_format()`).
+//! the watcher's own `process_*` gauges, `waits` the kernel's account of each group's time,
+//! `text_format` the page for clients that do not ask for OpenMetrics (`text_format()`).
 
 mod labels;
 mod micros;
 mod process;
 mod text_format;
+mod waits;
 
 pub(crate) use labels::{Labels, Owner};
 pub(crate) use text_format::text_format;
 
 use micros::{MicrosCounter, MicrosHistogram};
 use process::ProcessGauges;
+use waits::WaitFamilies;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -225,6 +228,7 @@ pub struct Metrics {
     durations: Family<Labels, MicrosHistogram, Buckets>,
     stalling: Family<Labels, Gauge>,
     ack_clocked: Family<Labels, MicrosCounter>,
+    waits: WaitFamilies,
     host_stalls: Counter,
     cpu: FloatCounter,
     cpu_seen: Duration,
@@ -285,6 +289,7 @@ impl Metrics {
             Unit::Seconds,
             ack_clocked.clone(),
         );
+        let waits = WaitFamilies::register(&mut r);
         let host_stalls = Counter::default();
         r.register(
             "nagless_watch_stalls",
@@ -343,6 +348,7 @@ impl Metrics {
             durations,
             stalling,
             ack_clocked,
+            waits,
             host_stalls,
             cpu,
             cpu_seen: Duration::ZERO,
@@ -425,6 +431,7 @@ impl Metrics {
             self.durations.remove(&l);
             self.stalling.remove(&l);
             self.ack_clocked.remove(&l);
+            self.waits.remove(&l);
             self.forgotten.inc();
         }
         // Every group keeps its series: at 0 when none of its connections stalled this
@@ -459,6 +466,7 @@ impl Metrics {
             if r.ack_clocked.is_some() {
                 clocked.inc_by((r.ack_held_ms * 1000.0).round() as u64);
             }
+            self.waits.add(&l, &r.waits);
         }
         self.series.set(self.seen.len() as i64);
     }
@@ -691,6 +699,40 @@ mod tests {
                 l("redis-server", "6380", "serves", "")
             ),
             "# TYPE nagless_ack_clocked_seconds counter".into(),
+        ] {
+            assert!(text.contains(&want), "no {want} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_kernels_account_of_a_groups_time_adds_up_refresh_by_refresh() {
+        let mut m = metrics(1000);
+        let slow_reader = Row {
+            waits: crate::waits::Waits {
+                busy_us: 900_000,
+                rwnd_limited_us: 850_000,
+                sndbuf_limited_us: 20_000,
+                retransmits: 3,
+                timeouts: 1,
+            },
+            ..row("python3 push.py", 9000, true)
+        };
+        m.window(std::slice::from_ref(&slow_reader));
+        m.window(&[slow_reader, row("curl", 80, false)]);
+        let text = m.encode();
+        let g = l("python3 push.py", "9000", "serves", "");
+        for want in [
+            format!("nagless_tcp_busy_seconds_total{g} 1.8\n"),
+            format!("nagless_tcp_rwnd_limited_seconds_total{g} 1.7\n"),
+            format!("nagless_tcp_sndbuf_limited_seconds_total{g} 0.04\n"),
+            format!("nagless_tcp_retransmits_total{g} 6\n"),
+            format!("nagless_tcp_timeouts_total{g} 2\n"),
+            // A group without any: its series at 0.
+            format!(
+                "nagless_tcp_busy_seconds_total{} 0",
+                l("curl", "80", "connects", "")
+            ),
+            "# TYPE nagless_tcp_rwnd_limited_seconds counter".into(),
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
         }

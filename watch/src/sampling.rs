@@ -16,6 +16,7 @@ use crate::detect::{HoldTracker, Release};
 use crate::diag::SocketRow;
 use crate::netns::{Lookups, Namespaces};
 use crate::procs::{ProcMap, Process};
+use crate::waits::Reading;
 use crate::{lister, role, wall_clock_ago, Filter, SampleStats, StallEvent};
 
 /// What the watcher keeps per socket.
@@ -38,6 +39,8 @@ struct Tracked {
     by_listener: bool,
     /// When it was first seen (µs).
     born_us: u64,
+    /// What the kernel counted of its time and losses, as last read.
+    reading: Option<Reading>,
 }
 
 /// How long a socket stays busy after it last had data in flight.
@@ -116,6 +119,9 @@ pub(crate) struct Watcher {
     /// connections hold writes (until then, µs).
     scan_every: std::sync::Arc<std::sync::atomic::AtomicU64>,
     short_holds_until_us: u64,
+    /// When the first listing was taken (µs): sockets first seen after it were made while
+    /// watching.
+    first_listing_us: Option<u64>,
 }
 
 impl Watcher {
@@ -155,6 +161,7 @@ impl Watcher {
             freed: FreedCounts::default(),
             scan_every: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(100_000)),
             short_holds_until_us: 0,
+            first_listing_us: None,
         })
     }
 
@@ -224,6 +231,7 @@ impl Watcher {
                     busy_until_us: 0,
                     by_listener,
                     born_us: at_us,
+                    reading: None,
                     observed_us: 0,
                     last_us: at_us,
                     window: Tally::default(),
@@ -260,6 +268,17 @@ impl Watcher {
                 }
                 continue;
             };
+            // What the kernel counted since it was last read (all it counted, for a
+            // socket made after the first listing).
+            if let Some(now) = Reading::of(info) {
+                let made_since = self.first_listing_us.is_some_and(|f| t.born_us > f);
+                if t.reading.is_some() || made_since {
+                    let w = now.since(t.reading.as_ref());
+                    t.window.add_waits(&w);
+                    t.total.add_waits(&w);
+                }
+                t.reading = Some(now);
+            }
             let release = if pass == Pass::Freed {
                 t.busy_until_us = 0;
                 let r = t.tracker.observe_gone(info);
@@ -411,6 +430,7 @@ impl Source for Watcher {
             self.rows = l.rows;
             let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
             self.process(Pass::Listing, at_us, &mut stats);
+            self.first_listing_us.get_or_insert(at_us);
             stats.sockets = l.in_use;
             stats.full = true;
         }

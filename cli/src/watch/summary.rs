@@ -10,7 +10,7 @@ use nagless_watch::Row;
 use super::json::json_rows;
 use super::live::View;
 use super::pin::Pin;
-use super::table::{stalled_lines, table};
+use super::table::{stalled_lines, table, waited, waits_lines};
 use super::WatchArgs;
 
 /// Writes the summary; whether any stall was seen.
@@ -77,6 +77,11 @@ pub(super) fn write(
             table(&flagged, elapsed, view.own_netns, false, &mut out);
             out += "\n";
             stalled_lines(&flagged, view.own_netns, &Pin::all(), &mut out);
+        }
+        // Where the time went besides: the kernel's account (sampling backend).
+        if totals.iter().any(waited) {
+            out += "\nwhere the time went besides stalls, as the kernel counted it (tcp_info):\n";
+            waits_lines(&totals, elapsed, view.own_netns, &mut out);
         }
         out += &format!("\n{}\n", w.cost(run));
         write!(stdout, "{out}")

@@ -188,6 +188,77 @@ pub(super) fn stalled_lines(stalled: &[Row], own_netns: u64, pins: &[Pin], out: 
     clocked_lines(stalled, own_netns, pins, &fixes, out);
 }
 
+/// A wait the kernel counted worth naming: this much time, µs.
+const NOTABLE_WAIT_US: u64 = 20_000;
+
+/// Whether `r`'s waits are worth a line: a window or a buffer that held its connections back
+/// [`NOTABLE_WAIT_US`] or more, or losses.
+pub(super) fn waited(r: &Row) -> bool {
+    let w = &r.waits;
+    w.rwnd_limited_us >= NOTABLE_WAIT_US
+        || w.sndbuf_limited_us >= NOTABLE_WAIT_US
+        || w.retransmits > 0
+        || w.timeouts > 0
+}
+
+/// The summary's lines on where the rows' time went besides stalls, as the kernel counted it
+/// (`tcp_info`): per row its busy time, what held it back and its losses, and what each
+/// means.
+pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut String) {
+    use std::fmt::Write as _;
+    for r in rows.iter().filter(|r| waited(r)) {
+        let w = &r.waits;
+        let ms = |us: u64| us as f64 / 1000.0;
+        let share = |us: u64| {
+            if w.busy_us > 0 {
+                format!(" ({:.0}% of it)", us as f64 * 100.0 / w.busy_us as f64)
+            } else {
+                String::new()
+            }
+        };
+        let mut parts = vec![format!(
+            "busy sending {:.1} ms/s over its {} connection(s)",
+            ms(w.busy_us) / secs,
+            r.connections
+        )];
+        let mut meaning = Vec::new();
+        if w.rwnd_limited_us >= NOTABLE_WAIT_US {
+            parts.push(format!(
+                "held back by the peers' receive windows {:.1} ms{}",
+                ms(w.rwnd_limited_us),
+                share(w.rwnd_limited_us)
+            ));
+            meaning.push("the readers at the other end read slowly or not at all (look at them, or raise their receive buffers)");
+        }
+        if w.sndbuf_limited_us >= NOTABLE_WAIT_US {
+            parts.push(format!(
+                "by its full send buffers {:.1} ms{}",
+                ms(w.sndbuf_limited_us),
+                share(w.sndbuf_limited_us)
+            ));
+            meaning
+                .push("it wrote faster than the path carried (the path's rate, not the program)");
+        }
+        if w.retransmits > 0 || w.timeouts > 0 {
+            parts.push(format!(
+                "{} segment(s) sent again, {} retransmission timeout(s)",
+                w.retransmits, w.timeouts
+            ));
+            meaning.push(
+                "packets were lost, on the path or at a full receiver (look at loss, not at the programs)",
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{} {}: {}: {}; not Nagle",
+            who(r, own_netns, usize::MAX),
+            port(r),
+            parts.join(", "),
+            meaning.join("; ")
+        );
+    }
+}
+
 /// The summary's lines on the ACK-clocked rows: each row's process, port, and the cost in
 /// the units users feel (how much of the time its writes queued behind the peer's ACKs),
 /// with the command that repairs it live (or the `nagless fix` already covering it); then,

@@ -1,0 +1,86 @@
+//! The kernel's account of each group's time and losses ([`crate::waits::Waits`]) as
+//! counters beside the stall series: what a group's time was when it was not a stall.
+//!
+//! | metric | type | what |
+//! | --- | --- | --- |
+//! | `nagless_tcp_busy_seconds_total` | counter | time the group's connections were busy sending (data in flight or waiting to be sent) |
+//! | `nagless_tcp_rwnd_limited_seconds_total` | counter | of that, time the peers' receive windows held them back |
+//! | `nagless_tcp_sndbuf_limited_seconds_total` | counter | of that, time their send buffers were full |
+//! | `nagless_tcp_retransmits_total` | counter | segments sent again |
+//! | `nagless_tcp_timeouts_total` | counter | retransmission timeouts |
+//!
+//! Summed over the group's connections, so a busy time can pass the wall time. The sampling
+//! backend reads them from `tcp_info`; under the eBPF backend the series stay at 0.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::{Registry, Unit};
+
+use super::labels::Labels;
+use super::micros::MicrosCounter;
+use crate::waits::Waits;
+
+/// The families.
+#[derive(Debug, Clone, Default)]
+pub(super) struct WaitFamilies {
+    busy: Family<Labels, MicrosCounter>,
+    rwnd_limited: Family<Labels, MicrosCounter>,
+    sndbuf_limited: Family<Labels, MicrosCounter>,
+    retransmits: Family<Labels, Counter>,
+    timeouts: Family<Labels, Counter>,
+}
+
+impl WaitFamilies {
+    pub(super) fn register(r: &mut Registry) -> WaitFamilies {
+        let f = WaitFamilies::default();
+        r.register_with_unit(
+            "nagless_tcp_busy",
+            "Time the group's connections were busy sending (data in flight or waiting to be sent), summed, as tcp_info counts it",
+            Unit::Seconds,
+            f.busy.clone(),
+        );
+        r.register_with_unit(
+            "nagless_tcp_rwnd_limited",
+            "Of the busy time, time the peers' receive windows held the group's connections back (a reader that reads slowly, or not at all)",
+            Unit::Seconds,
+            f.rwnd_limited.clone(),
+        );
+        r.register_with_unit(
+            "nagless_tcp_sndbuf_limited",
+            "Of the busy time, time the group's send buffers were full (the program wrote faster than the path carried)",
+            Unit::Seconds,
+            f.sndbuf_limited.clone(),
+        );
+        r.register(
+            "nagless_tcp_retransmits",
+            "Segments the group's connections sent again",
+            f.retransmits.clone(),
+        );
+        r.register(
+            "nagless_tcp_timeouts",
+            "Retransmission timeouts the group's connections took",
+            f.timeouts.clone(),
+        );
+        f
+    }
+
+    /// Adds a refresh's waits to group `l`'s series (made at 0 if new).
+    pub(super) fn add(&self, l: &Labels, w: &Waits) {
+        self.busy.get_or_create(l).inc_by(w.busy_us);
+        self.rwnd_limited.get_or_create(l).inc_by(w.rwnd_limited_us);
+        self.sndbuf_limited
+            .get_or_create(l)
+            .inc_by(w.sndbuf_limited_us);
+        self.retransmits.get_or_create(l).inc_by(w.retransmits);
+        self.timeouts.get_or_create(l).inc_by(w.timeouts);
+    }
+
+    /// Removes group `l`'s series.
+    pub(super) fn remove(&self, l: &Labels) {
+        self.busy.remove(l);
+        self.rwnd_limited.remove(l);
+        self.sndbuf_limited.remove(l);
+        self.retransmits.remove(l);
+        self.timeouts.remove(l);
+    }
+}

@@ -1,0 +1,129 @@
+//! The whole wait, live (issue 51): what the kernel keeps of each socket's time and losses in
+//! its `tcp_info` ([`Waits`]): the time it was busy sending, the part of it the peer's
+//! receive window held it back (a reader that reads slowly, or not at all) and the part its
+//! own send buffer did (the program wrote faster than the path carried), the segments it
+//! sent again and the retransmission timeouts it took (zero-window probes back off too, and
+//! are not counted as timeouts). Where the doctor splits a capture's
+//! time into causes, the watch adds these up per group beside its stalls: when a group does
+//! not stall, they say what its time was instead.
+//!
+//! The kernel counts from the socket's start; the watch counts what happened while it
+//! watched: a socket's first reading is its baseline, unless it was made after the watch
+//! began ([`Reading::since`]).
+
+use nagless::TcpInfo;
+
+/// A group's (or a socket's) waits, as the kernel counted them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Waits {
+    /// Time busy sending: data in flight or waiting to be sent, µs.
+    pub busy_us: u64,
+    /// Of that, time the peer's receive window held it back, µs.
+    pub rwnd_limited_us: u64,
+    /// Of that, time its send buffer was full, µs.
+    pub sndbuf_limited_us: u64,
+    /// Segments sent again (after a loss, a timeout or a probe).
+    pub retransmits: u64,
+    /// Retransmission timeouts (zero-window probes are not).
+    pub timeouts: u64,
+}
+
+impl Waits {
+    pub(crate) fn add(&mut self, o: &Waits) {
+        self.busy_us += o.busy_us;
+        self.rwnd_limited_us += o.rwnd_limited_us;
+        self.sndbuf_limited_us += o.sndbuf_limited_us;
+        self.retransmits += o.retransmits;
+        self.timeouts += o.timeouts;
+    }
+
+    /// Nothing counted.
+    pub fn is_empty(&self) -> bool {
+        *self == Waits::default()
+    }
+}
+
+/// One socket's counters as last read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Reading {
+    busy_us: u64,
+    rwnd_limited_us: u64,
+    sndbuf_limited_us: u64,
+    retransmits: u64,
+    timeouts: u8,
+}
+
+impl Reading {
+    /// The counters of `info` (none before Linux 4.10, whose `tcp_info` lacks the times).
+    pub(crate) fn of(info: &TcpInfo) -> Option<Reading> {
+        Some(Reading {
+            busy_us: info.busy_time_us?,
+            rwnd_limited_us: info.rwnd_limited_us?,
+            sndbuf_limited_us: info.sndbuf_limited_us?,
+            retransmits: u64::from(info.total_retrans),
+            timeouts: info.timeouts,
+        })
+    }
+
+    /// What was counted between `before` (`None`: the socket was made after the watch began,
+    /// so all it counted is new) and this reading. The kernel counts timeouts in a row, back
+    /// to 0 at an ACK: a rise counts as timeouts, and a fall and a rise between two readings
+    /// only as far as it shows.
+    pub(crate) fn since(&self, before: Option<&Reading>) -> Waits {
+        let b = before.copied().unwrap_or_default();
+        Waits {
+            busy_us: self.busy_us.saturating_sub(b.busy_us),
+            rwnd_limited_us: self.rwnd_limited_us.saturating_sub(b.rwnd_limited_us),
+            sndbuf_limited_us: self.sndbuf_limited_us.saturating_sub(b.sndbuf_limited_us),
+            retransmits: self.retransmits.saturating_sub(b.retransmits),
+            timeouts: u64::from(self.timeouts.saturating_sub(b.timeouts)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(busy_us: u64, rwnd: u64, retrans: u32, timeouts: u8) -> Reading {
+        let mut info = TcpInfo::default();
+        info.busy_time_us = Some(busy_us);
+        info.rwnd_limited_us = Some(rwnd);
+        info.sndbuf_limited_us = Some(0);
+        info.total_retrans = retrans;
+        info.timeouts = timeouts;
+        // (Zero-window probes back off too: they are no timeouts.)
+        info.backoff = timeouts + 3;
+        Reading::of(&info).unwrap()
+    }
+
+    #[test]
+    fn only_what_was_counted_while_watching_counts() {
+        let first = reading(5_000_000, 1_000_000, 3, 0);
+        let next = reading(5_400_000, 1_300_000, 5, 2);
+        let w = next.since(Some(&first));
+        assert_eq!(
+            w,
+            Waits {
+                busy_us: 400_000,
+                rwnd_limited_us: 300_000,
+                sndbuf_limited_us: 0,
+                retransmits: 2,
+                timeouts: 2,
+            }
+        );
+        // A socket made after the watch began: all of it.
+        assert_eq!(first.since(None).busy_us, 5_000_000);
+        // The count fell back (an ACK came): no timeout.
+        assert_eq!(reading(5_500_000, 0, 5, 0).since(Some(&next)).timeouts, 0);
+        let mut sum = w;
+        sum.add(&w);
+        assert_eq!(sum.busy_us, 800_000);
+        assert!(!sum.is_empty() && Waits::default().is_empty());
+    }
+
+    #[test]
+    fn a_kernel_before_the_times_gives_no_reading() {
+        assert_eq!(Reading::of(&TcpInfo::default()), None);
+    }
+}
