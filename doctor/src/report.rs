@@ -1,10 +1,15 @@
 //! What the doctor prints: a summary for people, JSON (schema in `docs/doctor-json.md`), and
-//! an SVG timeline of one flow (segments and ACKs on a time axis, stalls shaded).
+//! an SVG of one flow (`svg`: segments and ACKs on a time axis, stalls shaded, and where the
+//! time of its exchanges went).
 
 use std::fmt::Write as _;
 
-use crate::analysis::{Direction, FlowReport};
+use crate::analysis::FlowReport;
 use crate::Diagnosis;
+
+mod svg;
+
+pub use svg::svg;
 
 /// Version of the JSON schema (2: streaming, summary by service, vantage-aware stalls).
 pub(crate) const JSON_SCHEMA_VERSION: u32 = 2;
@@ -238,137 +243,4 @@ pub fn json(d: &Diagnosis) -> serde_json::Value {
     doc["schema"] = JSON_SCHEMA_VERSION.into();
     doc["tool"] = format!("nagless-doctor {}", env!("CARGO_PKG_VERSION")).into();
     doc
-}
-
-/// An SVG timeline of `f`: client segments above the axis, server segments below, data as
-/// bars (height by payload), pure ACKs as ticks, stalls shaded from the previous write to the
-/// held one.
-pub fn svg(f: &FlowReport) -> String {
-    const W: f64 = 1000.0;
-    const H: f64 = 280.0;
-    const LEFT: f64 = 60.0;
-    const MID: f64 = 130.0;
-    let end_us = f.timeline.last().map_or(1, |t| t.us).max(1) as f64;
-    let start_us = f.timeline.first().map_or(0, |t| t.us) as f64;
-    let span = (end_us - start_us).max(1.0);
-    let x = |us: f64| LEFT + (us - start_us) / span * (W - LEFT - 20.0);
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="11">"##
-    );
-    let _ = writeln!(out, r##"<rect width="{W}" height="{H}" fill="white"/>"##);
-    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;");
-    let _ = writeln!(
-        out,
-        r##"<text x="{LEFT}" y="16" font-size="13">flow {}: {} stalls, {:.1} ms stalled ({:.0}%)</text>"##,
-        f.index,
-        f.stall_count,
-        f.stalled_s * 1000.0,
-        f.stalled_share * 100.0
-    );
-    // Each stall shaded from the write Nagle waited on to the held one, outlined, and kept a
-    // pixel short of its neighbour so that two back to back read as two; their numbers (in
-    // capture order) name them in the hover text and above the band.
-    let mut order: Vec<&crate::analysis::Stall> = f.stalls.iter().collect();
-    order.sort_by_key(|st| st.held.frame);
-    for (i, st) in order.iter().enumerate() {
-        let x0 = x(st.previous.time_s * 1e6);
-        let x1 = x(st.held.time_s * 1e6);
-        let _ = writeln!(
-            out,
-            r##"<rect x="{x0:.1}" y="30" width="{:.1}" height="200" fill="#f4a6a6" opacity="0.5" stroke="#c33" stroke-width="0.5"><title>stall {} ({}): {:.1} ms, frames {}-{}</title></rect>"##,
-            (x1 - x0 - 1.0).max(1.0),
-            i + 1,
-            st.direction,
-            st.stalled_us as f64 / 1000.0,
-            st.previous.frame,
-            st.held.frame
-        );
-        let _ = writeln!(
-            out,
-            r##"<text x="{:.1}" y="40" font-size="9" fill="#c33">{}</text>"##,
-            x0 + 1.0,
-            i + 1
-        );
-    }
-    let _ = writeln!(
-        out,
-        r##"<line x1="{LEFT}" y1="{MID}" x2="{}" y2="{MID}" stroke="#444"/>"##,
-        W - 20.0
-    );
-    let _ = writeln!(
-        out,
-        r##"<text x="4" y="{}">{}</text>"##,
-        MID - 60.0,
-        esc("client")
-    );
-    let _ = writeln!(
-        out,
-        r##"<text x="4" y="{}">{}</text>"##,
-        MID + 70.0,
-        esc("server")
-    );
-    let _ = writeln!(
-        out,
-        r##"<text x="4" y="{}" font-size="9">{}</text><text x="4" y="{}" font-size="9">{}</text>"##,
-        MID - 46.0,
-        esc(&f.sides[0].addr),
-        MID + 84.0,
-        esc(&f.sides[1].addr)
-    );
-    for p in &f.timeline {
-        let px = x(p.us as f64);
-        let client = p.sender == Direction::Client;
-        let sign = if client { -1.0 } else { 1.0 };
-        let (h, color) = if p.len > 0 {
-            (
-                12.0 + (p.len as f64).log2() * 5.0,
-                if client { "#1f77b4" } else { "#2ca02c" },
-            )
-        } else if p.pure_ack {
-            (8.0, "#999")
-        } else {
-            (20.0, "#000")
-        };
-        let _ = writeln!(
-            out,
-            r##"<line x1="{px:.1}" y1="{MID}" x2="{px:.1}" y2="{:.1}" stroke="{color}" stroke-width="1.5"/>"##,
-            MID + sign * h
-        );
-    }
-    for i in 0..=5 {
-        let us = start_us + span * i as f64 / 5.0;
-        let _ = writeln!(
-            out,
-            r##"<text x="{:.1}" y="250" text-anchor="middle">{:.1} ms</text>"##,
-            x(us),
-            (us - start_us) / 1000.0
-        );
-    }
-    // The legend: what each mark is.
-    let legend = [
-        ("#1f77b4", "client data (height: size)"),
-        ("#2ca02c", "server data"),
-        ("#999", "pure ACK"),
-        ("#000", "SYN, FIN or RST"),
-        (
-            "#f4a6a6",
-            "stall: from the write Nagle waited on to the held one (hover for frames)",
-        ),
-    ];
-    let mut lx = LEFT;
-    for (color, what) in legend {
-        let _ = writeln!(
-            out,
-            r##"<rect x="{lx:.1}" y="{}" width="10" height="8" fill="{color}"/><text x="{:.1}" y="{}" font-size="9">{}</text>"##,
-            H - 4.0 - 8.0,
-            lx + 13.0,
-            H - 4.0,
-            esc(what)
-        );
-        lx += 13.0 + 5.2 * what.len() as f64 + 14.0;
-    }
-    out += "</svg>\n";
-    out
 }

@@ -4,9 +4,7 @@
 //! every contents link resolves, every chart names what it plots, scatter labels cover no dot
 //! and no other label (strategies on one spot share one label), and legends cover no curve.
 
-use std::path::Path as FsPath;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use nagless_lab::report::{self, RunInfo};
 use nagless_lab::{verdict, Case, Link, Path, Row, Spread, Strategy, Table};
@@ -142,10 +140,6 @@ fn tables() -> Vec<Table> {
     ]
 }
 
-/// Recorded from the first script the page runs: every error event, scripts' and resources'.
-const RECORD_ERRORS: &str = "<script>window.pageErrors=[];window.addEventListener('error',\
-function(e){window.pageErrors.push(String(e.message||(e.target&&e.target.outerHTML)||e.type))},true);</script>";
-
 /// Run after the page is parsed: the errors, the ids, the in-page links and, per chart, the
 /// box of every text, dot and line, written into `<pre id="report-check">` as JSON.
 const CHECK: &str = "<script>(function(){\
@@ -158,38 +152,6 @@ texts:all(f,'svg text').map(function(t){var b=box(t);b.s=t.textContent.trim();re
 dots:all(f,'svg circle').map(box),lines:all(f,'svg polyline').map(box)}})};\
 var pre=document.createElement('pre');pre.id='report-check';pre.textContent=JSON.stringify(out);\
 document.body.appendChild(pre);})();</script>";
-
-/// Chromium's DOM of `page` once loaded (stdout of `--dump-dom`), within a minute.
-fn dump_dom(chromium: &FsPath, page: &FsPath, profile: &FsPath) -> String {
-    let mut child = Command::new(chromium)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("file://{}", page.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start chromium");
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut s);
-        s
-    });
-    if nagless_test_support::wait_at_most(&mut child, Duration::from_secs(60)).is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("chromium did not finish within 60 s");
-    }
-    reader.join().expect("read chromium's output")
-}
-
-fn unescape(s: &str) -> String {
-    s.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&nbsp;", "\u{a0}")
-        .replace("&amp;", "&")
-}
 
 #[derive(Debug, Clone, Copy)]
 struct Box2 {
@@ -249,23 +211,9 @@ fn the_report_loads_in_chromium_with_every_chart_labelled() {
     };
     let page = report::html(&tables, &info).expect("render the report");
     assert!(page.contains("6.1.0-test") && page.contains("Test CPU"));
-    let page = page
-        .replacen("<head>", &format!("<head>{RECORD_ERRORS}"), 1)
-        .replacen("</body>", &format!("{CHECK}</body>"), 1);
-    let dir = std::env::temp_dir().join(format!("nagless-report-browser-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("report.html");
-    std::fs::write(&file, &page).unwrap();
     let started = Instant::now();
-    let dom = dump_dom(&chromium, &file, &dir.join("profile"));
+    let check = nagless_test_support::browser::check_page(&chromium, &page, CHECK);
     eprintln!("chromium took {:?}", started.elapsed());
-    let _ = std::fs::remove_dir_all(&dir);
-    let json = dom
-        .split("<pre id=\"report-check\">")
-        .nth(1)
-        .and_then(|s| s.split("</pre>").next())
-        .unwrap_or_else(|| panic!("the check did not run; the DOM:\n{dom}"));
-    let check: Value = serde_json::from_str(&unescape(json)).expect("the check's JSON");
 
     assert_eq!(check["errors"], serde_json::json!([]), "page errors");
     let ids: Vec<&str> = check["ids"]

@@ -1,8 +1,9 @@
 //! What the workspace's integration tests share: finding the system tools they drive,
 //! skipping (or, under CI, failing) when a tool or root is missing, child processes stopped
 //! by their PID, tcpdump started and stopped, free loopback ports, a lock that runs a test
-//! binary's timing-sensitive tests one at a time, and the check that a committed BPF object
-//! is built from its source ([`bpf_object`]).
+//! binary's timing-sensitive tests one at a time, the check that a committed BPF object is
+//! built from its source ([`bpf_object`]), and a page as headless Chromium lays it out
+//! ([`browser`]).
 //!
 //! **Skip or fail.** `./scripts/test` (and so CI) installs every tool the tests drive and
 //! runs them as root. A plain `cargo test` on a machine without a tool, or without root,
@@ -15,6 +16,7 @@
 #![warn(unreachable_pub)]
 
 pub mod bpf_object;
+pub mod browser;
 pub mod stall_match;
 
 use std::ffi::OsStr;

@@ -22,7 +22,7 @@
 
 use super::direction::Direction;
 use super::ledger::{Kind, Label, Ledger, Stretch, Tally};
-use super::output::{self, At, Cause, ExchangeBudget, Spent};
+use super::output::{self, At, Cause, ExchangeBudget, Finding, FindingFrame, Spent};
 use super::sequence::{self, Sequence};
 
 /// Gaps between one side's segments up to this long are the path's rate, whatever their
@@ -338,6 +338,25 @@ fn spent(
 }
 
 impl Cause {
+    /// Its name in the JSON (`nagle-stall`).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Cause::NagleStall => "nagle-stall",
+            Cause::AckClocked => "ack-clocked",
+            Cause::SenderHold => "sender-hold",
+            Cause::RoundTrip => "round-trip",
+            Cause::Transfer => "transfer",
+            Cause::LossRecovery => "loss-recovery",
+            Cause::ZeroWindow => "zero-window",
+            Cause::ReceiveWindow => "receive-window",
+            Cause::CongestionWindow => "congestion-window",
+            Cause::DelayedAck => "delayed-ack",
+            Cause::Think => "think",
+            Cause::Idle => "idle",
+            Cause::Unknown => "unknown",
+        }
+    }
+
     /// Its name for people.
     pub(crate) fn describe(self) -> &'static str {
         match self {
@@ -391,6 +410,51 @@ pub(super) fn most_waited(b: &output::Budget, sides: &[output::Side; 2]) -> Opti
         line += &format!(": {fix}");
     }
     Some(line)
+}
+
+/// The findings the Wireshark plugin marks for the budget: one per exchange kept that took
+/// [`NOTABLE_MS`] or more, on its first frame (role `exchange`) and the frames its largest
+/// cause's longest stretch lies between (roles `from`, unless that is the first frame, and
+/// the cause), with the exchange's causes as its summary.
+pub(super) fn findings(b: &output::Budget) -> Vec<Finding> {
+    b.exchanges
+        .iter()
+        .filter(|e| e.total_ms >= NOTABLE_MS)
+        .filter_map(|e| {
+            let top = e.causes.first()?;
+            let parts: Vec<String> = e
+                .causes
+                .iter()
+                .take(4)
+                .map(|s| {
+                    let side = s.side.map(|x| format!(" ({x})")).unwrap_or_default();
+                    format!("{}{side} {:.1} ms", s.cause.describe(), s.ms)
+                })
+                .collect();
+            let frame = |frame, role| FindingFrame { frame, role };
+            let [from, to] = top.longest.map(|a| a.frame);
+            let mut frames = vec![frame(e.start.frame, "exchange")];
+            if from != e.start.frame && from != to {
+                frames.push(frame(from, "from"));
+            }
+            frames.push(frame(to, top.cause.name()));
+            Some(Finding {
+                kind: "exchange-budget",
+                frames,
+                delay_ms: e.total_ms,
+                direction: match top.side {
+                    Some("server") => "server->client",
+                    _ => "client->server",
+                },
+                summary: format!(
+                    "exchange {}: {:.1} ms: {}",
+                    e.index,
+                    e.total_ms,
+                    parts.join(", ")
+                ),
+            })
+        })
+        .collect()
 }
 
 pub(super) fn side_name(d: Direction) -> &'static str {
@@ -547,6 +611,27 @@ mod tests {
         let off = run([false, true]);
         assert_eq!(ms_of(&off, Cause::AckClocked, Some("client")), 0.0);
         assert_eq!(ms_of(&off, Cause::RoundTrip, None), 20.0);
+    }
+
+    #[test]
+    fn causes_are_named_as_the_json_names_them() {
+        for c in [
+            Cause::NagleStall,
+            Cause::AckClocked,
+            Cause::SenderHold,
+            Cause::RoundTrip,
+            Cause::Transfer,
+            Cause::LossRecovery,
+            Cause::ZeroWindow,
+            Cause::ReceiveWindow,
+            Cause::CongestionWindow,
+            Cause::DelayedAck,
+            Cause::Think,
+            Cause::Idle,
+            Cause::Unknown,
+        ] {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.name());
+        }
     }
 
     #[test]

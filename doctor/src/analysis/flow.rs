@@ -422,12 +422,13 @@ impl Flow {
         );
         verdict.extend(ack_clocked.iter().map(verdict::clocked));
         verdict.extend(sender_holds.iter().map(verdict::sender_hold));
-        let findings = ack_clocked
+        let mut findings: Vec<_> = ack_clocked
             .iter()
             .map(verdict::clocked_finding)
             .chain(sender_holds.iter().map(verdict::sender_hold_finding))
             .chain(self.waits.map(|w| w.findings(&sides)).unwrap_or_default())
             .collect();
+        findings.extend(budget::findings(&budget));
         if self.found.stall_count == 0 {
             if let (Some(line), Some(clause)) =
                 (verdict.first_mut(), budget::most_waited(&budget, &sides))
