@@ -227,10 +227,12 @@ impl Analyzer {
 
     /// Judges every flow still open and returns the whole analysis.
     pub fn finish(mut self) -> Outcome {
-        let mut rest: Vec<Flow> = self.live.drain().map(|(_, f)| *f).collect();
+        // (Boxed still: moved out of their boxes at once, 20,000 flows would take their size
+        // again, about 35 MB.)
+        let mut rest: Vec<Box<Flow>> = self.live.drain().map(|(_, f)| f).collect();
         rest.sort_by_key(|f| f.index);
         for f in rest {
-            self.finish_flow(f);
+            self.finish_flow(*f);
         }
         self.keep_top();
         self.outcome.flows = std::mem::take(&mut self.kept);
