@@ -14,27 +14,13 @@ use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::Duration;
 
-use nagless_doctor::analysis::Cause;
-use nagless_doctor::{Diagnosis, FlowReport};
-use nagless_netpath::{EmulatedPath, PathError, PathSpec};
-use nagless_test_support::{exclusive, have_tool, skip, Tcpdump};
+mod path_support;
 
-fn path(spec: PathSpec) -> Option<EmulatedPath> {
-    // The path's forwarder threads are the test's network: on a loaded machine they must not
-    // wait behind the load, or packets leave the stall rule's windows (recall fell to 0.54
-    // beside `stress-ng --cpu 2`; 0.92-1.00 with the forwarder favoured).
-    nagless_test_support::favour_this_thread();
-    match EmulatedPath::new(&spec) {
-        Ok(p) => Some(p),
-        Err(PathError::NotPermitted(e)) => {
-            skip(&format!(
-                "an emulated path needs root or CAP_NET_ADMIN ({e})"
-            ));
-            None
-        }
-        Err(e) => panic!("emulated path: {e}"),
-    }
-}
+use nagless_doctor::analysis::{Cause, Options};
+use nagless_doctor::{Diagnosis, FlowReport};
+use nagless_netpath::{EmulatedPath, PathSpec};
+use nagless_test_support::exclusive;
+use path_support::{at_both_ends, connect, flow_on, listen, spent};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Label {
@@ -92,20 +78,6 @@ fn label(delayed_acks_before: u64, delayed_acks_after: u64) -> Label {
     } else {
         Label::Clean
     }
-}
-
-fn listen(p: &EmulatedPath, port: u16) -> TcpListener {
-    let addr = p.server_addr();
-    p.run_in_server(move || TcpListener::bind((addr, port)))
-        .unwrap()
-        .unwrap()
-}
-
-fn connect(p: &EmulatedPath, port: u16) -> TcpStream {
-    let addr = p.server_addr();
-    p.run_in_client(move || TcpStream::connect((addr, port)))
-        .unwrap()
-        .unwrap()
 }
 
 /// Write-write-read from the client (Nagle on unless `nodelay`): each request is two 100-byte
@@ -224,8 +196,8 @@ fn slow_server(p: &EmulatedPath, port: u16) -> Expect {
                 f.exchanges >= 10
                     && f.verdict[0].contains("the time is the program's")
                     && f.verdict[0].contains("'s think time: ")
-                    && spent(f, Cause::Think, Some("server")) >= 10.0 * 60.0 * 0.9
-                    && spent(f, Cause::Idle, Some("client")) >= 10.0 * 30.0 * 0.9
+                    && spent(&f.budget.causes, Cause::Think, Some("server")) >= 10.0 * 60.0 * 0.9
+                    && spent(&f.budget.causes, Cause::Idle, Some("client")) >= 10.0 * 30.0 * 0.9
             },
         },
     }
@@ -309,7 +281,7 @@ fn zero_window(p: &EmulatedPath, port: u16) -> Expect {
             check: |f| {
                 f.sides[1].zero_window_waits >= 1
                     && f.sides[1].zero_window_ms >= 500.0
-                    && spent(f, Cause::ZeroWindow, Some("server")) >= 500.0
+                    && spent(&f.budget.causes, Cause::ZeroWindow, Some("server")) >= 500.0
                     && f.verdict[0].contains("'s zero window, ")
                     && f.verdict[0].contains("its application stopped reading")
             },
@@ -335,8 +307,8 @@ fn lossy(p: &EmulatedPath, port: u16) -> Expect {
             check: |f| {
                 let rto: u64 = f.sides.iter().map(|s| s.retransmission_timeouts).sum();
                 let waited = f.sides.iter().map(|s| s.retransmission_timeout_ms);
-                let recovered = spent(f, Cause::LossRecovery, Some("client"))
-                    + spent(f, Cause::LossRecovery, Some("server"));
+                let recovered = spent(&f.budget.causes, Cause::LossRecovery, Some("client"))
+                    + spent(&f.budget.causes, Cause::LossRecovery, Some("server"));
                 f.sides.iter().map(|s| s.retransmissions).sum::<u64>() > 0
                     && recovered >= waited.fold(0.0, f64::max) * 0.99
                     && f.sides
@@ -346,29 +318,6 @@ fn lossy(p: &EmulatedPath, port: u16) -> Expect {
             },
         },
     }
-}
-
-/// The time `f`'s budget gives `cause` of `side`, ms.
-fn spent(f: &FlowReport, cause: Cause, side: Option<&str>) -> f64 {
-    f.budget
-        .causes
-        .iter()
-        .filter(|s| s.cause == cause && s.side == side)
-        .map(|s| s.ms)
-        .sum()
-}
-
-fn flow_on(d: &Diagnosis, port: u16) -> &FlowReport {
-    let suffix = format!(":{port}");
-    let mut it = d
-        .flows
-        .iter()
-        .filter(|f| f.sides[1].addr.ends_with(&suffix));
-    let f = it
-        .next()
-        .unwrap_or_else(|| panic!("no flow on port {port}"));
-    assert!(it.next().is_none(), "one flow on port {port}");
-    f
 }
 
 /// Scores the doctor's stalls against the labels; returns (true positives, false positives,
@@ -392,8 +341,8 @@ fn score(end: &str, d: &Diagnosis, expects: &[Expect]) -> (usize, usize, usize) 
             "{end}, {}: {b:#?}",
             e.name
         );
-        let nagle = spent(f, Cause::NagleStall, Some("client"))
-            + spent(f, Cause::NagleStall, Some("server"));
+        let nagle = spent(&f.budget.causes, Cause::NagleStall, Some("client"))
+            + spent(&f.budget.causes, Cause::NagleStall, Some("server"));
         let stalled = f.stalled_s * 1000.0;
         assert!(
             nagle >= stalled * 0.99 && nagle <= stalled + 0.01,
@@ -461,40 +410,19 @@ fn both_ends(spec: PathSpec, scenarios: impl FnOnce(&EmulatedPath) -> Vec<Expect
     // One path at a time: `cargo test` runs a binary's tests in parallel, and two paths'
     // forwarders and clock-labelled rounds sharing two CPUs blur each other's stalls.
     let _one = exclusive();
-    if !have_tool("tcpdump") {
-        return;
-    }
     let rtt = spec.rtt;
-    let Some(p) = path(spec) else { return };
-    let (cns, sns) = p.namespaces();
     let tag = format!("{}ms", rtt.as_millis());
-    let at_client = Tcpdump::start_in(Some(cns), &format!("client-{tag}"), "tcp", &["-i", "any"]);
-    let at_server = Tcpdump::start_in(Some(sns), &format!("server-{tag}"), "tcp", &["-i", "any"]);
-    let expects = scenarios(&p);
-    let captures = [
-        ("client end", at_client.finish()),
-        ("server end", at_server.finish()),
-    ];
+    let Some((expects, captures)) = at_both_ends(spec, Options::default(), scenarios) else {
+        return;
+    };
     let mut stalled_rounds = 0;
     for e in &expects {
         if let Kind::Labelled { labels, .. } = &e.kind {
             stalled_rounds += labels.iter().filter(|l| **l == Label::Stalled).count();
         }
     }
-    for (end, bytes) in captures {
-        // `NAGLESS_KEEP_CAPTURES=DIR` keeps them, for a person to read (docs/doctor.md's
-        // examples come from them).
-        if let Some(dir) = std::env::var_os("NAGLESS_KEEP_CAPTURES") {
-            let test = thread::current()
-                .name()
-                .unwrap_or("paths")
-                .replace("::", "-");
-            let name = format!("{test}-{}.pcap", end.replace(' ', "-"));
-            std::fs::write(std::path::Path::new(&dir).join(name), &bytes).unwrap();
-        }
-        let d = nagless_doctor::diagnose(&bytes).expect("tcpdump's capture parses");
-        assert!(d.damage.is_none(), "{end}: {:?}", d.damage);
-        let (tp, fp, fneg) = score(end, &d, &expects);
+    for (end, d) in &captures {
+        let (tp, fp, fneg) = score(end, d, &expects);
         let precision = if tp + fp == 0 {
             1.0
         } else {
@@ -528,8 +456,8 @@ fn both_ends(spec: PathSpec, scenarios: impl FnOnce(&EmulatedPath) -> Vec<Expect
                 );
             }
         }
-        let point = flow_on(&d, expects[0].port).capture_point;
-        let want = if end == "client end" {
+        let point = flow_on(d, expects[0].port).capture_point;
+        let want = if *end == "client end" {
             nagless_doctor::analysis::CapturePoint::ClientEnd
         } else {
             nagless_doctor::analysis::CapturePoint::ServerEnd

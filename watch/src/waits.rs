@@ -9,7 +9,7 @@
 //!
 //! The kernel counts from the socket's start; the watch counts what happened while it
 //! watched: a socket's first reading is its baseline, unless it was made after the watch
-//! began ([`Reading::since`]).
+//! began (`Reading::since`).
 
 use nagless::TcpInfo;
 

@@ -12,7 +12,9 @@
 //!   the round trip that wait is its window's (a full segment or more in flight: the
 //!   receiver's window if that was full, else its congestion window) or, for one small
 //!   segment, a round trip the ACK clock's verdict may claim; beyond the receiver's side it is
-//!   the receiver's delayed ACK, beyond the sender's its own pause.
+//!   the receiver's delayed ACK, beyond the sender's its own pause. After a small segment, a
+//!   sender that did not send as the ACK reached it was not waiting for it: all of it is its
+//!   own time.
 //! - A retransmission ends its span as loss recovery.
 //!
 //! Evidence judged later relabels the time it covers ([`Ledger::overlay`]): a Nagle stall
@@ -28,6 +30,11 @@ use super::sequence::{self, Sequence};
 /// Gaps between one side's segments up to this long are the path's rate, whatever their
 /// size, µs.
 const RATE_GAP_US: u64 = 1_000;
+
+/// How much later than the ACK's way to it (and a quarter of that) a sender may send and
+/// still have been waiting for the ACK, µs: it sends as the ACK comes, the scheduler
+/// willing.
+const SLACK_US: u64 = 2_000;
 
 /// What a sender waits on when its data is in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -169,6 +176,15 @@ impl Budget {
                     self.push(us, frame, Label::of(Cause::Transfer, None))
                 }
                 None => self.push(us, frame, mine(Cause::Think)),
+                // After a small segment, a sender that did not send as the ACK reached it was
+                // not waiting for it: the ACK passed during its own time.
+                Some((ack_us, _))
+                    if l.wait == Wait::Small
+                        && p.side_us[d.peer()]
+                            .is_some_and(|side| us > ack_us + side + SLACK_US + side / 4) =>
+                {
+                    self.push(us, frame, mine(Cause::Think))
+                }
                 Some((ack_us, ack_frame)) => {
                     // The wait for the ACK: up to the receiver's side its window's, then the
                     // receiver's delay; from the ACK, up to the sender's side its window's,

@@ -50,6 +50,8 @@ struct Pending {
     held: At,
     held_us: u64,
     gap_us: u64,
+    /// The path's round trip as known then, µs.
+    rtt_us: u64,
 }
 
 /// One flow's sender holds.
@@ -63,8 +65,10 @@ pub(super) struct SenderHolds {
     gaps_us: [Vec<u64>; 2],
     /// Per sender: when the peer last acknowledged all it had sent.
     all_acked_us: [Option<u64>; 2],
-    /// Holds confirmed since the budget last took them: the sender, and the time the peer
-    /// waited for the held segment, µs.
+    /// Holds confirmed since the budget last took them: the sender, and the time the cork
+    /// held the segment, µs: the kernel's ceiling (its retransmission timeout: 200 ms and the
+    /// round trip) before it left; what came before, the program's time to write it, is the
+    /// program's.
     pub(super) confirmed: Vec<(Direction, u64, u64)>,
 }
 
@@ -111,6 +115,7 @@ impl SenderHolds {
                     held: At::new(frame, us),
                     held_us: us,
                     gap_us: gap,
+                    rtt_us,
                 });
             }
         }
@@ -137,8 +142,11 @@ impl SenderHolds {
     }
 
     fn confirm(&mut self, d: Direction, p: Pending) {
+        // (The kernel's ceiling is its retransmission timeout, at least 200 ms beyond the
+        // round trip.)
+        let held_for = p.gap_us.min(CEILING_US + p.rtt_us);
         self.confirmed
-            .push((d, p.held_us.saturating_sub(p.gap_us), p.held_us));
+            .push((d, p.held_us.saturating_sub(held_for), p.held_us));
         if self.gaps_us[d].len() < GAPS_KEPT {
             self.gaps_us[d].push(p.gap_us);
         }

@@ -6,7 +6,7 @@ use crate::analysis::{Cause, Direction, FlowReport};
 
 /// An SVG of `f`: its timeline (client segments above the axis, server segments below, data
 /// as bars (height by payload), pure ACKs as ticks, stalls shaded from the previous write to
-/// the held one), then where the time of each exchange kept went ([`waterfall`]).
+/// the held one), then where the time of each exchange kept went (`waterfall`).
 pub fn svg(f: &FlowReport) -> String {
     const H: f64 = 280.0;
     const LEFT: f64 = 60.0;

@@ -1,0 +1,462 @@
+//! Ground truth by construction (issue 51): scripted scenarios on an emulated 10 ms path, one
+//! per cause, each made by small programs that measure what they did (a server that sleeps,
+//! a client that waits between requests, a request in two writes held by Nagle, an answer
+//! whose last piece is sent with `MSG_MORE` and held by the kernel, a reader that stops
+//! reading), captured at both ends at once. Each exchange's truth comes from the programs'
+//! own clocks (the round trips from the path's, counted by construction), never from the
+//! doctor; the doctor's budget is scored against it per cause, by time (the
+//! time it gives a cause that truly went to it, over all it gives that cause, and over all
+//! that truly went to it) and by event (exchanges where a cause took 20 ms or more, and
+//! whether the doctor gave it at least half of that; a cause given 20 ms or more where it took
+//! less than half of that is a false one). Needs root (namespaces, tcpdump):
+//! skipped with a note outside CI, a failure under CI.
+//!
+//! The figures are printed; the test holds them to 0.95 by event and 0.9 by time (a loaded
+//! machine stretches the programs' clocks against the wire's: a sleep that overruns, a
+//! forwarder late by a millisecond).
+#![allow(clippy::disallowed_methods)] // the programs measure real time
+
+mod path_support;
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nagless_doctor::analysis::{Cause, Options, Spent};
+use nagless_doctor::Diagnosis;
+use nagless_netpath::{EmulatedPath, PathSpec};
+use path_support::{at_both_ends, connect, flow_on, listen, spent};
+
+/// Rounds per scenario: every exchange is kept in the budget (the first 8).
+const ROUNDS: u64 = 6;
+
+/// What a cause is scored as: a name, and the (cause, side) pairs of the budget it is.
+struct Label {
+    name: &'static str,
+    parts: &'static [(Cause, Option<&'static str>)],
+}
+
+const LABELS: [Label; 6] = [
+    Label {
+        name: "think (server)",
+        parts: &[(Cause::Think, Some("server"))],
+    },
+    Label {
+        name: "idle (client)",
+        parts: &[(Cause::Idle, Some("client"))],
+    },
+    Label {
+        name: "Nagle stall (client)",
+        parts: &[(Cause::NagleStall, Some("client"))],
+    },
+    Label {
+        name: "sender's hold (server)",
+        parts: &[(Cause::SenderHold, Some("server"))],
+    },
+    Label {
+        name: "the receiver (zero and receive window)",
+        parts: &[
+            (Cause::ZeroWindow, Some("server")),
+            (Cause::ReceiveWindow, Some("client")),
+        ],
+    },
+    Label {
+        name: "round trip",
+        parts: &[(Cause::RoundTrip, None)],
+    },
+];
+
+/// What one scenario made: its port, and the time each label truly took in each exchange,
+/// ms (exchange 0: the whole flow, for a scenario of one transfer).
+struct Made {
+    name: &'static str,
+    port: u16,
+    truth: Vec<(u64, &'static str, f64)>,
+    /// The round trips its flow spans as seen at the client's end and at the server's (the
+    /// handshake's, a question's way to the answerer and the answer's back, the close's): each
+    /// end sees the ones that begin and end within its first to last frame.
+    round_trips: [f64; 2],
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn rtt_ms(p: &EmulatedPath) -> f64 {
+    ms(p.spec().rtt)
+}
+
+/// A server that reads each 100-byte request, sleeps 40 ms and 10 ms more each round, and
+/// answers: its think time, as it measured it.
+fn think(p: &EmulatedPath, port: u16) -> Made {
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = [0u8; 100];
+        let mut slept = Vec::new();
+        for i in 0..ROUNDS {
+            s.read_exact(&mut buf).unwrap();
+            let t = Instant::now();
+            thread::sleep(Duration::from_millis(40 + 10 * i));
+            slept.push(ms(t.elapsed()));
+            s.write_all(&[b'r'; 100]).unwrap();
+        }
+        slept
+    });
+    let mut c = connect(p, port);
+    c.set_nodelay(true).unwrap();
+    let mut buf = [0u8; 100];
+    for _ in 0..ROUNDS {
+        c.write_all(&[b'q'; 100]).unwrap();
+        c.read_exact(&mut buf).unwrap();
+    }
+    drop(c);
+    let slept = srv.join().unwrap();
+    let mut truth = Vec::new();
+    for (i, s) in slept.iter().enumerate() {
+        let x = i as u64 + 1;
+        truth.push((x, "think (server)", *s));
+    }
+    // The handshake, each question and its answer, the close; at the server's end, which
+    // closes first, the first question's way and the last answer's are outside its flow.
+    Made {
+        name: "a server that sleeps",
+        port,
+        truth,
+        round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 1.0],
+    }
+}
+
+/// An echo server, and a client that waits 40 ms and 10 ms more each round before its next
+/// request: its idle time, as it measured it.
+fn idle(p: &EmulatedPath, port: u16) -> Made {
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = [0u8; 100];
+        while s.read_exact(&mut buf).is_ok() {
+            s.write_all(&[b'r'; 100]).unwrap();
+        }
+    });
+    let mut c = connect(p, port);
+    c.set_nodelay(true).unwrap();
+    let mut buf = [0u8; 100];
+    let mut truth = Vec::new();
+    for i in 0..ROUNDS {
+        c.write_all(&[b'q'; 100]).unwrap();
+        c.read_exact(&mut buf).unwrap();
+        if i + 1 < ROUNDS {
+            let t = Instant::now();
+            thread::sleep(Duration::from_millis(40 + 10 * i));
+            truth.push((i + 1, "idle (client)", ms(t.elapsed())));
+        }
+    }
+    drop(c);
+    srv.join().unwrap();
+    // The client closes first: its FIN's round trip is in the server's flow too.
+    Made {
+        name: "a client that waits",
+        port,
+        truth,
+        round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 2.0],
+    }
+}
+
+/// Requests in two 100-byte writes (Nagle on at the client), answered at once: the second
+/// write waits for the server's delayed ACK of the first. The server times the two parts'
+/// arrivals: their gap less the round trip (the ACK's way to the client, the part's back) is
+/// the stall.
+fn stall(p: &EmulatedPath, port: u16) -> Made {
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = [0u8; 100];
+        let mut gaps = Vec::new();
+        for _ in 0..ROUNDS {
+            s.read_exact(&mut buf).unwrap();
+            let t = Instant::now();
+            s.read_exact(&mut buf).unwrap();
+            gaps.push(ms(t.elapsed()));
+            s.write_all(&[b'r'; 100]).unwrap();
+        }
+        gaps
+    });
+    let mut c = connect(p, port);
+    let mut buf = [0u8; 100];
+    for _ in 0..ROUNDS {
+        c.write_all(&[b'a'; 100]).unwrap();
+        c.write_all(&[b'b'; 100]).unwrap();
+        c.read_exact(&mut buf).unwrap();
+    }
+    drop(c);
+    let gaps = srv.join().unwrap();
+    let rtt = rtt_ms(p);
+    let mut truth = Vec::new();
+    for (i, g) in gaps.iter().enumerate() {
+        let x = i as u64 + 1;
+        truth.push((x, "Nagle stall (client)", (g - rtt).max(0.0)));
+    }
+    // Two round trips a round (the held part's, the answer's).
+    Made {
+        name: "a request in two writes",
+        port,
+        truth,
+        round_trips: [2.0 * ROUNDS as f64 + 2.0, 2.0 * ROUNDS as f64 + 1.0],
+    }
+}
+
+/// Answers of a 50-byte header and, 15 ms later (the client ACKs at once: the header is
+/// acknowledged, nothing is in flight), a 100-byte body sent with `MSG_MORE` and nothing
+/// after it (HAProxy #3447): the kernel holds the body until its ceiling on a cork (200 ms).
+/// The client times the two pieces' arrivals, the server its pause between them: the gap less
+/// the pause is the hold, the pause the server's think time.
+fn hold(p: &EmulatedPath, port: u16) -> Made {
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = [0u8; 100];
+        let mut paused = Vec::new();
+        for _ in 0..ROUNDS {
+            s.read_exact(&mut buf).unwrap();
+            s.write_all(&[b'h'; 50]).unwrap();
+            let t = Instant::now();
+            thread::sleep(Duration::from_millis(15));
+            paused.push(ms(t.elapsed()));
+            let body = [b'b'; 100];
+            // SAFETY: a send of a live buffer of its length on a socket this thread owns.
+            let n = unsafe {
+                libc::send(
+                    s.as_raw_fd(),
+                    body.as_ptr().cast(),
+                    body.len(),
+                    libc::MSG_MORE,
+                )
+            };
+            assert_eq!(n, 100);
+        }
+        paused
+    });
+    let mut c = connect(p, port);
+    c.set_nodelay(true).unwrap();
+    let (mut head, mut body) = ([0u8; 50], [0u8; 100]);
+    let mut gaps = Vec::new();
+    for _ in 0..ROUNDS {
+        c.write_all(&[b'q'; 100]).unwrap();
+        c.read_exact(&mut head).unwrap();
+        // ACK at once: nothing but the kernel's ceiling pushes a corked piece.
+        socket2::SockRef::from(&c).set_tcp_quickack(true).unwrap();
+        let t = Instant::now();
+        c.read_exact(&mut body).unwrap();
+        socket2::SockRef::from(&c).set_tcp_quickack(true).unwrap();
+        gaps.push(ms(t.elapsed()));
+    }
+    drop(c);
+    let paused = srv.join().unwrap();
+    let mut truth = Vec::new();
+    for (i, (gap, pause)) in gaps.iter().zip(&paused).enumerate() {
+        let x = i as u64 + 1;
+        truth.push((x, "sender's hold (server)", (gap - pause).max(0.0)));
+        truth.push((x, "think (server)", *pause));
+    }
+    Made {
+        name: "an answer's last piece held by MSG_MORE",
+        port,
+        truth,
+        round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 1.0],
+    }
+}
+
+/// 256 KB to a reader with a 4 KB receive buffer that reads nothing for 800 ms, then reads
+/// it all: by construction the reader holds the sender back from its first write to the
+/// reader's end of the stream (a window closed, then one too small for the path), less the
+/// round trip that carries the first bytes there and the last ACK back.
+fn receiver(p: &EmulatedPath, port: u16) -> Made {
+    let addr = p.server_addr();
+    let l = p
+        .run_in_server(move || {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            s.set_reuse_address(true)?;
+            s.set_recv_buffer_size(4096)?;
+            s.bind(&std::net::SocketAddr::from((addr, port)).into())?;
+            s.listen(1)?;
+            Ok::<std::net::TcpListener, std::io::Error>(s.into())
+        })
+        .unwrap()
+        .unwrap();
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        thread::sleep(Duration::from_millis(800));
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).unwrap();
+        (v.len(), Instant::now())
+    });
+    let mut c = connect(p, port);
+    let start = Instant::now();
+    c.write_all(&vec![b'z'; 256 << 10]).unwrap();
+    drop(c);
+    let (got, end) = srv.join().unwrap();
+    assert_eq!(got, 256 << 10);
+    Made {
+        name: "a reader that stops reading",
+        port,
+        truth: vec![(
+            0,
+            "the receiver (zero and receive window)",
+            ms(end.duration_since(start)) - rtt_ms(p),
+        )],
+        // The handshake and the close.
+        round_trips: [2.0, 2.0],
+    }
+}
+
+/// The time `causes` give `label`, ms.
+fn given_to(causes: &[Spent], label: &Label) -> f64 {
+    label
+        .parts
+        .iter()
+        .map(|(c, side)| spent(causes, *c, *side))
+        .sum()
+}
+
+/// Per label: time (truth, given, both) and events (found, false, missed).
+#[derive(Default, Clone, Copy)]
+struct Score {
+    truth: f64,
+    given: f64,
+    both: f64,
+    found: u32,
+    false_found: u32,
+    missed: u32,
+}
+
+/// An event: a cause that took this long in an exchange, ms.
+const EVENT_MS: f64 = 20.0;
+
+/// 0 at the client's end, 1 at the server's.
+fn end_index(end: &str) -> usize {
+    usize::from(end == "server end")
+}
+
+/// Adds `made`'s truths and what `d` gives them, captured at `end` (0 client's, 1 server's)
+/// of a path of `rtt` ms: per exchange, and for the round trips (the path's: a figure of
+/// the whole flow) per flow.
+fn score(d: &Diagnosis, made: &[Made], end: usize, rtt: f64, scores: &mut [Score; 6]) {
+    for m in made {
+        let f = flow_on(d, m.port);
+        let b = &f.budget;
+        let (path, rest) = scores.split_last_mut().expect("the round trip is last");
+        let path_label = &LABELS[LABELS.len() - 1];
+        let truth = m.round_trips[end] * rtt;
+        let given = given_to(&b.causes, path_label);
+        path.add(
+            truth,
+            given,
+            &format!("{}, its flow", m.name),
+            path_label.name,
+        );
+        let exchanges: Vec<(u64, &[Spent])> = if m.truth.iter().all(|t| t.0 == 0) {
+            vec![(0, &b.causes[..])]
+        } else {
+            assert_eq!(f.exchanges, ROUNDS, "{}: {f:#?}", m.name);
+            b.exchanges
+                .iter()
+                .filter(|e| e.index > 0)
+                .map(|e| (e.index, &e.causes[..]))
+                .collect()
+        };
+        for (x, causes) in exchanges {
+            for (label, s) in LABELS.iter().zip(rest.iter_mut()) {
+                let truth: f64 = m
+                    .truth
+                    .iter()
+                    .filter(|t| t.0 == x && t.1 == label.name)
+                    .map(|t| t.2)
+                    .sum();
+                let given = given_to(causes, label);
+                s.add(
+                    truth,
+                    given,
+                    &format!("{}, exchange {x}", m.name),
+                    label.name,
+                );
+            }
+        }
+    }
+}
+
+impl Score {
+    /// One truth and what was given it, in `what`.
+    fn add(&mut self, truth: f64, given: f64, what: &str, label: &str) {
+        self.truth += truth;
+        self.given += given;
+        self.both += truth.min(given);
+        if truth >= EVENT_MS {
+            if given >= truth / 2.0 {
+                self.found += 1;
+            } else {
+                self.missed += 1;
+                eprintln!("{what}: {label} missed: {truth:.1} ms, given {given:.1}");
+            }
+        } else if given >= EVENT_MS && truth < given / 2.0 {
+            self.false_found += 1;
+            eprintln!("{what}: {label} given {given:.1} ms, truly {truth:.1}");
+        }
+    }
+}
+
+#[test]
+fn each_cause_is_given_its_time_at_either_end() {
+    let _one = nagless_test_support::exclusive();
+    let spec = PathSpec {
+        rtt: Duration::from_millis(10),
+        ..PathSpec::default()
+    };
+    let opts = Options {
+        top: 0,
+        ..Options::default()
+    };
+    let Some(((made, rtt), captures)) = at_both_ends(spec, opts, |p| {
+        let rtt = rtt_ms(p);
+        let made = vec![
+            think(p, 7101),
+            idle(p, 7102),
+            stall(p, 7103),
+            hold(p, 7104),
+            receiver(p, 7105),
+        ];
+        (made, rtt)
+    }) else {
+        return;
+    };
+    for (end, d) in &captures {
+        let mut scores = [Score::default(); 6];
+        score(d, &made, end_index(end), rtt, &mut scores);
+        for (label, s) in LABELS.iter().zip(&scores) {
+            let precision = if s.given > 0.0 { s.both / s.given } else { 1.0 };
+            let recall = if s.truth > 0.0 { s.both / s.truth } else { 1.0 };
+            let events = s.found + s.missed;
+            let ev_precision = f64::from(s.found) / f64::from((s.found + s.false_found).max(1));
+            let ev_recall = f64::from(s.found) / f64::from(events.max(1));
+            eprintln!(
+                "{end}, {}: by time precision {precision:.3} recall {recall:.3} ({:.1} of {:.1} ms true, {:.1} given); by event precision {ev_precision:.2} recall {ev_recall:.2} ({} of {events}, {} false)",
+                label.name, s.both, s.truth, s.given, s.found, s.false_found
+            );
+            assert!(s.truth > 0.0, "{end}, {}: a scenario made it", label.name);
+            assert!(
+                precision >= 0.9 && recall >= 0.9,
+                "{end}, {}: by time {precision:.3} / {recall:.3}",
+                label.name
+            );
+            assert!(
+                ev_precision >= 0.95 && ev_recall >= 0.95,
+                "{end}, {}: by event {ev_precision:.2} / {ev_recall:.2}",
+                label.name
+            );
+        }
+    }
+}
