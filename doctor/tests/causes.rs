@@ -359,17 +359,26 @@ fn score(d: &Diagnosis, made: &[Made], end: usize, rtt: f64, scores: &mut [Score
             &format!("{}, its flow", m.name),
             path_label.name,
         );
-        let exchanges: Vec<(u64, &[Spent])> = if m.truth.iter().all(|t| t.0 == 0) {
-            vec![(0, &b.causes[..])]
-        } else {
+        // Every exchange the doctor keeps and every one a truth names (one it does not keep
+        // gives nothing: its truth counts as missed); a transfer's truth is its whole flow's.
+        let whole = m.truth.iter().all(|t| t.0 == 0);
+        let mut indexes: Vec<u64> = m.truth.iter().map(|t| t.0).collect();
+        if !whole {
             assert_eq!(f.exchanges, ROUNDS, "{}: {f:#?}", m.name);
-            b.exchanges
-                .iter()
-                .filter(|e| e.index > 0)
-                .map(|e| (e.index, &e.causes[..]))
-                .collect()
-        };
-        for (x, causes) in exchanges {
+            indexes.extend(b.exchanges.iter().map(|e| e.index));
+        }
+        indexes.sort_unstable();
+        indexes.dedup();
+        let none: &[Spent] = &[];
+        for x in indexes {
+            let causes = if whole {
+                &b.causes[..]
+            } else {
+                b.exchanges
+                    .iter()
+                    .find(|e| e.index == x)
+                    .map_or(none, |e| &e.causes[..])
+            };
             for (label, s) in LABELS.iter().zip(rest.iter_mut()) {
                 let truth: f64 = m
                     .truth

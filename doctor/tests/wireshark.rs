@@ -259,7 +259,7 @@ fn the_plugin_marks_the_timeouts_zero_windows_and_budgets_the_doctor_names() {
     const KINDS: [&str; 3] = ["retransmission-timeout", "zero-window", "exchange-budget"];
     let dir = std::env::temp_dir().join(format!("nagless-wireshark-wait-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut with_waits = 0;
+    let (mut with_waits, mut with_budgets) = (0, 0);
     for capture in captures() {
         let bytes = std::fs::read(&capture).unwrap();
         let opts = Options {
@@ -297,7 +297,17 @@ fn the_plugin_marks_the_timeouts_zero_windows_and_budgets_the_doctor_names() {
                 .flatten()
                 .any(|m| !m.starts_with("exchange-budget")),
         );
+        with_budgets += usize::from(
+            named
+                .values()
+                .flatten()
+                .any(|m| m.starts_with("exchange-budget")),
+        );
     }
+    assert!(
+        with_budgets >= 1,
+        "no capture of the corpus has a slow exchange"
+    );
     std::fs::remove_dir_all(&dir).ok();
     assert!(with_waits >= 1, "no capture of the corpus has such a wait");
     eprintln!("{with_waits} capture(s) with retransmission timeouts or zero windows");

@@ -111,7 +111,9 @@ pub struct Row {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub acked_by: Option<Receiver>,
     /// What the kernel counted of its connections' time and losses ([`Waits`]): where the
-    /// time went when it was not a stall (sampling backend).
+    /// time went when it was not a stall (sampling backend; absent from the JSON when
+    /// nothing was counted, as under eBPF).
+    #[serde(skip_serializing_if = "Waits::is_empty")]
     pub waits: Waits,
 }
 

@@ -271,7 +271,12 @@ impl Watcher {
             // What the kernel counted since it was last read (all it counted, for a
             // socket made after the first listing).
             if let Some(now) = Reading::of(info) {
-                let made_since = self.first_listing_us.is_some_and(|f| t.born_us > f);
+                // (First seen after the first listing, and busy no longer than the watch has
+                // run: a socket of a namespace entered late, or one seen again after it was
+                // forgotten, is older, and its first reading is its baseline.)
+                let made_since = self
+                    .first_listing_us
+                    .is_some_and(|f| t.born_us > f && now.busy_us() <= at_us.saturating_sub(f));
                 if t.reading.is_some() || made_since {
                     let w = now.since(t.reading.as_ref());
                     t.window.add_waits(&w);

@@ -65,6 +65,11 @@ impl Reading {
         })
     }
 
+    /// Its busy time, µs.
+    pub(crate) fn busy_us(&self) -> u64 {
+        self.busy_us
+    }
+
     /// What was counted between `before` (`None`: the socket was made after the watch began,
     /// so all it counted is new) and this reading. The kernel counts timeouts in a row, back
     /// to 0 at an ACK: a rise counts as timeouts, and a fall and a rise between two readings
@@ -92,8 +97,9 @@ mod tests {
         info.sndbuf_limited_us = Some(0);
         info.total_retrans = retrans;
         info.timeouts = timeouts;
-        // (Zero-window probes back off too: they are no timeouts.)
-        info.backoff = timeouts + 3;
+        // (Zero-window probes back off too, and a backoff that rises is no timeout: the
+        // kernel's count of timeouts is.)
+        info.backoff = 3 - timeouts.min(3);
         Reading::of(&info).unwrap()
     }
 

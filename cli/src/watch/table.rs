@@ -206,6 +206,7 @@ pub(super) fn waited(r: &Row) -> bool {
 /// means.
 pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut String) {
     use std::fmt::Write as _;
+    let secs = secs.max(1e-3);
     for r in rows.iter().filter(|r| waited(r)) {
         let w = &r.waits;
         let ms = |us: u64| us as f64 / 1000.0;

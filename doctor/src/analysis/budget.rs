@@ -6,8 +6,9 @@
 //! the next comes: who the flow was waiting for is known only when the wait ends.
 //! - The other side answered: its side of the round trip (as the capture point sees it) is
 //!   the path's, the rest its own: think time, or, before the client's next question, idle.
-//! - The same side went on with no ACK of its data between: the path's rate (after a full
-//!   segment, or within a millisecond), else a pause of its own (think).
+//! - The same side went on with no ACK of its data between: the path's rate (within a
+//!   millisecond, or within a round trip after a full segment), else a pause of its own
+//!   (think) after a small segment, and unknown after a full one.
 //! - The same side went on after the peer's ACK of its data: it waited for that ACK. Up to
 //!   the round trip that wait is its window's (a full segment or more in flight: the
 //!   receiver's window if that was full, else its congestion window) or, for one small
@@ -24,7 +25,7 @@
 
 use super::direction::Direction;
 use super::ledger::{Kind, Label, Ledger, Stretch, Tally};
-use super::output::{self, At, Cause, ExchangeBudget, Finding, FindingFrame, Spent};
+use super::output::{self, At, Cause, ExchangeBudget, Spent};
 use super::sequence::{self, Sequence};
 
 /// Gaps between one side's segments up to this long are the path's rate, whatever their
@@ -45,6 +46,9 @@ pub(super) enum Wait {
     Congestion,
     /// The receiver's window full.
     Receive,
+    /// After a full segment, the receiver's window not known (no handshake captured): which
+    /// window held the sender back is not told.
+    Unknown,
 }
 
 impl Wait {
@@ -58,7 +62,8 @@ impl Wait {
             _ if !full => Wait::Small,
             // The receiver's window is used up (to a segment's room).
             Some(w) if in_flight + segment > w => Wait::Receive,
-            _ => Wait::Congestion,
+            Some(_) => Wait::Congestion,
+            None => Wait::Unknown,
         }
     }
 
@@ -70,6 +75,7 @@ impl Wait {
             },
             Wait::Congestion => Label::of(Cause::CongestionWindow, Some(d)),
             Wait::Receive => Label::of(Cause::ReceiveWindow, Some(d)),
+            Wait::Unknown => Label::of(Cause::Unknown, None),
         }
     }
 }
@@ -172,9 +178,16 @@ impl Budget {
             // An answer: the way to the answerer and back, then its time.
             Some(l) if l.sender != d => self.path_then(us, frame, p.side_us[l.sender], mine(think)),
             Some(l) => match self.acked {
-                None if l.full || us <= self.ledger.until_us() + RATE_GAP_US => {
+                // Back to back, or after a full segment within a round trip: the path's rate.
+                None if us <= self.ledger.until_us() + RATE_GAP_US
+                    || (l.full
+                        && p.round_trip_us()
+                            .is_some_and(|rt| us <= self.ledger.until_us() + rt)) =>
+                {
                     self.push(us, frame, Label::of(Cause::Transfer, None))
                 }
+                // After a full segment, longer and no ACK seen: not told.
+                None if l.full => self.push(us, frame, Label::of(Cause::Unknown, None)),
                 None => self.push(us, frame, mine(Cause::Think)),
                 // After a small segment, a sender that did not send as the ACK reached it was
                 // not waiting for it: the ACK passed during its own time.
@@ -348,127 +361,7 @@ fn spent(
                 At::new(longest.frames[0], longest.from_us),
                 At::new(longest.frames[1], longest.to_us),
             ],
-            fix: fix(cause),
-        })
-        .collect()
-}
-
-impl Cause {
-    /// Its name in the JSON (`nagle-stall`).
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Cause::NagleStall => "nagle-stall",
-            Cause::AckClocked => "ack-clocked",
-            Cause::SenderHold => "sender-hold",
-            Cause::RoundTrip => "round-trip",
-            Cause::Transfer => "transfer",
-            Cause::LossRecovery => "loss-recovery",
-            Cause::ZeroWindow => "zero-window",
-            Cause::ReceiveWindow => "receive-window",
-            Cause::CongestionWindow => "congestion-window",
-            Cause::DelayedAck => "delayed-ack",
-            Cause::Think => "think",
-            Cause::Idle => "idle",
-            Cause::Unknown => "unknown",
-        }
-    }
-
-    /// Its name for people.
-    pub(crate) fn describe(self) -> &'static str {
-        match self {
-            Cause::NagleStall => "Nagle stall",
-            Cause::AckClocked => "ACK-clocked writes",
-            Cause::SenderHold => "sender's own hold",
-            Cause::RoundTrip => "round trip",
-            Cause::Transfer => "transfer",
-            Cause::LossRecovery => "loss recovery",
-            Cause::ZeroWindow => "zero window",
-            Cause::ReceiveWindow => "receive window",
-            Cause::CongestionWindow => "congestion window",
-            Cause::DelayedAck => "delayed ACK",
-            Cause::Think => "think time",
-            Cause::Idle => "idle",
-            Cause::Unknown => "unknown",
-        }
-    }
-}
-
-/// A cause worth naming in the verdict: this much time or more, ms.
-const NOTABLE_MS: f64 = 20.0;
-
-/// Without a stall, the verdict's clause for the cause that took most of the time waited
-/// (idle left out), if it took [`NOTABLE_MS`] or more: what it was, whose, its share, and
-/// what to do.
-pub(super) fn most_waited(b: &output::Budget, sides: &[output::Side; 2]) -> Option<String> {
-    let waited: f64 = b
-        .causes
-        .iter()
-        .filter(|s| s.cause != Cause::Idle)
-        .map(|s| s.ms)
-        .sum();
-    let top = b.causes.iter().find(|s| s.cause != Cause::Idle)?;
-    if top.ms < NOTABLE_MS {
-        return None;
-    }
-    let whose = match top.side {
-        Some("client") => format!("{}'s ", sides[0].addr),
-        Some(_) => format!("{}'s ", sides[1].addr),
-        None => String::new(),
-    };
-    let mut line = format!(
-        "most of the time waited (idle left out) was {whose}{}: {:.1} ms of {:.1} ms ({:.0} %)",
-        top.cause.describe(),
-        top.ms,
-        waited,
-        top.ms * 100.0 / waited
-    );
-    if let Some(fix) = top.fix {
-        line += &format!(": {fix}");
-    }
-    Some(line)
-}
-
-/// The findings the Wireshark plugin marks for the budget: one per exchange kept that took
-/// [`NOTABLE_MS`] or more, on its first frame (role `exchange`) and the frames its largest
-/// cause's longest stretch lies between (roles `from`, unless that is the first frame, and
-/// the cause), with the exchange's causes as its summary.
-pub(super) fn findings(b: &output::Budget) -> Vec<Finding> {
-    b.exchanges
-        .iter()
-        .filter(|e| e.total_ms >= NOTABLE_MS)
-        .filter_map(|e| {
-            let top = e.causes.first()?;
-            let parts: Vec<String> = e
-                .causes
-                .iter()
-                .take(4)
-                .map(|s| {
-                    let side = s.side.map(|x| format!(" ({x})")).unwrap_or_default();
-                    format!("{}{side} {:.1} ms", s.cause.describe(), s.ms)
-                })
-                .collect();
-            let frame = |frame, role| FindingFrame { frame, role };
-            let [from, to] = top.longest.map(|a| a.frame);
-            let mut frames = vec![frame(e.start.frame, "exchange")];
-            if from != e.start.frame && from != to {
-                frames.push(frame(from, "from"));
-            }
-            frames.push(frame(to, top.cause.name()));
-            Some(Finding {
-                kind: "exchange-budget",
-                frames,
-                delay_ms: e.total_ms,
-                direction: match top.side {
-                    Some("server") => "server->client",
-                    _ => "client->server",
-                },
-                summary: format!(
-                    "exchange {}: {:.1} ms: {}",
-                    e.index,
-                    e.total_ms,
-                    parts.join(", ")
-                ),
-            })
+            fix: super::verdict::fix(cause),
         })
         .collect()
 }
@@ -478,36 +371,6 @@ pub(super) fn side_name(d: Direction) -> &'static str {
         Direction::Client => "client",
         Direction::Server => "server",
     }
-}
-
-/// What to do about time that went to `cause`, where something can be done.
-fn fix(cause: Cause) -> Option<&'static str> {
-    Some(match cause {
-        Cause::NagleStall => crate::rule::SENDER_FIX,
-        Cause::AckClocked => super::verdict::CLOCKED_FIX,
-        Cause::SenderHold => super::verdict::HOLD_FIX,
-        Cause::RoundTrip => {
-            "fewer round trips: reuse connections, pipeline or batch requests, or bring the ends closer"
-        }
-        Cause::Transfer => "fewer bytes, or a faster path: the data crossed at the path's rate",
-        Cause::LossRecovery => {
-            "the path lost packets: look at loss (drops, errors, full queues), not at the programs"
-        }
-        Cause::ZeroWindow => {
-            "the receiving program stopped reading: look at what it does between reads"
-        }
-        Cause::ReceiveWindow => {
-            "the receiver's window held the sender back: raise its receive buffer (net.ipv4.tcp_rmem, SO_RCVBUF)"
-        }
-        Cause::CongestionWindow => {
-            "the sender's congestion window held it back (slow start, or a restart after idle: net.ipv4.tcp_slow_start_after_idle=0 keeps a reused connection's window)"
-        }
-        Cause::DelayedAck => {
-            "the receiver delayed its ACK while the sender waited for it: TCP_QUICKACK at the receiver"
-        }
-        Cause::Think => "the program's own time, not the network's: profile that side",
-        Cause::Idle | Cause::Unknown => return None,
-    })
 }
 
 #[cfg(test)]

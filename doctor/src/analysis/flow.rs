@@ -428,10 +428,10 @@ impl Flow {
             .chain(sender_holds.iter().map(verdict::sender_hold_finding))
             .chain(self.waits.map(|w| w.findings(&sides)).unwrap_or_default())
             .collect();
-        findings.extend(budget::findings(&budget));
+        findings.extend(verdict::budget_findings(&budget));
         if self.found.stall_count == 0 {
             if let (Some(line), Some(clause)) =
-                (verdict.first_mut(), budget::most_waited(&budget, &sides))
+                (verdict.first_mut(), verdict::most_waited(&budget, &sides))
             {
                 *line += &format!("; {clause}");
             }

@@ -15,8 +15,12 @@
 use super::direction::Direction;
 use super::output::Cause;
 
-/// Open runs kept; half are folded when more are made.
-pub(super) const RUNS_MAX: usize = 1024;
+/// Open runs kept; half are folded when more are made (a run is 48 bytes: a flow holds a few
+/// kB of them at most; what relabels a run comes within a few spans of it).
+pub(super) const RUNS_MAX: usize = 128;
+/// Overlays kept ahead of the time given (those of one label that touch are merged; beyond,
+/// the newest are dropped and their time keeps its label).
+const AHEAD_MAX: usize = 16;
 /// Exchanges kept from the flow's start (exchange 0, the time before the first question,
 /// among them), and the slowest kept besides.
 const FIRST_EXCHANGES: u64 = 8;
@@ -277,7 +281,17 @@ impl Ledger {
         }
         self.relabel(from_us, to_us, label);
         if to_us > self.until_us {
-            self.ahead.push((from_us.max(self.until_us), to_us, label));
+            let from_us = from_us.max(self.until_us);
+            let full = self.ahead.len() >= AHEAD_MAX;
+            let touching = self
+                .ahead
+                .iter_mut()
+                .find(|a| a.2 == label && from_us <= a.1 && a.0 <= to_us);
+            match touching {
+                Some(a) => (a.0, a.1) = (a.0.min(from_us), a.1.max(to_us)),
+                None if full => {}
+                None => self.ahead.push((from_us, to_us, label)),
+            }
         }
     }
 
@@ -441,6 +455,26 @@ mod tests {
         assert!(got.contains(&(label(Cause::RoundTrip), 100)), "{got:?}");
         let think = Label::of(Cause::Think, Some(Direction::Client));
         assert!(got.contains(&(think, 150)), "{got:?}");
+    }
+
+    #[test]
+    fn overlays_ahead_are_bounded_and_merged() {
+        let mut l = Ledger::new(0);
+        l.push(10, [1, 2], label(Cause::Transfer), 1);
+        for i in 0..10_000u64 {
+            // A window that closes and opens, over and over, after the last data.
+            l.overlay(10 + i, 11 + i, label(Cause::ZeroWindow));
+            l.overlay(20_000 + 2 * i, 20_001 + 2 * i, label(Cause::DelayedAck));
+        }
+        assert!(l.ahead.len() <= AHEAD_MAX, "{}", l.ahead.len());
+        l.push(10_010, [2, 3], label(Cause::Think), 1);
+        let (tally, _) = l.close();
+        let zero: u64 = tally
+            .labels()
+            .filter(|(l, _, _)| l.kind == Kind::Is(Cause::ZeroWindow))
+            .map(|(_, us, _)| us)
+            .sum();
+        assert_eq!(zero, 10_000, "the touching overlays merged into one");
     }
 
     #[test]

@@ -33,7 +33,7 @@
 //! | `budget` | where the flow's time went: each span between data segments labelled with a cause, later evidence relabelling what it covers ([`Budget`]) |
 //! | `ledger` | the budget's runs of labelled time, end to end, folded into totals per cause and per exchange as they age |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
-//! | `verdict` | the verdict and advice for people |
+//! | `verdict` | the verdict and advice for people (the budget's too: its largest wait, each cause's fix, the findings Wireshark marks) |
 //! | `output` | what the analysis returns ([`Outcome`], [`FlowReport`] and their parts; serialized as `docs/doctor-json.md` says) |
 
 mod analyzer;

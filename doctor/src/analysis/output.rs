@@ -222,6 +222,46 @@ pub enum Cause {
     Unknown,
 }
 
+impl Cause {
+    /// Its name in the JSON (`nagle-stall`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::NagleStall => "nagle-stall",
+            Cause::AckClocked => "ack-clocked",
+            Cause::SenderHold => "sender-hold",
+            Cause::RoundTrip => "round-trip",
+            Cause::Transfer => "transfer",
+            Cause::LossRecovery => "loss-recovery",
+            Cause::ZeroWindow => "zero-window",
+            Cause::ReceiveWindow => "receive-window",
+            Cause::CongestionWindow => "congestion-window",
+            Cause::DelayedAck => "delayed-ack",
+            Cause::Think => "think",
+            Cause::Idle => "idle",
+            Cause::Unknown => "unknown",
+        }
+    }
+
+    /// Its name for people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Cause::NagleStall => "Nagle stall",
+            Cause::AckClocked => "ACK-clocked writes",
+            Cause::SenderHold => "sender's own hold",
+            Cause::RoundTrip => "round trip",
+            Cause::Transfer => "transfer",
+            Cause::LossRecovery => "loss recovery",
+            Cause::ZeroWindow => "zero window",
+            Cause::ReceiveWindow => "receive window",
+            Cause::CongestionWindow => "congestion window",
+            Cause::DelayedAck => "delayed ACK",
+            Cause::Think => "think time",
+            Cause::Idle => "idle",
+            Cause::Unknown => "unknown",
+        }
+    }
+}
+
 /// Time a [`Budget`] gives one cause (and one side, where it belongs to one).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Spent {

@@ -1033,3 +1033,29 @@ fn the_budget_gives_each_wait_its_cause_from_either_end() {
             .all(|e| e.causes.iter().any(|s| s.cause == Cause::NagleStall)));
     }
 }
+
+/// On a lossy path, seen at the client: the client's request is lost after the server's
+/// answer, so both send again after their timeouts, and the server's next answer leaves about
+/// 225 ms after its previous one, behind its own retransmission. The client's request came
+/// between: the server's turn had ended, and nothing of its was held (the hold rule took
+/// these for a cork left on while a retransmission of the server's hid the client's turn).
+#[test]
+fn a_turn_the_peer_ended_is_no_hold_behind_a_retransmission() {
+    let mut c = Conv::with_rtt(10.0);
+    let mut t = 20.0;
+    for _ in 0..3 {
+        c.data(t, 1, 100); // the server's answer
+        c.data(t + 10.1, 0, 100); // the client's next request, lost on its way
+        c.seq[0] -= 100;
+        c.data(t + 225.0, 0, 100); // sent again after its timeout
+        c.seq[1] -= 100;
+        c.data(t + 226.0, 1, 100); // the server's answer sent again (its ACK was lost too)
+        c.data(t + 235.0, 1, 100); // the answer to the request
+        c.data(t + 245.1, 0, 100); // the next request
+        c.ack(t + 255.0, 1);
+        t += 400.0;
+    }
+    let r = &analyse(&c.segs)[0];
+    assert!(r.sender_holds.is_empty(), "{:#?}", r.sender_holds);
+    assert!(!r.verdict.iter().any(|v| v.contains("holds its own writes")));
+}

@@ -1,11 +1,14 @@
 //! The verdict for people ([`FlowReport::verdict`](super::FlowReport::verdict)): per side
 //! whose writes stalled, who splits writes and who delays ACKs, then the fix at the sender and
 //! at the receiver (the receiver's first when the capture was taken at its end); without a stall, "no Nagle stall" and what was seen instead. Also the
-//! words for a [`Pattern`] and a [`CapturePoint`].
+//! words for a [`Pattern`] and a [`CapturePoint`], and for the budget: the cause that took
+//! most of the time waited, what to do about each cause, and each slow exchange's finding.
 
 use super::direction::Direction;
 use super::judge::Findings;
-use super::output::{AckClocked, CapturePoint, Finding, FindingFrame, Pattern, Side};
+use super::output::{
+    AckClocked, Budget, CapturePoint, Cause, Finding, FindingFrame, Pattern, Side,
+};
 use crate::rule::{self, AckTimer};
 
 impl Pattern {
@@ -335,4 +338,114 @@ pub(super) fn sender_hold_finding(h: &super::output::SenderHold) -> Finding {
             h.sender
         ),
     }
+}
+
+/// A cause worth naming in the verdict: this much time or more, ms.
+const NOTABLE_MS: f64 = 20.0;
+
+/// Without a stall, the verdict's clause for the cause that took most of the time waited
+/// (idle left out), if it took [`NOTABLE_MS`] or more: what it was, whose, its share, and
+/// what to do.
+pub(super) fn most_waited(b: &Budget, sides: &[Side; 2]) -> Option<String> {
+    let waited: f64 = b
+        .causes
+        .iter()
+        .filter(|s| s.cause != Cause::Idle)
+        .map(|s| s.ms)
+        .sum();
+    let top = b.causes.iter().find(|s| s.cause != Cause::Idle)?;
+    if top.ms < NOTABLE_MS {
+        return None;
+    }
+    let whose = match top.side {
+        Some("client") => format!("{}'s ", sides[0].addr),
+        Some(_) => format!("{}'s ", sides[1].addr),
+        None => String::new(),
+    };
+    let mut line = format!(
+        "most of the time waited (idle left out) was {whose}{}: {:.1} ms of {:.1} ms ({:.0} %)",
+        top.cause.describe(),
+        top.ms,
+        waited,
+        top.ms * 100.0 / waited
+    );
+    if let Some(fix) = top.fix {
+        line += &format!(": {fix}");
+    }
+    Some(line)
+}
+
+/// The findings the Wireshark plugin marks for the budget: one per exchange kept that took
+/// [`NOTABLE_MS`] or more, on its first frame (role `exchange`) and the frames its largest
+/// cause's longest stretch lies between (roles `from`, unless that is the first frame, and
+/// the cause), with the exchange's causes as its summary.
+pub(super) fn budget_findings(b: &Budget) -> Vec<Finding> {
+    b.exchanges
+        .iter()
+        .filter(|e| e.total_ms >= NOTABLE_MS)
+        .filter_map(|e| {
+            let top = e.causes.first()?;
+            let parts: Vec<String> = e
+                .causes
+                .iter()
+                .take(4)
+                .map(|s| {
+                    let side = s.side.map(|x| format!(" ({x})")).unwrap_or_default();
+                    format!("{}{side} {:.1} ms", s.cause.describe(), s.ms)
+                })
+                .collect();
+            let frame = |frame, role| FindingFrame { frame, role };
+            let [from, to] = top.longest.map(|a| a.frame);
+            let mut frames = vec![frame(e.start.frame, "exchange")];
+            if from != e.start.frame && from != to {
+                frames.push(frame(from, "from"));
+            }
+            frames.push(frame(to, top.cause.name()));
+            Some(Finding {
+                kind: "exchange-budget",
+                frames,
+                delay_ms: e.total_ms,
+                direction: match top.side {
+                    Some("server") => "server->client",
+                    _ => "client->server",
+                },
+                summary: format!(
+                    "exchange {}: {:.1} ms: {}",
+                    e.index,
+                    e.total_ms,
+                    parts.join(", ")
+                ),
+            })
+        })
+        .collect()
+}
+
+/// What to do about time that went to `cause`, where something can be done.
+pub(super) fn fix(cause: Cause) -> Option<&'static str> {
+    Some(match cause {
+        Cause::NagleStall => crate::rule::SENDER_FIX,
+        Cause::AckClocked => super::verdict::CLOCKED_FIX,
+        Cause::SenderHold => super::verdict::HOLD_FIX,
+        Cause::RoundTrip => {
+            "fewer round trips: reuse connections, pipeline or batch requests, or bring the ends closer"
+        }
+        Cause::Transfer => "fewer bytes, or a faster path: the data crossed at the path's rate",
+        Cause::LossRecovery => {
+            "the path lost packets: look at loss (drops, errors, full queues), not at the programs"
+        }
+        Cause::ZeroWindow => {
+            "the receiving program stopped reading: look at what it does between reads"
+        }
+        Cause::ReceiveWindow => {
+            "the receiver's window held the sender back: raise its receive buffer (net.ipv4.tcp_rmem, SO_RCVBUF)"
+        }
+        Cause::CongestionWindow => {
+            "the sender's congestion window held it back (slow start, or a restart after idle: net.ipv4.tcp_slow_start_after_idle=0 keeps a reused connection's window)"
+        }
+        Cause::DelayedAck => {
+            "the receiver delayed its ACK while the sender waited for it: TCP_QUICKACK at the receiver"
+        }
+        Cause::Think => "the program's own time, not the network's: profile that side",
+        Cause::Idle | Cause::Unknown => return None,
+    })
 }

@@ -149,7 +149,7 @@ const BARS_LEFT: f64 = 130.0;
 const BAR_H: f64 = 11.0;
 const ROW_H: f64 = 16.0;
 /// Pixels a character of the legend's 9 px text takes, at most (an estimate, checked in a
-/// browser by `cli/tests/doctor_svg_browser.rs`).
+/// browser by `doctor/tests/svg_browser.rs`).
 const LEGEND_CHAR: f64 = 5.6;
 
 fn esc(s: &str) -> String {
@@ -171,7 +171,7 @@ fn color(c: Cause) -> &'static str {
         Cause::DelayedAck => "#ff9896",
         Cause::Think => "#1f77b4",
         Cause::Idle => "#c7c7c7",
-        Cause::Unknown => "#f7f7f7",
+        Cause::Unknown => "#e8e8e8",
     }
 }
 
