@@ -236,6 +236,34 @@ fn the_verdict_matches_what_each_program_did_at_either_end() {
                 c.mean_queued_us
             );
             assert!(c.share >= 0.8 && c.clocked >= 200, "{name}: {c:#?}");
+            // The budget gives the clock the time its writes queued (out of the round trips
+            // that ran meanwhile), and still adds up to the flow.
+            let side = if c.direction == "client->server" {
+                "client"
+            } else {
+                "server"
+            };
+            let given: f64 = f
+                .budget
+                .causes
+                .iter()
+                .filter(|s| s.cause == nagless_doctor::analysis::Cause::AckClocked)
+                .filter(|s| s.side == Some(side))
+                .map(|s| s.ms)
+                .sum();
+            // (All of it, unless the round trips were shorter in all: on loopback.)
+            let path_left = f
+                .budget
+                .causes
+                .iter()
+                .any(|s| s.cause == nagless_doctor::analysis::Cause::RoundTrip);
+            let queued = c.queued_s * 1000.0;
+            assert!(
+                given <= queued * 1.01 + 0.5 && (given >= queued * 0.99 || !path_left),
+                "{name}: {given} ms in the budget, {queued} ms queued"
+            );
+            let sum: f64 = f.budget.causes.iter().map(|s| s.ms).sum();
+            assert!((sum - f.budget.total_ms).abs() < 0.01, "{name}");
             assert!(c.first.len() == 32, "{name}");
             for s in &c.first {
                 assert!(s.ack.frame < s.segment.frame, "{name}: {s:?}");

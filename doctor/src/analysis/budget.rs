@@ -256,9 +256,11 @@ impl Budget {
         }
         let (tally, exchanges) = self.ledger.close();
         let total_us = tally_total(&tally);
+        let mut causes = spent(tally.labels(), total_us, named);
+        queue_behind_the_clock(&mut causes, &named.queued, total_us);
         output::Budget {
             total_ms: total_us as f64 / 1000.0,
-            causes: spent(tally.labels(), total_us, named),
+            causes,
             exchanges: exchanges
                 .iter()
                 .map(|e| {
@@ -316,6 +318,11 @@ pub(super) struct Named {
     pub(super) clocked: [bool; 2],
     /// Found holding its own writes.
     pub(super) holds: [bool; 2],
+    /// Per direction found ACK-clocked: the time its writes queued behind the clock, as the
+    /// clock's verdict estimates it (µs), and its first clocked segment (the ACK that released
+    /// it, and it) as evidence. That queueing ran while round trips did (many requests in
+    /// flight): the flow's budget gives it that much of the round trips' time.
+    pub(super) queued: [Option<(u64, Stretch)>; 2],
 }
 
 /// Labels and their times as causes for people, most time first: a wait for the ACK of one
@@ -364,6 +371,61 @@ fn spent(
             fix: super::verdict::fix(cause),
         })
         .collect()
+}
+
+/// Gives each ACK-clocked direction the time its writes queued behind the clock (`queued`,
+/// beyond what its one-sided waits gave it already), out of the round trips' time (as much of
+/// it as there is), and sorts the causes again.
+fn queue_behind_the_clock(
+    causes: &mut Vec<Spent>,
+    queued: &[Option<(u64, Stretch)>; 2],
+    total_us: u64,
+) {
+    for (d, q) in Direction::BOTH.iter().zip(queued) {
+        let Some((queued_us, first)) = q else {
+            continue;
+        };
+        let side = Some(side_name(*d));
+        let already: f64 = causes
+            .iter()
+            .filter(|s| s.cause == Cause::AckClocked && s.side == side)
+            .map(|s| s.ms)
+            .sum();
+        let Some(path) = causes
+            .iter_mut()
+            .find(|s| s.cause == Cause::RoundTrip && s.side.is_none())
+        else {
+            continue;
+        };
+        let moved_ms = (*queued_us as f64 / 1000.0 - already).clamp(0.0, path.ms);
+        path.ms -= moved_ms;
+        match causes
+            .iter_mut()
+            .find(|s| s.cause == Cause::AckClocked && s.side == side)
+        {
+            Some(c) => c.ms += moved_ms,
+            None => causes.push(Spent {
+                cause: Cause::AckClocked,
+                side,
+                ms: moved_ms,
+                share: 0.0,
+                longest: [
+                    At::new(first.frames[0], first.from_us),
+                    At::new(first.frames[1], first.to_us),
+                ],
+                fix: super::verdict::fix(Cause::AckClocked),
+            }),
+        }
+    }
+    causes.retain(|s| s.ms > 0.0);
+    for s in causes.iter_mut() {
+        s.share = if total_us > 0 {
+            s.ms * 1000.0 / total_us as f64
+        } else {
+            0.0
+        };
+    }
+    causes.sort_by(|a, b| b.ms.total_cmp(&a.ms).then(a.cause.cmp(&b.cause)));
 }
 
 pub(super) fn side_name(d: Direction) -> &'static str {

@@ -10,7 +10,7 @@ use super::direction::Direction;
 use super::endpoint::{self, Endpoint};
 use super::hold::SenderHolds;
 use super::judge::{self, Findings};
-use super::ledger::{Kind, Label};
+use super::ledger::{Kind, Label, Stretch};
 use super::output::{At, Cause, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
 use super::sequence::{self, Sequence, Window};
 use super::verdict;
@@ -404,6 +404,18 @@ impl Flow {
             holds: Direction::BOTH.map(|d| {
                 let name = judge::direction_name(d);
                 sender_holds.iter().any(|h| h.direction == name)
+            }),
+            queued: Direction::BOTH.map(|d| {
+                let name = judge::direction_name(d);
+                let c = ack_clocked.iter().find(|c| c.direction == name)?;
+                let first = c.first.first()?;
+                let us = |a: &At| (a.time_s * 1e6).round() as u64;
+                let evidence = Stretch {
+                    from_us: us(&first.ack),
+                    to_us: us(&first.segment).max(us(&first.ack)),
+                    frames: [first.ack.frame, first.segment.frame],
+                };
+                Some(((c.queued_s * 1e6).round() as u64, evidence))
             }),
         };
         let budget = self
