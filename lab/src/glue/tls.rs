@@ -94,10 +94,15 @@ pub(super) fn run(
         made += 1;
         tcp.set_nodelay(true)?;
         tcp.set_read_timeout(Some(IO_TIMEOUT))?;
-        let conn = rustls::ClientConnection::new(client_config.clone(), name.clone())
+        let mut conn = rustls::ClientConnection::new(client_config.clone(), name.clone())
             .map_err(io::Error::other)?;
+        // The request leaves with the client's Finished, as a client that writes it at once
+        // sends it: the server reads both, sends its tickets and answers behind them. (Written
+        // after the handshake, it raced the tickets: when they reached the client first, the
+        // request carried their ACK and nothing held the answer.)
+        conn.writer().write_all(REQUEST)?;
         let mut tls = rustls::StreamOwned::new(conn, tcp);
-        tls.write_all(REQUEST)?;
+        tls.flush()?;
         tls.read_exact(&mut answer)?;
         report.latencies_us.push(t.elapsed().as_micros() as u64);
         report.work += 1.0;
