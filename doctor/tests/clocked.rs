@@ -14,7 +14,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+mod path_support;
+
 use nagless_doctor::{Diagnosis, FlowReport};
+use path_support::flow_on;
 
 /// Bytes of each request and each answer.
 const SIZE: usize = 40;
@@ -183,19 +186,6 @@ fn diagnose(name: &str) -> Diagnosis {
         ..nagless_doctor::Options::default()
     };
     nagless_doctor::diagnose_reader(reader, opts, |_| {}).unwrap()
-}
-
-fn flow_on(d: &Diagnosis, port: u16) -> &FlowReport {
-    let suffix = format!(":{port}");
-    let mut it = d
-        .flows
-        .iter()
-        .filter(|f| f.sides[1].addr.ends_with(&suffix));
-    let f = it
-        .next()
-        .unwrap_or_else(|| panic!("no flow on port {port}"));
-    assert!(it.next().is_none(), "one flow on port {port}");
-    f
 }
 
 /// The directions the doctor finds ACK-clocked in `f`.

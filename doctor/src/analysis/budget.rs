@@ -556,21 +556,7 @@ mod tests {
 
     #[test]
     fn causes_are_named_as_the_json_names_them() {
-        for c in [
-            Cause::NagleStall,
-            Cause::AckClocked,
-            Cause::SenderHold,
-            Cause::RoundTrip,
-            Cause::Transfer,
-            Cause::LossRecovery,
-            Cause::ZeroWindow,
-            Cause::ReceiveWindow,
-            Cause::CongestionWindow,
-            Cause::DelayedAck,
-            Cause::Think,
-            Cause::Idle,
-            Cause::Unknown,
-        ] {
+        for c in Cause::ALL {
             assert_eq!(serde_json::to_value(c).unwrap(), c.name());
         }
     }

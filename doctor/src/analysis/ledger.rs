@@ -70,7 +70,7 @@ impl Label {
         let kind = match slot / 3 {
             k if k == CAUSES => Kind::ClockWait,
             k if k == CAUSES + 1 => Kind::HoldWait,
-            k => Kind::Is(CAUSE_ORDER[k]),
+            k => Kind::Is(Cause::ALL[k]),
         };
         let side = match slot % 3 {
             0 => None,
@@ -80,23 +80,7 @@ impl Label {
     }
 }
 
-/// The causes, in their order as numbers (`Cause as usize`).
-const CAUSE_ORDER: [Cause; CAUSES] = [
-    Cause::NagleStall,
-    Cause::AckClocked,
-    Cause::SenderHold,
-    Cause::RoundTrip,
-    Cause::Transfer,
-    Cause::LossRecovery,
-    Cause::ZeroWindow,
-    Cause::ReceiveWindow,
-    Cause::CongestionWindow,
-    Cause::DelayedAck,
-    Cause::Think,
-    Cause::Idle,
-    Cause::Unknown,
-];
-const CAUSES: usize = 13;
+const CAUSES: usize = Cause::ALL.len();
 const SLOTS: usize = (CAUSES + 2) * 3;
 
 /// A stretch of time and the frames it lies between (the frames before and after it: a run
@@ -519,7 +503,7 @@ mod tests {
         for s in 0..SLOTS {
             assert_eq!(Label::of_slot(s).slot(), s);
         }
-        for (i, c) in CAUSE_ORDER.iter().enumerate() {
+        for (i, c) in Cause::ALL.iter().enumerate() {
             assert_eq!(*c as usize, i);
         }
     }

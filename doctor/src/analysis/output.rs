@@ -223,6 +223,23 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause, in the order of their numbers (`Cause as usize`).
+    pub const ALL: [Cause; 13] = [
+        Cause::NagleStall,
+        Cause::AckClocked,
+        Cause::SenderHold,
+        Cause::RoundTrip,
+        Cause::Transfer,
+        Cause::LossRecovery,
+        Cause::ZeroWindow,
+        Cause::ReceiveWindow,
+        Cause::CongestionWindow,
+        Cause::DelayedAck,
+        Cause::Think,
+        Cause::Idle,
+        Cause::Unknown,
+    ];
+
     /// Its name in the JSON (`nagle-stall`).
     pub fn name(self) -> &'static str {
         match self {
