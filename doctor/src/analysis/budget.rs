@@ -6,10 +6,15 @@
 //! the next comes: who the flow was waiting for is known only when the wait ends.
 //! - The other side answered: its side of the round trip (as the capture point sees it) is
 //!   the path's, the rest its own: think time, or, before the client's next question, idle.
+//!   Before that, while ACKs of the data before came later than its way back with more still
+//!   in flight, the path drained its queue: its rate's.
 //! - The same side went on with no ACK of its data between: the path's rate (within a
-//!   millisecond, or within a round trip after a full segment), else a pause of its own
-//!   (think) after a small segment, and unknown after a full one.
-//! - The same side went on after the peer's ACK of its data: it waited for that ACK. Up to
+//!   millisecond, or within half a round trip after a full segment), its window's wait
+//!   within a round trip after a full one (an ACK of earlier data released it), else a pause
+//!   of its own (think) after a small segment, and unknown after a full one.
+//! - The same side went on after the peer's ACK of its data: it waited for that ACK (unless it
+//!   came sooner than that ACK could release it, or, after a full segment, within half a round
+//!   trip: then the path's rate paced it). Up to
 //!   the round trip that wait is its window's (a full segment or more in flight: the
 //!   receiver's window if that was full, else its congestion window) or, for one small
 //!   segment, a round trip the ACK clock's verdict may claim; beyond the receiver's side it is
@@ -86,6 +91,8 @@ pub(super) struct Paths {
     /// Per sender: from its data passing the capture point to its receiver's ACK passing it
     /// (the receiver's side of the round trip, jitter allowed), once measured.
     side_us: [Option<u64>; 2],
+    /// The same without the jitter allowed: the least it was seen to take.
+    base_us: [Option<u64>; 2],
 }
 
 impl Paths {
@@ -95,8 +102,10 @@ impl Paths {
                 .base_us
                 .map(|_| sequence::receiver_side_us(seq, d) + seq[d].spread_us)
         };
+        let base = |d: Direction| seq[d].base_us.map(|_| sequence::receiver_side_us(seq, d));
         Paths {
             side_us: [side(Direction::Client), side(Direction::Server)],
+            base_us: [base(Direction::Client), base(Direction::Server)],
         }
     }
 
@@ -137,6 +146,9 @@ pub(super) struct Budget {
     last: Option<Last>,
     /// The peer's first ACK of the last sender's data since it: when, and its frame.
     acked: Option<(u64, u64)>,
+    /// The peer's last ACK of the last sender's data since it that left more than a full
+    /// segment unacknowledged: when, and its frame.
+    draining: Option<(u64, u64)>,
     /// The first side to close (FIN or RST), when, and its frame.
     closed: Option<(Direction, u64, u64)>,
     exchange: u64,
@@ -150,15 +162,20 @@ impl Budget {
             frame,
             last: None,
             acked: None,
+            draining: None,
             closed: None,
             exchange: 0,
         }
     }
 
-    /// `acker` acknowledged new data at `us`.
-    pub(super) fn on_ack(&mut self, acker: Direction, us: u64, frame: u64) {
-        if self.acked.is_none() && self.last.is_some_and(|l| l.sender == acker.peer()) {
-            self.acked = Some((us, frame));
+    /// `acker` acknowledged new data at `us`, with more than a full segment still in flight
+    /// or not (`more`).
+    pub(super) fn on_ack(&mut self, acker: Direction, us: u64, frame: u64, more: bool) {
+        if self.last.is_some_and(|l| l.sender == acker.peer()) {
+            self.acked.get_or_insert((us, frame));
+            if more {
+                self.draining = Some((us, frame));
+            }
         }
     }
 
@@ -176,19 +193,55 @@ impl Budget {
             None => self.path_then(us, frame, p.round_trip_us(), mine(think)),
             Some(_) if data.retransmit => self.push(us, frame, mine(Cause::LossRecovery)),
             // An answer: the way to the answerer and back, then its time.
-            Some(l) if l.sender != d => self.path_then(us, frame, p.side_us[l.sender], mine(think)),
-            Some(l) => match self.acked {
-                // Back to back, or after a full segment within a round trip: the path's rate.
-                None if us <= self.ledger.until_us() + RATE_GAP_US
-                    || (l.full
-                        && p.round_trip_us()
-                            .is_some_and(|rt| us <= self.ledger.until_us() + rt)) =>
+            Some(l) if l.sender != d => {
+                self.drain(us, p);
+                self.path_then(us, frame, p.side_us[l.sender], mine(think))
+            }
+            Some(l) => match self
+                .acked
+                .filter(|&(ack_us, _)| !(l.full && Self::too_soon(us, ack_us, d, p)))
+            {
+                // Back to back: the path's rate.
+                None if us <= self.ledger.until_us() + RATE_GAP_US => {
+                    self.push(us, frame, Label::of(Cause::Transfer, None))
+                }
+                // After a full segment that filled the receiver's window, within a round trip:
+                // an ACK of earlier data opened it.
+                None if l.full
+                    && l.wait == Wait::Receive
+                    && p.round_trip_us()
+                        .is_some_and(|rt| us <= self.ledger.until_us() + rt + SLACK_US) =>
+                {
+                    self.push(us, frame, l.wait.label(d))
+                }
+                // After a full segment within half a round trip: the path's rate.
+                None if l.full
+                    && p.round_trip_us()
+                        .is_some_and(|rt| us <= self.ledger.until_us() + rt / 2) =>
                 {
                     self.push(us, frame, Label::of(Cause::Transfer, None))
+                }
+                // After a full segment, within a round trip: an ACK of earlier data released
+                // it (a delayed ACK's receiver ACKs every other segment), its window's wait.
+                None if l.full
+                    && p.round_trip_us()
+                        .is_some_and(|rt| us <= self.ledger.until_us() + rt + SLACK_US) =>
+                {
+                    self.push(us, frame, l.wait.label(d))
                 }
                 // After a full segment, longer and no ACK seen: not told.
                 None if l.full => self.push(us, frame, Label::of(Cause::Unknown, None)),
                 None => self.push(us, frame, mine(Cause::Think)),
+                // After a full segment, the window not full, a sender that went on within half a
+                // round trip: ACKs paced by the path's rate released it (its queue drained, a
+                // segment at a time), not a window waiting a whole round trip.
+                Some(_)
+                    if l.wait == Wait::Congestion
+                        && p.round_trip_us()
+                            .is_some_and(|rt| us < self.ledger.until_us() + rt / 2) =>
+                {
+                    self.push(us, frame, Label::of(Cause::Transfer, None))
+                }
                 // After a small segment, a sender that did not send as the ACK reached it was
                 // not waiting for it: the ACK passed during its own time.
                 Some((ack_us, _))
@@ -218,6 +271,32 @@ impl Budget {
             wait: data.wait,
         });
         self.acked = None;
+        self.draining = None;
+    }
+
+    /// ACKs of the last sender's data still came, leaving more in flight, later than their
+    /// way back after its last segment: that data queued on the path, which drained it at its
+    /// rate (up to `to_us`).
+    fn drain(&mut self, to_us: u64, p: &Paths) {
+        let (Some(l), Some((ack_us, ack_frame))) = (self.last, self.draining) else {
+            return;
+        };
+        let Some(way) = p.base_us[l.sender] else {
+            return;
+        };
+        let drained = ack_us.saturating_sub(way).min(to_us);
+        if drained > self.ledger.until_us() {
+            self.push(drained, ack_frame, Label::of(Cause::Transfer, None));
+        }
+    }
+
+    /// Whether `d`'s data at `us` came sooner after the peer's ACK at `ack_us` than that ACK
+    /// could have released it (its way to the sender and the data's back, less a quarter and
+    /// the scheduler's slack): it was on its way already, and the ACK released none of the
+    /// wait. (At the sender's end that way is nothing: never.)
+    fn too_soon(us: u64, ack_us: u64, d: Direction, p: &Paths) -> bool {
+        p.side_us[d.peer()]
+            .is_some_and(|side| us < ack_us + (side - side / 4).saturating_sub(SLACK_US))
     }
 
     /// The time from `from_us` to `to_us` went to `label` instead, as later evidence shows.
@@ -246,7 +325,9 @@ impl Budget {
                 let idle = |d| Label::of(Cause::Idle, Some(d));
                 if c == l.sender {
                     self.push(close_us, close_frame, idle(c));
+                    self.drain(us, p);
                 } else {
+                    self.drain(close_us, p);
                     self.path_then(close_us, close_frame, p.side_us[l.sender], idle(c));
                 }
                 self.path_then(us, frame, p.round_trip_us(), idle(c.peer()));
@@ -445,6 +526,7 @@ mod tests {
     fn paths(client_data_side: u64, server_data_side: u64) -> Paths {
         Paths {
             side_us: [Some(client_data_side), Some(server_data_side)],
+            base_us: [Some(client_data_side), Some(server_data_side)],
         }
     }
 
@@ -475,10 +557,10 @@ mod tests {
         let mut b = Budget::new(0, 1);
         // The handshake's last ACK at 10 ms; the request at 10 ms.
         b.on_data(C, 10_000, 4, data(true), &p);
-        b.on_ack(S, 20_000, 5);
+        b.on_ack(S, 20_000, 5, false);
         b.on_data(S, 200_000, 6, data(false), &p);
         b.on_data(C, 700_000, 7, data(true), &p);
-        b.on_ack(S, 750_000, 8);
+        b.on_ack(S, 750_000, 8, false);
         b.on_data(C, 750_100, 9, data(false), &p);
         b.overlay(710_000, 750_000, Label::of(Cause::NagleStall, Some(C)));
         b.on_data(S, 760_100, 10, data(false), &p);
@@ -514,9 +596,9 @@ mod tests {
         };
         b.on_data(C, 21_000, 4, data(true), &p);
         b.on_data(C, 21_100, 5, bulk(Wait::Congestion), &p);
-        b.on_ack(S, 41_100, 6);
+        b.on_ack(S, 41_100, 6, false);
         b.on_data(C, 42_100, 7, bulk(Wait::Receive), &p);
-        b.on_ack(S, 62_100, 8);
+        b.on_ack(S, 62_100, 8, false);
         b.on_data(C, 63_100, 9, bulk(Wait::Receive), &p);
         let again = Data {
             retransmit: true,
@@ -533,13 +615,63 @@ mod tests {
         assert_eq!(ms_of(&got, Cause::RoundTrip, None), 31.0);
     }
 
+    /// Full segments at the path's rate (3 ms each, a 10 ms round trip): at the receiver's
+    /// end, one that comes sooner after the receiver's ACK than that ACK could release it;
+    /// at the sender's, one an ACK released within half a round trip; at either, the queue
+    /// still draining after the last segment, before the next request. All of it the rate's,
+    /// none a window's.
+    #[test]
+    fn data_paced_by_the_path_is_transfer_not_a_window() {
+        let full = |opens| Data {
+            full: true,
+            wait: Wait::Congestion,
+            ..data(opens)
+        };
+        // At the client's end: the server's data comes, the client ACKs at once.
+        let p = paths(10_000, 0);
+        let mut b = Budget::new(0, 1);
+        b.on_data(C, 10_000, 4, data(true), &p);
+        b.on_data(S, 23_000, 5, full(false), &p);
+        b.on_ack(C, 23_050, 6, true);
+        b.on_data(S, 26_000, 7, full(false), &p);
+        b.on_ack(C, 26_050, 8, true);
+        b.on_data(S, 29_000, 9, full(false), &p);
+        let got = b.close(29_000, 9, &p, Named::default());
+        assert_eq!(ms_of(&got, Cause::Transfer, None), 6.0, "{got:#?}");
+        assert_eq!(ms_of(&got, Cause::CongestionWindow, Some("server")), 0.0);
+        // At the server's end: the ACKs come paced; after the last segment they go on
+        // coming 30 ms, the last leaving more in flight, before the next request.
+        let p = paths(0, 10_000);
+        let mut b = Budget::new(0, 1);
+        b.on_data(C, 10_000, 4, data(true), &p);
+        b.on_data(S, 10_100, 5, full(false), &p);
+        b.on_ack(C, 14_000, 6, true);
+        b.on_data(S, 14_050, 7, full(false), &p);
+        b.on_ack(C, 22_000, 8, true);
+        b.on_ack(C, 46_000, 9, true);
+        b.on_ack(C, 52_000, 10, false);
+        b.on_data(C, 52_100, 11, data(true), &p);
+        let got = b.close(52_100, 11, &p, Named::default());
+        assert_eq!(
+            ms_of(&got, Cause::CongestionWindow, Some("server")),
+            0.0,
+            "{got:#?}"
+        );
+        // 3.95 ms paced by an ACK, 21.95 ms of the queue draining (to 10 ms before the
+        // last ACK that left more in flight).
+        assert!(
+            (ms_of(&got, Cause::Transfer, None) - 25.9).abs() < 1e-6,
+            "{got:#?}"
+        );
+    }
+
     #[test]
     fn a_clocked_wait_is_the_clocks_only_where_the_verdict_says_so() {
         let p = paths(5_000, 5_000);
         let run = |clocked| {
             let mut b = Budget::new(0, 1);
             b.on_data(C, 10_000, 4, data(true), &p);
-            b.on_ack(S, 15_000, 5);
+            b.on_ack(S, 15_000, 5, false);
             b.on_data(C, 20_000, 6, data(false), &p);
             let named = Named {
                 clocked,
@@ -565,6 +697,7 @@ mod tests {
     fn without_a_round_trip_the_time_is_unknown() {
         let p = Paths {
             side_us: [None, None],
+            base_us: [None, None],
         };
         let mut b = Budget::new(0, 1);
         b.on_data(C, 1_000, 2, data(true), &p);

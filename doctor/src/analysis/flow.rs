@@ -230,7 +230,13 @@ impl Flow {
             return;
         };
         if let Some(b) = &mut self.budget {
-            b.on_ack(d, us, frame);
+            let full = u64::from(sequence::sizes(&self.seq, d.peer()).full_segment().0);
+            b.on_ack(
+                d,
+                us,
+                frame,
+                sequence::in_flight(&self.seq, d.peer()) > full,
+            );
         }
         self.collected
             .on_ack(d, &acked, &self.seq, s, us, frame, pure);
