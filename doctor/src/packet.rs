@@ -47,11 +47,18 @@ pub struct Segment {
     pub opt_len: u8,
     /// The segment carries SACK blocks (the receiver is missing data).
     pub sack: bool,
+    /// Its first SACK block (left and right edge): below the ACK number, a D-SACK (RFC 2883),
+    /// saying bytes sent again had come already.
+    pub sack_first: Option<(u32, u32)>,
     /// Timestamps option: (TSval, TSecr).
     pub ts: Option<(u32, u32)>,
     /// IPv4 TTL or IPv6 hop limit: a packet seen with the value its sender's system starts
     /// from (64, 128 or 255) crossed no router before the capture point.
     pub ttl: u8,
+    /// IPv4 identification (none for IPv6): Linux numbers a connection's packets one by one
+    /// (a segmentation-offload packet takes one number per segment), so a number skipped
+    /// says a packet of the connection was lost before the capture point.
+    pub ip_id: Option<u16>,
     /// The payload's first bytes, as far as they were captured.
     pub head: Head,
 }
@@ -139,6 +146,7 @@ fn decode_ip(ip: &[u8], wire_len: usize) -> Option<Segment> {
             }
             let src = Ipv4Addr::from(be32(ip, 12)?);
             let dst = Ipv4Addr::from(be32(ip, 16)?);
+            let id = be16(ip, 4)?;
             tcp(
                 ip.get(ihl..)?,
                 total - ihl,
@@ -146,6 +154,10 @@ fn decode_ip(ip: &[u8], wire_len: usize) -> Option<Segment> {
                 dst.into(),
                 *ip.get(8)?,
             )
+            .map(|s| Segment {
+                ip_id: Some(id),
+                ..s
+            })
         }
         6 => {
             let payload = match usize::from(be16(ip, 4)?) {
@@ -186,6 +198,7 @@ fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr, ttl: u8) -> Option<Se
     }
     let flags = *t.get(13)?;
     let (mut mss, mut wscale, mut sack, mut ts) = (None, None, false, None);
+    let mut sack_first = None;
     // Options, as far as they were captured: a short snap length hides some, never breaks.
     let mut o = 20;
     while o < doff {
@@ -204,7 +217,12 @@ fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr, ttl: u8) -> Option<Se
         match (kind, len) {
             (2, 4) if flags & flags::SYN != 0 => mss = be16(t, o + 2),
             (3, 3) if flags & flags::SYN != 0 => wscale = t.get(o + 2).map(|&w| w.min(14)),
-            (5, _) => sack = len >= 10,
+            (5, _) => {
+                sack = len >= 10;
+                if sack {
+                    sack_first = be32(t, o + 2).zip(be32(t, o + 6));
+                }
+            }
             (8, 10) => ts = be32(t, o + 2).zip(be32(t, o + 6)),
             _ => {}
         }
@@ -222,8 +240,10 @@ fn tcp(t: &[u8], tcp_len: usize, src: IpAddr, dst: IpAddr, ttl: u8) -> Option<Se
         wscale,
         opt_len: (doff - 20) as u8,
         sack,
+        sack_first,
         ts,
         ttl,
+        ip_id: None,
         // (What was captured of the payload, padding after it left out.)
         head: Head::of(t.get(doff..t.len().min(tcp_len)).unwrap_or_default()),
     })

@@ -2,7 +2,9 @@
 //! per cause, each made by small programs that measure what they did, captured at both ends
 //! at once. On a 10 ms path: a server that sleeps, a client that waits between requests, a
 //! request in two writes held by Nagle, an answer whose last piece is sent with `MSG_MORE` and
-//! held by the kernel, a reader that stops reading. On a 10 ms path of 4 Mbit/s: answers that
+//! held by the kernel, a reader that stops reading, requests and answers the path loses on
+//! purpose (one each in three rounds: at the far end the loss shows only in the sender's
+//! IPv4 numbers). On a 10 ms path of 4 Mbit/s: answers that
 //! cross at the path's rate (the truth: their bytes on the wire at the rate). On a 50 ms path:
 //! answers a CUBIC sender's window holds back (slow start, and its restart after idle; the
 //! truth: the answer's first to last byte by the client's clock). Each exchange's truth comes
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use nagless_doctor::analysis::{Cause, Options, Spent};
 use nagless_doctor::Diagnosis;
-use nagless_netpath::{EmulatedPath, PathSpec};
+use nagless_netpath::{EmulatedPath, PathSpec, Toward};
 use path_support::{at_both_ends, connect, flow_on, listen, spent};
 
 /// Rounds per scenario: every exchange is kept in the budget (the first 8).
@@ -39,7 +41,7 @@ struct Label {
     parts: &'static [(Cause, Option<&'static str>)],
 }
 
-const LABELS: [Label; 8] = [
+const LABELS: [Label; 9] = [
     Label {
         name: "think (server)",
         parts: &[(Cause::Think, Some("server"))],
@@ -72,6 +74,13 @@ const LABELS: [Label; 8] = [
         parts: &[(Cause::CongestionWindow, Some("server"))],
     },
     Label {
+        name: "loss recovery",
+        parts: &[
+            (Cause::LossRecovery, Some("client")),
+            (Cause::LossRecovery, Some("server")),
+        ],
+    },
+    Label {
         name: "round trip",
         parts: &[(Cause::RoundTrip, None)],
     },
@@ -83,6 +92,10 @@ struct Made {
     name: &'static str,
     port: u16,
     truth: Vec<(u64, &'static str, f64)>,
+    /// The truth at the server's end, where it differs: an exchange begins where its request
+    /// passes the capture point, so a request lost before the server's end is waited for
+    /// in the exchange before, there.
+    truth_at_server: Option<Vec<(u64, &'static str, f64)>>,
     /// The round trips its flow spans as seen at the client's end and at the server's (the
     /// handshake's, a question's way to the answerer and the answer's back, the close's): each
     /// end sees the ones that begin and end within its first to last frame.
@@ -135,6 +148,7 @@ fn think(p: &EmulatedPath, port: u16) -> Made {
         name: "a server that sleeps",
         port,
         truth,
+        truth_at_server: None,
         round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 1.0],
     }
 }
@@ -171,6 +185,7 @@ fn idle(p: &EmulatedPath, port: u16) -> Made {
         name: "a client that waits",
         port,
         truth,
+        truth_at_server: None,
         round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 2.0],
     }
 }
@@ -215,6 +230,7 @@ fn stall(p: &EmulatedPath, port: u16) -> Made {
         name: "a request in two writes",
         port,
         truth,
+        truth_at_server: None,
         round_trips: [2.0 * ROUNDS as f64 + 2.0, 2.0 * ROUNDS as f64 + 1.0],
     }
 }
@@ -277,6 +293,7 @@ fn hold(p: &EmulatedPath, port: u16) -> Made {
         name: "an answer's last piece held by MSG_MORE",
         port,
         truth,
+        truth_at_server: None,
         round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 1.0],
     }
 }
@@ -320,6 +337,7 @@ fn receiver(p: &EmulatedPath, port: u16) -> Made {
             ms(end.duration_since(start)) - rtt_ms(p),
         )],
         // The handshake and the close.
+        truth_at_server: None,
         round_trips: [2.0, 2.0],
     }
 }
@@ -396,6 +414,7 @@ fn transfer(p: &EmulatedPath, port: u16) -> Made {
         name: "answers at the path's rate",
         port,
         truth: (1..=ROUNDS).map(|x| (x, "transfer", each)).collect(),
+        truth_at_server: None,
         round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 1.0],
     }
 }
@@ -421,7 +440,70 @@ fn window(p: &EmulatedPath, port: u16) -> Made {
         name: "answers a window holds back",
         port,
         truth,
+        truth_at_server: None,
         round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 1.0],
+    }
+}
+
+/// An echo server, and a client whose request the path loses in rounds 2 and 6 and whose
+/// answer it loses in round 4 (after a clean round: the capture point has seen each side
+/// number its packets one by one): each lost segment is sent again after its sender's
+/// retransmission timeout. The truth is each such exchange's time by the client's clock,
+/// less its round trip.
+fn loss(p: &EmulatedPath, port: u16) -> Made {
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = [0u8; 100];
+        loop {
+            socket2::SockRef::from(&s).set_tcp_quickack(true).unwrap();
+            if s.read_exact(&mut buf).is_err() {
+                break;
+            }
+            s.write_all(&[b'r'; 100]).unwrap();
+        }
+    });
+    let mut c = connect(p, port);
+    c.set_nodelay(true).unwrap();
+    let mut buf = [0u8; 100];
+    let (mut truth, mut at_server) = (Vec::new(), Vec::new());
+    for i in 0..ROUNDS {
+        // Lossy rounds between clean ones, each segment ACKed at once (a lost segment then
+        // carries no ACK with it, whose loss would make the other side send again too).
+        let lose = match i {
+            1 | 5 => Some(Toward::Server),
+            3 => Some(Toward::Client),
+            _ => None,
+        };
+        socket2::SockRef::from(&c).set_tcp_quickack(true).unwrap();
+        if let Some(t) = lose {
+            p.lose_next_data(t);
+        }
+        let t = Instant::now();
+        c.write_all(&[b'q'; 100]).unwrap();
+        c.read_exact(&mut buf).unwrap();
+        if let Some(toward) = lose {
+            let waited = ms(t.elapsed()) - rtt_ms(p);
+            truth.push((i + 1, "loss recovery", waited));
+            let x = if toward == Toward::Server { i } else { i + 1 };
+            at_server.push((x, "loss recovery", waited));
+        }
+    }
+    drop(c);
+    srv.join().unwrap();
+    assert_eq!(
+        p.stats().lost,
+        3,
+        "the path lost what it was told to, no more"
+    );
+    // The client closes first: its FIN's round trip is in the server's flow too.
+    Made {
+        name: "segments lost on the way",
+        port,
+        truth,
+        truth_at_server: Some(at_server),
+        round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 2.0],
     }
 }
 
@@ -448,6 +530,9 @@ struct Score {
 /// An event: a cause that took this long in an exchange, ms.
 const EVENT_MS: f64 = 20.0;
 
+/// Time a cause no scenario made may be given, per exchange, unnoticed, ms.
+const STRAY_MS: f64 = 5.0;
+
 /// 0 at the client's end, 1 at the server's.
 fn end_index(end: &str) -> usize {
     usize::from(end == "server end")
@@ -456,7 +541,7 @@ fn end_index(end: &str) -> usize {
 /// Adds `made`'s truths and what `d` gives them, captured at `end` (0 client's, 1 server's)
 /// of a path of `rtt` ms: per exchange, and for the round trips (the path's: a figure of
 /// the whole flow) per flow.
-fn score(d: &Diagnosis, made: &[Made], end: usize, rtt: f64, scores: &mut [Score; 8]) {
+fn score(d: &Diagnosis, made: &[Made], end: usize, rtt: f64, scores: &mut [Score; LABELS.len()]) {
     for m in made {
         let f = flow_on(d, m.port);
         let b = &f.budget;
@@ -472,8 +557,12 @@ fn score(d: &Diagnosis, made: &[Made], end: usize, rtt: f64, scores: &mut [Score
         );
         // Every exchange the doctor keeps and every one a truth names (one it does not keep
         // gives nothing: its truth counts as missed); a transfer's truth is its whole flow's.
-        let whole = m.truth.iter().all(|t| t.0 == 0);
-        let mut indexes: Vec<u64> = m.truth.iter().map(|t| t.0).collect();
+        let truths = match (&m.truth_at_server, end) {
+            (Some(t), 1) => t,
+            _ => &m.truth,
+        };
+        let whole = truths.iter().all(|t| t.0 == 0);
+        let mut indexes: Vec<u64> = truths.iter().map(|t| t.0).collect();
         if !whole {
             assert_eq!(f.exchanges, ROUNDS, "{}: {f:#?}", m.name);
             indexes.extend(b.exchanges.iter().map(|e| e.index));
@@ -491,8 +580,7 @@ fn score(d: &Diagnosis, made: &[Made], end: usize, rtt: f64, scores: &mut [Score
                     .map_or(none, |e| &e.causes[..])
             };
             for (label, s) in LABELS.iter().zip(rest.iter_mut()) {
-                let truth: f64 = m
-                    .truth
+                let truth: f64 = truths
                     .iter()
                     .filter(|t| t.0 == x && t.1 == label.name)
                     .map(|t| t.2)
@@ -553,7 +641,7 @@ fn check(
         return;
     };
     for (end, d) in &captures {
-        let mut scores = [Score::default(); 8];
+        let mut scores = [Score::default(); LABELS.len()];
         score(d, &made, end_index(end), rtt, &mut scores);
         for (label, s) in LABELS.iter().zip(&scores) {
             let precision = if s.given > 0.0 { s.both / s.given } else { 1.0 };
@@ -578,16 +666,20 @@ fn check(
                 assert!(s.truth > 0.0, "{end}, {}: a scenario made it", label.name);
             }
             if known_gaps.contains(&(end, label.name)) {
+                // Held to what is known of the gap: most of the truth found, and what is
+                // given no scenario made at most a window's wait (25 ms) an exchange.
                 assert!(
-                    recall >= 0.8,
-                    "{end}, {}: by time recall {recall:.3}",
-                    label.name
+                    recall >= 0.8
+                        && (s.truth == 0.0 || precision >= 0.6)
+                        && (s.truth > 0.0 || s.given <= 25.0 * ROUNDS as f64),
+                    "{end}, {}: by time {precision:.3} / {recall:.3}, {:.1} ms given",
+                    label.name,
+                    s.given
                 );
-                continue;
-            }
-            // Time given a cause no scenario made counts against its precision; a few ms
-            // of it (a first segment's serialization taken for think time) are below notice.
-            if s.truth > 0.0 || s.given >= EVENT_MS {
+            } else if s.truth > 0.0 || s.given >= STRAY_MS * ROUNDS as f64 {
+                // Time given a cause no scenario made counts against its precision; a few ms
+                // an exchange (a first segment's serialization taken for think time) are below
+                // notice.
                 assert!(
                     precision >= 0.9 && recall >= 0.9,
                     "{end}, {}: by time {precision:.3} / {recall:.3}",
@@ -616,6 +708,7 @@ fn each_cause_is_given_its_time_at_either_end() {
         "Nagle stall (client)",
         "sender's hold (server)",
         "the receiver (zero and receive window)",
+        "loss recovery",
         "round trip",
     ];
     check(spec, &made_here, &[], |p| {
@@ -625,6 +718,7 @@ fn each_cause_is_given_its_time_at_either_end() {
             stall(p, 7103),
             hold(p, 7104),
             receiver(p, 7105),
+            loss(p, 7106),
         ]
     });
 }
@@ -642,7 +736,8 @@ fn the_path_s_rate_is_transfer_at_either_end() {
     // At the sender's end, each answer's first window is sent before the path's rate shows
     // in its ACKs: the wait for the first ACK (the round trip and two segments' time at the
     // rate, ~16 ms an answer) is taken for the congestion window's, and the round trips for
-    // longer than they are (the queue's delay). Known, and printed: recall 0.86 by time here.
+    // longer than they are (the queue's delay). Known, and printed: recall 0.86 by time here,
+    // round trips' precision 0.72, 91 ms given the window.
     let gaps = [
         ("server end", "transfer"),
         ("server end", "congestion window (server)"),

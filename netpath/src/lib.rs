@@ -41,7 +41,7 @@ mod sys;
 use std::net::Ipv4Addr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -213,6 +213,15 @@ struct Timers {
     of_sender: Option<Arc<Mutex<AckTimer>>>,
 }
 
+/// A direction of the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Toward {
+    /// From the client to the server.
+    Server,
+    /// From the server to the client.
+    Client,
+}
+
 /// A client namespace and a server namespace joined by an emulated link; removed on drop.
 pub struct EmulatedPath {
     client_ns: String,
@@ -220,6 +229,9 @@ pub struct EmulatedPath {
     stop: Arc<AtomicBool>,
     forwarders: Vec<JoinHandle<()>>,
     counters: Arc<Counters>,
+    /// Per direction (toward the server, toward the client): data packets still to lose on
+    /// purpose ([`EmulatedPath::lose_next_data`]).
+    to_lose: [Arc<AtomicU32>; 2],
     spec: PathSpec,
 }
 
@@ -286,6 +298,7 @@ impl EmulatedPath {
             stop: Arc::new(AtomicBool::new(false)),
             forwarders: Vec::new(),
             counters: Arc::default(),
+            to_lose: Default::default(),
             spec: spec.clone(),
         };
         ip(&["netns", "add", &client_ns])?;
@@ -334,14 +347,14 @@ impl EmulatedPath {
         path.forwarders.push(path.forwarder(
             Arc::clone(&c),
             Arc::clone(&s),
-            spec.seed,
+            (spec.seed, Arc::clone(&path.to_lose[0])),
             late,
             (start, to_server),
         ));
         path.forwarders.push(path.forwarder(
             s,
             c,
-            spec.seed.wrapping_add(1),
+            (spec.seed.wrapping_add(1), Arc::clone(&path.to_lose[1])),
             late,
             (start, to_client),
         ));
@@ -353,7 +366,7 @@ impl EmulatedPath {
         &self,
         from: Arc<OwnedFd>,
         to: Arc<OwnedFd>,
-        seed: u64,
+        (seed, to_lose): (u64, Arc<AtomicU32>),
         late: Duration,
         (start, timers): (Instant, Timers),
     ) -> JoinHandle<()> {
@@ -431,6 +444,17 @@ impl EmulatedPath {
                     let arrival = arrival.max(last_arrival);
                     last_arrival = arrival;
                     while let Ok(Some(n)) = sys::read_packet(from.as_raw_fd(), &mut buf) {
+                        if to_lose.load(Ordering::Relaxed) > 0
+                            && Segment::parse(&buf[..n]).is_some_and(|s| s.payload > 0)
+                            && to_lose
+                                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |k| {
+                                    k.checked_sub(1)
+                                })
+                                .is_ok()
+                        {
+                            counters.lost.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
                         let seg = if judge {
                             Segment::parse(&buf[..n])
                         } else {
@@ -489,6 +513,16 @@ impl EmulatedPath {
     /// The namespace names (client, server), for `ip netns exec` and tcpdump.
     pub fn namespaces(&self) -> (&str, &str) {
         (&self.client_ns, &self.server_ns)
+    }
+
+    /// Loses the next packet that carries TCP data `toward` an end (each call one more): a
+    /// loss made on purpose, at a known place, for a test's truth. Counted as lost.
+    pub fn lose_next_data(&self, toward: Toward) {
+        let i = match toward {
+            Toward::Server => 0,
+            Toward::Client => 1,
+        };
+        self.to_lose[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counters so far.

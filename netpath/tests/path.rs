@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
-use nagless_netpath::{EmulatedPath, PathError, PathSpec};
+use nagless_netpath::{EmulatedPath, PathError, PathSpec, Toward};
 // `exclusive()`: the tests time real packets and must not share the two CPUs with each
 // other when `cargo test` runs them in parallel.
 use nagless_test_support::{exclusive, skip};
@@ -241,6 +241,54 @@ fn loss_is_within_statistical_bounds_and_repeats_with_its_seed() {
     assert!((a.len() as f64 - 200.0).abs() < 69.0, "{} lost", a.len());
     let b = lost_with(42).unwrap();
     assert_eq!(a, b, "the same seed must lose the same datagrams");
+}
+
+/// A data packet lost on purpose, each way: its sender's kernel sends it again after its
+/// retransmission timeout (200 ms or more), nothing else is lost, and the bytes all come.
+#[test]
+fn data_lost_on_purpose_is_sent_again_after_a_timeout() {
+    let _one = exclusive();
+    let Some(p) = path(PathSpec::default()) else {
+        return;
+    };
+    let server = p.server_addr();
+    let l = p
+        .run_in_server(|| TcpListener::bind((server, 7005)))
+        .unwrap()
+        .unwrap();
+    let echo = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = [0u8; 100];
+        while s.read_exact(&mut buf).is_ok() {
+            s.write_all(&buf).unwrap();
+        }
+    });
+    let mut c = p
+        .run_in_client(|| TcpStream::connect((server, 7005)))
+        .unwrap()
+        .unwrap();
+    c.set_nodelay(true).unwrap();
+    let mut round = |lose: Option<Toward>| {
+        if let Some(t) = lose {
+            p.lose_next_data(t);
+        }
+        let t = Instant::now();
+        c.write_all(&[7u8; 100]).unwrap();
+        let mut back = [0u8; 100];
+        c.read_exact(&mut back).unwrap();
+        assert_eq!(back, [7u8; 100]);
+        t.elapsed()
+    };
+    let clean = round(None);
+    let request_lost = round(Some(Toward::Server));
+    let answer_lost = round(Some(Toward::Client));
+    drop(c);
+    echo.join().unwrap();
+    assert!(clean < Duration::from_millis(150), "{clean:?}");
+    for waited in [request_lost, answer_lost] {
+        assert!(waited >= Duration::from_millis(200), "{waited:?}");
+    }
+    assert_eq!(p.stats().lost, 2);
 }
 
 #[test]

@@ -9,9 +9,10 @@
 //!   Before that, while ACKs of the data before came later than its way back with more still
 //!   in flight, the path drained its queue: its rate's.
 //! - The same side went on with no ACK of its data between: the path's rate (within a
-//!   millisecond, or within half a round trip after a full segment), its window's wait
-//!   within a round trip after a full one (an ACK of earlier data released it), else a pause
-//!   of its own (think) after a small segment, and unknown after a full one.
+//!   millisecond, or within half a round trip after a full segment); within a round trip after
+//!   a full one, its window's wait at the receiver's end (an ACK of earlier data released it)
+//!   and the rate's at the sender's (no ACK passed); else a pause of its own (think) after a
+//!   small segment, and unknown after a full one.
 //! - The same side went on after the peer's ACK of its data: it waited for that ACK (unless it
 //!   came sooner than that ACK could release it, or, after a full segment, within half a round
 //!   trip: then the path's rate paced it). Up to
@@ -112,6 +113,14 @@ impl Paths {
     fn round_trip_us(&self) -> Option<u64> {
         Some(self.side_us[0]? + self.side_us[1]?)
     }
+
+    /// Whether the capture point is nearer the receiver of `d`'s data than its sender: the
+    /// way from there to `d` and back is at least half the round trip.
+    fn near_receiver(&self, d: Direction) -> bool {
+        self.side_us[d.peer()]
+            .zip(self.round_trip_us())
+            .is_some_and(|(side, rt)| side >= rt / 2)
+    }
 }
 
 /// A data segment, as the budget needs it.
@@ -205,10 +214,12 @@ impl Budget {
                 None if us <= self.ledger.until_us() + RATE_GAP_US => {
                     self.push(us, frame, Label::of(Cause::Transfer, None))
                 }
-                // After a full segment that filled the receiver's window, within a round trip:
-                // an ACK of earlier data opened it.
+                // At the receiver's end, after a full segment that filled the receiver's
+                // window, within a round trip: an ACK of earlier data opened it. (At the
+                // sender's end an ACK that opened a window would have passed.)
                 None if l.full
                     && l.wait == Wait::Receive
+                    && p.near_receiver(d)
                     && p.round_trip_us()
                         .is_some_and(|rt| us <= self.ledger.until_us() + rt + SLACK_US) =>
                 {
@@ -221,13 +232,23 @@ impl Budget {
                 {
                     self.push(us, frame, Label::of(Cause::Transfer, None))
                 }
-                // After a full segment, within a round trip: an ACK of earlier data released
-                // it (a delayed ACK's receiver ACKs every other segment), its window's wait.
+                // At the receiver's end, after a full segment, within a round trip: an ACK of
+                // earlier data released it (a delayed ACK's receiver ACKs every other
+                // segment), its window's wait.
                 None if l.full
+                    && p.near_receiver(d)
                     && p.round_trip_us()
                         .is_some_and(|rt| us <= self.ledger.until_us() + rt + SLACK_US) =>
                 {
                     self.push(us, frame, l.wait.label(d))
+                }
+                // At the sender's end, within a round trip and no ACK seen: no window opened;
+                // the path's rate.
+                None if l.full
+                    && p.round_trip_us()
+                        .is_some_and(|rt| us <= self.ledger.until_us() + rt) =>
+                {
+                    self.push(us, frame, Label::of(Cause::Transfer, None))
                 }
                 // After a full segment, longer and no ACK seen: not told.
                 None if l.full => self.push(us, frame, Label::of(Cause::Unknown, None)),
@@ -304,6 +325,11 @@ impl Budget {
         self.ledger.overlay(from_us, to_us, label);
     }
 
+    /// Where the labelled time ends now, µs.
+    pub(super) fn until_us(&self) -> u64 {
+        self.ledger.until_us()
+    }
+
     /// Whether enough is open to fold: judge what is pending and overlay it first.
     pub(super) fn full(&self) -> bool {
         self.ledger.full()
@@ -324,6 +350,7 @@ impl Budget {
                 // other side spoke last); then the closing handshake, and the other's idle.
                 let idle = |d| Label::of(Cause::Idle, Some(d));
                 if c == l.sender {
+                    self.drain(close_us, p);
                     self.push(close_us, close_frame, idle(c));
                     self.drain(us, p);
                 } else {
@@ -333,7 +360,10 @@ impl Budget {
                 self.path_then(us, frame, p.round_trip_us(), idle(c.peer()));
             }
             // The capture ended with the flow open.
-            (Some(l), None) => self.path_then(us, frame, p.side_us[l.sender], unknown),
+            (Some(l), None) => {
+                self.drain(us, p);
+                self.path_then(us, frame, p.side_us[l.sender], unknown)
+            }
         }
         let (tally, exchanges) = self.ledger.close();
         let total_us = tally_total(&tally);

@@ -9,6 +9,7 @@ use super::clock::Clock;
 use super::direction::Direction;
 use super::endpoint::{self, Endpoint};
 use super::hold::SenderHolds;
+use super::ip_ids::{IpIds, Unseen};
 use super::judge::{self, Findings};
 use super::ledger::{Kind, Label, Stretch};
 use super::output::{At, Cause, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
@@ -20,6 +21,9 @@ use crate::rule::AckTimer;
 
 /// Candidates held before they are judged with the round trips known so far.
 const PENDING_MAX: usize = 4096;
+
+/// The least retransmission timeout Linux takes (`TCP_RTO_MIN`) beyond the round trip, µs.
+const RTO_LEAST_US: u64 = 200_000;
 
 /// One TCP connection (or what the capture holds of it).
 pub(super) struct Flow {
@@ -42,10 +46,19 @@ pub(super) struct Flow {
     waits: Option<Box<Waits>>,
     /// Where the time went; made at the first data segment.
     budget: Option<Box<Budget>>,
+    /// Per sending direction: the IPv4 numbers, and the packets they say did not pass the
+    /// capture point since its last data (the first such gap).
+    ip_ids: [IpIds; 2],
+    unseen: [Unseen; 2],
+    /// Per sending direction: its last retransmission sooner than a timeout (a probe, or a
+    /// fast retransmission): the bytes, and the span the budget gave loss recovery for it,
+    /// µs. A D-SACK of those bytes says none were lost: the peer's ACK was late.
+    probed: [Option<(u32, u32, u64, u64)>; 2],
     /// The last frame's number.
     last_frame: u64,
-    /// Each side's last data segment, µs (0: none yet).
+    /// Each side's last data segment, µs (0: none yet), and its last one not sent again.
     last_data_us: [u64; 2],
+    last_new_data_us: [u64; 2],
     packets: u64,
     exchanges: u64,
     /// Who sent data last, and who first.
@@ -92,8 +105,12 @@ impl Flow {
             answers: None,
             waits: None,
             budget: None,
+            ip_ids: Default::default(),
+            unseen: Default::default(),
+            probed: [None; 2],
             last_frame: frame,
             last_data_us: [0; 2],
+            last_new_data_us: [0; 2],
             packets: 0,
             exchanges: 0,
             last_sender: None,
@@ -138,6 +155,12 @@ impl Flow {
         self.last_us = us;
         self.last_frame = frame;
         self.seq[d].last_segment_us = Some(us);
+        let full = sequence::sizes(&self.seq, d).full_segment().0.max(1);
+        let segments = u16::try_from(s.len.div_ceil(full)).unwrap_or(u16::MAX);
+        let unseen = self.ip_ids[d].on_packet(s.ip_id, segments, us);
+        if unseen.packets > 0 && self.unseen[d].packets == 0 {
+            self.unseen[d] = unseen;
+        }
         let control = sequence::is_control(s);
         let pure = s.len == 0 && !control;
         if let Some(t) = &mut self.timeline {
@@ -226,6 +249,16 @@ impl Flow {
     }
 
     fn on_ack(&mut self, d: Direction, s: &Segment, us: u64, frame: u64, pure: bool) {
+        // A D-SACK of the peer's last probe: its bytes had come, the ACK was late (the
+        // acker's delayed ACK, as the sender waited), and nothing was lost.
+        if let (Some((l, r)), Some((a, z, from, to)), Some(b)) =
+            (s.sack_first, self.probed[d.peer()], &mut self.budget)
+        {
+            if sequence::seq_le(r, s.ack) && sequence::seq_le(l, a) && sequence::seq_le(z, r) {
+                b.overlay(from, to, Label::of(Cause::DelayedAck, Some(d)));
+                self.probed[d.peer()] = None;
+            }
+        }
         let Some(acked) = sequence::acknowledge(&mut self.seq, d, s, us, pure) else {
             return;
         };
@@ -257,6 +290,7 @@ impl Flow {
         let in_flight = !self.seq[d].all_acked();
         let small = sequence::sizes(&self.seq, d).is_small(s.len, u32::from(s.opt_len));
         let sent = sequence::send_data(&mut self.seq, d, s, us, frame);
+        let unseen = std::mem::take(&mut self.unseen[d]);
         let side = &mut self.sides[d];
         if sent.retransmit {
             side.retransmissions += 1;
@@ -271,8 +305,10 @@ impl Flow {
         }
         let data = budget::Data {
             retransmit: sent.retransmit,
-            opens_exchange: self.last_sender != Some(d) && self.first_sender.unwrap_or(d) == d,
-            asks: self.last_sender != Some(d) && d == Direction::Client,
+            opens_exchange: self.last_sender != Some(d)
+                && !sent.retransmit
+                && self.first_sender.unwrap_or(d) == d,
+            asks: self.last_sender != Some(d) && !sent.retransmit && d == Direction::Client,
             full: !small,
             wait: Wait::of(&self.seq, d, !small),
         };
@@ -280,14 +316,42 @@ impl Flow {
         let b = self
             .budget
             .get_or_insert_with(|| Box::new(Budget::new(first_us, first_frame)));
+        let from_us = b.until_us();
         b.on_data(d, us, frame, data, &Paths::of(&self.seq));
+        if sent.retransmit && !sent.timeout {
+            self.probed[d] = Some((s.seq, s.seq.wrapping_add(s.len), from_us, us));
+        }
         if sent.timeout {
             let label = Label::of(Cause::LossRecovery, Some(d));
             b.overlay(us.saturating_sub(sent.waited_us), us, label);
         }
+        // New data after packets of its sender's that never passed the capture point, and a
+        // silence as long as a retransmission timeout: this is the lost segment sent again,
+        // after a timeout (200 ms and the round trip at least).
+        // The lost segment left no sooner than the sender's last packet, nor than the peer's
+        // last new data could reach it (that data's way from here to the sender and back;
+        // data sent again asks nothing new).
+        let reached =
+            self.last_new_data_us[d.peer()] + sequence::receiver_side_us(&self.seq, d.peer());
+        let silent = us.saturating_sub(unseen.after_us.max(reached));
+        if unseen.packets > 0
+            && !sent.retransmit
+            && silent >= sequence::RTO_MIN_US
+            && self.seq[d].may_number_per_connection()
+        {
+            // Its timeout: the smoothed round trip and its variance stretch it beyond the
+            // least (up to half as long again is taken; longer, the rest was the sender's own
+            // time).
+            let rtt: u64 = sequence::sides_of_round_trip(&self.seq).iter().sum();
+            let waited = silent.min((RTO_LEAST_US + rtt) * 3 / 2);
+            let label = Label::of(Cause::LossRecovery, Some(d));
+            b.overlay(us - waited, us, label);
+        }
         side.data_segments += 1;
         side.bytes += u64::from(s.len);
-        let new_turn = self.last_sender != Some(d);
+        // (Data sent again is no new turn: a request sent again after the answerer's own
+        // timeout sent its last answer again is the same question.)
+        let new_turn = self.last_sender != Some(d) && !sent.retransmit;
         // An exchange as a reader counts one: a turn of the side that spoke first (a request
         // and its answer are one, not two).
         let opener = *self.first_sender.get_or_insert(d);
@@ -307,7 +371,10 @@ impl Flow {
                 .on_answer(us.saturating_sub(asked).saturating_sub(rtt));
         }
         self.last_data_us[d] = us;
-        self.last_sender = Some(d);
+        if !sent.retransmit {
+            self.last_sender = Some(d);
+            self.last_new_data_us[d] = us;
+        }
         if !sent.retransmit {
             let rtt = sequence::sides_of_round_trip(&self.seq).iter().sum();
             self.holds

@@ -30,6 +30,7 @@
 //! | `answer` | how long the answering side took to answer, its side of the round trip taken off: named without a stall |
 //! | `hold` | per direction: a small segment that left about 200 ms after its answer began, the peer waiting: a cork left on (not Nagle) |
 //! | `waits` | per direction: retransmission timeouts and zero windows, their frames kept as evidence (not Nagle) |
+//! | `ip_ids` | per direction: packets lost before the capture point, from the IPv4 numbers skipped (their retransmission's wait is loss recovery, not the sender's time) |
 //! | `budget` | where the flow's time went: each span between data segments labelled with a cause, later evidence relabelling what it covers ([`Budget`]) |
 //! | `ledger` | the budget's runs of labelled time, end to end, folded into totals per cause and per exchange as they age |
 //! | `judge` | the candidates judged by [`crate::rule`]: stalls, their patterns, delayed ACKs, the capture point |
@@ -45,6 +46,7 @@ mod direction;
 mod endpoint;
 mod flow;
 mod hold;
+mod ip_ids;
 mod judge;
 mod ledger;
 mod options;

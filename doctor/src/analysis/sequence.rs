@@ -25,7 +25,7 @@ const NAGLE_OFF_GAP_US: u64 = 1_000;
 /// long.
 const PROBE_ALLOWANCE_US: u64 = 200_000;
 /// Retransmissions this long after the original with no duplicate ACK first are timeouts.
-const RTO_MIN_US: u64 = 150_000;
+pub(super) const RTO_MIN_US: u64 = 150_000;
 
 /// `a` comes before `b` in sequence space.
 pub(super) fn seq_lt(a: u32, b: u32) -> bool {
@@ -166,6 +166,12 @@ impl Sequence {
     /// A packet from this direction's sender reached the capture with `ttl`.
     pub(super) fn on_ttl(&mut self, ttl: u8) {
         self.ttl = Some(self.ttl.map_or(ttl, |t| t.max(ttl)));
+    }
+
+    /// This direction's sender starts its TTL at 64 or below (Linux, not Windows, whose one
+    /// counter numbers all its packets): skipped IPv4 numbers may say packets were lost.
+    pub(super) fn may_number_per_connection(&self) -> bool {
+        self.ttl.is_some_and(|t| t <= 64)
     }
 
     /// This direction's sender's packets reach the capture with their system's initial TTL:

@@ -16,6 +16,8 @@ struct Conv {
     seq: [u32; 2],
     /// Client and server.
     ends: [(IpAddr, u16); 2],
+    /// Each side's next IP identification (Linux numbers a connection's packets one by one).
+    ids: [u16; 2],
 }
 
 impl Conv {
@@ -40,6 +42,7 @@ impl Conv {
             segs: Vec::new(),
             seq: [1000, 5000],
             ends: [C, S],
+            ids: [100, 30_000],
         };
         c.push(0.0, 0, 0, flags::SYN, Some(mss[0]));
         c.seq[0] += 1;
@@ -63,10 +66,13 @@ impl Conv {
             wscale: None,
             opt_len: 12,
             sack: false,
+            sack_first: None,
             ts: None,
             ttl: 64,
+            ip_id: Some(self.ids[side]),
             head: Default::default(),
         };
+        self.ids[side] = self.ids[side].wrapping_add(1);
         self.seq[side] = self.seq[side].wrapping_add(len);
         let frame = self.segs.len() as u64 + 1;
         self.segs.push((frame, (ms * 1e6) as u64, seg));
@@ -857,6 +863,7 @@ fn a_relays_hop_names_the_flow_it_relays() {
                 (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 40000),
                 (r_ip, 8080),
             ],
+            ids: [100, 30_000],
         };
         a.push(0.0, 0, 0, flags::SYN, Some(1460));
         a.seq[0] += 1;
@@ -870,6 +877,7 @@ fn a_relays_hop_names_the_flow_it_relays() {
                 (r_ip, 50000),
                 (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 3)), 9000),
             ],
+            ids: [200, 40_000],
         };
         b.push(0.5, 0, 0, flags::SYN, Some(1460));
         b.seq[0] += 1;
@@ -1058,4 +1066,83 @@ fn a_turn_the_peer_ended_is_no_hold_behind_a_retransmission() {
     let r = &analyse(&c.segs)[0];
     assert!(r.sender_holds.is_empty(), "{:#?}", r.sender_holds);
     assert!(!r.verdict.iter().any(|v| v.contains("holds its own writes")));
+}
+
+/// Seen at the server (the client 10 ms away): a request lost before the capture point is
+/// sent again after the client's timeout and passes once. The client's IPv4 numbers skip the
+/// lost one: its wait (its timeout, less nothing) is the client's loss recovery, not its idle
+/// time. With a Windows client (TTL 128: one counter for all its packets), or numbers that
+/// run on, nothing is said.
+#[test]
+fn a_request_lost_before_the_capture_is_loss_recovery_from_the_skipped_number() {
+    use super::Cause;
+    let run = |skip: bool, ttl: u8| {
+        let mut c = Conv::seen_from(0.01, 10.0);
+        let mut t = 11.0;
+        for round in 0..4 {
+            c.data(t, 0, 100).ack(t + 0.1, 1).data(t + 0.2, 1, 100);
+            if round == 2 && skip {
+                c.ids[0] = c.ids[0].wrapping_add(1); // the request sent, lost
+                t += 10.2 + 212.0; // the answer's way, the client's timeout
+            } else {
+                t += 10.2;
+            }
+        }
+        for seg in &mut c.segs {
+            if seg.2.src == C {
+                seg.2.ttl = ttl;
+            }
+        }
+        analyse(&c.segs)[0].clone()
+    };
+    let r = run(true, 64);
+    let lost = spent(&r, Cause::LossRecovery, Some("client"));
+    assert!((lost - 212.0).abs() < 1.0, "{lost}: {r:#?}");
+    assert!(spent(&r, Cause::Idle, Some("client")) < 5.0, "{r:#?}");
+    for r in [run(true, 128), run(false, 64)] {
+        assert_eq!(
+            spent(&r, Cause::LossRecovery, Some("client")),
+            0.0,
+            "{r:#?}"
+        );
+    }
+}
+
+/// Seen at the sender: a tail-loss probe sent again 25 ms after the last segment, and the
+/// receiver's ACK with a D-SACK of it: nothing was lost, the receiver's ACK was late. Without
+/// the D-SACK, the probe's wait stays loss recovery.
+#[test]
+fn a_probe_the_receiver_had_already_is_its_late_ack_not_loss() {
+    use super::Cause;
+    let run = |dsack: bool| {
+        let mut c = Conv::with_rtt(10.0);
+        c.data(20.0, 0, 1448).data(20.1, 0, 1448);
+        c.ack(30.1, 1);
+        c.data(30.2, 0, 1448);
+        c.seq[0] -= 1448;
+        c.data(55.2, 0, 1448); // the probe: the same bytes again
+        c.ack(65.2, 1);
+        if dsack {
+            let end = c.seq[0];
+            c.last_mut().sack = true;
+            c.last_mut().sack_first = Some((end - 1448, end));
+        }
+        c.data(66.0, 1, 100);
+        analyse(&c.segs)[0].clone()
+    };
+    let r = run(true);
+    assert_eq!(
+        spent(&r, Cause::LossRecovery, Some("client")),
+        0.0,
+        "{r:#?}"
+    );
+    assert!(
+        (spent(&r, Cause::DelayedAck, Some("server")) - 25.0).abs() < 0.5,
+        "{r:#?}"
+    );
+    let r = run(false);
+    assert!(
+        (spent(&r, Cause::LossRecovery, Some("client")) - 25.0).abs() < 0.5,
+        "{r:#?}"
+    );
 }
