@@ -71,6 +71,16 @@ fn push(
         wscale: (c[10] & 0x20 != 0).then_some(c[11] & 15),
         opt_len: c[9] & 0x28,
         sack: c[10] & 0x40 != 0,
+        // A D-SACK-like first block now and then, below or around the ACK number.
+        sack_first: (c[10] & 0x40 != 0).then(|| {
+            let ack = u32::from_le_bytes([c[4], c[5], c[10], c[6]]);
+            (
+                ack.wrapping_sub(u32::from(c[3]) << 4),
+                ack.wrapping_sub(u32::from(c[8])),
+            )
+        }),
+        // IPv4 numbers that mostly go up by one (a skip now and then), or none (IPv6).
+        ip_id: (c[1] & 1 == 0).then_some(frame as u16 ^ u16::from(c[7] & 3)),
         ts: (c[10] & 0x80 != 0).then_some((*us as u32 / 1000, u32::from(c[3]))),
         ttl: c[1],
         head: Default::default(),

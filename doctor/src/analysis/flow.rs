@@ -155,11 +155,16 @@ impl Flow {
         self.last_us = us;
         self.last_frame = frame;
         self.seq[d].last_segment_us = Some(us);
-        let full = sequence::sizes(&self.seq, d).full_segment().0.max(1);
-        let segments = u16::try_from(s.len.div_ceil(full)).unwrap_or(u16::MAX);
-        let unseen = self.ip_ids[d].on_packet(s.ip_id, segments, us);
-        if unseen.packets > 0 && self.unseen[d].packets == 0 {
-            self.unseen[d] = unseen;
+        // (A packet larger than a full segment is an offload packet, one number per segment
+        // its sender cut it into: not told from here, so the numbering starts again.)
+        let full = sequence::sizes(&self.seq, d).full_segment().0;
+        if s.len > full.saturating_sub(u32::from(s.opt_len)) {
+            self.ip_ids[d].forget();
+        } else {
+            let unseen = self.ip_ids[d].on_packet(s.ip_id, us);
+            if unseen.packets > 0 && self.unseen[d].packets == 0 {
+                self.unseen[d] = unseen;
+            }
         }
         let control = sequence::is_control(s);
         let pure = s.len == 0 && !control;
@@ -249,15 +254,22 @@ impl Flow {
     }
 
     fn on_ack(&mut self, d: Direction, s: &Segment, us: u64, frame: u64, pure: bool) {
-        // A D-SACK of the peer's last probe: its bytes had come, the ACK was late (the
-        // acker's delayed ACK, as the sender waited), and nothing was lost.
+        // A D-SACK of the peer's last probe: its bytes had come, and no ACK of them was
+        // lost (none passed before the probe, none of the acker's packets is missing since):
+        // the acker's ACK was late (its delayed ACK, as the sender waited), nothing was lost.
         if let (Some((l, r)), Some((a, z, from, to)), Some(b)) =
             (s.sack_first, self.probed[d.peer()], &mut self.budget)
         {
-            if sequence::seq_le(r, s.ack) && sequence::seq_le(l, a) && sequence::seq_le(z, r) {
+            if sequence::seq_le(r, s.ack)
+                && sequence::seq_le(l, a)
+                && sequence::seq_le(z, r)
+                && self.unseen[d].packets == 0
+            {
                 b.overlay(from, to, Label::of(Cause::DelayedAck, Some(d)));
-                self.probed[d.peer()] = None;
             }
+        }
+        if self.probed[d.peer()].is_some_and(|(_, z, ..)| sequence::seq_le(z, s.ack)) {
+            self.probed[d.peer()] = None;
         }
         let Some(acked) = sequence::acknowledge(&mut self.seq, d, s, us, pure) else {
             return;
@@ -318,8 +330,10 @@ impl Flow {
             .get_or_insert_with(|| Box::new(Budget::new(first_us, first_frame)));
         let from_us = b.until_us();
         b.on_data(d, us, frame, data, &Paths::of(&self.seq));
-        if sent.retransmit && !sent.timeout {
-            self.probed[d] = Some((s.seq, s.seq.wrapping_add(s.len), from_us, us));
+        // A probe of bytes whose ACK already passed here was for an ACK lost after: not late.
+        let end = s.seq.wrapping_add(s.len);
+        if sent.probe && !sequence::acked_to(&self.seq, d, end) {
+            self.probed[d] = Some((s.seq, end, from_us, us));
         }
         if sent.timeout {
             let label = Label::of(Cause::LossRecovery, Some(d));
@@ -334,18 +348,20 @@ impl Flow {
         let reached =
             self.last_new_data_us[d.peer()] + sequence::receiver_side_us(&self.seq, d.peer());
         let silent = us.saturating_sub(unseen.after_us.max(reached));
+        // Its timeout: the smoothed round trip and its variance stretch it beyond the least,
+        // up to half as long again is taken. A silence outside that is no timeout's (a lost
+        // pure ACK, then the sender's own time); data after a hole, or bytes acknowledged
+        // that the capture never saw, say the capture missed packets, not the path.
+        let rtt: u64 = sequence::sides_of_round_trip(&self.seq).iter().sum();
         if unseen.packets > 0
             && !sent.retransmit
-            && silent >= sequence::RTO_MIN_US
+            && sent.contiguous
+            && (sequence::RTO_MIN_US..=(RTO_LEAST_US + rtt) * 3 / 2).contains(&silent)
             && self.seq[d].may_number_per_connection()
+            && !self.seq[d].acked_unseen()
         {
-            // Its timeout: the smoothed round trip and its variance stretch it beyond the
-            // least (up to half as long again is taken; longer, the rest was the sender's own
-            // time).
-            let rtt: u64 = sequence::sides_of_round_trip(&self.seq).iter().sum();
-            let waited = silent.min((RTO_LEAST_US + rtt) * 3 / 2);
             let label = Label::of(Cause::LossRecovery, Some(d));
-            b.overlay(us - waited, us, label);
+            b.overlay(us - silent, us, label);
         }
         side.data_segments += 1;
         side.bytes += u64::from(s.len);

@@ -93,6 +93,8 @@ pub(super) struct Sequence {
     pub(super) sacked: bool,
     /// This direction's sender advertises a zero window.
     pub(super) zero_window: bool,
+    /// Its receiver acknowledged bytes it was never seen to send (beyond a FIN's one).
+    unseen_acked: bool,
     /// Since when (µs) it has advertised it.
     zero_since: Option<u64>,
     /// The end of the last retransmission timeout's wait counted (µs): the segments sent
@@ -140,6 +142,12 @@ pub(super) struct Sent {
     /// It is a retransmission after a timeout (no duplicate ACK or SACK before it, and
     /// [`RTO_MIN_US`] or more after the original).
     pub(super) timeout: bool,
+    /// It is a retransmission sooner than a timeout with no duplicate ACK or SACK before it:
+    /// a tail-loss probe (not a fast retransmission).
+    pub(super) probe: bool,
+    /// It carries the next byte expected (no hole before it: nothing of the sender's that
+    /// passed the capture point unseen).
+    pub(super) contiguous: bool,
     /// With `timeout`: how long after the segment's last sending it came, µs (not counting
     /// time an earlier timeout's wait already counted), and that sending's frame.
     pub(super) waited_us: u64,
@@ -166,6 +174,12 @@ impl Sequence {
     /// A packet from this direction's sender reached the capture with `ttl`.
     pub(super) fn on_ttl(&mut self, ttl: u8) {
         self.ttl = Some(self.ttl.map_or(ttl, |t| t.max(ttl)));
+    }
+
+    /// Whether the receiver acknowledged bytes this direction's sender was never seen to send
+    /// (the capture missed some of its packets).
+    pub(super) fn acked_unseen(&self) -> bool {
+        self.unseen_acked
     }
 
     /// This direction's sender starts its TTL at 64 or below (Linux, not Windows, whose one
@@ -272,6 +286,9 @@ pub(super) fn acknowledge(
     if s.sack {
         seq[acker].sacked = true;
     }
+    if seq[o].nxt.is_some_and(|n| seq_lt(n.wrapping_add(1), ack)) {
+        seq[o].unseen_acked = true;
+    }
     let mut newest = None;
     let mut retransmitted = false;
     while let Some(&u) = seq[o].unacked.front() {
@@ -331,7 +348,9 @@ pub(super) fn send_data(
         std::cmp::Ordering::Less => {}
     }
     let retransmit = dir.nxt.is_some_and(|n| seq_lt(s.seq, n));
+    let contiguous = dir.nxt.is_none_or(|n| n == s.seq);
     let mut timeout = false;
+    let mut probe = false;
     let (mut waited_us, mut last_frame) = (0, 0);
     if retransmit {
         let last = dir
@@ -344,6 +363,7 @@ pub(super) fn send_data(
         timeout = sent.is_some_and(|t| {
             peer.dupacks < 2 && !peer.sacked && us.saturating_sub(t) >= RTO_MIN_US
         });
+        probe = !timeout && peer.dupacks < 2 && !peer.sacked;
         if let Some((t, f)) = last.filter(|_| timeout) {
             let from = t.max(seq[d].timeout_until_us);
             (waited_us, last_frame) = (us.saturating_sub(from), f);
@@ -414,6 +434,8 @@ pub(super) fn send_data(
         base_seq,
         retransmit,
         timeout,
+        probe,
+        contiguous,
         waited_us,
         last_frame,
     }
@@ -453,6 +475,11 @@ pub(super) fn sides_of_round_trip(seq: &[Sequence; 2]) -> [u64; 2] {
         receiver_side_us(seq, Direction::Client),
         receiver_side_us(seq, Direction::Server),
     ]
+}
+
+/// Whether `d`'s receiver acknowledged up to `end` already (as captured).
+pub(super) fn acked_to(seq: &[Sequence; 2], d: Direction, end: u32) -> bool {
+    seq[d.peer()].last_ack.is_some_and(|a| seq_le(end, a))
 }
 
 /// What `d` has sent that its peer has not acknowledged, bytes (0 if unknown).

@@ -1146,3 +1146,84 @@ fn a_probe_the_receiver_had_already_is_its_late_ack_not_loss() {
         "{r:#?}"
     );
 }
+
+/// What the skipped numbers must not be read as: at the server's end, a client's pure ACK
+/// lost, then a second of its idle time before its next request (no timeout's silence); at
+/// the server's own end, an offload packet (one number per segment the NIC cut it into),
+/// then 300 ms of the server's own time.
+#[test]
+fn a_lost_ack_before_idle_and_an_offload_packet_are_no_loss() {
+    use super::Cause;
+    let mut c = Conv::seen_from(0.01, 10.0);
+    let mut t = 11.0;
+    for _ in 0..4 {
+        c.data(t, 0, 100).data(t + 0.2, 1, 100);
+        t += 10.2;
+    }
+    c.ids[0] = c.ids[0].wrapping_add(1); // the client's ACK of the last answer, lost
+    c.data(t + 1000.0, 0, 100).data(t + 1000.2, 1, 100);
+    let r = analyse(&c.segs)[0].clone();
+    assert_eq!(
+        spent(&r, Cause::LossRecovery, Some("client")),
+        0.0,
+        "{r:#?}"
+    );
+    assert!(spent(&r, Cause::Idle, Some("client")) > 990.0, "{r:#?}");
+
+    let mut c = Conv::seen_from(0.01, 10.0);
+    let mut t = 11.0;
+    for _ in 0..4 {
+        c.data(t, 0, 100).data(t + 0.2, 1, 100);
+        t += 10.2;
+    }
+    c.data(t, 0, 100).data(t + 0.2, 1, 9 * 1448 + 100);
+    c.ids[1] = c.ids[1].wrapping_add(9); // the NIC's numbers for the other nine segments
+    c.ack(t + 10.3, 0);
+    c.data(t + 310.0, 1, 100); // 300 ms of the server's own time, then more
+    let r = analyse(&c.segs)[0].clone();
+    assert_eq!(
+        spent(&r, Cause::LossRecovery, Some("server")),
+        0.0,
+        "{r:#?}"
+    );
+}
+
+/// At the server's end (the client 10 ms away): two full segments, the server's ACK of both
+/// passes here and is lost after, the client probes: the D-SACK that follows says the bytes
+/// had come, but the ACK was not late, it was lost: the probe's wait stays loss recovery.
+#[test]
+fn a_probe_after_an_ack_lost_past_the_capture_stays_loss() {
+    use super::Cause;
+    let mut c = Conv::seen_from(0.01, 10.0);
+    c.data(20.0, 0, 1448).data(20.1, 0, 1448);
+    c.ack(20.2, 1);
+    c.seq[0] -= 1448;
+    c.data(55.0, 0, 1448); // the probe
+    c.ack(55.1, 1);
+    let end = c.seq[0];
+    c.last_mut().sack = true;
+    c.last_mut().sack_first = Some((end - 1448, end));
+    c.data(56.0, 1, 100);
+    let r = analyse(&c.segs)[0].clone();
+    assert_eq!(spent(&r, Cause::DelayedAck, Some("server")), 0.0, "{r:#?}");
+    assert!(
+        spent(&r, Cause::LossRecovery, Some("client")) > 30.0,
+        "{r:#?}"
+    );
+}
+
+/// At the server's end: an answer lost past the capture, so the client sends its request
+/// again (its ACK rode on the answer) and the server its answer: one question, not two.
+#[test]
+fn data_sent_again_opens_no_exchange() {
+    let mut c = Conv::seen_from(0.01, 10.0);
+    let t = 20.0;
+    c.data(t, 0, 100).data(t + 0.2, 1, 100);
+    c.seq[0] -= 100;
+    c.data(t + 215.0, 0, 100);
+    c.seq[1] -= 100;
+    c.data(t + 215.2, 1, 100);
+    c.data(t + 240.0, 0, 100).data(t + 240.2, 1, 100);
+    let r = analyse(&c.segs)[0].clone();
+    assert_eq!(r.exchanges, 2, "{r:#?}");
+}
