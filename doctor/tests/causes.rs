@@ -163,18 +163,31 @@ fn think(p: &EmulatedPath, port: u16) -> Made {
     }
 }
 
-/// An echo server, and a client that waits 40 ms and 10 ms more each round before its next
-/// request: its idle time, as it measured it.
-fn idle(p: &EmulatedPath, port: u16) -> Made {
+/// A server on `port` that answers each 100-byte request with 100 bytes at once
+/// (`TCP_NODELAY`), until the client closes; with `quickack`, it ACKs each request at once
+/// too, never on its answer.
+fn echo(p: &EmulatedPath, port: u16, quickack: bool) -> thread::JoinHandle<()> {
     let l = listen(p, port);
-    let srv = thread::spawn(move || {
+    thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         s.set_nodelay(true).unwrap();
         let mut buf = [0u8; 100];
-        while s.read_exact(&mut buf).is_ok() {
+        loop {
+            if quickack {
+                socket2::SockRef::from(&s).set_tcp_quickack(true).unwrap();
+            }
+            if s.read_exact(&mut buf).is_err() {
+                break;
+            }
             s.write_all(&[b'r'; 100]).unwrap();
         }
-    });
+    })
+}
+
+/// An echo server, and a client that waits 40 ms and 10 ms more each round before its next
+/// request: its idle time, as it measured it.
+fn idle(p: &EmulatedPath, port: u16) -> Made {
+    let srv = echo(p, port, false);
     let mut c = connect(p, port);
     c.set_nodelay(true).unwrap();
     let mut buf = [0u8; 100];
@@ -470,19 +483,7 @@ fn window(p: &EmulatedPath, port: u16) -> Made {
 /// retransmission timeout. The truth is each such exchange's time by the client's clock,
 /// less its round trip.
 fn loss(p: &EmulatedPath, port: u16) -> Made {
-    let l = listen(p, port);
-    let srv = thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        s.set_nodelay(true).unwrap();
-        let mut buf = [0u8; 100];
-        loop {
-            socket2::SockRef::from(&s).set_tcp_quickack(true).unwrap();
-            if s.read_exact(&mut buf).is_err() {
-                break;
-            }
-            s.write_all(&[b'r'; 100]).unwrap();
-        }
-    });
+    let srv = echo(p, port, true);
     let mut c = connect(p, port);
     c.set_nodelay(true).unwrap();
     let mut buf = [0u8; 100];

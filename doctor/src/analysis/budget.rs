@@ -206,82 +206,75 @@ impl Budget {
                 self.drain(us, p);
                 self.path_then(us, frame, p.side_us[l.sender], mine(think))
             }
-            Some(l) => match self
-                .acked
-                .filter(|&(ack_us, _)| !(l.full && Self::too_soon(us, ack_us, d, p)))
-            {
-                // Back to back: the path's rate.
-                None if us <= self.ledger.until_us() + RATE_GAP_US => {
-                    self.push(us, frame, Label::of(Cause::Transfer, None))
-                }
-                // At the receiver's end, after a full segment that filled the receiver's
-                // window, within a round trip: an ACK of earlier data opened it. (At the
-                // sender's end an ACK that opened a window would have passed.)
-                None if l.full
-                    && l.wait == Wait::Receive
-                    && p.near_receiver(d)
-                    && p.round_trip_us()
-                        .is_some_and(|rt| us <= self.ledger.until_us() + rt + SLACK_US) =>
+            Some(l) => {
+                // Since the last data segment, and the round trip, to judge the span by.
+                let gap = us.saturating_sub(self.ledger.until_us());
+                let rt = p.round_trip_us();
+                match self
+                    .acked
+                    .filter(|&(ack_us, _)| !(l.full && Self::too_soon(us, ack_us, d, p)))
                 {
-                    self.push(us, frame, l.wait.label(d))
+                    // Back to back: the path's rate.
+                    None if gap <= RATE_GAP_US => {
+                        self.push(us, frame, Label::of(Cause::Transfer, None))
+                    }
+                    // At the receiver's end, after a full segment that filled the receiver's
+                    // window, within a round trip: an ACK of earlier data opened it. (At the
+                    // sender's end an ACK that opened a window would have passed.)
+                    None if l.full
+                        && l.wait == Wait::Receive
+                        && p.near_receiver(d)
+                        && rt.is_some_and(|rt| gap <= rt + SLACK_US) =>
+                    {
+                        self.push(us, frame, l.wait.label(d))
+                    }
+                    // After a full segment within half a round trip: the path's rate.
+                    None if l.full && rt.is_some_and(|rt| gap <= rt / 2) => {
+                        self.push(us, frame, Label::of(Cause::Transfer, None))
+                    }
+                    // At the receiver's end, after a full segment, within a round trip: an ACK of
+                    // earlier data released it (a delayed ACK's receiver ACKs every other
+                    // segment), its window's wait.
+                    None if l.full
+                        && p.near_receiver(d)
+                        && rt.is_some_and(|rt| gap <= rt + SLACK_US) =>
+                    {
+                        self.push(us, frame, l.wait.label(d))
+                    }
+                    // At the sender's end, within a round trip and no ACK seen: no window opened;
+                    // the path's rate.
+                    None if l.full && rt.is_some_and(|rt| gap <= rt) => {
+                        self.push(us, frame, Label::of(Cause::Transfer, None))
+                    }
+                    // After a full segment, longer and no ACK seen: not told.
+                    None if l.full => self.push(us, frame, Label::of(Cause::Unknown, None)),
+                    None => self.push(us, frame, mine(Cause::Think)),
+                    // After a full segment, the window not full, a sender that went on within half a
+                    // round trip: ACKs paced by the path's rate released it (its queue drained, a
+                    // segment at a time), not a window waiting a whole round trip.
+                    Some(_) if l.wait == Wait::Congestion && rt.is_some_and(|rt| gap < rt / 2) => {
+                        self.push(us, frame, Label::of(Cause::Transfer, None))
+                    }
+                    // After a small segment, a sender that did not send as the ACK reached it was
+                    // not waiting for it: the ACK passed during its own time.
+                    Some((ack_us, _))
+                        if l.wait == Wait::Small
+                            && p.side_us[d.peer()]
+                                .is_some_and(|side| us > ack_us + side + SLACK_US + side / 4) =>
+                    {
+                        self.push(us, frame, mine(Cause::Think))
+                    }
+                    Some((ack_us, ack_frame)) => {
+                        // The wait for the ACK: up to the receiver's side its window's, then the
+                        // receiver's delay; from the ACK, up to the sender's side its window's,
+                        // then its own pause.
+                        let waited = l.wait.label(d);
+                        let acker = Label::of(Cause::DelayedAck, Some(d.peer()));
+                        self.split(ack_us, ack_frame, p.side_us[d], waited, acker);
+                        self.split(us, frame, p.side_us[d.peer()], waited, mine(Cause::Think));
+                    }
                 }
-                // After a full segment within half a round trip: the path's rate.
-                None if l.full
-                    && p.round_trip_us()
-                        .is_some_and(|rt| us <= self.ledger.until_us() + rt / 2) =>
-                {
-                    self.push(us, frame, Label::of(Cause::Transfer, None))
-                }
-                // At the receiver's end, after a full segment, within a round trip: an ACK of
-                // earlier data released it (a delayed ACK's receiver ACKs every other
-                // segment), its window's wait.
-                None if l.full
-                    && p.near_receiver(d)
-                    && p.round_trip_us()
-                        .is_some_and(|rt| us <= self.ledger.until_us() + rt + SLACK_US) =>
-                {
-                    self.push(us, frame, l.wait.label(d))
-                }
-                // At the sender's end, within a round trip and no ACK seen: no window opened;
-                // the path's rate.
-                None if l.full
-                    && p.round_trip_us()
-                        .is_some_and(|rt| us <= self.ledger.until_us() + rt) =>
-                {
-                    self.push(us, frame, Label::of(Cause::Transfer, None))
-                }
-                // After a full segment, longer and no ACK seen: not told.
-                None if l.full => self.push(us, frame, Label::of(Cause::Unknown, None)),
-                None => self.push(us, frame, mine(Cause::Think)),
-                // After a full segment, the window not full, a sender that went on within half a
-                // round trip: ACKs paced by the path's rate released it (its queue drained, a
-                // segment at a time), not a window waiting a whole round trip.
-                Some(_)
-                    if l.wait == Wait::Congestion
-                        && p.round_trip_us()
-                            .is_some_and(|rt| us < self.ledger.until_us() + rt / 2) =>
-                {
-                    self.push(us, frame, Label::of(Cause::Transfer, None))
-                }
-                // After a small segment, a sender that did not send as the ACK reached it was
-                // not waiting for it: the ACK passed during its own time.
-                Some((ack_us, _))
-                    if l.wait == Wait::Small
-                        && p.side_us[d.peer()]
-                            .is_some_and(|side| us > ack_us + side + SLACK_US + side / 4) =>
-                {
-                    self.push(us, frame, mine(Cause::Think))
-                }
-                Some((ack_us, ack_frame)) => {
-                    // The wait for the ACK: up to the receiver's side its window's, then the
-                    // receiver's delay; from the ACK, up to the sender's side its window's,
-                    // then its own pause.
-                    let waited = l.wait.label(d);
-                    let acker = Label::of(Cause::DelayedAck, Some(d.peer()));
-                    self.split(ack_us, ack_frame, p.side_us[d], waited, acker);
-                    self.split(us, frame, p.side_us[d.peer()], waited, mine(Cause::Think));
-                }
-            },
+            }
         }
         if data.opens_exchange {
             self.exchange += 1;
