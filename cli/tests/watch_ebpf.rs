@@ -245,3 +245,14 @@ fn ebpf_backend_counts_a_server_in_another_namespace_across_a_20ms_path() {
     drop(p);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Issue 51's honest negative under eBPF: the `waits` iterator gives the reader's sender the
+/// time its window held it back, on its process and port, as sampling's `tcp_info` does.
+#[test]
+fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
+    let _one = exclusive();
+    if !ebpf_or_skip() {
+        return;
+    }
+    watch_support::a_reader_that_stops("ebpf");
+}

@@ -184,45 +184,9 @@ fn short_connections_that_stall_once_are_counted() {
     assert!(seen <= made, "{seen} of {made} connections");
 }
 
-/// Issue 51's honest negative, live: a reader that stops reading for 1.5 s holds its
-/// sender back by its receive window. No stall, so the exit status stays 0; the sender's
-/// row carries the time the kernel counted as limited by the peer's window (most of the
-/// 1.5 s), and the summary names it, on the sender's process and port.
+/// Issue 51's honest negative, live (`watch_support::a_reader_that_stops`).
 #[test]
 fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
-    use std::io::Read;
     let _one = exclusive();
-    // A small receive buffer, set before the handshake (no autotuning then).
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.set_recv_buffer_size(65536).unwrap();
-    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
-        .unwrap();
-    s.listen(1).unwrap();
-    let listener: TcpListener = s.into();
-    let port = listener.local_addr().unwrap().port();
-    let reader = std::thread::spawn(move || {
-        let (mut c, _) = listener.accept().unwrap();
-        std::thread::sleep(Duration::from_millis(1500));
-        let mut v = Vec::new();
-        c.read_to_end(&mut v).unwrap();
-        v.len()
-    });
-    let w = watch(port, 3.5);
-    std::thread::sleep(Duration::from_millis(500));
-    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    c.write_all(&vec![9u8; 16 << 20]).unwrap();
-    drop(c);
-    assert_eq!(reader.join().unwrap(), 16 << 20);
-    let (lines, code) = json_lines(w);
-    let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
-    assert_eq!(code, Some(0), "no stall: {summary}");
-    let rows = summary["rows"].as_array().unwrap();
-    let sender = rows
-        .iter()
-        .find(|r| r["pid"] == std::process::id() && r["serves"] == false && r["port"] == port)
-        .unwrap_or_else(|| panic!("the sender's row: {summary}"));
-    let rwnd = sender["waits"]["rwnd_limited_us"].as_u64().unwrap();
-    let busy = sender["waits"]["busy_us"].as_u64().unwrap();
-    assert!(rwnd >= 700_000 && busy >= rwnd, "{sender}");
-    assert_eq!(sender["stalls"], 0, "{sender}");
+    watch_support::a_reader_that_stops("sampling");
 }

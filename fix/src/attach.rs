@@ -164,11 +164,9 @@ pub fn attach(
     root: Option<&Path>,
     pids: &[u32],
 ) -> Result<Attached, AttachError> {
-    // `chosen`, a socket-storage map, is a kind aya 0.13 does not wrap: it is read by hand.
-    let mut bpf = EbpfLoader::new()
-        .allow_unsupported_maps()
-        .load(OBJECT)
-        .map_err(|e| load_error(&e))?;
+    // `chosen` and `mine` are socket-storage maps, read and written by descriptor from
+    // `&self` (sys.rs), where aya's `SkStorage` writes need the map borrowed mutably.
+    let mut bpf = EbpfLoader::new().load(OBJECT).map_err(|e| load_error(&e))?;
     {
         let map = bpf
             .map_mut("config")
@@ -299,7 +297,7 @@ impl Attached {
             TcpOption::Nodelay => CHOSE_NODELAY,
             TcpOption::DelackMax => CHOSE_DELACK_MAX,
         };
-        let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("chosen") else {
+        let Some(aya::maps::Map::SkStorage(map)) = self.bpf.map("chosen") else {
             return false;
         };
         sys::sk_storage_u32(map.fd().as_fd(), sock).is_ok_and(|v| v.is_some_and(|v| v & bit != 0))
@@ -309,7 +307,7 @@ impl Attached {
     /// descriptor): the fix has just set an option on it itself, from a process that may be
     /// in the cgroup too.
     pub(crate) fn forget_choices(&self, sock: BorrowedFd<'_>) {
-        if let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("chosen") {
+        if let Some(aya::maps::Map::SkStorage(map)) = self.bpf.map("chosen") {
             let _ = sys::sk_storage_delete(map.fd().as_fd(), sock);
         }
     }
@@ -322,7 +320,7 @@ impl Attached {
         if self.marked.is_none() {
             return;
         }
-        if let Some(aya::maps::Map::Unsupported(map)) = self.bpf.map("mine") {
+        if let Some(aya::maps::Map::SkStorage(map)) = self.bpf.map("mine") {
             let was = sys::sk_storage_u32(map.fd().as_fd(), sock)
                 .ok()
                 .flatten()

@@ -99,7 +99,6 @@ mod tests {
         assert_eq!(BpfError::of(&e).errno(), Some(libc::EACCES));
         let e = EbpfError::MapError(MapError::CreateError {
             name: "events".into(),
-            code: -1,
             io_error: io::Error::from_raw_os_error(libc::EPERM),
         });
         assert!(BpfError::of(&e).not_permitted(), "{e:?}");

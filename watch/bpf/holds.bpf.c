@@ -29,6 +29,12 @@
  * Nothing runs per socket: per send (a few loads), per arriving segment and per packet sent
  * (one hash lookup, which misses unless the socket holds a write); a short hold's release
  * adds one lookup and two atomic adds.
+ *
+ * Apart from these, an iterator (iter/task_file, `waits`) that userspace runs once a refresh
+ * walks every process's open files, and writes out each TCP socket whose time the kernel
+ * counts moved since the jiffy userspace names (its chronos: busy, receive-window limited,
+ * send-buffer limited, as tcp_info gives them, in jiffies), with the process that holds it:
+ * the whole wait, per workload, without a socket listing (watch/src/ebpf/waits.rs).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -389,5 +395,106 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 	else if (h->held < h->mss && h->seg_ns && now - h->seg_ns <= clock_gap_ns)
 		clocked(sk, h, hold_ns);
 	bpf_map_delete_elem(&holds, &key);
+	return 0;
+}
+
+/* The waits iterator's one setting, written by userspace before each walk: report only the
+ * sockets whose chronos moved at or after this jiffy (low 32 bits; 0: every socket that was
+ * ever busy or sent again). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} walk SEC(".maps");
+
+/* One socket's counters, as the iterator writes them; watch/src/ebpf/waits.rs mirrors it,
+ * offsets asserted. The times are tcp_info's chronos in jiffies, the running one included. */
+struct waits {
+	__u64 cookie;        /* 0 */
+	__u64 cgroup;        /* 8: the holding task's cgroup (v2) id */
+	__u64 busy_j;        /* 16 */
+	__u64 rwnd_j;        /* 24 */
+	__u64 sndbuf_j;      /* 32 */
+	__u64 jiffies;       /* 40: bpf_jiffies64() when read */
+	__u64 now_ns;        /* 48: bpf_ktime_get_ns() when read */
+	__u32 total_retrans; /* 56 */
+	__u32 pid;           /* 60: the holding process */
+	__u32 uid;           /* 64 */
+	__u16 family;        /* 68 */
+	__u16 sport;         /* 70: host order */
+	__u16 dport;         /* 72: host order */
+	__u8 timeouts;       /* 74: timeouts in a row (icsk_retransmits) */
+	__u8 _pad;           /* 75 */
+	__u8 saddr[16];      /* 76: IPv4 in the first 4 bytes */
+	__u8 daddr[16];      /* 92 */
+	char comm[16];       /* 108 */
+	__u32 _pad2;         /* 124 */
+};
+_Static_assert(sizeof(struct waits) == 128, "waits layout");
+
+SEC("iter/task_file")
+int waits(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	if (!task || !file)
+		return 0;
+	struct socket *sock = bpf_sock_from_file(file);
+	if (!sock)
+		return 0;
+	struct sock *sk = sock->sk;
+	if (!sk || sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
+		return 0;
+	unsigned short family = sk->__sk_common.skc_family;
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	__u32 key = 0;
+	__u64 *since = bpf_map_lookup_elem(&walk, &key);
+	__u8 type = BPF_CORE_READ_BITFIELD(tp, chrono_type);
+	__u32 start = tp->chrono_start;
+	__u8 timeouts = tp->inet_conn.icsk_retransmits;
+	if (since && *since && type == 0 && timeouts == 0 && before(start, (__u32)*since))
+		return 0; /* idle since the last walk */
+	__u64 jiffies = bpf_jiffies64();
+	__u64 stat[3];
+	for (int i = 0; i < 3; i++) {
+		stat[i] = tp->chrono_stat[i];
+		if (type == i + 1)
+			stat[i] += (__u32)jiffies - start;
+	}
+	__u32 retrans = tp->total_retrans;
+	if (stat[0] + stat[1] + stat[2] == 0 && retrans == 0)
+		return 0; /* never busy */
+	struct waits w = {
+		.cookie = bpf_get_socket_cookie(sk),
+		.cgroup = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id),
+		.busy_j = stat[0] + stat[1] + stat[2],
+		.rwnd_j = stat[1],
+		.sndbuf_j = stat[2],
+		.jiffies = jiffies,
+		.now_ns = bpf_ktime_get_ns(),
+		.total_retrans = retrans,
+		.pid = task->tgid,
+		.uid = BPF_CORE_READ(task, cred, uid.val),
+		.family = family,
+		.sport = sk->__sk_common.skc_num,
+		.dport = __builtin_bswap16(sk->__sk_common.skc_dport),
+		.timeouts = timeouts,
+	};
+	if (family == AF_INET) {
+		__be32 s = sk->__sk_common.skc_rcv_saddr;
+		__be32 d = sk->__sk_common.skc_daddr;
+		__builtin_memcpy(w.saddr, &s, 4);
+		__builtin_memcpy(w.daddr, &d, 4);
+	} else {
+		BPF_CORE_READ_INTO(&w.saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(&w.daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+	bpf_probe_read_kernel(w.comm, sizeof(w.comm), task->comm);
+	bpf_seq_write(ctx->meta->seq, &w, sizeof(w));
 	return 0;
 }

@@ -1,4 +1,4 @@
-/* The few kernel types holds.bpf.c reads, declared by hand for CO-RE: only the fields used,
+/* The few kernel types holds.bpf.c reads (and the context of the iterator it runs), declared by hand for CO-RE: only the fields used,
  * each relocated at load time against the running kernel's BTF (/sys/kernel/btf/vmlinux), so
  * their order and offsets here do not matter. */
 #ifndef NAGLESS_VMLINUX_H
@@ -19,6 +19,7 @@ enum { false = 0, true = 1 };
 enum { BPF_ANY = 0, BPF_NOEXIST = 1 };
 
 enum bpf_map_type {
+	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
@@ -70,6 +71,7 @@ struct sk_buff {
 
 struct inet_connection_sock {
 	__u8 icsk_ca_state : 5;
+	__u8 icsk_retransmits;
 };
 
 struct minmax_sample {
@@ -92,6 +94,59 @@ struct tcp_sock {
 	__u32 snd_una;
 	__u32 srtt_us;
 	__u32 packets_out;
+	__u32 total_retrans;
+	__u32 chrono_start;
+	__u32 chrono_stat[3];
+	__u8 chrono_type : 2;
+};
+
+/* What the waits iterator (iter/task_file) reads: a task's files, and who the task is. */
+struct seq_file;
+
+struct kernfs_node {
+	__u64 id;
+};
+
+struct cgroup {
+	struct kernfs_node *kn;
+};
+
+struct css_set {
+	struct cgroup *dfl_cgrp;
+};
+
+typedef struct {
+	__u32 val;
+} kuid_t;
+
+struct cred {
+	kuid_t uid;
+};
+
+struct task_struct {
+	__s32 tgid;
+	char comm[16];
+	const struct cred *cred;
+	struct css_set *cgroups;
+};
+
+struct file;
+
+struct socket {
+	struct sock *sk;
+};
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+	__u64 session_id;
+	__u64 seq_num;
+};
+
+struct bpf_iter__task_file {
+	struct bpf_iter_meta *meta;
+	struct task_struct *task;
+	__u32 fd;
+	struct file *file;
 };
 
 #pragma clang attribute pop

@@ -352,6 +352,15 @@ impl Board {
         self.add(key, who, &t);
     }
 
+    /// Adds what the kernel counted of a socket's time and losses since it was last read
+    /// (under eBPF, from the `waits` iterator: sampling adds its own socket's tallies).
+    pub(crate) fn add_waits(&mut self, key: &GroupKey, who: &Who, cookie: u64, w: &Waits) {
+        let mut t = Tally::default();
+        t.add_waits(w);
+        t.conns = u64::from(self.seen.insert((key.clone(), cookie)));
+        self.add(key, who, &t);
+    }
+
     /// The rows, over tallies that cover `watched_us` (a window, or the whole watch),
     /// stalling and clocked groups first.
     pub(crate) fn rows(&self, watched_us: u64) -> Vec<Row> {

@@ -33,13 +33,15 @@ use std::time::{Duration, Instant};
 mod clock;
 mod counters;
 mod event;
+mod waits;
 
 pub(crate) use clock::{Clock, CLOCK_SIZE};
 pub(crate) use counters::Counters;
 pub(crate) use event::Event;
+pub(crate) use waits::{tick_rate, SocketWaits};
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, ProgramInfo};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, Iter, ProgramInfo};
 use aya::{Btf, Ebpf, EbpfLoader};
 use nagless_host::{BpfError, Caps, Pid, Proc};
 use nagless_stall_rule::{release_window_us, DELAYED_ACK_MIN_US};
@@ -156,6 +158,119 @@ pub(crate) struct EbpfWatcher {
     /// Keeps the kernel's BPF run-time statistics on while the watch runs.
     _stats: Option<std::os::fd::OwnedFd>,
     events: u64,
+    /// The sockets' waits, from the `waits` iterator (`None`: the kernel refused it).
+    waits: Option<WaitsWalk>,
+}
+
+/// The `waits` iterator's walks: what each socket counted when last read, by cookie.
+struct WaitsWalk {
+    /// Its setting: the jiffy from which a socket's chronos must have moved to be written.
+    since: Array<MapData, u64>,
+    readings: HashMap<u64, crate::waits::Reading>,
+    /// The kernel's tick rate, once a record gave it.
+    hz: Option<u64>,
+    /// The jiffy of the last walk's records (0: none yet), and when the last walk and the
+    /// last full walk (every socket ever busy, which forgets the sockets gone) ran.
+    jiffies: u64,
+    walked_at: Option<Instant>,
+    full_at: Option<Instant>,
+    walks: u64,
+    /// Time spent walking, and the records read.
+    spent: Duration,
+    records: u64,
+}
+
+/// How often a walk reads every socket that was ever busy (the others: only those whose
+/// chronos moved since the last walk).
+const FULL_WALK: Duration = Duration::from_secs(60);
+
+impl WaitsWalk {
+    /// Loads the iterator; `None` if the kernel refuses it (before Linux 5.11, or without
+    /// `bpf_sock_from_file`): the watch then goes on without waits.
+    fn new(bpf: &mut Ebpf, btf: &Btf) -> Option<WaitsWalk> {
+        let p: &mut Iter = bpf.program_mut("waits")?.try_into().ok()?;
+        p.load("task_file", btf).ok()?;
+        let since = Array::try_from(bpf.take_map("walk")?).ok()?;
+        Some(WaitsWalk {
+            since,
+            readings: HashMap::new(),
+            hz: None,
+            jiffies: 0,
+            walked_at: None,
+            full_at: None,
+            walks: 0,
+            spent: Duration::ZERO,
+            records: 0,
+        })
+    }
+
+    /// Walks every process's files once (at most every 250 ms), and returns each socket's
+    /// counts since its last reading: none on the first walk, whose readings are the
+    /// baselines (a socket first read later was made, or first busy, after it).
+    fn walk(&mut self, bpf: &mut Ebpf) -> Vec<(SocketWaits, crate::waits::Waits)> {
+        if self
+            .walked_at
+            .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+        {
+            return Vec::new();
+        }
+        let t = Instant::now();
+        self.walked_at = Some(t);
+        let full = self.full_at.is_none_or(|f| f.elapsed() >= FULL_WALK);
+        let since = if full { 0 } else { self.jiffies & 0xffff_ffff };
+        if self.since.set(0, since, 0).is_err() {
+            return Vec::new();
+        }
+        let Some(bytes) = Self::read(bpf) else {
+            return Vec::new();
+        };
+        if full {
+            self.full_at = Some(t);
+        }
+        let got = SocketWaits::parse_all(&bytes);
+        self.records += got.len() as u64;
+        let first = self.walks == 0;
+        self.walks += 1;
+        let mut seen = HashSet::with_capacity(got.len());
+        let mut out = Vec::new();
+        for w in got {
+            self.jiffies = self.jiffies.max(w.jiffies);
+            // (A socket held by several processes, or by one twice: its first holder.)
+            if !seen.insert(w.cookie) {
+                continue;
+            }
+            if self.hz.is_none() {
+                self.hz = tick_rate(w.jiffies, w.now_ns);
+            }
+            let Some(hz) = self.hz else { continue };
+            let now = w.reading(hz);
+            let before = self.readings.insert(w.cookie, now);
+            if first {
+                continue;
+            }
+            let counted = now.since(before.as_ref());
+            if !counted.is_empty() {
+                out.push((w, counted));
+            }
+        }
+        if full {
+            self.readings.retain(|c, _| seen.contains(c));
+        }
+        self.spent += t.elapsed();
+        out
+    }
+
+    /// One walk's output.
+    fn read(bpf: &mut Ebpf) -> Option<Vec<u8>> {
+        use std::io::Read;
+        let p: &mut Iter = bpf.program_mut("waits")?.try_into().ok()?;
+        let id = p.attach().ok()?;
+        let link = p.take_link(id).ok()?;
+        let mut file = link.into_file().ok()?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).ok()?;
+        Some(bytes)
+    }
 }
 
 impl EbpfWatcher {
@@ -176,10 +291,10 @@ impl EbpfWatcher {
         let clock_gap_ns: u64 = release_window_us(0, 0).1 * 1000;
         let mut bpf = EbpfLoader::new()
             .btf(Some(&btf))
-            .set_global("min_hold_ns", &min_hold_ns, true)
-            .set_global("clock_gap_ns", &clock_gap_ns, true)
+            .override_global("min_hold_ns", &min_hold_ns, true)
+            .override_global("clock_gap_ns", &clock_gap_ns, true)
             // 1 MiB: about 7,700 reports between two drains (every 50 ms: 150,000 a second).
-            .set_max_entries("events", 1 << 20)
+            .map_max_entries("events", 1 << 20)
             .load(OBJECT)
             .map_err(|e| load_error(&e))?;
         for (prog, tracepoint) in PROGRAMS {
@@ -203,6 +318,10 @@ impl EbpfWatcher {
             .take_map("clocks")
             .ok_or_else(|| Unavailable::Missing("map clocks".into()))?;
         let clocks = BpfHashMap::try_from(clocks).map_err(|e| load_error(&e))?;
+        let mut waits = WaitsWalk::new(&mut bpf, &btf);
+        if let Some(w) = &mut waits {
+            w.walk(&mut bpf); // the baselines
+        }
         Ok(EbpfWatcher {
             bpf,
             ring,
@@ -224,6 +343,7 @@ impl EbpfWatcher {
             stalls: None,
             _stats: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
             events: 0,
+            waits,
         })
     }
 
@@ -390,6 +510,23 @@ impl EbpfWatcher {
         }
     }
 
+    /// Walks the sockets' waits, and adds what each counted since to its group.
+    fn walk_waits(&mut self) {
+        let Some(walk) = &mut self.waits else { return };
+        for (w, counted) in walk.walk(&mut self.bpf) {
+            let (lport, rport) = (w.local.1, w.remote.1);
+            if self.filter.port.is_some_and(|p| p != lport && p != rport)
+                || self.filter.pid.is_some_and(|p| p != w.pid)
+            {
+                continue;
+            }
+            let key = self.group(w.pid, &w.comm, w.uid, (lport, rport));
+            let who = self.owners.get(&w.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+            self.window.add_waits(&key, who, w.cookie, &counted);
+            self.total.add_waits(&key, who, w.cookie, &counted);
+        }
+    }
+
     /// Once a second: the TCP sockets in use in every namespace (the kernel's own count, read
     /// per namespace, not per socket), as a full sample's `sockets`; the namespaces are found
     /// again every ten seconds.
@@ -479,6 +616,7 @@ impl Source for EbpfWatcher {
     /// starts a new one.
     fn take_window(&mut self) -> Vec<Row> {
         self.drain_clocks();
+        self.walk_waits();
         let now_us = self.now_us();
         let watched = now_us.saturating_sub(std::mem::replace(&mut self.window_start_us, now_us));
         std::mem::take(&mut self.window).rows(watched)
@@ -533,8 +671,19 @@ impl Source for EbpfWatcher {
                 t.as_secs_f64() / elapsed * 100.0
             )
         });
+        let waits = self.waits.as_ref().map_or(
+            "; no walks of the sockets' waits (the kernel refused the iterator)".to_owned(),
+            |w| {
+                format!(
+                    "; {} walks of the sockets' waits, {:.1} ms, {} sockets read",
+                    w.walks,
+                    w.spent.as_secs_f64() * 1000.0,
+                    w.records
+                )
+            },
+        );
         format!(
-            "eBPF in {elapsed:.1} s, on the whole host: {} held writes followed, {} released by an ACK, {} sent without one, {} long holds reported ({} lost); watcher CPU {:.1}% of one core{kernel}",
+            "eBPF in {elapsed:.1} s, on the whole host: {} held writes followed, {} released by an ACK, {} sent without one, {} long holds reported ({} lost){waits}; watcher CPU {:.1}% of one core{kernel}",
             c.holds, c.released, c.sent_without_ack, c.reported, c.lost, run.cpu_percent
         )
     }

@@ -54,6 +54,24 @@ pub(crate) struct Reading {
 }
 
 impl Reading {
+    /// Counters read elsewhere (the eBPF backend's iterator, `ebpf/waits.rs`): busy, receive
+    /// window limited and send buffer limited µs, segments sent again, timeouts in a row.
+    pub(crate) fn new(
+        busy_us: u64,
+        rwnd_limited_us: u64,
+        sndbuf_limited_us: u64,
+        retransmits: u64,
+        timeouts: u8,
+    ) -> Reading {
+        Reading {
+            busy_us,
+            rwnd_limited_us,
+            sndbuf_limited_us,
+            retransmits,
+            timeouts,
+        }
+    }
+
     /// The counters of `info` (none before Linux 4.10, whose `tcp_info` lacks the times).
     pub(crate) fn of(info: &TcpInfo) -> Option<Reading> {
         Some(Reading {

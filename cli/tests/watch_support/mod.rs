@@ -227,3 +227,46 @@ pub fn drain(l: TcpListener) -> std::thread::JoinHandle<usize> {
         }
     })
 }
+
+/// Issue 51's honest negative, live, under either backend: a reader that stops reading for 1.5 s holds its
+/// sender back by its receive window. No stall, so the exit status stays 0; the sender's
+/// row carries the time the kernel counted as limited by the peer's window (most of the
+/// 1.5 s), and the summary names it, on the sender's process and port.
+/// Under `backend` (the caller holds the machine).
+pub fn a_reader_that_stops(backend: &str) {
+    use std::io::{Read, Write};
+    // A small receive buffer, set before the handshake (no autotuning then).
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(65536).unwrap();
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    s.listen(1).unwrap();
+    let listener: TcpListener = s.into();
+    let port = listener.local_addr().unwrap().port();
+    let reader = std::thread::spawn(move || {
+        let (mut c, _) = listener.accept().unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        let mut v = Vec::new();
+        c.read_to_end(&mut v).unwrap();
+        v.len()
+    });
+    let mut w = watch_by(backend, Some(port), 3.5);
+    wait_ready(&mut w);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(&vec![9u8; 16 << 20]).unwrap();
+    drop(c);
+    assert_eq!(reader.join().unwrap(), 16 << 20);
+    let (lines, code) = json_lines(w);
+    let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
+    assert_eq!(code, Some(0), "no stall: {summary}");
+    let rows = summary["rows"].as_array().unwrap();
+    let sender = rows
+        .iter()
+        .find(|r| r["pid"] == std::process::id() && r["serves"] == false && r["port"] == port)
+        .unwrap_or_else(|| panic!("the sender's row: {summary}"));
+    let rwnd = sender["waits"]["rwnd_limited_us"].as_u64().unwrap();
+    let busy = sender["waits"]["busy_us"].as_u64().unwrap();
+    assert!(rwnd >= 700_000 && busy >= rwnd, "{sender}");
+    assert_eq!(sender["stalls"], 0, "{sender}");
+}
