@@ -60,6 +60,19 @@ pub struct KernelReport {
     pub(crate) program_runs: Option<u64>,
     /// Time the kernel spent in them, ms (same).
     pub(crate) program_ms: Option<f64>,
+    /// The walks of the sockets' waits (`None`: the kernel refused the iterator).
+    pub(crate) waits: Option<WalksReport>,
+}
+
+/// The eBPF backend's walks of the sockets' waits, for the JSON summary.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct WalksReport {
+    /// Walks made.
+    pub walks: u64,
+    /// The watcher's time in them, ms (in the kernel mostly).
+    pub ms: f64,
+    /// The sockets they read.
+    pub sockets: u64,
 }
 
 /// A backend: where the stalls come from, and what it says of itself.

@@ -14,9 +14,13 @@
 //! hold the kernel reports as long that the rule finds released by a prompt ACK (a path
 //! whose round trip is 30 ms or more) is added the same way.
 //!
-//! Its cost follows held writes, not sockets: nothing is read per socket, the kernel programs
-//! run per write and per received segment (a hash lookup that misses unless the socket holds
-//! a write), and userspace only sees holds long enough to be stalls.
+//! Its cost follows held writes, not sockets: the kernel programs run per write and per
+//! received segment (a hash lookup that misses unless the socket holds a write), and
+//! userspace only sees holds long enough to be stalls. The one walk over sockets is the
+//! `waits` iterator's ([`WaitsWalk`]; its records in ebpf/waits.rs): each refresh, what the
+//! kernel counted of the busy sockets' time (`tcp_info`'s busy, window- and buffer-limited
+//! times, retransmissions and timeouts), spaced so that it takes at most 1/`WALK_SPACING` of
+//! the watcher's time.
 //!
 //! What it sees: writes on this host held behind unacknowledged data and released by an ACK
 //! (on sockets in every network namespace: the hooks are in TCP itself). The writer's pid,
@@ -174,6 +178,8 @@ struct WaitsWalk {
     jiffies: u64,
     walked_at: Option<Instant>,
     full_at: Option<Instant>,
+    /// The last walk's time.
+    last: Duration,
     walks: u64,
     /// Time spent walking, and the records read.
     spent: Duration,
@@ -183,6 +189,12 @@ struct WaitsWalk {
 /// How often a walk reads every socket that was ever busy (the others: only those whose
 /// chronos moved since the last walk).
 const FULL_WALK: Duration = Duration::from_secs(60);
+
+/// The walks' share of one core at most, as the time between walks over a walk's time: a
+/// walk visits every process's open files (about 0.75 µs each here), so on a host with
+/// 200,000 sockets one takes 150 ms and the next comes 30 s later; with a few hundred, every
+/// refresh (100 ms at the least).
+const WALK_SPACING: u32 = 200;
 
 impl WaitsWalk {
     /// Loads the iterator; `None` if the kernel refuses it (before Linux 5.11, or without
@@ -198,20 +210,20 @@ impl WaitsWalk {
             jiffies: 0,
             walked_at: None,
             full_at: None,
+            last: Duration::ZERO,
             walks: 0,
             spent: Duration::ZERO,
             records: 0,
         })
     }
 
-    /// Walks every process's files once (at most every 250 ms), and returns each socket's
-    /// counts since its last reading: none on the first walk, whose readings are the
-    /// baselines (a socket first read later was made, or first busy, after it).
+    /// Walks every process's files once (at most one walk in `WALK_SPACING` times the last
+    /// one's time), and returns each socket's counts since its last reading: none on the
+    /// first walk, whose readings are the baselines (a socket first read later was made, or
+    /// first busy, after it).
     fn walk(&mut self, bpf: &mut Ebpf) -> Vec<(SocketWaits, crate::waits::Waits)> {
-        if self
-            .walked_at
-            .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
-        {
+        let spacing = (self.last * WALK_SPACING).max(Duration::from_millis(100));
+        if self.walked_at.is_some_and(|t| t.elapsed() < spacing) {
             return Vec::new();
         }
         let t = Instant::now();
@@ -256,7 +268,8 @@ impl WaitsWalk {
         if full {
             self.readings.retain(|c, _| seen.contains(c));
         }
-        self.spent += t.elapsed();
+        self.last = t.elapsed();
+        self.spent += self.last;
         out
     }
 
@@ -694,6 +707,11 @@ impl Source for EbpfWatcher {
             counters: self.counters(),
             program_runs: cost.map(|c| c.1),
             program_ms: cost.map(|c| c.0.as_secs_f64() * 1000.0),
+            waits: self.waits.as_ref().map(|w| crate::backend::WalksReport {
+                walks: w.walks,
+                ms: w.spent.as_secs_f64() * 1000.0,
+                sockets: w.records,
+            }),
         })
     }
 }

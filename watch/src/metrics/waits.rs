@@ -10,7 +10,8 @@
 //! | `nagless_tcp_timeouts_total` | counter | retransmission timeouts |
 //!
 //! Summed over the group's connections, so a busy time can pass the wall time. The sampling
-//! backend reads them from `tcp_info`; under the eBPF backend the series stay at 0.
+//! backend reads them from `tcp_info`, the eBPF backend from the same fields through its
+//! `waits` iterator (`crate::ebpf`).
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
