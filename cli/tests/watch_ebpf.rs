@@ -256,3 +256,13 @@ fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
     }
     watch_support::a_reader_that_stops("ebpf");
 }
+
+/// Issue 51's path causes under eBPF (`watch_support::a_small_buffer_on_a_lossy_path`).
+#[test]
+fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {
+    let _one = exclusive();
+    if !ebpf_or_skip() {
+        return;
+    }
+    watch_support::a_small_buffer_on_a_lossy_path("ebpf");
+}

@@ -190,3 +190,13 @@ fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
     let _one = exclusive();
     watch_support::a_reader_that_stops("sampling");
 }
+
+/// Issue 51's path causes under sampling (`watch_support::a_small_buffer_on_a_lossy_path`).
+#[test]
+fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {
+    let _one = exclusive();
+    if !root_or_skip("an emulated path") {
+        return;
+    }
+    watch_support::a_small_buffer_on_a_lossy_path("sampling");
+}

@@ -1,7 +1,8 @@
 //! The whole wait, live (issue 51): what the kernel keeps of each socket's time and losses in
 //! its `tcp_info` ([`Waits`]): the time it was busy sending, the part of it the peer's
 //! receive window held it back (a reader that reads slowly, or not at all) and the part its
-//! own send buffer did (the program wrote faster than the path carried), the segments it
+//! own send buffer did (it ran out of data to send while its buffer was full of data in flight:
+//! a buffer too small for the path's round trip and rate), the segments it
 //! sent again and the retransmission timeouts it took (zero-window probes back off too, and
 //! are not counted as timeouts). Where the doctor splits a capture's
 //! time into causes, the watch adds these up per group beside its stalls: when a group does
@@ -20,7 +21,8 @@ pub struct Waits {
     pub busy_us: u64,
     /// Of that, time the peer's receive window held it back, µs.
     pub rwnd_limited_us: u64,
-    /// Of that, time its send buffer was full, µs.
+    /// Of that, time it had nothing more to send because its send buffer, full of data in
+    /// flight, was too small for the path (the kernel's sndbuf-limited time), µs.
     pub sndbuf_limited_us: u64,
     /// Segments sent again (after a loss, a timeout or a probe).
     pub retransmits: u64,

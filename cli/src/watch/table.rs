@@ -233,12 +233,13 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
         }
         if w.sndbuf_limited_us >= NOTABLE_WAIT_US {
             parts.push(format!(
-                "by its full send buffers {:.1} ms{}",
+                "by send buffers too small for the path {:.1} ms{}",
                 ms(w.sndbuf_limited_us),
                 share(w.sndbuf_limited_us)
             ));
-            meaning
-                .push("it wrote faster than the path carried (the path's rate, not the program)");
+            meaning.push(
+                "its send buffers were too small for the path's round trip and rate, so the network waited for the program (raise SO_SNDBUF, or the maximum of net.ipv4.tcp_wmem)",
+            );
         }
         if w.retransmits > 0 || w.timeouts > 0 {
             parts.push(format!(

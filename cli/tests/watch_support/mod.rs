@@ -270,3 +270,91 @@ pub fn a_reader_that_stops(backend: &str) {
     assert!(rwnd >= 700_000 && busy >= rwnd, "{sender}");
     assert_eq!(sender["stalls"], 0, "{sender}");
 }
+
+/// Issue 51's path causes, live, under either backend: a program in a network namespace of
+/// its own (as in a container) sends 1 MB through a 16 KB send buffer across an emulated
+/// 40 ms path that loses two of its segments. Its row, on its process and the server's port,
+/// carries the time it had nothing to send because that buffer, full of data in flight, was
+/// too small for the path (0.4 s of 1.1 s busy here, under both backends), and the segments
+/// it sent again; no stall, so the exit status stays 0. The caller holds the machine;
+/// `false` if the path could not be made (skipped).
+pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
+    use nagless_netpath::{EmulatedPath, PathSpec, Toward};
+    use std::io::BufRead;
+    let spec = PathSpec {
+        rtt: Duration::from_millis(40),
+        ..PathSpec::default()
+    };
+    let p = match EmulatedPath::new(&spec) {
+        Ok(p) => p,
+        Err(e) => {
+            nagless_test_support::skip(&format!("cannot make an emulated path: {e}"));
+            return false;
+        }
+    };
+    let (cns, sns) = p.namespaces();
+    let server = p.server_addr();
+    let port = 8100;
+    let python_in = |ns: &str, code: String| {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "python3", "-c", &code])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap()
+    };
+    let first_line = |c: &mut Child| {
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        line
+    };
+    let mut w = watch_by(backend, Some(port), 7.0);
+    wait_ready(&mut w);
+    // (`ip netns exec` execs python: the child's pid is python's.)
+    let mut sink = Started(python_in(
+        sns,
+        format!(
+            "import socket\nl = socket.socket()\nl.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             l.bind(('{server}', {port}))\nl.listen()\nprint('ready', flush=True)\nc, _ = l.accept()\n\
+             while c.recv(65536):\n    pass\n"
+        ),
+    ));
+    assert_eq!(first_line(&mut sink.0).trim(), "ready");
+    let mut sender = Started(python_in(
+        cns,
+        format!(
+            "import socket, time\ns = socket.socket()\n\
+             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)\n\
+             s.connect(('{server}', {port}))\nprint('connected', flush=True)\n\
+             s.sendall(b'x' * (1 << 20))\ntime.sleep(1.5)\n"
+        ),
+    ));
+    assert_eq!(first_line(&mut sender.0).trim(), "connected");
+    let pid = sender.0.id();
+    for _ in 0..2 {
+        std::thread::sleep(Duration::from_millis(400));
+        p.lose_next_data(Toward::Server);
+    }
+    assert!(sender.0.wait().unwrap().success());
+    let (lines, code) = json_lines(w);
+    let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
+    assert_eq!(code, Some(0), "no stall: {summary}");
+    let rows = summary["rows"].as_array().unwrap();
+    let row = rows
+        .iter()
+        .find(|r| r["pid"] == pid && r["serves"] == false && r["port"] == port)
+        .unwrap_or_else(|| panic!("the sender's row ({backend}): {summary}"));
+    let waits = &row["waits"];
+    let sndbuf = waits["sndbuf_limited_us"].as_u64().unwrap_or(0);
+    let retransmits = waits["retransmits"].as_u64().unwrap_or(0);
+    assert!(sndbuf >= 300_000, "the send buffer ({backend}): {row}");
+    assert!(retransmits >= 1, "the losses ({backend}): {row}");
+    assert!(
+        p.stats().lost >= 1,
+        "the path lost nothing: {:?}",
+        p.stats()
+    );
+    assert_eq!(row["stalls"], 0, "{row}");
+    true
+}

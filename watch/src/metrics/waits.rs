@@ -5,7 +5,7 @@
 //! | --- | --- | --- |
 //! | `nagless_tcp_busy_seconds_total` | counter | time the group's connections were busy sending (data in flight or waiting to be sent) |
 //! | `nagless_tcp_rwnd_limited_seconds_total` | counter | of that, time the peers' receive windows held them back |
-//! | `nagless_tcp_sndbuf_limited_seconds_total` | counter | of that, time their send buffers were full |
+//! | `nagless_tcp_sndbuf_limited_seconds_total` | counter | of that, time they had nothing to send because their send buffers were too small for the path |
 //! | `nagless_tcp_retransmits_total` | counter | segments sent again |
 //! | `nagless_tcp_timeouts_total` | counter | retransmission timeouts |
 //!
@@ -48,7 +48,7 @@ impl WaitFamilies {
         );
         r.register_with_unit(
             "nagless_tcp_sndbuf_limited",
-            "Of the busy time, time the group's send buffers were full (the program wrote faster than the path carried)",
+            "Of the busy time, time the group's connections had nothing to send because their send buffers were too small for the path",
             Unit::Seconds,
             f.sndbuf_limited.clone(),
         );
