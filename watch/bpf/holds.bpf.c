@@ -425,7 +425,7 @@ struct waits {
 	__u16 sport;         /* 70: host order */
 	__u16 dport;         /* 72: host order */
 	__u8 timeouts;       /* 74: timeouts in a row (icsk_retransmits) */
-	__u8 _pad;           /* 75 */
+	__u8 probes;         /* 75: zero-window probes in a row (icsk_probes_out) */
 	__u8 saddr[16];      /* 76: IPv4 in the first 4 bytes */
 	__u8 daddr[16];      /* 92 */
 	char comm[16];       /* 108 */
@@ -457,6 +457,7 @@ int waits(struct bpf_iter__task_file *ctx)
 	__u8 type = BPF_CORE_READ_BITFIELD(tp, chrono_type);
 	__u32 start = tp->chrono_start;
 	__u8 timeouts = tp->inet_conn.icsk_retransmits;
+	__u8 probes = tp->inet_conn.icsk_probes_out;
 	if (since && *since && type == 0 && timeouts == 0 && before(start, (__u32)*since))
 		return 0; /* idle since the last walk */
 	__u64 jiffies = bpf_jiffies64();
@@ -484,6 +485,7 @@ int waits(struct bpf_iter__task_file *ctx)
 		.sport = sk->__sk_common.skc_num,
 		.dport = __builtin_bswap16(sk->__sk_common.skc_dport),
 		.timeouts = timeouts,
+		.probes = probes,
 	};
 	if (family == AF_INET) {
 		__be32 s = sk->__sk_common.skc_rcv_saddr;

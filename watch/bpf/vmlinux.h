@@ -72,6 +72,7 @@ struct sk_buff {
 struct inet_connection_sock {
 	__u8 icsk_ca_state : 5;
 	__u8 icsk_retransmits;
+	__u8 icsk_probes_out;
 };
 
 struct minmax_sample {

@@ -11,7 +11,7 @@
 //! | `nagless_stall_duration_seconds` | histogram | each stall's lost time |
 //! | `nagless_stalling_connections` | gauge | connections of the group that stalled in the last refresh |
 //! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
-//! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
+//! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total`, `nagless_tcp_zero_window_probes_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
 //! | `nagless_watch_sockets` | gauge | TCP sockets in use on the host (the kernel's count) |
@@ -714,6 +714,7 @@ mod tests {
                 sndbuf_limited_us: 20_000,
                 retransmits: 3,
                 timeouts: 1,
+                probes: 2,
             },
             ..row("python3 push.py", 9000, true)
         };
@@ -727,6 +728,7 @@ mod tests {
             format!("nagless_tcp_sndbuf_limited_seconds_total{g} 0.04\n"),
             format!("nagless_tcp_retransmits_total{g} 6\n"),
             format!("nagless_tcp_timeouts_total{g} 2\n"),
+            format!("nagless_tcp_zero_window_probes_total{g} 4\n"),
             // A group without any: its series at 0.
             format!(
                 "nagless_tcp_busy_seconds_total{} 0",

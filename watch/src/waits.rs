@@ -3,8 +3,8 @@
 //! receive window held it back (a reader that reads slowly, or not at all) and the part its
 //! own send buffer did (it ran out of data to send while its buffer was full of data in flight:
 //! a buffer too small for the path's round trip and rate), the segments it
-//! sent again and the retransmission timeouts it took (zero-window probes back off too, and
-//! are not counted as timeouts). Where the doctor splits a capture's
+//! sent again, the retransmission timeouts it took and the zero-window probes it sent (these
+//! back off too, and are not counted as timeouts). Where the doctor splits a capture's
 //! time into causes, the watch adds these up per group beside its stalls: when a group does
 //! not stall, they say what its time was instead.
 //!
@@ -28,6 +28,9 @@ pub struct Waits {
     pub retransmits: u64,
     /// Retransmission timeouts (zero-window probes are not).
     pub timeouts: u64,
+    /// Zero-window probes: the peer's window stayed closed, and the sender asked again
+    /// (counted as the timeouts are, by the rises of the kernel's count in a row).
+    pub probes: u64,
 }
 
 impl Waits {
@@ -37,6 +40,7 @@ impl Waits {
         self.sndbuf_limited_us += o.sndbuf_limited_us;
         self.retransmits += o.retransmits;
         self.timeouts += o.timeouts;
+        self.probes += o.probes;
     }
 
     /// Nothing counted.
@@ -53,17 +57,18 @@ pub(crate) struct Reading {
     sndbuf_limited_us: u64,
     retransmits: u64,
     timeouts: u8,
+    probes: u8,
 }
 
 impl Reading {
     /// Counters read elsewhere (the eBPF backend's iterator, `ebpf/waits.rs`): busy, receive
-    /// window limited and send buffer limited µs, segments sent again, timeouts in a row.
+    /// window limited and send buffer limited µs, segments sent again, timeouts and
+    /// zero-window probes in a row.
     pub(crate) fn new(
-        busy_us: u64,
-        rwnd_limited_us: u64,
-        sndbuf_limited_us: u64,
+        [busy_us, rwnd_limited_us, sndbuf_limited_us]: [u64; 3],
         retransmits: u64,
         timeouts: u8,
+        probes: u8,
     ) -> Reading {
         Reading {
             busy_us,
@@ -71,6 +76,7 @@ impl Reading {
             sndbuf_limited_us,
             retransmits,
             timeouts,
+            probes,
         }
     }
 
@@ -82,6 +88,7 @@ impl Reading {
             sndbuf_limited_us: info.sndbuf_limited_us?,
             retransmits: u64::from(info.total_retrans),
             timeouts: info.timeouts,
+            probes: info.probes,
         })
     }
 
@@ -102,6 +109,7 @@ impl Reading {
             sndbuf_limited_us: self.sndbuf_limited_us.saturating_sub(b.sndbuf_limited_us),
             retransmits: self.retransmits.saturating_sub(b.retransmits),
             timeouts: u64::from(self.timeouts.saturating_sub(b.timeouts)),
+            probes: u64::from(self.probes.saturating_sub(b.probes)),
         }
     }
 }
@@ -136,12 +144,22 @@ mod tests {
                 sndbuf_limited_us: 0,
                 retransmits: 2,
                 timeouts: 2,
+                probes: 0,
             }
         );
         // A socket made after the watch began: all of it.
         assert_eq!(first.since(None).busy_us, 5_000_000);
         // The count fell back (an ACK came): no timeout.
         assert_eq!(reading(5_500_000, 0, 5, 0).since(Some(&next)).timeouts, 0);
+        // A closed window: the probes in a row rise as the timeouts do.
+        let mut info = TcpInfo::default();
+        info.busy_time_us = Some(6_000_000);
+        info.rwnd_limited_us = Some(1_000_000);
+        info.sndbuf_limited_us = Some(0);
+        info.probes = 3;
+        let probing = Reading::of(&info).unwrap();
+        assert_eq!(probing.since(Some(&next)).probes, 3);
+        assert_eq!(probing.since(Some(&next)).timeouts, 0);
         let mut sum = w;
         sum.add(&w);
         assert_eq!(sum.busy_us, 800_000);

@@ -100,7 +100,13 @@ pub(super) fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &
         "process", "port", "conns", "stalls/s", "lost ms/s", "worst ms"
     );
     for r in rows {
-        let fix = marks(r, &fixes);
+        let mut fix = marks(r, &fixes);
+        if let Some(w) = waits_tag(r, secs) {
+            if !fix.is_empty() {
+                fix.push(' ');
+            }
+            fix += &w;
+        }
         let _ = writeln!(
             out,
             "{:<44} {:>8} {:>6} {:>9.1} {:>11.1} {:>9.1}  {fix}",
@@ -201,6 +207,28 @@ pub(super) fn waited(r: &Row) -> bool {
         || w.timeouts > 0
 }
 
+/// A row's waits in the table's last column, when [`waited`]: the time the peers' windows and
+/// its own send buffers held it back (ms/s) and the segments it sent again; the summary says
+/// what each means.
+fn waits_tag(r: &Row, secs: f64) -> Option<String> {
+    if !waited(r) {
+        return None;
+    }
+    let w = &r.waits;
+    let per_s = |us: u64| us as f64 / 1000.0 / secs.max(1e-3);
+    let mut parts = Vec::new();
+    if w.rwnd_limited_us >= NOTABLE_WAIT_US {
+        parts.push(format!("window {:.0} ms/s", per_s(w.rwnd_limited_us)));
+    }
+    if w.sndbuf_limited_us >= NOTABLE_WAIT_US {
+        parts.push(format!("buffer {:.0} ms/s", per_s(w.sndbuf_limited_us)));
+    }
+    if w.retransmits > 0 || w.timeouts > 0 {
+        parts.push(format!("{} resent", w.retransmits));
+    }
+    Some(format!("(not Nagle: {})", parts.join(", ")))
+}
+
 /// The summary's lines on where the rows' time went besides stalls, as the kernel counted it
 /// (`tcp_info`): per row its busy time, what held it back and its losses, and what each
 /// means.
@@ -224,8 +252,13 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
         )];
         let mut meaning = Vec::new();
         if w.rwnd_limited_us >= NOTABLE_WAIT_US {
+            let probes = if w.probes > 0 {
+                format!(", closed: {} zero-window probe(s)", w.probes)
+            } else {
+                String::new()
+            };
             parts.push(format!(
-                "held back by the peers' receive windows {:.1} ms{}",
+                "held back by the peers' receive windows {:.1} ms{}{probes}",
                 ms(w.rwnd_limited_us),
                 share(w.rwnd_limited_us)
             ));
@@ -451,6 +484,26 @@ mod tests {
             ["", "[1] fix for Linux40ms", "[2] fix for Classic200ms"]
         );
         assert_eq!(t.matches("fix for Linux40ms").count(), 1, "{t}");
+
+        // A row the kernel counted waits for says so in the same column, with no fix.
+        let mut waiting = rows.clone();
+        waiting[3].waits = nagless_watch::waits::Waits {
+            busy_us: 2_000_000,
+            rwnd_limited_us: 1_500_000,
+            sndbuf_limited_us: 10_000,
+            retransmits: 2,
+            timeouts: 0,
+            probes: 0,
+        };
+        let mut t = String::new();
+        table(&waiting, 2.0, 1, false, &mut t);
+        assert!(
+            t.lines()
+                .nth(4)
+                .unwrap()
+                .ends_with("0.0  (not Nagle: window 750 ms/s, 2 resent)"),
+            "{t}"
+        );
 
         let mut s = String::new();
         // A fix pinned on node's cgroup covers it; the others are told the command.

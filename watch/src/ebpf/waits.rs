@@ -31,8 +31,10 @@ pub(crate) struct SocketWaits {
     pub(crate) jiffies: u64,
     pub(crate) now_ns: u64,
     pub(crate) retransmits: u32,
-    /// Timeouts in a row (`tcp_info`'s `retransmits`).
+    /// Timeouts in a row (`tcp_info`'s `retransmits`), and zero-window probes in a row
+    /// (`probes`).
     pub(crate) timeouts: u8,
+    pub(crate) probes: u8,
     pub(crate) pid: u32,
     pub(crate) uid: u32,
     pub(crate) local: (IpAddr, u16),
@@ -59,7 +61,7 @@ struct RawWaits {
     sport: u16,
     dport: u16,
     timeouts: u8,
-    _pad: u8,
+    probes: u8,
     /// IPv4 in the first 4 bytes.
     saddr: [u8; 16],
     daddr: [u8; 16],
@@ -102,6 +104,7 @@ impl SocketWaits {
             now_ns: r.now_ns,
             retransmits: r.total_retrans,
             timeouts: r.timeouts,
+            probes: r.probes,
             pid: r.pid,
             uid: r.uid,
             local: (ip(r.family, r.saddr), r.sport),
@@ -114,11 +117,10 @@ impl SocketWaits {
     pub(crate) fn reading(&self, hz: u64) -> Reading {
         let us = |j: u64| j.saturating_mul(1_000_000) / hz.max(1);
         Reading::new(
-            us(self.busy_j),
-            us(self.rwnd_j),
-            us(self.sndbuf_j),
+            [us(self.busy_j), us(self.rwnd_j), us(self.sndbuf_j)],
             u64::from(self.retransmits),
             self.timeouts,
+            self.probes,
         )
     }
 }
@@ -160,7 +162,7 @@ mod tests {
             c_struct(source, "waits"),
             nagless_test_support::mirror_layout!(RawWaits: cookie, cgroup, busy_j, rwnd_j,
                 sndbuf_j, jiffies, now_ns, total_retrans, pid, uid, family, sport, dport,
-                timeouts, _pad, saddr, daddr, comm, _pad2)
+                timeouts, probes, saddr, daddr, comm, _pad2)
         );
     }
 

@@ -8,6 +8,7 @@
 //! | `nagless_tcp_sndbuf_limited_seconds_total` | counter | of that, time they had nothing to send because their send buffers were too small for the path |
 //! | `nagless_tcp_retransmits_total` | counter | segments sent again |
 //! | `nagless_tcp_timeouts_total` | counter | retransmission timeouts |
+//! | `nagless_tcp_zero_window_probes_total` | counter | zero-window probes (the peers' windows stayed closed) |
 //!
 //! Summed over the group's connections, so a busy time can pass the wall time. The sampling
 //! backend reads them from `tcp_info`, the eBPF backend from the same fields through its
@@ -29,6 +30,7 @@ pub(super) struct WaitFamilies {
     sndbuf_limited: Family<Labels, MicrosCounter>,
     retransmits: Family<Labels, Counter>,
     timeouts: Family<Labels, Counter>,
+    probes: Family<Labels, Counter>,
 }
 
 impl WaitFamilies {
@@ -62,6 +64,11 @@ impl WaitFamilies {
             "Retransmission timeouts the group's connections took",
             f.timeouts.clone(),
         );
+        r.register(
+            "nagless_tcp_zero_window_probes",
+            "Zero-window probes the group's connections sent (their peers' windows stayed closed)",
+            f.probes.clone(),
+        );
         f
     }
 
@@ -74,6 +81,7 @@ impl WaitFamilies {
             .inc_by(w.sndbuf_limited_us);
         self.retransmits.get_or_create(l).inc_by(w.retransmits);
         self.timeouts.get_or_create(l).inc_by(w.timeouts);
+        self.probes.get_or_create(l).inc_by(w.probes);
     }
 
     /// Removes group `l`'s series.
@@ -83,5 +91,6 @@ impl WaitFamilies {
         self.sndbuf_limited.remove(l);
         self.retransmits.remove(l);
         self.timeouts.remove(l);
+        self.probes.remove(l);
     }
 }
