@@ -12,6 +12,8 @@ use nagless_host::Proc;
 
 use crate::parse_duration;
 
+mod policy;
+
 pub const FIX_HELP: &str = "\
 WHAT IT DOES
   Sets TCP options on a running program's connections, from outside, with no restart: the
@@ -48,6 +50,11 @@ SELECTION
                      or with --remove every pinned fix
   --dry-run          show the processes, cgroup and connections the fix would change; change
                      nothing
+  --policy FILE      a fleet's rules, declared once (TOML; docs/fix.md): each selects by
+                     program, unit, container, k8s namespace, pod and container, or cgroup,
+                     by port and peer range, sets nodelay and/or ack_delay_max, optionally on
+                     a stable canary share, taken back unless stalls fall. A bad file is
+                     refused with its line. With --dry-run: what it would select here now
 
 EXAMPLES
   nagless fix --pid 4242 --nodelay                # until Ctrl-C
@@ -55,6 +62,7 @@ EXAMPLES
   nagless fix --container 0123456789ab --ack-delay-max 8ms --duration 10m
   nagless fix --pid 4242 --nodelay --dry-run      # what it would change
   nagless fix --list;  nagless fix --remove --unit api;  nagless fix --remove --all
+  nagless fix --policy /etc/nagless/policy.toml --dry-run   # a fleet's rules, here now
 
 NEEDS
   Root (or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_PTRACE), cgroup v2; Linux 5.7 (BPF links),
@@ -114,6 +122,10 @@ pub struct FixArgs {
     /// Show what the selection covers (processes, cgroup, connections) and change nothing.
     #[arg(short = 'n', long)]
     dry_run: bool,
+    /// A fleet's policy file (rules declared once; docs/fix.md): checked, and with --dry-run
+    /// what it would select on this host now.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sel", "port", "nodelay", "ack_delay_max", "persist", "list", "remove", "all"])]
+    policy: Option<PathBuf>,
 }
 
 /// "1 process", "3 processes".
@@ -157,6 +169,18 @@ pub fn command(a: FixArgs) -> ExitCode {
 }
 
 fn run(a: FixArgs) -> anyhow::Result<()> {
+    if let Some(path) = &a.policy {
+        let p = policy::read(path)?;
+        if !a.dry_run {
+            return Err(crate::usage(format!(
+                "policy {}: {} rule(s), valid. A policy is applied by the node agent, which is not built yet; --dry-run shows what it would select on this host now",
+                path.display(),
+                p.rules.len()
+            )));
+        }
+        outln!("{}", policy::dry_run(&p, path).trim_end());
+        return Ok(());
+    }
     let sel = selector(&a);
     if a.list {
         return list();

@@ -125,20 +125,7 @@ fn parse_failed(e: clap::Error) -> ExitCode {
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let (num, unit) = s.split_at(s.find(|c: char| c.is_alphabetic()).unwrap_or(s.len()));
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration such as 20ms"))?;
-    let secs = match unit {
-        "h" => v * 3600.0,
-        "m" => v * 60.0,
-        "s" => v,
-        "ms" => v / 1e3,
-        "us" | "µs" => v / 1e6,
-        "" if v == 0.0 => 0.0,
-        _ => return Err(format!("{s:?}: the unit must be h, m, s, ms or us")),
-    };
-    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+    nagless_fix::plan::parse_duration(s)
 }
 
 /// Defines an error that is its message, told apart from others by its type.

@@ -224,3 +224,99 @@ fn connections_accepted_by_a_listener_charged_to_another_cgroup_are_fixed() {
     finish_fix(child);
     assert_eq!(server.fixed_of(3), 0);
 }
+
+/// Issue 52's dry run: a policy's rules select by cgroup, port and peer range, the first rule
+/// that selects a workload applies to it alone, and nothing is changed; a bad file is refused
+/// with its line, and a policy without --dry-run is refused (no agent applies it yet).
+#[test]
+fn a_policys_dry_run_names_what_each_rule_selects_and_changes_nothing() {
+    if !root_or_skip("nagless fix") {
+        return;
+    }
+    let _one = exclusive();
+    let (a, b) = (Cgroup::new("policy-a"), Cgroup::new("policy-b"));
+    let [selected, other] = two_listeners();
+    let (mut in_a, mut in_b) = (Holder::start(&a, selected), Holder::start(&b, other));
+    let rel = |cg: &Cgroup| {
+        let root = nagless_fix::target::cgroup2_root().unwrap();
+        format!("/{}", cg.dir.strip_prefix(root).unwrap().display())
+    };
+    let dir = std::env::temp_dir().join(format!("nagless-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("policy.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[rule]]\nname = \"a to the selected port\"\ncgroup = \"{}\"\nports = [{selected}]\n\
+             peers = [\"127.0.0.0/8\"]\nnodelay = true\n\n\
+             [[rule]]\nname = \"both, by port\"\ncgroup = \"{}\"\nports = [{other}]\n\
+             ack_delay_max = \"8ms\"\n\n\
+             [[rule]]\nname = \"b\"\ncgroup = \"{}\"\nack_delay_max = \"8ms\"\ncanary = 100\n",
+            rel(&a),
+            rel(&a),
+            rel(&b)
+        ),
+    )
+    .unwrap();
+    let out = fix(&["--policy", file.to_str().unwrap(), "--dry-run"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (pa, pb) = (in_a.child.id(), in_b.child.id());
+    // A's holder: under the first rule, its one connection to the selected port.
+    let line_a = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{pa} ")))
+        .unwrap_or_else(|| panic!("no line for {pa}:\n{text}"));
+    assert!(
+        line_a.contains("1 connection(s) to change now 127.0.0.1:")
+            && line_a.contains(&format!("->127.0.0.1:{selected}")),
+        "{text}"
+    );
+    assert!(
+        line_a.contains("rule \"both, by port\" (line 8) selects it too, and does not apply"),
+        "{text}"
+    );
+    // B's holder: under the third rule (its connection is to the other port, which it keeps).
+    let rules: Vec<&str> = text.lines().filter(|l| l.starts_with("rule ")).collect();
+    assert_eq!(rules.len(), 3, "{text}");
+    let b_rule = text.find("rule \"b\" (line 14)").expect("rule b");
+    let b_line = text
+        .find(&format!("\n  {pb} "))
+        .unwrap_or_else(|| panic!("no line for {pb}:\n{text}"));
+    assert!(b_line > b_rule, "{text}");
+    assert!(
+        text[b_line..].contains(&format!("->127.0.0.1:{other}")),
+        "{text}"
+    );
+    // The second rule selects no process of its own (the first took A's).
+    assert!(
+        text.contains("rule \"both, by port\" (line 8): delayed ACKs of at most 8 ms\n  selects no process on this host now"),
+        "{text}"
+    );
+    // Nothing changed.
+    assert_eq!(in_a.nodelay(), "0");
+    assert_eq!(in_b.nodelay(), "0");
+    // Without --dry-run: refused, the policy checked.
+    let out = fix(&["--policy", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("3 rule(s), valid"));
+    // A bad file: refused with its line, nothing applied.
+    std::fs::write(
+        &file,
+        "[[rule]]\nname = \"x\"\nunit = \"api\"\npeers = [\"10.0.0.0/40\"]\nnodelay = true\n",
+    )
+    .unwrap();
+    let out = fix(&["--policy", file.to_str().unwrap(), "--dry-run"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("line 4: \"10.0.0.0/40\": the prefix length must be 0 to 32; nothing applied"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}

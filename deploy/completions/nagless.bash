@@ -133,7 +133,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__fix)
-            opts="-p -d -l -n -h -V --pid --cgroup --unit --container --port --nodelay --ack-delay-max --observe --duration --persist --list --remove --all --dry-run --help --version"
+            opts="-p -d -l -n -h -V --pid --cgroup --unit --container --port --nodelay --ack-delay-max --observe --duration --persist --list --remove --all --dry-run --policy --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -176,6 +176,10 @@ _nagless() {
                     return 0
                     ;;
                 -d)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --policy)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -158,6 +158,23 @@ pub fn connections(pid: u32) -> Result<Vec<(u16, u16)>, Reach> {
         .collect())
 }
 
+/// The established TCP connections of process `pid` with their addresses (local, remote),
+/// as [`connections`].
+pub fn connections_between(
+    pid: u32,
+) -> Result<Vec<(std::net::SocketAddr, std::net::SocketAddr)>, Reach> {
+    Ok(tcp_sockets(pid)?
+        .into_iter()
+        .filter(TcpRow::established)
+        .map(|r| {
+            (
+                (r.local_addr, r.local_port).into(),
+                (r.remote_addr, r.remote_port).into(),
+            )
+        })
+        .collect())
+}
+
 /// The TCP sockets process `pid` holds (its network namespace's rows whose inode is one of
 /// its socket descriptors'); `Gone` or `Blocked` as for its socket descriptors.
 pub(crate) fn tcp_sockets(pid: u32) -> Result<Vec<TcpRow>, Reach> {

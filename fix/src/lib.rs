@@ -13,7 +13,8 @@
 //!   sets the options as each connection is established (fix/bpf/fix.bpf.c).
 //!
 //! [`plan`] checks what is asked (pure); [`target`] resolves the selection; [`observe`]
-//! chooses the fix from what `nagless watch` sees when none is asked for. `docs/fix.md`
+//! chooses the fix from what `nagless watch` sees when none is asked for; [`policy`] reads
+//! a fleet's rules, declared once, and decides which one a workload falls under (pure). `docs/fix.md`
 //! says how it works and what it cannot do.
 
 #![warn(unreachable_pub)]
@@ -22,6 +23,7 @@ pub mod attach;
 pub mod existing;
 pub mod observe;
 pub mod plan;
+pub mod policy;
 mod sys;
 pub mod target;
 

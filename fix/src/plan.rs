@@ -225,6 +225,25 @@ impl Config {
     }
 }
 
+/// A duration as people write one: a number and a unit (`h`, `m`, `s`, `ms`, `us`), e.g.
+/// `20ms`, `1.5s`; `0` alone. For the command line and the policy file alike.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_alphabetic()).unwrap_or(s.len()));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 20ms"))?;
+    let secs = match unit {
+        "h" => v * 3600.0,
+        "m" => v * 60.0,
+        "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "" if v == 0.0 => 0.0,
+        _ => return Err(format!("{s:?}: the unit must be h, m, s, ms or us")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -178,6 +178,10 @@ pub fn cgroup2_mount(mountinfo: &str) -> Option<&str> {
 /// A row of a `/proc/net/tcp` or `/proc/net/tcp6` text: one TCP socket of the namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TcpRow {
+    /// Its local address.
+    pub local_addr: std::net::IpAddr,
+    /// Its remote address (unspecified for a listener).
+    pub remote_addr: std::net::IpAddr,
     /// Its local port.
     pub local_port: u16,
     /// Its remote port (0 for a listener).
@@ -202,14 +206,36 @@ impl TcpRow {
 pub fn tcp_rows(text: &str) -> impl Iterator<Item = TcpRow> + '_ {
     // `sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout
     // inode ...`, addresses as `HEXADDR:HEXPORT`.
-    let port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
+    // Each 32-bit word of an address is printed as the host reads it from memory.
+    let addr_port = |a: &str| {
+        let (addr, port) = a.rsplit_once(':')?;
+        let word = |i: usize| {
+            u32::from_str_radix(addr.get(i * 8..i * 8 + 8)?, 16)
+                .ok()
+                .map(u32::to_ne_bytes)
+        };
+        let ip = match addr.len() {
+            8 => std::net::IpAddr::from(word(0)?),
+            32 => {
+                let mut b = [0u8; 16];
+                for i in 0..4 {
+                    b[i * 4..i * 4 + 4].copy_from_slice(&word(i)?);
+                }
+                std::net::IpAddr::from(b)
+            }
+            _ => return None,
+        };
+        Some((ip, u16::from_str_radix(port, 16).ok()?))
+    };
     text.lines().skip(1).filter_map(move |l| {
         let mut f = l.split_whitespace().skip(1);
-        let local_port = port(f.next()?)?;
-        let remote_port = port(f.next()?)?;
+        let (local_addr, local_port) = addr_port(f.next()?)?;
+        let (remote_addr, remote_port) = addr_port(f.next()?)?;
         let state = u8::from_str_radix(f.next()?, 16).ok()?;
         let inode = f.nth(5)?.parse().ok()?;
         Some(TcpRow {
+            local_addr,
+            remote_addr,
             local_port,
             remote_port,
             state,
@@ -331,12 +357,16 @@ mod tests {
             rows,
             [
                 TcpRow {
+                    local_addr: [127, 0, 0, 1].into(),
+                    remote_addr: [0, 0, 0, 0].into(),
                     local_port: 8000,
                     remote_port: 0,
                     state: 10,
                     inode: 1234
                 },
                 TcpRow {
+                    local_addr: [127, 0, 0, 1].into(),
+                    remote_addr: [127, 0, 0, 1].into(),
                     local_port: 8000,
                     remote_port: 40000,
                     state: 1,
@@ -347,7 +377,11 @@ mod tests {
         assert!(rows[1].established() && !rows[0].established());
         // tcp6's addresses are longer; the port is after the last colon all the same.
         let v6 = "h\n 0: 00000000000000000000000001000000:1F40 00000000000000000000000001000000:9C40 01 0:0 0:0 0 0 0 99\n";
-        assert_eq!(tcp_rows(v6).next().unwrap().inode, 99);
+        let r = tcp_rows(v6).next().unwrap();
+        assert_eq!(r.inode, 99);
+        if cfg!(target_endian = "little") {
+            assert_eq!(r.remote_addr, std::net::Ipv6Addr::LOCALHOST);
+        }
     }
 
     #[test]

@@ -73,6 +73,34 @@ impl ProcMap {
     }
 }
 
+/// What the watch names a process by: the labels of its series (`process`, `unit`,
+/// `container`, the Kubernetes ones) and its cgroup. `nagless fix`'s policies select by them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    /// Its program without arguments, the `process` label (`python3 app.py`).
+    pub program: String,
+    /// Its systemd unit, outside containers.
+    pub unit: Option<String>,
+    /// Its container's id.
+    pub container: Option<String>,
+    /// Its container's pod, on a Kubernetes node.
+    pub pod: Option<crate::kube::Pod>,
+    /// Its cgroup.
+    pub cgroup: String,
+}
+
+/// The names of process `pid` ([`Names`]), `None` if it is gone.
+pub fn names_of(pid: u32) -> Option<Names> {
+    let p = process_of(pid)?;
+    Some(Names {
+        unit: service_unit(p.container.as_deref(), Some(&p.cgroup)),
+        program: p.service,
+        container: p.container,
+        pod: p.pod,
+        cgroup: p.cgroup,
+    })
+}
+
 /// What /proc says of process `pid`, `None` if it is gone.
 pub(crate) fn process_of(pid: u32) -> Option<Process> {
     Proc::host().exists(pid).then(|| process(pid))
