@@ -53,8 +53,9 @@ SELECTION
   --policy FILE      a fleet's rules, declared once (TOML; docs/fix.md): each selects by
                      program, unit, container, k8s namespace, pod and container, or cgroup,
                      by port and peer range, sets nodelay and/or ack_delay_max, optionally on
-                     a stable canary share, taken back unless stalls fall. A bad file is
-                     refused with its line. With --dry-run: what it would select here now
+                     a stable canary share (its revert when stalls do not fall: with the node
+                     agent, not built yet). A bad file is refused with its line. With
+                     --dry-run: what it would select here now; without, it changes nothing
 
 EXAMPLES
   nagless fix --pid 4242 --nodelay                # until Ctrl-C
@@ -124,7 +125,7 @@ pub struct FixArgs {
     dry_run: bool,
     /// A fleet's policy file (rules declared once; docs/fix.md): checked, and with --dry-run
     /// what it would select on this host now.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["sel", "port", "nodelay", "ack_delay_max", "persist", "list", "remove", "all"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sel", "port", "nodelay", "ack_delay_max", "persist", "list", "remove", "all", "observe", "duration"])]
     policy: Option<PathBuf>,
 }
 

@@ -226,7 +226,7 @@ fn connections_accepted_by_a_listener_charged_to_another_cgroup_are_fixed() {
 }
 
 /// Issue 52's dry run: a policy's rules select by cgroup, port and peer range, the first rule
-/// that selects a workload applies to it alone, and nothing is changed; a bad file is refused
+/// that selects a connection takes it, alone, and nothing is changed; a bad file is refused
 /// with its line, and a policy without --dry-run is refused (no agent applies it yet).
 #[test]
 fn a_policys_dry_run_names_what_each_rule_selects_and_changes_nothing() {
@@ -236,7 +236,9 @@ fn a_policys_dry_run_names_what_each_rule_selects_and_changes_nothing() {
     let _one = exclusive();
     let (a, b) = (Cgroup::new("policy-a"), Cgroup::new("policy-b"));
     let [selected, other] = two_listeners();
-    let (mut in_a, mut in_b) = (Holder::start(&a, selected), Holder::start(&b, other));
+    let mut in_a = Holder::start(&a, selected);
+    let mut in_a_too = Holder::start(&a, other);
+    let mut in_b = Holder::start(&b, other);
     let rel = |cg: &Cgroup| {
         let root = nagless_fix::target::cgroup2_root().unwrap();
         format!("/{}", cg.dir.strip_prefix(root).unwrap().display())
@@ -249,7 +251,7 @@ fn a_policys_dry_run_names_what_each_rule_selects_and_changes_nothing() {
         format!(
             "[[rule]]\nname = \"a to the selected port\"\ncgroup = \"{}\"\nports = [{selected}]\n\
              peers = [\"127.0.0.0/8\"]\nnodelay = true\n\n\
-             [[rule]]\nname = \"both, by port\"\ncgroup = \"{}\"\nports = [{other}]\n\
+             [[rule]]\nname = \"all of a\"\ncgroup = \"{}\"\n\
              ack_delay_max = \"8ms\"\n\n\
              [[rule]]\nname = \"b\"\ncgroup = \"{}\"\nack_delay_max = \"8ms\"\ncanary = 100\n",
             rel(&a),
@@ -265,40 +267,49 @@ fn a_policys_dry_run_names_what_each_rule_selects_and_changes_nothing() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let (pa, pb) = (in_a.child.id(), in_b.child.id());
-    // A's holder: under the first rule, its one connection to the selected port.
-    let line_a = text
-        .lines()
-        .find(|l| l.trim_start().starts_with(&format!("{pa} ")))
-        .unwrap_or_else(|| panic!("no line for {pa}:\n{text}"));
+    // Each rule's section: from its header to the next one.
+    let section = |header: &str| {
+        let start = text
+            .find(header)
+            .unwrap_or_else(|| panic!("no {header}:\n{text}"));
+        let rest = &text[start + header.len()..];
+        rest[..rest.find("\nrule ").unwrap_or(rest.len())].to_string()
+    };
+    let line_in = |section: &str, pid: u32| {
+        section
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{pid} ")))
+            .unwrap_or_else(|| panic!("no line for {pid} in {section}\n{text}"))
+            .to_string()
+    };
+    let (pa, pa2, pb) = (in_a.child.id(), in_a_too.child.id(), in_b.child.id());
+    let first = section("rule \"a to the selected port\" (line 1)");
+    let second = section("rule \"all of a\" (line 8)");
+    let third = section("rule \"b\" (line 13)");
+    // The connection to the selected port: the first rule's, alone.
+    let l = line_in(&first, pa);
     assert!(
-        line_a.contains("1 connection(s) to change now 127.0.0.1:")
-            && line_a.contains(&format!("->127.0.0.1:{selected}")),
+        l.contains("1 connection(s) to change now 127.0.0.1:")
+            && l.contains(&format!("->127.0.0.1:{selected}")),
         "{text}"
     );
+    assert!(line_in(&first, pa2).contains("0 connection(s)"), "{text}");
+    // The second rule selects both of A's processes, and takes only the other connection.
+    assert!(line_in(&second, pa).contains("0 connection(s)"), "{text}");
     assert!(
-        line_a.contains("rule \"both, by port\" (line 8) selects it too, and does not apply"),
+        line_in(&second, pa2).contains("1 connection(s) to change now 127.0.0.1:"),
         "{text}"
     );
-    // B's holder: under the third rule (its connection is to the other port, which it keeps).
-    let rules: Vec<&str> = text.lines().filter(|l| l.starts_with("rule ")).collect();
-    assert_eq!(rules.len(), 3, "{text}");
-    let b_rule = text.find("rule \"b\" (line 14)").expect("rule b");
-    let b_line = text
-        .find(&format!("\n  {pb} "))
-        .unwrap_or_else(|| panic!("no line for {pb}:\n{text}"));
-    assert!(b_line > b_rule, "{text}");
+    assert!(!second.contains(&format!("{pb} ")), "{text}");
+    // B's: the third's.
     assert!(
-        text[b_line..].contains(&format!("->127.0.0.1:{other}")),
+        line_in(&third, pb).contains(&format!("->127.0.0.1:{other}")),
         "{text}"
     );
-    // The second rule selects no process of its own (the first took A's).
-    assert!(
-        text.contains("rule \"both, by port\" (line 8): delayed ACKs of at most 8 ms\n  selects no process on this host now"),
-        "{text}"
-    );
+    assert!(!third.contains(&format!("\n  {pa} ")), "{text}");
     // Nothing changed.
     assert_eq!(in_a.nodelay(), "0");
+    assert_eq!(in_a_too.nodelay(), "0");
     assert_eq!(in_b.nodelay(), "0");
     // Without --dry-run: refused, the policy checked.
     let out = fix(&["--policy", file.to_str().unwrap()]);

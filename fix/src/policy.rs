@@ -19,10 +19,10 @@
 //! ```
 //!
 //! Everything here is pure: [`Policy::parse`] checks a file (every error names its line) and
-//! [`Policy::decide`] says, for a workload as `watch` names it, which rule applies to it and
-//! whether it is in that rule's canary. Overlaps are decided by one written rule: **the first
-//! rule in the file that selects a workload applies to it, alone**; the later ones that also
-//! select it are named beside it ([`Decision::shadowed`]), never applied silently.
+//! [`Policy::decide`] says, for a workload as `watch` names it, which rules select it and
+//! whether each one's canary takes it. Overlaps are decided by one written rule: **the first
+//! rule in the file that selects a connection (its workload, its port and its peer) applies
+//! to it, alone** ([`Decision::rule_for`]); a later rule that selects it too does not.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -51,18 +51,23 @@ pub struct Workload {
     pub k8s_container: Option<String>,
     /// Its cgroup (v2 path, from the hierarchy's root).
     pub cgroup: String,
+    /// The host it runs on (its machine id), which tells apart the same unit or program on
+    /// every host of a fleet.
+    pub node: String,
 }
 
 impl Workload {
-    /// What names it across restarts and nodes, for a stable canary: its pod, else its
-    /// container, else its unit, else its program.
+    /// What names it for the canary: its pod (namespace and name), else its container's id,
+    /// else its host and unit, else its host and program. A host's unit or program is chosen
+    /// alike on every run of the agent; a pod or container made again (a rollout, a restart)
+    /// has a new name or id, and is drawn again.
     fn identity(&self) -> String {
         match (&self.k8s_namespace, &self.k8s_pod) {
             (Some(ns), Some(pod)) => format!("pod {ns}/{pod}"),
             _ => match (&self.container, &self.unit) {
                 (Some(c), _) => format!("container {c}"),
-                (None, Some(u)) => format!("unit {u}"),
-                (None, None) => format!("program {}", self.program),
+                (None, Some(u)) => format!("{} unit {u}", self.node),
+                (None, None) => format!("{} program {}", self.node, self.program),
             },
         }
     }
@@ -91,6 +96,15 @@ impl Range {
                 .filter(|&n| n <= max)
                 .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?
         };
+        // An IPv4-mapped range is its IPv4 range (addresses are compared so too).
+        if let IpAddr::V6(v6) = addr {
+            if let Some(v4) = v6.to_ipv4_mapped().filter(|_| prefix >= 96) {
+                return Ok(Range {
+                    addr: IpAddr::V4(v4),
+                    prefix: prefix - 96,
+                });
+            }
+        }
         Ok(Range { addr, prefix })
     }
 
@@ -144,13 +158,12 @@ fn glob(pattern: &str, text: &str) -> bool {
         return pattern == text;
     }
     let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || text.len() < first.len() + last.len() {
+    let Some(rest) = text.strip_prefix(first) else {
         return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    if !text.ends_with(last) {
+    };
+    let Some(mut rest) = rest.strip_suffix(last) else {
         return false;
-    }
+    };
     for p in &parts[1..parts.len() - 1] {
         match rest.find(p) {
             Some(i) => rest = &rest[i + p.len()..],
@@ -174,7 +187,7 @@ impl Select {
         let container = self.container.as_deref().is_none_or(|want| {
             w.container
                 .as_deref()
-                .is_some_and(|id| id.starts_with(want))
+                .is_some_and(|id| id.starts_with(&want.to_ascii_lowercase()))
         });
         let cgroup = self.cgroup.as_deref().is_none_or(|want| {
             let want = want.trim_end_matches('/');
@@ -270,16 +283,26 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h ^ (h >> 33)
 }
 
-/// Which rule applies to a workload, and whether its canary takes it.
+/// What the policy does with a workload: the rules that select it, in the file's order,
+/// and whether each one's canary takes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decision<'a> {
-    /// The first rule that selects it.
-    pub rule: &'a Rule,
-    /// Whether that rule applies to it now: 100 %, or a canary by connection (decided per
-    /// connection), or a canary by workload that took it.
-    pub applies: bool,
-    /// Later rules that select it too and do not apply to it.
-    pub shadowed: Vec<&'a Rule>,
+    /// The rules that select it, with whether each applies to it now: 100 %, or a canary by
+    /// connection (decided per connection), or a canary by workload that took it.
+    pub rules: Vec<(&'a Rule, bool)>,
+}
+
+impl Decision<'_> {
+    /// The rule that takes a connection between `local` and `remote`: the first of
+    /// [`rules`](Self::rules) that selects it by port and peer (`None`: none does), and
+    /// whether it applies to it (its canary took the workload, or the connection).
+    pub fn rule_for(&self, local: (IpAddr, u16), remote: (IpAddr, u16)) -> Option<(&Rule, bool)> {
+        let &(rule, applies) = self
+            .rules
+            .iter()
+            .find(|(r, _)| r.selects_connection(local, remote))?;
+        Some((rule, applies && rule.canary_takes_connection(local, remote)))
+    }
 }
 
 /// A checked policy.
@@ -312,13 +335,12 @@ struct RawRule {
     name: Option<String>,
     program: Option<String>,
     unit: Option<String>,
-    container: Option<String>,
+    container: Option<Spanned<String>>,
     k8s_namespace: Option<String>,
     k8s_pod: Option<String>,
     k8s_container: Option<String>,
     cgroup: Option<String>,
-    #[serde(default)]
-    ports: Vec<u16>,
+    ports: Option<Spanned<Vec<u16>>>,
     #[serde(default)]
     peers: Vec<Spanned<String>>,
     #[serde(default)]
@@ -360,10 +382,11 @@ impl Policy {
                     ),
                 ));
             }
+            let container_line = r.container.as_ref().map(|c| line_of(text, c.span().start));
             let select = Select {
                 program: r.program,
                 unit: r.unit,
-                container: r.container,
+                container: r.container.map(Spanned::into_inner),
                 k8s_namespace: r.k8s_namespace,
                 k8s_pod: r.k8s_pod,
                 k8s_container: r.k8s_container,
@@ -374,16 +397,30 @@ impl Policy {
             }
             if let Some(c) = &select.container {
                 if c.len() < 12 || !c.chars().all(|ch| ch.is_ascii_hexdigit()) {
-                    return Err(err(line, format!("rule {name:?}: container {c:?} is not a container id (12 or more hex digits)")));
+                    return Err(err(container_line.unwrap_or(line), format!("rule {name:?}: container {c:?} is not a container id (12 or more hex digits)")));
                 }
             }
-            let ports = Ports::new(&r.ports)
-                .map_err(|e| err(line, format!("rule {name:?}: ports: {e}")))?;
+            let ports = match &r.ports {
+                Some(p) => Ports::new(p.get_ref()).map_err(|e| {
+                    err(
+                        line_of(text, p.span().start),
+                        format!(
+                            "rule {name:?}: ports: {}",
+                            e.to_string().replace("--port", "ports")
+                        ),
+                    )
+                })?,
+                None => Ports::new(&[]).map_err(|e| err(line, e.to_string()))?,
+            };
             let mut peers = Vec::new();
             for p in r.peers {
                 let at = line_of(text, p.span().start);
                 peers.push(Range::parse(p.get_ref()).map_err(|e| err(at, e))?);
             }
+            let delay_line = r
+                .ack_delay_max
+                .as_ref()
+                .map(|d| line_of(text, d.span().start));
             let ack_delay_max = match r.ack_delay_max {
                 Some(d) => Some(
                     parse_duration(d.get_ref())
@@ -397,7 +434,12 @@ impl Policy {
             };
             action.check(tick).map_err(|e| {
                 err(
-                    line,
+                    // (A bound out of range names its key's line; nothing to do, the rule's.)
+                    if ack_delay_max.is_some() {
+                        delay_line.unwrap_or(line)
+                    } else {
+                        line
+                    },
                     format!(
                         "rule {name:?}: {}",
                         e.to_string()
@@ -459,16 +501,18 @@ impl Policy {
         Ok(Policy { rules })
     }
 
-    /// Which rule applies to `w`: the first that selects it (`None`: none does).
+    /// The rules that select `w` (`None`: none does).
     pub fn decide(&self, w: &Workload) -> Option<Decision<'_>> {
-        let mut selecting = self.rules.iter().filter(|r| r.select.matches(w));
-        let rule = selecting.next()?;
-        let applies = rule.canary_by == CanaryBy::Connection || rule.in_canary(&w.identity());
-        Some(Decision {
-            rule,
-            applies,
-            shadowed: selecting.collect(),
-        })
+        let rules: Vec<(&Rule, bool)> = self
+            .rules
+            .iter()
+            .filter(|r| r.select.matches(w))
+            .map(|r| {
+                let applies = r.canary_by == CanaryBy::Connection || r.in_canary(&w.identity());
+                (r, applies)
+            })
+            .collect();
+        (!rules.is_empty()).then_some(Decision { rules })
     }
 }
 
@@ -552,13 +596,13 @@ revert_after = "2m"
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\npeers = [\n\"10.0.0.0/33\"]\n", 6, "prefix length"),
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\npeers = [\"ten\"]\n", 5, "not an address range"),
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\n\nack_delay_max = \"8 ms\"\n", 5, "not a duration"),
-            ("[[rule]]\nname = \"a\"\nunit = \"x\"\nack_delay_max = \"1s\"\n", 1, "more than the 200 ms"),
+            ("[[rule]]\nname = \"a\"\nunit = \"x\"\nack_delay_max = \"1s\"\n", 4, "more than the 200 ms"),
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\ncanary = 0\n", 5, "canary 0"),
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\ncanary = 150\n", 5, "canary 150"),
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\ncanary_by = \"pod\"\n", 5, "canary_by"),
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\nrevert_after = \"1s\"\n", 5, "too short"),
-            ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\nports = [0]\n", 1, "port"),
-            ("[[rule]]\nname = \"a\"\ncontainer = \"abc\"\nnodelay = true\n", 1, "not a container id"),
+            ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\nports = [0]\n", 5, "ports: ports 0 names no connection"),
+            ("[[rule]]\nname = \"a\"\ncontainer = \"abc\"\nnodelay = true\n", 3, "not a container id"),
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = true\n[[rule]]\nname = \"a\"\nunit = \"y\"\nnodelay = true\n", 5, "second rule named \"a\" (the first is on line 1)"),
             ("[[rule]]\nname = \"a\"\nunit = \"x\"\nnodelay = yes\n", 4, "must be quoted"),
             ("[rules]\n", 1, "unknown field"),
@@ -604,11 +648,12 @@ revert_after = "2m"
     }
 
     #[test]
-    fn the_first_rule_applies_and_the_later_ones_are_named() {
+    fn the_first_rule_that_selects_a_connection_takes_it() {
         let text = r#"
 [[rule]]
-name = "carts"
+name = "carts to the database"
 k8s_pod = "cart-*"
+ports = [5432]
 nodelay = true
 [[rule]]
 name = "shop"
@@ -616,15 +661,48 @@ k8s_namespace = "shop"
 ack_delay_max = "8ms"
 "#;
         let p = Policy::parse(text, TICK).unwrap();
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
         let cart = pod(1, "shop", "cart-1");
         let d = p.decide(&cart).unwrap();
-        assert_eq!(d.rule.name, "carts");
-        assert!(d.applies);
-        assert_eq!(d.shadowed.len(), 1);
-        assert_eq!(d.shadowed[0].name, "shop");
-        let d = p.decide(&pod(2, "shop", "web-1")).unwrap();
-        assert_eq!((d.rule.name.as_str(), d.shadowed.len()), ("shop", 0));
+        assert_eq!(d.rules.len(), 2);
+        // Its connection to the database: the first rule's, alone; the others: the second's.
+        let (r, applies) = d.rule_for((ip, 40000), (ip, 5432)).unwrap();
+        assert_eq!((r.name.as_str(), applies), ("carts to the database", true));
+        let (r, _) = d.rule_for((ip, 40001), (ip, 6379)).unwrap();
+        assert_eq!(r.name, "shop");
+        let web = p.decide(&pod(2, "shop", "web-1")).unwrap();
+        assert_eq!(web.rules.len(), 1);
+        assert_eq!(web.rule_for((ip, 1), (ip, 5432)).unwrap().0.name, "shop");
         assert!(p.decide(&pod(3, "other", "web-1")).is_none());
+    }
+
+    #[test]
+    fn names_and_ranges_in_every_form() {
+        // A name of several bytes a character where a cut would fall: no panic, no match.
+        assert!(!glob("a*b", "a\u{e9}"));
+        assert!(glob("a*\u{e9}", "ab\u{e9}"));
+        assert!(!glob("ab*ba", "aba"));
+        assert!(glob("*", ""));
+        // A container id written in capitals; an IPv4-mapped range.
+        let s = Select {
+            container: Some("ABCDEF012345".into()),
+            ..Select::default()
+        };
+        let mut w = pod(0xabc, "shop", "x");
+        w.container = Some(format!("abcdef012345{}", "0".repeat(52)));
+        assert!(s.matches(&w));
+        let r = Range::parse("::ffff:10.0.0.0/104").unwrap();
+        assert!(r.contains("10.1.2.3".parse().unwrap()));
+        assert!(r.contains("::ffff:10.1.2.3".parse().unwrap()));
+        assert!(!r.contains("11.1.2.3".parse().unwrap()));
+        assert!(Range::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("8.8.8.8".parse().unwrap()));
+        // One unit on two hosts: two workloads for the canary.
+        let (mut a, mut b) = (workload(1, "nginx"), workload(1, "nginx"));
+        a.node = "host-a".into();
+        b.node = "host-b".into();
+        assert_ne!(a.identity(), b.identity());
     }
 
     #[test]
@@ -635,22 +713,20 @@ ack_delay_max = "8ms"
         let pods: Vec<Workload> = (0..4000)
             .map(|i| pod(i, "shop", &format!("web-{i}")))
             .collect();
-        let taken = pods.iter().filter(|w| p.decide(w).unwrap().applies).count();
+        let applies = |w: &Workload| p.decide(w).unwrap().rules[0].1;
+        let taken = pods.iter().filter(|w| applies(w)).count();
         // 10 % of 4,000 within 2 points.
         assert!((320..=480).contains(&taken), "{taken} of 4000");
         // The same pod is chosen alike on every run and node (its pid does not count).
         for w in &pods[..50] {
             let mut again = w.clone();
             again.pid += 100_000;
-            assert_eq!(
-                p.decide(w).unwrap().applies,
-                p.decide(&again).unwrap().applies
-            );
+            assert_eq!(applies(w), applies(&again));
         }
         // By connection: every workload applies, and a share of its connections.
         let by_conn = Policy::parse(&format!("{text}canary_by = \"connection\"\n"), TICK).unwrap();
         let r = &by_conn.rules[0];
-        assert!(by_conn.decide(&pods[0]).unwrap().applies);
+        assert!(by_conn.decide(&pods[0]).unwrap().rules[0].1);
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
         let conns = (0..4000u16)
             .filter(|&i| r.canary_takes_connection((ip, 20000 + i), (ip, 5432)))

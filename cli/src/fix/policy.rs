@@ -1,7 +1,7 @@
 //! `nagless fix --policy FILE --dry-run`: a fleet's policy (nagless-fix's `policy`) checked,
-//! and what it would select on this host now: per rule, the workloads it applies to (the
-//! first rule that selects a workload applies to it alone; the later ones are named), whether
-//! its canary takes each, and their connections now that the rule keeps to.
+//! and what it would select on this host now: per rule, the workloads it selects, whether its
+//! canary takes each, and their connections now that it would change (the first rule that
+//! selects a connection takes it, alone).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -12,7 +12,7 @@ use nagless_host::Proc;
 
 /// The workload process `pid` is, as `nagless watch` names it; `None` if it is gone or a
 /// kernel thread (which holds no connection).
-fn workload(pid: u32) -> Option<Workload> {
+fn workload(pid: u32, node: &str) -> Option<Workload> {
     if Proc::host().cmdline(pid).is_ok_and(|c| c.is_empty()) {
         return None; // a kernel thread
     }
@@ -28,7 +28,18 @@ fn workload(pid: u32) -> Option<Workload> {
         k8s_pod: some(pod.name),
         k8s_container: some(pod.container),
         cgroup: n.cgroup,
+        node: node.to_owned(),
     })
+}
+
+/// This host's identity for the canary: its machine id, else its name.
+fn node() -> String {
+    ["/etc/machine-id", "/proc/sys/kernel/hostname"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .map(|t| t.trim().to_owned())
+        .find(|t| !t.is_empty())
+        .unwrap_or_default()
 }
 
 /// Reads and checks the policy at `path`.
@@ -57,7 +68,7 @@ fn rule_text(r: &Rule) -> String {
     if let Some(d) = r.revert_after {
         let _ = write!(
             t,
-            ", taken back unless its stall rate falls within {}",
+            ", to be taken back unless its stall rate falls within {} (by the node agent: not built yet)",
             humantime(d)
         );
     }
@@ -75,16 +86,13 @@ fn humantime(d: std::time::Duration) -> String {
 
 /// The dry run's text: per rule, what it would select on this host now.
 pub(super) fn dry_run(policy: &Policy, path: &Path) -> String {
+    let node = node();
     let mut per_rule: Vec<Vec<String>> = vec![Vec::new(); policy.rules.len()];
     for pid in Proc::host().pids() {
-        let Some(w) = workload(pid) else { continue };
+        let Some(w) = workload(pid, &node) else {
+            continue;
+        };
         let Some(d) = policy.decide(&w) else { continue };
-        let i = policy
-            .rules
-            .iter()
-            .position(|r| std::ptr::eq(r, d.rule))
-            .unwrap_or(0);
-        let r = d.rule;
         let where_ = [
             w.k8s_namespace
                 .as_ref()
@@ -100,43 +108,42 @@ pub(super) fn dry_run(policy: &Policy, path: &Path) -> String {
         .flatten()
         .next()
         .unwrap_or_else(|| format!("cgroup {}", w.cgroup));
-        let mut line = format!("  {pid} {} ({where_}): ", w.program);
-        if !d.applies {
-            line += "left out of the canary";
-        } else {
-            match existing::connections_between(pid) {
-                Ok(c) => {
-                    let c: Vec<String> = c
-                        .into_iter()
-                        .filter(|(l, rm)| {
-                            let (l, rm) = ((l.ip(), l.port()), (rm.ip(), rm.port()));
-                            r.selects_connection(l, rm) && r.canary_takes_connection(l, rm)
-                        })
-                        .map(|(l, rm)| format!("{l}->{rm}"))
-                        .collect();
-                    let _ = write!(
-                        line,
-                        "{} connection(s) to change now{}{}; its new ones as they are made",
-                        c.len(),
-                        if c.is_empty() { "" } else { " " },
-                        c.join(" ")
-                    );
+        let conns = existing::connections_between(pid);
+        for (i, rule) in policy.rules.iter().enumerate() {
+            let Some(&(_, applies)) = d.rules.iter().find(|(r, _)| std::ptr::eq(*r, rule)) else {
+                continue;
+            };
+            let mut line = format!("  {pid} {} ({where_}): ", w.program);
+            if !applies {
+                line += "left out of the canary";
+            } else {
+                match &conns {
+                    Ok(c) => {
+                        let mine: Vec<String> = c
+                            .iter()
+                            .filter(|(l, rm)| {
+                                d.rule_for((l.ip(), l.port()), (rm.ip(), rm.port()))
+                                    .is_some_and(|(r, takes)| std::ptr::eq(r, rule) && takes)
+                            })
+                            .map(|(l, rm)| format!("{l}->{rm}"))
+                            .collect();
+                        let _ = write!(
+                            line,
+                            "{} connection(s) to change now{}{}; its new ones as they are made",
+                            mine.len(),
+                            if mine.is_empty() { "" } else { " " },
+                            mine.join(" ")
+                        );
+                    }
+                    Err(existing::Reach::Gone) => line += "exited",
+                    Err(existing::Reach::Blocked(why)) => line += why,
                 }
-                Err(existing::Reach::Gone) => line += "exited",
-                Err(existing::Reach::Blocked(why)) => line += &why,
             }
+            per_rule[i].push(line);
         }
-        for s in &d.shadowed {
-            let _ = write!(
-                line,
-                "; rule {:?} (line {}) selects it too, and does not apply: the first rule that selects a workload applies alone",
-                s.name, s.line
-            );
-        }
-        per_rule[i].push(line);
     }
     let mut out = format!(
-        "nagless fix --policy {} --dry-run: {} rule(s); nothing changed\n",
+        "nagless fix --policy {} --dry-run: {} rule(s); nothing changed (the first rule that selects a connection takes it)\n",
         path.display(),
         policy.rules.len()
     );
