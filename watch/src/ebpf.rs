@@ -42,7 +42,7 @@ mod waits;
 pub(crate) use clock::{Clock, CLOCK_SIZE};
 pub(crate) use counters::Counters;
 pub(crate) use event::Event;
-pub(crate) use waits::{tick_rate, SocketWaits};
+pub(crate) use waits::{in_us, SocketWaits, TickRate};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, Iter, ProgramInfo};
@@ -170,11 +170,12 @@ pub(crate) struct EbpfWatcher {
 struct WaitsWalk {
     /// Its setting: the jiffy from which a socket's chronos must have moved to be written.
     since: Array<MapData, u64>,
+    /// Each socket's counters when last read, its times in jiffies.
     readings: HashMap<u64, crate::waits::Reading>,
-    /// The kernel's tick rate, once a record gave it.
-    hz: Option<u64>,
-    /// The jiffy of the last walk's records (0: none yet), and when the last walk and the
-    /// last full walk (every socket ever busy, which forgets the sockets gone) ran.
+    /// The kernel's tick rate, once known ([`TickRate`]).
+    hz: TickRate,
+    /// A jiffy at or before the last walk's start (0: none yet), and when the last walk and
+    /// the last full walk (every socket ever busy, which forgets the sockets gone) ran.
     jiffies: u64,
     walked_at: Option<Instant>,
     full_at: Option<Instant>,
@@ -191,8 +192,8 @@ struct WaitsWalk {
 const FULL_WALK: Duration = Duration::from_secs(60);
 
 /// The walks' share of one core at most, as the time between walks over a walk's time: a
-/// walk visits every process's open files (about 0.75 µs each here), so on a host with
-/// 200,000 sockets one takes 150 ms and the next comes 30 s later; with a few hundred, every
+/// walk visits every process's open files (about 0.6 µs each here), so on a host with
+/// 200,000 sockets one takes 120 ms and the next comes 24 s later; with a few hundred, every
 /// refresh (100 ms at the least).
 const WALK_SPACING: u32 = 200;
 
@@ -206,7 +207,7 @@ impl WaitsWalk {
         Some(WaitsWalk {
             since,
             readings: HashMap::new(),
-            hz: None,
+            hz: TickRate::default(),
             jiffies: 0,
             walked_at: None,
             full_at: None,
@@ -220,7 +221,8 @@ impl WaitsWalk {
     /// Walks every process's files once (at most one walk in `WALK_SPACING` times the last
     /// one's time), and returns each socket's counts since its last reading: none on the
     /// first walk, whose readings are the baselines (a socket first read later was made, or
-    /// first busy, after it).
+    /// first busy, after it), and none while the tick rate is not known (the readings are
+    /// kept, in jiffies).
     fn walk(&mut self, bpf: &mut Ebpf) -> Vec<(SocketWaits, crate::waits::Waits)> {
         let spacing = (self.last * WALK_SPACING).max(Duration::from_millis(100));
         if self.walked_at.is_some_and(|t| t.elapsed() < spacing) {
@@ -228,7 +230,7 @@ impl WaitsWalk {
         }
         let t = Instant::now();
         self.walked_at = Some(t);
-        let full = self.full_at.is_none_or(|f| f.elapsed() >= FULL_WALK);
+        let full = self.full_at.is_none_or(|f| f.elapsed() >= FULL_WALK) || self.jiffies == 0;
         let since = if full { 0 } else { self.jiffies & 0xffff_ffff };
         if self.since.set(0, since, 0).is_err() {
             return Vec::new();
@@ -245,25 +247,34 @@ impl WaitsWalk {
         self.walks += 1;
         let mut seen = HashSet::with_capacity(got.len());
         let mut out = Vec::new();
+        let mut newest = 0;
         for w in got {
-            self.jiffies = self.jiffies.max(w.jiffies);
+            newest = newest.max(w.jiffies);
+            self.hz.observe(w.jiffies, w.now_ns);
             // (A socket held by several processes, or by one twice: its first holder.)
             if !seen.insert(w.cookie) {
                 continue;
             }
-            if self.hz.is_none() {
-                self.hz = tick_rate(w.jiffies, w.now_ns);
-            }
-            let Some(hz) = self.hz else { continue };
-            let now = w.reading(hz);
+            let now = w.reading_in_jiffies();
             let before = self.readings.insert(w.cookie, now);
+            let Some(hz) = self.hz.get() else { continue };
             if first {
                 continue;
             }
-            let counted = now.since(before.as_ref());
+            let counted = in_us(now.since(before.as_ref()), hz);
             if !counted.is_empty() {
                 out.push((w, counted));
             }
+        }
+        // The next walk writes the sockets whose chronos moved since this one began: its
+        // newest record's jiffy, less the walk's length in ticks and one.
+        if newest > 0 {
+            self.jiffies = match self.hz.get() {
+                Some(hz) => newest.saturating_sub(
+                    (t.elapsed().as_nanos() as u64).saturating_mul(hz) / 1_000_000_000 + 1,
+                ),
+                None => 0,
+            };
         }
         if full {
             self.readings.retain(|c, _| seen.contains(c));

@@ -101,7 +101,7 @@ pub(super) fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &
     );
     for r in rows {
         let mut fix = marks(r, &fixes);
-        if let Some(w) = waits_tag(r, secs) {
+        if let Some(w) = waits_tag(r) {
             if !fix.is_empty() {
                 fix.push(' ');
             }
@@ -208,20 +208,21 @@ pub(super) fn waited(r: &Row) -> bool {
 }
 
 /// A row's waits in the table's last column, when [`waited`]: the time the peers' windows and
-/// its own send buffers held it back (ms/s) and the segments it sent again; the summary says
-/// what each means.
-fn waits_tag(r: &Row, secs: f64) -> Option<String> {
+/// its own send buffers held it back (ms, as counted since the last reading: the eBPF
+/// backend's readings can be further apart than a refresh) and the segments it sent again;
+/// the summary says what each means.
+fn waits_tag(r: &Row) -> Option<String> {
     if !waited(r) {
         return None;
     }
     let w = &r.waits;
-    let per_s = |us: u64| us as f64 / 1000.0 / secs.max(1e-3);
+    let ms = |us: u64| us as f64 / 1000.0;
     let mut parts = Vec::new();
     if w.rwnd_limited_us >= NOTABLE_WAIT_US {
-        parts.push(format!("window {:.0} ms/s", per_s(w.rwnd_limited_us)));
+        parts.push(format!("window {:.0} ms", ms(w.rwnd_limited_us)));
     }
     if w.sndbuf_limited_us >= NOTABLE_WAIT_US {
-        parts.push(format!("buffer {:.0} ms/s", per_s(w.sndbuf_limited_us)));
+        parts.push(format!("buffer {:.0} ms", ms(w.sndbuf_limited_us)));
     }
     if w.retransmits > 0 || w.timeouts > 0 {
         parts.push(format!("{} resent", w.retransmits));
@@ -271,7 +272,7 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
                 share(w.sndbuf_limited_us)
             ));
             meaning.push(
-                "its send buffers were too small for the path's round trip and rate, so the network waited for the program (raise SO_SNDBUF, or the maximum of net.ipv4.tcp_wmem)",
+                "its send buffers were too small for the path's round trip and rate, so the network waited for the program (raise its SO_SNDBUF and net.core.wmem_max if it sets one, else the maximum of net.ipv4.tcp_wmem)",
             );
         }
         if w.retransmits > 0 || w.timeouts > 0 {
@@ -501,7 +502,7 @@ mod tests {
             t.lines()
                 .nth(4)
                 .unwrap()
-                .ends_with("0.0  (not Nagle: window 750 ms/s, 2 resent)"),
+                .ends_with("0.0  (not Nagle: window 1500 ms, 2 resent)"),
             "{t}"
         );
 

@@ -12,7 +12,7 @@ use std::net::IpAddr;
 use zerocopy::{FromBytes, Immutable, KnownLayout};
 
 use super::event::{comm, ip};
-use crate::waits::Reading;
+use crate::waits::{Reading, Waits};
 
 /// Size of `struct waits` in holds.bpf.c.
 pub(crate) const WAITS_SIZE: usize = 128;
@@ -113,15 +113,55 @@ impl SocketWaits {
         })
     }
 
-    /// Its counters as `tcp_info` would give them, at `hz` jiffies a second.
-    pub(crate) fn reading(&self, hz: u64) -> Reading {
-        let us = |j: u64| j.saturating_mul(1_000_000) / hz.max(1);
+    /// Its counters, the times in jiffies ([`in_us`] turns what they count into `tcp_info`'s
+    /// microseconds).
+    pub(crate) fn reading_in_jiffies(&self) -> Reading {
         Reading::new(
-            [us(self.busy_j), us(self.rwnd_j), us(self.sndbuf_j)],
+            [self.busy_j, self.rwnd_j, self.sndbuf_j],
             u64::from(self.retransmits),
             self.timeouts,
             self.probes,
         )
+    }
+}
+
+/// Counts whose times are in jiffies, in microseconds at `hz` jiffies a second.
+pub(crate) fn in_us(mut w: Waits, hz: u64) -> Waits {
+    let us = |j: u64| j.saturating_mul(1_000_000) / hz.max(1);
+    w.busy_us = us(w.busy_us);
+    w.rwnd_limited_us = us(w.rwnd_limited_us);
+    w.sndbuf_limited_us = us(w.sndbuf_limited_us);
+    w
+}
+
+/// The kernel's tick rate as the walks find it: from one reading of `jiffies_64` and the
+/// monotonic clock ([`tick_rate`]), else from two a second or more apart.
+#[derive(Debug, Default)]
+pub(crate) struct TickRate {
+    hz: Option<u64>,
+    first: Option<(u64, u64)>,
+}
+
+impl TickRate {
+    /// Learns from `jiffies_64` and `CLOCK_MONOTONIC` (ns) read together.
+    pub(crate) fn observe(&mut self, jiffies: u64, now_ns: u64) {
+        if self.hz.is_some() {
+            return;
+        }
+        self.hz = tick_rate(jiffies, now_ns);
+        let &mut (j0, t0) = self.first.get_or_insert((jiffies, now_ns));
+        if self.hz.is_none() && now_ns >= t0 + 1_000_000_000 {
+            let per_s = jiffies.wrapping_sub(j0) as f64 * 1e9 / (now_ns - t0) as f64;
+            // The rate within 3 % of what the two readings counted.
+            self.hz = RATES
+                .into_iter()
+                .find(|&hz| (per_s - hz as f64).abs() <= hz as f64 * 0.03);
+        }
+    }
+
+    /// The rate, once known.
+    pub(crate) fn get(&self) -> Option<u64> {
+        self.hz
     }
 }
 
@@ -131,8 +171,9 @@ const RATES: [u64; 4] = [100, 250, 300, 1000];
 /// The kernel's tick rate, from `jiffies_64` and `CLOCK_MONOTONIC` (ns) read together:
 /// `jiffies_64` starts 300 s' worth of ticks below 2^32 (`INITIAL_JIFFIES`, so that its low
 /// 32 bits wrap early) and counts ticks from boot as the monotonic clock counts time, so the rate whose
-/// count since boot is nearest the clock's is the one. `None` when no rate fits far better
-/// than the others (then the counts are not what this assumes).
+/// count since boot is nearest the clock's is the one. `None` within a minute of 300 s after
+/// boot, where every rate fits, and when no rate fits far better than the others (then the
+/// counts are not what this assumes).
 pub(crate) fn tick_rate(jiffies: u64, now_ns: u64) -> Option<u64> {
     let mut misses: Vec<(u64, u64)> = RATES
         .iter()
@@ -142,6 +183,10 @@ pub(crate) fn tick_rate(jiffies: u64, now_ns: u64) -> Option<u64> {
             (ticks.abs_diff(expected), hz)
         })
         .collect();
+    // Within a minute of 300 s after boot, every rate's count from INITIAL_JIFFIES is alike.
+    if now_ns.abs_diff(300_000_000_000) < 60_000_000_000 {
+        return None;
+    }
     misses.sort_unstable();
     let ((miss, hz), (next, _)) = (misses[0], misses[1]);
     // Within 10 s of ticks (the two counts start a moment apart at boot), and ten times
@@ -194,7 +239,7 @@ mod tests {
         assert_eq!(w.remote.1, 51000);
         assert_eq!(w.comm, "python3");
         // 500 jiffies at 250 a second: 2 s busy, 1 s of it held back by the window.
-        let r = w.reading(250).since(None);
+        let r = in_us(w.reading_in_jiffies().since(None), 250);
         assert_eq!((r.busy_us, r.rwnd_limited_us), (2_000_000, 1_000_000));
         assert_eq!((r.retransmits, r.timeouts), (3, 2));
     }
@@ -202,7 +247,7 @@ mod tests {
     #[test]
     fn the_tick_rate_is_the_one_whose_ticks_match_the_clock() {
         for hz in RATES {
-            for uptime_s in [20u64, 400, 86_400 * 30] {
+            for uptime_s in [20u64, 200, 400, 86_400 * 30] {
                 // Ticks since boot, a little behind the clock (they start later).
                 let ticks = uptime_s * hz - hz / 2;
                 let jiffies = (ticks + (1 << 32)).wrapping_sub(300 * hz);
@@ -212,6 +257,29 @@ mod tests {
         }
         // Read on this machine (HZ 250) 16 hours after boot.
         assert_eq!(tick_rate(4_309_476_633, 58_337_608_318_501), Some(250));
+        // Near 300 s after boot, refused: every rate fits there.
+        for uptime_s in [298.7f64, 300.0, 355.0] {
+            let now_ns = (uptime_s * 1e9) as u64;
+            let jiffies = ((uptime_s * 250.0) as u64 + (1 << 32)).wrapping_sub(300 * 250);
+            assert_eq!(tick_rate(jiffies, now_ns), None, "{uptime_s} s");
+        }
+        // Then two readings a second apart or more give it.
+        let mut r = TickRate::default();
+        let at = |s: f64| {
+            (
+                ((s * 250.0) as u64 + (1 << 32)).wrapping_sub(75_000),
+                (s * 1e9) as u64,
+            )
+        };
+        let (j, t) = at(300.0);
+        r.observe(j, t);
+        assert_eq!(r.get(), None);
+        let (j, t) = at(300.5);
+        r.observe(j, t);
+        assert_eq!(r.get(), None, "half a second is too short");
+        let (j, t) = at(302.0);
+        r.observe(j, t);
+        assert_eq!(r.get(), Some(250));
         // Counts that fit no rate.
         assert_eq!(tick_rate(12_345_678, 1_000_000_000), None);
         assert_eq!(tick_rate(0, 0), None);
