@@ -354,7 +354,10 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
     let waits = &row["waits"];
     let sndbuf = waits["sndbuf_limited_us"].as_u64().unwrap_or(0);
     let retransmits = waits["retransmits"].as_u64().unwrap_or(0);
-    assert!(sndbuf >= 300_000, "the send buffer ({backend}): {row}");
+    // (0.40-0.44 s here when idle. A loaded machine's sender refills its buffer late, and
+    // the kernel counts that time as the program's, not the buffer's: a tenth of a second
+    // still tells a build that counts it from one that does not.)
+    assert!(sndbuf >= 100_000, "the send buffer ({backend}): {row}");
     assert!(retransmits >= 1, "the losses ({backend}): {row}");
     assert!(
         p.stats().lost >= 1,
