@@ -281,6 +281,22 @@ int BPF_PROG(destroyed, struct sock *sk)
 	return 0;
 }
 
+/* The socket's local and remote addresses, into the 16-byte fields of the structs userspace
+ * reads (IPv4 in the first 4 bytes, the rest left as they are). */
+static __always_inline void addresses(struct sock *sk, __u16 family, __u8 (*saddr)[16],
+				      __u8 (*daddr)[16])
+{
+	if (family == AF_INET) {
+		__be32 s = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		__be32 d = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+		__builtin_memcpy(*saddr, &s, 4);
+		__builtin_memcpy(*daddr, &d, 4);
+	} else {
+		BPF_CORE_READ_INTO(saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
+		BPF_CORE_READ_INTO(daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
+	}
+}
+
 static __always_inline void report(struct sock *sk, struct tcp_sock *tp, struct hold *h,
 				   __u64 now, __u64 hold_ns)
 {
@@ -306,15 +322,7 @@ static __always_inline void report(struct sock *sk, struct tcp_sock *tp, struct 
 	e->loss = h->loss || in_loss_recovery_probed(tp);
 	__builtin_memset(e->saddr, 0, sizeof(e->saddr));
 	__builtin_memset(e->daddr, 0, sizeof(e->daddr));
-	if (e->family == AF_INET) {
-		__be32 s = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__be32 d = BPF_CORE_READ(sk, __sk_common.skc_daddr);
-		__builtin_memcpy(e->saddr, &s, 4);
-		__builtin_memcpy(e->daddr, &d, 4);
-	} else {
-		BPF_CORE_READ_INTO(&e->saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(&e->daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
-	}
+	addresses(sk, e->family, &e->saddr, &e->daddr);
 	__builtin_memcpy(e->comm, h->comm, sizeof(e->comm));
 	__u64 gap = h->seg_ns && now > h->seg_ns ? (now - h->seg_ns) / 1000 : 0;
 	e->gap_us = gap > 0xffffffff ? 0xffffffff : (__u32)gap;
@@ -345,15 +353,7 @@ static __always_inline void clocked(struct sock *sk, struct hold *h, __u64 hold_
 	n.family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	n.sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	n.dport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	if (n.family == AF_INET) {
-		__be32 s = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
-		__be32 d = BPF_CORE_READ(sk, __sk_common.skc_daddr);
-		__builtin_memcpy(n.saddr, &s, 4);
-		__builtin_memcpy(n.daddr, &d, 4);
-	} else {
-		BPF_CORE_READ_INTO(&n.saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(&n.daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
-	}
+	addresses(sk, n.family, &n.saddr, &n.daddr);
 	__builtin_memcpy(n.comm, h->comm, sizeof(n.comm));
 	/* (Another CPU may have added it meanwhile: then this hold is not counted.) */
 	if (bpf_map_update_elem(&clocks, &h->cookie, &n, BPF_NOEXIST) == 0)
@@ -487,15 +487,7 @@ int waits(struct bpf_iter__task_file *ctx)
 		.timeouts = timeouts,
 		.probes = probes,
 	};
-	if (family == AF_INET) {
-		__be32 s = sk->__sk_common.skc_rcv_saddr;
-		__be32 d = sk->__sk_common.skc_daddr;
-		__builtin_memcpy(w.saddr, &s, 4);
-		__builtin_memcpy(w.daddr, &d, 4);
-	} else {
-		BPF_CORE_READ_INTO(&w.saddr, sk, __sk_common.skc_v6_rcv_saddr.in6_u.u6_addr8);
-		BPF_CORE_READ_INTO(&w.daddr, sk, __sk_common.skc_v6_daddr.in6_u.u6_addr8);
-	}
+	addresses(sk, family, &w.saddr, &w.daddr);
 	bpf_probe_read_kernel(w.comm, sizeof(w.comm), task->comm);
 	bpf_seq_write(ctx->meta->seq, &w, sizeof(w));
 	return 0;

@@ -434,12 +434,17 @@ impl EbpfWatcher {
             .0
     }
 
+    /// Whether the watch's filter (`--port`, `--pid`) keeps a socket of process `pid` with
+    /// local and remote ports `ports`.
+    fn keeps(&self, pid: u32, (lport, rport): (u16, u16)) -> bool {
+        self.filter.port.is_none_or(|p| p == lport || p == rport)
+            && self.filter.pid.is_none_or(|p| p == pid)
+    }
+
     /// Takes one report into the tallies; returns the stall if it was one.
     fn take(&mut self, e: &Event, now_mono_ns: u64) -> Option<Stall> {
         let (lport, rport) = (e.local.1, e.remote.1);
-        if self.filter.port.is_some_and(|p| p != lport && p != rport)
-            || self.filter.pid.is_some_and(|p| p != e.pid)
-        {
+        if !self.keeps(e.pid, (lport, rport)) {
             return None;
         }
         // On the watch's clock: when the kernel saw the release.
@@ -521,9 +526,7 @@ impl EbpfWatcher {
                 continue;
             };
             let (lport, rport) = (c.local.1, c.remote.1);
-            if self.filter.port.is_some_and(|p| p != lport && p != rport)
-                || self.filter.pid.is_some_and(|p| p != c.pid)
-            {
+            if !self.keeps(c.pid, (lport, rport)) {
                 continue;
             }
             let key = self.group(c.pid, &c.comm, c.uid, (lport, rport));
@@ -539,9 +542,7 @@ impl EbpfWatcher {
         let Some(walk) = &mut self.waits else { return };
         for (w, counted) in walk.walk(&mut self.bpf) {
             let (lport, rport) = (w.local.1, w.remote.1);
-            if self.filter.port.is_some_and(|p| p != lport && p != rport)
-                || self.filter.pid.is_some_and(|p| p != w.pid)
-            {
+            if !self.keeps(w.pid, (lport, rport)) {
                 continue;
             }
             let key = self.group(w.pid, &w.comm, w.uid, (lport, rport));
