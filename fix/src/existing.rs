@@ -151,10 +151,9 @@ pub fn fix(
 /// network namespace's tables matched to its sockets; `Gone` or `Blocked` as for its socket
 /// descriptors when they cannot be read.
 pub fn connections(pid: u32) -> Result<Vec<(u16, u16)>, Reach> {
-    Ok(tcp_sockets(pid)?
+    Ok(connections_between(pid)?
         .into_iter()
-        .filter(TcpRow::established)
-        .map(|r| (r.local_port, r.remote_port))
+        .map(|(l, r)| (l.port(), r.port()))
         .collect())
 }
 
