@@ -12,6 +12,7 @@ use nagless_host::Proc;
 
 use crate::parse_duration;
 
+mod agent;
 mod policy;
 
 pub const FIX_HELP: &str = "\
@@ -52,10 +53,16 @@ SELECTION
                      nothing
   --policy FILE      a fleet's rules, declared once (TOML; docs/fix.md): each selects by
                      program, unit, container, k8s namespace, pod and container, or cgroup,
-                     by port and peer range, sets nodelay and/or ack_delay_max, optionally on
-                     a stable canary share (its revert when stalls do not fall: with the node
-                     agent, not built yet). A bad file is refused with its line. With
-                     --dry-run: what it would select here now; without, it changes nothing
+                     by port and peer range, and sets nodelay and/or ack_delay_max, optionally
+                     on a stable canary share. A bad file is refused with its line. With
+                     --dry-run: what it would select here now. Without: the node agent, which
+                     keeps the rules true until stopped: every 250 ms the connections each rule
+                     takes (open or new) get its options; an edited file is read again (a bad
+                     edit leaves the rules in force); a rule removed is undone, and everything
+                     when the agent stops. A hand-made fix wins: the agent leaves the
+                     processes one covers alone, and one refuses processes the agent changed
+  --state DIR        with --policy: the agent's journal (default /run/nagless): one agent per
+                     directory; the next agent undoes what a killed one left
 
 EXAMPLES
   nagless fix --pid 4242 --nodelay                # until Ctrl-C
@@ -64,6 +71,7 @@ EXAMPLES
   nagless fix --pid 4242 --nodelay --dry-run      # what it would change
   nagless fix --list;  nagless fix --remove --unit api;  nagless fix --remove --all
   nagless fix --policy /etc/nagless/policy.toml --dry-run   # a fleet's rules, here now
+  nagless fix --policy /etc/nagless/policy.toml             # the node agent
 
 NEEDS
   Root (or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_PTRACE), cgroup v2; Linux 5.7 (BPF links),
@@ -125,8 +133,12 @@ pub struct FixArgs {
     dry_run: bool,
     /// A fleet's policy file (rules declared once; docs/fix.md): checked, and with --dry-run
     /// what it would select on this host now.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["sel", "port", "nodelay", "ack_delay_max", "persist", "list", "remove", "all", "observe", "duration"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["sel", "port", "nodelay", "ack_delay_max", "persist", "list", "remove", "all", "observe"])]
     policy: Option<PathBuf>,
+    /// With --policy: the directory of the agent's journal (what it changed, for its undo
+    /// after a kill; one agent per directory).
+    #[arg(long, value_name = "DIR", requires = "policy", default_value = agent::STATE_DIR)]
+    state: PathBuf,
 }
 
 /// "1 process", "3 processes".
@@ -171,14 +183,10 @@ pub fn command(a: FixArgs) -> ExitCode {
 
 fn run(a: FixArgs) -> anyhow::Result<()> {
     if let Some(path) = &a.policy {
-        let p = policy::read(path)?;
         if !a.dry_run {
-            return Err(crate::usage(format!(
-                "policy {}: {} rule(s), valid. A policy is applied by the node agent, which is not built yet; --dry-run shows what it would select on this host now",
-                path.display(),
-                p.rules.len()
-            )));
+            return agent::run(path, &a.state, a.duration);
         }
+        let p = policy::read(path)?;
         outln!("{}", policy::dry_run(&p, path).trim_end());
         return Ok(());
     }
@@ -371,6 +379,13 @@ fn finish(attached: Option<Attached>, changed: &[existing::Changed]) {
 /// Refuses a fix whose selection another fix in force covers too (the first to end would
 /// undo the other's options, or both would undo each other's), naming that fix.
 fn refuse_overlap(t: &target::Target) -> anyhow::Result<()> {
+    if let Some((agent, ledger)) = agent::running_agent(std::path::Path::new(agent::STATE_DIR)) {
+        if let Some(p) = ledger.pids().into_iter().find(|p| t.pids.contains(p)) {
+            anyhow::bail!(
+                "the policy agent (nagless fix --policy, pid {agent}) has changed connections of process {p}: change the policy instead (a hand-made fix would undo its options, or it this one's)"
+            );
+        }
+    }
     let root = target::cgroup2_root().context("cgroup v2")?;
     for r in attach::running() {
         let Some(dir) = attach::find_cgroup(&root, r.cgroup) else {
@@ -524,7 +539,18 @@ pub(crate) fn in_force() -> anyhow::Result<Vec<InForce>> {
 
 fn list() -> anyhow::Result<()> {
     let fixes = in_force()?;
-    if fixes.is_empty() {
+    let agent = agent::running_agent(std::path::Path::new(agent::STATE_DIR));
+    if let Some((pid, ledger)) = &agent {
+        outln!(
+            "policy agent (pid {pid}, journal {}): {} connection(s) changed now",
+            agent::journal_in(std::path::Path::new(agent::STATE_DIR)).display(),
+            ledger.len()
+        );
+        for (rule, n) in ledger.per_rule() {
+            outln!("  rule {rule:?}: {n} connection(s)");
+        }
+    }
+    if fixes.is_empty() && agent.is_none() {
         outln!("no fix in force");
     }
     for f in fixes {

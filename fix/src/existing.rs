@@ -4,6 +4,7 @@
 //! would keep a socket open after its program closed it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nagless_host::text::{TcpRow, TCP_ESTABLISHED};
@@ -26,14 +27,21 @@ pub struct Changed {
     pub(crate) fd: i32,
     /// The socket's inode (to tell it from a later socket on the same descriptor).
     pub(crate) inode: u64,
-    /// Local and remote port.
-    pub(crate) ports: (u16, u16),
+    /// Local and remote address.
+    pub(crate) addresses: (SocketAddr, SocketAddr),
     /// TCP_NODELAY before, if the fix set it.
     pub(crate) nodelay_was: Option<i32>,
     /// TCP_DELACK_MAX_US before, if the fix set it.
     pub(crate) delack_was: Option<i32>,
     /// The TCP_DELACK_MAX_US the fix set (the kernel's rounding of what was asked).
     pub(crate) delack_set: Option<i32>,
+}
+
+impl Changed {
+    /// The connection's local and remote address.
+    pub fn addresses(&self) -> (SocketAddr, SocketAddr) {
+        self.addresses
+    }
 }
 
 /// What a pass over the selected processes did.
@@ -85,6 +93,22 @@ pub fn fix(
     seen: &mut BTreeSet<u64>,
     noting: Option<&Attached>,
 ) -> Pass {
+    let choose = |_: u32, local: SocketAddr, remote: SocketAddr| {
+        ports
+            .selects(local.port(), remote.port())
+            .then_some(*action)
+    };
+    fix_chosen(pids, choose, seen, noting)
+}
+
+/// [`fix`] with the action chosen per connection: `choose(pid, local, remote)` says what to
+/// set on an established connection of process `pid` (`None`: leave it alone).
+pub fn fix_chosen(
+    pids: &[u32],
+    mut choose: impl FnMut(u32, SocketAddr, SocketAddr) -> Option<Action>,
+    seen: &mut BTreeSet<u64>,
+    noting: Option<&Attached>,
+) -> Pass {
     let mut pass = Pass::default();
     for &pid in pids {
         let pidfd = match sys::pidfd_open(pid) {
@@ -121,7 +145,7 @@ pub fn fix(
             if inode_of(&copy) != Some(inode) {
                 continue;
             }
-            match change(&copy, pid, fd, inode, action, ports, &mut pass.notes) {
+            match change(&copy, pid, fd, inode, &mut choose, &mut pass.notes) {
                 Settled::Changed(c) => {
                     if let Some(at) = noting {
                         at.forget_choices(copy.as_fd());
@@ -227,8 +251,7 @@ fn change(
     pid: u32,
     fd: i32,
     inode: u64,
-    action: &Action,
-    ports: &Ports,
+    choose: &mut impl FnMut(u32, SocketAddr, SocketAddr) -> Option<Action>,
     notes: &mut BTreeSet<String>,
 ) -> Settled {
     let f = copy.as_fd();
@@ -242,17 +265,17 @@ fn change(
         Ok(2 | 3 | 7 | 10) => return Settled::NotYet,
         _ => return Settled::Never,
     }
-    let Ok(p) = sys::ports(f) else {
+    let Ok((local, remote)) = sys::addresses(f) else {
         return Settled::Never;
     };
-    if !ports.selects(p.0, p.1) {
+    let Some(action) = choose(pid, local, remote) else {
         return Settled::Never;
-    }
+    };
     let mut c = Changed {
         pid,
         fd,
         inode,
-        ports: p,
+        addresses: (local, remote),
         nodelay_was: None,
         delack_was: None,
         delack_set: None,
@@ -284,6 +307,12 @@ fn change(
     } else {
         Settled::Never
     }
+}
+
+/// Whether process `pid` still holds the socket `inode` on descriptor `fd`.
+pub fn still_held(pid: u32, fd: i32, inode: u64) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+        .is_ok_and(|l| l.to_str() == Some(&format!("socket:[{inode}]")))
 }
 
 /// Puts each changed socket back as it was, if its process still holds it on the same

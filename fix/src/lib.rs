@@ -14,13 +14,15 @@
 //!
 //! [`plan`] checks what is asked (pure); [`target`] resolves the selection; [`observe`]
 //! chooses the fix from what `nagless watch` sees when none is asked for; [`policy`] reads
-//! a fleet's rules, declared once, and decides which one a workload falls under (pure). `docs/fix.md`
+//! a fleet's rules, declared once, and decides which one a workload falls under (pure); [`ledger`]
+//! notes what a policy's node agent changed, by rule, for its undo (pure). `docs/fix.md`
 //! says how it works and what it cannot do.
 
 #![warn(unreachable_pub)]
 
 pub mod attach;
 pub mod existing;
+pub mod ledger;
 pub mod observe;
 pub mod plan;
 pub mod policy;

@@ -4,6 +4,7 @@
 
 use std::ffi::CString;
 use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -85,9 +86,9 @@ pub(crate) fn tcp_state(fd: BorrowedFd) -> io::Result<u8> {
     cvt(r.into()).map(|_| info[0])
 }
 
-/// The local and remote ports of a connected socket.
-pub(crate) fn ports(fd: BorrowedFd) -> io::Result<(u16, u16)> {
-    let port = |peer: bool| -> io::Result<u16> {
+/// The local and remote addresses of a connected socket.
+pub(crate) fn addresses(fd: BorrowedFd) -> io::Result<(SocketAddr, SocketAddr)> {
+    let address = |peer: bool| -> io::Result<SocketAddr> {
         // SAFETY: an all-zero sockaddr_storage is valid.
         let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -101,12 +102,25 @@ pub(crate) fn ports(fd: BorrowedFd) -> io::Result<(u16, u16)> {
             }
         };
         cvt(r.into())?;
-        // sin_port and sin6_port sit at the same offset, in network order.
-        // SAFETY: both address families begin with a family and a port.
-        let sin: &libc::sockaddr_in = unsafe { &*(&ss as *const libc::sockaddr_storage).cast() };
-        Ok(u16::from_be(sin.sin_port))
+        match i32::from(ss.ss_family) {
+            libc::AF_INET => {
+                // SAFETY: the kernel wrote a sockaddr_in (its family says so).
+                let sin: &libc::sockaddr_in =
+                    unsafe { &*(&ss as *const libc::sockaddr_storage).cast() };
+                let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                Ok(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the kernel wrote a sockaddr_in6 (its family says so).
+                let sin6: &libc::sockaddr_in6 =
+                    unsafe { &*(&ss as *const libc::sockaddr_storage).cast() };
+                let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+                Ok(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
+            }
+            _ => Err(io::Error::from(io::ErrorKind::Unsupported)),
+        }
     };
-    Ok((port(false)?, port(true)?))
+    Ok((address(false)?, address(true)?))
 }
 
 /// `bpf(cmd, attr)` with a zeroed 128-byte attribute block the caller filled.

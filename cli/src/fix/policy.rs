@@ -12,7 +12,7 @@ use nagless_host::Proc;
 
 /// The workload process `pid` is, as `nagless watch` names it; `None` if it is gone or a
 /// kernel thread (which holds no connection).
-fn workload(pid: u32, node: &str) -> Option<Workload> {
+pub(super) fn workload(pid: u32, node: &str) -> Option<Workload> {
     if Proc::host().cmdline(pid).is_ok_and(|c| c.is_empty()) {
         return None; // a kernel thread
     }
@@ -33,7 +33,7 @@ fn workload(pid: u32, node: &str) -> Option<Workload> {
 }
 
 /// This host's identity for the canary: its machine id, else its name.
-fn node() -> String {
+pub(super) fn node() -> String {
     ["/etc/machine-id", "/proc/sys/kernel/hostname"]
         .iter()
         .filter_map(|f| std::fs::read_to_string(f).ok())
@@ -84,6 +84,26 @@ fn humantime(d: std::time::Duration) -> String {
     }
 }
 
+/// Where a workload runs, for people: its pod, else its container, else its unit, else its
+/// cgroup.
+pub(super) fn place(w: &Workload) -> String {
+    [
+        w.k8s_namespace
+            .as_ref()
+            .zip(w.k8s_pod.as_ref())
+            .map(|(ns, p)| format!("pod {ns}/{p}")),
+        w.container
+            .as_ref()
+            .filter(|_| w.k8s_pod.is_none())
+            .map(|c| format!("container {}", &c[..c.len().min(12)])),
+        w.unit.as_ref().map(|u| format!("unit {u}")),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .unwrap_or_else(|| format!("cgroup {}", w.cgroup))
+}
+
 /// The dry run's text: per rule, what it would select on this host now.
 pub(super) fn dry_run(policy: &Policy, path: &Path) -> String {
     let node = node();
@@ -93,21 +113,7 @@ pub(super) fn dry_run(policy: &Policy, path: &Path) -> String {
             continue;
         };
         let Some(d) = policy.decide(&w) else { continue };
-        let where_ = [
-            w.k8s_namespace
-                .as_ref()
-                .zip(w.k8s_pod.as_ref())
-                .map(|(ns, p)| format!("pod {ns}/{p}")),
-            w.container
-                .as_ref()
-                .filter(|_| w.k8s_pod.is_none())
-                .map(|c| format!("container {}", &c[..c.len().min(12)])),
-            w.unit.as_ref().map(|u| format!("unit {u}")),
-        ]
-        .into_iter()
-        .flatten()
-        .next()
-        .unwrap_or_else(|| format!("cgroup {}", w.cgroup));
+        let where_ = place(&w);
         let conns = existing::connections_between(pid);
         for (i, rule) in policy.rules.iter().enumerate() {
             let Some(&(_, applies)) = d.rules.iter().find(|(r, _)| std::ptr::eq(*r, rule)) else {
