@@ -11,8 +11,10 @@
 
 mod fix_support;
 
+use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fix_support::*;
@@ -302,7 +304,6 @@ fn a_hand_made_fix_and_the_agent_never_share_a_process() {
     // SAFETY: kill(2) on the pid of a child this test started and has not waited for.
     unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
     let mut log = String::new();
-    use std::io::Read;
     agent
         .stdout
         .take()
@@ -321,4 +322,145 @@ fn a_hand_made_fix_and_the_agent_never_share_a_process() {
     stop(hand.take(), libc::SIGTERM);
     assert_eq!(in_a.nodelay(), "0");
     assert_eq!(in_b.nodelay(), "0");
+}
+
+/// A client in `cg` that writes each request in two small writes and then reads the 1-byte
+/// answer (the write-write-read stall: its second write waits for the server's delayed ACK),
+/// for at most 60 s; every tenth exchange it prints its socket's TCP_NODELAY and
+/// TCP_DELACK_MAX_US (what the agent set, seen by the program).
+fn stalling_client(cg: &Cgroup, port: u16) -> (Guard, mpsc::Receiver<(i32, i32)>) {
+    const CLIENT: &str = "import socket, sys, time\n\
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)\n\
+end = time.time() + 60\n\
+i = 0\n\
+while time.time() < end:\n    s.send(b'a' * 100)\n    s.send(b'b' * 100)\n    s.recv(1)\n    i += 1\n    if i % 10 == 0:\n        print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), s.getsockopt(socket.IPPROTO_TCP, 46), flush=True)\n";
+    let mut child = cg
+        .command()
+        .args(["python3", "-c", CLIENT, &port.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in out.lines().map_while(Result::ok) {
+            let v: Vec<i32> = line.split(' ').filter_map(|f| f.parse().ok()).collect();
+            if v.len() == 2 && tx.send((v[0], v[1])).is_err() {
+                break;
+            }
+        }
+    });
+    (Guard(Some(child)), rx)
+}
+
+/// A server that answers every 200 bytes with one byte, on each connection, until the test
+/// ends.
+fn answering_server() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in l.incoming().take(8).flatten() {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 200];
+                while s.read_exact(&mut buf).is_ok() && s.write_all(b"k").is_ok() {}
+            });
+        }
+    });
+    port
+}
+
+/// Waits (at most `limit`) for a client's report that `ok` accepts; the last one.
+fn until_reported(
+    rx: &mpsc::Receiver<(i32, i32)>,
+    ok: impl Fn((i32, i32)) -> bool,
+    limit: Duration,
+) -> (i32, i32) {
+    let end = Instant::now() + limit;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(v) if ok(v) => return v,
+            Ok(_) => {}
+            Err(_) => panic!("no such report within {limit:?}"),
+        }
+    }
+}
+
+/// A rule on trial: a rule whose stalls fall by half is kept (TCP_NODELAY on a client that
+/// stalls on its own writes), one whose stalls do not fall is taken back and its options put
+/// back (a delayed-ACK bound on that client: its own ACKs are not what holds it).
+#[test]
+fn a_rule_on_trial_is_kept_when_its_stalls_fall_and_taken_back_when_not() {
+    if !root_or_skip("nagless fix --policy") {
+        return;
+    }
+    if !nagless_test_support::watch_ebpf_or_skip(nagless()) {
+        return;
+    }
+    let _one = exclusive();
+    let s = Scratch::new("trial");
+    let (a, b) = (Cgroup::new("trial-a"), Cgroup::new("trial-b"));
+    let port = answering_server();
+    let (_helped, helped_reports) = stalling_client(&a, port);
+    let (_not, not_reports) = stalling_client(&b, port);
+    std::fs::write(
+        s.policy(),
+        format!(
+            "[[rule]]\nname = \"helps\"\ncgroup = \"{}\"\nnodelay = true\nrevert_after = \"10s\"\n\n\
+             [[rule]]\nname = \"does not help\"\ncgroup = \"{}\"\nack_delay_max = \"8ms\"\nrevert_after = \"10s\"\n",
+            rel(&a),
+            rel(&b)
+        ),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let mut agent = Guard(Some(
+        Command::new(nagless())
+            .args(["fix", "--policy", s.policy().to_str().unwrap()])
+            .args(["--state", &s.state()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    ));
+    let log_lines = BufReader::new(agent.0.as_mut().unwrap().stdout.take().unwrap());
+    let (log_tx, log) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in log_lines.lines().map_while(Result::ok) {
+            let _ = log_tx.send(l);
+        }
+    });
+    // Counted 5 s before they act: then both act.
+    let (nodelay, _) = until_reported(&helped_reports, |v| v.0 == 1, Duration::from_secs(30));
+    assert_eq!(nodelay, 1);
+    let acts = start.elapsed();
+    assert!(acts >= Duration::from_secs(4), "acted after {acts:?}");
+    let (_, bound) = until_reported(&not_reports, |v| v.1 < 100_000, Duration::from_secs(30));
+    assert!(bound <= 8_000 + 4_000, "{bound}");
+    // The one that does not help is taken back after its 10 s: its bound put back.
+    until_reported(&not_reports, |v| v.1 >= 100_000, Duration::from_secs(30));
+    eprintln!("taken back {:?} after the agent started", start.elapsed());
+    // The one that helps stays.
+    assert_eq!(
+        until_reported(&helped_reports, |_| true, Duration::from_secs(10)).0,
+        1
+    );
+    let mut agent = agent.take();
+    // SAFETY: kill(2) on the pid of a child this test started and has not waited for.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let _ = nagless_test_support::wait_at_most(&mut agent, Duration::from_secs(20));
+    let text: Vec<String> = log.try_iter().collect();
+    let text = text.join("\n");
+    eprintln!("{text}");
+    assert!(
+        text.contains("rule \"helps\": kept: its stalls fell"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rule \"does not help\": taken back: its stalls did not fall"),
+        "{text}"
+    );
+    // Taken back for good: the file beside the journal says so to the next agent.
+    let kept = std::fs::read_to_string(s.0.join("state/fix-policy.taken-back")).unwrap();
+    assert!(kept.starts_with("does not help\t"), "{kept}");
 }

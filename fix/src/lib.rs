@@ -15,7 +15,8 @@
 //! [`plan`] checks what is asked (pure); [`target`] resolves the selection; [`observe`]
 //! chooses the fix from what `nagless watch` sees when none is asked for; [`policy`] reads
 //! a fleet's rules, declared once, and decides which one a workload falls under (pure); [`ledger`]
-//! notes what a policy's node agent changed, by rule, for its undo (pure). `docs/fix.md`
+//! notes what a policy's node agent changed, by rule, for its undo, and [`trial`] whether
+//! a rule stays or is taken back by its stall rate (both pure). `docs/fix.md`
 //! says how it works and what it cannot do.
 
 #![warn(unreachable_pub)]
@@ -28,6 +29,7 @@ pub mod plan;
 pub mod policy;
 mod sys;
 pub mod target;
+pub mod trial;
 
 pub use plan::{Action, Ports};
 pub use target::{Selector, Target};

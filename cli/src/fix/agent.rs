@@ -11,19 +11,28 @@
 //! stop (SIGINT, SIGTERM, SIGHUP, `--duration`) undoes everything; and an agent killed
 //! outright leaves its journal, which the next agent reads first and undoes.
 //!
+//! A rule with `revert_after` is tried first ([`Trial`]): the stalls of the connections it
+//! would take are counted (by `nagless watch`'s backend, on a thread of its own, only while a
+//! trial counts) before it acts and while it acts; a rule whose stall rate does not fall is
+//! taken back, and stays taken back (a file beside the journal) until it is edited.
+//!
 //! Overlaps with a hand-made `nagless fix` (written in docs/fix.md): a fix typed by hand wins.
 //! The agent leaves alone every process a hand-made fix in force covers, and says so once;
 //! a hand-made fix refuses a process whose connections the agent has changed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::io::ErrorKind;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use nagless_fix::ledger::Ledger;
-use nagless_fix::policy::{Decision, Policy, Rule};
+use nagless_fix::policy::{Decision, Policy, Rule, Workload};
+use nagless_fix::trial::{Rate, Step, Trial};
 use nagless_fix::{attach, existing, target};
 use nagless_host::Proc;
 
@@ -140,6 +149,102 @@ impl HandMade {
     }
 }
 
+/// The file of the rules taken back, beside the journal: one per line, its name, rates and
+/// form (a rule edited since is tried again).
+fn taken_back_in(state: &Path) -> PathBuf {
+    state.join("fix-policy.taken-back")
+}
+
+/// A rule's form, whatever its line: what a rule taken back is known by.
+fn form(r: &Rule) -> String {
+    let mut r = r.clone();
+    r.line = 0;
+    format!("{r:?}")
+}
+
+/// The rules taken back: form -> (before, after).
+fn read_taken_back(file: &Path) -> HashMap<String, (Rate, Rate)> {
+    let text = fs::read_to_string(file).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(4, '\t');
+            let (_name, b, a, form) = (f.next()?, f.next()?, f.next()?, f.next()?);
+            Some((
+                form.to_owned(),
+                (Rate(b.parse().ok()?), Rate(a.parse().ok()?)),
+            ))
+        })
+        .collect()
+}
+
+/// The watch that counts stalls for the trials: `nagless watch`'s backend (eBPF where it
+/// loads, else sampling) on a thread of its own, each stall sent as (pid, local, remote).
+struct StallWatch {
+    rx: mpsc::Receiver<(u32, SocketAddr, SocketAddr)>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StallWatch {
+    fn start() -> Result<StallWatch, String> {
+        use nagless_watch::backend::{Backend, Choice};
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut w = match Backend::open(Choice::Auto, nagless_watch::Filter::default()) {
+                Ok((w, _)) => w,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            w.keep_stalls();
+            let every = if w.name() == "ebpf" {
+                Duration::from_millis(50)
+            } else {
+                Duration::from_millis(2)
+            };
+            let _ = ready_tx.send(Ok(w.name()));
+            while !stopping.load(Ordering::Relaxed) {
+                if w.sample().is_err() {
+                    break;
+                }
+                for e in w.take_stalls() {
+                    if let Some(pid) = e.key.pid {
+                        let _ = tx.send((pid, e.local, e.remote));
+                    }
+                }
+                std::thread::sleep(every);
+            }
+        });
+        match ready.recv() {
+            Ok(Ok(name)) => {
+                log(format_args!(
+                    "counting stalls for the rules on trial ({name} backend)"
+                ));
+                Ok(StallWatch {
+                    rx,
+                    stop,
+                    thread: Some(thread),
+                })
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err("the watch thread ended".into()),
+        }
+    }
+}
+
+impl Drop for StallWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A rule as it selects and acts, whatever its line: a rule edited in the file is undone and
 /// applied afresh; one only moved is kept.
 fn same_rule(a: &Rule, b: &Rule) -> bool {
@@ -157,6 +262,15 @@ struct Agent {
     seen: BTreeSet<u64>,
     /// Processes left to a hand-made fix, and notes, each logged once.
     said: BTreeSet<String>,
+    /// Each rule's trial, by name.
+    trials: BTreeMap<String, Trial>,
+    /// The workloads some rule selected at the last pass, by pid (to tell whose a stall is).
+    workloads: HashMap<u32, Workload>,
+    /// Counts stalls while a trial counts.
+    watch: Option<StallWatch>,
+    /// Where the rules taken back are kept, and those read from it (by form).
+    taken_back_file: PathBuf,
+    taken_back: HashMap<String, (Rate, Rate)>,
 }
 
 impl Agent {
@@ -175,9 +289,108 @@ impl Agent {
                 undone.len()
             ));
         }
+        let now = Instant::now();
+        let mut trials = BTreeMap::new();
+        for r in &policy.rules {
+            let trial = match self.trials.get(&r.name) {
+                Some(t) if kept(&r.name) => *t,
+                _ => self.new_trial(r, now),
+            };
+            trials.insert(r.name.clone(), trial);
+        }
+        self.trials = trials;
         self.policy = policy;
         // Every socket is looked at again under the new rules, but those still changed.
         self.seen = self.ledger.inodes().collect();
+    }
+
+    /// A rule's trial from `now`: taken back already if a rule of its form was.
+    fn new_trial(&self, r: &Rule, now: Instant) -> Trial {
+        if let Some(&(before, after)) = self.taken_back.get(&form(r)) {
+            log(format_args!(
+                "rule {:?}: stays taken back ({before} before, {after} while it acted; edit it to try it again)",
+                r.name
+            ));
+            return Trial::TakenBack { before, after };
+        }
+        let t = Trial::new(r.revert_after, now);
+        if t.counting() {
+            log(format_args!(
+                "rule {:?}: on trial; its connections' stalls are counted for {} s before it acts, then for {} s while it acts",
+                r.name,
+                r.revert_after.unwrap_or_default().as_secs() / 2,
+                r.revert_after.unwrap_or_default().as_secs()
+            ));
+        }
+        t
+    }
+
+    /// Counts the stalls seen since the last pass, moves the trials on, and starts or stops
+    /// the watch that counts: whether the ledger changed (a rule taken back).
+    fn try_rules(&mut self) -> bool {
+        if let Some(w) = &self.watch {
+            for (pid, l, r) in w.rx.try_iter() {
+                let Some(d) = self.workloads.get(&pid).and_then(|w| self.policy.decide(w)) else {
+                    continue;
+                };
+                if let Some(rule) = takes(&d, l, r) {
+                    if let Some(t) = self.trials.get_mut(&rule.name) {
+                        t.stall();
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut changed = false;
+        for r in &self.policy.rules {
+            let Some(t) = self.trials.get_mut(&r.name) else {
+                continue;
+            };
+            match t.tick(now, r.revert_after) {
+                None => {}
+                Some(Step::Acts(before)) => {
+                    log(format_args!(
+                        "rule {:?}: acts now ({before} before)",
+                        r.name
+                    ));
+                    // Its connections, passed over while it counted, are looked at again.
+                    self.seen = self.ledger.inodes().collect();
+                }
+                Some(Step::Kept(before, after)) => log(format_args!(
+                    "rule {:?}: kept: its stalls fell ({before} before, {after} while it acted)",
+                    r.name
+                )),
+                Some(Step::TakenBack(before, after)) => {
+                    let name = r.name.clone();
+                    let undone = self.ledger.retire(|rule| rule != name);
+                    let back = existing::undo(&undone, |_, _| false);
+                    log(format_args!(
+                        "rule {name:?}: taken back: its stalls did not fall ({before} before, {after} while it acted); {back} of {} connection(s) put back",
+                        undone.len()
+                    ));
+                    self.taken_back.insert(form(r), (before, after));
+                    let line = format!("{name}\t{}\t{}\t{}\n", before.0, after.0, form(r));
+                    let _ = fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&self.taken_back_file)
+                        .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+                    changed = true;
+                }
+            }
+        }
+        let counting = self.trials.values().any(Trial::counting);
+        if counting && self.watch.is_none() {
+            match StallWatch::start() {
+                Ok(w) => self.watch = Some(w),
+                Err(e) => self.once(format!(
+                    "cannot count stalls for the rules on trial ({e}): they wait, not acting"
+                )),
+            }
+        } else if !counting {
+            self.watch = None;
+        }
+        changed
     }
 
     /// Says `line` once in the agent's life.
@@ -192,6 +405,7 @@ impl Agent {
     fn pass(&mut self, hand: &HandMade) -> bool {
         let me = std::process::id();
         let before = self.ledger.len();
+        self.workloads.clear();
         for pid in Proc::host().pids() {
             if pid == me {
                 continue;
@@ -205,6 +419,12 @@ impl Agent {
             if !d.rules.iter().any(|&(_, applies)| applies) {
                 continue;
             }
+            let trials = &self.trials;
+            let acts = |rule: &Rule| trials.get(&rule.name).is_some_and(Trial::acts);
+            if !d.rules.iter().any(|&(r, _)| acts(r)) {
+                self.workloads.insert(pid, w.clone());
+                continue;
+            }
             if hand.covers(pid, &w.cgroup) {
                 self.once(format!(
                     "process {pid} ({}) is left to the hand-made fix in force on it",
@@ -214,7 +434,7 @@ impl Agent {
             }
             let pass = existing::fix_chosen(
                 &[pid],
-                |_, l, r| takes(&d, l, r).map(|rule| rule.action),
+                |_, l, r| takes(&d, l, r).filter(|r| acts(r)).map(|rule| rule.action),
                 &mut self.seen,
                 None,
             );
@@ -235,6 +455,7 @@ impl Agent {
             for n in pass.notes.into_iter().chain(pass.blocked) {
                 self.once(n);
             }
+            self.workloads.insert(pid, w);
         }
         self.ledger.len() != before
     }
@@ -269,13 +490,20 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
         PASS.as_millis(),
         journal.display()
     ));
+    let taken_back_file = taken_back_in(state);
     let mut agent = Agent {
-        policy,
+        policy: Policy::default(),
         node: super::policy::node(),
         ledger: Ledger::default(),
         seen: BTreeSet::new(),
         said: BTreeSet::new(),
+        trials: BTreeMap::new(),
+        workloads: HashMap::new(),
+        watch: None,
+        taken_back: read_taken_back(&taken_back_file),
+        taken_back_file,
     };
+    agent.take(policy);
     // Written at once: a second agent refuses from the start.
     write_journal(&journal, &agent.ledger)?;
     let start = Instant::now();
@@ -303,7 +531,8 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
                 path.display()
             )),
         }
-        let mut changed = agent.pass(&HandMade::now());
+        let mut changed = agent.try_rules();
+        changed |= agent.pass(&HandMade::now());
         passes += 1;
         if passes % 20 == 0 {
             let n = agent.ledger.len();
