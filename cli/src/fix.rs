@@ -15,6 +15,8 @@ use crate::parse_duration;
 mod agent;
 mod policy;
 
+pub(crate) use agent::{policy_status, STATE_DIR};
+
 pub const FIX_HELP: &str = "\
 WHAT IT DOES
   Sets TCP options on a running program's connections, from outside, with no restart: the
@@ -61,8 +63,9 @@ SELECTION
                      edit leaves the rules in force); a rule removed is undone, and everything
                      when the agent stops. A hand-made fix wins: the agent leaves the
                      processes one covers alone, and one refuses processes the agent changed
-  --state DIR        with --policy: the agent's journal (default /run/nagless): one agent per
-                     directory; the next agent undoes what a killed one left
+  --state DIR        with --policy: the agent's journal and status (default /run/nagless):
+                     one agent per directory; the next agent undoes what a killed one left.
+                     With --list: the agent whose rules to show beside the fixes
 
 EXAMPLES
   nagless fix --pid 4242 --nodelay                # until Ctrl-C
@@ -135,9 +138,9 @@ pub struct FixArgs {
     /// what it would select on this host now.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["sel", "port", "nodelay", "ack_delay_max", "persist", "list", "remove", "all", "observe"])]
     policy: Option<PathBuf>,
-    /// With --policy: the directory of the agent's journal (what it changed, for its undo
-    /// after a kill; one agent per directory).
-    #[arg(long, value_name = "DIR", requires = "policy", default_value = agent::STATE_DIR)]
+    /// With --policy: the directory of the agent's journal and status (what it changed, for
+    /// its undo after a kill; one agent per directory); with --list: the agent's to show.
+    #[arg(long, value_name = "DIR", default_value = agent::STATE_DIR)]
     state: PathBuf,
 }
 
@@ -192,7 +195,7 @@ fn run(a: FixArgs) -> anyhow::Result<()> {
     }
     let sel = selector(&a);
     if a.list {
-        return list();
+        return list(&a.state);
     }
     if a.remove {
         if sel.is_none() && !a.all {
@@ -537,17 +540,30 @@ pub(crate) fn in_force() -> anyhow::Result<Vec<InForce>> {
     Ok(out)
 }
 
-fn list() -> anyhow::Result<()> {
+fn list(state: &std::path::Path) -> anyhow::Result<()> {
     let fixes = in_force()?;
-    let agent = agent::running_agent(std::path::Path::new(agent::STATE_DIR));
+    let agent = agent::running_agent(state);
     if let Some((pid, ledger)) = &agent {
         outln!(
             "policy agent (pid {pid}, journal {}): {} connection(s) changed now",
-            agent::journal_in(std::path::Path::new(agent::STATE_DIR)).display(),
+            agent::journal_in(state).display(),
             ledger.len()
         );
-        for (rule, n) in ledger.per_rule() {
-            outln!("  rule {rule:?}: {n} connection(s)");
+        for r in policy_status(state) {
+            let rates = match (r.before, r.after) {
+                (Some(b), Some(a)) => format!("; stalls {b:.2}/s before, {a:.2}/s while it acted"),
+                (Some(b), None) => format!("; stalls {b:.2}/s before"),
+                _ => String::new(),
+            };
+            outln!(
+                "  rule {:?}: {} ({}): {} connection(s) of {} process(es) now, {} changed since the agent started{rates}",
+                r.rule,
+                r.action,
+                r.state,
+                r.connections,
+                r.workloads,
+                r.changes
+            );
         }
     }
     if fixes.is_empty() && agent.is_none() {

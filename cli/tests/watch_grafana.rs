@@ -1,7 +1,7 @@
 //! `deploy/grafana/nagless.json`, the Grafana dashboard: it loads, each panel's queries are
 //! valid PromQL, and each returns series from Debian's real Prometheus scraping a live
-//! `nagless watch --serve` while one server stalls under load and a `nagless fix` is in force
-//! on another (the dashboard's variables given as Grafana would: every host, a 1 m rate
+//! `nagless watch --serve` while one server stalls under load, a `nagless fix` is in force
+//! on another and the policy's node agent keeps a rule (the dashboard's variables given as Grafana would: every host, a 1 m rate
 //! window).
 #![allow(clippy::disallowed_methods)] // tests wait for real time
 
@@ -115,8 +115,30 @@ fn every_panel_returns_series_from_a_real_prometheus() {
             .spawn()
             .unwrap(),
     );
+    // The policy's node agent, with a rule on trial (its stall rate before it acts is
+    // published 5 s after it starts), on Prometheus's connections: the stalling server's are
+    // left to stall.
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[[rule]]\nname = \"scrapes\"\nprogram = \"prometheus\"\nnodelay = true\nrevert_after = \"10s\"\n",
+    )
+    .unwrap();
+    let mut agent = Started(
+        Command::new(NAGLESS)
+            .args(["fix", "--policy"])
+            .arg(&policy)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert!(fix.0.try_wait().unwrap().is_none(), "nagless fix stopped");
+    assert!(
+        agent.0.try_wait().unwrap().is_none(),
+        "nagless fix --policy stopped"
+    );
     let (metrics_port, prom_port) = (free_port(), free_port());
     let prometheus = start_prometheus(dir, metrics_port, prom_port);
     let watch = Started(
@@ -132,6 +154,7 @@ fn every_panel_returns_series_from_a_real_prometheus() {
     wait_scraped(prom_port);
     wrk(stalling, 4).join().unwrap();
     std::thread::sleep(Duration::from_millis(2500));
+    // The agent's rule has its rate before it acts by now (5 s after it started).
     let mut empty = Vec::new();
     for (title, expr) in queries() {
         let q = expr
@@ -142,7 +165,11 @@ fn every_panel_returns_series_from_a_real_prometheus() {
             empty.push(format!("{title}: {q}"));
         }
     }
-    drop((watch, prometheus, fix, s1, s2));
+    // Stopped cleanly, so that it leaves no journal for the next agent.
+    // SAFETY: kill(2) on the pid of a child this test started and has not waited for.
+    unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
+    let _ = nagless_test_support::wait_at_most(&mut agent.0, Duration::from_secs(20));
+    drop((watch, prometheus, fix, agent, s1, s2));
     assert!(
         empty.is_empty(),
         "panels with no series:\n{}",

@@ -67,6 +67,15 @@ impl Ledger {
         n
     }
 
+    /// The processes whose sockets `rule` changed.
+    pub fn pids_of(&self, rule: &str) -> std::collections::BTreeSet<u32> {
+        self.entries
+            .values()
+            .filter(|(r, _)| r == rule)
+            .map(|(_, c)| c.pid)
+            .collect()
+    }
+
     /// The processes whose sockets are noted.
     pub fn pids(&self) -> std::collections::BTreeSet<u32> {
         self.entries.values().map(|(_, c)| c.pid).collect()

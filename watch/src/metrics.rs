@@ -24,6 +24,7 @@
 //! | `nagless_watch_processes_unattributed` | gauge | processes whose sockets could not be attributed (not root) |
 //! | `nagless_fixes` | gauge | `nagless fix`es in force on the host (running or pinned) |
 //! | `nagless_fix_info` | gauge | always 1, one per fix in force; labels `by`, `on`, `action`, `ports` |
+//! | `nagless_policy_rule_info`, `nagless_policy_rule_connections`, `nagless_policy_rule_workloads`, `nagless_policy_rule_changes_total`, `nagless_policy_rule_reverts_total`, `nagless_policy_rule_stall_rate` | | the rules the policy's node agent keeps (`policy`) |
 //! | `nagless_build_info` | gauge | always 1; labels `version`, `backend` |
 //! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, ... | | the watcher's own, as every exporter publishes them |
 //!
@@ -63,6 +64,7 @@
 
 mod labels;
 mod micros;
+mod policy;
 mod process;
 mod text_format;
 mod waits;
@@ -71,6 +73,8 @@ pub(crate) use labels::{Labels, Owner};
 pub(crate) use text_format::text_format;
 
 use micros::{MicrosCounter, MicrosHistogram};
+use policy::PolicyFamilies;
+pub use policy::PolicyRule;
 use process::ProcessGauges;
 use waits::WaitFamilies;
 
@@ -240,6 +244,7 @@ pub struct Metrics {
     blind: BlindGauges,
     fixes: Gauge,
     fix_info: Family<FixLabels, Gauge>,
+    policy: PolicyFamilies,
     limits: Limits,
     ephemeral: EphemeralPorts,
     /// When each group with series was last refreshed or stalled.
@@ -341,6 +346,7 @@ impl Metrics {
             "One series per nagless fix in force (always 1): who holds it, on what, what it sets, on which ports",
             fix_info.clone(),
         );
+        let policy = PolicyFamilies::register(&mut r);
         Metrics {
             registry: Arc::new(r),
             stalls,
@@ -360,6 +366,7 @@ impl Metrics {
             blind,
             fixes,
             fix_info,
+            policy,
             limits,
             ephemeral: EphemeralPorts::of_host(),
             seen: HashMap::new(),
@@ -491,6 +498,12 @@ impl Metrics {
             self.fix_info.get_or_create(f).set(1);
         }
         self.fixes.set(fixes.len() as i64);
+    }
+
+    /// The rules of the policy the node agent keeps, as its last status says (none: no
+    /// agent runs).
+    pub fn policy(&mut self, rules: &[PolicyRule]) {
+        self.policy.set(rules);
     }
 
     /// What the watcher could not see so far (each count since it started).

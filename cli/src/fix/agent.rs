@@ -35,6 +35,7 @@ use nagless_fix::policy::{Decision, Policy, Rule, Workload};
 use nagless_fix::trial::{Rate, Step, Trial};
 use nagless_fix::{attach, existing, target};
 use nagless_host::Proc;
+use nagless_watch::metrics::PolicyRule;
 
 /// How often the agent looks: a new connection is changed within one pass (and the time to
 /// name the host's processes).
@@ -46,6 +47,24 @@ pub(crate) const STATE_DIR: &str = "/run/nagless";
 /// The journal's file under the state directory.
 pub(crate) fn journal_in(state: &Path) -> PathBuf {
     state.join("fix-policy.journal")
+}
+
+/// The agent's status beside its journal: its rules, what each changed, its trial (JSON;
+/// what `nagless watch` publishes and `nagless fix --list` shows).
+pub(crate) fn status_in(state: &Path) -> PathBuf {
+    state.join("fix-policy.status.json")
+}
+
+/// The rules of the agent that runs with the state directory `state`, as its last status
+/// says; none when no agent runs.
+pub(crate) fn policy_status(state: &Path) -> Vec<PolicyRule> {
+    if running_agent(state).is_none() {
+        return Vec::new();
+    }
+    fs::read(status_in(state))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
 }
 
 /// A line of the agent's log (its audit: every change and every undo), on stdout.
@@ -271,6 +290,9 @@ struct Agent {
     /// Where the rules taken back are kept, and those read from it (by form).
     taken_back_file: PathBuf,
     taken_back: HashMap<String, (Rate, Rate)>,
+    /// Connections each rule changed, and times each was taken back, since the start.
+    changes: BTreeMap<String, u64>,
+    reverts: BTreeMap<String, u64>,
 }
 
 impl Agent {
@@ -369,6 +391,7 @@ impl Agent {
                         undone.len()
                     ));
                     self.taken_back.insert(form(r), (before, after));
+                    *self.reverts.entry(name.clone()).or_default() += 1;
                     let line = format!("{name}\t{}\t{}\t{}\n", before.0, after.0, form(r));
                     let _ = fs::OpenOptions::new()
                         .create(true)
@@ -391,6 +414,40 @@ impl Agent {
             self.watch = None;
         }
         changed
+    }
+
+    /// Its status: each rule, what it changed, its trial.
+    fn status(&self) -> Vec<PolicyRule> {
+        let per_rule = self.ledger.per_rule();
+        self.policy
+            .rules
+            .iter()
+            .map(|r| {
+                let trial = self.trials.get(&r.name);
+                let (state, rates) = match trial {
+                    Some(Trial::Before { .. }) => ("counting before it acts", None),
+                    Some(Trial::Trying { before, .. }) => ("on trial", Some((*before, None))),
+                    Some(Trial::Kept { rates: None }) | None => ("in force", None),
+                    Some(Trial::Kept {
+                        rates: Some((b, a)),
+                    }) => ("kept after its trial", Some((*b, Some(*a)))),
+                    Some(Trial::TakenBack { before, after }) => {
+                        ("taken back", Some((*before, Some(*after))))
+                    }
+                };
+                PolicyRule {
+                    rule: r.name.clone(),
+                    action: r.action.describe(),
+                    state: state.to_owned(),
+                    connections: per_rule.get(r.name.as_str()).copied().unwrap_or(0) as u64,
+                    workloads: self.ledger.pids_of(&r.name).len() as u64,
+                    changes: self.changes.get(&r.name).copied().unwrap_or(0),
+                    reverts: self.reverts.get(&r.name).copied().unwrap_or(0),
+                    before: rates.map(|(b, _)| b.0),
+                    after: rates.and_then(|(_, a)| a.map(|a| a.0)),
+                }
+            })
+            .collect()
     }
 
     /// Says `line` once in the agent's life.
@@ -451,6 +508,7 @@ impl Agent {
                     super::policy::place(&w)
                 ));
                 self.ledger.record(&rule.name, c);
+                *self.changes.entry(rule.name.clone()).or_default() += 1;
             }
             for n in pass.notes.into_iter().chain(pass.blocked) {
                 self.once(n);
@@ -502,12 +560,16 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
         watch: None,
         taken_back: read_taken_back(&taken_back_file),
         taken_back_file,
+        changes: BTreeMap::new(),
+        reverts: BTreeMap::new(),
     };
     agent.take(policy);
     // Written at once: a second agent refuses from the start.
     write_journal(&journal, &agent.ledger)?;
     let start = Instant::now();
     let mut passes = 0u64;
+    let status_file = status_in(state);
+    let mut status = Vec::new();
     while !crate::sys::interrupted() && (duration.is_zero() || start.elapsed() < duration) {
         match fs::read(path) {
             Ok(now) if now != text => {
@@ -542,11 +604,23 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
         if changed {
             write_journal(&journal, &agent.ledger)?;
         }
+        let now = agent.status();
+        if now != status {
+            let tmp = status_file.with_extension("json.new");
+            let text = serde_json::to_vec_pretty(&now).unwrap_or_default();
+            if fs::write(&tmp, text)
+                .and_then(|()| fs::rename(&tmp, &status_file))
+                .is_ok()
+            {
+                status = now;
+            }
+        }
         std::thread::sleep(PASS);
     }
     let all = agent.ledger.retire(|_| false);
     let back = existing::undo(&all, |_, _| false);
     let _ = fs::remove_file(&journal);
+    let _ = fs::remove_file(&status_file);
     log(format_args!(
         "agent stopped: {back} of {} changed connection(s) put back (the others had closed)",
         all.len()

@@ -89,6 +89,10 @@ pub(super) fn run(
                         m.fixes(&f.into_iter().map(|f| f.labels()).collect::<Vec<_>>());
                     }
                 }
+                // The policy agent's status: a small file, read every refresh.
+                m.policy(&crate::fix::policy_status(std::path::Path::new(
+                    crate::fix::STATE_DIR,
+                )));
             }
             let t_s = now.duration_since(start).as_secs_f64();
             if refresh(w, args, &run, view, &rows, (t_s, secs), stdout).is_err() {
