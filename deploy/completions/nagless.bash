@@ -133,7 +133,7 @@ _nagless() {
             return 0
             ;;
         nagless__subcmd__fix)
-            opts="-p -d -l -n -h -V --pid --cgroup --unit --container --port --nodelay --ack-delay-max --observe --duration --persist --list --remove --all --dry-run --policy --help --version"
+            opts="-p -d -l -n -h -V --pid --cgroup --unit --container --port --nodelay --ack-delay-max --observe --duration --persist --list --remove --all --dry-run --policy --state --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -180,6 +180,10 @@ _nagless() {
                     return 0
                     ;;
                 --policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --state)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

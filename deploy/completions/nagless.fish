@@ -108,6 +108,7 @@ complete -c nagless -n "__fish_nagless_using_subcommand fix" -l ack-delay-max -d
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l observe -d 'With neither --nodelay nor --ack-delay-max: how long to watch the target first, to choose the fix from the stalls seen' -r
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -s d -l duration -d 'How long to keep the fix (0: until Ctrl-C or SIGTERM)' -r
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l policy -d 'A fleet\'s policy file (rules declared once; docs/fix.md): checked, and with --dry-run what it would select on this host now' -r -F
+complete -c nagless -n "__fish_nagless_using_subcommand fix" -l state -d 'With --policy: the directory of the agent\'s journal and status (what it changed, for its undo after a kill; one agent per directory); with --list: the agent\'s to show' -r -F
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l nodelay -d 'Set TCP_NODELAY (the sender\'s stall)'
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l persist -d 'Pin the fix in bpffs so it outlives this command (new connections only; see --list)'
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -s l -l list -d 'List every fix in force on this host: running and pinned'

@@ -68,7 +68,8 @@ fn rule_text(r: &Rule) -> String {
     if let Some(d) = r.revert_after {
         let _ = write!(
             t,
-            ", to be taken back unless its stall rate falls within {} (by the node agent: not built yet)",
+            ", on trial: its stalls counted for {} before it acts, then taken back unless they fall by half within {}",
+            humantime(d / 2),
             humantime(d)
         );
     }
