@@ -488,3 +488,75 @@ fn a_rule_on_trial_is_kept_when_its_stalls_fall_and_taken_back_when_not() {
     let kept = std::fs::read_to_string(s.0.join("state/fix-policy.taken-back")).unwrap();
     assert!(kept.starts_with("does not help\t"), "{kept}");
 }
+
+/// A server of a selected workload that accepts a connection long after it was established
+/// (it waited in the listener's queue while the agent's passes saw nothing new open): the
+/// accepted connection is changed all the same, soon after the accept.
+#[test]
+fn a_connection_accepted_late_is_changed_too() {
+    if !root_or_skip("nagless fix --policy") {
+        return;
+    }
+    let _one = exclusive();
+    let s = Scratch::new("late");
+    let a = Cgroup::new("late-a");
+    const SERVER: &str = "import socket, sys\n\
+l = socket.socket()\n\
+l.bind(('127.0.0.1', 0))\n\
+l.listen(8)\n\
+print(l.getsockname()[1], flush=True)\n\
+sys.stdin.readline()\n\
+c, _ = l.accept()\n\
+print('accepted', flush=True)\n\
+for line in sys.stdin:\n    print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n";
+    let mut server = Guard(Some(
+        a.command()
+            .args(["python3", "-c", SERVER])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let child = server.0.as_mut().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut stdin = child.stdin.take().unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    std::fs::write(
+        s.policy(),
+        format!(
+            "[[rule]]\nname = \"server\"\ncgroup = \"{}\"\nnodelay = true\n",
+            rel(&a)
+        ),
+    )
+    .unwrap();
+    let (mut agent, _) = agent(&s);
+    std::thread::sleep(Duration::from_millis(500));
+    let _client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // Several passes with the connection in the listener's queue.
+    std::thread::sleep(Duration::from_millis(1500));
+    stdin.write_all(b"accept\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "accepted");
+    let start = Instant::now();
+    loop {
+        stdin.write_all(b"?\n").unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        if line.trim() == "1" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the accepted connection was not changed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "accepted connection changed {:?} after the accept",
+        start.elapsed()
+    );
+    stop(agent.take(), libc::SIGTERM);
+}

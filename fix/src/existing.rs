@@ -55,6 +55,8 @@ pub struct Pass {
     /// Why some selected process's sockets could not be reached at all (no privilege, a
     /// kernel without pidfd): each reason once. The fix is then refused, not half done.
     pub blocked: BTreeSet<String>,
+    /// Sockets found connecting (SYN sent or received): connections soon, to look at again.
+    pub connecting: usize,
 }
 
 /// What an error of `pidfd_open` or `pidfd_getfd` means for the fix.
@@ -160,7 +162,8 @@ pub fn fix_chosen(
                 // Not established yet (a listener, a connect under way): marked, so that its
                 // connections get the options as they are made, wherever they are charged; a
                 // later pass looks again.
-                Settled::NotYet => {
+                Settled::NotYet { connecting } => {
+                    pass.connecting += usize::from(connecting);
                     if let Some(at) = noting {
                         at.mark(copy.as_fd());
                     }
@@ -243,7 +246,10 @@ enum Settled {
     /// Not TCP, not selected, or closing: never to be changed.
     Never,
     /// A TCP socket not established yet (connecting, listening): look again later.
-    NotYet,
+    NotYet {
+        /// Its SYN is sent or received: a connection soon.
+        connecting: bool,
+    },
 }
 
 fn change(
@@ -259,10 +265,16 @@ fn change(
         return Settled::Never;
     }
     match sys::tcp_state(f) {
-        Ok(TCP_ESTABLISHED) => {}
+        Ok((TCP_ESTABLISHED, _)) => {}
         // SYN_SENT, SYN_RECV, LISTEN, and CLOSE (made, not yet connecting): it may become a
-        // connection (marked, so that it is fixed as it does, wherever it is charged).
-        Ok(2 | 3 | 7 | 10) => return Settled::NotYet,
+        // connection (marked, so that it is fixed as it does, wherever it is charged). A
+        // connection soon: a SYN sent or received, or a listener with some waiting to be
+        // accepted.
+        Ok((state @ (2 | 3 | 7 | 10), waiting)) => {
+            return Settled::NotYet {
+                connecting: state <= 3 || (state == 10 && waiting > 0),
+            }
+        }
         _ => return Settled::Never,
     }
     let Ok((local, remote)) = sys::addresses(f) else {

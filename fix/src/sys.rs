@@ -68,9 +68,11 @@ pub(crate) fn setsockopt_int(fd: BorrowedFd, level: i32, name: i32, v: i32) -> i
     cvt(r.into()).map(drop)
 }
 
-/// The TCP state of a socket (`tcpi_state`: 1 is ESTABLISHED), from TCP_INFO.
-pub(crate) fn tcp_state(fd: BorrowedFd) -> io::Result<u8> {
-    let mut info = [0u8; 8];
+/// The TCP state of a socket (`tcpi_state`: 1 is ESTABLISHED) and `tcpi_unacked` (for a
+/// listener: the connections waiting in its accept queue), from TCP_INFO.
+pub(crate) fn tcp_state(fd: BorrowedFd) -> io::Result<(u8, u32)> {
+    // tcpi_state is the first byte; tcpi_unacked the u32 at offset 24.
+    let mut info = [0u8; 28];
     let mut len = info.len() as libc::socklen_t;
     // SAFETY: `info` and `len` are valid for writes of the size given; the kernel copies at
     // most `len` bytes.
@@ -83,7 +85,9 @@ pub(crate) fn tcp_state(fd: BorrowedFd) -> io::Result<u8> {
             &mut len,
         )
     };
-    cvt(r.into()).map(|_| info[0])
+    cvt(r.into())?;
+    let unacked = u32::from_ne_bytes([info[24], info[25], info[26], info[27]]);
+    Ok((info[0], if len >= 28 { unacked } else { 0 }))
 }
 
 /// The local and remote addresses of a connected socket.

@@ -45,6 +45,14 @@ def main():
         if pid == 0:
             os.close(w1)
             os.close(r2)
+            # Only its own connections: none of the listener's, nor the other children's pipes.
+            keep = {r1, w2, 0, 1, 2}
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                if fd not in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
             with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
             socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]

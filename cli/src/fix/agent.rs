@@ -20,7 +20,7 @@
 //! The agent leaves alone every process a hand-made fix in force covers, and says so once;
 //! a hand-made fix refuses a process whose connections the agent has changed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::ErrorKind;
 use std::net::SocketAddr;
@@ -293,6 +293,16 @@ struct Agent {
     /// Connections each rule changed, and times each was taken back, since the start.
     changes: BTreeMap<String, u64>,
     reverts: BTreeMap<String, u64>,
+    /// The host's processes' names, kept between passes.
+    names: Names,
+    /// The connections each network namespace had opened at the last pass.
+    known: HashMap<u64, u64>,
+    /// The processes looked at since the rules last changed, and those that had a
+    /// connection opening then.
+    scanned: HashSet<u32>,
+    connecting: HashSet<u32>,
+    /// Passes made.
+    passes: u64,
 }
 
 impl Agent {
@@ -323,7 +333,7 @@ impl Agent {
         self.trials = trials;
         self.policy = policy;
         // Every socket is looked at again under the new rules, but those still changed.
-        self.seen = self.ledger.inodes().collect();
+        self.look_again();
     }
 
     /// A rule's trial from `now`: taken back already if a rule of its form was.
@@ -363,7 +373,7 @@ impl Agent {
             }
         }
         let now = Instant::now();
-        let mut changed = false;
+        let (mut changed, mut again) = (false, false);
         for r in &self.policy.rules {
             let Some(t) = self.trials.get_mut(&r.name) else {
                 continue;
@@ -376,7 +386,7 @@ impl Agent {
                         r.name
                     ));
                     // Its connections, passed over while it counted, are looked at again.
-                    self.seen = self.ledger.inodes().collect();
+                    again = true;
                 }
                 Some(Step::Kept(before, after)) => log(format_args!(
                     "rule {:?}: kept: its stalls fell ({before} before, {after} while it acted)",
@@ -401,6 +411,9 @@ impl Agent {
                     changed = true;
                 }
             }
+        }
+        if again {
+            self.look_again();
         }
         let counting = self.trials.values().any(Trial::counting);
         if counting && self.watch.is_none() {
@@ -463,11 +476,19 @@ impl Agent {
         let me = std::process::id();
         let before = self.ledger.len();
         self.workloads.clear();
-        for pid in Proc::host().pids() {
+        let pids = Proc::host().pids();
+        let live: HashSet<u32> = pids.iter().copied().collect();
+        self.names.retain(|p, _| live.contains(p));
+        self.scanned.retain(|p| live.contains(p));
+        self.connecting.retain(|p| live.contains(p));
+        // This pass's count of connections opened, per network namespace, read at the first
+        // selected process there, and whether it moved since the last pass.
+        let mut opened: HashMap<u64, (u64, bool)> = HashMap::new();
+        for pid in pids {
             if pid == me {
                 continue;
             }
-            let Some(w) = super::policy::workload(pid, &self.node) else {
+            let Some(w) = self.names.workload(pid, &self.node, self.passes) else {
                 continue;
             };
             let Some(d) = self.policy.decide(&w) else {
@@ -487,6 +508,25 @@ impl Agent {
                     "process {pid} ({}) is left to the hand-made fix in force on it",
                     w.program
                 ));
+                // Looked at again once the hand-made fix ends.
+                self.scanned.remove(&pid);
+                continue;
+            }
+            // A process already looked at is looked at again only when its namespace opened
+            // a connection since the last pass, or it had one opening then.
+            let fresh = match self.names.net_ns(pid) {
+                Some(ns) => match opened.get(&ns) {
+                    Some(&(_, fresh)) => fresh,
+                    None => opens(pid).is_none_or(|count| {
+                        let fresh = self.known.get(&ns) != Some(&count);
+                        opened.insert(ns, (count, fresh));
+                        fresh
+                    }),
+                },
+                None => true,
+            };
+            if !fresh && self.scanned.contains(&pid) && !self.connecting.contains(&pid) {
+                self.workloads.insert(pid, w);
                 continue;
             }
             let pass = existing::fix_chosen(
@@ -495,6 +535,12 @@ impl Agent {
                 &mut self.seen,
                 None,
             );
+            self.scanned.insert(pid);
+            if pass.connecting > 0 {
+                self.connecting.insert(pid);
+            } else {
+                self.connecting.remove(&pid);
+            }
             for c in pass.changed {
                 let (l, r) = c.addresses();
                 let Some(rule) = takes(&d, l, r) else {
@@ -515,7 +561,76 @@ impl Agent {
             }
             self.workloads.insert(pid, w);
         }
+        // What this pass counted is known: the next looks for what is new.
+        self.known = opened.into_iter().map(|(ns, (n, _))| (ns, n)).collect();
+        self.passes += 1;
         self.ledger.len() != before
+    }
+
+    /// Every process is looked at again at the next pass (new rules, a rule that begins to
+    /// act, or once a minute): its sockets but those the agent changed.
+    fn look_again(&mut self) {
+        self.seen = self.ledger.inodes().collect();
+        self.known.clear();
+        self.scanned.clear();
+    }
+}
+
+/// The TCP connections the network namespace of process `pid` has opened, actively and
+/// passively (`/proc/PID/net/snmp`: a few lines, where the connection tables are thousands):
+/// a count that moves with every new connection.
+fn opens(pid: u32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/net/snmp")).ok()?;
+    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let (names, values) = (tcp.next()?, tcp.next()?);
+    let mut n = 0;
+    for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
+        if name == "ActiveOpens" || name == "PassiveOpens" {
+            n += value.parse::<u64>().ok()?;
+        }
+    }
+    Some(n)
+}
+
+/// The workloads of the host's processes, as `nagless watch` names them, and their network
+/// namespaces, kept between passes: named again when a pid's start time or command name
+/// changes (a new process, an exec), and every [`NAMES_FRESH`] passes.
+#[derive(Default)]
+struct Names(HashMap<u32, Named>);
+
+/// A process as named at a pass: its start key, the pass, its workload and network
+/// namespace.
+type Named = (String, u64, Option<Workload>, Option<u64>);
+
+/// Passes a process's names are kept before they are read again (10 s).
+const NAMES_FRESH: u64 = 40;
+
+impl Names {
+    fn retain(&mut self, keep: impl Fn(&u32, &mut Named) -> bool) {
+        self.0.retain(|p, v| keep(p, v));
+    }
+
+    /// Process `pid`'s network namespace, as named with its workload.
+    fn net_ns(&self, pid: u32) -> Option<u64> {
+        self.0.get(&pid).and_then(|n| n.3)
+    }
+
+    /// Process `pid`'s workload at pass `pass`; `None` if it is gone or a kernel thread.
+    fn workload(&mut self, pid: u32, node: &str, pass: u64) -> Option<Workload> {
+        // Its start time and command name: a pid reused, or an exec, is named again.
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (comm, rest) = stat.rsplit_once(')')?;
+        let start = rest.split_whitespace().nth(19)?;
+        let key = format!("{comm}){start}");
+        if let Some((k, at, w, _)) = self.0.get(&pid) {
+            if *k == key && pass.saturating_sub(*at) < NAMES_FRESH {
+                return w.clone();
+            }
+        }
+        let w = super::policy::workload(pid, node);
+        let ns = w.as_ref().and_then(|_| Proc::host().net_ns(pid));
+        self.0.insert(pid, (key, pass, w.clone(), ns));
+        w
     }
 }
 
@@ -537,7 +652,7 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
     // cleanly after them.
     crate::sys::catch_interrupts();
     let policy = super::policy::read(path)?;
-    let mut text = fs::read(path).unwrap_or_default();
+    let text = fs::read(path).unwrap_or_default();
     fs::create_dir_all(state).with_context(|| format!("creating {}", state.display()))?;
     let journal = journal_in(state);
     clean_after_another(&journal)?;
@@ -562,13 +677,45 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
         taken_back_file,
         changes: BTreeMap::new(),
         reverts: BTreeMap::new(),
+        names: Names::default(),
+        known: HashMap::new(),
+        scanned: HashSet::new(),
+        connecting: HashSet::new(),
+        passes: 0,
     };
     agent.take(policy);
     // Written at once: a second agent refuses from the start.
     write_journal(&journal, &agent.ledger)?;
+    let status_file = status_in(state);
+    let kept = keep(&mut agent, path, text, &journal, &status_file, duration);
+    // Whatever ended it (a signal, its duration, a journal it could not write): undone.
+    let all = agent.ledger.retire(|_| false);
+    let back = existing::undo(&all, |_, _| false);
+    let _ = fs::remove_file(&journal);
+    let _ = fs::remove_file(&status_file);
+    log(format_args!(
+        "agent stopped: {back} of {} changed connection(s) put back (the others had closed)",
+        all.len()
+    ));
+    kept
+}
+
+/// How many passes between two looks at every socket of the selected workloads again (a
+/// minute): the sockets looked at are forgotten, but those changed, so that the set stays
+/// the size of what is open.
+const FORGET_SEEN: u64 = 240;
+
+/// The agent's passes, until a signal, `duration` or an error.
+fn keep(
+    agent: &mut Agent,
+    path: &Path,
+    mut text: Vec<u8>,
+    journal: &Path,
+    status_file: &Path,
+    duration: Duration,
+) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut passes = 0u64;
-    let status_file = status_in(state);
     let mut status = Vec::new();
     while !crate::sys::interrupted() && (duration.is_zero() || start.elapsed() < duration) {
         match fs::read(path) {
@@ -582,7 +729,7 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
                             p.rules.len()
                         ));
                         agent.take(p);
-                        write_journal(&journal, &agent.ledger)?;
+                        write_journal(journal, &agent.ledger)?;
                     }
                     Err(e) => log(format_args!("{e:#}; the rules in force stay")),
                 }
@@ -601,15 +748,18 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
             agent.ledger.forget_closed(existing::still_held);
             changed |= agent.ledger.len() != n;
         }
+        if passes % FORGET_SEEN == 0 {
+            agent.look_again();
+        }
         if changed {
-            write_journal(&journal, &agent.ledger)?;
+            write_journal(journal, &agent.ledger)?;
         }
         let now = agent.status();
         if now != status {
             let tmp = status_file.with_extension("json.new");
             let text = serde_json::to_vec_pretty(&now).unwrap_or_default();
             if fs::write(&tmp, text)
-                .and_then(|()| fs::rename(&tmp, &status_file))
+                .and_then(|()| fs::rename(&tmp, status_file))
                 .is_ok()
             {
                 status = now;
@@ -617,13 +767,5 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
         }
         std::thread::sleep(PASS);
     }
-    let all = agent.ledger.retire(|_| false);
-    let back = existing::undo(&all, |_, _| false);
-    let _ = fs::remove_file(&journal);
-    let _ = fs::remove_file(&status_file);
-    log(format_args!(
-        "agent stopped: {back} of {} changed connection(s) put back (the others had closed)",
-        all.len()
-    ));
     Ok(())
 }
