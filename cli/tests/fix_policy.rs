@@ -560,3 +560,140 @@ for line in sys.stdin:\n    print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NO
     );
     stop(agent.take(), libc::SIGTERM);
 }
+
+/// A pod as a kubelet lays one out on a node, faked: its container's cgroup under
+/// `kubepods`, named for the pod's uid and the container's id, the kubelet's link in
+/// `/var/log/containers` that names its pod, namespace and container, and a network
+/// namespace of its own. Its process holds one connection to itself there (both ends) and
+/// answers each line with the two sockets' TCP_NODELAY. Everything is removed when dropped.
+struct Pod {
+    cgroup: Cgroup,
+    slice: PathBuf,
+    log: PathBuf,
+    _netns: Netns,
+    holder: Guard,
+    out: BufReader<std::process::ChildStdout>,
+    stdin: std::process::ChildStdin,
+}
+
+impl Pod {
+    fn new(top: &Path, namespace: &str, name: &str, n: u8) -> Pod {
+        let uid = format!("{n:08x}-0000-4000-8000-00000000000{n}");
+        let id = format!("{n:02x}").repeat(32);
+        let root = nagless_fix::target::cgroup2_root().unwrap();
+        let slice = top.join(format!(
+            "kubepods-besteffort-pod{}.slice",
+            uid.replace('-', "_")
+        ));
+        let rel = slice.join(format!("cri-containerd-{id}.scope"));
+        let cgroup = Cgroup::named(rel.strip_prefix(&root).unwrap().to_str().unwrap());
+        let netns = Netns::new(&format!("pod{n}"));
+        const HOLD: &str = "import socket, sys\n\
+l = socket.socket()\n\
+l.bind(('127.0.0.1', 0))\n\
+l.listen(1)\n\
+c = socket.create_connection(l.getsockname())\n\
+a, _ = l.accept()\n\
+print('ready', flush=True)\n\
+for line in sys.stdin:\n    print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n";
+        // Into the cgroup first: `ip netns exec` mounts a sysfs of the namespace's own.
+        let mut child = cgroup
+            .command()
+            .args(["ip", "netns", "exec", &netns.0, "python3", "-c", HOLD])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let stdin = child.stdin.take().unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        // Last, so that a failure above leaves no link behind.
+        std::fs::create_dir_all("/var/log/containers").unwrap();
+        let log = PathBuf::from(format!(
+            "/var/log/containers/{name}_{namespace}_app-{id}.log"
+        ));
+        std::fs::write(&log, "").unwrap();
+        Pod {
+            cgroup,
+            slice,
+            log,
+            _netns: netns,
+            holder: Guard(Some(child)),
+            out,
+            stdin,
+        }
+    }
+
+    /// Its two sockets' TCP_NODELAY, as its program sees them.
+    fn nodelay(&mut self) -> String {
+        self.stdin.write_all(b"?\n").unwrap();
+        let mut line = String::new();
+        self.out.read_line(&mut line).unwrap();
+        line.trim().to_string()
+    }
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.holder.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.log);
+        // (The container's cgroup goes with `cgroup`; its pod's slice after it.)
+        let _ = &self.cgroup;
+    }
+}
+
+/// Issue 52 on a node as a kubelet lays it out: a rule that selects pods by namespace and name
+/// changes the connections of the pod it names, in the pod's own network namespace, and not
+/// those of the pod beside it.
+#[test]
+fn a_rule_selects_pods_by_namespace_and_name_in_their_own_network_namespaces() {
+    if !root_or_skip("nagless fix --policy") {
+        return;
+    }
+    let _one = exclusive();
+    let s = Scratch::new("pods");
+    let root = nagless_fix::target::cgroup2_root().unwrap();
+    let top = root.join(format!("nagless-test-kubepods-{}", std::process::id()));
+    let slices;
+    {
+        let mut api = Pod::new(&top, "shop", "api-7d9f", 1);
+        let mut web = Pod::new(&top, "shop", "web-1", 2);
+        slices = [api.slice.clone(), web.slice.clone()];
+        std::fs::write(
+            s.policy(),
+            "[[rule]]\nname = \"shop api\"\nk8s_namespace = \"shop\"\nk8s_pod = \"api-*\"\nnodelay = true\n",
+        )
+        .unwrap();
+        // The dry run names the pod as the watch does.
+        let dry = fix(&["--policy", s.policy().to_str().unwrap(), "--dry-run"]);
+        let text = String::from_utf8_lossy(&dry.stdout);
+        assert!(
+            text.contains("(pod shop/api-7d9f): 2 connection(s) to change now"),
+            "{text}"
+        );
+        assert!(!text.contains("web-1"), "{text}");
+        let (mut agent, _) = agent(&s);
+        let start = Instant::now();
+        while api.nodelay() != "1 1" {
+            assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "api's not changed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(600));
+        assert_eq!(web.nodelay(), "0 0");
+        stop(agent.take(), libc::SIGTERM);
+        assert_eq!(api.nodelay(), "0 0");
+    }
+    for d in slices.iter().chain([&top]) {
+        let _ = std::fs::remove_dir(d);
+    }
+    // The kubelet's directory, if this test made it (and it is empty again).
+    let _ = std::fs::remove_dir("/var/log/containers");
+}
