@@ -58,11 +58,15 @@ SELECTION
                      by port and peer range, and sets nodelay and/or ack_delay_max, optionally
                      on a stable canary share. A bad file is refused with its line. With
                      --dry-run: what it would select here now. Without: the node agent, which
-                     keeps the rules true until stopped: every 250 ms the connections each rule
-                     takes (open or new) get its options; an edited file is read again (a bad
-                     edit leaves the rules in force); a rule removed is undone, and everything
-                     when the agent stops. A hand-made fix wins: the agent leaves the
-                     processes one covers alone, and one refuses processes the agent changed
+                     keeps the rules true until stopped: a connection a rule takes gets its
+                     options within a pass (250 ms) of being established, any other it missed
+                     within 5 s; an edited file is read again (a bad edit leaves the rules in
+                     force); a rule removed, edited or below an edit is undone, and everything
+                     when the agent stops. A rule with revert_after counts its connections'
+                     stalls for half of it before it acts, then is taken back unless they fall
+                     by half while it acts. A hand-made fix wins: the agent leaves the
+                     processes one covers alone, and one refuses processes an agent on the
+                     default --state changed
   --state DIR        with --policy: the agent's journal and status (default /run/nagless):
                      one agent per directory; the next agent undoes what a killed one left.
                      With --list: the agent whose rules to show beside the fixes
@@ -79,6 +83,8 @@ EXAMPLES
 NEEDS
   Root (or CAP_BPF, CAP_NET_ADMIN and CAP_SYS_PTRACE), cgroup v2; Linux 5.7 (BPF links),
   6.1 for --nodelay and 5.10 for --ack-delay-max on new connections (checked first).
+  --policy: root, or CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH (other processes' sockets),
+  CAP_SYS_ADMIN (hand-made fixes' links), CAP_BPF and CAP_PERFMON (rules on trial); 5.6.
 
 EXIT STATUS
   0 done (and undone); 2 bad arguments, or nothing to select (no such process, cgroup, unit
@@ -134,8 +140,8 @@ pub struct FixArgs {
     /// Show what the selection covers (processes, cgroup, connections) and change nothing.
     #[arg(short = 'n', long)]
     dry_run: bool,
-    /// A fleet's policy file (rules declared once; docs/fix.md): checked, and with --dry-run
-    /// what it would select on this host now.
+    /// A fleet's policy file (rules declared once; docs/fix.md): the node agent keeps it true
+    /// on this host; with --dry-run, what it would select here now.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["sel", "port", "nodelay", "ack_delay_max", "persist", "list", "remove", "all", "observe"])]
     policy: Option<PathBuf>,
     /// With --policy: the directory of the agent's journal and status (what it changed, for

@@ -141,3 +141,20 @@ pub fn pidfd_getfd_probe() -> std::io::Result<()> {
     drop(copy);
     Ok(())
 }
+
+/// Takes an exclusive lock on `file` for as long as it stays open (`flock`), without waiting:
+/// false if another process holds it.
+pub fn try_lock(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor `file` owns; it only takes or refuses a lock.
+    let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}

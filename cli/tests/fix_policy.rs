@@ -214,7 +214,7 @@ fn a_killed_agents_changes_are_put_back_by_the_next_and_one_agent_runs() {
     let (mut next, line) = agent(&s);
     assert!(
         line.contains(&format!(
-            "a stopped agent (pid {pid}) left 1 connection(s) changed: 1 put back"
+            "a stopped agent (pid {pid}) left 1 connection(s) changed: 1 of 1 put back"
         )),
         "{line}"
     );
@@ -696,4 +696,74 @@ fn a_rule_selects_pods_by_namespace_and_name_in_their_own_network_namespaces() {
     }
     // The kubelet's directory, if this test made it (and it is empty again).
     let _ = std::fs::remove_dir("/var/log/containers");
+}
+
+/// A socket two processes hold (a connection made before a fork): when the process whose
+/// descriptor the agent changed it through closes its copy, the agent finds it again in the
+/// other and still puts it back as it was before its change when it stops.
+#[test]
+fn a_socket_a_forked_child_still_holds_is_put_back_all_the_same() {
+    if !root_or_skip("nagless fix --policy") {
+        return;
+    }
+    let _one = exclusive();
+    let s = Scratch::new("forked");
+    let a = Cgroup::new("forked-a");
+    let [port, _] = two_listeners();
+    const FORKED: &str = "import os, socket, sys\n\
+s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)\n\
+r, w = os.pipe()\n\
+pid = os.fork()\n\
+if pid == 0:\n    while os.read(r, 1):\n        print(s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n    os._exit(0)\n\
+print(pid, flush=True)\n\
+for line in sys.stdin:\n    if line.strip() == 'close':\n        s.close()\n        print('closed', flush=True)\n    else:\n        os.write(w, b'?')\n";
+    let mut p = Guard(Some(
+        a.command()
+            .args(["python3", "-c", FORKED, &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
+    let c = p.0.as_mut().unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut stdin = c.stdin.take().unwrap();
+    let mut ask = |line: &[u8]| {
+        stdin.write_all(line).unwrap();
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        l.trim().to_string()
+    };
+    let child: u32 = ask(b"").parse().unwrap_or(0);
+    assert!(child > 0);
+    std::fs::write(
+        s.policy(),
+        format!(
+            "[[rule]]\nname = \"a\"\ncgroup = \"{}\"\nnodelay = true\n",
+            rel(&a)
+        ),
+    )
+    .unwrap();
+    let (mut agent, _) = agent(&s);
+    let start = Instant::now();
+    while ask(b"?\n") != "1" {
+        assert!(start.elapsed() < Duration::from_secs(15), "not changed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(ask(b"close\n"), "closed");
+    // The journal comes to list the socket through the child.
+    let start = Instant::now();
+    loop {
+        let j = std::fs::read_to_string(s.journal()).unwrap_or_default();
+        if j.lines().any(|l| l.starts_with(&format!("{child} "))) {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the child's copy was not found again:\n{j}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop(agent.take(), libc::SIGTERM);
+    assert_eq!(ask(b"?\n"), "0", "put back as it was before the agent");
 }

@@ -107,7 +107,7 @@ complete -c nagless -n "__fish_nagless_using_subcommand fix" -l port -d 'Only co
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l ack-delay-max -d 'Bound the delayed ACK to this (the receiver\'s side), e.g. 8ms' -r
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l observe -d 'With neither --nodelay nor --ack-delay-max: how long to watch the target first, to choose the fix from the stalls seen' -r
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -s d -l duration -d 'How long to keep the fix (0: until Ctrl-C or SIGTERM)' -r
-complete -c nagless -n "__fish_nagless_using_subcommand fix" -l policy -d 'A fleet\'s policy file (rules declared once; docs/fix.md): checked, and with --dry-run what it would select on this host now' -r -F
+complete -c nagless -n "__fish_nagless_using_subcommand fix" -l policy -d 'A fleet\'s policy file (rules declared once; docs/fix.md): the node agent keeps it true on this host; with --dry-run, what it would select here now' -r -F
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l state -d 'With --policy: the directory of the agent\'s journal and status (what it changed, for its undo after a kill; one agent per directory); with --list: the agent\'s to show' -r -F
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l nodelay -d 'Set TCP_NODELAY (the sender\'s stall)'
 complete -c nagless -n "__fish_nagless_using_subcommand fix" -l persist -d 'Pin the fix in bpffs so it outlives this command (new connections only; see --list)'

@@ -42,6 +42,20 @@ impl Changed {
     pub fn addresses(&self) -> (SocketAddr, SocketAddr) {
         self.addresses
     }
+
+    /// The socket's inode.
+    pub fn inode(&self) -> u64 {
+        self.inode
+    }
+
+    /// This change, with the values the socket had before `earlier`, a change of the same
+    /// socket through another descriptor (the socket's values before anything was set).
+    pub fn after(mut self, earlier: &Changed) -> Changed {
+        debug_assert_eq!(self.inode, earlier.inode);
+        self.nodelay_was = earlier.nodelay_was.or(self.nodelay_was);
+        self.delack_was = earlier.delack_was.or(self.delack_was);
+        self
+    }
 }
 
 /// What a pass over the selected processes did.
@@ -55,8 +69,11 @@ pub struct Pass {
     /// Why some selected process's sockets could not be reached at all (no privilege, a
     /// kernel without pidfd): each reason once. The fix is then refused, not half done.
     pub blocked: BTreeSet<String>,
-    /// Sockets found connecting (SYN sent or received): connections soon, to look at again.
+    /// Sockets found connecting (SYN sent or received, or a listener with connections
+    /// waiting to be accepted): connections soon, to look at again.
     pub connecting: usize,
+    /// Listeners found.
+    pub listening: usize,
 }
 
 /// What an error of `pidfd_open` or `pidfd_getfd` means for the fix.
@@ -162,8 +179,12 @@ pub fn fix_chosen(
                 // Not established yet (a listener, a connect under way): marked, so that its
                 // connections get the options as they are made, wherever they are charged; a
                 // later pass looks again.
-                Settled::NotYet { connecting } => {
+                Settled::NotYet {
+                    connecting,
+                    listening,
+                } => {
                     pass.connecting += usize::from(connecting);
+                    pass.listening += usize::from(listening);
                     if let Some(at) = noting {
                         at.mark(copy.as_fd());
                     }
@@ -247,8 +268,11 @@ enum Settled {
     Never,
     /// A TCP socket not established yet (connecting, listening): look again later.
     NotYet {
-        /// Its SYN is sent or received: a connection soon.
+        /// Its SYN is sent or received, or it listens with connections waiting: a
+        /// connection soon.
         connecting: bool,
+        /// It listens.
+        listening: bool,
     },
 }
 
@@ -273,6 +297,7 @@ fn change(
         Ok((state @ (2 | 3 | 7 | 10), waiting)) => {
             return Settled::NotYet {
                 connecting: state <= 3 || (state == 10 && waiting > 0),
+                listening: state == 10,
             }
         }
         _ => return Settled::Never,
@@ -327,18 +352,45 @@ pub fn still_held(pid: u32, fd: i32, inode: u64) -> bool {
         .is_ok_and(|l| l.to_str() == Some(&format!("socket:[{inode}]")))
 }
 
+/// What an undo did.
+#[derive(Debug, Default)]
+pub struct Undone {
+    /// Sockets put back.
+    pub restored: usize,
+    /// Sockets that could not be reached (no privilege over their process: `Blocked`), with
+    /// why: still changed. (Those closed, or set since by their program, are neither.)
+    pub unreached: Vec<(Changed, String)>,
+}
+
 /// Puts each changed socket back as it was, if its process still holds it on the same
 /// descriptor: each option only where it still has the value the fix set, and the program
 /// did not set it itself meanwhile (`chose`: asked of the socket, a copy of the program's
 /// descriptor, and the option); returns how many were put back.
 pub fn undo(changed: &[Changed], chose: impl Fn(BorrowedFd<'_>, TcpOption) -> bool) -> usize {
-    let mut restored = 0;
+    undo_all(changed, chose).restored
+}
+
+/// [`undo`], saying which sockets could not be reached.
+pub fn undo_all(changed: &[Changed], chose: impl Fn(BorrowedFd<'_>, TcpOption) -> bool) -> Undone {
+    let mut done = Undone::default();
     for c in changed {
-        let Ok(pidfd) = sys::pidfd_open(c.pid) else {
-            continue;
+        let pidfd = match sys::pidfd_open(c.pid) {
+            Ok(p) => p,
+            Err(e) => {
+                if let Reach::Blocked(why) = reach("pidfd_open", c.pid, &e) {
+                    done.unreached.push((c.clone(), why));
+                }
+                continue;
+            }
         };
-        let Ok(copy) = sys::pidfd_getfd(pidfd.as_fd(), c.fd) else {
-            continue;
+        let copy = match sys::pidfd_getfd(pidfd.as_fd(), c.fd) {
+            Ok(copy) => copy,
+            Err(e) => {
+                if let Reach::Blocked(why) = reach("pidfd_getfd", c.pid, &e) {
+                    done.unreached.push((c.clone(), why));
+                }
+                continue;
+            }
         };
         if inode_of(&copy) != Some(c.inode) {
             continue;
@@ -361,9 +413,9 @@ pub fn undo(changed: &[Changed], chose: impl Fn(BorrowedFd<'_>, TcpOption) -> bo
                 any = true;
             }
         }
-        restored += usize::from(ok && any);
+        done.restored += usize::from(ok && any);
     }
-    restored
+    done
 }
 
 #[cfg(test)]

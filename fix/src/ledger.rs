@@ -53,9 +53,20 @@ impl Ledger {
             .collect()
     }
 
-    /// Forgets the sockets `open` says are closed (nothing to put back on them).
-    pub fn forget_closed(&mut self, open: impl Fn(u32, i32, u64) -> bool) {
-        self.entries.retain(|_, (_, c)| open(c.pid, c.fd, c.inode));
+    /// Takes out the sockets whose descriptor `open` says is closed: nothing to put back
+    /// through it (another process may still hold the socket: a forked child, a descriptor
+    /// passed on).
+    pub fn forget_closed(&mut self, open: impl Fn(u32, i32, u64) -> bool) -> Vec<Changed> {
+        let gone: Vec<u64> = self
+            .entries
+            .values()
+            .filter(|(_, c)| !open(c.pid, c.fd, c.inode))
+            .map(|(_, c)| c.inode)
+            .collect();
+        gone.into_iter()
+            .filter_map(|i| self.entries.remove(&i))
+            .map(|(_, c)| c)
+            .collect()
     }
 
     /// Sockets changed now, per rule.
@@ -205,7 +216,8 @@ mod tests {
         let mut l = Ledger::default();
         l.record("db", sock(1, 10));
         l.record("db", sock(2, 11));
-        l.forget_closed(|pid, _, _| pid == 11);
+        let gone = l.forget_closed(|pid, _, _| pid == 11);
+        assert_eq!(gone.iter().map(|c| c.inode).collect::<Vec<_>>(), [1]);
         assert_eq!(l.pids().into_iter().collect::<Vec<_>>(), [11]);
     }
 

@@ -373,6 +373,13 @@ impl Policy {
                 .name
                 .filter(|n| !n.trim().is_empty())
                 .ok_or_else(|| err(line, "a rule needs a `name`".into()))?;
+            // It names the rule in log lines, metrics and the agent's journal: one line each.
+            if name.chars().any(char::is_control) {
+                return Err(err(
+                    line,
+                    format!("the rule name {name:?} holds a control character"),
+                ));
+            }
             if let Some(first) = rules.iter().find(|o| o.name == name) {
                 return Err(err(
                     line,
@@ -543,6 +550,17 @@ mod tests {
             cgroup: format!("/kubepods.slice/pod-{name}"),
             ..Workload::default()
         }
+    }
+
+    #[test]
+    fn a_rule_name_is_one_printable_line() {
+        let e = Policy::parse(
+            "[[rule]]\nname = \"a\\nb\"\nunit = \"api\"\nnodelay = true\n",
+            TICK,
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 1, "{e}");
+        assert!(e.to_string().contains("control character"), "{e}");
     }
 
     #[test]

@@ -91,6 +91,18 @@ impl Trial {
         matches!(self, Trial::Before { .. } | Trial::Trying { .. })
     }
 
+    /// Counts again from `now` (the watch that counts was lost and is back): what was
+    /// counted before is dropped, the phase stays.
+    pub fn restart(&mut self, now: Instant) {
+        match self {
+            Trial::Before { since, stalls } | Trial::Trying { since, stalls, .. } => {
+                *since = now;
+                *stalls = 0;
+            }
+            Trial::Kept { .. } | Trial::TakenBack { .. } => {}
+        }
+    }
+
     /// A stall of a connection the rule takes (or would take, before it acts).
     pub fn stall(&mut self) {
         if let Trial::Before { stalls, .. } | Trial::Trying { stalls, .. } = self {
@@ -170,6 +182,21 @@ mod tests {
         assert_eq!(t.tick(t0 + 14 * S, w), None, "the whole window acting");
         steps.extend(t.tick(t0 + 15 * S, w));
         (t, steps)
+    }
+
+    #[test]
+    fn a_restart_counts_again_in_the_same_phase() {
+        let t0 = Instant::now();
+        let w = Some(10 * S);
+        let mut t = Trial::new(w, t0);
+        t.stall();
+        t.restart(t0 + 20 * S);
+        assert_eq!(
+            t.tick(t0 + 24 * S, w),
+            None,
+            "half the window from the restart"
+        );
+        assert_eq!(t.tick(t0 + 25 * S, w), Some(Step::Acts(Rate(0.0))));
     }
 
     #[test]

@@ -30,6 +30,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use nagless_fix::existing::Changed;
 use nagless_fix::ledger::Ledger;
 use nagless_fix::policy::{Decision, Policy, Rule, Workload};
 use nagless_fix::trial::{Rate, Step, Trial};
@@ -72,19 +73,21 @@ fn log(line: impl std::fmt::Display) {
     outln!("nagless fix: {line}");
 }
 
-/// The journal of an agent that still runs, if one does: its pid and ledger.
-pub(crate) fn running_agent(state: &Path) -> Option<(u32, Ledger)> {
-    let text = fs::read_to_string(journal_in(state)).ok()?;
-    let (pid, ledger) = Ledger::from_journal(&text).ok()?;
-    agent_alive(pid).then_some((pid, ledger))
+/// The lock an agent holds on its state directory for its life (`flock`: released however
+/// it ends, a kill included).
+fn lock_in(state: &Path) -> PathBuf {
+    state.join("fix-policy.lock")
 }
 
-/// Whether `pid` is a nagless process (an agent), not this one.
-fn agent_alive(pid: u32) -> bool {
-    pid != std::process::id()
-        && Proc::host()
-            .comm(pid)
-            .is_ok_and(|c| c.trim_end().starts_with("nagless"))
+/// The journal of an agent that still runs, if one does: its pid and ledger.
+pub(crate) fn running_agent(state: &Path) -> Option<(u32, Ledger)> {
+    let lock = fs::File::open(lock_in(state)).ok()?;
+    // Free (taken here, and released as `lock` closes): no agent holds it.
+    if crate::sys::try_lock(&lock).unwrap_or(true) {
+        return None;
+    }
+    let text = fs::read_to_string(journal_in(state)).ok()?;
+    Ledger::from_journal(&text).ok()
 }
 
 /// Before this agent begins: what a stopped or killed agent left changed is put back, or,
@@ -100,19 +103,41 @@ fn clean_after_another(journal: &Path) -> anyhow::Result<()> {
             journal.display()
         ))
     })?;
-    if agent_alive(pid) {
+    let left = ledger.retire(|_| false);
+    let account = put_back(&left, &mut ledger);
+    log(format_args!(
+        "a stopped agent (pid {pid}) left {} connection(s) changed: {account}",
+        left.len()
+    ));
+    if !ledger.is_empty() {
+        write_journal(journal, &ledger)?;
         return Err(crate::refused(format!(
-            "another policy agent (pid {pid}) keeps {}: one agent per host",
+            "{} connection(s) a stopped agent changed cannot be put back; {} keeps them (give the agent CAP_SYS_PTRACE over their processes, or remove it once they have ended)",
+            ledger.len(),
             journal.display()
         )));
     }
-    let left = ledger.retire(|_| false);
-    let back = existing::undo(&left, |_, _| false);
-    log(format_args!(
-        "a stopped agent (pid {pid}) left {} connection(s) changed: {back} put back (the others had closed)",
-        left.len()
-    ));
     fs::remove_file(journal).with_context(|| format!("removing {}", journal.display()))
+}
+
+/// The rule the sockets an undo could not reach are kept under (the journal lists them; the
+/// agent's stop, and the next agent, try again).
+const UNREACHED: &str = "(not put back yet)";
+
+/// Puts `changed` back; what could not be reached goes back into `ledger`. The log's account.
+fn put_back(changed: &[Changed], ledger: &mut Ledger) -> String {
+    let done = existing::undo_all(changed, |_, _| false);
+    let mut t = format!("{} of {} put back", done.restored, changed.len());
+    if let Some((_, why)) = done.unreached.first() {
+        t += &format!(
+            ", {} could not be reached ({why}) and stay in the journal",
+            done.unreached.len()
+        );
+    }
+    for (c, _) in done.unreached {
+        ledger.record(UNREACHED, c);
+    }
+    t + " (the others had closed, or their programs set the option since)"
 }
 
 /// Writes the journal whole (a crash mid-write leaves the previous one).
@@ -255,6 +280,13 @@ impl StallWatch {
     }
 }
 
+impl StallWatch {
+    /// Its thread ended (its backend failed).
+    fn ended(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+}
+
 impl Drop for StallWatch {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
@@ -264,8 +296,7 @@ impl Drop for StallWatch {
     }
 }
 
-/// A rule as it selects and acts, whatever its line: a rule edited in the file is undone and
-/// applied afresh; one only moved is kept.
+/// A rule as it selects and acts, whatever its line.
 fn same_rule(a: &Rule, b: &Rule) -> bool {
     let mut b = b.clone();
     b.line = a.line;
@@ -285,8 +316,9 @@ struct Agent {
     trials: BTreeMap<String, Trial>,
     /// The workloads some rule selected at the last pass, by pid (to tell whose a stall is).
     workloads: HashMap<u32, Workload>,
-    /// Counts stalls while a trial counts.
+    /// Counts stalls while a trial counts; when to try to start it again after a failure.
     watch: Option<StallWatch>,
+    watch_retry: Option<Instant>,
     /// Where the rules taken back are kept, and those read from it (by form).
     taken_back_file: PathBuf,
     taken_back: HashMap<String, (Rate, Rate)>,
@@ -303,22 +335,40 @@ struct Agent {
     connecting: HashSet<u32>,
     /// Passes made.
     passes: u64,
+    /// Sockets the agent changed whose descriptor closed, another process perhaps still
+    /// holding them (a forked child): when found again, their values before the agent's
+    /// change are these, not what they hold now. Forgotten after [`ORPHANS_KEPT`].
+    orphans: HashMap<u64, (Changed, Instant)>,
 }
+
+/// How long a socket whose first holder closed it is remembered (its other holders are
+/// looked at within a roll of passes).
+const ORPHANS_KEPT: Duration = Duration::from_secs(120);
+
+/// Every process is looked at again (its descriptors listed) once in this many passes, one
+/// share of them each pass (5 s): what the count of connections opened does not show (a
+/// socket passed from another process, a namespace per thread) is found within that.
+const ROLL: u64 = 20;
 
 impl Agent {
     /// A new policy: the rules it removed or changed are undone now.
     fn take(&mut self, policy: Policy) {
-        let kept = |name: &str| {
-            let old = self.policy.rules.iter().find(|r| r.name == name);
-            let new = policy.rules.iter().find(|r| r.name == name);
-            old.zip(new).is_some_and(|(o, n)| same_rule(o, n))
-        };
+        // A rule is kept only where it and every rule above it are as they were: the first
+        // rule that selects a connection takes it, so a rule added, moved or edited above
+        // may take connections from those below.
+        let unchanged = self
+            .policy
+            .rules
+            .iter()
+            .zip(&policy.rules)
+            .take_while(|(o, n)| same_rule(o, n))
+            .count();
+        let kept = |name: &str| policy.rules[..unchanged].iter().any(|r| r.name == name);
         let undone = self.ledger.retire(kept);
         if !undone.is_empty() {
-            let back = existing::undo(&undone, |_, _| false);
+            let account = put_back(&undone, &mut self.ledger);
             log(format_args!(
-                "policy changed: {back} of {} connection(s) of rules removed or changed put back",
-                undone.len()
+                "policy changed: connections of rules removed, changed or below a change: {account}"
             ));
         }
         let now = Instant::now();
@@ -360,6 +410,36 @@ impl Agent {
     /// Counts the stalls seen since the last pass, moves the trials on, and starts or stops
     /// the watch that counts: whether the ledger changed (a rule taken back).
     fn try_rules(&mut self) -> bool {
+        let now = Instant::now();
+        // The watch first: a trial moves on only while its stalls are counted.
+        if !self.trials.values().any(Trial::counting) {
+            self.watch = None;
+        } else {
+            if self.watch.as_ref().is_some_and(StallWatch::ended) {
+                self.watch = None;
+                log("the watch that counts stalls for the rules on trial ended");
+            }
+            if self.watch.is_none() && self.watch_retry.is_none_or(|t| t <= now) {
+                match StallWatch::start() {
+                    Ok(w) => {
+                        self.watch = Some(w);
+                        // Nothing was counted without it: every trial counts from now.
+                        for t in self.trials.values_mut() {
+                            t.restart(now);
+                        }
+                    }
+                    Err(e) => {
+                        self.once(format!(
+                            "cannot count stalls for the rules on trial ({e}): they stay as they are (a rule that counts before it acts does not act) until it can, tried every 10 s"
+                        ));
+                        self.watch_retry = Some(now + Duration::from_secs(10));
+                    }
+                }
+            }
+        }
+        if self.watch.is_none() {
+            return false;
+        }
         if let Some(w) = &self.watch {
             for (pid, l, r) in w.rx.try_iter() {
                 let Some(d) = self.workloads.get(&pid).and_then(|w| self.policy.decide(w)) else {
@@ -372,7 +452,6 @@ impl Agent {
                 }
             }
         }
-        let now = Instant::now();
         let (mut changed, mut again) = (false, false);
         for r in &self.policy.rules {
             let Some(t) = self.trials.get_mut(&r.name) else {
@@ -395,10 +474,9 @@ impl Agent {
                 Some(Step::TakenBack(before, after)) => {
                     let name = r.name.clone();
                     let undone = self.ledger.retire(|rule| rule != name);
-                    let back = existing::undo(&undone, |_, _| false);
+                    let account = put_back(&undone, &mut self.ledger);
                     log(format_args!(
-                        "rule {name:?}: taken back: its stalls did not fall ({before} before, {after} while it acted); {back} of {} connection(s) put back",
-                        undone.len()
+                        "rule {name:?}: taken back: its stalls did not fall ({before} before, {after} while it acted); its connections: {account}"
                     ));
                     self.taken_back.insert(form(r), (before, after));
                     *self.reverts.entry(name.clone()).or_default() += 1;
@@ -414,17 +492,6 @@ impl Agent {
         }
         if again {
             self.look_again();
-        }
-        let counting = self.trials.values().any(Trial::counting);
-        if counting && self.watch.is_none() {
-            match StallWatch::start() {
-                Ok(w) => self.watch = Some(w),
-                Err(e) => self.once(format!(
-                    "cannot count stalls for the rules on trial ({e}): they wait, not acting"
-                )),
-            }
-        } else if !counting {
-            self.watch = None;
         }
         changed
     }
@@ -488,7 +555,13 @@ impl Agent {
             if pid == me {
                 continue;
             }
-            let Some(w) = self.names.workload(pid, &self.node, self.passes) else {
+            let (w, renamed) = self.names.workload(pid, &self.node, self.passes);
+            if renamed {
+                // A new process on a reused pid, or an exec: looked at as new.
+                self.scanned.remove(&pid);
+                self.connecting.remove(&pid);
+            }
+            let Some(w) = w else {
                 continue;
             };
             let Some(d) = self.policy.decide(&w) else {
@@ -525,7 +598,8 @@ impl Agent {
                 },
                 None => true,
             };
-            if !fresh && self.scanned.contains(&pid) && !self.connecting.contains(&pid) {
+            let rolled = u64::from(pid) % ROLL == self.passes % ROLL;
+            if !fresh && !rolled && self.scanned.contains(&pid) && !self.connecting.contains(&pid) {
                 self.workloads.insert(pid, w);
                 continue;
             }
@@ -536,12 +610,17 @@ impl Agent {
                 None,
             );
             self.scanned.insert(pid);
-            if pass.connecting > 0 {
+            // Once more at the next pass if a connection is coming, or, after a connection
+            // opened, if it listens (one accepted while its descriptors were listed).
+            if pass.connecting > 0 || (fresh && pass.listening > 0) {
                 self.connecting.insert(pid);
             } else {
                 self.connecting.remove(&pid);
             }
-            for c in pass.changed {
+            for mut c in pass.changed {
+                if let Some((earlier, _)) = self.orphans.remove(&c.inode()) {
+                    c = c.after(&earlier);
+                }
                 let (l, r) = c.addresses();
                 let Some(rule) = takes(&d, l, r) else {
                     continue;
@@ -615,22 +694,38 @@ impl Names {
         self.0.get(&pid).and_then(|n| n.3)
     }
 
-    /// Process `pid`'s workload at pass `pass`; `None` if it is gone or a kernel thread.
-    fn workload(&mut self, pid: u32, node: &str, pass: u64) -> Option<Workload> {
+    /// Process `pid`'s workload at pass `pass` (`None` if it is gone or a kernel thread),
+    /// and whether it is another process, or another program, than the pid's last.
+    fn workload(&mut self, pid: u32, node: &str, pass: u64) -> (Option<Workload>, bool) {
         // Its start time and command name: a pid reused, or an exec, is named again.
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let (comm, rest) = stat.rsplit_once(')')?;
-        let start = rest.split_whitespace().nth(19)?;
-        let key = format!("{comm}){start}");
+        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return (None, false);
+        };
+        let Some(stat) = nagless_host::text::Stat::parse(&text) else {
+            return (None, false);
+        };
+        let comm = &text[..text.rfind(')').unwrap_or(0)];
+        let key = format!("{comm}) {}", stat.field(22).unwrap_or(""));
+        let mut renamed = false;
         if let Some((k, at, w, _)) = self.0.get(&pid) {
             if *k == key && pass.saturating_sub(*at) < NAMES_FRESH {
-                return w.clone();
+                return (w.clone(), false);
             }
+            renamed = *k != key;
         }
         let w = super::policy::workload(pid, node);
         let ns = w.as_ref().and_then(|_| Proc::host().net_ns(pid));
-        self.0.insert(pid, (key, pass, w.clone(), ns));
-        w
+        // A pod's container before the kubelet's link names it: named again next pass.
+        let unnamed_pod = w.as_ref().is_some_and(|w| {
+            w.container.is_some() && w.k8s_pod.is_none() && w.cgroup.contains("kubepods")
+        });
+        let at = if unnamed_pod {
+            pass.saturating_sub(NAMES_FRESH)
+        } else {
+            pass
+        };
+        self.0.insert(pid, (key, at, w.clone(), ns));
+        (w, renamed)
     }
 }
 
@@ -655,6 +750,25 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
     let text = fs::read(path).unwrap_or_default();
     fs::create_dir_all(state).with_context(|| format!("creating {}", state.display()))?;
     let journal = journal_in(state);
+    // One agent per state directory, for its whole life.
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(lock_in(state))
+        .with_context(|| format!("opening {}", lock_in(state).display()))?;
+    if !crate::sys::try_lock(&lock)
+        .with_context(|| format!("locking {}", lock_in(state).display()))?
+    {
+        let who = fs::read_to_string(&journal)
+            .ok()
+            .and_then(|t| Ledger::from_journal(&t).ok())
+            .map_or_else(String::new, |(pid, _)| format!(" (pid {pid})"));
+        return Err(crate::refused(format!(
+            "another policy agent{who} keeps {}: one agent per state directory",
+            state.display()
+        )));
+    }
     clean_after_another(&journal)?;
     log(format_args!(
         "policy {}: {} rule(s) in force; the agent looks every {} ms (journal {})",
@@ -673,6 +787,7 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
         trials: BTreeMap::new(),
         workloads: HashMap::new(),
         watch: None,
+        watch_retry: None,
         taken_back: read_taken_back(&taken_back_file),
         taken_back_file,
         changes: BTreeMap::new(),
@@ -682,6 +797,7 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
         scanned: HashSet::new(),
         connecting: HashSet::new(),
         passes: 0,
+        orphans: HashMap::new(),
     };
     agent.take(policy);
     // Written at once: a second agent refuses from the start.
@@ -690,11 +806,16 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
     let kept = keep(&mut agent, path, text, &journal, &status_file, duration);
     // Whatever ended it (a signal, its duration, a journal it could not write): undone.
     let all = agent.ledger.retire(|_| false);
-    let back = existing::undo(&all, |_, _| false);
-    let _ = fs::remove_file(&journal);
+    let account = put_back(&all, &mut agent.ledger);
+    if agent.ledger.is_empty() {
+        let _ = fs::remove_file(&journal);
+    } else {
+        // What could not be put back is left for the next agent.
+        let _ = write_journal(&journal, &agent.ledger);
+    }
     let _ = fs::remove_file(&status_file);
     log(format_args!(
-        "agent stopped: {back} of {} changed connection(s) put back (the others had closed)",
+        "agent stopped: {} changed connection(s): {account}",
         all.len()
     ));
     kept
@@ -702,7 +823,7 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
 
 /// How many passes between two looks at every socket of the selected workloads again (a
 /// minute): the sockets looked at are forgotten, but those changed, so that the set stays
-/// the size of what is open.
+/// the size of what is open (and a workload named again since is judged again).
 const FORGET_SEEN: u64 = 240;
 
 /// The agent's passes, until a signal, `duration` or an error.
@@ -744,9 +865,16 @@ fn keep(
         changed |= agent.pass(&HandMade::now());
         passes += 1;
         if passes % 20 == 0 {
-            let n = agent.ledger.len();
-            agent.ledger.forget_closed(existing::still_held);
-            changed |= agent.ledger.len() != n;
+            let now = Instant::now();
+            for c in agent.ledger.forget_closed(existing::still_held) {
+                // Looked at again where another process holds it.
+                agent.seen.remove(&c.inode());
+                agent.orphans.insert(c.inode(), (c, now));
+                changed = true;
+            }
+            agent
+                .orphans
+                .retain(|_, (_, at)| now.duration_since(*at) < ORPHANS_KEPT);
         }
         if passes % FORGET_SEEN == 0 {
             agent.look_again();
