@@ -81,6 +81,8 @@ pub(super) struct PolicyFamilies {
     changes: Family<RuleLabels, Counter>,
     reverts: Family<RevertLabels, Counter>,
     rate: Family<PhaseLabels, FloatGauge>,
+    /// The rules the counters have series for.
+    counted: Vec<String>,
 }
 
 impl PolicyFamilies {
@@ -121,7 +123,7 @@ impl PolicyFamilies {
 
     /// The rules of the agent's last status, replacing the last list. Counters follow the
     /// agent's own (a lower count is a new agent: the series starts again).
-    pub(super) fn set(&self, rules: &[PolicyRule]) {
+    pub(super) fn set(&mut self, rules: &[PolicyRule]) {
         self.info.clear();
         self.connections.clear();
         self.workloads.clear();
@@ -157,18 +159,16 @@ impl PolicyFamilies {
             }
         }
         // Rules gone from the policy lose their counters too.
-        let keep = |name: &str| rules.iter().any(|r| r.rule == name);
-        let gone: Vec<RuleLabels> = rules_of(&self.changes)
-            .into_iter()
-            .filter(|n| !keep(&n.rule))
-            .collect();
-        for l in gone {
-            self.changes.remove(&l);
-            self.reverts.remove(&RevertLabels {
-                rule: l.rule,
-                reason: REASON,
-            });
+        for rule in std::mem::take(&mut self.counted) {
+            if !rules.iter().any(|r| r.rule == rule) {
+                self.changes.remove(&RuleLabels { rule: rule.clone() });
+                self.reverts.remove(&RevertLabels {
+                    rule,
+                    reason: REASON,
+                });
+            }
         }
+        self.counted = rules.iter().map(|r| r.rule.clone()).collect();
     }
 }
 
@@ -186,19 +186,6 @@ where
     c.inc_by(count.saturating_sub(c.get()));
 }
 
-/// The rules a counter family has series for.
-fn rules_of(f: &Family<RuleLabels, Counter>) -> Vec<RuleLabels> {
-    // prometheus_client has no iterator over a family's labels: the encoded page says.
-    let mut reg = Registry::default();
-    reg.register("x", "x", f.clone());
-    super::encode_registry(&reg)
-        .lines()
-        .filter_map(|l| l.strip_prefix("x_total{rule=\""))
-        .filter_map(|l| l.split_once("\"}").map(|(r, _)| r.replace("\\\"", "\"")))
-        .map(|rule| RuleLabels { rule })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -206,7 +193,7 @@ mod tests {
     #[test]
     fn each_rule_has_its_series_and_counters_follow_the_agent() {
         let mut r = Registry::default();
-        let f = PolicyFamilies::register(&mut r);
+        let mut f = PolicyFamilies::register(&mut r);
         let rule = |changes, reverts, before| PolicyRule {
             rule: "db".into(),
             action: "TCP_NODELAY".into(),
