@@ -199,7 +199,8 @@ fn taken_back_in(state: &Path) -> PathBuf {
     state.join("fix-policy.taken-back")
 }
 
-/// A rule's form, whatever its line: what a rule taken back is known by.
+/// A rule's form, whatever its line: what a rule is known by across edits of the file (kept,
+/// or taken back).
 fn form(r: &Rule) -> String {
     let mut r = r.clone();
     r.line = 0;
@@ -296,13 +297,6 @@ impl Drop for StallWatch {
     }
 }
 
-/// A rule as it selects and acts, whatever its line.
-fn same_rule(a: &Rule, b: &Rule) -> bool {
-    let mut b = b.clone();
-    b.line = a.line;
-    *a == b
-}
-
 /// The agent's state between passes.
 struct Agent {
     policy: Policy,
@@ -361,7 +355,7 @@ impl Agent {
             .rules
             .iter()
             .zip(&policy.rules)
-            .take_while(|(o, n)| same_rule(o, n))
+            .take_while(|(o, n)| form(o) == form(n))
             .count();
         let kept = |name: &str| policy.rules[..unchanged].iter().any(|r| r.name == name);
         let undone = self.ledger.retire(kept);
