@@ -10,6 +10,34 @@ use std::process::Command;
 use nagless_test_support::{have_tool, tool_path};
 use watch_fleet_support::{deploy, NAGLESS};
 
+/// The manifest's documents.
+fn manifest() -> Vec<yaml_rust2::Yaml> {
+    let text = std::fs::read_to_string(deploy().join("kubernetes/nagless-watch.yaml")).unwrap();
+    yaml_rust2::YamlLoader::load_from_str(&text).expect("valid YAML")
+}
+
+/// A YAML list of strings.
+fn strings(list: &yaml_rust2::Yaml) -> Vec<&str> {
+    list.as_vec()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect()
+}
+
+/// A container's security context: never privileged, no way to gain more, a read-only root,
+/// every capability dropped; the ones it adds back, sorted.
+fn capabilities(container: &yaml_rust2::Yaml) -> Vec<&str> {
+    let sc = &container["securityContext"];
+    assert_ne!(sc["privileged"].as_bool(), Some(true), "never privileged");
+    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
+    assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"]);
+    let mut add = strings(&sc["capabilities"]["add"]);
+    add.sort();
+    add
+}
+
 #[test]
 fn the_alerting_rules_pass_promtool_check_and_its_unit_tests() {
     if !have_tool("promtool") {
@@ -36,9 +64,7 @@ fn the_alerting_rules_pass_promtool_check_and_its_unit_tests() {
 
 #[test]
 fn the_daemonset_asks_for_exactly_the_privileges_it_needs() {
-    use yaml_rust2::YamlLoader;
-    let text = std::fs::read_to_string(deploy().join("kubernetes/nagless-watch.yaml")).unwrap();
-    let docs = YamlLoader::load_from_str(&text).expect("valid YAML");
+    let docs = manifest();
     let ds = docs
         .iter()
         .find(|d| d["kind"].as_str() == Some("DaemonSet"))
@@ -50,22 +76,8 @@ fn the_daemonset_asks_for_exactly_the_privileges_it_needs() {
         "enters each pod's namespace itself: no hostNetwork"
     );
     let c = &spec["containers"][0];
-    let sc = &c["securityContext"];
-    assert_ne!(sc["privileged"].as_bool(), Some(true), "never privileged");
-    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
-    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
-    let drop: Vec<_> = sc["capabilities"]["drop"].as_vec().unwrap().to_vec();
-    assert_eq!(drop.len(), 1);
-    assert_eq!(drop[0].as_str(), Some("ALL"));
-    let mut add: Vec<&str> = sc["capabilities"]["add"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap())
-        .collect();
-    add.sort();
     assert_eq!(
-        add,
+        capabilities(c),
         [
             "BPF",
             "DAC_READ_SEARCH",
@@ -74,12 +86,7 @@ fn the_daemonset_asks_for_exactly_the_privileges_it_needs() {
             "SYS_PTRACE"
         ]
     );
-    let args: Vec<&str> = c["args"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let args = strings(&c["args"]);
     assert!(args.contains(&"--serve"), "{args:?}");
     // Safe by default: the pod network reaches it, so TLS and a password, from a Secret.
     let web = args
@@ -110,9 +117,7 @@ fn the_daemonset_asks_for_exactly_the_privileges_it_needs() {
 /// on the node, and the capabilities it uses; the systemd unit runs the same agent.
 #[test]
 fn the_policy_agent_is_deployed_with_its_policy() {
-    use yaml_rust2::YamlLoader;
-    let text = std::fs::read_to_string(deploy().join("kubernetes/nagless-watch.yaml")).unwrap();
-    let docs = YamlLoader::load_from_str(&text).expect("valid YAML");
+    let docs = manifest();
     let ds = docs
         .iter()
         .find(|d| d["kind"].as_str() == Some("DaemonSet"))
@@ -123,14 +128,8 @@ fn the_policy_agent_is_deployed_with_its_policy() {
         .iter()
         .find(|c| c["name"].as_str() == Some("nagless-fix-policy"))
         .expect("the agent's container");
-    let args: Vec<&str> = agent["args"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
     assert_eq!(
-        args,
+        strings(&agent["args"]),
         [
             "fix",
             "--policy",
@@ -175,19 +174,8 @@ fn the_policy_agent_is_deployed_with_its_policy() {
     // The watcher reads the agent's status beside its journal.
     let watch = &containers[0];
     assert_eq!(mount(watch, "state")["readOnly"].as_bool(), Some(true));
-    let sc = &agent["securityContext"];
-    assert_ne!(sc["privileged"].as_bool(), Some(true));
-    assert_eq!(sc["allowPrivilegeEscalation"].as_bool(), Some(false));
-    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true));
-    let mut add: Vec<&str> = sc["capabilities"]["add"]
-        .as_vec()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_str().unwrap())
-        .collect();
-    add.sort();
     assert_eq!(
-        add,
+        capabilities(agent),
         [
             "BPF",
             "DAC_READ_SEARCH",
