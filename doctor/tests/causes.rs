@@ -4,7 +4,8 @@
 //! request in two writes held by Nagle, an answer whose last piece is sent with `MSG_MORE` and
 //! held by the kernel, a reader that stops reading, requests and answers the path loses on
 //! purpose (one each in three rounds: at the far end the loss shows only in the sender's
-//! IPv4 numbers). On a 10 ms path of 4 Mbit/s: answers that
+//! IPv4 numbers), a client that writes a request every millisecond with Nagle on while a
+//! thread of its own reads the answers (the ACK clock). On a 10 ms path of 4 Mbit/s: answers that
 //! cross at the path's rate (the truth: their bytes on the wire at the rate). On a 50 ms path:
 //! answers a CUBIC sender's window holds back (slow start, and its restart after idle; the
 //! truth: the answer's first to last byte by the client's clock). Each exchange's truth comes
@@ -46,7 +47,7 @@ struct Label {
     parts: &'static [(Cause, Option<&'static str>)],
 }
 
-const LABELS: [Label; 10] = [
+const LABELS: [Label; 13] = [
     Label {
         name: "think (server)",
         parts: &[(Cause::Think, Some("server"))],
@@ -58,6 +59,21 @@ const LABELS: [Label; 10] = [
     Label {
         name: "Nagle stall (client)",
         parts: &[(Cause::NagleStall, Some("client"))],
+    },
+    Label {
+        name: "ACK-clocked (client)",
+        parts: &[(Cause::AckClocked, Some("client"))],
+    },
+    Label {
+        name: "ACK-clocked (server)",
+        parts: &[(Cause::AckClocked, Some("server"))],
+    },
+    Label {
+        name: "delayed ACK",
+        parts: &[
+            (Cause::DelayedAck, Some("client")),
+            (Cause::DelayedAck, Some("server")),
+        ],
     },
     Label {
         name: "sender's hold (server)",
@@ -366,7 +382,10 @@ fn receiver(p: &EmulatedPath, port: u16) -> Made {
         // A 4 KB buffer may have no room for a segment its window let in (a loaded machine
         // reads late): the reader's kernel drops it, and the sender's probe or timeout sends
         // it again, a loss the doctor names as such. The receiver's doing, truly a loss.
-        unscored: &["loss recovery (client)"],
+        // And while its window lets a segment or two in at a time, the reader's kernel may
+        // delay the ACK that would open it again (24.6 ms given once at the client's end):
+        // the receiver's doing too, named for what it is.
+        unscored: &["loss recovery (client)", "delayed ACK"],
         // The handshake and the close.
         round_trips: [2.0, 2.0],
     }
@@ -528,6 +547,86 @@ fn loss(p: &EmulatedPath, port: u16) -> Made {
         truth_at_server: Some(at_server),
         unscored: &[],
         round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 2.0],
+    }
+}
+
+/// Requests the ACK-clocked client writes, and the time between two of its writes.
+const CLOCKED_REQUESTS: usize = 700;
+const CLOCKED_EVERY: Duration = Duration::from_millis(1);
+
+/// A client that writes a 40-byte request every millisecond on one connection, Nagle on,
+/// while a thread of its own reads the answers (the multiplexed client of redis-rs #2195),
+/// and a server that answers each segment's requests at once: each request written while the
+/// last segment is in flight queues behind its ACK, which the answer brings a round trip
+/// later. The server times each segment's arrival; the truth, per segment, is the mean time
+/// its requests waited in the client's queue (from its write to the segment's arrival, less
+/// the one-way delay): how long a request waited for the clock. The round trips are the
+/// rest of the flow's time at the client (from its connect to its last answer, the handshake
+/// and the close's round trips added), as each end sees it.
+fn clocked(p: &EmulatedPath, port: u16) -> Made {
+    const SIZE: usize = 40;
+    let l = listen(p, port);
+    let srv = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        let mut buf = [0u8; 65536];
+        let (mut got, mut arrivals) = (0usize, Vec::new());
+        loop {
+            let n = match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let at = Instant::now();
+            let before = got / SIZE;
+            got += n;
+            let whole = got / SIZE - before;
+            if whole > 0 {
+                arrivals.push((before, whole, at));
+                s.write_all(&vec![b'r'; whole * SIZE]).unwrap();
+            }
+        }
+        arrivals
+    });
+    let start = Instant::now();
+    let c = connect(p, port);
+    let mut r = c.try_clone().unwrap();
+    let reader = thread::spawn(move || {
+        let mut buf = vec![0u8; CLOCKED_REQUESTS * SIZE];
+        r.read_exact(&mut buf).unwrap();
+        Instant::now()
+    });
+    let mut w = &c;
+    let mut written = Vec::with_capacity(CLOCKED_REQUESTS);
+    for _ in 0..CLOCKED_REQUESTS {
+        w.write_all(&[b'q'; SIZE]).unwrap();
+        written.push(Instant::now());
+        thread::sleep(CLOCKED_EVERY);
+    }
+    let last_answer = reader.join().unwrap();
+    drop(c);
+    let arrivals = srv.join().unwrap();
+    let one_way = rtt_ms(p) / 2.0;
+    let mut queued = 0.0;
+    let mut segments = 0;
+    for (first, n, at) in &arrivals {
+        let waits: f64 = written[*first..first + n]
+            .iter()
+            .map(|w| (ms(at.duration_since(*w)) - one_way).max(0.0))
+            .sum();
+        queued += waits / *n as f64;
+        segments += 1;
+    }
+    eprintln!("ACK-clocked: {segments} segments, {queued:.1} ms queued by the clients' clocks");
+    let lifetime = ms(last_answer.duration_since(start));
+    let rtt = rtt_ms(p);
+    Made {
+        name: "requests clocked by ACKs",
+        port,
+        truth: vec![(0, "ACK-clocked (client)", queued)],
+        truth_at_server: None,
+        unscored: &[],
+        // The connect's round trip is in the lifetime; the close's is not.
+        round_trips: [(lifetime - queued) / rtt + 1.0, (lifetime - queued) / rtt],
     }
 }
 
@@ -788,4 +887,16 @@ fn slow_start_is_the_congestion_window_at_either_end() {
         &[],
         |p| vec![window(p, 7121)],
     );
+}
+
+#[test]
+fn requests_queued_behind_the_ack_clock_at_either_end() {
+    let _one = nagless_test_support::exclusive();
+    let spec = PathSpec {
+        rtt: Duration::from_millis(10),
+        ..PathSpec::default()
+    };
+    check(spec, &["ACK-clocked (client)", "round trip"], &[], |p| {
+        vec![clocked(p, 7131)]
+    });
 }

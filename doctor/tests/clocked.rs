@@ -193,11 +193,13 @@ fn clocked(f: &FlowReport) -> Vec<&'static str> {
     f.ack_clocked.iter().map(|c| c.direction).collect()
 }
 
-/// Each capture, from each end: the multiplexed flow with Nagle on is ACK-clocked both ways
-/// (its server, Nagle on too, answers each request with a write of its own, so its answers
-/// queue behind the client's ACKs as the requests do behind the server's), its verdict and
-/// its finding for Wireshark as documented; with TCP_NODELAY, or a client that sends each
-/// request when the last answer has come, no direction is.
+/// Each capture, from each end: the multiplexed flow with Nagle on is ACK-clocked from its
+/// client, its verdict and its finding for Wireshark as documented; with TCP_NODELAY, or a
+/// client that sends each request when the last answer has come, no direction is. (Its
+/// server, Nagle on too, answers each request with a write of its own, so its answers queue
+/// behind the ACKs the client's requests carry; but each of its segments leaves as a
+/// request arrives, as any answer does, and the wire does not tell the two apart: the server
+/// is not named, the limit `src/analysis/clock.rs` gives.)
 #[test]
 fn the_verdict_matches_what_each_program_did_at_either_end() {
     for name in [
@@ -211,7 +213,7 @@ fn the_verdict_matches_what_each_program_did_at_either_end() {
         let f = flow_on(&d, MULTIPLEXED_NAGLE);
         assert_eq!(
             clocked(f),
-            ["client->server", "server->client"],
+            ["client->server"],
             "{name}: {:#?}",
             f.ack_clocked
         );
@@ -273,7 +275,7 @@ fn the_verdict_matches_what_each_program_did_at_either_end() {
             .iter()
             .filter(|x| x.kind != "exchange-budget")
             .collect();
-        assert_eq!(clocked.len(), 2, "{name}");
+        assert_eq!(clocked.len(), 1, "{name}");
         for (finding, c) in clocked.into_iter().zip(&f.ack_clocked) {
             assert_eq!(finding.kind, "ack-clocked");
             assert_eq!(finding.direction, c.direction);

@@ -1,5 +1,5 @@
 //! The doctor's SVG as a browser shows it (issue 51: the budget as a picture): the SVG of an
-//! ACK-clocked flow with a stall, captured at the client's end of a 10 ms path (its many
+//! ACK-clocked flow with a stall (six causes drawn), captured at the client's end of a 10 ms path (its many
 //! exchanges kept: the first 8 and the 8 slowest), inline in a page Debian's headless Chromium
 //! lays out. Checked: no page error; each exchange's bar of causes lies inside the drawing,
 //! its pieces side by side (none over another) and as long as its time on the drawing's one
@@ -112,8 +112,9 @@ fn each_exchanges_budget_is_drawn_to_scale_in_chromium() {
         .map(|v| v.as_str().unwrap())
         .collect();
     assert_eq!(legend.len(), drawn.len(), "{legend:?} for {drawn:?}");
+    // (The client's ACK-clocked time is the flow's, out of its round trips: no exchange's.)
     assert!(
-        drawn.contains(&"ack-clocked") && drawn.contains(&"nagle-stall"),
+        drawn.len() >= 5 && drawn.contains(&"nagle-stall"),
         "{drawn:?}"
     );
 }

@@ -12,6 +12,14 @@
 //!   sender's side of the round trip), and no later than that side, plus a quarter of it or
 //!   twice its jitter, plus [`CLOCK_SLACK_US`]. At the sender's end that is within
 //!   [`CLOCK_SLACK_US`] of the ACK; at the receiver's end, one round trip after it;
+//! - **not an answer**: that ACK did not come with a question (the client's new data, after
+//!   the server's turn). An answer leaves as its question arrives, ACK and all, whether or
+//!   not any of it queued, and nothing on the wire tells which: a server with `TCP_NODELAY`
+//!   that answers each segment of a clocked client's requests with one write (as Redis does)
+//!   looks exactly as clocked as its client, and was named so, "Nagle is on" and all
+//!   (`tests/causes.rs`, the ACK-clocked scenario). The limit: a server with Nagle on whose
+//!   answers truly queue behind the ACKs its client's requests carry is not named either
+//!   (`tests/clocked.rs`);
 //! - **Nagle on**: the sender had not been seen with two small segments in flight at once
 //!   (then Nagle is off), and is not seen so by the flow's end (else no verdict); nor did a
 //!   quarter or more of its small segments leave beside another unacknowledged small one,
@@ -62,6 +70,9 @@ pub(crate) const CLOCK_SLACK_US: u64 = 200;
 struct Release {
     us: u64,
     frame: u64,
+    /// It carried the peer's question (new data opening an exchange): what the sender sends
+    /// next is its answer, whatever Nagle did.
+    question: bool,
 }
 
 /// One sending direction's evidence so far.
@@ -99,13 +110,25 @@ pub(super) struct Clock {
 
 impl Clock {
     /// The peer of `sender` acknowledged new data of `sender`'s: a release if that was all of
-    /// it (sequence tracking has retired what it covered).
-    pub(super) fn on_ack(&mut self, sender: Direction, seq: &[Sequence; 2], us: u64, frame: u64) {
+    /// it (sequence tracking has retired what it covered). `question`: the acknowledging
+    /// segment carried the peer's question.
+    pub(super) fn on_ack(
+        &mut self,
+        sender: Direction,
+        seq: &[Sequence; 2],
+        us: u64,
+        frame: u64,
+        question: bool,
+    ) {
         let e = &mut self.dirs[sender];
         if seq[sender].all_acked() {
             e.small_out = false;
             if e.sent_since && e.release.is_none() {
-                e.release = Some(Release { us, frame });
+                e.release = Some(Release {
+                    us,
+                    frame,
+                    question,
+                });
             }
         }
     }
@@ -128,7 +151,9 @@ impl Clock {
         let window = release_bounds(seq, sender);
         let small = sequence::sizes(seq, sender).is_small(len, options);
         let e = &mut self.dirs[sender];
-        let release = e.release.take();
+        // A segment that follows the peer's question is its answer: nothing tells from the
+        // wire whether any of it had queued behind the ACK that came with the question.
+        let release = e.release.take().filter(|r| !r.question);
         let previous = e.last_data_us.replace(us);
         e.first_data_us.get_or_insert(us);
         e.sent_since = true;

@@ -292,7 +292,9 @@ impl Flow {
         {
             h.on_all_acked(d.peer(), us);
         }
-        self.clock.on_ack(d.peer(), &self.seq, us, frame);
+        // The acker's question: the client's new data, opening its turn.
+        let question = s.len > 0 && self.last_sender != Some(d) && d == Direction::Client;
+        self.clock.on_ack(d.peer(), &self.seq, us, frame, question);
         if self.collected.len() >= PENDING_MAX {
             self.settle();
         }
