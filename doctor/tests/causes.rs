@@ -560,7 +560,7 @@ const CLOCKED_EVERY: Duration = Duration::from_millis(1);
 /// last segment is in flight queues behind its ACK, which the answer brings a round trip
 /// later. The server times each segment's arrival; the truth, per segment, is the mean time
 /// its requests waited in the client's queue (from its write to the segment's arrival, less
-/// the one-way delay): how long a request waited for the clock. The round trips are the
+/// the way of the first request, which went alone): how long a request waited for the clock. The round trips are the
 /// rest of the flow's time at the client (from its connect to its last answer, the handshake
 /// and the close's round trips added), as each end sees it.
 fn clocked(p: &EmulatedPath, port: u16) -> Made {
@@ -605,7 +605,13 @@ fn clocked(p: &EmulatedPath, port: u16) -> Made {
     let last_answer = reader.join().unwrap();
     drop(c);
     let arrivals = srv.join().unwrap();
-    let one_way = rtt_ms(p) / 2.0;
+    // The first request went with nothing in flight: its way, as the programs see it (the
+    // path's half round trip, the forwarder's time and the server's wake-up), is every
+    // request's beside its wait.
+    let (first, n, at) = arrivals[0];
+    assert_eq!((first, n), (0, 1), "the first request leaves alone");
+    let one_way = ms(at.duration_since(written[0]));
+    assert!(one_way >= rtt_ms(p) / 2.0, "{one_way} ms");
     let mut queued = 0.0;
     let mut segments = 0;
     for (first, n, at) in &arrivals {
