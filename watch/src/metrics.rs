@@ -12,6 +12,7 @@
 //! | `nagless_stalling_connections` | gauge | connections of the group that stalled in the last refresh |
 //! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
 //! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total`, `nagless_tcp_zero_window_probes_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
+//! | `nagless_tcp_backoff` | gauge | the most timeouts (or zero-window probes) in a row of any of the group's connections at the last refresh: each doubled the wait |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
 //! | `nagless_watch_sockets` | gauge | TCP sockets in use on the host (the kernel's count) |
@@ -445,6 +446,7 @@ impl Metrics {
         // window (under eBPF a group has rows only in windows it stalls in).
         for l in self.seen.keys() {
             self.stalling.get_or_create(l).set(0);
+            self.waits.no_backoff(l);
         }
         if self.overflowed.get() > 0 {
             self.stalling.get_or_create(&Labels::overflow()).set(0);
@@ -728,20 +730,31 @@ mod tests {
                 retransmits: 3,
                 timeouts: 1,
                 probes: 2,
+                backoff: 2,
             },
             ..row("python3 push.py", 9000, true)
         };
         m.window(std::slice::from_ref(&slow_reader));
-        m.window(&[slow_reader, row("curl", 80, false)]);
+        // Two rows of one group: the most backed off of them.
+        let other = Row {
+            waits: crate::waits::Waits {
+                backoff: 1,
+                ..slow_reader.waits
+            },
+            ..slow_reader.clone()
+        };
+        m.window(&[slow_reader, other, row("curl", 80, false)]);
         let text = m.encode();
         let g = l("python3 push.py", "9000", "serves", "");
         for want in [
-            format!("nagless_tcp_busy_seconds_total{g} 1.8\n"),
-            format!("nagless_tcp_rwnd_limited_seconds_total{g} 1.7\n"),
-            format!("nagless_tcp_sndbuf_limited_seconds_total{g} 0.04\n"),
-            format!("nagless_tcp_retransmits_total{g} 6\n"),
-            format!("nagless_tcp_timeouts_total{g} 2\n"),
-            format!("nagless_tcp_zero_window_probes_total{g} 4\n"),
+            format!("nagless_tcp_busy_seconds_total{g} 2.7\n"),
+            format!("nagless_tcp_rwnd_limited_seconds_total{g} 2.55\n"),
+            format!("nagless_tcp_sndbuf_limited_seconds_total{g} 0.06\n"),
+            format!("nagless_tcp_retransmits_total{g} 9\n"),
+            format!("nagless_tcp_timeouts_total{g} 3\n"),
+            format!("nagless_tcp_zero_window_probes_total{g} 6\n"),
+            format!("nagless_tcp_backoff{g} 2\n"),
+            format!("nagless_tcp_backoff{} 0\n", l("curl", "80", "connects", "")),
             // A group without any: its series at 0.
             format!(
                 "nagless_tcp_busy_seconds_total{} 0",

@@ -4,7 +4,7 @@
 //! own send buffer did (it ran out of data to send while its buffer was full of data in flight:
 //! a buffer too small for the path's round trip and rate), the segments it
 //! sent again, the retransmission timeouts it took and the zero-window probes it sent (these
-//! back off too, and are not counted as timeouts). Where the doctor splits a capture's
+//! back off too, and are not counted as timeouts), and how far its backoff went. Where the doctor splits a capture's
 //! time into causes, the watch adds these up per group beside its stalls: when a group does
 //! not stall, they say what its time was instead.
 //!
@@ -31,6 +31,12 @@ pub struct Waits {
     /// Zero-window probes: the peer's window stayed closed, and the sender asked again
     /// (counted as the timeouts are, by the rises of the kernel's count in a row).
     pub probes: u64,
+    /// The kernel's backoff, the most of any reading: a connection's timeouts (or
+    /// zero-window probes) in a row, each of which doubled the wait before the next, so that
+    /// a connection at 4 waits 16 times its retransmission timeout. Not a count: a state. In
+    /// one refresh, the state the group's connections were last seen in (0 once ACKs came);
+    /// over a watch's refreshes, the most of them.
+    pub backoff: u8,
 }
 
 impl Waits {
@@ -41,6 +47,7 @@ impl Waits {
         self.retransmits += o.retransmits;
         self.timeouts += o.timeouts;
         self.probes += o.probes;
+        self.backoff = self.backoff.max(o.backoff);
     }
 
     /// Nothing counted.
@@ -110,6 +117,7 @@ impl Reading {
             retransmits: self.retransmits.saturating_sub(b.retransmits),
             timeouts: u64::from(self.timeouts.saturating_sub(b.timeouts)),
             probes: u64::from(self.probes.saturating_sub(b.probes)),
+            backoff: self.timeouts.max(self.probes),
         }
     }
 }
@@ -145,6 +153,7 @@ mod tests {
                 retransmits: 2,
                 timeouts: 2,
                 probes: 0,
+                backoff: 2,
             }
         );
         // A socket made after the watch began: all of it.
@@ -160,9 +169,16 @@ mod tests {
         let probing = Reading::of(&info).unwrap();
         assert_eq!(probing.since(Some(&next)).probes, 3);
         assert_eq!(probing.since(Some(&next)).timeouts, 0);
+        assert_eq!(probing.since(Some(&next)).backoff, 3);
+        // An ACK came: the backoff is over, what was counted stays.
+        let acked = reading(5_600_000, 1_300_000, 5, 0).since(Some(&next));
+        assert_eq!((acked.backoff, acked.retransmits), (0, 0));
         let mut sum = w;
         sum.add(&w);
-        assert_eq!(sum.busy_us, 800_000);
+        sum.add(&acked);
+        assert_eq!(sum.busy_us, 1_000_000);
+        // A group's backoff is its most backed-off connection's.
+        assert_eq!(sum.backoff, 2);
         assert!(!sum.is_empty() && Waits::default().is_empty());
     }
 

@@ -205,6 +205,7 @@ pub(super) fn waited(r: &Row) -> bool {
         || w.sndbuf_limited_us >= NOTABLE_WAIT_US
         || w.retransmits > 0
         || w.timeouts > 0
+        || w.backoff > 0
 }
 
 /// A row's waits in the table's last column, when [`waited`]: the time the peers' windows and
@@ -224,8 +225,11 @@ fn waits_tag(r: &Row) -> Option<String> {
     if w.sndbuf_limited_us >= NOTABLE_WAIT_US {
         parts.push(format!("buffer {:.0} ms", ms(w.sndbuf_limited_us)));
     }
-    if w.retransmits > 0 || w.timeouts > 0 {
+    if w.retransmits > 0 || w.timeouts > 0 || w.backoff > 0 {
         parts.push(format!("{} resent", w.retransmits));
+    }
+    if w.backoff > 1 {
+        parts.push(format!("backoff {}", w.backoff));
     }
     Some(format!("(not Nagle: {})", parts.join(", ")))
 }
@@ -275,9 +279,18 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
                 "its send buffers were too small for the path's round trip and rate, so the network waited for the program (raise its SO_SNDBUF and net.core.wmem_max if it sets one, else the maximum of net.ipv4.tcp_wmem)",
             );
         }
-        if w.retransmits > 0 || w.timeouts > 0 {
+        if w.retransmits > 0 || w.timeouts > 0 || w.backoff > 0 {
+            let backoff = if w.backoff > 0 {
+                format!(
+                    ", {} in a row at the last look (the next wait {}x the retransmission timeout)",
+                    w.backoff,
+                    1u64 << w.backoff.min(15)
+                )
+            } else {
+                String::new()
+            };
             parts.push(format!(
-                "{} segment(s) sent again, {} retransmission timeout(s)",
+                "{} segment(s) sent again, {} retransmission timeout(s){backoff}",
                 w.retransmits, w.timeouts
             ));
             meaning.push(
@@ -495,6 +508,7 @@ mod tests {
             retransmits: 2,
             timeouts: 0,
             probes: 0,
+            backoff: 0,
         };
         let mut t = String::new();
         table(&waiting, 2.0, 1, false, &mut t);
@@ -503,6 +517,25 @@ mod tests {
                 .nth(4)
                 .unwrap()
                 .ends_with("0.0  (not Nagle: window 1500 ms, 2 resent)"),
+            "{t}"
+        );
+        // A connection still backing off: the table and the summary say how far.
+        waiting[3].waits.retransmits = 3;
+        waiting[3].waits.timeouts = 3;
+        waiting[3].waits.backoff = 3;
+        let mut t = String::new();
+        table(&waiting, 2.0, 1, false, &mut t);
+        assert!(
+            t.lines()
+                .nth(4)
+                .unwrap()
+                .ends_with("(not Nagle: window 1500 ms, 3 resent, backoff 3)"),
+            "{t}"
+        );
+        let mut t = String::new();
+        waits_lines(&waiting[3..], 2.0, 1, &mut t);
+        assert!(
+            t.contains("3 segment(s) sent again, 3 retransmission timeout(s), 3 in a row at the last look (the next wait 8x the retransmission timeout)"),
             "{t}"
         );
 

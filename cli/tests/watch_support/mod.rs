@@ -282,7 +282,11 @@ pub fn a_reader_that_stops(backend: &str) {
 /// 40 ms path that loses two of its segments. Its row, on its process and the server's port,
 /// carries the time it had nothing to send because that buffer, full of data in flight, was
 /// too small for the path (0.4 s of 1.1 s busy here, under both backends), and the segments
-/// it sent again; no stall, so the exit status stays 0. The caller holds the machine;
+/// it sent again. Then one byte more, which the path loses five times in a row (its tail
+/// loss probe, then four retransmission timeouts' copies): each timeout doubles the wait
+/// before the next, and the row says how far the backoff went (3 or more: the third
+/// timeout's state lasts about 1.9 s, longer than the eBPF backend's walks are apart; the
+/// fourth's only until the last copy's ACK comes, a round trip). No stall, so the exit status stays 0. The caller holds the machine;
 /// `false` if the path could not be made (skipped).
 pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
     use nagless_netpath::{EmulatedPath, PathSpec, Toward};
@@ -304,6 +308,7 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
     let python_in = |ns: &str, code: String| {
         Command::new("ip")
             .args(["netns", "exec", ns, "python3", "-c", &code])
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -313,9 +318,10 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
         let mut line = String::new();
         let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
         out.read_line(&mut line).unwrap();
+        c.stdout = Some(out.into_inner());
         line
     };
-    let mut w = watch_by(backend, Some(port), 7.0);
+    let mut w = watch_by(backend, Some(port), 10.0);
     wait_ready(&mut w);
     // (`ip netns exec` execs python: the child's pid is python's.)
     let mut sink = Started(python_in(
@@ -330,10 +336,11 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
     let mut sender = Started(python_in(
         cns,
         format!(
-            "import socket, time\ns = socket.socket()\n\
+            "import socket, sys, time\ns = socket.socket()\n\
              s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 16384)\n\
              s.connect(('{server}', {port}))\nprint('connected', flush=True)\n\
-             s.sendall(b'x' * (1 << 20))\ntime.sleep(1.5)\n"
+             s.sendall(b'x' * (1 << 20))\ntime.sleep(0.5)\nprint('sent', flush=True)\n\
+             sys.stdin.readline()\ns.send(b'y')\ntime.sleep(5.0)\n"
         ),
     ));
     assert_eq!(first_line(&mut sender.0).trim(), "connected");
@@ -342,7 +349,16 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
         std::thread::sleep(Duration::from_millis(400));
         p.lose_next_data(Toward::Server);
     }
+    // Its megabyte sent (and acknowledged, half a second later): the byte's first five
+    // copies are lost.
+    assert_eq!(first_line(&mut sender.0).trim(), "sent");
+    let lost_before = p.stats().lost;
+    for _ in 0..5 {
+        p.lose_next_data(Toward::Server);
+    }
+    std::io::Write::write_all(&mut sender.0.stdin.take().unwrap(), b"go\n").unwrap();
     assert!(sender.0.wait().unwrap().success());
+    assert_eq!(p.stats().lost, lost_before + 5, "{:?}", p.stats());
     let (lines, code) = json_lines(w);
     let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
     assert_eq!(code, Some(0), "no stall: {summary}");
@@ -358,7 +374,12 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
     // the kernel counts that time as the program's, not the buffer's: a tenth of a second
     // still tells a build that counts it from one that does not.)
     assert!(sndbuf >= 100_000, "the send buffer ({backend}): {row}");
-    assert!(retransmits >= 1, "the losses ({backend}): {row}");
+    assert!(retransmits >= 6, "the losses ({backend}): {row}");
+    let (timeouts, backoff) = (waits["timeouts"].as_u64(), waits["backoff"].as_u64());
+    assert!(
+        timeouts >= Some(3) && backoff >= Some(3),
+        "the byte's timeouts ({backend}): {row}"
+    );
     assert!(
         p.stats().lost >= 1,
         "the path lost nothing: {:?}",

@@ -9,13 +9,16 @@
 //! | `nagless_tcp_retransmits_total` | counter | segments sent again |
 //! | `nagless_tcp_timeouts_total` | counter | retransmission timeouts |
 //! | `nagless_tcp_zero_window_probes_total` | counter | zero-window probes (the peers' windows stayed closed) |
+//! | `nagless_tcp_backoff` | gauge | the most timeouts (or zero-window probes) in a row of any of the group's connections at the last refresh: each doubled the wait (4: 16 times the retransmission timeout); 0 once ACKs come |
 //!
-//! Summed over the group's connections, so a busy time can pass the wall time. The sampling
+//! The counters are summed over the group's connections, so a busy time can pass the wall
+//! time; the backoff is the most backed-off connection's. The sampling
 //! backend reads them from `tcp_info`, the eBPF backend from the same fields through its
 //! `waits` iterator (`crate::ebpf`).
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Registry, Unit};
 
 use super::labels::Labels;
@@ -31,6 +34,7 @@ pub(super) struct WaitFamilies {
     retransmits: Family<Labels, Counter>,
     timeouts: Family<Labels, Counter>,
     probes: Family<Labels, Counter>,
+    backoff: Family<Labels, Gauge>,
 }
 
 impl WaitFamilies {
@@ -69,7 +73,17 @@ impl WaitFamilies {
             "Zero-window probes the group's connections sent (their peers' windows stayed closed)",
             f.probes.clone(),
         );
+        r.register(
+            "nagless_tcp_backoff",
+            "The most retransmission timeouts (or zero-window probes) in a row of any of the group's connections at the last refresh: each doubled the wait before the next (4: 16 times the retransmission timeout); 0 once ACKs come",
+            f.backoff.clone(),
+        );
         f
+    }
+
+    /// Group `l`'s backoff at 0 for a new refresh (made if new), until a row of it says more.
+    pub(super) fn no_backoff(&self, l: &Labels) {
+        self.backoff.get_or_create(l).set(0);
     }
 
     /// Adds a refresh's waits to group `l`'s series (made at 0 if new).
@@ -82,6 +96,8 @@ impl WaitFamilies {
         self.retransmits.get_or_create(l).inc_by(w.retransmits);
         self.timeouts.get_or_create(l).inc_by(w.timeouts);
         self.probes.get_or_create(l).inc_by(w.probes);
+        let backoff = self.backoff.get_or_create(l);
+        backoff.set(backoff.get().max(i64::from(w.backoff)));
     }
 
     /// Removes group `l`'s series.
@@ -92,5 +108,6 @@ impl WaitFamilies {
         self.retransmits.remove(l);
         self.timeouts.remove(l);
         self.probes.remove(l);
+        self.backoff.remove(l);
     }
 }
