@@ -257,6 +257,17 @@ fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
     watch_support::a_reader_that_stops("ebpf");
 }
 
+/// Issue 51's honest negative under eBPF for connections closed between two walks
+/// (`watch_support::short_connections_held_back`).
+#[test]
+fn connections_closed_between_walks_keep_their_counts() {
+    let _one = exclusive();
+    if !ebpf_or_skip() {
+        return;
+    }
+    watch_support::short_connections_held_back("ebpf");
+}
+
 /// Issue 51's path causes under eBPF (`watch_support::a_small_buffer_on_a_lossy_path`).
 #[test]
 fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {

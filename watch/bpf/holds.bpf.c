@@ -34,7 +34,10 @@
  * walks every process's open files, and writes out each TCP socket whose time the kernel
  * counts moved since the jiffy userspace names (its chronos: busy, receive-window limited,
  * send-buffer limited, as tcp_info gives them, in jiffies), with the process that holds it:
- * the whole wait, per workload, without a socket listing (watch/src/ebpf/waits.rs).
+ * the whole wait, per workload, without a socket listing (watch/src/ebpf/waits.rs). And
+ * sock:inet_sock_set_state, when a program closes a socket (or shuts its sending side down):
+ * the same counters then, with that program, into the `closed` map, which userspace drains
+ * at each walk (a socket closed between two walks keeps its counts).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -433,6 +436,54 @@ struct waits {
 };
 _Static_assert(sizeof(struct waits) == 128, "waits layout");
 
+/* The sockets a program closed (or shut the sending side of) since userspace last drained
+ * this map, at each walk: their counters at that moment and the process that closed them,
+ * which no walk can find once the files are gone. Keyed by cookie; the oldest go first when
+ * it is full. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct waits);
+} closed SEC(".maps");
+
+/* Fills `w` with `tp`'s counters as they are now, as held by `task`; 0 (and `w` left
+ * unfilled) for a socket that never counted anything (never busy, nothing sent again). */
+static __always_inline int read_waits(struct sock *sk, struct tcp_sock *tp, unsigned short family,
+				      struct task_struct *task, struct waits *w)
+{
+	__u8 type = BPF_CORE_READ_BITFIELD(tp, chrono_type);
+	__u32 start = tp->chrono_start;
+	__u64 jiffies = bpf_jiffies64();
+	__u64 stat[3];
+	for (int i = 0; i < 3; i++) {
+		stat[i] = tp->chrono_stat[i];
+		if (type == i + 1)
+			stat[i] += (__u32)jiffies - start;
+	}
+	__u32 retrans = tp->total_retrans;
+	if (stat[0] + stat[1] + stat[2] == 0 && retrans == 0)
+		return 0; /* never busy */
+	w->cookie = bpf_get_socket_cookie(sk);
+	w->cgroup = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
+	w->busy_j = stat[0] + stat[1] + stat[2];
+	w->rwnd_j = stat[1];
+	w->sndbuf_j = stat[2];
+	w->jiffies = jiffies;
+	w->now_ns = bpf_ktime_get_ns();
+	w->total_retrans = retrans;
+	w->pid = BPF_CORE_READ(task, tgid);
+	w->uid = BPF_CORE_READ(task, cred, uid.val);
+	w->family = family;
+	w->sport = sk->__sk_common.skc_num;
+	w->dport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	w->timeouts = tp->inet_conn.icsk_retransmits;
+	w->probes = tp->inet_conn.icsk_probes_out;
+	addresses(sk, family, &w->saddr, &w->daddr);
+	bpf_probe_read_kernel(w->comm, sizeof(w->comm), task->comm);
+	return 1;
+}
+
 SEC("iter/task_file")
 int waits(struct bpf_iter__task_file *ctx)
 {
@@ -457,38 +508,36 @@ int waits(struct bpf_iter__task_file *ctx)
 	__u8 type = BPF_CORE_READ_BITFIELD(tp, chrono_type);
 	__u32 start = tp->chrono_start;
 	__u8 timeouts = tp->inet_conn.icsk_retransmits;
-	__u8 probes = tp->inet_conn.icsk_probes_out;
 	if (since && *since && type == 0 && timeouts == 0 && before(start, (__u32)*since))
 		return 0; /* idle since the last walk */
-	__u64 jiffies = bpf_jiffies64();
-	__u64 stat[3];
-	for (int i = 0; i < 3; i++) {
-		stat[i] = tp->chrono_stat[i];
-		if (type == i + 1)
-			stat[i] += (__u32)jiffies - start;
-	}
-	__u32 retrans = tp->total_retrans;
-	if (stat[0] + stat[1] + stat[2] == 0 && retrans == 0)
-		return 0; /* never busy */
-	struct waits w = {
-		.cookie = bpf_get_socket_cookie(sk),
-		.cgroup = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id),
-		.busy_j = stat[0] + stat[1] + stat[2],
-		.rwnd_j = stat[1],
-		.sndbuf_j = stat[2],
-		.jiffies = jiffies,
-		.now_ns = bpf_ktime_get_ns(),
-		.total_retrans = retrans,
-		.pid = task->tgid,
-		.uid = BPF_CORE_READ(task, cred, uid.val),
-		.family = family,
-		.sport = sk->__sk_common.skc_num,
-		.dport = __builtin_bswap16(sk->__sk_common.skc_dport),
-		.timeouts = timeouts,
-		.probes = probes,
-	};
-	addresses(sk, family, &w.saddr, &w.daddr);
-	bpf_probe_read_kernel(w.comm, sizeof(w.comm), task->comm);
-	bpf_seq_write(ctx->meta->seq, &w, sizeof(w));
+	struct waits w = {};
+	if (read_waits(sk, tp, family, task, &w))
+		bpf_seq_write(ctx->meta->seq, &w, sizeof(w));
+	return 0;
+}
+
+#define TCP_FIN_WAIT1 4
+#define TCP_LAST_ACK 9
+
+/* A program closes a socket, or shuts its sending side down (tcp_close, tcp_shutdown: in the
+ * program's own context, so the current task is the one that held it): its counters now go
+ * to the `closed` map. A socket reset or timed out (no program at hand) is not seen here. */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(closing, struct sock *sk, int oldstate, int newstate)
+{
+	if (newstate != TCP_FIN_WAIT1 && newstate != TCP_LAST_ACK)
+		return 0;
+	if (sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
+		return 0;
+	unsigned short family = sk->__sk_common.skc_family;
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	struct waits w = {};
+	if (!read_waits(sk, tp, family, bpf_get_current_task_btf(), &w))
+		return 0;
+	bpf_map_update_elem(&closed, &w.cookie, &w, BPF_ANY);
 	return 0;
 }

@@ -42,7 +42,7 @@ mod waits;
 pub(crate) use clock::{Clock, CLOCK_SIZE};
 pub(crate) use counters::Counters;
 pub(crate) use event::Event;
-pub(crate) use waits::{in_us, SocketWaits, TickRate};
+pub(crate) use waits::{in_us, SocketWaits, TickRate, WAITS_SIZE};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, Iter, ProgramInfo};
@@ -170,6 +170,10 @@ pub(crate) struct EbpfWatcher {
 struct WaitsWalk {
     /// Its setting: the jiffy from which a socket's chronos must have moved to be written.
     since: Array<MapData, u64>,
+    /// The sockets programs closed since the last walk, with their counters then (the
+    /// `closing` program's; `None` if the kernel refused it: their counts since the last walk
+    /// are then lost).
+    closed: Option<BpfHashMap<MapData, u64, [u8; WAITS_SIZE]>>,
     /// Each socket's counters when last read, its times in jiffies.
     readings: HashMap<u64, crate::waits::Reading>,
     /// The kernel's tick rate, once known ([`TickRate`]).
@@ -204,8 +208,10 @@ impl WaitsWalk {
         let p: &mut Iter = bpf.program_mut("waits")?.try_into().ok()?;
         p.load("task_file", btf).ok()?;
         let since = Array::try_from(bpf.take_map("walk")?).ok()?;
+        let closed = Self::closing(bpf, btf);
         Some(WaitsWalk {
             since,
+            closed,
             readings: HashMap::new(),
             hz: TickRate::default(),
             jiffies: 0,
@@ -216,6 +222,32 @@ impl WaitsWalk {
             spent: Duration::ZERO,
             records: 0,
         })
+    }
+
+    /// Loads and attaches the `closing` program, and takes its map.
+    fn closing(bpf: &mut Ebpf, btf: &Btf) -> Option<BpfHashMap<MapData, u64, [u8; WAITS_SIZE]>> {
+        let p: &mut BtfTracePoint = bpf.program_mut("closing")?.try_into().ok()?;
+        p.load("inet_sock_set_state", btf).ok()?;
+        p.attach().ok()?;
+        BpfHashMap::try_from(bpf.take_map("closed")?).ok()
+    }
+
+    /// The sockets closed since the last drain, their records taken out of the map.
+    fn drain_closed(&mut self) -> Vec<SocketWaits> {
+        let Some(m) = &mut self.closed else {
+            return Vec::new();
+        };
+        let keys: Vec<u64> = m.keys().filter_map(Result::ok).collect();
+        let mut out = Vec::with_capacity(keys.len());
+        for cookie in keys {
+            let got = m.get(&cookie, 0);
+            let _ = m.remove(&cookie);
+            out.extend(
+                got.ok()
+                    .and_then(|b: [u8; WAITS_SIZE]| SocketWaits::parse(&b)),
+            );
+        }
+        out
     }
 
     /// Walks every process's files once (at most one walk in `WALK_SPACING` times the last
@@ -241,18 +273,27 @@ impl WaitsWalk {
         if full {
             self.full_at = Some(t);
         }
+        // The sockets closed since the last walk first, in the order they closed, then the
+        // walk's. Each reading counts from the one before it in this order, and nothing counts
+        // twice: a socket closed after the walk read it counts from the last walk to its
+        // close, then nothing more (the walk's reading is older); one whose sending side was
+        // shut down before the walk, and is still held, counts up to the shutdown, then from
+        // it to the walk.
+        let mut closed = self.drain_closed();
+        closed.sort_by_key(|w| w.jiffies);
         let got = SocketWaits::parse_all(&bytes);
-        self.records += got.len() as u64;
+        self.records += (closed.len() + got.len()) as u64;
         let first = self.walks == 0;
         self.walks += 1;
         let mut seen = HashSet::with_capacity(got.len());
         let mut out = Vec::new();
         let mut newest = 0;
-        for w in got {
+        let closed_then_walked = closed.into_iter().map(|w| (true, w));
+        for (was_closed, w) in closed_then_walked.chain(got.into_iter().map(|w| (false, w))) {
             newest = newest.max(w.jiffies);
             self.hz.observe(w.jiffies, w.now_ns);
             // (A socket held by several processes, or by one twice: its first holder.)
-            if !seen.insert(w.cookie) {
+            if !was_closed && !seen.insert(w.cookie) {
                 continue;
             }
             let now = w.reading_in_jiffies();
@@ -597,6 +638,11 @@ impl EbpfWatcher {
         let mut runs = 0;
         for (name, _) in PROGRAMS {
             let info: ProgramInfo = self.bpf.program(name)?.info().ok()?;
+            time += info.run_time();
+            runs += info.run_count();
+        }
+        // (The waits walk's closing program, where the kernel took it.)
+        if let Some(info) = self.bpf.program("closing").and_then(|p| p.info().ok()) {
             time += info.run_time();
             runs += info.run_count();
         }
