@@ -277,3 +277,92 @@ fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {
     }
     watch_support::a_small_buffer_on_a_lossy_path("ebpf");
 }
+
+/// Issue 51's sender's own hold, live (HAProxy #3447): a server that answers each request with
+/// a head, then, 15 ms later (the client has ACKed the head at once: nothing in flight), its
+/// last 100 bytes with `MSG_MORE` and nothing after. The kernel holds that piece until its
+/// 200 ms ceiling. The server's row, on its process and port, names five holds of 190 ms or
+/// more, and no stall (exit 0). The same server sending its last piece plainly holds nothing.
+#[test]
+fn a_senders_own_cork_is_named_on_its_process_and_port() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    let _one = exclusive();
+    if !ebpf_or_skip() {
+        return;
+    }
+    const ROUNDS: usize = 5;
+    for msg_more in [true, false] {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut w = watch_by("ebpf", Some(port), 2.5);
+        wait_ready(&mut w);
+        let srv = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_nodelay(true).unwrap();
+            let mut q = [0u8; 10];
+            for _ in 0..ROUNDS {
+                s.read_exact(&mut q).unwrap();
+                s.write_all(&[b'h'; 50]).unwrap();
+                std::thread::sleep(Duration::from_millis(15));
+                let body = [b'b'; 100];
+                let flags = if msg_more { libc::MSG_MORE } else { 0 };
+                // SAFETY: a send of a live buffer of its length on a socket this thread owns.
+                let n =
+                    unsafe { libc::send(s.as_raw_fd(), body.as_ptr().cast(), body.len(), flags) };
+                assert_eq!(n, 100);
+            }
+            // Open until the client has read it all: a close would push the last piece.
+            s
+        });
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_nodelay(true).unwrap();
+        let (mut head, mut body) = ([0u8; 50], [0u8; 100]);
+        let started = Instant::now();
+        for _ in 0..ROUNDS {
+            c.write_all(&[b'q'; 10]).unwrap();
+            c.read_exact(&mut head).unwrap();
+            // ACK the head at once: nothing but the kernel's ceiling pushes a corked piece.
+            socket2::SockRef::from(&c).set_tcp_quickack(true).unwrap();
+            c.read_exact(&mut body).unwrap();
+        }
+        let took = started.elapsed();
+        drop(srv.join().unwrap());
+        let (lines, code) = json_lines(w);
+        let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
+        assert_eq!(code, Some(0), "no stall: {summary}");
+        let served: Vec<&serde_json::Value> = summary["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["port"] == port && r["serves"] == true)
+            .collect();
+        let holds: u64 = served
+            .iter()
+            .map(|r| r["sender_holds"].as_u64().unwrap())
+            .sum();
+        let held_ms: f64 = served
+            .iter()
+            .map(|r| r["sender_hold_ms"].as_f64().unwrap())
+            .sum();
+        eprintln!(
+            "MSG_MORE {msg_more}: {ROUNDS} answers in {took:?}, {holds} held, {held_ms:.1} ms"
+        );
+        if msg_more {
+            let row = served
+                .first()
+                .unwrap_or_else(|| panic!("no row: {summary}"));
+            assert_eq!(row["pid"], std::process::id(), "{row}");
+            assert_eq!(holds, ROUNDS as u64, "{summary}");
+            assert!(held_ms >= 190.0 * ROUNDS as f64, "{summary}");
+            assert_eq!(row["kind"], "sender-hold", "{row}");
+            assert_eq!(row["stalls"], 0, "{row}");
+        } else {
+            assert_eq!(holds, 0, "{summary}");
+            assert!(
+                took < Duration::from_millis(150 * ROUNDS as u64),
+                "{took:?}"
+            );
+        }
+    }
+}

@@ -19,16 +19,20 @@
 //! Nagle costs a busy shared connection time without any stall: its writes wait for the
 //! peer's prompt ACKs, one round trip after another. [`judge_clock`] names such an
 //! **ACK-clocked** connection from its ACK-released holds ([`ClockEvidence`]), with its cost.
+//! And a sender can hold its own writes without Nagle: a cork left on, which the kernel
+//! releases after 200 ms ([`is_cork_ceiling`]).
 //!
 //! Public is what the doctor and the watcher use; the rule's other thresholds are its own
 //! (`unreachable_pub` holds it).
 #![warn(unreachable_pub)]
 
 mod ack_clock;
+mod cork;
 pub use ack_clock::{
     clock_window_us, is_clocked_release, judge_clock, AckClocked, ClockEvidence, NotClocked,
     CLOCKED_FIX,
 };
+pub use cork::{is_cork_ceiling, CORK_CEILING_US, CORK_EARLY_US, CORK_FIX};
 
 /// An ACK sent this long or longer after the data it acknowledges (the path's round trip
 /// taken off) is a delayed ACK. Linux's delayed-ACK timer is 40 ms at its shortest

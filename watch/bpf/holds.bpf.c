@@ -10,7 +10,10 @@
  * - sock:sock_send_length (a send on a socket returned): bytes written but not sent
  *   (write_seq past snd_nxt) while earlier data is unacknowledged (packets_out > 0) and the
  *   congestion window has room (packets_out < snd_cwnd): TCP holds them (Nagle, or cork,
- *   which the release tells apart). The hold (time, bytes, the writer's pid, tid, uid, cgroup
+ *   which the release tells apart). Or while nothing is in flight and the peer's window is
+ *   open: the sender's own cork (TCP_CORK, MSG_MORE), which no ACK will release; reported
+ *   when the kernel's ceiling (its probe timer, 200 ms) sends the bytes, cork_min_ns or
+ *   more after they were written. The hold (time, bytes, the writer's pid, tid, uid, cgroup
  *   and name) is kept per socket.
  * - tcp:tcp_probe (a segment arrives on an established socket): for a socket holding a write,
  *   the time, so the release can be tied to the segment whose ACK let the bytes go.
@@ -51,6 +54,9 @@ const volatile __u64 min_hold_ns = 30000000;
 /* Set by the loader to the latest release after the ACK the stall rule allows at the sender
  * (nagless_stall_rule::release_window_us(0, 0).1, in ns). */
 const volatile __u64 clock_gap_ns = 2000000;
+/* Set by the loader to the shortest cork the kernel's ceiling ends
+ * (nagless_stall_rule::CORK_CEILING_US - CORK_EARLY_US, in ns). */
+const volatile __u64 cork_min_ns = 190000000;
 
 #define TCP_ESTABLISHED 1
 #define TCP_CLOSE_WAIT 8
@@ -83,7 +89,8 @@ struct hold {
 	__u32 mss;
 	__u32 pid, tid, uid;
 	__u8 zero_window, loss;
-	__u8 _pad[2];
+	__u8 cork;     /* nothing was in flight when it began: the sender's own hold, not Nagle's */
+	__u8 _pad[1];
 	char comm[16];
 };
 
@@ -102,7 +109,7 @@ struct event {
 	__u16 family;      /* 52 */
 	__u16 sport;       /* 54: host order */
 	__u16 dport;       /* 56: host order */
-	__u8 zero_window;  /* 58 */
+	__u8 flags;        /* 58: FLAG_ZERO_WINDOW, FLAG_CORK */
 	__u8 loss;         /* 59 */
 	__u8 saddr[16];    /* 60: IPv4 in the first 4 bytes */
 	__u8 daddr[16];    /* 76 */
@@ -112,6 +119,11 @@ struct event {
 	__u64 released_ns; /* 120: the release (bpf_ktime_get_ns: CLOCK_MONOTONIC) */
 };
 _Static_assert(sizeof(struct event) == 128, "event layout");
+
+/* The event's flags: the peer's window was shut during the hold; the hold began with nothing
+ * in flight (a cork: reported when the kernel's ceiling released it, cork_min_ns or later). */
+#define FLAG_ZERO_WINDOW 1
+#define FLAG_CORK 2
 
 /* Per socket (by cookie): the short holds an ACK released since userspace last drained it;
  * watch/src/ebpf/clock.rs mirrors it, offsets asserted. */
@@ -225,8 +237,11 @@ int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
 	if (!before(snd_nxt, write_seq))
 		return 0; /* all sent */
 	__u32 packets_out = tp->packets_out;
-	if (packets_out == 0 || packets_out >= tp->snd_cwnd)
-		return 0; /* nothing in flight (cork, not Nagle), or the window is full */
+	/* Nothing in flight, and bytes kept back: not Nagle, which sends then, but the sender's
+	 * own cork (TCP_CORK, or a send with MSG_MORE), unless the peer's window is shut. */
+	__u8 cork = packets_out == 0;
+	if (cork ? tp->snd_wnd == 0 : packets_out >= tp->snd_cwnd)
+		return 0; /* a shut window, or a full congestion window */
 	unsigned char state = sk->__sk_common.skc_state;
 	if (state != TCP_ESTABLISHED && state != TCP_CLOSE_WAIT)
 		return 0;
@@ -259,6 +274,7 @@ int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
 		.uid = (__u32)bpf_get_current_uid_gid(),
 		.zero_window = zw,
 		.loss = loss,
+		.cork = cork,
 	};
 	bpf_get_current_comm(n.comm, sizeof(n.comm));
 	bpf_map_update_elem(&holds, &key, &n, BPF_ANY);
@@ -321,7 +337,8 @@ static __always_inline void report(struct sock *sk, struct tcp_sock *tp, struct 
 	e->family = BPF_CORE_READ(sk, __sk_common.skc_family);
 	e->sport = BPF_CORE_READ(sk, __sk_common.skc_num);
 	e->dport = __builtin_bswap16(BPF_CORE_READ(sk, __sk_common.skc_dport));
-	e->zero_window = h->zero_window || BPF_CORE_READ(tp, snd_wnd) == 0;
+	e->flags = (h->zero_window || BPF_CORE_READ(tp, snd_wnd) == 0 ? FLAG_ZERO_WINDOW : 0) |
+		   (h->cork ? FLAG_CORK : 0);
 	e->loss = h->loss || in_loss_recovery_probed(tp);
 	__builtin_memset(e->saddr, 0, sizeof(e->saddr));
 	__builtin_memset(e->daddr, 0, sizeof(e->daddr));
@@ -384,6 +401,18 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 		return 0;
 	/* skb->sk is only RCU-protected: probe reads from here on (a socket holding a write). */
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	if (h->cork) {
+		/* Nothing was in flight: no ACK released it. Reported if the kernel's ceiling did
+		 * (the program did not write the rest sooner). */
+		__u64 now = bpf_ktime_get_ns();
+		__u64 hold_ns = now - h->start_ns;
+		if (hold_ns >= cork_min_ns)
+			report(sk, tp, h, now, hold_ns);
+		else
+			count(SENT_NO_ACK);
+		bpf_map_delete_elem(&holds, &key);
+		return 0;
+	}
 	if (!before(h->una, BPF_CORE_READ(tp, snd_una))) {
 		bpf_map_delete_elem(&holds, &key);
 		count(SENT_NO_ACK);

@@ -44,6 +44,9 @@ pub enum RowKind {
     /// ACK-clocked: its writes waited behind the peer's prompt ACKs, not a stall (and that
     /// cost more than any stalls it had).
     AckClocked,
+    /// Its own writes held by a cork the kernel's 200 ms ceiling released (eBPF only; and
+    /// that cost more than its stalls and clocked waits).
+    SenderHold,
 }
 
 /// Counters of one group.
@@ -115,6 +118,14 @@ pub struct Row {
     /// nothing was counted, as under eBPF).
     #[serde(skip_serializing_if = "Waits::is_empty")]
     pub waits: Waits,
+    /// Writes the group's connections held themselves: the last piece of a message kept back
+    /// by a cork (`TCP_CORK`, or a send with `MSG_MORE`) with nothing in flight, until the
+    /// kernel's 200 ms ceiling sent it. Not Nagle. eBPF only (sampling cannot see them).
+    pub sender_holds: u64,
+    /// Their time held, ms.
+    pub sender_hold_ms: f64,
+    /// Connections with such holds.
+    pub sender_hold_connections: usize,
 }
 
 impl Row {
@@ -149,6 +160,11 @@ pub(crate) struct Tally {
     acked_by: Option<u32>,
     /// What the kernel counted of the time and losses ([`crate::waits`]).
     waits: Waits,
+    /// Writes its sender held itself (a cork the kernel's ceiling released), their time
+    /// (µs), and connections among `conns` with such holds.
+    corks: u64,
+    cork_us: u64,
+    corking: u64,
 }
 
 impl Tally {
@@ -183,6 +199,14 @@ impl Tally {
         });
     }
 
+    /// Counts one write the sender held itself for `held_us`: the tally's connection (if it
+    /// counts one) had it.
+    pub(crate) fn add_cork(&mut self, held_us: u64) {
+        self.corking = self.conns;
+        self.corks += 1;
+        self.cork_us += held_us;
+    }
+
     /// Counts what the kernel counted of the connection's time and losses since last read.
     pub(crate) fn add_waits(&mut self, w: &Waits) {
         self.waits.add(w);
@@ -199,7 +223,14 @@ impl Tally {
         self.conns += o.conns;
         self.stalling += o.stalling;
         self.clocking += o.clocking;
-        debug_assert!(self.stalling <= self.conns && self.clocking <= self.conns);
+        self.corking += o.corking;
+        debug_assert!(
+            self.stalling <= self.conns
+                && self.clocking <= self.conns
+                && self.corking <= self.conns
+        );
+        self.corks += o.corks;
+        self.cork_us += o.cork_us;
         self.clock_releases += o.clock_releases;
         self.clock_held_us += o.clock_held_us;
         self.clock_span = match (self.clock_span, o.clock_span) {
@@ -226,7 +257,11 @@ impl Tally {
             data_segments: None,
         })
         .ok();
+        let clocked_us = ack_clocked.map_or(0, |_| self.clock_held_us);
         let kind = match ack_clocked {
+            _ if self.corks > 0 && self.cork_us >= self.lost_us.max(clocked_us) => {
+                RowKind::SenderHold
+            }
             Some(_) if self.clock_held_us >= self.lost_us => RowKind::AckClocked,
             _ if self.stalls > 0 => RowKind::Stall,
             Some(_) => RowKind::AckClocked,
@@ -265,6 +300,9 @@ impl Tally {
             ack_clocked,
             acked_by: self.acked_by.map(crate::peer::named),
             waits: self.waits,
+            sender_holds: self.corks,
+            sender_hold_ms: self.cork_us as f64 / 1000.0,
+            sender_hold_connections: self.corking as usize,
         }
     }
 }
@@ -299,6 +337,7 @@ pub(crate) struct Board {
     seen: HashSet<(GroupKey, u64)>,
     stalled: HashSet<(GroupKey, u64)>,
     clocked: HashSet<(GroupKey, u64)>,
+    corked: HashSet<(GroupKey, u64)>,
 }
 
 impl Board {
@@ -352,6 +391,17 @@ impl Board {
         self.add(key, who, &t);
     }
 
+    /// Adds one write of connection `cookie` its sender held itself for `held_us` (a cork the
+    /// kernel's ceiling released) to its group, which counts the connection once.
+    pub(crate) fn add_cork(&mut self, key: &GroupKey, who: &Who, cookie: u64, held_us: u64) {
+        let mut t = Tally::default();
+        t.add_cork(held_us);
+        let id = (key.clone(), cookie);
+        t.conns = u64::from(self.seen.insert(id.clone()));
+        t.corking = u64::from(self.corked.insert(id));
+        self.add(key, who, &t);
+    }
+
     /// Adds what the kernel counted of a socket's time and losses since it was last read
     /// (under eBPF, from the `waits` iterator: sampling adds its own socket's tallies).
     pub(crate) fn add_waits(&mut self, key: &GroupKey, who: &Who, cookie: u64, w: &Waits) {
@@ -370,8 +420,8 @@ impl Board {
             .map(|(k, (who, t))| t.row(k, who.clone(), watched_us))
             .collect();
         v.sort_by(|a, b| {
-            (b.lost_ms + b.ack_held_ms)
-                .total_cmp(&(a.lost_ms + a.ack_held_ms))
+            (b.lost_ms + b.ack_held_ms + b.sender_hold_ms)
+                .total_cmp(&(a.lost_ms + a.ack_held_ms + a.sender_hold_ms))
                 .then(b.connections.cmp(&a.connections))
                 .then(a.port.cmp(&b.port))
         });
@@ -439,5 +489,37 @@ mod tests {
         // Over a 10 s watch, the clocked second is judged over its span, not the watch.
         let c = b.rows(10_000_000)[0].ack_clocked.unwrap();
         assert!((c.share - 0.61).abs() < 1e-9, "{c:?}");
+    }
+
+    #[test]
+    fn a_senders_own_holds_name_the_group_when_they_cost_most() {
+        let mut b = Board::default();
+        let who = Who::default();
+        // Port 8080: three corked answers on two connections, and one shorter stall.
+        b.add_cork(&key(8080), &who, 1, 204_000);
+        b.add_cork(&key(8080), &who, 1, 208_000);
+        b.add_cork(&key(8080), &who, 2, 212_000);
+        b.add_stall(&key(8080), &who, 2, &stall(40_000), None);
+        // Port 80: a stall that cost more than its one hold.
+        b.add_cork(&key(80), &who, 3, 200_000);
+        b.add_stall(&key(80), &who, 3, &stall(300_000), None);
+        let rows = b.rows(1_000_000);
+        let corking = rows.iter().find(|r| r.port == 8080).unwrap();
+        assert_eq!(corking.kind, RowKind::SenderHold, "{corking:?}");
+        assert_eq!(
+            (
+                corking.sender_holds,
+                corking.sender_hold_connections,
+                corking.connections
+            ),
+            (3, 2, 2)
+        );
+        assert!((corking.sender_hold_ms - 624.0).abs() < 1e-9);
+        assert_eq!(corking.stalls, 1);
+        let stalling = rows.iter().find(|r| r.port == 80).unwrap();
+        assert_eq!(stalling.kind, RowKind::Stall, "{stalling:?}");
+        assert_eq!(stalling.sender_holds, 1);
+        // The corking group first: its holds cost the most.
+        assert_eq!(rows[0].port, 8080);
     }
 }

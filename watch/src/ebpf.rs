@@ -48,7 +48,9 @@ use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, Iter, ProgramInfo};
 use aya::{Btf, Ebpf, EbpfLoader};
 use nagless_host::{BpfError, Caps, Pid, Proc};
-use nagless_stall_rule::{release_window_us, DELAYED_ACK_MIN_US};
+use nagless_stall_rule::{
+    is_cork_ceiling, release_window_us, CORK_CEILING_US, CORK_EARLY_US, DELAYED_ACK_MIN_US,
+};
 use netlink_packet_sock_diag::inet::StateFlags;
 
 use crate::backend::{KernelReport, Run, Source};
@@ -354,10 +356,13 @@ impl EbpfWatcher {
         let min_hold_ns: u64 = DELAYED_ACK_MIN_US * 1000;
         // At the sender: the latest a write may leave after the ACK that released it.
         let clock_gap_ns: u64 = release_window_us(0, 0).1 * 1000;
+        // The shortest cork the kernel's ceiling ends.
+        let cork_min_ns: u64 = (CORK_CEILING_US - CORK_EARLY_US) * 1000;
         let mut bpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("min_hold_ns", &min_hold_ns, true)
             .override_global("clock_gap_ns", &clock_gap_ns, true)
+            .override_global("cork_min_ns", &cork_min_ns, true)
             // 1 MiB: about 7,700 reports between two drains (every 50 ms: 150,000 a second).
             .map_max_entries("events", 1 << 20)
             .load(OBJECT)
@@ -490,6 +495,17 @@ impl EbpfWatcher {
         }
         // On the watch's clock: when the kernel saw the release.
         let at_us = e.released_ns.saturating_sub(self.start_mono_ns) / 1000;
+        if e.cork {
+            // The sender's own hold: the kernel's ceiling on a cork released it.
+            let held_us = e.hold_ns / 1000;
+            if is_cork_ceiling(held_us) {
+                let key = self.group(e.pid, &e.comm, e.uid, (lport, rport));
+                let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+                self.window.add_cork(&key, who, e.cookie, held_us);
+                self.total.add_cork(&key, who, e.cookie, held_us);
+            }
+            return None;
+        }
         let release = e.release(at_us)?;
         let key = self.group(e.pid, &e.comm, e.uid, (lport, rport));
         // (Borrowed, not cloned: this runs for every stall on the host.)

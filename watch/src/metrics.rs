@@ -11,6 +11,7 @@
 //! | `nagless_stall_duration_seconds` | histogram | each stall's lost time |
 //! | `nagless_stalling_connections` | gauge | connections of the group that stalled in the last refresh |
 //! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
+//! | `nagless_sender_holds_total`, `nagless_sender_hold_seconds_total` | counter | writes the group's senders held themselves (a cork the kernel's 200 ms ceiling released; eBPF only), and their time (`corks`) |
 //! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total`, `nagless_tcp_zero_window_probes_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
 //! | `nagless_tcp_backoff` | gauge | the most timeouts (or zero-window probes) in a row of any of the group's connections at the last refresh: each doubled the wait |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
@@ -61,8 +62,10 @@
 //!
 //! Beside the families and their bounds here: `labels` makes a group's `Labels`, `process`
 //! the watcher's own `process_*` gauges, `waits` the kernel's account of each group's time,
+//! `corks` the writes a group's senders held themselves,
 //! `text_format` the page for clients that do not ask for OpenMetrics (`text_format()`).
 
+mod corks;
 mod labels;
 mod micros;
 mod policy;
@@ -73,6 +76,7 @@ mod waits;
 pub(crate) use labels::{Labels, Owner};
 pub(crate) use text_format::text_format;
 
+use corks::CorkFamilies;
 use micros::{MicrosCounter, MicrosHistogram};
 use policy::PolicyFamilies;
 pub use policy::PolicyRule;
@@ -233,6 +237,7 @@ pub struct Metrics {
     durations: Family<Labels, MicrosHistogram, Buckets>,
     stalling: Family<Labels, Gauge>,
     ack_clocked: Family<Labels, MicrosCounter>,
+    corks: CorkFamilies,
     waits: WaitFamilies,
     host_stalls: Counter,
     cpu: FloatCounter,
@@ -295,6 +300,7 @@ impl Metrics {
             Unit::Seconds,
             ack_clocked.clone(),
         );
+        let corks = CorkFamilies::register(&mut r);
         let waits = WaitFamilies::register(&mut r);
         let host_stalls = Counter::default();
         r.register(
@@ -355,6 +361,7 @@ impl Metrics {
             durations,
             stalling,
             ack_clocked,
+            corks,
             waits,
             host_stalls,
             cpu,
@@ -439,6 +446,7 @@ impl Metrics {
             self.durations.remove(&l);
             self.stalling.remove(&l);
             self.ack_clocked.remove(&l);
+            self.corks.remove(&l);
             self.waits.remove(&l);
             self.forgotten.inc();
         }
@@ -475,6 +483,11 @@ impl Metrics {
             if r.ack_clocked.is_some() {
                 clocked.inc_by((r.ack_held_ms * 1000.0).round() as u64);
             }
+            self.corks.add(
+                &l,
+                r.sender_holds,
+                (r.sender_hold_ms * 1000.0).round() as u64,
+            );
             self.waits.add(&l, &r.waits);
         }
         self.series.set(self.seen.len() as i64);
@@ -761,6 +774,36 @@ mod tests {
                 l("curl", "80", "connects", "")
             ),
             "# TYPE nagless_tcp_rwnd_limited_seconds counter".into(),
+        ] {
+            assert!(text.contains(&want), "no {want} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_senders_own_holds_are_counted_beside_its_stalls() {
+        let mut m = metrics(1000);
+        let corking = Row {
+            sender_holds: 2,
+            sender_hold_ms: 410.5,
+            sender_hold_connections: 1,
+            ..row("haproxy", 8080, true)
+        };
+        m.window(std::slice::from_ref(&corking));
+        m.window(&[corking, row("curl", 80, false)]);
+        let text = m.encode();
+        for want in [
+            format!(
+                "nagless_sender_holds_total{} 4\n",
+                l("haproxy", "8080", "serves", "")
+            ),
+            format!(
+                "nagless_sender_hold_seconds_total{} 0.821\n",
+                l("haproxy", "8080", "serves", "")
+            ),
+            format!(
+                "nagless_sender_holds_total{} 0\n",
+                l("curl", "80", "connects", "")
+            ),
         ] {
             assert!(text.contains(&want), "no {want} in\n{text}");
         }

@@ -49,8 +49,20 @@ ACK-CLOCKED CONNECTIONS (not stalls)
   fix column reads `[N] ACK-clocked 61%`, the summary gives its cost (the share of the time
   its writes queued behind the peer's ACKs, in ms/s) and its fix (TCP_NODELAY: `nagless fix
   --nodelay` live, `nagless run --mode nodelay`, or in code); JSON rows say `kind`
-  (stall, ack-clocked or none) and `ack_clocked`; Prometheus counts the waiting time in
+  (stall, ack-clocked, sender-hold or none) and `ack_clocked`; Prometheus counts the time in
   nagless_ack_clocked_seconds_total. It does not change the exit status.
+
+A SENDER'S OWN HOLD (not Nagle; eBPF backend)
+  A program that sends a message's last piece with MSG_MORE, or leaves TCP_CORK on, keeps
+  that piece in its kernel with nothing in flight: no ACK comes to push it, and the
+  kernel's probe timer sends it about 200 ms later (HAProxy #3447, with TCP_NODELAY on).
+  The eBPF backend sees such a hold begin (bytes kept back, nothing in flight, the peer's
+  window open) and end by the kernel's ceiling (190 ms or more): the fix column reads
+  `(not Nagle: N held by its own cork)`, the summary names the process and port and the fix
+  (release the cork after each message); JSON rows say `sender_holds` and `sender_hold_ms`
+  (`kind` sender-hold when they cost the row most); Prometheus counts
+  nagless_sender_holds_total and nagless_sender_hold_seconds_total. Sampling cannot see it
+  (capture either end and use `nagless doctor`). It does not change the exit status.
 
 CONTAINERS
   Every network namespace named by /proc/PID/ns/net (each container, each Kubernetes pod) is

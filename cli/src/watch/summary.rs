@@ -1,6 +1,7 @@
 //! The end of the watch: the summary of the whole watch (the stalled and ACK-clocked rows,
-//! their fixes and what the watch cost), as text or as a JSON line. The exit status says
-//! whether stalls were seen; ACK-clocked rows are reported, and do not change it.
+//! those that held their own writes, their fixes and what the watch cost), as text or as a
+//! JSON line. The exit status says whether stalls were seen; ACK-clocked rows and a sender's
+//! own holds are reported, and do not change it.
 
 use std::io::Write;
 
@@ -10,7 +11,7 @@ use nagless_watch::Row;
 use super::json::json_rows;
 use super::live::View;
 use super::pin::Pin;
-use super::table::{stalled_lines, table, waited, waits_lines};
+use super::table::{cork_lines, stalled_lines, table, waited, waits_lines};
 use super::WatchArgs;
 
 /// Writes the summary; whether any stall was seen.
@@ -25,10 +26,10 @@ pub(super) fn write(
     let (listed, not_entered, _) = w.namespaces();
     let totals = w.totals();
     let stalled: Vec<Row> = totals.iter().filter(|r| r.stalls > 0).cloned().collect();
-    // Stalling or ACK-clocked: what the summary lists.
+    // Stalling, ACK-clocked or holding its own writes: what the summary's table lists.
     let flagged: Vec<Row> = totals
         .iter()
-        .filter(|r| r.stalls > 0 || r.ack_clocked.is_some())
+        .filter(|r| r.stalls > 0 || r.ack_clocked.is_some() || r.sender_holds > 0)
         .cloned()
         .collect();
     let res = if args.json {
@@ -77,6 +78,11 @@ pub(super) fn write(
             table(&flagged, elapsed, view.own_netns, false, &mut out);
             out += "\n";
             stalled_lines(&flagged, view.own_netns, &Pin::all(), &mut out);
+        }
+        // Writes their own senders held (eBPF).
+        if totals.iter().any(|r| r.sender_holds > 0) {
+            out += "\nwrites their senders held themselves (not Nagle):\n";
+            cork_lines(&totals, view.own_netns, &mut out);
         }
         // Where the time went besides: the kernel's account (sampling backend).
         if totals.iter().any(waited) {

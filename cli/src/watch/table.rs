@@ -208,17 +208,21 @@ pub(super) fn waited(r: &Row) -> bool {
         || w.backoff > 0
 }
 
-/// A row's waits in the table's last column, when [`waited`]: the time the peers' windows and
-/// its own send buffers held it back (ms, as counted since the last reading: the eBPF
-/// backend's readings can be further apart than a refresh) and the segments it sent again;
-/// the summary says what each means.
+/// A row's waits in the table's last column, when [`waited`] or it held its own writes: the
+/// time the peers' windows and its own send buffers held it back (ms, as counted since the
+/// last reading: the eBPF backend's readings can be further apart than a refresh), the
+/// segments it sent again, and the writes its own cork held; the summary says what each
+/// means.
 fn waits_tag(r: &Row) -> Option<String> {
-    if !waited(r) {
+    if !waited(r) && r.sender_holds == 0 {
         return None;
     }
     let w = &r.waits;
     let ms = |us: u64| us as f64 / 1000.0;
     let mut parts = Vec::new();
+    if r.sender_holds > 0 {
+        parts.push(format!("{} held by its own cork", r.sender_holds));
+    }
     if w.rwnd_limited_us >= NOTABLE_WAIT_US {
         parts.push(format!("window {:.0} ms", ms(w.rwnd_limited_us)));
     }
@@ -304,6 +308,24 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
             port(r),
             parts.join(", "),
             meaning.join("; ")
+        );
+    }
+}
+
+/// The summary's lines on the rows that held their own writes (a cork the kernel's ceiling
+/// released; eBPF only): each row's process, port, how many writes and how long, what it
+/// means and the fix.
+pub(super) fn cork_lines(rows: &[Row], own_netns: u64, out: &mut String) {
+    use std::fmt::Write as _;
+    for r in rows.iter().filter(|r| r.sender_holds > 0) {
+        let _ = writeln!(
+            out,
+            "{} {}: {} write(s) held {:.0} ms each on average by its own cork, with nothing in flight (TCP_CORK, or a last send with MSG_MORE), until the kernel's 200 ms ceiling sent them; not Nagle, and TCP_NODELAY does not end it: {}",
+            who(r, own_netns, usize::MAX),
+            port(r),
+            r.sender_holds,
+            r.sender_hold_ms / r.sender_holds as f64,
+            nagless_doctor::rule::CORK_FIX
         );
     }
 }

@@ -10,14 +10,11 @@
 //! after. A periodic feed (the same gap, no peer data before it) and an answer after think
 //! time (the first segment of a turn) are not it.
 
+use nagless_stall_rule::{is_cork_ceiling, CORK_CEILING_US as CEILING_US};
+
 use super::direction::Direction;
 use super::output::{At, SenderHold};
 
-/// The kernel's ceiling on a cork, µs: its probe timer's floor (`TCP_RTO_MIN`).
-const CEILING_US: u64 = 200_000;
-/// How much earlier a release may pass the capture point (the kernel's timer fires on a tick
-/// of its clock, and the two segments may take different times to the capture point).
-const EARLY_US: u64 = 10_000;
 /// How long after the held segment the peer's next data shows it was waiting for it, beyond
 /// the round trip.
 const WAITED_US: u64 = 100_000;
@@ -107,7 +104,7 @@ impl SenderHolds {
             if small
                 && !in_flight
                 && acked_before
-                && gap + EARLY_US >= CEILING_US
+                && is_cork_ceiling(gap)
                 && gap <= ceiling + 4 * rtt_us + 50_000
             {
                 self.pending[d] = Some(Pending {

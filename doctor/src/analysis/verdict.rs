@@ -304,7 +304,7 @@ pub(super) fn clocked_finding(c: &AckClocked) -> Finding {
 }
 
 /// What to do about a sender's own hold.
-pub(super) const HOLD_FIX: &str = "release the cork after each message: clear TCP_CORK once the message is written, or send its last piece without MSG_MORE";
+pub(super) const HOLD_FIX: &str = nagless_stall_rule::CORK_FIX;
 
 /// The verdict line of a direction whose sender held its own writes.
 pub(super) fn sender_hold(h: &super::output::SenderHold) -> String {

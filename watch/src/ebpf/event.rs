@@ -38,6 +38,9 @@ pub(crate) struct Event {
     pub(crate) remote: (IpAddr, u16),
     /// The peer advertised a zero window during the hold.
     pub(crate) zero_window: bool,
+    /// The hold began with nothing in flight: the sender's own cork (`TCP_CORK`,
+    /// `MSG_MORE`), which the kernel's ceiling released (no ACK did), not Nagle's.
+    pub(crate) cork: bool,
     /// The socket was in loss recovery during the hold.
     pub(crate) loss_recovery: bool,
     /// The writing task's name.
@@ -74,7 +77,8 @@ struct RawEvent {
     /// Host order (as is `dport`).
     sport: u16,
     dport: u16,
-    zero_window: u8,
+    /// [`FLAG_ZERO_WINDOW`], [`FLAG_CORK`].
+    flags: u8,
     loss: u8,
     /// IPv4 in the first 4 bytes.
     saddr: [u8; 16],
@@ -101,7 +105,7 @@ const _: () = {
     assert!(offset_of!(RawEvent, family) == 52);
     assert!(offset_of!(RawEvent, sport) == 54);
     assert!(offset_of!(RawEvent, dport) == 56);
-    assert!(offset_of!(RawEvent, zero_window) == 58);
+    assert!(offset_of!(RawEvent, flags) == 58);
     assert!(offset_of!(RawEvent, loss) == 59);
     assert!(offset_of!(RawEvent, saddr) == 60);
     assert!(offset_of!(RawEvent, daddr) == 76);
@@ -113,6 +117,11 @@ const _: () = {
 
 /// `AF_INET` in the `family` of holds.bpf.c's structs (its `#define`).
 const AF_INET: u16 = 2;
+
+/// The event's flags (holds.bpf.c's `#define`s): the peer's window was shut during the
+/// hold; the hold began with nothing in flight (a cork).
+const FLAG_ZERO_WINDOW: u8 = 1;
+const FLAG_CORK: u8 = 2;
 
 /// An address as sampling shows it: IPv4-mapped IPv6 as IPv4.
 pub(super) fn canonical((ip, port): (IpAddr, u16)) -> SocketAddr {
@@ -154,7 +163,8 @@ impl Event {
             srtt_us: r.srtt_us,
             local: (ip(r.family, r.saddr), r.sport),
             remote: (ip(r.family, r.daddr), r.dport),
-            zero_window: r.zero_window != 0,
+            zero_window: r.flags & FLAG_ZERO_WINDOW != 0,
+            cork: r.flags & FLAG_CORK != 0,
             loss_recovery: r.loss != 0,
             comm: comm(&r.comm),
             release_gap_us: r.gap_us,
@@ -217,11 +227,16 @@ mod tests {
         assert_eq!(
             c_struct(source, "event"),
             nagless_test_support::mirror_layout!(RawEvent: cookie, hold_ns, cgroup, pid, tid,
-                uid, held, mss, min_rtt_us, srtt_us, family, sport, dport, zero_window, loss,
+                uid, held, mss, min_rtt_us, srtt_us, family, sport, dport, flags, loss,
                 saddr, daddr, comm, gap_us, wait_ns, released_ns)
         );
         assert_eq!(size_of::<RawEvent>(), EVENT_SIZE);
         assert_eq!(c_define(source, "AF_INET"), Some(AF_INET.into()));
+        assert_eq!(
+            c_define(source, "FLAG_ZERO_WINDOW"),
+            Some(FLAG_ZERO_WINDOW.into())
+        );
+        assert_eq!(c_define(source, "FLAG_CORK"), Some(FLAG_CORK.into()));
     }
 
     fn raw() -> Vec<u8> {
@@ -270,6 +285,14 @@ mod tests {
             assert!(e.stall(5).is_none(), "{e:?}");
         }
         assert!(Event::parse(&raw()[..EVENT_SIZE - 1]).is_none());
+        // The flags: a shut window, a cork.
+        let mut b = raw();
+        b[58] = FLAG_ZERO_WINDOW;
+        let e = Event::parse(&b).unwrap();
+        assert!(e.zero_window && !e.cork);
+        b[58] = FLAG_CORK;
+        let e = Event::parse(&b).unwrap();
+        assert!(e.cork && !e.zero_window);
         // The ring buffer's bytes need not be aligned.
         let mut odd = vec![0u8];
         odd.extend(raw());
