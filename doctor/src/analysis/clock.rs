@@ -133,6 +133,15 @@ impl Clock {
         }
     }
 
+    /// The client asked (its new data, after the server's turn): the server's pending
+    /// release, if its ACK came first on its own, now comes with a question too, and what the
+    /// server sends next is its answer.
+    pub(super) fn on_question(&mut self, server: Direction) {
+        if let Some(r) = &mut self.dirs[server].release {
+            r.question = true;
+        }
+    }
+
     /// A data segment from `sender` (`retransmit`: it carries bytes sent before).
     #[allow(clippy::too_many_arguments)] // one segment's facts, as the flow has them
     pub(super) fn on_data(

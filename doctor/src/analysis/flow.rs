@@ -402,6 +402,9 @@ impl Flow {
         self.collected
             .on_data(d, &sent, new_turn, &self.seq, s, us, frame);
         let options = u32::from(s.opt_len);
+        if new_turn && d == Direction::Client {
+            self.clock.on_question(d.peer());
+        }
         self.clock
             .on_data(d, &self.seq, s.len, options, sent.retransmit, us, frame);
         self.budget_holds();

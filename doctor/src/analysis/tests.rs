@@ -1227,3 +1227,28 @@ fn data_sent_again_opens_no_exchange() {
     let r = analyse(&c.segs)[0].clone();
     assert_eq!(r.exchanges, 2, "{r:#?}");
 }
+
+/// A multiplexed client ACK-clocked by its server's answers, at the client's end of a 10 ms
+/// path: its batches of 40-byte requests (one to ten, merged) leave as each answer arrives.
+/// The server answers each batch at once: its answers leave as the requests arrive, as any
+/// answer does, and are not named clocked, whether the client's ACK of the last answer rides
+/// on its next requests or comes alone just before them.
+#[test]
+fn an_answer_is_not_clocked_however_its_question_acknowledges() {
+    for ack_alone in [false, true] {
+        let mut c = Conv::with_rtt(10.0);
+        let mut t = 11.0;
+        for i in 0..80u32 {
+            let len = 40 * (1 + i % 10);
+            c.data(t, 0, len);
+            c.data(t + 10.0, 1, len);
+            if ack_alone {
+                c.ack(t + 10.002, 0);
+            }
+            t += 10.005;
+        }
+        let r = analyse(&c.segs)[0].clone();
+        let dirs: Vec<&str> = r.ack_clocked.iter().map(|a| a.direction).collect();
+        assert_eq!(dirs, ["client->server"], "ACK alone {ack_alone}: {r:#?}");
+    }
+}
