@@ -257,7 +257,7 @@ fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
     watch_support::a_reader_that_stops("ebpf");
 }
 
-/// Issue 51's honest negative under eBPF for connections closed between two walks
+/// Issue 51's waits under eBPF for connections closed between two walks
 /// (`watch_support::short_connections_held_back`).
 #[test]
 fn connections_closed_between_walks_keep_their_counts() {
@@ -286,7 +286,6 @@ fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {
 #[test]
 fn a_senders_own_cork_is_named_on_its_process_and_port() {
     use std::io::Read;
-    use std::os::fd::AsRawFd;
     let _one = exclusive();
     if !ebpf_or_skip() {
         return;
@@ -305,11 +304,10 @@ fn a_senders_own_cork_is_named_on_its_process_and_port() {
                 s.read_exact(&mut q).unwrap();
                 s.write_all(&[b'h'; 50]).unwrap();
                 std::thread::sleep(Duration::from_millis(15));
-                let body = [b'b'; 100];
                 let flags = if msg_more { libc::MSG_MORE } else { 0 };
-                // SAFETY: a send of a live buffer of its length on a socket this thread owns.
-                let n =
-                    unsafe { libc::send(s.as_raw_fd(), body.as_ptr().cast(), body.len(), flags) };
+                let n = socket2::SockRef::from(&s)
+                    .send_with_flags(&[b'b'; 100], flags)
+                    .unwrap();
                 assert_eq!(n, 100);
             }
             // Open until the client has read it all: a close would push the last piece.

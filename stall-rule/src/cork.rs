@@ -6,8 +6,8 @@
 //!
 //! The doctor sees it on the wire (a small segment about 200 ms after its sender's answer
 //! began, with all it had sent acknowledged and the peer waiting); the watcher sees it in the
-//! kernel (bytes kept back with nothing in flight, released with no ACK). Both judge its
-//! length here ([`is_cork_ceiling`]).
+//! kernel (a corked send's bytes, released with no ACK). Both judge its length here
+//! ([`is_cork_ceiling`]).
 
 /// The kernel's ceiling on a cork, µs: its probe timer's floor (`TCP_RTO_MIN`).
 pub const CORK_CEILING_US: u64 = 200_000;

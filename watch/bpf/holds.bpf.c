@@ -10,11 +10,12 @@
  * - sock:sock_send_length (a send on a socket returned): bytes written but not sent
  *   (write_seq past snd_nxt) while earlier data is unacknowledged (packets_out > 0) and the
  *   congestion window has room (packets_out < snd_cwnd): TCP holds them (Nagle, or cork,
- *   which the release tells apart). Or while nothing is in flight and the peer's window is
- *   open: the sender's own cork (TCP_CORK, MSG_MORE), which no ACK will release; reported
- *   when the kernel's ceiling (its probe timer, 200 ms) sends the bytes, cork_min_ns or
- *   more after they were written. The hold (time, bytes, the writer's pid, tid, uid, cgroup
- *   and name) is kept per socket.
+ *   which the release tells apart). And, flagged as the sender's own cork, a send on a
+ *   socket with TCP_CORK on, or one that left bytes unsent with nothing in flight and the
+ *   peer's window open to them (Nagle sends then: MSG_MORE held them): no ACK will release
+ *   them, and they are reported when the kernel's ceiling (its probe timer, 200 ms or the
+ *   retransmission timeout) sends them, cork_min_ns or more after they were written. The hold (time, bytes, the writer's pid,
+ *   tid, uid, cgroup and name) is kept per socket.
  * - tcp:tcp_probe (a segment arrives on an established socket): for a socket holding a write,
  *   the time, so the release can be tied to the segment whose ACK let the bytes go.
  * - net:net_dev_queue (a packet goes to a device): a data segment of a socket holding a write.
@@ -39,8 +40,8 @@
  * send-buffer limited, as tcp_info gives them, in jiffies), with the process that holds it:
  * the whole wait, per workload, without a socket listing (watch/src/ebpf/waits.rs). And
  * sock:inet_sock_set_state, when a program closes a socket (or shuts its sending side down):
- * the same counters then, with that program, into the `closed` map, which userspace drains
- * at each walk (a socket closed between two walks keeps its counts).
+ * the same counters then, with that program, into the `closes` ring buffer, which userspace
+ * drains with the events (a socket closed between two walks keeps its counts).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -58,6 +59,7 @@ const volatile __u64 clock_gap_ns = 2000000;
  * (nagless_stall_rule::CORK_CEILING_US - CORK_EARLY_US, in ns). */
 const volatile __u64 cork_min_ns = 190000000;
 
+#define TCP_NAGLE_CORK 2
 #define TCP_ESTABLISHED 1
 #define TCP_CLOSE_WAIT 8
 #define AF_INET 2
@@ -74,6 +76,8 @@ enum counter {
 	REPORTED,    /* released late enough to be sent up */
 	LOST,        /* ring buffer full: reports lost */
 	CLOCKED,     /* short holds released by an ACK, added to the clocks map */
+	CLOSES,      /* sockets' counters sent up as a program closed them */
+	CLOSES_LOST, /* those lost to a full ring buffer */
 	N_COUNTERS,
 };
 
@@ -89,7 +93,7 @@ struct hold {
 	__u32 mss;
 	__u32 pid, tid, uid;
 	__u8 zero_window, loss;
-	__u8 cork;     /* nothing was in flight when it began: the sender's own hold, not Nagle's */
+	__u8 cork;     /* the sender corked it (MSG_MORE, TCP_CORK): its own hold, not Nagle's */
 	__u8 _pad[1];
 	char comm[16];
 };
@@ -237,11 +241,19 @@ int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
 	if (!before(snd_nxt, write_seq))
 		return 0; /* all sent */
 	__u32 packets_out = tp->packets_out;
-	/* Nothing in flight, and bytes kept back: not Nagle, which sends then, but the sender's
-	 * own cork (TCP_CORK, or a send with MSG_MORE), unless the peer's window is shut. */
-	__u8 cork = packets_out == 0;
-	if (cork ? tp->snd_wnd == 0 : packets_out >= tp->snd_cwnd)
-		return 0; /* a shut window, or a full congestion window */
+	if (packets_out >= tp->snd_cwnd)
+		return 0; /* the congestion window is full */
+	/* The sender's own cork: TCP_CORK on; or, with nothing in flight (when Nagle holds
+	 * nothing) and the peer's window open to all the bytes, a send with MSG_MORE (which the
+	 * socket does not remember: this tracepoint's flags are the receive side's). */
+	__u8 cork = BPF_CORE_READ_BITFIELD(tp, nonagle) & TCP_NAGLE_CORK;
+	if (packets_out == 0 && !cork) {
+		if (tp->snd_wnd == 0 || before(tp->snd_una + tp->snd_wnd, write_seq))
+			return 0; /* a window too small for them holds them, not Nagle, no cork */
+		cork = 1;
+	}
+	if (cork && tp->snd_wnd == 0)
+		return 0; /* a shut window holds it, not the cork */
 	unsigned char state = sk->__sk_common.skc_state;
 	if (state != TCP_ESTABLISHED && state != TCP_CLOSE_WAIT)
 		return 0;
@@ -401,17 +413,23 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 		return 0;
 	/* skb->sk is only RCU-protected: probe reads from here on (a socket holding a write). */
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
+	/* A cork no arriving ACK ended just now (none moved snd_una, or none came within
+	 * clock_gap_ns): the program sent the rest, cleared the cork, or the kernel's ceiling
+	 * ended it; reported if that took cork_min_ns or more. A corked tail an ACK sent goes
+	 * on as any hold (with data in flight, an ACK sends a MSG_MORE tail, as Nagle's). */
 	if (h->cork) {
-		/* Nothing was in flight: no ACK released it. Reported if the kernel's ceiling did
-		 * (the program did not write the rest sooner). */
 		__u64 now = bpf_ktime_get_ns();
-		__u64 hold_ns = now - h->start_ns;
-		if (hold_ns >= cork_min_ns)
-			report(sk, tp, h, now, hold_ns);
-		else
-			count(SENT_NO_ACK);
-		bpf_map_delete_elem(&holds, &key);
-		return 0;
+		bool acked = before(h->una, BPF_CORE_READ(tp, snd_una)) && h->seg_ns &&
+			     now - h->seg_ns <= clock_gap_ns;
+		if (!acked) {
+			__u64 hold_ns = now - h->start_ns;
+			if (hold_ns >= cork_min_ns)
+				report(sk, tp, h, now, hold_ns);
+			else
+				count(SENT_NO_ACK);
+			bpf_map_delete_elem(&holds, &key);
+			return 0;
+		}
 	}
 	if (!before(h->una, BPF_CORE_READ(tp, snd_una))) {
 		bpf_map_delete_elem(&holds, &key);
@@ -461,20 +479,20 @@ struct waits {
 	__u8 saddr[16];      /* 76: IPv4 in the first 4 bytes */
 	__u8 daddr[16];      /* 92 */
 	char comm[16];       /* 108 */
-	__u32 _pad2;         /* 124 */
+	__u8 backoff;        /* 124: icsk_backoff, the exponent of the next wait */
+	__u8 gone;           /* 125: closed for good (the `closing` program's records) */
+	__u8 _pad2[2];       /* 126 */
 };
 _Static_assert(sizeof(struct waits) == 128, "waits layout");
 
-/* The sockets a program closed (or shut the sending side of) since userspace last drained
- * this map, at each walk: their counters at that moment and the process that closed them,
- * which no walk can find once the files are gone. Keyed by cookie; the oldest go first when
- * it is full. */
+/* The sockets a program closes (or shuts the sending side of): their counters at that moment
+ * and the process that closed them, which no walk can find once the files are gone. Drained
+ * by userspace with the events (every 50 ms): 256 KiB, 2,048 records, room for 40,000
+ * closes a second. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct waits);
-} closed SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} closes SEC(".maps");
 
 /* Fills `w` with `tp`'s counters as they are now, as held by `task`; 0 (and `w` left
  * unfilled) for a socket that never counted anything (never busy, nothing sent again). */
@@ -508,6 +526,7 @@ static __always_inline int read_waits(struct sock *sk, struct tcp_sock *tp, unsi
 	w->dport = __builtin_bswap16(sk->__sk_common.skc_dport);
 	w->timeouts = tp->inet_conn.icsk_retransmits;
 	w->probes = tp->inet_conn.icsk_probes_out;
+	w->backoff = tp->inet_conn.icsk_backoff;
 	addresses(sk, family, &w->saddr, &w->daddr);
 	bpf_probe_read_kernel(w->comm, sizeof(w->comm), task->comm);
 	return 1;
@@ -547,10 +566,13 @@ int waits(struct bpf_iter__task_file *ctx)
 
 #define TCP_FIN_WAIT1 4
 #define TCP_LAST_ACK 9
+#define SHUTDOWN_MASK 3
 
 /* A program closes a socket, or shuts its sending side down (tcp_close, tcp_shutdown: in the
  * program's own context, so the current task is the one that held it): its counters now go
- * to the `closed` map. A socket reset or timed out (no program at hand) is not seen here. */
+ * to the `closes` ring buffer. Not seen here: a socket reset or timed out (no program at
+ * hand), and an abortive close (SO_LINGER 0, or unread data), which goes to TCP_CLOSE
+ * directly, as a reset received in softirq does. */
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(closing, struct sock *sk, int oldstate, int newstate)
 {
@@ -567,6 +589,10 @@ int BPF_PROG(closing, struct sock *sk, int oldstate, int newstate)
 	struct waits w = {};
 	if (!read_waits(sk, tp, family, bpf_get_current_task_btf(), &w))
 		return 0;
-	bpf_map_update_elem(&closed, &w.cookie, &w, BPF_ANY);
+	w.gone = sk->sk_shutdown == SHUTDOWN_MASK; /* tcp_close's, not tcp_shutdown's */
+	if (bpf_ringbuf_output(&closes, &w, sizeof(w), 0))
+		count(CLOSES_LOST);
+	else
+		count(CLOSES);
 	return 0;
 }

@@ -57,6 +57,7 @@ struct sock {
 	struct rb_root tcp_rtx_queue;
 	__u16 sk_protocol;
 	__u16 sk_type;
+	__u8 sk_shutdown;
 };
 
 struct sk_buff {
@@ -73,6 +74,7 @@ struct inet_connection_sock {
 	__u8 icsk_ca_state : 5;
 	__u8 icsk_retransmits;
 	__u8 icsk_probes_out;
+	__u8 icsk_backoff;
 };
 
 struct minmax_sample {
@@ -99,6 +101,7 @@ struct tcp_sock {
 	__u32 chrono_start;
 	__u32 chrono_stat[3];
 	__u8 chrono_type : 2;
+	__u8 nonagle : 4;
 };
 
 /* What the waits iterator (iter/task_file) reads: a task's files, and who the task is. */

@@ -42,7 +42,7 @@ mod waits;
 pub(crate) use clock::{Clock, CLOCK_SIZE};
 pub(crate) use counters::Counters;
 pub(crate) use event::Event;
-pub(crate) use waits::{in_us, SocketWaits, TickRate, WAITS_SIZE};
+pub(crate) use waits::{in_us, SocketWaits, TickRate};
 
 use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, Iter, ProgramInfo};
@@ -172,10 +172,10 @@ pub(crate) struct EbpfWatcher {
 struct WaitsWalk {
     /// Its setting: the jiffy from which a socket's chronos must have moved to be written.
     since: Array<MapData, u64>,
-    /// The sockets programs closed since the last walk, with their counters then (the
-    /// `closing` program's; `None` if the kernel refused it: their counts since the last walk
-    /// are then lost).
-    closed: Option<BpfHashMap<MapData, u64, [u8; WAITS_SIZE]>>,
+    /// The sockets programs close, with their counters then (the `closing` program's ring
+    /// buffer, drained with the events; `None` if the kernel refused it: a socket's counts
+    /// since the last walk are then lost at its close).
+    closes: Option<RingBuf<MapData>>,
     /// Each socket's counters when last read, its times in jiffies.
     readings: HashMap<u64, crate::waits::Reading>,
     /// The kernel's tick rate, once known ([`TickRate`]).
@@ -210,10 +210,10 @@ impl WaitsWalk {
         let p: &mut Iter = bpf.program_mut("waits")?.try_into().ok()?;
         p.load("task_file", btf).ok()?;
         let since = Array::try_from(bpf.take_map("walk")?).ok()?;
-        let closed = Self::closing(bpf, btf);
+        let closes = Self::closing(bpf, btf);
         Some(WaitsWalk {
             since,
-            closed,
+            closes,
             readings: HashMap::new(),
             hz: TickRate::default(),
             jiffies: 0,
@@ -226,30 +226,58 @@ impl WaitsWalk {
         })
     }
 
-    /// Loads and attaches the `closing` program, and takes its map.
-    fn closing(bpf: &mut Ebpf, btf: &Btf) -> Option<BpfHashMap<MapData, u64, [u8; WAITS_SIZE]>> {
+    /// Loads and attaches the `closing` program, and takes its ring buffer.
+    fn closing(bpf: &mut Ebpf, btf: &Btf) -> Option<RingBuf<MapData>> {
         let p: &mut BtfTracePoint = bpf.program_mut("closing")?.try_into().ok()?;
         p.load("inet_sock_set_state", btf).ok()?;
         p.attach().ok()?;
-        BpfHashMap::try_from(bpf.take_map("closed")?).ok()
+        RingBuf::try_from(bpf.take_map("closes")?).ok()
     }
 
-    /// The sockets closed since the last drain, their records taken out of the map.
-    fn drain_closed(&mut self) -> Vec<SocketWaits> {
-        let Some(m) = &mut self.closed else {
-            return Vec::new();
-        };
-        let keys: Vec<u64> = m.keys().filter_map(Result::ok).collect();
-        let mut out = Vec::with_capacity(keys.len());
-        for cookie in keys {
-            let got = m.get(&cookie, 0);
-            let _ = m.remove(&cookie);
-            out.extend(
-                got.ok()
-                    .and_then(|b: [u8; WAITS_SIZE]| SocketWaits::parse(&b)),
-            );
+    /// What each socket a program closed (or shut the sending side of) since the last drain
+    /// counted since its last reading, at that close. A socket closed for good is forgotten;
+    /// one still held (its sending side shut down) counts on from there at the next walk.
+    fn closed(&mut self) -> Vec<(SocketWaits, crate::waits::Waits)> {
+        let mut got = Vec::new();
+        if let Some(ring) = &mut self.closes {
+            while let Some(item) = ring.next() {
+                got.extend(SocketWaits::parse(&item));
+            }
+        }
+        self.records += got.len() as u64;
+        let mut out = Vec::new();
+        for w in got {
+            self.hz.observe(w.jiffies, w.now_ns);
+            // (Before the first walk: no baseline, nothing to count from.)
+            let counted = self.count(&w, self.walks == 0);
+            if w.gone {
+                self.readings.remove(&w.cookie);
+            }
+            if let Some(c) = counted {
+                out.push((w, c));
+            }
         }
         out
+    }
+
+    /// What socket `w` counted since its last reading, which `w` replaces; `None` for a
+    /// `baseline` (the first walk's readings), while the tick rate is not known, if nothing
+    /// was counted, or if `w` is older than the last reading (a walk read the socket after
+    /// this record was written): a reading is never replaced by an older one, so nothing
+    /// counts twice.
+    fn count(&mut self, w: &SocketWaits, baseline: bool) -> Option<crate::waits::Waits> {
+        let now = w.reading_in_jiffies();
+        let before = match self.readings.get(&w.cookie) {
+            Some(b) if b.busy_us() > now.busy_us() => return None,
+            b => b.copied(),
+        };
+        self.readings.insert(w.cookie, now);
+        let hz = self.hz.get()?;
+        if baseline {
+            return None;
+        }
+        let counted = in_us(now.since(before.as_ref()), hz);
+        (!counted.is_empty()).then_some(counted)
     }
 
     /// Walks every process's files once (at most one walk in `WALK_SPACING` times the last
@@ -275,37 +303,21 @@ impl WaitsWalk {
         if full {
             self.full_at = Some(t);
         }
-        // The sockets closed since the last walk first, in the order they closed, then the
-        // walk's. Each reading counts from the one before it in this order, and nothing counts
-        // twice: a socket closed after the walk read it counts from the last walk to its
-        // close, then nothing more (the walk's reading is older); one whose sending side was
-        // shut down before the walk, and is still held, counts up to the shutdown, then from
-        // it to the walk.
-        let mut closed = self.drain_closed();
-        closed.sort_by_key(|w| w.jiffies);
         let got = SocketWaits::parse_all(&bytes);
-        self.records += (closed.len() + got.len()) as u64;
+        self.records += got.len() as u64;
         let first = self.walks == 0;
         self.walks += 1;
         let mut seen = HashSet::with_capacity(got.len());
         let mut out = Vec::new();
         let mut newest = 0;
-        let closed_then_walked = closed.into_iter().map(|w| (true, w));
-        for (was_closed, w) in closed_then_walked.chain(got.into_iter().map(|w| (false, w))) {
+        for w in got {
             newest = newest.max(w.jiffies);
             self.hz.observe(w.jiffies, w.now_ns);
             // (A socket held by several processes, or by one twice: its first holder.)
-            if !was_closed && !seen.insert(w.cookie) {
+            if !seen.insert(w.cookie) {
                 continue;
             }
-            let now = w.reading_in_jiffies();
-            let before = self.readings.insert(w.cookie, now);
-            let Some(hz) = self.hz.get() else { continue };
-            if first {
-                continue;
-            }
-            let counted = in_us(now.since(before.as_ref()), hz);
-            if !counted.is_empty() {
+            if let Some(counted) = self.count(&w, first) {
                 out.push((w, counted));
             }
         }
@@ -594,10 +606,16 @@ impl EbpfWatcher {
         }
     }
 
-    /// Walks the sockets' waits, and adds what each counted since to its group.
-    fn walk_waits(&mut self) {
+    /// Walks the sockets' waits (at most one walk in `WALK_SPACING` times the last one's
+    /// time) and reads the sockets closed since the last call; adds what each counted since
+    /// to its group.
+    fn walk_waits(&mut self, walk_too: bool) {
         let Some(walk) = &mut self.waits else { return };
-        for (w, counted) in walk.walk(&mut self.bpf) {
+        let mut counted = walk.closed();
+        if walk_too {
+            counted.extend(walk.walk(&mut self.bpf));
+        }
+        for (w, counted) in counted {
             let (lport, rport) = (w.local.1, w.remote.1);
             if !self.keeps(w.pid, (lport, rport)) {
                 continue;
@@ -692,6 +710,8 @@ impl Source for EbpfWatcher {
             }
         }
         self.count_sockets(&mut stats);
+        // The sockets closed meanwhile (their ring buffer holds 2,048).
+        self.walk_waits(false);
         // (Each refresh drains them too; this bounds a long refresh's map.)
         if self.now_us() >= self.drained_us + 1_000_000 {
             self.drain_clocks();
@@ -703,7 +723,7 @@ impl Source for EbpfWatcher {
     /// starts a new one.
     fn take_window(&mut self) -> Vec<Row> {
         self.drain_clocks();
-        self.walk_waits();
+        self.walk_waits(true);
         let now_us = self.now_us();
         let watched = now_us.saturating_sub(std::mem::replace(&mut self.window_start_us, now_us));
         std::mem::take(&mut self.window).rows(watched)
@@ -761,8 +781,16 @@ impl Source for EbpfWatcher {
         let waits = self.waits.as_ref().map_or(
             "; no walks of the sockets' waits (the kernel refused the iterator)".to_owned(),
             |w| {
+                let closes = if w.closes.is_some() {
+                    format!(
+                        ", {} closed sockets read ({} lost)",
+                        c.closes, c.closes_lost
+                    )
+                } else {
+                    " (the kernel refused the program that reads closed sockets: their counts since the last walk are lost)".to_owned()
+                };
                 format!(
-                    "; {} walks of the sockets' waits, {:.1} ms, {} sockets read",
+                    "; {} walks of the sockets' waits, {:.1} ms, {} sockets read{closes}",
                     w.walks,
                     w.spent.as_secs_f64() * 1000.0,
                     w.records

@@ -13,7 +13,7 @@
 //! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
 //! | `nagless_sender_holds_total`, `nagless_sender_hold_seconds_total` | counter | writes the group's senders held themselves (a cork the kernel's 200 ms ceiling released; eBPF only), and their time (`corks`) |
 //! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total`, `nagless_tcp_zero_window_probes_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
-//! | `nagless_tcp_backoff` | gauge | the most timeouts (or zero-window probes) in a row of any of the group's connections at the last refresh: each doubled the wait |
+//! | `nagless_tcp_backoff` | gauge | the kernel's backoff of the group's most backed-off connection, as last read: each timeout (or zero-window probe) in a row doubled the wait |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
 //! | `nagless_watch_sockets` | gauge | TCP sockets in use on the host (the kernel's count) |
@@ -454,11 +454,12 @@ impl Metrics {
         // window (under eBPF a group has rows only in windows it stalls in).
         for l in self.seen.keys() {
             self.stalling.get_or_create(l).set(0);
-            self.waits.no_backoff(l);
         }
         if self.overflowed.get() > 0 {
             self.stalling.get_or_create(&Labels::overflow()).set(0);
         }
+        // Each group's backoff, from this refresh's readings of its connections.
+        let mut backoff: HashMap<Labels, u8> = HashMap::new();
         for r in rows {
             let unit = r.unit();
             let l = self.admit(
@@ -489,6 +490,13 @@ impl Metrics {
                 (r.sender_hold_ms * 1000.0).round() as u64,
             );
             self.waits.add(&l, &r.waits);
+            if !r.waits.is_empty() {
+                let b = backoff.entry(l).or_default();
+                *b = (*b).max(r.waits.backoff);
+            }
+        }
+        for (l, b) in backoff {
+            self.waits.set_backoff(&l, b);
         }
         self.series.set(self.seen.len() as i64);
     }
@@ -756,9 +764,28 @@ mod tests {
             },
             ..slow_reader.clone()
         };
-        m.window(&[slow_reader, other, row("curl", 80, false)]);
+        m.window(&[slow_reader.clone(), other, row("curl", 80, false)]);
         let text = m.encode();
         let g = l("python3 push.py", "9000", "serves", "");
+        // A refresh that read none of its connections leaves the backoff; one that read
+        // them after an ACK came sets it back to 0.
+        let mut later = metrics(1000);
+        later.window(std::slice::from_ref(&slow_reader));
+        later.window(&[row("python3 push.py", 9000, true)]);
+        assert!(later
+            .encode()
+            .contains(&format!("nagless_tcp_backoff{g} 2\n")));
+        let acked = Row {
+            waits: crate::waits::Waits {
+                busy_us: 1_000,
+                ..crate::waits::Waits::default()
+            },
+            ..row("python3 push.py", 9000, true)
+        };
+        later.window(&[acked]);
+        assert!(later
+            .encode()
+            .contains(&format!("nagless_tcp_backoff{g} 0\n")));
         for want in [
             format!("nagless_tcp_busy_seconds_total{g} 2.7\n"),
             format!("nagless_tcp_rwnd_limited_seconds_total{g} 2.55\n"),

@@ -572,7 +572,7 @@ impl Source for Watcher {
             String::new()
         };
         format!(
-            "{} samples of up to {} sockets ({} full listings, the rest lookups of busy sockets) in {listed} network namespace(s) in {:.1} s: {:.2} ms per sample, {} late; watcher CPU {:.1}% of one core{unseen}",
+            "{} samples of up to {} sockets ({} full listings, the rest lookups of busy sockets) in {listed} network namespace(s) in {:.1} s: {:.2} ms per sample, {} late; watcher CPU {:.1}% of one core{unseen}; a sender's own holds (a cork the kernel's ceiling released) are not seen here: the eBPF backend sees them",
             run.samples,
             run.sockets_max,
             run.full_samples,

@@ -31,11 +31,11 @@ pub struct Waits {
     /// Zero-window probes: the peer's window stayed closed, and the sender asked again
     /// (counted as the timeouts are, by the rises of the kernel's count in a row).
     pub probes: u64,
-    /// The kernel's backoff, the most of any reading: a connection's timeouts (or
-    /// zero-window probes) in a row, each of which doubled the wait before the next, so that
-    /// a connection at 4 waits 16 times its retransmission timeout. Not a count: a state. In
-    /// one refresh, the state the group's connections were last seen in (0 once ACKs came);
-    /// over a watch's refreshes, the most of them.
+    /// The kernel's backoff (`icsk_backoff`), the most of any reading: how many times a
+    /// connection's retransmission timeouts (or zero-window probes) in a row doubled the wait
+    /// before the next (4: 16 times its timeout, up to the kernel's 120 s). Not a count: a
+    /// state. In one refresh, the state the group's connections were last seen in (0 once
+    /// ACKs came); over a watch's refreshes, the most of them.
     pub backoff: u8,
 }
 
@@ -65,17 +65,17 @@ pub(crate) struct Reading {
     retransmits: u64,
     timeouts: u8,
     probes: u8,
+    backoff: u8,
 }
 
 impl Reading {
     /// Counters read elsewhere (the eBPF backend's iterator, `ebpf/waits.rs`): busy, receive
-    /// window limited and send buffer limited µs, segments sent again, timeouts and
-    /// zero-window probes in a row.
+    /// window limited and send buffer limited µs, segments sent again, and timeouts,
+    /// zero-window probes in a row and the backoff (`icsk_backoff`).
     pub(crate) fn new(
         [busy_us, rwnd_limited_us, sndbuf_limited_us]: [u64; 3],
         retransmits: u64,
-        timeouts: u8,
-        probes: u8,
+        [timeouts, probes, backoff]: [u8; 3],
     ) -> Reading {
         Reading {
             busy_us,
@@ -84,6 +84,7 @@ impl Reading {
             retransmits,
             timeouts,
             probes,
+            backoff,
         }
     }
 
@@ -96,6 +97,7 @@ impl Reading {
             retransmits: u64::from(info.total_retrans),
             timeouts: info.timeouts,
             probes: info.probes,
+            backoff: info.backoff,
         })
     }
 
@@ -117,7 +119,7 @@ impl Reading {
             retransmits: self.retransmits.saturating_sub(b.retransmits),
             timeouts: u64::from(self.timeouts.saturating_sub(b.timeouts)),
             probes: u64::from(self.probes.saturating_sub(b.probes)),
-            backoff: self.timeouts.max(self.probes),
+            backoff: self.backoff,
         }
     }
 }
@@ -133,9 +135,7 @@ mod tests {
         info.sndbuf_limited_us = Some(0);
         info.total_retrans = retrans;
         info.timeouts = timeouts;
-        // (Zero-window probes back off too, and a backoff that rises is no timeout: the
-        // kernel's count of timeouts is.)
-        info.backoff = 3 - timeouts.min(3);
+        info.backoff = timeouts;
         Reading::of(&info).unwrap()
     }
 
@@ -166,6 +166,9 @@ mod tests {
         info.rwnd_limited_us = Some(1_000_000);
         info.sndbuf_limited_us = Some(0);
         info.probes = 3;
+        // (Zero-window probes back off too, and a backoff that rises is no timeout: the
+        // kernel's count of timeouts is.)
+        info.backoff = 3;
         let probing = Reading::of(&info).unwrap();
         assert_eq!(probing.since(Some(&next)).probes, 3);
         assert_eq!(probing.since(Some(&next)).timeouts, 0);

@@ -56,8 +56,9 @@ A SENDER'S OWN HOLD (not Nagle; eBPF backend)
   A program that sends a message's last piece with MSG_MORE, or leaves TCP_CORK on, keeps
   that piece in its kernel with nothing in flight: no ACK comes to push it, and the
   kernel's probe timer sends it about 200 ms later (HAProxy #3447, with TCP_NODELAY on).
-  The eBPF backend sees such a hold begin (bytes kept back, nothing in flight, the peer's
-  window open) and end by the kernel's ceiling (190 ms or more): the fix column reads
+  The eBPF backend sees such a hold begin (bytes left unsent with TCP_CORK on, or with
+  nothing in flight and the peer's window open to them) and end with no ACK, by the
+  kernel's ceiling (190 ms or more): the fix column reads
   `(not Nagle: N held by its own cork)`, the summary names the process and port and the fix
   (release the cork after each message); JSON rows say `sender_holds` and `sender_hold_ms`
   (`kind` sender-hold when they cost the row most); Prometheus counts

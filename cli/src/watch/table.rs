@@ -229,7 +229,7 @@ fn waits_tag(r: &Row) -> Option<String> {
     if w.sndbuf_limited_us >= NOTABLE_WAIT_US {
         parts.push(format!("buffer {:.0} ms", ms(w.sndbuf_limited_us)));
     }
-    if w.retransmits > 0 || w.timeouts > 0 || w.backoff > 0 {
+    if w.retransmits > 0 || w.timeouts > 0 {
         parts.push(format!("{} resent", w.retransmits));
     }
     if w.backoff > 1 {
@@ -260,9 +260,21 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
             r.connections
         )];
         let mut meaning = Vec::new();
+        // How far the kernel backed off (the most seen): its timeouts' doubling, or its
+        // zero-window probes'.
+        let backed_off = if w.backoff > 0 {
+            format!(
+                ", backed off up to {} time(s) in a row (each doubled the wait)",
+                w.backoff
+            )
+        } else {
+            String::new()
+        };
+        let probing = w.probes > 0 && w.timeouts == 0;
         if w.rwnd_limited_us >= NOTABLE_WAIT_US {
             let probes = if w.probes > 0 {
-                format!(", closed: {} zero-window probe(s)", w.probes)
+                let b = if probing { &backed_off[..] } else { "" };
+                format!(", closed: {} zero-window probe(s){b}", w.probes)
             } else {
                 String::new()
             };
@@ -283,18 +295,10 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
                 "its send buffers were too small for the path's round trip and rate, so the network waited for the program (raise its SO_SNDBUF and net.core.wmem_max if it sets one, else the maximum of net.ipv4.tcp_wmem)",
             );
         }
-        if w.retransmits > 0 || w.timeouts > 0 || w.backoff > 0 {
-            let backoff = if w.backoff > 0 {
-                format!(
-                    ", {} in a row at the last look (the next wait {}x the retransmission timeout)",
-                    w.backoff,
-                    1u64 << w.backoff.min(15)
-                )
-            } else {
-                String::new()
-            };
+        if w.retransmits > 0 || w.timeouts > 0 {
+            let b = if probing { "" } else { &backed_off[..] };
             parts.push(format!(
-                "{} segment(s) sent again, {} retransmission timeout(s){backoff}",
+                "{} segment(s) sent again, {} retransmission timeout(s){b}",
                 w.retransmits, w.timeouts
             ));
             meaning.push(
@@ -320,7 +324,7 @@ pub(super) fn cork_lines(rows: &[Row], own_netns: u64, out: &mut String) {
     for r in rows.iter().filter(|r| r.sender_holds > 0) {
         let _ = writeln!(
             out,
-            "{} {}: {} write(s) held {:.0} ms each on average by its own cork, with nothing in flight (TCP_CORK, or a last send with MSG_MORE), until the kernel's 200 ms ceiling sent them; not Nagle, and TCP_NODELAY does not end it: {}",
+            "{} {}: {} write(s) held {:.0} ms each on average by its own cork (TCP_CORK, or a last send with MSG_MORE), with no ACK to come, until the kernel's ceiling sent them (200 ms, or the retransmission timeout when longer); not Nagle, and TCP_NODELAY does not end it: {}",
             who(r, own_netns, usize::MAX),
             port(r),
             r.sender_holds,
@@ -557,7 +561,7 @@ mod tests {
         let mut t = String::new();
         waits_lines(&waiting[3..], 2.0, 1, &mut t);
         assert!(
-            t.contains("3 segment(s) sent again, 3 retransmission timeout(s), 3 in a row at the last look (the next wait 8x the retransmission timeout)"),
+            t.contains("3 segment(s) sent again, 3 retransmission timeout(s), backed off up to 3 time(s) in a row (each doubled the wait)"),
             "{t}"
         );
 

@@ -23,11 +23,12 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
     KnownLayout,
 )]
 pub struct Counters {
-    /// Writes held behind unacknowledged data (holds begun).
+    /// Writes held behind unacknowledged data, or by their sender's own cork (holds begun).
     pub(crate) holds: u64,
     /// Holds released by an ACK.
     pub(crate) released: u64,
-    /// Holds whose bytes left without an ACK releasing them (NODELAY set, uncork, a timer).
+    /// Holds whose bytes left without an ACK releasing them (NODELAY set, uncork, a timer),
+    /// corks among them that lasted less than the kernel's ceiling.
     pub(crate) sent_without_ack: u64,
     /// Holds long enough to be stalls, sent to userspace.
     pub(crate) reported: u64,
@@ -35,10 +36,15 @@ pub struct Counters {
     pub lost: u64,
     /// Short holds a prompt ACK released, added up per socket (ACK-clocked evidence).
     pub(crate) clocked: u64,
+    /// Sockets' counters sent up as a program closed them (the waits of sockets closed
+    /// between two walks).
+    pub(crate) closes: u64,
+    /// Those lost to a full ring buffer: their counts since the last walk are lost.
+    pub closes_lost: u64,
 }
 
 /// `N_COUNTERS` of holds.bpf.c: how many counters the map holds.
-pub(super) const N_COUNTERS: usize = 6;
+pub(super) const N_COUNTERS: usize = 8;
 
 /// `enum counter` of holds.bpf.c, in order: each member's name there, and the field of
 /// [`Counters`] (its offset) that holds it.
@@ -49,6 +55,8 @@ const MEMBERS: [(&str, usize); N_COUNTERS] = [
     ("REPORTED", offset_of!(Counters, reported)),
     ("LOST", offset_of!(Counters, lost)),
     ("CLOCKED", offset_of!(Counters, clocked)),
+    ("CLOSES", offset_of!(Counters, closes)),
+    ("CLOSES_LOST", offset_of!(Counters, closes_lost)),
 ];
 
 // Counter `i` of the map is the `i`th u64 of the struct.

@@ -35,6 +35,10 @@ pub(crate) struct SocketWaits {
     /// (`probes`).
     pub(crate) timeouts: u8,
     pub(crate) probes: u8,
+    /// `icsk_backoff`: how many times the next timeout's wait was doubled.
+    pub(crate) backoff: u8,
+    /// Closed for good (a record of the `closing` program's): the socket is gone.
+    pub(crate) gone: bool,
     pub(crate) pid: u32,
     pub(crate) uid: u32,
     pub(crate) local: (IpAddr, u16),
@@ -66,7 +70,9 @@ struct RawWaits {
     saddr: [u8; 16],
     daddr: [u8; 16],
     comm: [u8; 16],
-    _pad2: u32,
+    backoff: u8,
+    gone: u8,
+    _pad2: [u8; 2],
 }
 
 const _: () = {
@@ -83,6 +89,8 @@ const _: () = {
     assert!(offset_of!(RawWaits, saddr) == 76);
     assert!(offset_of!(RawWaits, daddr) == 92);
     assert!(offset_of!(RawWaits, comm) == 108);
+    assert!(offset_of!(RawWaits, backoff) == 124);
+    assert!(offset_of!(RawWaits, gone) == 125);
 };
 
 impl SocketWaits {
@@ -105,6 +113,8 @@ impl SocketWaits {
             retransmits: r.total_retrans,
             timeouts: r.timeouts,
             probes: r.probes,
+            backoff: r.backoff,
+            gone: r.gone != 0,
             pid: r.pid,
             uid: r.uid,
             local: (ip(r.family, r.saddr), r.sport),
@@ -119,8 +129,7 @@ impl SocketWaits {
         Reading::new(
             [self.busy_j, self.rwnd_j, self.sndbuf_j],
             u64::from(self.retransmits),
-            self.timeouts,
-            self.probes,
+            [self.timeouts, self.probes, self.backoff],
         )
     }
 }
@@ -207,7 +216,7 @@ mod tests {
             c_struct(source, "waits"),
             nagless_test_support::mirror_layout!(RawWaits: cookie, cgroup, busy_j, rwnd_j,
                 sndbuf_j, jiffies, now_ns, total_retrans, pid, uid, family, sport, dport,
-                timeouts, probes, saddr, daddr, comm, _pad2)
+                timeouts, probes, saddr, daddr, comm, backoff, gone, _pad2)
         );
     }
 

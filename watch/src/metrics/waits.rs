@@ -9,7 +9,7 @@
 //! | `nagless_tcp_retransmits_total` | counter | segments sent again |
 //! | `nagless_tcp_timeouts_total` | counter | retransmission timeouts |
 //! | `nagless_tcp_zero_window_probes_total` | counter | zero-window probes (the peers' windows stayed closed) |
-//! | `nagless_tcp_backoff` | gauge | the most timeouts (or zero-window probes) in a row of any of the group's connections at the last refresh: each doubled the wait (4: 16 times the retransmission timeout); 0 once ACKs come |
+//! | `nagless_tcp_backoff` | gauge | the kernel's backoff (`icsk_backoff`) of the group's most backed-off connection, as last read: how many times its timeouts (or zero-window probes) in a row doubled the wait (4: 16 times the retransmission timeout); 0 once ACKs come |
 //!
 //! The counters are summed over the group's connections, so a busy time can pass the wall
 //! time; the backoff is the most backed-off connection's. The sampling
@@ -75,15 +75,16 @@ impl WaitFamilies {
         );
         r.register(
             "nagless_tcp_backoff",
-            "The most retransmission timeouts (or zero-window probes) in a row of any of the group's connections at the last refresh: each doubled the wait before the next (4: 16 times the retransmission timeout); 0 once ACKs come",
+            "The kernel's backoff of the group's most backed-off connection, as last read: how many times its retransmission timeouts (or zero-window probes) in a row doubled the wait before the next (4: 16 times the retransmission timeout); 0 once ACKs come",
             f.backoff.clone(),
         );
         f
     }
 
-    /// Group `l`'s backoff at 0 for a new refresh (made if new), until a row of it says more.
-    pub(super) fn no_backoff(&self, l: &Labels) {
-        self.backoff.get_or_create(l).set(0);
+    /// Group `l`'s backoff as its connections were last read (a refresh whose rows read
+    /// none leaves it as it was: under eBPF the walks can be further apart than a refresh).
+    pub(super) fn set_backoff(&self, l: &Labels, backoff: u8) {
+        self.backoff.get_or_create(l).set(i64::from(backoff));
     }
 
     /// Adds a refresh's waits to group `l`'s series (made at 0 if new).
@@ -96,8 +97,7 @@ impl WaitFamilies {
         self.retransmits.get_or_create(l).inc_by(w.retransmits);
         self.timeouts.get_or_create(l).inc_by(w.timeouts);
         self.probes.get_or_create(l).inc_by(w.probes);
-        let backoff = self.backoff.get_or_create(l);
-        backoff.set(backoff.get().max(i64::from(w.backoff)));
+        drop(self.backoff.get_or_create(l));
     }
 
     /// Removes group `l`'s series.
