@@ -221,6 +221,18 @@ static __always_inline __u64 last_sent_ns(struct sock *sk)
 	return 0;
 }
 
+/* `sk` as the TCP socket of an IPv4 or IPv6 stream (its family in *family), or NULL. Direct
+ * loads: every caller's `sk` is a trusted pointer. */
+static __always_inline struct tcp_sock *tcp_stream(struct sock *sk, unsigned short *family)
+{
+	if (sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
+		return NULL;
+	*family = sk->__sk_common.skc_family;
+	if (*family != AF_INET && *family != AF_INET6)
+		return NULL;
+	return bpf_skc_to_tcp_sock(sk);
+}
+
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
 {
@@ -228,12 +240,8 @@ int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
 	 * common case, a send that leaves nothing held, cheap. */
 	if (!sk || ret <= 0)
 		return 0;
-	if (sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
-		return 0;
-	unsigned short family = sk->__sk_common.skc_family;
-	if (family != AF_INET && family != AF_INET6)
-		return 0;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	unsigned short family;
+	struct tcp_sock *tp = tcp_stream(sk, &family);
 	if (!tp)
 		return 0;
 	__u32 write_seq = tp->write_seq;
@@ -543,12 +551,10 @@ int waits(struct bpf_iter__task_file *ctx)
 	if (!sock)
 		return 0;
 	struct sock *sk = sock->sk;
-	if (!sk || sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
+	if (!sk)
 		return 0;
-	unsigned short family = sk->__sk_common.skc_family;
-	if (family != AF_INET && family != AF_INET6)
-		return 0;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	unsigned short family;
+	struct tcp_sock *tp = tcp_stream(sk, &family);
 	if (!tp)
 		return 0;
 	__u32 key = 0;
@@ -578,12 +584,8 @@ int BPF_PROG(closing, struct sock *sk, int oldstate, int newstate)
 {
 	if (newstate != TCP_FIN_WAIT1 && newstate != TCP_LAST_ACK)
 		return 0;
-	if (sk->sk_protocol != IPPROTO_TCP || sk->sk_type != SOCK_STREAM)
-		return 0;
-	unsigned short family = sk->__sk_common.skc_family;
-	if (family != AF_INET && family != AF_INET6)
-		return 0;
-	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	unsigned short family;
+	struct tcp_sock *tp = tcp_stream(sk, &family);
 	if (!tp)
 		return 0;
 	struct waits w = {};

@@ -15,12 +15,13 @@
 //! whose round trip is 30 ms or more) is added the same way.
 //!
 //! Its cost follows held writes, not sockets: the kernel programs run per write and per
-//! received segment (a hash lookup that misses unless the socket holds a write), and
-//! userspace only sees holds long enough to be stalls. The one walk over sockets is the
-//! `waits` iterator's ([`WaitsWalk`]; its records in ebpf/waits.rs): each refresh, what the
-//! kernel counted of the busy sockets' time (`tcp_info`'s busy, window- and buffer-limited
-//! times, retransmissions and timeouts), spaced so that it takes at most 1/`WALK_SPACING` of
-//! the watcher's time.
+//! received segment (a hash lookup that misses unless the socket holds a write, or the
+//! sender corked it), and userspace only sees holds long enough to be stalls or a cork's
+//! ceiling. The one walk over sockets is the `waits` iterator's ([`WaitsWalk`] in
+//! ebpf/walk.rs, with the sockets closed between walks; its records in ebpf/waits.rs): each
+//! refresh, what the kernel counted of the busy sockets' time (`tcp_info`'s busy, window-
+//! and buffer-limited times, retransmissions, timeouts and backoff), spaced so that it takes
+//! at most 1/200 of the watcher's time.
 //!
 //! What it sees: writes on this host held behind unacknowledged data and released by an ACK
 //! (on sockets in every network namespace: the hooks are in TCP itself). The writer's pid,
@@ -38,14 +39,16 @@ mod clock;
 mod counters;
 mod event;
 mod waits;
+mod walk;
 
 pub(crate) use clock::{Clock, CLOCK_SIZE};
 pub(crate) use counters::Counters;
 pub(crate) use event::Event;
 pub(crate) use waits::{in_us, SocketWaits, TickRate};
+use walk::WaitsWalk;
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, Iter, ProgramInfo};
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, ProgramInfo};
 use aya::{Btf, Ebpf, EbpfLoader};
 use nagless_host::{BpfError, Caps, Pid, Proc};
 use nagless_stall_rule::{
@@ -166,190 +169,6 @@ pub(crate) struct EbpfWatcher {
     events: u64,
     /// The sockets' waits, from the `waits` iterator (`None`: the kernel refused it).
     waits: Option<WaitsWalk>,
-}
-
-/// The `waits` iterator's walks: what each socket counted when last read, by cookie.
-struct WaitsWalk {
-    /// Its setting: the jiffy from which a socket's chronos must have moved to be written.
-    since: Array<MapData, u64>,
-    /// The sockets programs close, with their counters then (the `closing` program's ring
-    /// buffer, drained with the events; `None` if the kernel refused it: a socket's counts
-    /// since the last walk are then lost at its close).
-    closes: Option<RingBuf<MapData>>,
-    /// Each socket's counters when last read, its times in jiffies.
-    readings: HashMap<u64, crate::waits::Reading>,
-    /// The kernel's tick rate, once known ([`TickRate`]).
-    hz: TickRate,
-    /// A jiffy at or before the last walk's start (0: none yet), and when the last walk and
-    /// the last full walk (every socket ever busy, which forgets the sockets gone) ran.
-    jiffies: u64,
-    walked_at: Option<Instant>,
-    full_at: Option<Instant>,
-    /// The last walk's time.
-    last: Duration,
-    walks: u64,
-    /// Time spent walking, and the records read.
-    spent: Duration,
-    records: u64,
-}
-
-/// How often a walk reads every socket that was ever busy (the others: only those whose
-/// chronos moved since the last walk).
-const FULL_WALK: Duration = Duration::from_secs(60);
-
-/// The walks' share of one core at most, as the time between walks over a walk's time: a
-/// walk visits every process's open files (about 0.6 µs each here), so on a host with
-/// 200,000 sockets one takes 120 ms and the next comes 24 s later; with a few hundred, every
-/// refresh (100 ms at the least).
-const WALK_SPACING: u32 = 200;
-
-impl WaitsWalk {
-    /// Loads the iterator; `None` if the kernel refuses it (before Linux 5.11, or without
-    /// `bpf_sock_from_file`): the watch then goes on without waits.
-    fn new(bpf: &mut Ebpf, btf: &Btf) -> Option<WaitsWalk> {
-        let p: &mut Iter = bpf.program_mut("waits")?.try_into().ok()?;
-        p.load("task_file", btf).ok()?;
-        let since = Array::try_from(bpf.take_map("walk")?).ok()?;
-        let closes = Self::closing(bpf, btf);
-        Some(WaitsWalk {
-            since,
-            closes,
-            readings: HashMap::new(),
-            hz: TickRate::default(),
-            jiffies: 0,
-            walked_at: None,
-            full_at: None,
-            last: Duration::ZERO,
-            walks: 0,
-            spent: Duration::ZERO,
-            records: 0,
-        })
-    }
-
-    /// Loads and attaches the `closing` program, and takes its ring buffer.
-    fn closing(bpf: &mut Ebpf, btf: &Btf) -> Option<RingBuf<MapData>> {
-        let p: &mut BtfTracePoint = bpf.program_mut("closing")?.try_into().ok()?;
-        p.load("inet_sock_set_state", btf).ok()?;
-        p.attach().ok()?;
-        RingBuf::try_from(bpf.take_map("closes")?).ok()
-    }
-
-    /// What each socket a program closed (or shut the sending side of) since the last drain
-    /// counted since its last reading, at that close. A socket closed for good is forgotten;
-    /// one still held (its sending side shut down) counts on from there at the next walk.
-    fn closed(&mut self) -> Vec<(SocketWaits, crate::waits::Waits)> {
-        let mut got = Vec::new();
-        if let Some(ring) = &mut self.closes {
-            while let Some(item) = ring.next() {
-                got.extend(SocketWaits::parse(&item));
-            }
-        }
-        self.records += got.len() as u64;
-        let mut out = Vec::new();
-        for w in got {
-            self.hz.observe(w.jiffies, w.now_ns);
-            // (Before the first walk: no baseline, nothing to count from.)
-            let counted = self.count(&w, self.walks == 0);
-            if w.gone {
-                self.readings.remove(&w.cookie);
-            }
-            if let Some(c) = counted {
-                out.push((w, c));
-            }
-        }
-        out
-    }
-
-    /// What socket `w` counted since its last reading, which `w` replaces; `None` for a
-    /// `baseline` (the first walk's readings), while the tick rate is not known, if nothing
-    /// was counted, or if `w` is older than the last reading (a walk read the socket after
-    /// this record was written): a reading is never replaced by an older one, so nothing
-    /// counts twice.
-    fn count(&mut self, w: &SocketWaits, baseline: bool) -> Option<crate::waits::Waits> {
-        let now = w.reading_in_jiffies();
-        let before = match self.readings.get(&w.cookie) {
-            Some(b) if b.busy_us() > now.busy_us() => return None,
-            b => b.copied(),
-        };
-        self.readings.insert(w.cookie, now);
-        let hz = self.hz.get()?;
-        if baseline {
-            return None;
-        }
-        let counted = in_us(now.since(before.as_ref()), hz);
-        (!counted.is_empty()).then_some(counted)
-    }
-
-    /// Walks every process's files once (at most one walk in `WALK_SPACING` times the last
-    /// one's time), and returns each socket's counts since its last reading: none on the
-    /// first walk, whose readings are the baselines (a socket first read later was made, or
-    /// first busy, after it), and none while the tick rate is not known (the readings are
-    /// kept, in jiffies).
-    fn walk(&mut self, bpf: &mut Ebpf) -> Vec<(SocketWaits, crate::waits::Waits)> {
-        let spacing = (self.last * WALK_SPACING).max(Duration::from_millis(100));
-        if self.walked_at.is_some_and(|t| t.elapsed() < spacing) {
-            return Vec::new();
-        }
-        let t = Instant::now();
-        self.walked_at = Some(t);
-        let full = self.full_at.is_none_or(|f| f.elapsed() >= FULL_WALK) || self.jiffies == 0;
-        let since = if full { 0 } else { self.jiffies & 0xffff_ffff };
-        if self.since.set(0, since, 0).is_err() {
-            return Vec::new();
-        }
-        let Some(bytes) = Self::read(bpf) else {
-            return Vec::new();
-        };
-        if full {
-            self.full_at = Some(t);
-        }
-        let got = SocketWaits::parse_all(&bytes);
-        self.records += got.len() as u64;
-        let first = self.walks == 0;
-        self.walks += 1;
-        let mut seen = HashSet::with_capacity(got.len());
-        let mut out = Vec::new();
-        let mut newest = 0;
-        for w in got {
-            newest = newest.max(w.jiffies);
-            self.hz.observe(w.jiffies, w.now_ns);
-            // (A socket held by several processes, or by one twice: its first holder.)
-            if !seen.insert(w.cookie) {
-                continue;
-            }
-            if let Some(counted) = self.count(&w, first) {
-                out.push((w, counted));
-            }
-        }
-        // The next walk writes the sockets whose chronos moved since this one began: its
-        // newest record's jiffy, less the walk's length in ticks and one.
-        if newest > 0 {
-            self.jiffies = match self.hz.get() {
-                Some(hz) => newest.saturating_sub(
-                    (t.elapsed().as_nanos() as u64).saturating_mul(hz) / 1_000_000_000 + 1,
-                ),
-                None => 0,
-            };
-        }
-        if full {
-            self.readings.retain(|c, _| seen.contains(c));
-        }
-        self.last = t.elapsed();
-        self.spent += self.last;
-        out
-    }
-
-    /// One walk's output.
-    fn read(bpf: &mut Ebpf) -> Option<Vec<u8>> {
-        use std::io::Read;
-        let p: &mut Iter = bpf.program_mut("waits")?.try_into().ok()?;
-        let id = p.attach().ok()?;
-        let link = p.take_link(id).ok()?;
-        let mut file = link.into_file().ok()?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).ok()?;
-        Some(bytes)
-    }
 }
 
 impl EbpfWatcher {

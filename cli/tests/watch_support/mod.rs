@@ -228,6 +228,21 @@ pub fn drain(l: TcpListener) -> std::thread::JoinHandle<usize> {
     })
 }
 
+/// The summary row of this process's connections to `port` once watch `w` ended, which saw
+/// no stall (exit 0).
+fn senders_row(w: Child, port: u16) -> serde_json::Value {
+    let (lines, code) = json_lines(w);
+    let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
+    assert_eq!(code, Some(0), "no stall: {summary}");
+    summary["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["pid"] == std::process::id() && r["serves"] == false && r["port"] == port)
+        .unwrap_or_else(|| panic!("the sender's row ({}): {summary}", summary["backend"]))
+        .clone()
+}
+
 /// Issue 51's honest negative, live, under either backend: a reader that stops reading for 1.5 s holds its
 /// sender back by its receive window. No stall, so the exit status stays 0; the sender's
 /// row carries the time the kernel counted as limited by the peer's window (most of the
@@ -257,14 +272,7 @@ pub fn a_reader_that_stops(backend: &str) {
     c.write_all(&vec![9u8; 16 << 20]).unwrap();
     drop(c);
     assert_eq!(reader.join().unwrap(), 16 << 20);
-    let (lines, code) = json_lines(w);
-    let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
-    assert_eq!(code, Some(0), "no stall: {summary}");
-    let rows = summary["rows"].as_array().unwrap();
-    let sender = rows
-        .iter()
-        .find(|r| r["pid"] == std::process::id() && r["serves"] == false && r["port"] == port)
-        .unwrap_or_else(|| panic!("the sender's row: {summary}"));
+    let sender = senders_row(w, port);
     let rwnd = sender["waits"]["rwnd_limited_us"].as_u64().unwrap();
     let busy = sender["waits"]["busy_us"].as_u64().unwrap();
     assert!(rwnd >= 700_000 && busy >= rwnd, "{sender}");
@@ -319,14 +327,7 @@ pub fn short_connections_held_back(backend: &str) {
     }
     let took = started.elapsed();
     reader.join().unwrap();
-    let (lines, code) = json_lines(w);
-    let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
-    assert_eq!(code, Some(0), "no stall: {summary}");
-    let rows = summary["rows"].as_array().unwrap();
-    let sender = rows
-        .iter()
-        .find(|r| r["pid"] == std::process::id() && r["serves"] == false && r["port"] == port)
-        .unwrap_or_else(|| panic!("the sender's row ({backend}): {summary}"));
+    let sender = senders_row(w, port);
     let rwnd = sender["waits"]["rwnd_limited_us"].as_u64().unwrap();
     eprintln!(
         "{backend}: {CONNECTIONS} connections in {took:?}, {} ms held back by the windows",
