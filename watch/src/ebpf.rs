@@ -29,6 +29,11 @@
 //! cgroup path and container come from /proc/PID ([`procs`](crate::procs)), and whether it
 //! serves the port from the listeners of that namespace ([`netns`](crate::netns)). The
 //! connections column counts connections that reported a long hold, not every connection.
+//!
+//! Rooms: this one is the watcher's one state ([`EbpfWatcher`]: loading, draining, judging,
+//! grouping, a little over 600 lines, kept whole because each part reads the same maps and
+//! owners); the records' mirrors are `event`, `clock`, `waits` and `counters`, the waits
+//! walk is `walk`, and why the backend could not start is `unavailable`.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -38,19 +43,22 @@ use std::time::{Duration, Instant};
 mod clock;
 mod counters;
 mod event;
+mod unavailable;
 mod waits;
 mod walk;
 
 pub(crate) use clock::{Clock, CLOCK_SIZE};
 pub(crate) use counters::Counters;
 pub(crate) use event::Event;
+pub(crate) use unavailable::Unavailable;
+use unavailable::{load_error, may_load_bpf};
 pub(crate) use waits::{in_us, SocketWaits, TickRate};
 use walk::WaitsWalk;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::{BtfTracePoint, ProgramInfo};
 use aya::{Btf, Ebpf, EbpfLoader};
-use nagless_host::{BpfError, Caps, Pid, Proc};
+use nagless_host::Proc;
 use nagless_stall_rule::{
     is_cork_ceiling, release_window_us, CORK_CEILING_US, CORK_EARLY_US, DELAYED_ACK_MIN_US,
 };
@@ -73,47 +81,6 @@ const PROGRAMS: [(&str, &str); 4] = [
     ("destroyed", "tcp_destroy_sock"),
     ("packet_out", "net_dev_queue"),
 ];
-
-/// Why the eBPF backend could not start: which capability or kernel feature is missing.
-#[derive(Debug, thiserror::Error)]
-pub enum Unavailable {
-    /// No kernel BTF, which CO-RE relocation and BTF tracepoints need.
-    #[error("the kernel has no BTF (/sys/kernel/btf/vmlinux: {0}; needs CONFIG_DEBUG_INFO_BTF=y)")]
-    NoBtf(io::Error),
-    /// Not allowed to load BPF programs.
-    #[error("loading BPF tracing programs needs root, or CAP_BPF and CAP_PERFMON ({0})")]
-    NoPermission(String),
-    /// The kernel refused the object or a program (verifier, missing map type, ...).
-    #[error("the kernel refused the BPF programs: {0}")]
-    Load(BpfError),
-    /// The object lacks a program or a map this module asks for.
-    #[error("the kernel refused the BPF programs: the object has no {0}")]
-    Missing(String),
-    /// A program could not load for, or attach to, its tracepoint (a kernel without it:
-    /// sock:sock_send_length came in Linux 6.2), or the verifier refused it there.
-    #[error("cannot attach a BTF tracepoint program to {tracepoint} (needs Linux 6.2 or later, with BTF tracepoints): {error}")]
-    Attach {
-        /// The tracepoint.
-        tracepoint: &'static str,
-        /// What the kernel said.
-        error: BpfError,
-    },
-}
-
-/// Whether this process may load tracing programs (unknown: try).
-fn may_load_bpf() -> bool {
-    Proc::host().caps(Pid::Own).is_none_or(Caps::may_trace)
-}
-
-/// What a failed load, attach or map call means: no permission if the kernel said `EPERM`.
-fn load_error(e: &(dyn std::error::Error + 'static)) -> Unavailable {
-    let e = BpfError::of(e);
-    if e.not_permitted() {
-        Unavailable::NoPermission(e.to_string())
-    } else {
-        Unavailable::Load(e)
-    }
-}
 
 /// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns`.
 fn monotonic_ns() -> u64 {
@@ -643,7 +610,7 @@ mod tests {
     fn the_globals_the_loader_sets_are_u64s_in_holds_bpf_c() {
         let source = include_str!("../bpf/holds.bpf.c");
         // (`EbpfWatcher::new` sets them from `u64`s: their C type must be as wide.)
-        for global in ["min_hold_ns", "clock_gap_ns"] {
+        for global in ["min_hold_ns", "clock_gap_ns", "cork_min_ns"] {
             let decl = format!("const volatile __u64 {global} =");
             assert!(source.contains(&decl), "no `{decl}` in holds.bpf.c");
         }
