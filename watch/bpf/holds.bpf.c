@@ -423,12 +423,13 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 	struct tcp_sock *tp = (struct tcp_sock *)sk;
 	/* A cork no arriving ACK ended just now (none moved snd_una, or none came within
 	 * clock_gap_ns): the program sent the rest, cleared the cork, or the kernel's ceiling
-	 * ended it; reported if that took cork_min_ns or more. A corked tail an ACK sent goes
-	 * on as any hold (with data in flight, an ACK sends a MSG_MORE tail, as Nagle's). */
+	 * ended it; reported if that took cork_min_ns or more. One that left as an ACK arrived
+	 * (a TCP_CORK hold whose program uncorked then) goes on as any hold, no longer a cork. */
 	if (h->cork) {
 		__u64 now = bpf_ktime_get_ns();
 		bool acked = before(h->una, BPF_CORE_READ(tp, snd_una)) && h->seg_ns &&
 			     now - h->seg_ns <= clock_gap_ns;
+		h->cork = !acked;
 		if (!acked) {
 			__u64 hold_ns = now - h->start_ns;
 			if (hold_ns >= cork_min_ns)
@@ -488,15 +489,14 @@ struct waits {
 	__u8 daddr[16];      /* 92 */
 	char comm[16];       /* 108 */
 	__u8 backoff;        /* 124: icsk_backoff, the exponent of the next wait */
-	__u8 gone;           /* 125: closed for good (the `closing` program's records) */
-	__u8 _pad2[2];       /* 126 */
+	__u8 _pad2[3];       /* 125 */
 };
 _Static_assert(sizeof(struct waits) == 128, "waits layout");
 
 /* The sockets a program closes (or shuts the sending side of): their counters at that moment
  * and the process that closed them, which no walk can find once the files are gone. Drained
- * by userspace with the events (every 50 ms): 256 KiB, 2,048 records, room for 40,000
- * closes a second. */
+ * by userspace with the events (every 50 ms): 256 KiB, about 1,900 records of 136 bytes
+ * (with the ring's header), room for some 38,000 closes a second. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
@@ -572,7 +572,6 @@ int waits(struct bpf_iter__task_file *ctx)
 
 #define TCP_FIN_WAIT1 4
 #define TCP_LAST_ACK 9
-#define SHUTDOWN_MASK 3
 
 /* A program closes a socket, or shuts its sending side down (tcp_close, tcp_shutdown: in the
  * program's own context, so the current task is the one that held it): its counters now go
@@ -591,7 +590,6 @@ int BPF_PROG(closing, struct sock *sk, int oldstate, int newstate)
 	struct waits w = {};
 	if (!read_waits(sk, tp, family, bpf_get_current_task_btf(), &w))
 		return 0;
-	w.gone = sk->sk_shutdown == SHUTDOWN_MASK; /* tcp_close's, not tcp_shutdown's */
 	if (bpf_ringbuf_output(&closes, &w, sizeof(w), 0))
 		count(CLOSES_LOST);
 	else

@@ -57,7 +57,6 @@ struct sock {
 	struct rb_root tcp_rtx_queue;
 	__u16 sk_protocol;
 	__u16 sk_type;
-	__u8 sk_shutdown;
 };
 
 struct sk_buff {

@@ -189,6 +189,7 @@ impl EbpfWatcher {
         let mut waits = WaitsWalk::new(&mut bpf, &btf);
         if let Some(w) = &mut waits {
             w.walk(&mut bpf); // the baselines
+            w.closed_as_baselines();
         }
         Ok(EbpfWatcher {
             bpf,
@@ -496,7 +497,7 @@ impl Source for EbpfWatcher {
             }
         }
         self.count_sockets(&mut stats);
-        // The sockets closed meanwhile (their ring buffer holds 2,048).
+        // The sockets closed meanwhile (their ring buffer holds about 1,900).
         self.walk_waits(false);
         // (Each refresh drains them too; this bounds a long refresh's map.)
         if self.now_us() >= self.drained_us + 1_000_000 {

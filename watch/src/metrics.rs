@@ -13,7 +13,7 @@
 //! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
 //! | `nagless_sender_holds_total`, `nagless_sender_hold_seconds_total` | counter | writes the group's senders held themselves (a cork the kernel's 200 ms ceiling released; eBPF only), and their time (`corks`) |
 //! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total`, `nagless_tcp_zero_window_probes_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
-//! | `nagless_tcp_backoff` | gauge | the kernel's backoff of the group's most backed-off connection, as last read: each timeout (or zero-window probe) in a row doubled the wait |
+//! | `nagless_tcp_backoff` | gauge | the kernel's backoff of the most backed-off of the group's connections read in its last refresh that read any: each timeout (or zero-window probe) in a row doubled the wait |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
 //! | `nagless_watch_sockets` | gauge | TCP sockets in use on the host (the kernel's count) |

@@ -37,8 +37,6 @@ pub(crate) struct SocketWaits {
     pub(crate) probes: u8,
     /// `icsk_backoff`: how many times the next timeout's wait was doubled.
     pub(crate) backoff: u8,
-    /// Closed for good (a record of the `closing` program's): the socket is gone.
-    pub(crate) gone: bool,
     pub(crate) pid: u32,
     pub(crate) uid: u32,
     pub(crate) local: (IpAddr, u16),
@@ -71,8 +69,7 @@ struct RawWaits {
     daddr: [u8; 16],
     comm: [u8; 16],
     backoff: u8,
-    gone: u8,
-    _pad2: [u8; 2],
+    _pad2: [u8; 3],
 }
 
 const _: () = {
@@ -90,7 +87,6 @@ const _: () = {
     assert!(offset_of!(RawWaits, daddr) == 92);
     assert!(offset_of!(RawWaits, comm) == 108);
     assert!(offset_of!(RawWaits, backoff) == 124);
-    assert!(offset_of!(RawWaits, gone) == 125);
 };
 
 impl SocketWaits {
@@ -114,7 +110,6 @@ impl SocketWaits {
             timeouts: r.timeouts,
             probes: r.probes,
             backoff: r.backoff,
-            gone: r.gone != 0,
             pid: r.pid,
             uid: r.uid,
             local: (ip(r.family, r.saddr), r.sport),
@@ -216,7 +211,7 @@ mod tests {
             c_struct(source, "waits"),
             nagless_test_support::mirror_layout!(RawWaits: cookie, cgroup, busy_j, rwnd_j,
                 sndbuf_j, jiffies, now_ns, total_retrans, pid, uid, family, sport, dport,
-                timeouts, probes, saddr, daddr, comm, backoff, gone, _pad2)
+                timeouts, probes, saddr, daddr, comm, backoff, _pad2)
         );
     }
 

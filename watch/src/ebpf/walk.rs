@@ -20,8 +20,9 @@ pub(super) struct WaitsWalk {
     /// buffer, drained with the events; `None` if the kernel refused it: a socket's counts
     /// since the last walk are then lost at its close).
     pub(super) closes: Option<RingBuf<MapData>>,
-    /// Each socket's counters when last read, its times in jiffies.
-    readings: HashMap<u64, crate::waits::Reading>,
+    /// Each socket's counters when last read (`CLOCK_MONOTONIC` ns, and its times in
+    /// jiffies).
+    readings: HashMap<u64, (u64, crate::waits::Reading)>,
     /// The kernel's tick rate, once known ([`TickRate`]).
     hz: TickRate,
     /// A jiffy at or before the last walk's start (0: none yet), and when the last walk and
@@ -32,9 +33,10 @@ pub(super) struct WaitsWalk {
     /// The last walk's time.
     last: Duration,
     pub(super) walks: u64,
-    /// Time spent walking, and the records read.
+    /// Time spent walking, and the records read; the closed sockets' records read.
     pub(super) spent: Duration,
     pub(super) records: u64,
+    pub(super) closes_read: u64,
 }
 
 /// How often a walk reads every socket that was ever busy (the others: only those whose
@@ -67,6 +69,7 @@ impl WaitsWalk {
             walks: 0,
             spent: Duration::ZERO,
             records: 0,
+            closes_read: 0,
         })
     }
 
@@ -79,43 +82,53 @@ impl WaitsWalk {
     }
 
     /// What each socket a program closed (or shut the sending side of) since the last drain
-    /// counted since its last reading, at that close. A socket closed for good is forgotten;
-    /// one still held (its sending side shut down) counts on from there at the next walk.
+    /// counted since its last reading, at that close. Its reading stays: a socket whose
+    /// sending side only was shut down counts on from there at the next walk, and the next
+    /// full walk forgets the sockets gone (within [`FULL_WALK`]).
     pub(super) fn closed(&mut self) -> Vec<(SocketWaits, crate::waits::Waits)> {
-        let mut got = Vec::new();
-        if let Some(ring) = &mut self.closes {
-            while let Some(item) = ring.next() {
-                got.extend(SocketWaits::parse(&item));
-            }
-        }
-        self.records += got.len() as u64;
+        let got = self.drain_closes();
+        self.closes_read += got.len() as u64;
         let mut out = Vec::new();
         for w in got {
             self.hz.observe(w.jiffies, w.now_ns);
-            // (Before the first walk: no baseline, nothing to count from.)
-            let counted = self.count(&w, self.walks == 0);
-            if w.gone {
-                self.readings.remove(&w.cookie);
-            }
-            if let Some(c) = counted {
+            if let Some(c) = self.count(&w, false) {
                 out.push((w, c));
             }
         }
         out
     }
 
+    /// After the first walk: the sockets closed before it or during it are baselines too (the
+    /// walk may not have read them), not counted from their start.
+    pub(super) fn closed_as_baselines(&mut self) {
+        for w in self.drain_closes() {
+            self.hz.observe(w.jiffies, w.now_ns);
+            let _baseline = self.count(&w, true);
+        }
+    }
+
+    fn drain_closes(&mut self) -> Vec<SocketWaits> {
+        let mut got = Vec::new();
+        if let Some(ring) = &mut self.closes {
+            while let Some(item) = ring.next() {
+                got.extend(SocketWaits::parse(&item));
+            }
+        }
+        got
+    }
+
     /// What socket `w` counted since its last reading, which `w` replaces; `None` for a
     /// `baseline` (the first walk's readings), while the tick rate is not known, if nothing
-    /// was counted, or if `w` is older than the last reading (a walk read the socket after
+    /// was counted, or if `w` is no newer than the last reading (a walk read the socket after
     /// this record was written): a reading is never replaced by an older one, so nothing
     /// counts twice.
     fn count(&mut self, w: &SocketWaits, baseline: bool) -> Option<crate::waits::Waits> {
         let now = w.reading_in_jiffies();
         let before = match self.readings.get(&w.cookie) {
-            Some(b) if b.busy_us() > now.busy_us() => return None,
-            b => b.copied(),
+            Some((at_ns, _)) if *at_ns >= w.now_ns => return None,
+            b => b.map(|(_, r)| *r),
         };
-        self.readings.insert(w.cookie, now);
+        self.readings.insert(w.cookie, (w.now_ns, now));
         let hz = self.hz.get()?;
         if baseline {
             return None;

@@ -9,7 +9,7 @@
 //! | `nagless_tcp_retransmits_total` | counter | segments sent again |
 //! | `nagless_tcp_timeouts_total` | counter | retransmission timeouts |
 //! | `nagless_tcp_zero_window_probes_total` | counter | zero-window probes (the peers' windows stayed closed) |
-//! | `nagless_tcp_backoff` | gauge | the kernel's backoff (`icsk_backoff`) of the group's most backed-off connection, as last read: how many times its timeouts (or zero-window probes) in a row doubled the wait (4: 16 times the retransmission timeout); 0 once ACKs come |
+//! | `nagless_tcp_backoff` | gauge | the kernel's backoff (`icsk_backoff`) of the most backed-off of the group's connections read in its last refresh that read any: how many times its timeouts (or zero-window probes) in a row doubled the wait (4: 16 times the retransmission timeout); 0 once ACKs come |
 //!
 //! The counters are summed over the group's connections, so a busy time can pass the wall
 //! time; the backoff is the most backed-off connection's. The sampling
@@ -75,7 +75,7 @@ impl WaitFamilies {
         );
         r.register(
             "nagless_tcp_backoff",
-            "The kernel's backoff of the group's most backed-off connection, as last read: how many times its retransmission timeouts (or zero-window probes) in a row doubled the wait before the next (4: 16 times the retransmission timeout); 0 once ACKs come",
+            "The kernel's backoff of the most backed-off of the group's connections read in its last refresh that read any: how many times its retransmission timeouts (or zero-window probes) in a row doubled the wait before the next (4: 16 times the retransmission timeout); 0 once ACKs come",
             f.backoff.clone(),
         );
         f
