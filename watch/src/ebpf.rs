@@ -82,6 +82,11 @@ const PROGRAMS: [(&str, &str); 4] = [
     ("packet_out", "net_dev_queue"),
 ];
 
+/// Who writer `pid` is, as `owners` knows it ([`NOBODY`] if not).
+fn who_of(owners: &HashMap<u32, (u64, Who)>, pid: u32) -> &Who {
+    owners.get(&pid).map_or(&NOBODY, |o| &o.1)
+}
+
 /// `CLOCK_MONOTONIC` now, ns: the clock of `bpf_ktime_get_ns`.
 fn monotonic_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
@@ -299,7 +304,7 @@ impl EbpfWatcher {
             let held_us = e.hold_ns / 1000;
             if is_cork_ceiling(held_us) {
                 let key = self.group(e.pid, &e.comm, e.uid, (lport, rport));
-                let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+                let who = who_of(&self.owners, e.pid);
                 self.window.add_cork(&key, who, e.cookie, held_us);
                 self.total.add_cork(&key, who, e.cookie, held_us);
             }
@@ -308,7 +313,7 @@ impl EbpfWatcher {
         let release = e.release(at_us)?;
         let key = self.group(e.pid, &e.comm, e.uid, (lport, rport));
         // (Borrowed, not cloned: this runs for every stall on the host.)
-        let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+        let who = who_of(&self.owners, e.pid);
         let stall = match release {
             Release::Stall(s) => s,
             // A long hold on a long path, released by a prompt ACK: clocked.
@@ -325,7 +330,7 @@ impl EbpfWatcher {
             .peers
             .receiver(e.pid, key.netns, e.local_addr(), e.remote_addr(), None)
             .map(|r| r.pid);
-        let who = self.owners.get(&e.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+        let who = who_of(&self.owners, e.pid);
         self.window.add_stall(&key, who, e.cookie, &stall, acked_by);
         self.total.add_stall(&key, who, e.cookie, &stall, acked_by);
         if let Some(v) = &mut self.stalls {
@@ -386,7 +391,7 @@ impl EbpfWatcher {
                 continue;
             }
             let key = self.group(c.pid, &c.comm, c.uid, (lport, rport));
-            let who = self.owners.get(&c.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+            let who = who_of(&self.owners, c.pid);
             let held = (c.count, c.held_ns / 1000);
             self.window.add_clock(&key, who, cookie, held, span);
             self.total.add_clock(&key, who, cookie, held, span);
@@ -408,7 +413,7 @@ impl EbpfWatcher {
                 continue;
             }
             let key = self.group(w.pid, &w.comm, w.uid, (lport, rport));
-            let who = self.owners.get(&w.pid).map(|o| &o.1).unwrap_or(&NOBODY);
+            let who = who_of(&self.owners, w.pid);
             self.window.add_waits(&key, who, w.cookie, &counted);
             self.total.add_waits(&key, who, w.cookie, &counted);
         }

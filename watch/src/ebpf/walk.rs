@@ -33,10 +33,9 @@ pub(super) struct WaitsWalk {
     /// The last walk's time.
     last: Duration,
     pub(super) walks: u64,
-    /// Time spent walking, and the records read; the closed sockets' records read.
+    /// Time spent walking, and the records read.
     pub(super) spent: Duration,
     pub(super) records: u64,
-    pub(super) closes_read: u64,
 }
 
 /// How often a walk reads every socket that was ever busy (the others: only those whose
@@ -69,7 +68,6 @@ impl WaitsWalk {
             walks: 0,
             spent: Duration::ZERO,
             records: 0,
-            closes_read: 0,
         })
     }
 
@@ -87,7 +85,6 @@ impl WaitsWalk {
     /// full walk forgets the sockets gone (within [`FULL_WALK`]).
     pub(super) fn closed(&mut self) -> Vec<(SocketWaits, crate::waits::Waits)> {
         let got = self.drain_closes();
-        self.closes_read += got.len() as u64;
         let mut out = Vec::new();
         for w in got {
             self.hz.observe(w.jiffies, w.now_ns);
