@@ -9,6 +9,7 @@ mod live;
 mod pin;
 mod summary;
 mod table;
+mod turns;
 
 use std::io::{self, IsTerminal as _};
 use std::process::ExitCode;

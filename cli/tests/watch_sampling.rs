@@ -191,6 +191,13 @@ fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
     watch_support::a_reader_that_stops("sampling");
 }
 
+/// Issue 51's think time, live (`watch_support::a_server_that_thinks`).
+#[test]
+fn a_server_that_thinks_is_named_on_its_process_and_port() {
+    let _one = exclusive();
+    watch_support::a_server_that_thinks("sampling");
+}
+
 /// Issue 51's path causes under sampling (`watch_support::a_small_buffer_on_a_lossy_path`).
 #[test]
 fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {

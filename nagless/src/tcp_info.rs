@@ -52,6 +52,8 @@ pub struct TcpInfo {
     /// Time since the last data segment was sent, ms (counted in the kernel's clock ticks:
     /// 4 ms at HZ=250).
     pub last_data_sent_ms: u32,
+    /// Time since the last data segment arrived, ms (in clock ticks, as `last_data_sent_ms`).
+    pub last_data_recv_ms: u32,
     /// Smoothed RTT, µs.
     pub rtt_us: u32,
     /// RTT variance, µs.
@@ -298,6 +300,7 @@ impl TcpInfo {
             rcv_mss: base(20),
             unacked: base(24),
             last_data_sent_ms: base(44),
+            last_data_recv_ms: base(52),
             rtt_us: base(68),
             rttvar_us: base(72),
             snd_cwnd: base(80),
@@ -342,9 +345,12 @@ mod tests {
         let mut raw = vec![0u8; 120];
         raw[0] = 1;
         raw[16..20].copy_from_slice(&1448u32.to_ne_bytes());
+        raw[44..48].copy_from_slice(&7u32.to_ne_bytes());
+        raw[52..56].copy_from_slice(&250u32.to_ne_bytes());
         let info = TcpInfo::parse(&raw).unwrap();
         assert_eq!(info.state, TcpState::Established);
         assert_eq!(info.snd_mss, 1448);
+        assert_eq!((info.last_data_sent_ms, info.last_data_recv_ms), (7, 250));
         assert_eq!(info.data_segs_out, None);
         assert_eq!(info.bytes_acked, None);
         assert!(TcpInfo::parse(&raw[..50]).is_none());

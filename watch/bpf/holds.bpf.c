@@ -41,7 +41,12 @@
  * the whole wait, per workload, without a socket listing (watch/src/ebpf/waits.rs). And
  * sock:inet_sock_set_state, when a program closes a socket (or shuts its sending side down):
  * the same counters then, with that program, into the `closes` ring buffer, which userspace
- * drains with the events (a socket closed between two walks keeps its counts).
+ * drains with the events (a socket closed between two walks keeps its counts). And whose
+ * turn it is: sock:sock_recv_length and sock:sock_send_length (`turn_read`, `turn_sent`) keep,
+ * in each TCP socket's own storage, the time from its program's last write to its first read
+ * of data after it (the peer's turn: a server answering, the round trip) and from its last
+ * read to its first write (its own: a server's time to answer), which the walks read with
+ * the rest (a lookup of the socket's storage per read and per write).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -457,12 +462,89 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 	return 0;
 }
 
-/* The waits iterator's one setting, written by userspace before each walk: report only the
- * sockets whose chronos moved at or after this jiffy (low 32 bits; 0: every socket that was
- * ever busy or sent again). */
+/* Whose turn it is on a connection, as its program's reads and writes tell: after a write
+ * its peer's (a client's request sent: the server answers, the path carries it), after a
+ * read of data its program's (a server's request read: it answers; a client's answer read:
+ * it makes its next request). A turn runs from the last write (or read) to the first read
+ * (or write) after it, so what the program does between two reads of one request, or two
+ * writes of one answer, is not counted as a turn. Kept in the socket's own storage (freed
+ * with it) by `turn_read` and `turn_sent`, and read by the walks and at closes with the
+ * other counters. */
+#define TURN_READ 1
+#define TURN_SENT 2
+#define MSG_PEEK 2
+
+struct turns {
+	__u64 read_ns;    /* its program's last read of data (CLOCK_MONOTONIC) */
+	__u64 sent_ns;    /* its last write */
+	__u64 own_ns;     /* its program's turns ended, summed */
+	__u64 peer_ns;    /* its peer's */
+	__u32 own_turns;  /* its program's turns ended */
+	__u32 peer_turns; /* its peer's */
+	__u8 last;        /* TURN_READ or TURN_SENT: what it did last (0: neither yet) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct turns);
+} turns SEC(".maps");
+
+/* A read on a socket returned data: a turn of the peer's, if it wrote last, is over. */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(turn_read, struct sock *sk, int ret, int flags)
+{
+	if (!sk || ret <= 0 || (flags & MSG_PEEK))
+		return 0;
+	unsigned short family;
+	if (!tcp_stream(sk, &family))
+		return 0;
+	struct turns *t = bpf_sk_storage_get(&turns, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (t->last == TURN_SENT && now > t->sent_ns) {
+		t->peer_ns += now - t->sent_ns;
+		t->peer_turns += 1;
+	}
+	t->last = TURN_READ;
+	t->read_ns = now;
+	return 0;
+}
+
+/* A write on a socket returned: a turn of its program's, if it read last, is over. (A
+ * program of its own beside `send_done`, which keeps its common case free of lookups.) */
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(turn_sent, struct sock *sk, int ret, int flags)
+{
+	if (!sk || ret <= 0)
+		return 0;
+	unsigned short family;
+	if (!tcp_stream(sk, &family))
+		return 0;
+	struct turns *t = bpf_sk_storage_get(&turns, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!t)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (t->last == TURN_READ && now > t->read_ns) {
+		t->own_ns += now - t->read_ns;
+		t->own_turns += 1;
+	}
+	t->last = TURN_SENT;
+	t->sent_ns = now;
+	return 0;
+}
+
+/* The waits iterator's settings, written by userspace before each walk: report only the
+ * sockets whose chronos moved at or after the jiffy at [0] (low 32 bits; 0: every socket that
+ * was ever busy or sent again, or had a turn), or whose program read or wrote at or after the
+ * time at [1] (CLOCK_MONOTONIC ns). */
+#define SINCE_JIFFY 0
+#define SINCE_NS 1
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, __u64);
 } walk SEC(".maps");
@@ -490,13 +572,19 @@ struct waits {
 	char comm[16];       /* 108 */
 	__u8 backoff;        /* 124: icsk_backoff, the exponent of the next wait */
 	__u8 _pad2[3];       /* 125 */
+	__u64 own_ns;        /* 128: its program's turns, summed (struct turns), the open one's part */
+	__u64 peer_ns;       /* 136: its peer's turns, the same way */
+	__u32 own_turns;     /* 144: its program's turns ended */
+	__u32 peer_turns;    /* 148: its peer's turns ended */
+	__u32 srtt_us;       /* 152: the smoothed round trip, µs */
+	__u32 _pad3;         /* 156 */
 };
-_Static_assert(sizeof(struct waits) == 128, "waits layout");
+_Static_assert(sizeof(struct waits) == 160, "waits layout");
 
 /* The sockets a program closes (or shuts the sending side of): their counters at that moment
  * and the process that closed them, which no walk can find once the files are gone. Drained
- * by userspace with the events (every 50 ms): 256 KiB, about 1,900 records of 136 bytes
- * (with the ring's header), room for some 38,000 closes a second. */
+ * by userspace with the events (every 50 ms): 256 KiB, about 1,600 records of 168 bytes
+ * (with the ring's header), room for some 32,000 closes a second. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 256 * 1024);
@@ -517,8 +605,9 @@ static __always_inline int read_waits(struct sock *sk, struct tcp_sock *tp, unsi
 			stat[i] += (__u32)jiffies - start;
 	}
 	__u32 retrans = tp->total_retrans;
-	if (stat[0] + stat[1] + stat[2] == 0 && retrans == 0)
-		return 0; /* never busy */
+	struct turns *t = bpf_sk_storage_get(&turns, sk, 0, 0);
+	if (stat[0] + stat[1] + stat[2] == 0 && retrans == 0 && !t)
+		return 0; /* never busy, nor read nor written */
 	w->cookie = bpf_get_socket_cookie(sk);
 	w->cgroup = BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
 	w->busy_j = stat[0] + stat[1] + stat[2];
@@ -535,6 +624,15 @@ static __always_inline int read_waits(struct sock *sk, struct tcp_sock *tp, unsi
 	w->timeouts = tp->inet_conn.icsk_retransmits;
 	w->probes = tp->inet_conn.icsk_probes_out;
 	w->backoff = tp->inet_conn.icsk_backoff;
+	w->srtt_us = tp->srtt_us >> 3;
+	if (t) {
+		/* The open turn's part so far, as the chronos count their running one. */
+		__u64 now = w->now_ns;
+		w->own_ns = t->own_ns + (t->last == TURN_READ && now > t->read_ns ? now - t->read_ns : 0);
+		w->peer_ns = t->peer_ns + (t->last == TURN_SENT && now > t->sent_ns ? now - t->sent_ns : 0);
+		w->own_turns = t->own_turns;
+		w->peer_turns = t->peer_turns;
+	}
 	addresses(sk, family, &w->saddr, &w->daddr);
 	bpf_probe_read_kernel(w->comm, sizeof(w->comm), task->comm);
 	return 1;
@@ -557,13 +655,19 @@ int waits(struct bpf_iter__task_file *ctx)
 	struct tcp_sock *tp = tcp_stream(sk, &family);
 	if (!tp)
 		return 0;
-	__u32 key = 0;
+	__u32 key = SINCE_JIFFY, key_ns = SINCE_NS;
 	__u64 *since = bpf_map_lookup_elem(&walk, &key);
+	__u64 *since_ns = bpf_map_lookup_elem(&walk, &key_ns);
 	__u8 type = BPF_CORE_READ_BITFIELD(tp, chrono_type);
 	__u32 start = tp->chrono_start;
 	__u8 timeouts = tp->inet_conn.icsk_retransmits;
-	if (since && *since && type == 0 && timeouts == 0 && before(start, (__u32)*since))
-		return 0; /* idle since the last walk */
+	if (since && *since && type == 0 && timeouts == 0 && before(start, (__u32)*since)) {
+		/* Its chronos idle since the last walk: its turns may have moved (a request read
+		 * and nothing sent yet; an answer's bytes ACKed within the tick). */
+		struct turns *t = bpf_sk_storage_get(&turns, sk, 0, 0);
+		if (!t || !since_ns || (t->read_ns < *since_ns && t->sent_ns < *since_ns))
+			return 0;
+	}
 	struct waits w = {};
 	if (read_waits(sk, tp, family, task, &w))
 		bpf_seq_write(ctx->meta->seq, &w, sizeof(w));

@@ -22,8 +22,12 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
+	BPF_MAP_TYPE_SK_STORAGE = 24,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
+
+enum { BPF_F_NO_PREALLOC = 1 };
+enum { BPF_SK_STORAGE_GET_F_CREATE = 1 };
 
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 

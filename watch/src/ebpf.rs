@@ -581,6 +581,11 @@ impl Source for EbpfWatcher {
                 } else {
                     " (the kernel refused the program that reads closed sockets: their counts since the last walk are lost)".to_owned()
                 };
+                let closes = if w.turns {
+                    closes
+                } else {
+                    closes + "; no turns (the kernel refused the programs that follow reads and writes)"
+                };
                 format!(
                     "; {} walks of the sockets' waits, {:.1} ms, {} sockets read{closes}",
                     w.walks,

@@ -33,6 +33,7 @@ pub mod procs;
 mod role;
 mod sampling;
 pub mod serve;
+mod turns;
 pub mod waits;
 pub mod web_config;
 

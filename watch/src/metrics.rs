@@ -13,6 +13,9 @@
 //! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
 //! | `nagless_sender_holds_total`, `nagless_sender_hold_seconds_total` | counter | writes the group's senders held themselves (a cork the kernel's 200 ms ceiling released; eBPF only), and their time (`corks`) |
 //! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total`, `nagless_tcp_zero_window_probes_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
+//! | `nagless_own_turn_seconds_total`, `nagless_own_turns_total` | counter | the time the group's programs took their turns (from a last read of the peer's data to the first write after it: a server answering), and those turns |
+//! | `nagless_peer_turn_seconds_total`, `nagless_peer_turns_total` | counter | the time they waited for their peers' turns (from a last write to the first read of data after it: a client waiting for an answer, the round trip included), and those turns |
+//! | `nagless_tcp_rtt_seconds` | gauge | the largest smoothed round trip of the group's connections read in its last refresh that read any |
 //! | `nagless_tcp_backoff` | gauge | the kernel's backoff of the most backed-off of the group's connections read in its last refresh that read any: each timeout (or zero-window probe) in a row doubled the wait |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
@@ -380,8 +383,9 @@ impl Metrics {
         if self.overflowed.get() > 0 {
             self.stalling.get_or_create(&Labels::overflow()).set(0);
         }
-        // Each group's backoff, from this refresh's readings of its connections.
-        let mut backoff: HashMap<Labels, u8> = HashMap::new();
+        // Each group's backoff and round trip, from this refresh's readings of its
+        // connections.
+        let mut states: HashMap<Labels, crate::waits::Waits> = HashMap::new();
         for r in rows {
             let unit = r.unit();
             let l = self.admit(
@@ -413,12 +417,13 @@ impl Metrics {
             );
             self.waits.add(&l, &r.waits);
             if !r.waits.is_empty() {
-                let b = backoff.entry(l).or_default();
-                *b = (*b).max(r.waits.backoff);
+                let b = states.entry(l).or_default();
+                b.backoff = b.backoff.max(r.waits.backoff);
+                b.rtt_us = b.rtt_us.max(r.waits.rtt_us);
             }
         }
-        for (l, b) in backoff {
-            self.waits.set_backoff(&l, b);
+        for (l, w) in states {
+            self.waits.set_state(&l, &w);
         }
         self.series.set(self.seen.len() as i64);
     }

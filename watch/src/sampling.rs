@@ -16,6 +16,7 @@ use crate::detect::{HoldTracker, Release};
 use crate::diag::SocketRow;
 use crate::netns::{Lookups, Namespaces};
 use crate::procs::{ProcMap, Process};
+use crate::turns::{Look, Turns};
 use crate::waits::Reading;
 use crate::{lister, role, wall_clock_ago, Filter, SampleStats, StallEvent};
 
@@ -41,6 +42,10 @@ struct Tracked {
     born_us: u64,
     /// What the kernel counted of its time and losses, as last read.
     reading: Option<Reading>,
+    /// Whose turn it was, look by look.
+    turns: Turns,
+    /// To be looked up at the next sample, busy or not (a connection made while watching).
+    look_once: bool,
 }
 
 /// How long a socket stays busy after it last had data in flight.
@@ -232,6 +237,8 @@ impl Watcher {
                     by_listener,
                     born_us: at_us,
                     reading: None,
+                    turns: Turns::default(),
+                    look_once: false,
                     observed_us: 0,
                     last_us: at_us,
                     window: Tally::default(),
@@ -265,9 +272,16 @@ impl Watcher {
             let Some(info) = &r.info else {
                 if r.send_queue > 0 {
                     t.busy_until_us = t.busy_until_us.max(at_us + BUSY_US);
+                } else if t.born_us == at_us && self.first_listing_us.is_some() {
+                    // A connection made while watching is looked at once: whose turn it is
+                    // says whether it is in use (below).
+                    t.look_once = true;
                 }
                 continue;
             };
+            if pass == Pass::Lookup {
+                t.look_once = false;
+            }
             // What the kernel counted since it was last read (all it counted, for a
             // socket made after the first listing).
             if let Some(now) = Reading::of(info) {
@@ -277,12 +291,24 @@ impl Watcher {
                 let made_since = self
                     .first_listing_us
                     .is_some_and(|f| t.born_us > f && now.busy_us() <= at_us.saturating_sub(f));
-                if t.reading.is_some() || made_since {
-                    let w = now.since(t.reading.as_ref());
+                let counting = t.reading.is_some() || made_since;
+                let turned = t
+                    .turns
+                    .look(Look::of(at_us, info), made_since.then_some(t.born_us));
+                if counting {
+                    let mut w = now.since(t.reading.as_ref());
+                    w.own_turn_us += turned.own_us;
+                    w.own_turns += turned.own;
+                    w.peer_turn_us += turned.peer_us;
+                    w.peer_turns += turned.peer;
                     t.window.add_waits(&w);
                     t.total.add_waits(&w);
                 }
                 t.reading = Some(now);
+                // In use (data moving, or a turn open its side waits on): looked at on.
+                if pass != Pass::Freed && t.turns.in_use(t.key.serves) {
+                    t.busy_until_us = t.busy_until_us.max(at_us + BUSY_US);
+                }
             }
             let release = if pass == Pass::Freed {
                 t.busy_until_us = 0;
@@ -443,7 +469,7 @@ impl Source for Watcher {
         let busy: Vec<&SocketRow> = self
             .sockets
             .values()
-            .filter(|t| t.busy_until_us >= now_us)
+            .filter(|t| t.busy_until_us >= now_us || t.look_once)
             .map(|t| &t.id)
             .collect();
         if !busy.is_empty() {

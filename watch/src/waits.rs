@@ -37,6 +37,21 @@ pub struct Waits {
     /// state. In one refresh, the state the group's connections were last seen in (0 once
     /// ACKs came); over a watch's refreshes, the most of them.
     pub backoff: u8,
+    /// Whose turn it was ([`Turns`]): the time its programs took their turns, from a last
+    /// read of the peer's data to the first write after it (a server answering a request; a
+    /// client between an answer and its next request), µs.
+    pub own_turn_us: u64,
+    /// Its programs' turns ended (sampling: those its looks saw, the last between two).
+    pub own_turns: u64,
+    /// The time they waited for the peer's turns, from a last write to the first read of
+    /// data after it (a client waiting for an answer, the round trip included; a server
+    /// waiting for the next request), µs.
+    pub peer_turn_us: u64,
+    /// The peer's turns ended (sampling: those its looks saw).
+    pub peer_turns: u64,
+    /// The largest smoothed round trip of the connections as last read, µs (a state, as
+    /// `backoff` is).
+    pub rtt_us: u64,
 }
 
 impl Waits {
@@ -48,6 +63,21 @@ impl Waits {
         self.timeouts += o.timeouts;
         self.probes += o.probes;
         self.backoff = self.backoff.max(o.backoff);
+        self.own_turn_us += o.own_turn_us;
+        self.own_turns += o.own_turns;
+        self.peer_turn_us += o.peer_turn_us;
+        self.peer_turns += o.peer_turns;
+        self.rtt_us = self.rtt_us.max(o.rtt_us);
+    }
+
+    /// The mean of its program's turns ended, µs (`None` without one).
+    pub fn own_turn_mean_us(&self) -> Option<u64> {
+        (self.own_turns > 0).then(|| self.own_turn_us / self.own_turns)
+    }
+
+    /// The mean of its peer's turns ended, µs (`None` without one).
+    pub fn peer_turn_mean_us(&self) -> Option<u64> {
+        (self.peer_turns > 0).then(|| self.peer_turn_us / self.peer_turns)
     }
 
     /// Nothing counted.
@@ -66,16 +96,31 @@ pub(crate) struct Reading {
     timeouts: u8,
     probes: u8,
     backoff: u8,
+    turns: Turned,
+    rtt_us: u64,
+}
+
+/// The turns' time (µs) and counts a socket's storage kept (eBPF), or none (sampling, which
+/// adds its [`Turns`]' own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Turned {
+    pub(crate) own_us: u64,
+    pub(crate) own: u64,
+    pub(crate) peer_us: u64,
+    pub(crate) peer: u64,
 }
 
 impl Reading {
     /// Counters read elsewhere (the eBPF backend's iterator, `ebpf/waits.rs`): busy, receive
     /// window limited and send buffer limited µs, segments sent again, and timeouts,
-    /// zero-window probes in a row and the backoff (`icsk_backoff`).
+    /// zero-window probes in a row and the backoff (`icsk_backoff`); the turns and the
+    /// smoothed round trip (µs).
     pub(crate) fn new(
         [busy_us, rwnd_limited_us, sndbuf_limited_us]: [u64; 3],
         retransmits: u64,
         [timeouts, probes, backoff]: [u8; 3],
+        turns: Turned,
+        rtt_us: u64,
     ) -> Reading {
         Reading {
             busy_us,
@@ -85,6 +130,8 @@ impl Reading {
             timeouts,
             probes,
             backoff,
+            turns,
+            rtt_us,
         }
     }
 
@@ -98,6 +145,8 @@ impl Reading {
             timeouts: info.timeouts,
             probes: info.probes,
             backoff: info.backoff,
+            turns: Turned::default(),
+            rtt_us: u64::from(info.rtt_us),
         })
     }
 
@@ -120,6 +169,11 @@ impl Reading {
             timeouts: u64::from(self.timeouts.saturating_sub(b.timeouts)),
             probes: u64::from(self.probes.saturating_sub(b.probes)),
             backoff: self.backoff,
+            own_turn_us: self.turns.own_us.saturating_sub(b.turns.own_us),
+            own_turns: self.turns.own.saturating_sub(b.turns.own),
+            peer_turn_us: self.turns.peer_us.saturating_sub(b.turns.peer_us),
+            peer_turns: self.turns.peer.saturating_sub(b.turns.peer),
+            rtt_us: self.rtt_us,
         }
     }
 }
@@ -154,6 +208,7 @@ mod tests {
                 timeouts: 2,
                 probes: 0,
                 backoff: 2,
+                ..Waits::default()
             }
         );
         // A socket made after the watch began: all of it.

@@ -12,6 +12,7 @@ use super::json::json_rows;
 use super::live::View;
 use super::pin::Pin;
 use super::table::{cork_lines, stalled_lines, table, waited, waits_lines};
+use super::turns::{any_notable, turn_lines};
 use super::WatchArgs;
 
 /// Writes the summary; whether any stall was seen.
@@ -88,6 +89,11 @@ pub(super) fn write(
         if totals.iter().any(waited) {
             out += "\nwhere the time went besides stalls, as the kernel counted it (tcp_info):\n";
             waits_lines(&totals, elapsed, view.own_netns, &mut out);
+        }
+        // Whose turn the time was: servers slow to answer, clients waiting.
+        if any_notable(&totals) {
+            out += "\nwhose turn the time was (from the programs' reads and writes):\n";
+            turn_lines(&totals, view.own_netns, &mut out);
         }
         out += &format!("\n{}\n", w.cost(run));
         write!(stdout, "{out}")

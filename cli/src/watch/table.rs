@@ -10,7 +10,7 @@ use super::pin::{fix_command, Pin};
 /// container, or its network namespace when not ours; its pid; its program ([`program_name`](nagless_watch::procs::program_name): the script,
 /// module or main class, then the arguments), and outside containers its systemd unit
 /// (` (nginx.service)`). Too long, the program's end is cut (`...`), so the unit stays.
-fn who(r: &Row, own_netns: u64, width: usize) -> String {
+pub(super) fn who(r: &Row, own_netns: u64, width: usize) -> String {
     let mut w = match (&r.pod, &r.container) {
         (Some(p), _) => format!("[{}/{}] ", p.namespace, p.name),
         (None, Some(c)) => format!("[{}] ", &c[..c.len().min(12)]),
@@ -80,7 +80,7 @@ fn marks(r: &Row, fixes: &[&str]) -> String {
     m
 }
 
-fn port(r: &Row) -> String {
+pub(super) fn port(r: &Row) -> String {
     if r.serves {
         format!(":{}", r.port)
     } else {
@@ -101,7 +101,7 @@ pub(super) fn table(rows: &[Row], secs: f64, own_netns: u64, notes: bool, out: &
     );
     for r in rows {
         let mut fix = marks(r, &fixes);
-        if let Some(w) = waits_tag(r) {
+        for w in waits_tag(r).into_iter().chain(super::turns::turns_tag(r)) {
             if !fix.is_empty() {
                 fix.push(' ');
             }
@@ -535,6 +535,7 @@ mod tests {
             timeouts: 0,
             probes: 0,
             backoff: 0,
+            ..Default::default()
         };
         let mut t = String::new();
         table(&waiting, 2.0, 1, false, &mut t);
@@ -556,6 +557,25 @@ mod tests {
                 .nth(4)
                 .unwrap()
                 .ends_with("(not Nagle: window 1500 ms, 3 resent, backoff 3)"),
+            "{t}"
+        );
+        // Its turns, when long, follow.
+        waiting[3].waits.own_turn_us = 600_000;
+        waiting[3].waits.own_turns = 4;
+        waiting[3].waits.peer_turn_us = 600_000;
+        waiting[3].waits.peer_turns = 4;
+        let mut t = String::new();
+        table(&waiting, 2.0, 1, false, &mut t);
+        let verb = if waiting[3].serves {
+            "answers"
+        } else {
+            "answered"
+        };
+        assert!(
+            t.lines()
+                .nth(4)
+                .unwrap()
+                .ends_with(&format!("backoff 3) ({verb} in 150 ms)")),
             "{t}"
         );
         let mut t = String::new();

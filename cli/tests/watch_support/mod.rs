@@ -287,6 +287,105 @@ pub fn a_reader_that_stops(backend: &str) {
     assert_eq!(sender["sender_holds"], 0, "{sender}");
 }
 
+/// Issue 51's think time, live, under `backend`: a server that takes 150 ms to answer each of
+/// five requests, on a connection made while watching. The server's row (its process, its
+/// port, serving) carries its own turns: under eBPF all five, under sampling most (those its
+/// looks saw), each about 150 ms; the client's row carries the same as its peer's turns, with
+/// a round trip of a small part of it; and no stall (exit 0). A server that answers at once
+/// has turns of a few ms at most. The caller holds the machine.
+pub fn a_server_that_thinks(backend: &str) {
+    use std::io::{Read, Write};
+    const ROUNDS: u64 = 5;
+    for think_ms in [150u64, 0] {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut w = watch_by(backend, Some(port), 2.5);
+        wait_ready(&mut w);
+        // (A listing or a walk before the connection: it is made while watching.)
+        std::thread::sleep(Duration::from_millis(300));
+        let srv = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_nodelay(true).unwrap();
+            let mut q = [0u8; 10];
+            for _ in 0..ROUNDS {
+                s.read_exact(&mut q).unwrap();
+                std::thread::sleep(Duration::from_millis(think_ms));
+                s.write_all(&[b'a'; 20]).unwrap();
+            }
+            (s, l)
+        });
+        let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_nodelay(true).unwrap();
+        let mut a = [0u8; 20];
+        for _ in 0..ROUNDS {
+            c.write_all(&[b'q'; 10]).unwrap();
+            c.read_exact(&mut a).unwrap();
+        }
+        // Both ends open until the watch ends.
+        let (lines, code) = json_lines(w);
+        drop((srv.join().unwrap(), c));
+        let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
+        assert_eq!(code, Some(0), "no stall: {summary}");
+        let row = |serves: bool| {
+            summary["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| {
+                    r["pid"] == std::process::id() && r["serves"] == serves && r["port"] == port
+                })
+                .unwrap_or_else(|| panic!("no row serving {serves}: {summary}"))
+                .clone()
+        };
+        let (server, client) = (row(true), row(false));
+        let turns = |r: &serde_json::Value, side: &str| {
+            let w = &r["waits"];
+            let n = w[format!("{side}_turns")].as_u64().unwrap_or(0);
+            let ms = w[format!("{side}_turn_us")].as_u64().unwrap_or(0) as f64 / 1000.0;
+            (n, ms)
+        };
+        let (answers, answering_ms) = turns(&server, "own");
+        let (waits, waiting_ms) = turns(&client, "peer");
+        eprintln!(
+            "{backend}, think {think_ms} ms: server {answers} turns, {answering_ms:.1} ms; client waited {waits} turns, {waiting_ms:.1} ms; rtt {} µs",
+            client["waits"]["rtt_us"]
+        );
+        if think_ms == 0 {
+            // Turns it saw, if any, are short.
+            for (n, ms) in [(answers, answering_ms), (waits, waiting_ms)] {
+                assert!(ms <= n.max(1) as f64 * 15.0, "{server}\n{client}");
+            }
+            continue;
+        }
+        if backend == "ebpf" {
+            // Every turn: five answers, each after its 150 ms.
+            assert_eq!(answers, ROUNDS, "{server}");
+            assert_eq!(waits, ROUNDS, "{client}");
+            assert!(answering_ms >= (ROUNDS * think_ms) as f64, "{server}");
+            assert!(waiting_ms >= answering_ms, "{client}\n{server}");
+        } else {
+            // Looked at every 2 ms while in use: most turns, and most of their time.
+            assert!(answers >= 3 && waits >= 3, "{server}\n{client}");
+            let most = (ROUNDS * think_ms) as f64 * 0.6;
+            assert!(
+                answering_ms >= most && waiting_ms >= most,
+                "{server}\n{client}"
+            );
+        }
+        // Each turn about the 150 ms (at most a few of the kernel's ticks off under sampling),
+        // and not the round trip's.
+        for (n, ms) in [(answers, answering_ms), (waits, waiting_ms)] {
+            let mean = ms / n as f64;
+            assert!(
+                (think_ms as f64 * 0.9..think_ms as f64 * 2.0).contains(&mean),
+                "{mean} ms a turn: {server}\n{client}"
+            );
+        }
+        let rtt_ms = client["waits"]["rtt_us"].as_u64().unwrap() as f64 / 1000.0;
+        assert!(rtt_ms < think_ms as f64 / 10.0, "{client}");
+    }
+}
+
 /// Issue 51's waits for connections that live less than a refresh, under eBPF
 /// (sampling sees a socket only when a listing finds it: 300 of the 800 ms, measured once):
 /// eight in turn, each held back 100 ms by a reader that waits before it reads a

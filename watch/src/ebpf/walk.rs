@@ -14,12 +14,16 @@ use super::{in_us, SocketWaits, TickRate};
 
 /// The `waits` iterator's walks: what each socket counted when last read, by cookie.
 pub(super) struct WaitsWalk {
-    /// Its setting: the jiffy from which a socket's chronos must have moved to be written.
+    /// Its settings: the jiffy from which a socket's chronos must have moved to be written,
+    /// or the time from which its program must have read or written.
     since: Array<MapData, u64>,
     /// The sockets programs close, with their counters then (the `closing` program's ring
     /// buffer, drained with the events; `None` if the kernel refused it: a socket's counts
     /// since the last walk are then lost at its close).
     pub(super) closes: Option<RingBuf<MapData>>,
+    /// Whether the `turn_read` and `turn_sent` programs keep the sockets' turns (else the
+    /// walks read none).
+    pub(super) turns: bool,
     /// Each socket's counters when last read (`CLOCK_MONOTONIC` ns, and its times in
     /// jiffies).
     readings: HashMap<u64, (u64, crate::waits::Reading)>,
@@ -28,6 +32,9 @@ pub(super) struct WaitsWalk {
     /// A jiffy at or before the last walk's start (0: none yet), and when the last walk and
     /// the last full walk (every socket ever busy, which forgets the sockets gone) ran.
     jiffies: u64,
+    /// When the last walk began (`CLOCK_MONOTONIC` ns): the next writes the sockets whose
+    /// programs read or wrote since, too.
+    began_ns: u64,
     walked_at: Option<Instant>,
     full_at: Option<Instant>,
     /// The last walk's time.
@@ -56,12 +63,15 @@ impl WaitsWalk {
         p.load("task_file", btf).ok()?;
         let since = Array::try_from(bpf.take_map("walk")?).ok()?;
         let closes = Self::closing(bpf, btf);
+        let turns = Self::turns(bpf, btf);
         Some(WaitsWalk {
             since,
             closes,
+            turns,
             readings: HashMap::new(),
             hz: TickRate::default(),
             jiffies: 0,
+            began_ns: 0,
             walked_at: None,
             full_at: None,
             last: Duration::ZERO,
@@ -77,6 +87,19 @@ impl WaitsWalk {
         p.load("inet_sock_set_state", btf).ok()?;
         p.attach().ok()?;
         RingBuf::try_from(bpf.take_map("closes")?).ok()
+    }
+
+    /// Loads and attaches the `turn_read` and `turn_sent` programs (both, or neither: a
+    /// turn needs both ends).
+    fn turns(bpf: &mut Ebpf, btf: &Btf) -> bool {
+        let mut load = |name: &str, tracepoint: &str| -> Option<()> {
+            let p: &mut BtfTracePoint = bpf.program_mut(name)?.try_into().ok()?;
+            p.load(tracepoint, btf).ok()?;
+            p.attach().ok().map(drop)
+        };
+        // (`turn_read` alone counts nothing: only `turn_sent` opens the peer's turns.)
+        load("turn_read", "sock_recv_length").is_some()
+            && load("turn_sent", "sock_send_length").is_some()
     }
 
     /// What each socket a program closed (or shut the sending side of) since the last drain
@@ -148,9 +171,12 @@ impl WaitsWalk {
         self.walked_at = Some(t);
         let full = self.full_at.is_none_or(|f| f.elapsed() >= FULL_WALK) || self.jiffies == 0;
         let since = if full { 0 } else { self.jiffies & 0xffff_ffff };
-        if self.since.set(0, since, 0).is_err() {
+        let since_ns = if full { 0 } else { self.began_ns };
+        let began_ns = super::monotonic_ns();
+        if self.since.set(0, since, 0).is_err() || self.since.set(1, since_ns, 0).is_err() {
             return Vec::new();
         }
+        self.began_ns = began_ns;
         let Some(bytes) = Self::read(bpf) else {
             return Vec::new();
         };

@@ -155,6 +155,10 @@ fn the_kernels_account_of_a_groups_time_adds_up_refresh_by_refresh() {
             timeouts: 1,
             probes: 2,
             backoff: 2,
+            own_turn_us: 750_000,
+            own_turns: 5,
+            rtt_us: 500,
+            ..Default::default()
         },
         ..row("python3 push.py", 9000, true)
     };
@@ -197,6 +201,11 @@ fn the_kernels_account_of_a_groups_time_adds_up_refresh_by_refresh() {
         format!("nagless_tcp_timeouts_total{g} 3\n"),
         format!("nagless_tcp_zero_window_probes_total{g} 6\n"),
         format!("nagless_tcp_backoff{g} 2\n"),
+        // Its program's turns (a server answering): 5 in 750 ms each refresh.
+        format!("nagless_own_turn_seconds_total{g} 2.25\n"),
+        format!("nagless_own_turns_total{g} 15\n"),
+        format!("nagless_peer_turns_total{g} 0\n"),
+        format!("nagless_tcp_rtt_seconds{g} 0.0005\n"),
         format!("nagless_tcp_backoff{} 0\n", l("curl", "80", "connects", "")),
         // A group without any: its series at 0.
         format!(

@@ -9,10 +9,18 @@
 //! | `nagless_tcp_retransmits_total` | counter | segments sent again |
 //! | `nagless_tcp_timeouts_total` | counter | retransmission timeouts |
 //! | `nagless_tcp_zero_window_probes_total` | counter | zero-window probes (the peers' windows stayed closed) |
+//! | `nagless_own_turn_seconds_total` | counter | time the group's programs took their turns: from a last read of the peer's data to the first write after it (a server answering a request; a client between an answer and its next request) |
+//! | `nagless_own_turns_total` | counter | those turns ended (their mean: the rate of the first over this one's) |
+//! | `nagless_peer_turn_seconds_total` | counter | time the group's connections waited for their peers' turns: from a last write to the first read of data after it (a client waiting for an answer, the round trip included; a server waiting for the next request) |
+//! | `nagless_peer_turns_total` | counter | those turns ended |
+//! | `nagless_tcp_rtt_seconds` | gauge | the largest smoothed round trip of the group's connections read in its last refresh that read any |
 //! | `nagless_tcp_backoff` | gauge | the kernel's backoff (`icsk_backoff`) of the most backed-off of the group's connections read in its last refresh that read any: how many times its timeouts (or zero-window probes) in a row doubled the wait (4: 16 times the retransmission timeout); 0 once ACKs come |
 //!
 //! The counters are summed over the group's connections, so a busy time can pass the wall
-//! time; the backoff is the most backed-off connection's. The sampling
+//! time; the backoff and the round trip are the largest connection's. The turns come from
+//! the sockets' reads and writes under eBPF (every turn), and from `tcp_info`'s times since
+//! data last arrived and left under sampling (the last turn between two looks:
+//! `crate::turns`). The sampling
 //! backend reads them from `tcp_info`, the eBPF backend from the same fields through its
 //! `waits` iterator (`crate::ebpf`).
 
@@ -35,6 +43,11 @@ pub(super) struct WaitFamilies {
     timeouts: Family<Labels, Counter>,
     probes: Family<Labels, Counter>,
     backoff: Family<Labels, Gauge>,
+    own_turn: Family<Labels, MicrosCounter>,
+    own_turns: Family<Labels, Counter>,
+    peer_turn: Family<Labels, MicrosCounter>,
+    peer_turns: Family<Labels, Counter>,
+    rtt: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl WaitFamilies {
@@ -78,13 +91,43 @@ impl WaitFamilies {
             "The kernel's backoff of the most backed-off of the group's connections read in its last refresh that read any: how many times its retransmission timeouts (or zero-window probes) in a row doubled the wait before the next (4: 16 times the retransmission timeout); 0 once ACKs come",
             f.backoff.clone(),
         );
+        r.register_with_unit(
+            "nagless_own_turn",
+            "Time the group's programs took their turns: from a last read of the peer's data to the first write after it (a server answering a request; a client between an answer and its next request), summed",
+            Unit::Seconds,
+            f.own_turn.clone(),
+        );
+        r.register(
+            "nagless_own_turns",
+            "Turns of the group's programs ended (a server's answers): the mean turn is the rate of nagless_own_turn_seconds_total over this one's",
+            f.own_turns.clone(),
+        );
+        r.register_with_unit(
+            "nagless_peer_turn",
+            "Time the group's connections waited for their peers' turns: from a last write to the first read of data after it (a client waiting for an answer, the round trip included; a server waiting for the next request), summed",
+            Unit::Seconds,
+            f.peer_turn.clone(),
+        );
+        r.register(
+            "nagless_peer_turns",
+            "Turns of the group's peers ended (a client's answers received)",
+            f.peer_turns.clone(),
+        );
+        r.register_with_unit(
+            "nagless_tcp_rtt",
+            "The largest smoothed round trip of the group's connections read in its last refresh that read any",
+            Unit::Seconds,
+            f.rtt.clone(),
+        );
         f
     }
 
-    /// Group `l`'s backoff as its connections were last read (a refresh whose rows read
-    /// none leaves it as it was: under eBPF the walks can be further apart than a refresh).
-    pub(super) fn set_backoff(&self, l: &Labels, backoff: u8) {
-        self.backoff.get_or_create(l).set(i64::from(backoff));
+    /// Group `l`'s backoff and round trip as its connections were last read (a refresh
+    /// whose rows read none leaves them as they were: under eBPF the walks can be further
+    /// apart than a refresh).
+    pub(super) fn set_state(&self, l: &Labels, w: &Waits) {
+        self.backoff.get_or_create(l).set(i64::from(w.backoff));
+        self.rtt.get_or_create(l).set(w.rtt_us as f64 / 1e6);
     }
 
     /// Adds a refresh's waits to group `l`'s series (made at 0 if new).
@@ -98,6 +141,11 @@ impl WaitFamilies {
         self.timeouts.get_or_create(l).inc_by(w.timeouts);
         self.probes.get_or_create(l).inc_by(w.probes);
         drop(self.backoff.get_or_create(l));
+        self.own_turn.get_or_create(l).inc_by(w.own_turn_us);
+        self.own_turns.get_or_create(l).inc_by(w.own_turns);
+        self.peer_turn.get_or_create(l).inc_by(w.peer_turn_us);
+        self.peer_turns.get_or_create(l).inc_by(w.peer_turns);
+        drop(self.rtt.get_or_create(l));
     }
 
     /// Removes group `l`'s series.
@@ -109,5 +157,10 @@ impl WaitFamilies {
         self.timeouts.remove(l);
         self.probes.remove(l);
         self.backoff.remove(l);
+        self.own_turn.remove(l);
+        self.own_turns.remove(l);
+        self.peer_turn.remove(l);
+        self.peer_turns.remove(l);
+        self.rtt.remove(l);
     }
 }
