@@ -65,6 +65,21 @@ A SENDER'S OWN HOLD (not Nagle; eBPF backend)
   nagless_sender_holds_total and nagless_sender_hold_seconds_total. Sampling cannot see it
   (capture either end and use `nagless doctor`). It does not change the exit status.
 
+WHOSE TURN IT WAS (a server slow to answer, a client waiting)
+  When the time is no stall and no wait of the network's, it is a program's: a server that
+  takes 150 ms to answer. Both backends follow whose turn it is on each connection: eBPF
+  from the programs' own reads and writes (every turn), sampling from tcp_info's times since
+  data last arrived and left (the turns its looks see, in the kernel's ticks). A serving
+  row's turn runs from its last read of a request to its first write of the answer, a
+  connecting row's wait from its last write of a request to its first read of the answer.
+  When one averages 20 ms or more, the fix column reads `(answers in 150 ms)` or
+  `(answered in 151 ms)`, and the summary names the process and port, with the round trip
+  beside it: a server's time is its own, not the network's; a client's wait far above the
+  round trip is its peer's. JSON rows carry waits.own_turn_us, own_turns, peer_turn_us,
+  peer_turns and rtt_us; Prometheus nagless_own_turn_seconds_total, nagless_own_turns_total,
+  nagless_peer_turn_seconds_total, nagless_peer_turns_total and nagless_tcp_rtt_seconds. It
+  does not change the exit status.
+
 CONTAINERS
   Every network namespace named by /proc/PID/ns/net (each container, each Kubernetes pod) is
   entered once to list its sockets; new ones are found every 2 s, gone ones dropped. Rows

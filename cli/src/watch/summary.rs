@@ -92,7 +92,8 @@ pub(super) fn write(
         }
         // Whose turn the time was: servers slow to answer, clients waiting.
         if any_notable(&totals) {
-            out += "\nwhose turn the time was (from the programs' reads and writes):\n";
+            out +=
+                "\nwhose turn the time was (a server's time to answer, a client's wait for it):\n";
             turn_lines(&totals, view.own_netns, &mut out);
         }
         out += &format!("\n{}\n", w.cost(run));

@@ -372,12 +372,12 @@ pub fn a_server_that_thinks(backend: &str) {
                 "{server}\n{client}"
             );
         }
-        // Each turn about the 150 ms (at most a few of the kernel's ticks off under sampling),
-        // and not the round trip's.
+        // Each turn about the 150 ms (a few of the kernel's 4 ms ticks off under sampling,
+        // which reads its times in ticks), and not the round trip's.
         for (n, ms) in [(answers, answering_ms), (waits, waiting_ms)] {
             let mean = ms / n as f64;
             assert!(
-                (think_ms as f64 * 0.9..think_ms as f64 * 2.0).contains(&mean),
+                (think_ms as f64 * 0.8..think_ms as f64 * 2.0).contains(&mean),
                 "{mean} ms a turn: {server}\n{client}"
             );
         }
