@@ -365,6 +365,17 @@ fn a_senders_own_cork_is_named_on_its_process_and_port() {
     }
 }
 
+/// Issue 51's think time on a pooled connection
+/// (`watch_support::a_pooled_connection_s_server_that_thinks`).
+#[test]
+fn a_pooled_connection_s_server_that_thinks_is_named() {
+    let _one = exclusive();
+    if !ebpf_or_skip() {
+        return;
+    }
+    watch_support::a_pooled_connection_s_server_that_thinks("ebpf");
+}
+
 /// Issue 51's think time, live (`watch_support::a_server_that_thinks`).
 #[test]
 fn a_server_that_thinks_is_named_on_its_process_and_port() {

@@ -191,6 +191,14 @@ fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
     watch_support::a_reader_that_stops("sampling");
 }
 
+/// Issue 51's think time on a pooled connection
+/// (`watch_support::a_pooled_connection_s_server_that_thinks`).
+#[test]
+fn a_pooled_connection_s_server_that_thinks_is_named() {
+    let _one = exclusive();
+    watch_support::a_pooled_connection_s_server_that_thinks("sampling");
+}
+
 /// Issue 51's think time, live (`watch_support::a_server_that_thinks`).
 #[test]
 fn a_server_that_thinks_is_named_on_its_process_and_port() {

@@ -42,7 +42,7 @@
  * sock:inet_sock_set_state, when a program closes a socket (or shuts its sending side down):
  * the same counters then, with that program, into the `closes` ring buffer, which userspace
  * drains with the events (a socket closed between two walks keeps its counts). And whose
- * turn it is: sock:sock_recv_length and sock:sock_send_length (`turn_read`, `turn_sent`) keep,
+ * turn it is: sock:sock_recv_length (`turn_read`) and sock:sock_send_length (`send_done`) keep,
  * in each TCP socket's own storage, the time from its program's last write to its first read
  * of data after it (the peer's turn: a server answering, the round trip) and from its last
  * read to its first write (its own: a server's time to answer), which the walks read with
@@ -238,17 +238,87 @@ static __always_inline struct tcp_sock *tcp_stream(struct sock *sk, unsigned sho
 	return bpf_skc_to_tcp_sock(sk);
 }
 
+/* Whose turn it is on a connection, as its program's reads and writes tell: after a write
+ * its peer's (a client's request sent: the server answers, the path carries it), after a
+ * read of data its program's (a server's request read: it answers; a client's answer read:
+ * it makes its next request). A turn runs from the last write (or read) to the first read
+ * (or write) after it, so what the program does between two reads of one request, or two
+ * writes of one answer, is not a turn. Kept in the socket's own storage (freed with it) by
+ * `turn_read` and `send_done`, and read by the walks and at closes with the other counters.
+ * On a connection whose two directions run at once (HTTP/2, a stream each way) turns mean
+ * little: the two sides' sums then share its time as its reads and writes alternate. */
+#define TURN_READ 1
+#define TURN_SENT 2
+#define MSG_PEEK 2
+#define MSG_ERRQUEUE 0x2000
+
+struct turns {
+	__u64 read_ns;    /* its program's last read of data (CLOCK_MONOTONIC) */
+	__u64 sent_ns;    /* its last write */
+	__u64 own_ns;     /* its program's turns ended, summed */
+	__u64 peer_ns;    /* its peer's */
+	__u32 own_turns;  /* its program's turns ended */
+	__u32 peer_turns; /* its peer's */
+	__u8 last;        /* TURN_READ or TURN_SENT: what it did last (0: neither yet) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct turns);
+} turns SEC(".maps");
+
+/* The socket's program read data (TURN_READ) or wrote (TURN_SENT): the other side's turn,
+ * if it was on, is over. (Two threads of one program, one reading and one writing, may race
+ * on `last`; the sums themselves are added atomically.) */
+static __always_inline void turn(struct sock *sk, __u8 did)
+{
+	struct turns *t = bpf_sk_storage_get(&turns, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!t)
+		return;
+	__u64 now = bpf_ktime_get_ns();
+	if (did == TURN_READ) {
+		if (t->last == TURN_SENT && now > t->sent_ns) {
+			__sync_fetch_and_add(&t->peer_ns, now - t->sent_ns);
+			__sync_fetch_and_add(&t->peer_turns, 1);
+		}
+		t->read_ns = now;
+	} else {
+		if (t->last == TURN_READ && now > t->read_ns) {
+			__sync_fetch_and_add(&t->own_ns, now - t->read_ns);
+			__sync_fetch_and_add(&t->own_turns, 1);
+		}
+		t->sent_ns = now;
+	}
+	t->last = did;
+}
+
+/* A read on a socket returned data (not a peek, nor the error queue's timestamps). */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(turn_read, struct sock *sk, int ret, int flags)
+{
+	if (!sk || ret <= 0 || (flags & (MSG_PEEK | MSG_ERRQUEUE)))
+		return 0;
+	unsigned short family;
+	if (tcp_stream(sk, &family))
+		turn(sk, TURN_READ);
+	return 0;
+}
+
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(send_done, struct sock *sk, int ret, int flags)
 {
-	/* Direct loads through the tracepoint's typed pointers (no helper calls) keep the
-	 * common case, a send that leaves nothing held, cheap. */
+	/* Direct loads through the tracepoint's typed pointers keep the common case, a send
+	 * that leaves nothing held, cheap: the one lookup is the socket's own storage, for its
+	 * turns. */
 	if (!sk || ret <= 0)
 		return 0;
 	unsigned short family;
 	struct tcp_sock *tp = tcp_stream(sk, &family);
 	if (!tp)
 		return 0;
+	turn(sk, TURN_SENT);
 	__u32 write_seq = tp->write_seq;
 	__u32 snd_nxt = tp->snd_nxt;
 	if (!before(snd_nxt, write_seq))
@@ -462,86 +532,14 @@ int BPF_PROG(packet_out, struct sk_buff *skb)
 	return 0;
 }
 
-/* Whose turn it is on a connection, as its program's reads and writes tell: after a write
- * its peer's (a client's request sent: the server answers, the path carries it), after a
- * read of data its program's (a server's request read: it answers; a client's answer read:
- * it makes its next request). A turn runs from the last write (or read) to the first read
- * (or write) after it, so what the program does between two reads of one request, or two
- * writes of one answer, is not counted as a turn. Kept in the socket's own storage (freed
- * with it) by `turn_read` and `turn_sent`, and read by the walks and at closes with the
- * other counters. */
-#define TURN_READ 1
-#define TURN_SENT 2
-#define MSG_PEEK 2
-
-struct turns {
-	__u64 read_ns;    /* its program's last read of data (CLOCK_MONOTONIC) */
-	__u64 sent_ns;    /* its last write */
-	__u64 own_ns;     /* its program's turns ended, summed */
-	__u64 peer_ns;    /* its peer's */
-	__u32 own_turns;  /* its program's turns ended */
-	__u32 peer_turns; /* its peer's */
-	__u8 last;        /* TURN_READ or TURN_SENT: what it did last (0: neither yet) */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct turns);
-} turns SEC(".maps");
-
-/* A read on a socket returned data: a turn of the peer's, if it wrote last, is over. */
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(turn_read, struct sock *sk, int ret, int flags)
-{
-	if (!sk || ret <= 0 || (flags & MSG_PEEK))
-		return 0;
-	unsigned short family;
-	if (!tcp_stream(sk, &family))
-		return 0;
-	struct turns *t = bpf_sk_storage_get(&turns, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!t)
-		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	if (t->last == TURN_SENT && now > t->sent_ns) {
-		t->peer_ns += now - t->sent_ns;
-		t->peer_turns += 1;
-	}
-	t->last = TURN_READ;
-	t->read_ns = now;
-	return 0;
-}
-
-/* A write on a socket returned: a turn of its program's, if it read last, is over. (A
- * program of its own beside `send_done`, which keeps its common case free of lookups.) */
-SEC("tp_btf/sock_send_length")
-int BPF_PROG(turn_sent, struct sock *sk, int ret, int flags)
-{
-	if (!sk || ret <= 0)
-		return 0;
-	unsigned short family;
-	if (!tcp_stream(sk, &family))
-		return 0;
-	struct turns *t = bpf_sk_storage_get(&turns, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!t)
-		return 0;
-	__u64 now = bpf_ktime_get_ns();
-	if (t->last == TURN_READ && now > t->read_ns) {
-		t->own_ns += now - t->read_ns;
-		t->own_turns += 1;
-	}
-	t->last = TURN_SENT;
-	t->sent_ns = now;
-	return 0;
-}
-
 /* The waits iterator's settings, written by userspace before each walk: report only the
  * sockets whose chronos moved at or after the jiffy at [0] (low 32 bits; 0: every socket that
  * was ever busy or sent again, or had a turn), or whose program read or wrote at or after the
  * time at [1] (CLOCK_MONOTONIC ns). */
 #define SINCE_JIFFY 0
 #define SINCE_NS 1
+/* How long a turn its program holds open is read at every walk. */
+#define OPEN_TURN_NS 10000000000ULL
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 2);
@@ -572,14 +570,16 @@ struct waits {
 	char comm[16];       /* 108 */
 	__u8 backoff;        /* 124: icsk_backoff, the exponent of the next wait */
 	__u8 _pad2[3];       /* 125 */
-	__u64 own_ns;        /* 128: its program's turns, summed (struct turns), the open one's part */
-	__u64 peer_ns;       /* 136: its peer's turns, the same way */
-	__u32 own_turns;     /* 144: its program's turns ended */
-	__u32 peer_turns;    /* 148: its peer's turns ended */
-	__u32 srtt_us;       /* 152: the smoothed round trip, µs */
-	__u32 _pad3;         /* 156 */
+	__u64 own_ns;        /* 128: its program's turns ended, summed (struct turns) */
+	__u64 peer_ns;       /* 136: its peer's */
+	__u64 own_open_ns;   /* 144: the age of its program's turn, if one is open */
+	__u64 peer_open_ns;  /* 152: of its peer's */
+	__u32 own_turns;     /* 160: its program's turns ended */
+	__u32 peer_turns;    /* 164: its peer's */
+	__u32 min_rtt_us;    /* 168: the least round trip it saw (the kernel's windowed minimum) */
+	__u32 _pad3;         /* 172 */
 };
-_Static_assert(sizeof(struct waits) == 160, "waits layout");
+_Static_assert(sizeof(struct waits) == 176, "waits layout");
 
 /* The sockets a program closes (or shuts the sending side of): their counters at that moment
  * and the process that closed them, which no walk can find once the files are gone. Drained
@@ -624,12 +624,15 @@ static __always_inline int read_waits(struct sock *sk, struct tcp_sock *tp, unsi
 	w->timeouts = tp->inet_conn.icsk_retransmits;
 	w->probes = tp->inet_conn.icsk_probes_out;
 	w->backoff = tp->inet_conn.icsk_backoff;
-	w->srtt_us = tp->srtt_us >> 3;
+	w->min_rtt_us = tp->rtt_min.s[0].v;
 	if (t) {
-		/* The open turn's part so far, as the chronos count their running one. */
 		__u64 now = w->now_ns;
-		w->own_ns = t->own_ns + (t->last == TURN_READ && now > t->read_ns ? now - t->read_ns : 0);
-		w->peer_ns = t->peer_ns + (t->last == TURN_SENT && now > t->sent_ns ? now - t->sent_ns : 0);
+		w->own_ns = t->own_ns;
+		w->peer_ns = t->peer_ns;
+		if (t->last == TURN_READ && now > t->read_ns)
+			w->own_open_ns = now - t->read_ns;
+		if (t->last == TURN_SENT && now > t->sent_ns)
+			w->peer_open_ns = now - t->sent_ns;
 		w->own_turns = t->own_turns;
 		w->peer_turns = t->peer_turns;
 	}
@@ -662,10 +665,17 @@ int waits(struct bpf_iter__task_file *ctx)
 	__u32 start = tp->chrono_start;
 	__u8 timeouts = tp->inet_conn.icsk_retransmits;
 	if (since && *since && type == 0 && timeouts == 0 && before(start, (__u32)*since)) {
-		/* Its chronos idle since the last walk: its turns may have moved (a request read
-		 * and nothing sent yet; an answer's bytes ACKed within the tick). */
+		/* Its chronos idle since the last walk: read all the same if its program read or
+		 * wrote since (an answer's bytes ACKed within a tick count no busy time), or has
+		 * held a turn open for less than OPEN_TURN_NS (a server thinking over a request:
+		 * the age of its turn; longer ones are read by the full walks, as idle clients
+		 * whose last act was a read are). */
 		struct turns *t = bpf_sk_storage_get(&turns, sk, 0, 0);
-		if (!t || !since_ns || (t->read_ns < *since_ns && t->sent_ns < *since_ns))
+		if (!t || !since_ns)
+			return 0;
+		bool moved = t->read_ns >= *since_ns || t->sent_ns >= *since_ns;
+		bool thinking = t->last == TURN_READ && bpf_ktime_get_ns() - t->read_ns < OPEN_TURN_NS;
+		if (!moved && !thinking)
 			return 0;
 	}
 	struct waits w = {};

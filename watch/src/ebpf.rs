@@ -584,7 +584,7 @@ impl Source for EbpfWatcher {
                 let closes = if w.turns {
                     closes
                 } else {
-                    closes + "; no turns (the kernel refused the programs that follow reads and writes)"
+                    closes + "; no turns (the kernel refused the program that follows reads)"
                 };
                 format!(
                     "; {} walks of the sockets' waits, {:.1} ms, {} sockets read{closes}",

@@ -15,7 +15,8 @@
 //! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total`, `nagless_tcp_zero_window_probes_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
 //! | `nagless_own_turn_seconds_total`, `nagless_own_turns_total` | counter | the time the group's programs took their turns (from a last read of the peer's data to the first write after it: a server answering), and those turns |
 //! | `nagless_peer_turn_seconds_total`, `nagless_peer_turns_total` | counter | the time they waited for their peers' turns (from a last write to the first read of data after it: a client waiting for an answer, the round trip included), and those turns |
-//! | `nagless_tcp_rtt_seconds` | gauge | the largest smoothed round trip of the group's connections read in its last refresh that read any |
+//! | `nagless_turn_open_seconds` | gauge | the oldest request the group's connections held unanswered at their last reading (a serving group's own turn, a connecting group's wait) |
+//! | `nagless_tcp_min_rtt_seconds` | gauge | the largest least round trip of the group's connections read in its last refresh that read any |
 //! | `nagless_tcp_backoff` | gauge | the kernel's backoff of the most backed-off of the group's connections read in its last refresh that read any: each timeout (or zero-window probe) in a row doubled the wait |
 //! | `nagless_watch_stalls_total` | counter | stalls on the whole host (one series, from the start) |
 //! | `nagless_watch_cpu_seconds_total` | counter | the watcher's own CPU time (user + system) |
@@ -417,9 +418,16 @@ impl Metrics {
             );
             self.waits.add(&l, &r.waits);
             if !r.waits.is_empty() {
+                // (The open turn a group's role waits on: a server's own, a client's peer's.)
+                let open = if r.serves {
+                    r.waits.own_open_us
+                } else {
+                    r.waits.peer_open_us
+                };
                 let b = states.entry(l).or_default();
                 b.backoff = b.backoff.max(r.waits.backoff);
-                b.rtt_us = b.rtt_us.max(r.waits.rtt_us);
+                b.min_rtt_us = b.min_rtt_us.max(r.waits.min_rtt_us);
+                b.own_open_us = b.own_open_us.max(open);
             }
         }
         for (l, w) in states {

@@ -1,16 +1,19 @@
 //! Whose turn it was on a connection, from the sampling backend's looks (issue 51): the time
-//! its program took to write after reading the peer's data (a server answering a request),
+//! its program took to write after the peer's data arrived (a server answering a request),
 //! and the time it waited, after writing, for the peer's data (a client waiting for an
 //! answer, the round trip included), from `tcp_info`'s times since data last arrived and last
-//! left (`tcpi_last_data_recv`, `tcpi_last_data_sent`: milliseconds, at the kernel's tick).
+//! left (`tcpi_last_data_recv`, `tcpi_last_data_sent`: milliseconds, counted in the kernel's
+//! ticks) and its counts of data segments each way.
 //!
-//! A look sees only the last arrival and the last departure, so of the turns that ended
-//! between two looks it counts the last one; and a turn's end is the last write (or
-//! arrival) before the look, not the first. The sampling backend looks at a busy socket
-//! every refresh, so a turn as long as a refresh or longer is counted whole (within a tick);
-//! of shorter ones, one a look: their mean is a sample's, their total a part. The eBPF
-//! backend counts every turn at the program's own reads and writes instead
-//! (`turn_read`, `turn_sent` in watch/bpf/holds.bpf.c).
+//! A look sees only the last arrival and the last departure. So a turn counts from the
+//! arrival (or departure) that opened it to the last departure (or arrival) before the look
+//! that found it over; of several turns that end between two looks only the last is known,
+//! and where the end of an earlier one is not, it is taken at the earlier look (never later:
+//! the peer's time between is not counted as the program's). Looks come every `--interval`
+//! (2 ms) while a connection is in use ([`Turns::in_use`]), so a turn as long as a few ticks
+//! or longer is counted whole, within a tick. The eBPF backend counts every turn at the
+//! program's own reads and writes instead (`turn_read` and `send_done` in
+//! watch/bpf/holds.bpf.c).
 
 use nagless::TcpInfo;
 
@@ -26,6 +29,18 @@ pub(crate) struct Look {
     pub(crate) segs: Option<(u32, u32)>,
 }
 
+/// Which side held the turn at a look, and since when (µs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// The program: data arrived after its last departure.
+    Own(u64),
+    /// The peer: its data left after the last arrival.
+    Peer(u64),
+    /// Neither known: nothing moved yet, or an arrival and a departure in one tick with
+    /// nothing to order them.
+    Unknown,
+}
+
 impl Look {
     /// `info` read at `at_us`.
     pub(crate) fn of(at_us: u64, info: &TcpInfo) -> Look {
@@ -38,36 +53,52 @@ impl Look {
         }
     }
 
+    fn holder(&self) -> Holder {
+        match self.recv_us.cmp(&self.sent_us) {
+            std::cmp::Ordering::Greater => Holder::Own(self.recv_us),
+            std::cmp::Ordering::Less => Holder::Peer(self.sent_us),
+            std::cmp::Ordering::Equal => Holder::Unknown,
+        }
+    }
+
     /// Its times, settled against the look `before`: the kernel counts them in ticks (4 ms at
     /// HZ=250), so one arrival read at two looks can come out a tick apart, one read a tick
     /// early can seem to come before `before`, and an arrival and a departure in one tick
     /// come out equal. Where no data segment came (or went) since `before`, the arrival (or
     /// departure) is `before`'s; where one did, it is after `before`: so each moves only when
     /// data did, and one that moved since is after one that did not. Where both moved in one
-    /// tick, the turn open at `before` is taken to have ended and another of the same side to
-    /// have begun (a server's answer, then the next request: its turn again), as on a
-    /// connection whose turns are longer than a tick.
+    /// tick, the side that held the turn at `before` is taken to hold it again (a server's
+    /// answer, then the next request: its turn again), as on a connection whose turns are
+    /// longer than a tick; where neither did, the side whose data came more since.
     fn settled(mut self, before: &Look) -> Look {
-        if let (Some((came, went)), Some((came_before, went_before))) = (self.segs, before.segs) {
-            // (A time read in ticks can come out up to a tick early: one that moved since
-            // `before` was after it.)
-            let since = |t: u64| t.clamp(before.at_us + 1, self.at_us.max(before.at_us + 1));
-            self.recv_us = if came == came_before {
-                before.recv_us
-            } else {
-                since(self.recv_us)
-            };
-            self.sent_us = if went == went_before {
-                before.sent_us
-            } else {
-                since(self.sent_us)
-            };
-            if came != came_before && went != went_before && self.recv_us == self.sent_us {
-                if before.recv_us > before.sent_us {
-                    self.recv_us += 1;
-                } else if before.sent_us > before.recv_us {
-                    self.sent_us += 1;
-                }
+        let (Some((came, went)), Some((came_before, went_before))) = (self.segs, before.segs)
+        else {
+            return self;
+        };
+        let since = |t: u64| t.clamp(before.at_us + 1, self.at_us.max(before.at_us + 1));
+        self.recv_us = if came == came_before {
+            before.recv_us
+        } else {
+            since(self.recv_us)
+        };
+        self.sent_us = if went == went_before {
+            before.sent_us
+        } else {
+            since(self.sent_us)
+        };
+        if came != came_before && went != went_before && self.recv_us == self.sent_us {
+            // (Else by the segments each way since: more in than out ends with an arrival,
+            // as a request after its answer does.)
+            let (ins, outs) = (
+                came.wrapping_sub(came_before),
+                went.wrapping_sub(went_before),
+            );
+            match before.holder() {
+                Holder::Own(_) => self.recv_us += 1,
+                Holder::Peer(_) => self.sent_us += 1,
+                Holder::Unknown if ins > outs => self.recv_us += 1,
+                Holder::Unknown if outs > ins => self.sent_us += 1,
+                Holder::Unknown => {}
             }
         }
         self
@@ -78,17 +109,19 @@ impl Look {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Turns {
     last: Option<Look>,
-    /// Data arrived or left between the last two looks.
-    moved: bool,
+    /// Turns ended between the last two looks.
+    ended: bool,
 }
 
+/// How long a turn open keeps a connection in use ([`Turns::in_use`]), µs: a server thinking
+/// is followed this long, then found again by the look that sees its answer leave.
+const OPEN_IN_USE_US: u64 = 2_000_000;
+
 impl Turns {
-    /// What `now` adds: each side's time in turns since the last look (the open turn's part
-    /// included, as far as the look) and its turns ended. A first look counts from
-    /// `from_us` (a socket made while watching: from its birth, with no turn open then), or
-    /// is the baseline (`None`).
+    /// The turns that ended since the last look (time and counts), and those open at `now`
+    /// (their ages: states, not counts). A first look counts from `from_us` (a socket made
+    /// while watching: from its birth, with no data moved then), or is the baseline (`None`).
     pub(crate) fn look(&mut self, now: Look, from_us: Option<u64>) -> Turned {
-        // (A socket made while watching had sent and received no data at its birth.)
         let before = self.last.or(from_us.map(|t| Look {
             at_us: t,
             recv_us: 0,
@@ -97,76 +130,80 @@ impl Turns {
         }));
         let Some(p) = before else {
             self.last = Some(now);
-            self.moved = false;
+            self.ended = false;
             return Turned::default();
         };
         let now = now.settled(&p);
         self.last = Some(now);
-        self.moved = now.recv_us > p.at_us || now.sent_us > p.at_us;
         // The program's turns begin with the peer's data and end with its write; the peer's,
         // the other way round.
-        let (own_us, own) = side(
-            (p.at_us, p.recv_us, p.sent_us),
-            (now.at_us, now.recv_us, now.sent_us),
-        );
-        let (peer_us, peer) = side(
-            (p.at_us, p.sent_us, p.recv_us),
-            (now.at_us, now.sent_us, now.recv_us),
-        );
+        let (own_us, own) = ended((p.at_us, p.recv_us, p.sent_us), (now.recv_us, now.sent_us));
+        let (peer_us, peer) = ended((p.at_us, p.sent_us, p.recv_us), (now.sent_us, now.recv_us));
+        self.ended = own + peer > 0;
+        let (own_open_us, peer_open_us) = match now.holder() {
+            Holder::Own(t) => (now.at_us.saturating_sub(t), 0),
+            Holder::Peer(t) => (0, now.at_us.saturating_sub(t)),
+            Holder::Unknown => (0, 0),
+        };
         Turned {
             own_us,
             own,
             peer_us,
             peer,
+            own_open_us,
+            peer_open_us,
         }
     }
-}
 
-impl Turns {
     /// Whether the last look found the connection in use, so that the sampling backend goes
-    /// on looking at it: data moved since the look before, or the turn its side waits on is
-    /// open (a server's own: it has a request and has not answered; a client's peer's: it
-    /// waits for an answer). Idle connections are not (a server waiting for requests, a
-    /// client that has its answers).
+    /// on looking at it: a turn ended since the look before, or the turn its side waits on
+    /// opened within [`OPEN_IN_USE_US`] (a server with a request it has not answered, a
+    /// client waiting for an answer), or data arrived and left in one tick that recently
+    /// (an answer and the next request, at a first look). Idle connections are not (a server
+    /// waiting for requests, a client that has its answers), nor streams one way (no turn
+    /// ends) once their turn is old.
     pub(crate) fn in_use(&self, serves: bool) -> bool {
         let Some(l) = self.last else {
             return false;
         };
-        let waiting_on = if serves {
-            l.recv_us > l.sent_us
-        } else {
-            l.sent_us > l.recv_us
+        // (A recent arrival and departure in one tick that nothing ordered: in use too.)
+        let waiting_since = match (l.holder(), serves) {
+            (Holder::Own(t), true) | (Holder::Peer(t), false) => Some(t),
+            (Holder::Unknown, _) if l.recv_us > 0 => Some(l.recv_us),
+            _ => None,
         };
-        self.moved || waiting_on
+        self.ended || waiting_since.is_some_and(|t| l.at_us.saturating_sub(t) < OPEN_IN_USE_US)
     }
 }
 
-/// One side's time (µs) and turns ended between two looks `(at, began, ended)`: `began` the
-/// last event that opens its turn, `ended` the last that ends one. A turn is open at a look
-/// when it began after the last end. Between two looks only the last of each is known, so a
-/// turn that ended is taken to end at the last end (a chain of turns shorter than the looks'
-/// spacing comes back as one).
-fn side(
-    (p_at, p_began, p_ended): (u64, u64, u64),
-    (at, began, ended): (u64, u64, u64),
-) -> (u64, u64) {
+/// One side's turns that ended between a look `(at, began, ended)` and the next `(began,
+/// ended)`, where `began` is the last event that opens its turn and `ended` the last that ends
+/// one: their time (µs) and count.
+///
+/// Invariant: the time is no more than the span from the earliest open turn's start known
+/// to the last end, and a turn is counted only if its end came after the earlier look.
+fn ended((p_at, p_began, p_ended): (u64, u64, u64), (began, ended): (u64, u64)) -> (u64, u64) {
+    if ended <= p_at {
+        return (0, 0);
+    }
     let was_open = p_began > p_ended;
-    let open = began > ended;
-    let (mut us, mut turns) = (0, 0);
-    if ended > p_at {
-        if was_open {
-            // The turn open at the last look ended (others may have begun since).
-            (us, turns) = (ended - p_at, 1);
-        } else if !open && began > p_at {
-            // Its last turn began and ended since the last look.
-            (us, turns) = (ended - began, 1);
-        }
-    }
-    if open {
-        // Open now: from its start, or from the last look if it was open then (counted so
-        // far), to this look.
-        us += at.saturating_sub(began.max(p_at));
-    }
+    let (us, turns) = if was_open && began > p_at && began <= ended {
+        // The turn open then ended before another began and ended: the first end is not
+        // known, so the first counts up to the earlier look; the last counts whole.
+        ((p_at - p_began) + (ended - began), 2)
+    } else if was_open {
+        // The turn open then ended (at the last end: one end since, or an answer in pieces).
+        (ended - p_began, 1)
+    } else if began > p_at && began < ended {
+        // A turn began and ended since.
+        (ended - began, 1)
+    } else {
+        (0, 0)
+    };
+    debug_assert!(
+        us <= ended - p_began.min(began).min(ended),
+        "{us} µs counted"
+    );
     (us, turns)
 }
 
@@ -183,6 +220,13 @@ mod tests {
         }
     }
 
+    fn with_segs(l: Look, came: u32, went: u32) -> Look {
+        Look {
+            segs: Some((came, went)),
+            ..l
+        }
+    }
+
     #[test]
     fn a_server_s_answer_is_its_turn_and_the_client_s_wait_the_peer_s() {
         // A server's socket: a request at 1,000 ms, its answer 150 ms later; looks every
@@ -194,53 +238,62 @@ mod tests {
             "a baseline"
         );
         let a = t.look(look(1050, 1000, 500), None);
-        assert_eq!((a.own_us, a.own), (50_000, 0), "open: its part so far");
+        assert_eq!(
+            (a.own_us, a.own, a.own_open_us),
+            (0, 0, 50_000),
+            "open: its age"
+        );
+        // (The peer's turn, the idle before the request, ended: from 500 ms.)
+        assert_eq!((a.peer_us, a.peer), (500_000, 1));
         let b = t.look(look(1150, 1000, 1150), None);
         assert_eq!(
-            (b.own_us, b.own),
-            (100_000, 1),
-            "ended: the rest, and one turn"
+            (b.own_us, b.own, b.own_open_us),
+            (150_000, 1, 0),
+            "ended whole"
         );
+        assert_eq!(b.peer_open_us, 0, "answered in the tick of the look");
         let c = t.look(look(1250, 1000, 1150), None);
         assert_eq!((c.own_us, c.own), (0, 0));
-        // The peer's side of the same looks: the idle before the request is the peer's turn.
-        assert_eq!(
-            (a.peer_us, a.peer),
-            (50_000, 1),
-            "the peer's turn (the idle before the request) ended: its part since the last look"
-        );
-        assert_eq!((b.peer_us, b.peer), (0, 0));
-        assert_eq!((c.peer_us, c.peer), (100_000, 0));
+        assert_eq!((c.peer_us, c.peer, c.peer_open_us), (0, 0, 100_000));
 
-        // The client's socket, the other way round: it waits from its request to the answer.
-        // Its last answer came at 600 ms; its request leaves at 1,000, the answer at 1,150.
+        // The client's socket: its last answer came at 600 ms; its request leaves at 1,000,
+        // the answer at 1,150.
         let mut t = Turns::default();
         t.look(look(950, 600, 500), None);
         let w = t.look(look(1160, 1150, 1000), None);
         assert_eq!((w.peer_us, w.peer), (150_000, 1));
-        // Its own turn from 600 ended at its request (50 ms after the last look), and another
-        // began at the answer.
-        assert_eq!((w.own_us, w.own), (60_000, 1));
+        // Its own turn from 600 ended at its request; another began at the answer.
+        assert_eq!((w.own_us, w.own, w.own_open_us), (400_000, 1, 10_000));
     }
 
     #[test]
-    fn turns_between_two_looks_count_their_last_and_streams_none() {
+    fn turns_between_two_looks_count_their_last_and_never_the_peer_s_time() {
         let mut t = Turns::default();
         t.look(look(1000, 900, 950), None);
-        // Three exchanges between the looks: the last one (1,180 to 1,190) counts.
+        // Exchanges between the looks: the last one (1,180 to 1,190) counts.
         let n = t.look(look(1200, 1180, 1190), None);
         assert_eq!((n.own_us, n.own), (10_000, 1));
-        // A socket only receiving (an upload): its turn opens at each arrival, so only the
-        // time since the last one counts.
+        // A turn open at the look (from 1,300), an answer at 1,310, the peer's 10 ms, the
+        // next request at 1,320 and its answer at 1,330: two turns; the first's end is not
+        // known, so it counts to the look (5 ms), never the peer's 10 ms.
+        let mut t = Turns::default();
+        t.look(look(1305, 1300, 1200), None);
+        let two = t.look(look(1335, 1320, 1330), None);
+        assert_eq!((two.own_us, two.own), (15_000, 2));
+        // A socket only receiving (an upload): no turn of its own ends.
         let mut t = Turns::default();
         t.look(look(1000, 999, 10), None);
         let u = t.look(look(1100, 1098, 10), None);
-        assert_eq!((u.own_us, u.own, u.peer_us, u.peer), (2_000, 0, 0, 0));
+        assert_eq!((u.own_us, u.own, u.peer_us, u.peer), (0, 0, 0, 0));
+        assert_eq!(u.own_open_us, 2_000, "its turn reopens at each arrival");
         // A socket only sending: the same, on the peer's side.
         let mut t = Turns::default();
         t.look(look(1000, 10, 999), None);
         let s = t.look(look(1100, 10, 1099), None);
-        assert_eq!((s.own_us, s.peer_us, s.peer), (0, 1_000, 0));
+        assert_eq!(
+            (s.own_us, s.own, s.peer_us, s.peer, s.peer_open_us),
+            (0, 0, 0, 0, 1_000)
+        );
     }
 
     #[test]
@@ -249,10 +302,10 @@ mod tests {
         // Born at 1,000 ms; it sent a request at 1,001 and got the answer at 1,201.
         let first = t.look(look(1250, 1201, 1001), Some(1_000_000));
         assert_eq!((first.peer_us, first.peer), (200_000, 1));
-        assert_eq!((first.own_us, first.own), (49_000, 0));
+        assert_eq!((first.own_us, first.own, first.own_open_us), (0, 0, 49_000));
         // Once looked at, the birth is no longer used.
         let next = t.look(look(1300, 1201, 1001), Some(1_000_000));
-        assert_eq!((next.own_us, next.peer), (50_000, 0));
+        assert_eq!((next.peer, next.own, next.own_open_us), (0, 0, 99_000));
     }
 
     #[test]
@@ -261,64 +314,86 @@ mod tests {
         assert!(!t.in_use(true), "never looked at");
         t.look(look(1000, 900, 950), None);
         assert!(!t.in_use(true), "a baseline: a server that answered, idle");
-        // A request came: the server's turn is open, and data moved.
+        // A request came: the server's turn is open (and the peer's ended).
         t.look(look(1100, 1050, 950), None);
         assert!(t.in_use(true));
-        // Still thinking: nothing moved, but its turn is open.
+        // Still thinking: nothing ended, but its turn is open, and young.
         t.look(look(1200, 1050, 950), None);
         assert!(t.in_use(true), "a server answering");
         assert!(!t.in_use(false), "a client that has its answer");
+        // Thinking for over 2 s: no longer followed.
+        t.look(look(3100, 1050, 950), None);
+        assert!(!t.in_use(true));
         // Answered, then idle.
-        t.look(look(1300, 1050, 1250), None);
-        assert!(t.in_use(true), "moved");
-        t.look(look(1400, 1050, 1250), None);
+        t.look(look(3200, 1050, 3150), None);
+        assert!(t.in_use(true), "a turn ended");
+        t.look(look(3300, 1050, 3150), None);
         assert!(!t.in_use(true), "a server waiting for requests");
         assert!(t.in_use(false), "a client waiting for an answer");
+        // A stream in: its own turn reopens at each arrival, and no turn ends.
+        let mut t = Turns::default();
+        t.look(with_segs(look(1000, 999, 10), 100, 1), None);
+        t.look(with_segs(look(1002, 1001, 10), 101, 1), None);
+        assert!(t.in_use(true), "its turn is young");
+        assert!(!t.in_use(false), "as a client, its wait is not open");
+        // A first look at a pooled connection between an answer and the next request, both
+        // in one tick: in use; the same two seconds later, idle.
+        let mut t = Turns::default();
+        t.look(with_segs(look(5000, 4990, 4990), 30, 30), None);
+        assert!(t.in_use(true) && t.in_use(false));
+        t.look(with_segs(look(7000, 4992, 4992), 30, 30), None);
+        assert!(!t.in_use(true) && !t.in_use(false));
     }
 
     #[test]
     fn times_move_only_with_data_and_one_tick_is_ordered_by_it() {
-        let seg = |l: Look, came, went| Look {
-            segs: Some((came, went)),
-            ..l
-        };
         // A server's first look: its request came in the tick its handshake ended, and it
-        // has sent no data: its turn is open.
+        // has sent no data: its turn is open (since its birth, as far as the watch knows).
         let mut t = Turns::default();
-        let first = t.look(seg(look(400, 300, 300), 1, 0), Some(380_000));
-        // (From its birth: an arrival before it is taken as a µs after it.)
-        assert_eq!((first.own_us, first.own), (19_999, 0));
+        let first = t.look(with_segs(look(400, 300, 300), 1, 0), Some(380_000));
+        assert_eq!((first.own, first.own_open_us, first.peer), (0, 19_999, 0));
         assert!(t.in_use(true));
         // It answered, and the next request came, in one tick: the open turn ended, and
         // another began.
-        let next = t.look(seg(look(500, 450, 450), 2, 1), None);
-        // (50 ms, and 50 ms open, less the µs that orders the two.)
-        assert_eq!((next.own_us, next.own), (99_999, 1));
-        assert!(t.in_use(true), "data moved");
-        let answered = t.look(seg(look(600, 450, 590), 2, 2), None);
-        assert_eq!((answered.own_us, answered.own), (90_000, 1));
-        // A request and its answer in one tick, after an idle time: a turn of no length;
-        // then idle, though the kernel's ticks read its times 2 ms later.
+        let next = t.look(with_segs(look(500, 450, 450), 2, 1), None);
+        assert_eq!((next.own_us, next.own), (69_999, 1), "from 380.001 to 450");
+        assert_eq!(next.own_open_us, 49_999);
+        assert!(t.in_use(true), "a turn ended");
+        let answered = t.look(with_segs(look(600, 450, 590), 2, 2), None);
+        assert_eq!((answered.own_us, answered.own), (139_999, 1));
+        // A request and its answer in one tick, after an idle time: a turn of a µs (the one
+        // that orders them); then idle, though the kernel's ticks read its times 2 ms later.
         let mut t = Turns::default();
-        t.look(seg(look(400, 300, 350), 1, 1), None);
-        let quick = t.look(seg(look(500, 450, 450), 2, 2), None);
-        assert_eq!((quick.own_us, quick.own), (1, 1), "the µs that orders them");
-        let idle = t.look(seg(look(600, 452, 452), 2, 2), None);
-        assert_eq!((idle.own_us, idle.own), (0, 0));
-        assert_eq!(
-            (idle.peer_us, idle.peer),
-            (100_000, 0),
-            "it waits for a request"
-        );
+        t.look(with_segs(look(400, 300, 350), 1, 1), None);
+        let quick = t.look(with_segs(look(500, 450, 450), 2, 2), None);
+        assert_eq!((quick.own_us, quick.own), (1, 1));
+        let idle = t.look(with_segs(look(600, 452, 452), 2, 2), None);
+        assert_eq!((idle.own_us, idle.own, idle.own_open_us), (0, 0, 0));
+        assert_eq!(idle.peer_open_us, 149_999, "it waits for a request");
         assert!(!t.in_use(true), "an idle server once its answer went");
+        // Both moved in one tick at a first look with nothing to order them: no turn.
+        let mut t = Turns::default();
+        let tie = t.look(with_segs(look(400, 300, 300), 1, 1), Some(200_000));
+        assert_eq!(
+            (tie.own, tie.peer, tie.own_open_us, tie.peer_open_us),
+            (0, 0, 0, 0)
+        );
+        // A pooled connection's first look: nothing known before; thirteen requests in and
+        // twelve answers out since, the last two in one tick: a request waits.
+        let mut t = Turns::default();
+        t.look(with_segs(look(100, 0, 0), 1, 1), None);
+        let pooled = t.look(with_segs(look(2109, 2105, 2105), 14, 13), None);
+        assert_eq!(pooled.own_open_us, 3_999, "{pooled:?}");
+        let answered = t.look(with_segs(look(2260, 2105, 2257), 14, 14), None);
+        assert_eq!((answered.own, answered.own_us), (1, 151_999));
         // A thinking server read a tick late is still thinking since its request.
         let mut t = Turns::default();
-        t.look(seg(look(400, 390, 300), 1, 0), None);
-        let late = t.look(seg(look(500, 386, 300), 1, 0), None);
-        assert_eq!((late.own_us, late.own), (100_000, 0));
+        t.look(with_segs(look(400, 390, 300), 1, 0), None);
+        let late = t.look(with_segs(look(500, 386, 300), 1, 0), None);
+        assert_eq!((late.own, late.own_open_us), (0, 110_000));
         // Its answer and the next request, 1 ms after the last look, read a tick early (as
         // if before it): the turn ended after that look, and another began.
-        let next = t.look(seg(look(502, 498, 498), 2, 1), None);
+        let next = t.look(with_segs(look(502, 498, 498), 2, 1), None);
         assert_eq!(next.own, 1, "{next:?}");
         assert!(t.in_use(true));
     }
@@ -332,13 +407,70 @@ mod tests {
         info.data_segs_out = Some(3);
         assert_eq!(
             Look::of(1_000_000, &info),
-            Look {
-                segs: Some((4, 3)),
-                ..look(1000, 850, 980)
-            }
+            with_segs(look(1000, 850, 980), 4, 3)
         );
         // Times from before the watch's clock began are its start.
         info.last_data_recv_ms = 5_000;
         assert_eq!(Look::of(1_000_000, &info).recv_us, 0);
+    }
+
+    mod generated {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// The kernel's `tcp_info` at `at` (µs) of a connection whose data arrived at
+        /// `arrivals` and left at `departures`: its times since, in ticks of 4 ms
+        /// (`jiffies_to_msecs` of a difference of jiffies), and its segment counts.
+        fn info_at(at: u64, arrivals: &[u64], departures: &[u64]) -> TcpInfo {
+            let tick = |t: u64| t / 4_000;
+            let ago = |events: &[u64]| {
+                events
+                    .iter()
+                    .rev()
+                    .find(|&&e| e <= at)
+                    .map_or(at / 1000, |&e| ((tick(at) - tick(e)) * 4) as u32 as u64)
+                    as u32
+            };
+            let mut i = TcpInfo::default();
+            i.last_data_recv_ms = ago(arrivals);
+            i.last_data_sent_ms = ago(departures);
+            i.data_segs_in = Some(arrivals.iter().filter(|&&e| e <= at).count() as u32);
+            i.data_segs_out = Some(departures.iter().filter(|&&e| e <= at).count() as u32);
+            i
+        }
+
+        proptest! {
+            /// A server answering requests, each turn and each pause 10 ms or longer, looked
+            /// at every 2 ms or so: every answer is counted once, and the time within a tick
+            /// each way of the truth per turn.
+            #[test]
+            fn every_turn_longer_than_a_few_ticks_is_counted_once(
+                turns in proptest::collection::vec((10_000u64..200_000, 10_000u64..200_000), 1..12),
+                spacing in 1_500u64..2_500,
+            ) {
+                let (mut arrivals, mut departures) = (Vec::new(), Vec::new());
+                let mut t = 1_000_000u64;
+                let mut truth = 0;
+                for (think, pause) in &turns {
+                    arrivals.push(t);
+                    departures.push(t + think);
+                    truth += think;
+                    t += think + pause;
+                }
+                let born = 999_000;
+                let mut s = Turns::default();
+                let (mut counted, mut n) = (0, 0);
+                let mut at = born + 500;
+                while at <= t {
+                    let got = s.look(Look::of(at, &info_at(at, &arrivals, &departures)), Some(born));
+                    counted += got.own_us;
+                    n += got.own;
+                    at += spacing;
+                }
+                prop_assert_eq!(n, turns.len() as u64);
+                let slack = 2 * 4_000 * turns.len() as u64 + spacing;
+                prop_assert!(counted.abs_diff(truth) <= slack, "{} µs counted of {}", counted, truth);
+            }
+        }
     }
 }

@@ -37,21 +37,30 @@ pub struct Waits {
     /// state. In one refresh, the state the group's connections were last seen in (0 once
     /// ACKs came); over a watch's refreshes, the most of them.
     pub backoff: u8,
-    /// Whose turn it was ([`Turns`]): the time its programs took their turns, from a last
-    /// read of the peer's data to the first write after it (a server answering a request; a
-    /// client between an answer and its next request), µs.
+    /// Whose turn it was (the `turns` module under sampling, the sockets' reads and writes
+    /// under eBPF): the time its programs' turns took, from the peer's data (its last read,
+    /// under eBPF; its arrival, under sampling) to their first write after it (their last
+    /// before a look, under sampling): a server answering a request; a client between an
+    /// answer and its next request. Turns ended only, µs.
     pub own_turn_us: u64,
     /// Its programs' turns ended (sampling: those its looks saw, the last between two).
     pub own_turns: u64,
-    /// The time they waited for the peer's turns, from a last write to the first read of
-    /// data after it (a client waiting for an answer, the round trip included; a server
-    /// waiting for the next request), µs.
+    /// The time they waited for the peer's turns, from a write to the peer's data after it
+    /// (a client waiting for an answer, the round trip included; a server waiting for the
+    /// next request). Turns ended only, µs.
     pub peer_turn_us: u64,
-    /// The peer's turns ended (sampling: those its looks saw).
+    /// The peer's turns ended.
     pub peer_turns: u64,
-    /// The largest smoothed round trip of the connections as last read, µs (a state, as
-    /// `backoff` is).
-    pub rtt_us: u64,
+    /// The age of the oldest turn its programs held open at a reading (a server with a
+    /// request it has not answered yet), µs: a state, as `backoff` is (the most of the
+    /// readings summed).
+    pub own_open_us: u64,
+    /// The age of the oldest turn of the peer's open at a reading (a client waiting for an
+    /// answer), µs: a state.
+    pub peer_open_us: u64,
+    /// The largest of its connections' least round trips (the kernel's windowed minimum) as
+    /// last read, µs: the path's own delay, with no queue nor delayed ACK in it. A state.
+    pub min_rtt_us: u64,
 }
 
 impl Waits {
@@ -67,7 +76,9 @@ impl Waits {
         self.own_turns += o.own_turns;
         self.peer_turn_us += o.peer_turn_us;
         self.peer_turns += o.peer_turns;
-        self.rtt_us = self.rtt_us.max(o.rtt_us);
+        self.own_open_us = self.own_open_us.max(o.own_open_us);
+        self.peer_open_us = self.peer_open_us.max(o.peer_open_us);
+        self.min_rtt_us = self.min_rtt_us.max(o.min_rtt_us);
     }
 
     /// The mean of its program's turns ended, µs (`None` without one).
@@ -97,30 +108,33 @@ pub(crate) struct Reading {
     probes: u8,
     backoff: u8,
     turns: Turned,
-    rtt_us: u64,
+    min_rtt_us: u64,
 }
 
-/// The turns' time (µs) and counts a socket's storage kept (eBPF), or none (sampling, which
-/// adds its [`Turns`]' own).
+/// A socket's turns: the time (µs) and count of each side's turns ended (counters: as the
+/// socket's storage kept them under eBPF, or what a look added under sampling), and the age
+/// of the turn open, if any (states).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Turned {
     pub(crate) own_us: u64,
     pub(crate) own: u64,
     pub(crate) peer_us: u64,
     pub(crate) peer: u64,
+    pub(crate) own_open_us: u64,
+    pub(crate) peer_open_us: u64,
 }
 
 impl Reading {
     /// Counters read elsewhere (the eBPF backend's iterator, `ebpf/waits.rs`): busy, receive
     /// window limited and send buffer limited µs, segments sent again, and timeouts,
     /// zero-window probes in a row and the backoff (`icsk_backoff`); the turns and the
-    /// smoothed round trip (µs).
+    /// least round trip (µs).
     pub(crate) fn new(
         [busy_us, rwnd_limited_us, sndbuf_limited_us]: [u64; 3],
         retransmits: u64,
         [timeouts, probes, backoff]: [u8; 3],
         turns: Turned,
-        rtt_us: u64,
+        min_rtt_us: u64,
     ) -> Reading {
         Reading {
             busy_us,
@@ -131,7 +145,7 @@ impl Reading {
             probes,
             backoff,
             turns,
-            rtt_us,
+            min_rtt_us,
         }
     }
 
@@ -146,7 +160,7 @@ impl Reading {
             probes: info.probes,
             backoff: info.backoff,
             turns: Turned::default(),
-            rtt_us: u64::from(info.rtt_us),
+            min_rtt_us: u64::from(info.min_rtt_us.unwrap_or(0)),
         })
     }
 
@@ -173,7 +187,9 @@ impl Reading {
             own_turns: self.turns.own.saturating_sub(b.turns.own),
             peer_turn_us: self.turns.peer_us.saturating_sub(b.turns.peer_us),
             peer_turns: self.turns.peer.saturating_sub(b.turns.peer),
-            rtt_us: self.rtt_us,
+            own_open_us: self.turns.own_open_us,
+            peer_open_us: self.turns.peer_open_us,
+            min_rtt_us: self.min_rtt_us,
         }
     }
 }

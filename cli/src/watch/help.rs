@@ -67,18 +67,23 @@ A SENDER'S OWN HOLD (not Nagle; eBPF backend)
 
 WHOSE TURN IT WAS (a server slow to answer, a client waiting)
   When the time is no stall and no wait of the network's, it is a program's: a server that
-  takes 150 ms to answer. Both backends follow whose turn it is on each connection: eBPF
-  from the programs' own reads and writes (every turn), sampling from tcp_info's times since
-  data last arrived and left (the turns its looks see, in the kernel's ticks). A serving
-  row's turn runs from its last read of a request to its first write of the answer, a
-  connecting row's wait from its last write of a request to its first read of the answer.
-  When one averages 20 ms or more, the fix column reads `(answers in 150 ms)` or
-  `(answered in 151 ms)`, and the summary names the process and port, with the round trip
-  beside it: a server's time is its own, not the network's; a client's wait far above the
-  round trip is its peer's. JSON rows carry waits.own_turn_us, own_turns, peer_turn_us,
-  peer_turns and rtt_us; Prometheus nagless_own_turn_seconds_total, nagless_own_turns_total,
-  nagless_peer_turn_seconds_total, nagless_peer_turns_total and nagless_tcp_rtt_seconds. It
-  does not change the exit status.
+  takes 150 ms to answer. Both backends follow whose turn it is on each connection. eBPF
+  counts every turn from the programs' own reads and writes: a server's from its last read
+  of a request to its first write of the answer, a client's wait from its last write of a
+  request to its first read of the answer. Sampling reads tcp_info's times since data last
+  arrived and left (in the kernel's ticks): a turn from the request's arrival to the last
+  departure before a look, of the turns its looks see. When a serving row's turns average
+  20 ms or more (or a connecting row's waits do), the fix column reads
+  `(answers in 150 ms)` or `(answered in 151 ms)`, and the summary names the process and
+  port with the path's least round trip beside it: a server's time is its own, not the
+  network's; a client's wait far above the round trip is its peer's. A row that stalled or
+  lost packets has that time in its turns too, and is told so. A request held unanswered a
+  second or more is named before it ends. JSON rows carry waits.own_turn_us, own_turns,
+  peer_turn_us, peer_turns, own_open_us, peer_open_us and min_rtt_us; Prometheus
+  nagless_own_turn_seconds_total, nagless_own_turns_total, nagless_peer_turn_seconds_total,
+  nagless_peer_turns_total, nagless_turn_open_seconds and nagless_tcp_min_rtt_seconds. On a
+  connection whose two directions run at once (HTTP/2, streams) turns mean little. It does
+  not change the exit status.
 
 CONTAINERS
   Every network namespace named by /proc/PID/ns/net (each container, each Kubernetes pod) is

@@ -566,16 +566,12 @@ mod tests {
         waiting[3].waits.peer_turns = 4;
         let mut t = String::new();
         table(&waiting, 2.0, 1, false, &mut t);
-        let verb = if waiting[3].serves {
-            "answers"
-        } else {
-            "answered"
-        };
+        assert!(waiting[3].serves, "a server's row");
         assert!(
             t.lines()
                 .nth(4)
                 .unwrap()
-                .ends_with(&format!("backoff 3) ({verb} in 150 ms)")),
+                .ends_with("backoff 3) (answers in 150 ms)"),
             "{t}"
         );
         let mut t = String::new();

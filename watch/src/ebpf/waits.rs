@@ -15,7 +15,7 @@ use super::event::{comm, ip};
 use crate::waits::{Reading, Waits};
 
 /// Size of `struct waits` in holds.bpf.c.
-pub(crate) const WAITS_SIZE: usize = 160;
+pub(crate) const WAITS_SIZE: usize = 176;
 
 /// One socket's counters, and the process holding it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,10 +37,10 @@ pub(crate) struct SocketWaits {
     pub(crate) probes: u8,
     /// `icsk_backoff`: how many times the next timeout's wait was doubled.
     pub(crate) backoff: u8,
-    /// The turns its storage kept (ns, and counts; the open turn's part so far included).
+    /// The turns its storage kept, and the age of the turn open.
     pub(crate) turns: crate::waits::Turned,
-    /// The smoothed round trip, µs.
-    pub(crate) srtt_us: u32,
+    /// The least round trip, µs.
+    pub(crate) min_rtt_us: u32,
     pub(crate) pid: u32,
     pub(crate) uid: u32,
     pub(crate) local: (IpAddr, u16),
@@ -76,9 +76,11 @@ struct RawWaits {
     _pad2: [u8; 3],
     own_ns: u64,
     peer_ns: u64,
+    own_open_ns: u64,
+    peer_open_ns: u64,
     own_turns: u32,
     peer_turns: u32,
-    srtt_us: u32,
+    min_rtt_us: u32,
     _pad3: u32,
 }
 
@@ -98,8 +100,9 @@ const _: () = {
     assert!(offset_of!(RawWaits, comm) == 108);
     assert!(offset_of!(RawWaits, backoff) == 124);
     assert!(offset_of!(RawWaits, own_ns) == 128);
-    assert!(offset_of!(RawWaits, own_turns) == 144);
-    assert!(offset_of!(RawWaits, srtt_us) == 152);
+    assert!(offset_of!(RawWaits, own_open_ns) == 144);
+    assert!(offset_of!(RawWaits, own_turns) == 160);
+    assert!(offset_of!(RawWaits, min_rtt_us) == 168);
 };
 
 impl SocketWaits {
@@ -128,8 +131,10 @@ impl SocketWaits {
                 own: u64::from(r.own_turns),
                 peer_us: r.peer_ns / 1000,
                 peer: u64::from(r.peer_turns),
+                own_open_us: r.own_open_ns / 1000,
+                peer_open_us: r.peer_open_ns / 1000,
             },
-            srtt_us: r.srtt_us,
+            min_rtt_us: r.min_rtt_us,
             pid: r.pid,
             uid: r.uid,
             local: (ip(r.family, r.saddr), r.sport),
@@ -146,7 +151,7 @@ impl SocketWaits {
             u64::from(self.retransmits),
             [self.timeouts, self.probes, self.backoff],
             self.turns,
-            u64::from(self.srtt_us),
+            u64::from(self.min_rtt_us),
         )
     }
 }
@@ -234,7 +239,7 @@ mod tests {
             nagless_test_support::mirror_layout!(RawWaits: cookie, cgroup, busy_j, rwnd_j,
                 sndbuf_j, jiffies, now_ns, total_retrans, pid, uid, family, sport, dport,
                 timeouts, probes, saddr, daddr, comm, backoff, _pad2, own_ns, peer_ns,
-                own_turns, peer_turns, srtt_us, _pad3)
+                own_open_ns, peer_open_ns, own_turns, peer_turns, min_rtt_us, _pad3)
         );
     }
 
@@ -254,9 +259,10 @@ mod tests {
         b[108..115].copy_from_slice(b"python3");
         b[128..136].copy_from_slice(&750_000_000u64.to_ne_bytes());
         b[136..144].copy_from_slice(&2_000_000u64.to_ne_bytes());
-        b[144..148].copy_from_slice(&5u32.to_ne_bytes());
-        b[148..152].copy_from_slice(&4u32.to_ne_bytes());
-        b[152..156].copy_from_slice(&60u32.to_ne_bytes());
+        b[144..152].copy_from_slice(&40_000_000u64.to_ne_bytes());
+        b[160..164].copy_from_slice(&5u32.to_ne_bytes());
+        b[164..168].copy_from_slice(&4u32.to_ne_bytes());
+        b[168..172].copy_from_slice(&60u32.to_ne_bytes());
         let mut two = b.clone();
         two.extend_from_slice(&b);
         two.extend_from_slice(&b[..10]); // a torn record is no record
@@ -274,9 +280,12 @@ mod tests {
         let r = in_us(w.reading_in_jiffies().since(None), 250);
         assert_eq!((r.busy_us, r.rwnd_limited_us), (2_000_000, 1_000_000));
         assert_eq!((r.retransmits, r.timeouts), (3, 2));
-        // Its turns in µs (not jiffies), and its round trip.
-        assert_eq!((r.own_turn_us, r.own_turns), (750_000, 5));
-        assert_eq!((r.peer_turn_us, r.peer_turns, r.rtt_us), (2_000, 4, 60));
+        // Its turns in µs (not jiffies), the one open, and its round trip.
+        assert_eq!(
+            (r.own_turn_us, r.own_turns, r.own_open_us),
+            (750_000, 5, 40_000)
+        );
+        assert_eq!((r.peer_turn_us, r.peer_turns, r.min_rtt_us), (2_000, 4, 60));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub(super) struct WaitsWalk {
     /// buffer, drained with the events; `None` if the kernel refused it: a socket's counts
     /// since the last walk are then lost at its close).
     pub(super) closes: Option<RingBuf<MapData>>,
-    /// Whether the `turn_read` and `turn_sent` programs keep the sockets' turns (else the
+    /// Whether the `turn_read` program follows the sockets' reads (else no turn ends: the
     /// walks read none).
     pub(super) turns: bool,
     /// Each socket's counters when last read (`CLOCK_MONOTONIC` ns, and its times in
@@ -89,17 +89,15 @@ impl WaitsWalk {
         RingBuf::try_from(bpf.take_map("closes")?).ok()
     }
 
-    /// Loads and attaches the `turn_read` and `turn_sent` programs (both, or neither: a
-    /// turn needs both ends).
+    /// Loads and attaches the `turn_read` program (`send_done` keeps the writes' side).
     fn turns(bpf: &mut Ebpf, btf: &Btf) -> bool {
-        let mut load = |name: &str, tracepoint: &str| -> Option<()> {
-            let p: &mut BtfTracePoint = bpf.program_mut(name)?.try_into().ok()?;
-            p.load(tracepoint, btf).ok()?;
-            p.attach().ok().map(drop)
+        let Some(p) = bpf.program_mut("turn_read") else {
+            return false;
         };
-        // (`turn_read` alone counts nothing: only `turn_sent` opens the peer's turns.)
-        load("turn_read", "sock_recv_length").is_some()
-            && load("turn_sent", "sock_send_length").is_some()
+        let Ok(p): Result<&mut BtfTracePoint, _> = p.try_into() else {
+            return false;
+        };
+        p.load("sock_recv_length", btf).is_ok() && p.attach().is_ok()
     }
 
     /// What each socket a program closed (or shut the sending side of) since the last drain

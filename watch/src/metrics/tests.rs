@@ -157,7 +157,9 @@ fn the_kernels_account_of_a_groups_time_adds_up_refresh_by_refresh() {
             backoff: 2,
             own_turn_us: 750_000,
             own_turns: 5,
-            rtt_us: 500,
+            own_open_us: 120_000,
+            peer_open_us: 9_000_000,
+            min_rtt_us: 500,
             ..Default::default()
         },
         ..row("python3 push.py", 9000, true)
@@ -205,7 +207,9 @@ fn the_kernels_account_of_a_groups_time_adds_up_refresh_by_refresh() {
         format!("nagless_own_turn_seconds_total{g} 2.25\n"),
         format!("nagless_own_turns_total{g} 15\n"),
         format!("nagless_peer_turns_total{g} 0\n"),
-        format!("nagless_tcp_rtt_seconds{g} 0.0005\n"),
+        format!("nagless_tcp_min_rtt_seconds{g} 0.0005\n"),
+        // A serving group's open turn is its own (its wait for requests is no turn of its).
+        format!("nagless_turn_open_seconds{g} 0.12\n"),
         format!("nagless_tcp_backoff{} 0\n", l("curl", "80", "connects", "")),
         // A group without any: its series at 0.
         format!(

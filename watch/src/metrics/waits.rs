@@ -13,11 +13,12 @@
 //! | `nagless_own_turns_total` | counter | those turns ended (their mean: the rate of the first over this one's) |
 //! | `nagless_peer_turn_seconds_total` | counter | time the group's connections waited for their peers' turns: from a last write to the first read of data after it (a client waiting for an answer, the round trip included; a server waiting for the next request) |
 //! | `nagless_peer_turns_total` | counter | those turns ended |
-//! | `nagless_tcp_rtt_seconds` | gauge | the largest smoothed round trip of the group's connections read in its last refresh that read any |
+//! | `nagless_turn_open_seconds` | gauge | the oldest request the group's connections held unanswered at their last reading: a serving group's own turn (a request it has not answered yet), a connecting group's wait (a request not answered yet) |
+//! | `nagless_tcp_min_rtt_seconds` | gauge | the largest of the group's connections' least round trips (the kernel's windowed minimum) read in its last refresh that read any: the path's own delay |
 //! | `nagless_tcp_backoff` | gauge | the kernel's backoff (`icsk_backoff`) of the most backed-off of the group's connections read in its last refresh that read any: how many times its timeouts (or zero-window probes) in a row doubled the wait (4: 16 times the retransmission timeout); 0 once ACKs come |
 //!
 //! The counters are summed over the group's connections, so a busy time can pass the wall
-//! time; the backoff and the round trip are the largest connection's. The turns come from
+//! time; the backoff, the open turn and the round trip are the largest connection's. The turns come from
 //! the sockets' reads and writes under eBPF (every turn), and from `tcp_info`'s times since
 //! data last arrived and left under sampling (the last turn between two looks:
 //! `crate::turns`). The sampling
@@ -47,7 +48,8 @@ pub(super) struct WaitFamilies {
     own_turns: Family<Labels, Counter>,
     peer_turn: Family<Labels, MicrosCounter>,
     peer_turns: Family<Labels, Counter>,
-    rtt: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    open: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    min_rtt: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl WaitFamilies {
@@ -114,20 +116,27 @@ impl WaitFamilies {
             f.peer_turns.clone(),
         );
         r.register_with_unit(
-            "nagless_tcp_rtt",
-            "The largest smoothed round trip of the group's connections read in its last refresh that read any",
+            "nagless_turn_open",
+            "The oldest request the group's connections held unanswered at their last reading: a serving group's own turn (a request it has not answered yet), a connecting group's wait",
             Unit::Seconds,
-            f.rtt.clone(),
+            f.open.clone(),
+        );
+        r.register_with_unit(
+            "nagless_tcp_min_rtt",
+            "The largest of the group's connections' least round trips (the kernel's windowed minimum) read in its last refresh that read any: the path's own delay",
+            Unit::Seconds,
+            f.min_rtt.clone(),
         );
         f
     }
 
-    /// Group `l`'s backoff and round trip as its connections were last read (a refresh
-    /// whose rows read none leaves them as they were: under eBPF the walks can be further
-    /// apart than a refresh).
+    /// Group `l`'s backoff, oldest open turn (in `own_open_us`: the turn its role waits on)
+    /// and round trip as its connections were last read (a refresh whose rows read none
+    /// leaves them as they were: under eBPF the walks can be further apart than a refresh).
     pub(super) fn set_state(&self, l: &Labels, w: &Waits) {
         self.backoff.get_or_create(l).set(i64::from(w.backoff));
-        self.rtt.get_or_create(l).set(w.rtt_us as f64 / 1e6);
+        self.open.get_or_create(l).set(w.own_open_us as f64 / 1e6);
+        self.min_rtt.get_or_create(l).set(w.min_rtt_us as f64 / 1e6);
     }
 
     /// Adds a refresh's waits to group `l`'s series (made at 0 if new).
@@ -145,7 +154,8 @@ impl WaitFamilies {
         self.own_turns.get_or_create(l).inc_by(w.own_turns);
         self.peer_turn.get_or_create(l).inc_by(w.peer_turn_us);
         self.peer_turns.get_or_create(l).inc_by(w.peer_turns);
-        drop(self.rtt.get_or_create(l));
+        drop(self.open.get_or_create(l));
+        drop(self.min_rtt.get_or_create(l));
     }
 
     /// Removes group `l`'s series.
@@ -161,6 +171,7 @@ impl WaitFamilies {
         self.own_turns.remove(l);
         self.peer_turn.remove(l);
         self.peer_turns.remove(l);
-        self.rtt.remove(l);
+        self.open.remove(l);
+        self.min_rtt.remove(l);
     }
 }
