@@ -75,7 +75,8 @@ impl Look {
         else {
             return self;
         };
-        let since = |t: u64| t.clamp(before.at_us + 1, self.at_us.max(before.at_us + 1));
+        // (Within the two looks: after `before`, and never after this one.)
+        let since = |t: u64| t.clamp((before.at_us + 1).min(self.at_us), self.at_us);
         self.recv_us = if came == came_before {
             before.recv_us
         } else {
@@ -122,6 +123,13 @@ impl Turns {
     /// (their ages: states, not counts). A first look counts from `from_us` (a socket made
     /// while watching: from its birth, with no data moved then), or is the baseline (`None`).
     pub(crate) fn look(&mut self, now: Look, from_us: Option<u64>) -> Turned {
+        // (No time after the look itself: a kernel's reading never says so, but it is not
+        // trusted to.)
+        let now = Look {
+            recv_us: now.recv_us.min(now.at_us),
+            sent_us: now.sent_us.min(now.at_us),
+            ..now
+        };
         let before = self.last.or(from_us.map(|t| Look {
             at_us: t,
             recv_us: 0,
@@ -133,6 +141,11 @@ impl Turns {
             self.ended = false;
             return Turned::default();
         };
+        if now.at_us <= p.at_us {
+            // No time since the last look (a socket looked up and freed in one sample): it
+            // says nothing new.
+            return Turned::default();
+        }
         let now = now.settled(&p);
         self.last = Some(now);
         // The program's turns begin with the peer's data and end with its write; the peer's,
@@ -190,10 +203,10 @@ fn ended((p_at, p_began, p_ended): (u64, u64, u64), (began, ended): (u64, u64)) 
     let (us, turns) = if was_open && began > p_at && began <= ended {
         // The turn open then ended before another began and ended: the first end is not
         // known, so the first counts up to the earlier look; the last counts whole.
-        ((p_at - p_began) + (ended - began), 2)
+        (p_at.saturating_sub(p_began) + (ended - began), 2)
     } else if was_open {
         // The turn open then ended (at the last end: one end since, or an answer in pieces).
-        (ended - p_began, 1)
+        (ended.saturating_sub(p_began), 1)
     } else if began > p_at && began < ended {
         // A turn began and ended since.
         (ended - began, 1)
@@ -399,6 +412,16 @@ mod tests {
     }
 
     #[test]
+    fn a_second_look_in_the_same_microsecond_says_nothing() {
+        let mut t = Turns::default();
+        t.look(with_segs(look(100, 50, 60), 1, 1), None);
+        let same = t.look(with_segs(look(100, 100, 90), 2, 2), None);
+        assert_eq!(same, Turned::default());
+        let next = t.look(with_segs(look(101, 100, 90), 2, 2), None);
+        assert!(next.own_open_us <= 1_000, "{next:?}");
+    }
+
+    #[test]
     fn a_look_reads_tcp_info_s_times_since() {
         let mut info = TcpInfo::default();
         info.last_data_recv_ms = 150;
@@ -440,6 +463,29 @@ mod tests {
         }
 
         proptest! {
+            /// Any looks at all, in any order, with any times and counts (a kernel's
+            /// readings, a clock that stood still, a socket looked up and freed in one
+            /// sample): no panic, no turn time longer than the looks' span, and open turns no
+            /// older than the clock.
+            #[test]
+            fn any_looks_are_taken_without_a_fault(
+                looks in proptest::collection::vec(
+                    (0u64..10_000_000, 0u64..10_000_000, 0u64..10_000_000,
+                     proptest::option::of((0u32..50, 0u32..50))),
+                    1..40),
+                from in proptest::option::of(0u64..10_000_000),
+            ) {
+                let mut t = Turns::default();
+                let span = looks.iter().map(|l| l.0).max().unwrap_or(0) + 1;
+                for (at_us, recv_us, sent_us, segs) in looks {
+                    let got = t.look(Look { at_us, recv_us, sent_us, segs }, from);
+                    prop_assert!(got.own_us <= span && got.peer_us <= span, "{:?}", got);
+                    prop_assert!(got.own_open_us <= at_us && got.peer_open_us <= at_us);
+                    let _ = t.in_use(true) || t.in_use(false);
+                }
+            }
+
+
             /// A server answering requests, each turn and each pause 10 ms or longer, looked
             /// at every 2 ms or so: every answer is counted once, and the time within a tick
             /// each way of the truth per turn.
