@@ -50,9 +50,15 @@ struct Tracked {
     look_again_us: u64,
 }
 
-/// Every connection is looked at once in this long (µs), for whose turn it is: 500 lookups a
-/// second per thousand connections, spread by their cookies.
+/// Every connection is looked at again once in this long (µs), for whose turn it is, spread
+/// by their cookies; or, with more than 2,000 connections, once in a millisecond per
+/// connection, so that these looks stay at 1,000 a second ([`look_again_us`]).
 const LOOK_AGAIN_US: u64 = 2_000_000;
+
+/// How long a connection waits for its next look again among `sockets`, µs.
+fn look_again_us(sockets: usize) -> u64 {
+    LOOK_AGAIN_US.max(sockets as u64 * 1_000)
+}
 
 /// How long a socket stays busy after it last had data in flight.
 const BUSY_US: u64 = 2_000_000;
@@ -180,6 +186,7 @@ impl Watcher {
     /// ones, or sockets freed since the last sample.
     fn process(&mut self, pass: Pass, at_us: u64, stats: &mut SampleStats) {
         let full = pass == Pass::Listing;
+        let again_us = look_again_us(self.sockets.len());
         let listening = &self.listening;
         let port_ok = |r: &SocketRow| {
             r.state != nagless::TcpState::Listen
@@ -245,7 +252,7 @@ impl Watcher {
                     reading: None,
                     turns: Turns::default(),
                     look_once: false,
-                    look_again_us: at_us + r.cookie % LOOK_AGAIN_US,
+                    look_again_us: at_us + r.cookie % again_us,
                     observed_us: 0,
                     last_us: at_us,
                     window: Tally::default(),
@@ -284,7 +291,7 @@ impl Watcher {
                     // says whether it is in use (below).
                     t.look_once = true;
                 } else if at_us >= t.look_again_us {
-                    // And every connection again every LOOK_AGAIN_US: one in use since (a
+                    // And every connection again every so often: one in use since (a
                     // pooled connection whose answers are acknowledged between two
                     // listings) is followed from then.
                     t.look_once = true;
@@ -293,7 +300,7 @@ impl Watcher {
             };
             if pass == Pass::Lookup {
                 t.look_once = false;
-                t.look_again_us = at_us + LOOK_AGAIN_US;
+                t.look_again_us = at_us + again_us;
             }
             // What the kernel counted since it was last read (all it counted, for a
             // socket made after the first listing).
@@ -622,5 +629,15 @@ impl Source for Watcher {
             run.late,
             run.cpu_percent
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn looks_again_stay_at_a_thousand_a_second() {
+        // 300 connections: each every 2 s (150 a second); 20,000: each every 20 s.
+        assert_eq!(super::look_again_us(300), 2_000_000);
+        assert_eq!(super::look_again_us(20_000), 20_000_000);
     }
 }
