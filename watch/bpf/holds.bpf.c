@@ -629,9 +629,12 @@ static __always_inline int read_waits(struct sock *sk, struct tcp_sock *tp, unsi
 		__u64 now = w->now_ns;
 		w->own_ns = t->own_ns;
 		w->peer_ns = t->peer_ns;
-		if (t->last == TURN_READ && now > t->read_ns)
+		/* The turn open, if the connection ever went the other way too (a sink that
+		 * never answers holds no request; a client that never had an answer waits for
+		 * none). */
+		if (t->last == TURN_READ && t->sent_ns && now > t->read_ns)
 			w->own_open_ns = now - t->read_ns;
-		if (t->last == TURN_SENT && now > t->sent_ns)
+		if (t->last == TURN_SENT && t->read_ns && now > t->sent_ns)
 			w->peer_open_ns = now - t->sent_ns;
 		w->own_turns = t->own_turns;
 		w->peer_turns = t->peer_turns;

@@ -186,7 +186,8 @@ impl Watcher {
     /// ones, or sockets freed since the last sample.
     fn process(&mut self, pass: Pass, at_us: u64, stats: &mut SampleStats) {
         let full = pass == Pass::Listing;
-        let again_us = look_again_us(self.sockets.len());
+        // (The listing's rows too: at the first, no socket is known yet.)
+        let again_us = look_again_us(self.sockets.len().max(self.rows.len()));
         let listening = &self.listening;
         let port_ok = |r: &SocketRow| {
             r.state != nagless::TcpState::Listen

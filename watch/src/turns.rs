@@ -27,6 +27,9 @@ pub(crate) struct Look {
     pub(crate) recv_us: u64,
     pub(crate) sent_us: u64,
     pub(crate) segs: Option<(u32, u32)>,
+    /// Its arrival and departure fell in one tick and were put in order by a guess
+    /// ([`settled`](Look::settled)): the turn it shows open has no age worth telling.
+    pub(crate) guessed: bool,
 }
 
 /// Which side held the turn at a look, and since when (µs).
@@ -50,6 +53,15 @@ impl Look {
             recv_us: ago(info.last_data_recv_ms),
             sent_us: ago(info.last_data_sent_ms),
             segs: info.data_segs_in.zip(info.data_segs_out),
+            guessed: false,
+        }
+    }
+
+    /// Whether it ever sent data (as far as it tells) and ever received some.
+    fn moved_each_way(&self) -> (bool, bool) {
+        match self.segs {
+            Some((came, went)) => (went > 0, came > 0),
+            None => (self.sent_us > 0, self.recv_us > 0),
         }
     }
 
@@ -87,6 +99,10 @@ impl Look {
         } else {
             since(self.sent_us)
         };
+        if came == came_before && went == went_before {
+            // (Nothing moved: an order guessed then stands as a guess.)
+            self.guessed = before.guessed;
+        }
         if came != came_before && went != went_before && self.recv_us == self.sent_us {
             // (Else by the segments each way since: more in than out ends with an arrival,
             // as a request after its answer does.)
@@ -94,15 +110,37 @@ impl Look {
                 came.wrapping_sub(came_before),
                 went.wrapping_sub(went_before),
             );
-            match before.holder() {
-                Holder::Own(_) => self.recv_us += 1,
-                Holder::Peer(_) => self.sent_us += 1,
-                Holder::Unknown if ins > outs => self.recv_us += 1,
-                Holder::Unknown if outs > ins => self.sent_us += 1,
-                Holder::Unknown => {}
+            let arrival_last = match before.holder() {
+                Holder::Own(_) => Some(true),
+                Holder::Peer(_) => Some(false),
+                Holder::Unknown if ins > outs => Some(true),
+                Holder::Unknown if outs > ins => Some(false),
+                Holder::Unknown => None,
+            };
+            if let Some(arrival_last) = arrival_last {
+                self.order(before.at_us, arrival_last);
             }
         }
         self
+    }
+
+    /// Puts its arrival and departure, equal, in order (`arrival_last`: the arrival after),
+    /// a µs apart, both still after `before_at` and no later than the look.
+    fn order(&mut self, before_at: u64, arrival_last: bool) {
+        let v = self.recv_us;
+        let (last, first) = if arrival_last {
+            (&mut self.recv_us, &mut self.sent_us)
+        } else {
+            (&mut self.sent_us, &mut self.recv_us)
+        };
+        if v < self.at_us {
+            *last = v + 1;
+        } else if v > before_at + 1 {
+            *first = v - 1;
+        } else {
+            return;
+        }
+        self.guessed = true;
     }
 }
 
@@ -135,6 +173,7 @@ impl Turns {
             recv_us: 0,
             sent_us: 0,
             segs: Some((0, 0)),
+            guessed: false,
         }));
         let Some(p) = before else {
             self.last = Some(now);
@@ -153,10 +192,15 @@ impl Turns {
         let (own_us, own) = ended((p.at_us, p.recv_us, p.sent_us), (now.recv_us, now.sent_us));
         let (peer_us, peer) = ended((p.at_us, p.sent_us, p.recv_us), (now.sent_us, now.recv_us));
         self.ended = own + peer > 0;
+        // The age of the turn open: not of a turn whose order was a guess, nor on a stream
+        // one way (a sink that never answers holds no request; a client that never had an
+        // answer waits for none).
+        let (sent_ever, received_ever) = now.moved_each_way();
         let (own_open_us, peer_open_us) = match now.holder() {
-            Holder::Own(t) => (now.at_us.saturating_sub(t), 0),
-            Holder::Peer(t) => (0, now.at_us.saturating_sub(t)),
-            Holder::Unknown => (0, 0),
+            _ if now.guessed => (0, 0),
+            Holder::Own(t) if sent_ever => (now.at_us.saturating_sub(t), 0),
+            Holder::Peer(t) if received_ever => (0, now.at_us.saturating_sub(t)),
+            _ => (0, 0),
         };
         Turned {
             own_us,
@@ -200,14 +244,17 @@ fn ended((p_at, p_began, p_ended): (u64, u64, u64), (began, ended): (u64, u64)) 
         return (0, 0);
     }
     let was_open = p_began > p_ended;
-    let (us, turns) = if was_open && began > p_at && began <= ended {
+    // (A turn began since only if its opening event moved: one put a µs after the last look
+    // by `Look::order` has not.)
+    let began_since = began > p_at && began != p_began;
+    let (us, turns) = if was_open && began_since && began <= ended {
         // The turn open then ended before another began and ended: the first end is not
         // known, so the first counts up to the earlier look; the last counts whole.
         (p_at.saturating_sub(p_began) + (ended - began), 2)
     } else if was_open {
         // The turn open then ended (at the last end: one end since, or an answer in pieces).
         (ended.saturating_sub(p_began), 1)
-    } else if began > p_at && began < ended {
+    } else if began_since && began < ended {
         // A turn began and ended since.
         (ended - began, 1)
     } else {
@@ -230,6 +277,7 @@ mod tests {
             recv_us: recv_ms * 1000,
             sent_us: sent_ms * 1000,
             segs: None,
+            guessed: false,
         }
     }
 
@@ -364,13 +412,14 @@ mod tests {
         // has sent no data: its turn is open (since its birth, as far as the watch knows).
         let mut t = Turns::default();
         let first = t.look(with_segs(look(400, 300, 300), 1, 0), Some(380_000));
-        assert_eq!((first.own, first.own_open_us, first.peer), (0, 19_999, 0));
+        // (No age told: it has sent no data yet, as a sink that never answers has not.)
+        assert_eq!((first.own, first.own_open_us, first.peer), (0, 0, 0));
         assert!(t.in_use(true));
         // It answered, and the next request came, in one tick: the open turn ended, and
         // another began.
         let next = t.look(with_segs(look(500, 450, 450), 2, 1), None);
         assert_eq!((next.own_us, next.own), (69_999, 1), "from 380.001 to 450");
-        assert_eq!(next.own_open_us, 49_999);
+        assert_eq!(next.own_open_us, 0, "an order guessed: no age told");
         assert!(t.in_use(true), "a turn ended");
         let answered = t.look(with_segs(look(600, 450, 590), 2, 2), None);
         assert_eq!((answered.own_us, answered.own), (139_999, 1));
@@ -382,7 +431,7 @@ mod tests {
         assert_eq!((quick.own_us, quick.own), (1, 1));
         let idle = t.look(with_segs(look(600, 452, 452), 2, 2), None);
         assert_eq!((idle.own_us, idle.own, idle.own_open_us), (0, 0, 0));
-        assert_eq!(idle.peer_open_us, 149_999, "it waits for a request");
+        assert_eq!(idle.peer_open_us, 0, "its order a guess: no age told");
         assert!(!t.in_use(true), "an idle server once its answer went");
         // Both moved in one tick at a first look with nothing to order them: no turn.
         let mut t = Turns::default();
@@ -396,19 +445,56 @@ mod tests {
         let mut t = Turns::default();
         t.look(with_segs(look(100, 0, 0), 1, 1), None);
         let pooled = t.look(with_segs(look(2109, 2105, 2105), 14, 13), None);
-        assert_eq!(pooled.own_open_us, 3_999, "{pooled:?}");
+        assert_eq!(pooled.own_open_us, 0, "a guess: no age told");
         let answered = t.look(with_segs(look(2260, 2105, 2257), 14, 14), None);
         assert_eq!((answered.own, answered.own_us), (1, 151_999));
         // A thinking server read a tick late is still thinking since its request.
         let mut t = Turns::default();
-        t.look(with_segs(look(400, 390, 300), 1, 0), None);
-        let late = t.look(with_segs(look(500, 386, 300), 1, 0), None);
+        t.look(with_segs(look(400, 390, 300), 2, 1), None);
+        let late = t.look(with_segs(look(500, 386, 300), 2, 1), None);
         assert_eq!((late.own, late.own_open_us), (0, 110_000));
         // Its answer and the next request, 1 ms after the last look, read a tick early (as
         // if before it): the turn ended after that look, and another began.
-        let next = t.look(with_segs(look(502, 498, 498), 2, 1), None);
+        let next = t.look(with_segs(look(502, 498, 498), 3, 2), None);
         assert_eq!(next.own, 1, "{next:?}");
         assert!(t.in_use(true));
+    }
+
+    #[test]
+    fn a_guess_in_the_tick_of_a_look_makes_no_second_turn() {
+        // A look at 1,000 ms with an answer and the next request in its own tick (both read
+        // as 1,000), then the next answer before the look at 1,002: one turn, not two.
+        let mut t = Turns::default();
+        t.look(with_segs(look(990, 985, 980), 5, 4), None);
+        let tied = t.look(with_segs(look(1000, 1000, 1000), 6, 5), None);
+        assert_eq!(tied.own, 1, "the turn open at 990 ended");
+        let next = t.look(with_segs(look(1002, 1000, 1002), 6, 6), None);
+        assert_eq!((next.own, next.own_us), (1, 2_000), "{next:?}");
+        // Nothing moved after a guess: the turn shown open has no age, however long.
+        let mut t = Turns::default();
+        t.look(with_segs(look(990, 985, 980), 5, 4), None);
+        t.look(with_segs(look(1000, 1000, 1000), 6, 5), None);
+        let idle = t.look(with_segs(look(9000, 1000, 1000), 6, 5), None);
+        assert_eq!((idle.own_open_us, idle.peer_open_us), (0, 0));
+    }
+
+    #[test]
+    fn a_stream_one_way_holds_no_request() {
+        // A sink that never answers: its own turn is always open, but it holds no request.
+        let mut t = Turns::default();
+        t.look(with_segs(look(1000, 999, 0), 100, 0), None);
+        let sink = t.look(with_segs(look(3000, 2999, 0), 300, 0), None);
+        assert_eq!((sink.own_open_us, sink.own), (0, 0));
+        // The client pushing to it waits for no answer.
+        let mut t = Turns::default();
+        t.look(with_segs(look(1000, 0, 999), 0, 100), None);
+        let pusher = t.look(with_segs(look(3000, 0, 2999), 0, 300), None);
+        assert_eq!((pusher.peer_open_us, pusher.peer), (0, 0));
+        // A server that has answered before and holds a request: its age is told.
+        let mut t = Turns::default();
+        t.look(with_segs(look(1000, 999, 900), 10, 9), None);
+        let held = t.look(with_segs(look(3000, 999, 900), 10, 9), None);
+        assert_eq!(held.own_open_us, 2_001_000);
     }
 
     #[test]
@@ -478,7 +564,7 @@ mod tests {
                 let mut t = Turns::default();
                 let span = looks.iter().map(|l| l.0).max().unwrap_or(0) + 1;
                 for (at_us, recv_us, sent_us, segs) in looks {
-                    let got = t.look(Look { at_us, recv_us, sent_us, segs }, from);
+                    let got = t.look(Look { at_us, recv_us, sent_us, segs, guessed: false }, from);
                     prop_assert!(got.own_us <= span && got.peer_us <= span, "{:?}", got);
                     prop_assert!(got.own_open_us <= at_us && got.peer_open_us <= at_us);
                     let _ = t.in_use(true) || t.in_use(false);

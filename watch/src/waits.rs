@@ -59,7 +59,8 @@ pub struct Waits {
     /// answer), µs: a state.
     pub peer_open_us: u64,
     /// The largest of its connections' least round trips (the kernel's windowed minimum) as
-    /// last read, µs: the path's own delay, with no queue nor delayed ACK in it. A state.
+    /// last read, µs: the path's own delay, with no queue nor delayed ACK in it (0: none
+    /// measured). A state.
     pub min_rtt_us: u64,
 }
 
@@ -160,8 +161,18 @@ impl Reading {
             probes: info.probes,
             backoff: info.backoff,
             turns: Turned::default(),
-            min_rtt_us: u64::from(info.min_rtt_us.unwrap_or(0)),
+            // (`~0`: no round trip measured yet.)
+            min_rtt_us: u64::from(info.min_rtt_us.filter(|&v| v != u32::MAX).unwrap_or(0)),
         })
+    }
+
+    /// The same, without turns (a backend that cannot follow them: what its storage holds
+    /// is then half an account).
+    pub(crate) fn without_turns(self) -> Reading {
+        Reading {
+            turns: Turned::default(),
+            ..self
+        }
     }
 
     /// Its busy time, µs.

@@ -78,7 +78,8 @@ WHOSE TURN IT WAS (a server slow to answer, a client waiting)
   port with the path's least round trip beside it: a server's time is its own, not the
   network's; a client's wait far above the round trip is its peer's. A row that stalled or
   lost packets has that time in its turns too, and is told so. A request held unanswered a
-  second or more is named before it ends. JSON rows carry waits.own_turn_us, own_turns,
+  second or more is named before it ends (a client's wait under eBPF: when it ends, or at
+  the full walks), on connections that have gone both ways. JSON rows carry waits.own_turn_us, own_turns,
   peer_turn_us, peer_turns, own_open_us, peer_open_us and min_rtt_us; Prometheus
   nagless_own_turn_seconds_total, nagless_own_turns_total, nagless_peer_turn_seconds_total,
   nagless_peer_turns_total, nagless_turn_open_seconds and nagless_tcp_min_rtt_seconds. On a

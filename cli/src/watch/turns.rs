@@ -79,6 +79,11 @@ pub(super) fn turn_lines(rows: &[Row], own_netns: u64, out: &mut String) {
             continue;
         };
         let (mean, rtt) = (mean_us as f64 / 1000.0, w.min_rtt_us as f64 / 1000.0);
+        let path = if w.min_rtt_us == 0 {
+            "the path's round trip not measured".to_owned()
+        } else {
+            format!("the path's round trip {rtt:.2} ms")
+        };
         // Its stalls, holds and losses are in its turns too (a request's tail held by Nagle
         // waits in the client's turn of waiting; an answer's, in the server's).
         let blurred = r.stalls > 0
@@ -90,6 +95,8 @@ pub(super) fn turn_lines(rows: &[Row], own_netns: u64, out: &mut String) {
             "its stalls, held writes or losses above included: look at those first"
         } else if r.serves {
             "its own time, not the network's nor Nagle's: look at what it does between reading a request and writing its answer"
+        } else if w.min_rtt_us == 0 {
+            "the peer's time and the path's"
         } else if rtt * 2.0 >= mean {
             "half of it or more the path's round trip: fewer round trips (batching, pipelining) or a nearer peer"
         } else {
@@ -97,12 +104,12 @@ pub(super) fn turn_lines(rows: &[Row], own_netns: u64, out: &mut String) {
         };
         let what = if r.serves {
             format!(
-                "took {mean:.1} ms on average to answer ({n} answer(s), {:.0} ms in all: from a request to its answer), the path's round trip {rtt:.2} ms; {whose}",
+                "took {mean:.1} ms on average to answer ({n} answer(s), {:.0} ms in all: from a request to its answer), {path}; {whose}",
                 w.own_turn_us as f64 / 1000.0
             )
         } else {
             format!(
-                "waited {mean:.1} ms on average for each answer ({n} answer(s): from a request to its answer), the path's round trip {rtt:.2} ms; {whose}"
+                "waited {mean:.1} ms on average for each answer ({n} answer(s): from a request to its answer), {path}; {whose}"
             )
         };
         let _ = writeln!(
@@ -238,6 +245,24 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("the peer's own time"), "{out}");
+    }
+
+    #[test]
+    fn a_round_trip_not_measured_is_not_taken_for_the_path_s() {
+        let client = row(
+            false,
+            Waits {
+                peer_turn_us: 500_000,
+                peer_turns: 5,
+                ..Waits::default()
+            },
+        );
+        let mut out = String::new();
+        turn_lines(&[client], 1, &mut out);
+        assert!(
+            out.ends_with("the path's round trip not measured; the peer's time and the path's\n"),
+            "{out}"
+        );
     }
 
     #[test]

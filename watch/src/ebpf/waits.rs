@@ -134,7 +134,12 @@ impl SocketWaits {
                 own_open_us: r.own_open_ns / 1000,
                 peer_open_us: r.peer_open_ns / 1000,
             },
-            min_rtt_us: r.min_rtt_us,
+            // (`~0`: no round trip measured yet.)
+            min_rtt_us: if r.min_rtt_us == u32::MAX {
+                0
+            } else {
+                r.min_rtt_us
+            },
             pid: r.pid,
             uid: r.uid,
             local: (ip(r.family, r.saddr), r.sport),
@@ -286,6 +291,10 @@ mod tests {
             (750_000, 5, 40_000)
         );
         assert_eq!((r.peer_turn_us, r.peer_turns, r.min_rtt_us), (2_000, 4, 60));
+        // No round trip measured yet: none, not 71 minutes.
+        b[168..172].copy_from_slice(&u32::MAX.to_ne_bytes());
+        let w = SocketWaits::parse(&b).unwrap();
+        assert_eq!(in_us(w.reading_in_jiffies().since(None), 250).min_rtt_us, 0);
     }
 
     #[test]

@@ -21,8 +21,8 @@ pub(super) struct WaitsWalk {
     /// buffer, drained with the events; `None` if the kernel refused it: a socket's counts
     /// since the last walk are then lost at its close).
     pub(super) closes: Option<RingBuf<MapData>>,
-    /// Whether the `turn_read` program follows the sockets' reads (else no turn ends: the
-    /// walks read none).
+    /// Whether the `turn_read` program follows the sockets' reads (else the storage holds the
+    /// writes' half only, and the walks' turns are dropped).
     pub(super) turns: bool,
     /// Each socket's counters when last read (`CLOCK_MONOTONIC` ns, and its times in
     /// jiffies).
@@ -141,7 +141,11 @@ impl WaitsWalk {
     /// this record was written): a reading is never replaced by an older one, so nothing
     /// counts twice.
     fn count(&mut self, w: &SocketWaits, baseline: bool) -> Option<crate::waits::Waits> {
-        let now = w.reading_in_jiffies();
+        let now = if self.turns {
+            w.reading_in_jiffies()
+        } else {
+            w.reading_in_jiffies().without_turns()
+        };
         let before = match self.readings.get(&w.cookie) {
             Some((at_ns, _)) if *at_ns >= w.now_ns => return None,
             b => b.map(|(_, r)| *r),
