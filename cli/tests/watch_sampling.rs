@@ -176,7 +176,7 @@ fn short_connections_that_stall_once_are_counted() {
     let seen = stalls_of(&summary["rows"], std::process::id());
     eprintln!("{made} connections, {slow} stalled; sampling counted {seen}");
     assert!(slow * 2 >= made, "the workload stalls: {slow} of {made}");
-    assert_eq!(code, Some(1), "stalls found: exit 1");
+    assert_eq!(code, Some(1), "stalls found: exit 1: {summary}");
     // Many of them: the build before counted none; an idle machine here counts all 40, one
     // busy with the rest of the suite 14 or more (a listing late behind the load misses
     // the holds that end meanwhile); the goal's ratio is the benchmark's.
