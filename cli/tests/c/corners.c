@@ -542,10 +542,16 @@ static int exchanges(int fd) {
     return ok == 20 ? 0 : -1;
 }
 
+/* The sleeper thread's pipes: [0] it says it runs (its start, with the signal mask glibc
+ * sets by rt_sigprocmask, is over: the filter would kill that call), [1] it waits on. */
+static int sleeper_pipes[2][2];
+
 static void *sleeper(void *arg) {
-    char b;
+    (void)arg;
+    char b = 1;
+    if (write(sleeper_pipes[0][1], &b, 1) != 1) die("sleeper ready");
     /* Never returns: a pipe nobody writes. The process ends with it blocked here. */
-    while (read((int)(intptr_t)arg, &b, 1) != 0) {
+    while (read(sleeper_pipes[1][0], &b, 1) != 0) {
     }
     for (;;) pause();
     return NULL;
@@ -554,9 +560,14 @@ static void *sleeper(void *arg) {
 static int seccomp_case(int tsync) {
     pid_t peer = start_peer();
     if (tsync) {
-        int p[2];
         pthread_t t;
-        if (pipe(p) || pthread_create(&t, NULL, sleeper, (void *)(intptr_t)p[0])) die("thread");
+        char b;
+        if (pipe(sleeper_pipes[0]) || pipe(sleeper_pipes[1]) ||
+            pthread_create(&t, NULL, sleeper, NULL))
+            die("thread");
+        /* Its start done before the filter (on a busy machine it once was not: the filter,
+         * synced to it, killed its rt_sigprocmask, natively). */
+        if (read(sleeper_pipes[0][0], &b, 1) != 1) die("sleeper start");
     }
     int fd = connect_peer();
     if (exchange(fd, "first")) die("first exchange");
