@@ -228,19 +228,34 @@ pub fn drain(l: TcpListener) -> std::thread::JoinHandle<usize> {
     })
 }
 
-/// The summary row of this process's connections to `port` once watch `w` ended, which saw
-/// no stall (exit 0).
-fn senders_row(w: Child, port: u16) -> serde_json::Value {
-    let (lines, code) = json_lines(w);
+/// The last summary of a watch that ended with `code` and saw no stall (exit 0).
+fn quiet_summary(lines: &[serde_json::Value], code: Option<i32>) -> &serde_json::Value {
     let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
     assert_eq!(code, Some(0), "no stall: {summary}");
+    summary
+}
+
+/// The row of `summary` for `pid`'s connections on `port`, serving it or connecting to it.
+fn row_of(summary: &serde_json::Value, pid: u32, port: u16, serves: bool) -> serde_json::Value {
     summary["rows"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["pid"] == std::process::id() && r["serves"] == false && r["port"] == port)
-        .unwrap_or_else(|| panic!("the sender's row ({}): {summary}", summary["backend"]))
+        .find(|r| r["pid"] == pid && r["serves"] == serves && r["port"] == port)
+        .unwrap_or_else(|| {
+            panic!(
+                "no row of {pid} serving {serves} on {port} ({}): {summary}",
+                summary["backend"]
+            )
+        })
         .clone()
+}
+
+/// The summary row of this process's connections to `port` once watch `w` ended, which saw
+/// no stall (exit 0).
+fn senders_row(w: Child, port: u16) -> serde_json::Value {
+    let (lines, code) = json_lines(w);
+    row_of(quiet_summary(&lines, code), std::process::id(), port, false)
 }
 
 /// Issue 51's honest negative, live, under either backend: a reader that stops reading for 1.5 s holds its
@@ -324,19 +339,8 @@ pub fn a_server_that_thinks(backend: &str) {
         // Both ends open until the watch ends.
         let (lines, code) = json_lines(w);
         drop((srv.join().unwrap(), c));
-        let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
-        assert_eq!(code, Some(0), "no stall: {summary}");
-        let row = |serves: bool| {
-            summary["rows"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| {
-                    r["pid"] == std::process::id() && r["serves"] == serves && r["port"] == port
-                })
-                .unwrap_or_else(|| panic!("no row serving {serves}: {summary}"))
-                .clone()
-        };
+        let summary = quiet_summary(&lines, code);
+        let row = |serves| row_of(summary, std::process::id(), port, serves);
         let (server, client) = (row(true), row(false));
         let turns = |r: &serde_json::Value, side: &str| {
             let w = &r["waits"];
@@ -429,15 +433,7 @@ pub fn a_pooled_connection_s_server_that_thinks(backend: &str) {
     }
     let (lines, code) = json_lines(w);
     drop((srv.join().unwrap(), c));
-    let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
-    assert_eq!(code, Some(0), "no stall: {summary}");
-    let server = summary["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["pid"] == std::process::id() && r["serves"] == true && r["port"] == port)
-        .unwrap_or_else(|| panic!("no server row: {summary}"))
-        .clone();
+    let server = row_of(quiet_summary(&lines, code), std::process::id(), port, true);
     let answers = server["waits"]["own_turns"].as_u64().unwrap_or(0);
     let ms = server["waits"]["own_turn_us"].as_u64().unwrap_or(0) as f64 / 1000.0;
     eprintln!("{backend}, pooled: server {answers} turns, {ms:.1} ms");
@@ -583,13 +579,7 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
     assert!(sender.0.wait().unwrap().success());
     assert_eq!(p.stats().lost, lost_before + 5, "{:?}", p.stats());
     let (lines, code) = json_lines(w);
-    let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
-    assert_eq!(code, Some(0), "no stall: {summary}");
-    let rows = summary["rows"].as_array().unwrap();
-    let row = rows
-        .iter()
-        .find(|r| r["pid"] == pid && r["serves"] == false && r["port"] == port)
-        .unwrap_or_else(|| panic!("the sender's row ({backend}): {summary}"));
+    let row = row_of(quiet_summary(&lines, code), pid, port, false);
     let waits = &row["waits"];
     let sndbuf = waits["sndbuf_limited_us"].as_u64().unwrap_or(0);
     let retransmits = waits["retransmits"].as_u64().unwrap_or(0);
