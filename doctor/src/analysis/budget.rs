@@ -33,6 +33,7 @@ use super::direction::Direction;
 use super::ledger::{Kind, Label, Ledger, Stretch, Tally};
 use super::output::{self, At, Cause, ExchangeBudget, Spent};
 use super::sequence::{self, Sequence};
+use nagless_stall_rule::DELAYED_ACK_MIN_US;
 
 /// Gaps between one side's segments up to this long are the path's rate, whatever their
 /// size, µs.
@@ -137,6 +138,8 @@ pub(super) struct Data {
     pub(super) full: bool,
     /// What its sender waits on now, with it in flight.
     pub(super) wait: Wait,
+    /// What its sender has in flight with it, bytes (as the capture point sees it).
+    pub(super) in_flight: u64,
 }
 
 /// The last data segment.
@@ -145,6 +148,37 @@ struct Last {
     sender: Direction,
     full: bool,
     wait: Wait,
+    in_flight: u64,
+}
+
+/// At the sender's end, a wait for an ACK given to the congestion window, kept until the ACKs
+/// after it show whether the path's queue was busy all along (then it was the path's rate).
+#[derive(Debug, Clone, Copy)]
+struct WindowWait {
+    sender: Direction,
+    from_us: u64,
+    to_us: u64,
+    /// What the sender had in flight as it began.
+    in_flight: u64,
+    /// The ACK that ended it, and the last since: when.
+    first_ack_us: u64,
+    last_ack_us: u64,
+    /// Bytes the ACKs after the first acknowledged.
+    acked_since: u64,
+}
+
+impl WindowWait {
+    /// Whether the bytes in flight as the wait began took longer than a round trip (`rt_us`)
+    /// to cross at the rate the ACKs since came at: the path's queue was never empty, and
+    /// the wait was its rate's, not the window's (a window that holds a sender back leaves
+    /// the path idle).
+    fn queue_busy(&self, rt_us: u64) -> bool {
+        let t = self.last_ack_us.saturating_sub(self.first_ack_us);
+        self.acked_since > 0
+            && t > 0
+            && u128::from(self.in_flight) * u128::from(t)
+                > u128::from(self.acked_since) * u128::from(rt_us)
+    }
 }
 
 /// One flow's budget, as it goes.
@@ -158,8 +192,13 @@ pub(super) struct Budget {
     /// The peer's last ACK of the last sender's data since it that left more than a full
     /// segment unacknowledged: when, and its frame.
     draining: Option<(u64, u64)>,
+    /// The ACKs after that one: the last (when, and its frame), and the longest gap between
+    /// two of them, µs.
+    drain_tail: Option<(u64, u64, u64)>,
     /// The first side to close (FIN or RST), when, and its frame.
     closed: Option<(Direction, u64, u64)>,
+    /// A wait given to the congestion window, until the ACKs after it are judged.
+    window_wait: Option<WindowWait>,
     exchange: u64,
 }
 
@@ -172,18 +211,32 @@ impl Budget {
             last: None,
             acked: None,
             draining: None,
+            drain_tail: None,
             closed: None,
+            window_wait: None,
             exchange: 0,
         }
     }
 
-    /// `acker` acknowledged new data at `us`, with more than a full segment still in flight
-    /// or not (`more`).
-    pub(super) fn on_ack(&mut self, acker: Direction, us: u64, frame: u64, more: bool) {
+    /// `acker` acknowledged `newly` bytes of new data at `us`, with more than a full segment
+    /// still in flight or not (`more`).
+    pub(super) fn on_ack(&mut self, acker: Direction, us: u64, frame: u64, more: bool, newly: u64) {
+        if let Some(w) = self
+            .window_wait
+            .as_mut()
+            .filter(|w| w.sender == acker.peer())
+        {
+            w.last_ack_us = us;
+            w.acked_since += newly;
+        }
         if self.last.is_some_and(|l| l.sender == acker.peer()) {
             self.acked.get_or_insert((us, frame));
             if more {
                 self.draining = Some((us, frame));
+                self.drain_tail = None;
+            } else if let Some((drained_us, _)) = self.draining {
+                let (last_us, gap) = self.drain_tail.map_or((drained_us, 0), |t| (t.0, t.2));
+                self.drain_tail = Some((us, frame, gap.max(us.saturating_sub(last_us))));
             }
         }
     }
@@ -197,6 +250,10 @@ impl Budget {
     pub(super) fn on_data(&mut self, d: Direction, us: u64, frame: u64, data: Data, p: &Paths) {
         let think = if data.asks { Cause::Idle } else { Cause::Think };
         let mine = |c| Label::of(c, Some(d));
+        // A wait given to the window is judged by the first release the path's ACKs pace;
+        // segments back to back keep it waiting, anything else ends it.
+        let window_wait = self.window_wait.take().filter(|w| w.sender == d);
+        let mut keep_wait = None;
         match self.last {
             // The time before the first data: the handshake, then the first speaker's.
             None => self.path_then(us, frame, p.round_trip_us(), mine(think)),
@@ -216,6 +273,7 @@ impl Budget {
                 {
                     // Back to back: the path's rate.
                     None if gap <= RATE_GAP_US => {
+                        keep_wait = window_wait;
                         self.push(us, frame, Label::of(Cause::Transfer, None))
                     }
                     // At the receiver's end, after a full segment that filled the receiver's
@@ -253,7 +311,14 @@ impl Budget {
                     // round trip: ACKs paced by the path's rate released it (its queue drained, a
                     // segment at a time), not a window waiting a whole round trip.
                     Some(_) if l.wait == Wait::Congestion && rt.is_some_and(|rt| gap < rt / 2) => {
-                        self.push(us, frame, Label::of(Cause::Transfer, None))
+                        self.push(us, frame, Label::of(Cause::Transfer, None));
+                        // So did the wait for the first ACK before, if the path's queue held
+                        // the sender's bytes all that time.
+                        if let Some(w) =
+                            window_wait.filter(|w| rt.is_some_and(|rt| w.queue_busy(rt)))
+                        {
+                            self.overlay(w.from_us, w.to_us, Label::of(Cause::Transfer, None));
+                        }
                     }
                     // After a small segment, a sender that did not send as the ACK reached it was
                     // not waiting for it: the ACK passed during its own time.
@@ -270,8 +335,22 @@ impl Budget {
                         // then its own pause.
                         let waited = l.wait.label(d);
                         let acker = Label::of(Cause::DelayedAck, Some(d.peer()));
+                        let from_us = self.ledger.until_us();
                         self.split(ack_us, ack_frame, p.side_us[d], waited, acker);
                         self.split(us, frame, p.side_us[d.peer()], waited, mine(Cause::Think));
+                        // At the sender's end, the ACKs to come tell whether the path's queue
+                        // was busy meanwhile.
+                        if l.wait == Wait::Congestion && !p.near_receiver(d) {
+                            self.window_wait = Some(WindowWait {
+                                sender: d,
+                                from_us,
+                                to_us: us,
+                                in_flight: l.in_flight,
+                                first_ack_us: ack_us,
+                                last_ack_us: ack_us,
+                                acked_since: 0,
+                            });
+                        }
                     }
                 }
             }
@@ -283,21 +362,36 @@ impl Budget {
             sender: d,
             full: data.full,
             wait: data.wait,
+            in_flight: data.in_flight,
         });
         self.acked = None;
         self.draining = None;
+        self.drain_tail = None;
+        if self.window_wait.is_none() {
+            self.window_wait = keep_wait;
+        }
     }
 
     /// ACKs of the last sender's data still came, leaving more in flight, later than their
     /// way back after its last segment: that data queued on the path, which drained it at its
-    /// rate (up to `to_us`).
+    /// rate (up to `to_us`). The ACKs that follow such an ACK, each within half a round trip
+    /// (and half a delayed-ACK timer) of the one before, acknowledge the last of the queue
+    /// as it came: the drain goes on to the last of them.
     fn drain(&mut self, to_us: u64, p: &Paths) {
-        let (Some(l), Some((ack_us, ack_frame))) = (self.last, self.draining) else {
+        let (Some(l), Some(mut last)) = (self.last, self.draining) else {
             return;
         };
         let Some(way) = p.base_us[l.sender] else {
             return;
         };
+        let paced = |gap: u64| {
+            p.round_trip_us()
+                .is_some_and(|rt| gap < rt / 2 && gap < DELAYED_ACK_MIN_US / 2)
+        };
+        if let Some((us, frame, _)) = self.drain_tail.filter(|t| paced(t.2)) {
+            last = (us, frame);
+        }
+        let (ack_us, ack_frame) = last;
         let drained = ack_us.saturating_sub(way).min(to_us);
         if drained > self.ledger.until_us() {
             self.push(drained, ack_frame, Label::of(Cause::Transfer, None));
@@ -560,6 +654,7 @@ mod tests {
             asks: opens_exchange,
             full: false,
             wait: Wait::Small,
+            in_flight: 0,
         }
     }
 
@@ -580,10 +675,10 @@ mod tests {
         let mut b = Budget::new(0, 1);
         // The handshake's last ACK at 10 ms; the request at 10 ms.
         b.on_data(C, 10_000, 4, data(true), &p);
-        b.on_ack(S, 20_000, 5, false);
+        b.on_ack(S, 20_000, 5, false, 1448);
         b.on_data(S, 200_000, 6, data(false), &p);
         b.on_data(C, 700_000, 7, data(true), &p);
-        b.on_ack(S, 750_000, 8, false);
+        b.on_ack(S, 750_000, 8, false, 1448);
         b.on_data(C, 750_100, 9, data(false), &p);
         b.overlay(710_000, 750_000, Label::of(Cause::NagleStall, Some(C)));
         b.on_data(S, 760_100, 10, data(false), &p);
@@ -616,12 +711,13 @@ mod tests {
             asks: false,
             full: true,
             wait,
+            in_flight: 2_896,
         };
         b.on_data(C, 21_000, 4, data(true), &p);
         b.on_data(C, 21_100, 5, bulk(Wait::Congestion), &p);
-        b.on_ack(S, 41_100, 6, false);
+        b.on_ack(S, 41_100, 6, false, 1448);
         b.on_data(C, 42_100, 7, bulk(Wait::Receive), &p);
-        b.on_ack(S, 62_100, 8, false);
+        b.on_ack(S, 62_100, 8, false, 1448);
         b.on_data(C, 63_100, 9, bulk(Wait::Receive), &p);
         let again = Data {
             retransmit: true,
@@ -655,9 +751,9 @@ mod tests {
         let mut b = Budget::new(0, 1);
         b.on_data(C, 10_000, 4, data(true), &p);
         b.on_data(S, 23_000, 5, full(false), &p);
-        b.on_ack(C, 23_050, 6, true);
+        b.on_ack(C, 23_050, 6, true, 1448);
         b.on_data(S, 26_000, 7, full(false), &p);
-        b.on_ack(C, 26_050, 8, true);
+        b.on_ack(C, 26_050, 8, true, 1448);
         b.on_data(S, 29_000, 9, full(false), &p);
         let got = b.close(29_000, 9, &p, Named::default());
         assert_eq!(ms_of(&got, Cause::Transfer, None), 6.0, "{got:#?}");
@@ -668,11 +764,11 @@ mod tests {
         let mut b = Budget::new(0, 1);
         b.on_data(C, 10_000, 4, data(true), &p);
         b.on_data(S, 10_100, 5, full(false), &p);
-        b.on_ack(C, 14_000, 6, true);
+        b.on_ack(C, 14_000, 6, true, 1448);
         b.on_data(S, 14_050, 7, full(false), &p);
-        b.on_ack(C, 22_000, 8, true);
-        b.on_ack(C, 46_000, 9, true);
-        b.on_ack(C, 52_000, 10, false);
+        b.on_ack(C, 22_000, 8, true, 1448);
+        b.on_ack(C, 46_000, 9, true, 1448);
+        b.on_ack(C, 52_000, 10, false, 1448);
         b.on_data(C, 52_100, 11, data(true), &p);
         let got = b.close(52_100, 11, &p, Named::default());
         assert_eq!(
@@ -688,13 +784,55 @@ mod tests {
         );
     }
 
+    /// At the sender's end, 10 ms from the client: ten full segments at once, then the wait
+    /// for the first ACK. On a path of 4 Mbit/s (3 ms a segment) the ACKs then come a segment
+    /// at a time, 3 ms apart: the ten took 30 ms to cross, longer than the round trip, so the
+    /// path's queue was never empty and the wait was its rate's. On a path with no rate they
+    /// come together: the window held the sender back, the path idle.
+    #[test]
+    fn the_first_wait_is_the_path_s_rate_when_its_queue_stayed_busy() {
+        let p = paths(0, 10_000);
+        let window = |first_ack: u64, gap: u64| {
+            let mut b = Budget::new(0, 1);
+            b.on_data(C, 10_000, 4, data(true), &p);
+            let ten = Data {
+                full: true,
+                wait: Wait::Congestion,
+                in_flight: 14_480,
+                ..data(false)
+            };
+            b.on_data(S, 10_100, 5, ten, &p);
+            b.on_ack(C, first_ack, 6, true, 1_448);
+            b.on_data(S, first_ack + 20, 7, ten, &p);
+            b.on_ack(C, first_ack + gap, 8, true, 1_448);
+            b.on_data(S, first_ack + gap + 20, 9, ten, &p);
+            b.close(first_ack + gap + 20, 9, &p, Named::default())
+        };
+        let paced = window(23_100, 3_000);
+        assert_eq!(
+            ms_of(&paced, Cause::CongestionWindow, Some("server")),
+            0.0,
+            "{paced:#?}"
+        );
+        assert!(
+            (ms_of(&paced, Cause::Transfer, None) - 16.02).abs() < 1e-6,
+            "{paced:#?}"
+        );
+        let together = window(20_100, 20);
+        assert_eq!(
+            ms_of(&together, Cause::CongestionWindow, Some("server")),
+            10.0,
+            "{together:#?}"
+        );
+    }
+
     #[test]
     fn a_clocked_wait_is_the_clocks_only_where_the_verdict_says_so() {
         let p = paths(5_000, 5_000);
         let run = |clocked| {
             let mut b = Budget::new(0, 1);
             b.on_data(C, 10_000, 4, data(true), &p);
-            b.on_ack(S, 15_000, 5, false);
+            b.on_ack(S, 15_000, 5, false, 1448);
             b.on_data(C, 20_000, 6, data(false), &p);
             let named = Named {
                 clocked,

@@ -271,17 +271,14 @@ impl Flow {
         if self.probed[d.peer()].is_some_and(|(_, z, ..)| sequence::seq_le(z, s.ack)) {
             self.probed[d.peer()] = None;
         }
+        let before = sequence::in_flight(&self.seq, d.peer());
         let Some(acked) = sequence::acknowledge(&mut self.seq, d, s, us, pure) else {
             return;
         };
         if let Some(b) = &mut self.budget {
             let full = u64::from(sequence::sizes(&self.seq, d.peer()).full_segment().0);
-            b.on_ack(
-                d,
-                us,
-                frame,
-                sequence::in_flight(&self.seq, d.peer()) > full,
-            );
+            let after = sequence::in_flight(&self.seq, d.peer());
+            b.on_ack(d, us, frame, after > full, before.saturating_sub(after));
         }
         self.collected
             .on_ack(d, &acked, &self.seq, s, us, frame, pure);
@@ -325,6 +322,7 @@ impl Flow {
             asks: self.last_sender != Some(d) && !sent.retransmit && d == Direction::Client,
             full: !small,
             wait: Wait::of(&self.seq, d, !small),
+            in_flight: sequence::in_flight(&self.seq, d),
         };
         let (first_us, first_frame) = (self.first_us, self.start.frame);
         let b = self
