@@ -131,7 +131,7 @@ impl FlushPolicy {
     /// write is a batch of its own, handed over as it is made.
     ///
     /// In a tokio stream made on a runtime with a timer (and built with `panic = "unwind"`,
-    /// where the timer can be probed; Linux 4.19 or later), once the caller flushes, each batch
+    /// where the timer can be probed; Linux), once the caller flushes, each batch
     /// is one plain send to the socket with the kernel's Nagle on (`TCP_NODELAY` cleared): the
     /// kernel sends it at once when no small segment is unacknowledged and otherwise with the
     /// next ACK, one send per batch, as a client that already batches (redis-rs, hyper) gets

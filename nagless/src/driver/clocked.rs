@@ -130,7 +130,7 @@ impl<S: Seal> Driver<S> {
         S: SealOver<W>,
     {
         if self.kernel == KernelClock::Ready {
-            // The looks need the kernel's counters (Linux 4.19+): without them, the
+            // The looks need the kernel's counters (the send queue's): without them, the
             // `MSG_MORE` hand-over stays.
             let ok = wire.progress().is_ok() && wire.nagle(true).is_ok();
             self.kernel.turned_on(ok);

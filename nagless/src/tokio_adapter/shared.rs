@@ -133,6 +133,8 @@ pub(crate) struct PollWire<'a, 'r, T> {
     fanout: &'a Waker,
     waiters: &'a WriteWaiters,
     access: SocketAccess<T>,
+    /// Bytes the socket has taken from this stream in all ([`Shared::wired`]).
+    wired: &'a mut u64,
 }
 
 impl<T: AsyncWrite + Unpin> Wire for PollWire<'_, '_, T> {
@@ -142,7 +144,7 @@ impl<T: AsyncWrite + Unpin> Wire for PollWire<'_, '_, T> {
             // is full, tokio's send below finds so too and registers the waker.
             match crate::sys::send_vectored(fd(self.io), bufs, true) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                other => return other,
+                other => return other.inspect(|&n| *self.wired += n as u64),
             }
         }
         let mut cx = Context::from_waker(self.fanout);
@@ -157,6 +159,16 @@ impl<T: AsyncWrite + Unpin> Wire for PollWire<'_, '_, T> {
             Poll::Ready(r) => r,
             Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
         }
+        .inspect(|&n| *self.wired += n as u64)
+    }
+
+    /// What the kernel has sent of the stream in all, and holds unsent: every byte reaches
+    /// the socket through this wire, so what it sent is what the wire gave it less what it
+    /// holds (`SIOCOUTQNSD`, read without the socket's lock, where `TCP_INFO` takes it and
+    /// fills a whole record: the cost of a look after every batch).
+    fn progress(&mut self) -> io::Result<(u64, u32)> {
+        let unsent = self.unsent()?;
+        Ok((self.wired.saturating_sub(u64::from(unsent)), unsent))
     }
 
     fn socket(&self) -> Option<Sock<'_>> {
@@ -206,6 +218,9 @@ pub(crate) struct Shared<T, S> {
     pub(crate) waiters: Arc<WriteWaiters>,
     /// Wakes every waiter: the only waker the socket ever sees for write readiness.
     pub(crate) fanout: Waker,
+    /// Bytes the socket has taken from this stream in all (every send goes through
+    /// [`PollWire`]).
+    pub(crate) wired: u64,
 }
 
 impl<T, S: Seal> Shared<T, S> {
@@ -228,6 +243,7 @@ impl<T, S: Seal> Shared<T, S> {
             spawner,
             fanout: Waker::from(Arc::clone(&waiters)),
             waiters,
+            wired: 0,
         }
     }
 
@@ -243,6 +259,7 @@ impl<T, S: Seal> Shared<T, S> {
             fanout: &self.fanout,
             waiters: &self.waiters,
             access: self.access,
+            wired: &mut self.wired,
         };
         f(&mut self.driver, &mut wire)
     }
