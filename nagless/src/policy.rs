@@ -135,8 +135,8 @@ impl FlushPolicy {
     /// is one plain send to the socket with the kernel's Nagle on (`TCP_NODELAY` cleared): the
     /// kernel sends it at once when no small segment is unacknowledged and otherwise with the
     /// next ACK, one send per batch, as a client that already batches (redis-rs, hyper) gets
-    /// from the kernel's defaults. The stream then looks at what the kernel holds (a
-    /// `TCP_INFO` read) right after a send that finds no look owed, and every
+    /// from the kernel's defaults. The stream then looks at what the kernel holds (its send
+    /// queue's unsent bytes, `SIOCOUTQNSD`) right after a send that finds no look owed, and every
     /// [`DEFAULT_LINGER`] after while bytes stay held, and pushes bytes held a whole bound: a
     /// batch behind one the peer does not answer (an HTTP/2 `WINDOW_UPDATE`) waits one to two
     /// milliseconds (the bound, on tokio's 1 ms timer), not the peer's delayed ACK.

@@ -204,8 +204,19 @@ pub(super) struct Budget {
     closed: Option<(Direction, u64, u64)>,
     /// A wait given to the congestion window, until the ACKs after it are judged.
     window_wait: Option<WindowWait>,
+    /// When the peer's last ACKs of the last sender's data passed (the newest last), since
+    /// that side began its turn: at most one a millisecond ([`ACK_SPACING_US`]), so that
+    /// they reach back a round trip however often the peer ACKs.
+    peer_acks: [Option<u64>; PEER_ACKS],
+    /// The newest of them, kept or not.
+    last_peer_ack: Option<u64>,
     exchange: u64,
 }
+
+/// ACKs kept to tell whether one of them released a segment, and the least time between two
+/// kept, µs: together they reach back 31 ms or more.
+const PEER_ACKS: usize = 32;
+const ACK_SPACING_US: u64 = 1_000;
 
 impl Budget {
     /// The budget of a flow whose first frame is `frame`, at `us`.
@@ -219,13 +230,23 @@ impl Budget {
             drain_tail: None,
             closed: None,
             window_wait: None,
+            peer_acks: [None; PEER_ACKS],
+            last_peer_ack: None,
             exchange: 0,
         }
     }
 
     /// `acker` acknowledged `newly` bytes of new data at `us`, with more than a full segment
-    /// still in flight or not (`more`).
-    pub(super) fn on_ack(&mut self, acker: Direction, us: u64, frame: u64, more: bool, newly: u64) {
+    /// still in flight or not (`more`), in a pure ACK or on its own data (`pure` false).
+    pub(super) fn on_ack(
+        &mut self,
+        acker: Direction,
+        us: u64,
+        frame: u64,
+        more: bool,
+        newly: u64,
+        pure: bool,
+    ) {
         if let Some(w) = self
             .window_wait
             .as_mut()
@@ -235,11 +256,18 @@ impl Budget {
             w.acked_since += newly;
         }
         if self.last.is_some_and(|l| l.sender == acker.peer()) {
+            self.last_peer_ack = Some(us);
+            let newest = self.peer_acks[PEER_ACKS - 1];
+            if newest.is_none_or(|n| us >= n + ACK_SPACING_US) {
+                self.peer_acks.rotate_left(1);
+                self.peer_acks[PEER_ACKS - 1] = Some(us);
+            }
             self.acked.get_or_insert((us, frame));
             if more {
                 self.draining = Some((us, frame));
                 self.drain_tail = None;
-            } else if let Some((drained_us, _)) = self.draining {
+            } else if let Some((drained_us, _)) = self.draining.filter(|_| pure) {
+                // (An ACK on the peer's next data came with its turn, not with the queue.)
                 let (last_us, gap) = self.drain_tail.map_or((drained_us, 0), |t| (t.0, t.2));
                 self.drain_tail = Some((us, frame, gap.max(us.saturating_sub(last_us))));
             }
@@ -287,7 +315,7 @@ impl Budget {
                     None if l.full
                         && l.wait == Wait::Receive
                         && p.near_receiver(d)
-                        && rt.is_some_and(|rt| gap <= rt + SLACK_US) =>
+                        && rt.is_some_and(|rt| gap <= rt + SLACK_US && self.released(us, rt)) =>
                     {
                         self.push(us, frame, l.wait.label(d))
                     }
@@ -300,7 +328,7 @@ impl Budget {
                     // segment), its window's wait.
                     None if l.full
                         && p.near_receiver(d)
-                        && rt.is_some_and(|rt| gap <= rt + SLACK_US) =>
+                        && rt.is_some_and(|rt| gap <= rt + SLACK_US && self.released(us, rt)) =>
                     {
                         self.push(us, frame, l.wait.label(d))
                     }
@@ -345,14 +373,19 @@ impl Budget {
                         self.split(us, frame, p.side_us[d.peer()], waited, mine(Cause::Think));
                         // At the sender's end, the ACKs to come tell whether the path's queue
                         // was busy meanwhile.
-                        if l.wait == Wait::Congestion && !p.near_receiver(d) {
+                        // At the sender's end (the round trip known to say so), the ACKs to come
+                        // tell whether the path's queue was busy meanwhile. The wait is the
+                        // window's part, not the sender's own pause after the ACK; the pace
+                        // is counted from the last ACK before its end.
+                        if l.wait == Wait::Congestion && rt.is_some() && !p.near_receiver(d) {
+                            let last_ack = self.last_peer_ack.unwrap_or(ack_us);
                             self.window_wait = Some(WindowWait {
                                 sender: d,
                                 from_us,
-                                to_us: us,
+                                to_us: p.side_us[d.peer()].map_or(ack_us, |s| (ack_us + s).min(us)),
                                 in_flight: l.in_flight,
-                                first_ack_us: ack_us,
-                                last_ack_us: ack_us,
+                                first_ack_us: last_ack,
+                                last_ack_us: last_ack,
                                 acked_since: 0,
                             });
                         }
@@ -362,6 +395,10 @@ impl Budget {
         }
         if data.opens_exchange {
             self.exchange += 1;
+        }
+        if self.last.is_some_and(|l| l.sender != d) {
+            self.peer_acks = [None; PEER_ACKS];
+            self.last_peer_ack = None;
         }
         self.last = Some(Last {
             sender: d,
@@ -375,6 +412,19 @@ impl Budget {
         if self.window_wait.is_none() {
             self.window_wait = keep_wait;
         }
+    }
+
+    /// Whether one of the peer's ACKs of this turn's data passed a round trip (`rt_us`, less
+    /// a quarter and the scheduler's slack) to two before `us` (the path's jitter allowed):
+    /// at the receiver's end, the ACK that may have released data arriving at `us`. Without
+    /// one (the turn's first segments, sent before any ACK of them), a wait within a round
+    /// trip was the path's (its rate, its jitter), not a window's.
+    fn released(&self, us: u64, rt_us: u64) -> bool {
+        let soonest = (rt_us - rt_us / 4).saturating_sub(SLACK_US);
+        self.peer_acks.iter().flatten().any(|&a| {
+            let since = us.saturating_sub(a);
+            since >= soonest && since <= 2 * rt_us + SLACK_US
+        })
     }
 
     /// ACKs of the last sender's data still came, leaving more in flight, later than their

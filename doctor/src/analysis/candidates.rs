@@ -129,6 +129,8 @@ pub(super) struct Collector {
     pub(super) stalled_turns: std::collections::VecDeque<(Direction, u64, u32)>,
     pub(super) pending: Vec<Candidate>,
     pub(super) pending_delayed: Vec<DelayedCandidate>,
+    /// Per acker: when its last ACK of new data passed.
+    last_ack_us: [Option<u64>; 2],
 }
 
 impl Collector {
@@ -162,7 +164,14 @@ impl Collector {
     ) {
         let o = acker.peer();
         let raw = acked.raw_us;
-        if !acked.retransmitted {
+        // A receiver's timer sends its ACK a delay after the data came, and its ACK before
+        // (of older data) left before that data came: a delayed ACK passes a delay or more
+        // after the acker's last ACK. One sooner was sent as data came: ACKs paced by a path
+        // whose queue held the data, however late after it.
+        let paced = self.last_ack_us[acker]
+            .replace(us)
+            .is_some_and(|last| us.saturating_sub(last) < DELAYED_ACK_MIN_US);
+        if !acked.retransmitted && !paced {
             // Kept if it is late at all: its delay beyond the round trip is only known once
             // the flow's fastest ACKs are (they may come later, as in a capture begun
             // mid-connection whose first ACKs were all delayed).

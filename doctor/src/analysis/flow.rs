@@ -278,7 +278,14 @@ impl Flow {
         if let Some(b) = &mut self.budget {
             let full = u64::from(sequence::sizes(&self.seq, d.peer()).full_segment().0);
             let after = sequence::in_flight(&self.seq, d.peer());
-            b.on_ack(d, us, frame, after > full, before.saturating_sub(after));
+            b.on_ack(
+                d,
+                us,
+                frame,
+                after > full,
+                before.saturating_sub(after),
+                pure,
+            );
         }
         self.collected
             .on_ack(d, &acked, &self.seq, s, us, frame, pure);

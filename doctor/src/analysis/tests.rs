@@ -1252,3 +1252,26 @@ fn an_answer_is_not_clocked_however_its_question_acknowledges() {
         assert_eq!(dirs, ["client->server"], "ACK alone {ack_alone}: {r:#?}");
     }
 }
+
+/// At the sender's end of a path with a rate (3 ms a segment), ACKs of a window sent at once
+/// come a segment at a time, later and later after their data as the queue held it: none is
+/// a delayed ACK, each passed 3 ms after the one before. A lone segment's ACK 40 ms after
+/// it, and after the ACK before, is one.
+#[test]
+fn acks_paced_by_a_queue_are_not_delayed_acks() {
+    let mut c = Conv::seen_from(0.01, 10.0);
+    c.data(10.1, 0, 100);
+    let first = c.seq[1];
+    for k in 0..20 {
+        c.data(10.2 + f64::from(k) * 0.001, 1, 1448);
+    }
+    for k in 0..20 {
+        c.ack(10.2 + 13.0 + 3.0 * f64::from(k), 0);
+        c.last_mut().ack = first.wrapping_add(1448 * (k + 1));
+    }
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.sides[0].delayed_acks, 0, "{r:#?}");
+    c.data(100.0, 1, 10).ack(140.5, 0);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.sides[0].delayed_acks, 1, "{r:#?}");
+}

@@ -362,7 +362,7 @@ fn a_socket_that_will_not_turn_nagle_back_on_keeps_the_msg_more_hand_over() {
 
 #[test]
 fn a_socket_without_the_kernel_counters_keeps_the_msg_more_hand_over() {
-    // The plain scripted kernel has no `progress` (a kernel before 4.19).
+    // The plain scripted kernel has no `progress` (a wire that cannot ask the send queue).
     let mut d = Driver::new(Coalescer::new(FlushPolicy::clocked()), Plain);
     d.allow_kernel_clock();
     let mut k = Kernel::default();

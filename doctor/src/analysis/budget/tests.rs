@@ -40,10 +40,10 @@ fn an_answer_a_stall_and_idle_time_add_up() {
     let mut b = Budget::new(0, 1);
     // The handshake's last ACK at 10 ms; the request at 10 ms.
     b.on_data(C, 10_000, 4, data(true), &p);
-    b.on_ack(S, 20_000, 5, false, 1448);
+    b.on_ack(S, 20_000, 5, false, 1448, true);
     b.on_data(S, 200_000, 6, data(false), &p);
     b.on_data(C, 700_000, 7, data(true), &p);
-    b.on_ack(S, 750_000, 8, false, 1448);
+    b.on_ack(S, 750_000, 8, false, 1448, true);
     b.on_data(C, 750_100, 9, data(false), &p);
     b.overlay(710_000, 750_000, Label::of(Cause::NagleStall, Some(C)));
     b.on_data(S, 760_100, 10, data(false), &p);
@@ -80,9 +80,9 @@ fn windows_loss_and_a_capture_that_ends_mid_turn() {
     };
     b.on_data(C, 21_000, 4, data(true), &p);
     b.on_data(C, 21_100, 5, bulk(Wait::Congestion), &p);
-    b.on_ack(S, 41_100, 6, false, 1448);
+    b.on_ack(S, 41_100, 6, false, 1448, true);
     b.on_data(C, 42_100, 7, bulk(Wait::Receive), &p);
-    b.on_ack(S, 62_100, 8, false, 1448);
+    b.on_ack(S, 62_100, 8, false, 1448, true);
     b.on_data(C, 63_100, 9, bulk(Wait::Receive), &p);
     let again = Data {
         retransmit: true,
@@ -116,9 +116,9 @@ fn data_paced_by_the_path_is_transfer_not_a_window() {
     let mut b = Budget::new(0, 1);
     b.on_data(C, 10_000, 4, data(true), &p);
     b.on_data(S, 23_000, 5, full(false), &p);
-    b.on_ack(C, 23_050, 6, true, 1448);
+    b.on_ack(C, 23_050, 6, true, 1448, true);
     b.on_data(S, 26_000, 7, full(false), &p);
-    b.on_ack(C, 26_050, 8, true, 1448);
+    b.on_ack(C, 26_050, 8, true, 1448, true);
     b.on_data(S, 29_000, 9, full(false), &p);
     let got = b.close(29_000, 9, &p, Named::default());
     assert_eq!(ms_of(&got, Cause::Transfer, None), 6.0, "{got:#?}");
@@ -129,11 +129,11 @@ fn data_paced_by_the_path_is_transfer_not_a_window() {
     let mut b = Budget::new(0, 1);
     b.on_data(C, 10_000, 4, data(true), &p);
     b.on_data(S, 10_100, 5, full(false), &p);
-    b.on_ack(C, 14_000, 6, true, 1448);
+    b.on_ack(C, 14_000, 6, true, 1448, true);
     b.on_data(S, 14_050, 7, full(false), &p);
-    b.on_ack(C, 22_000, 8, true, 1448);
-    b.on_ack(C, 46_000, 9, true, 1448);
-    b.on_ack(C, 52_000, 10, false, 1448);
+    b.on_ack(C, 22_000, 8, true, 1448, true);
+    b.on_ack(C, 46_000, 9, true, 1448, true);
+    b.on_ack(C, 52_000, 10, false, 1448, true);
     b.on_data(C, 52_100, 11, data(true), &p);
     let got = b.close(52_100, 11, &p, Named::default());
     assert_eq!(
@@ -167,9 +167,9 @@ fn the_first_wait_is_the_path_s_rate_when_its_queue_stayed_busy() {
             ..data(false)
         };
         b.on_data(S, 10_100, 5, ten, &p);
-        b.on_ack(C, first_ack, 6, true, 1_448);
+        b.on_ack(C, first_ack, 6, true, 1_448, true);
         b.on_data(S, first_ack + 20, 7, ten, &p);
-        b.on_ack(C, first_ack + gap, 8, true, 1_448);
+        b.on_ack(C, first_ack + gap, 8, true, 1_448, true);
         b.on_data(S, first_ack + gap + 20, 9, ten, &p);
         b.close(first_ack + gap + 20, 9, &p, Named::default())
     };
@@ -179,8 +179,14 @@ fn the_first_wait_is_the_path_s_rate_when_its_queue_stayed_busy() {
         0.0,
         "{paced:#?}"
     );
+    // (Up to the first ACK, and from the first released segment on: the sender's 20 µs
+    // between stay its own, beside its 0.1 ms to answer.)
     assert!(
-        (ms_of(&paced, Cause::Transfer, None) - 16.02).abs() < 1e-6,
+        (ms_of(&paced, Cause::Transfer, None) - 16.0).abs() < 1e-6,
+        "{paced:#?}"
+    );
+    assert!(
+        (ms_of(&paced, Cause::Think, Some("server")) - 0.12).abs() < 1e-6,
         "{paced:#?}"
     );
     let together = window(20_100, 20);
@@ -197,7 +203,7 @@ fn a_clocked_wait_is_the_clocks_only_where_the_verdict_says_so() {
     let run = |clocked| {
         let mut b = Budget::new(0, 1);
         b.on_data(C, 10_000, 4, data(true), &p);
-        b.on_ack(S, 15_000, 5, false, 1448);
+        b.on_ack(S, 15_000, 5, false, 1448, true);
         b.on_data(C, 20_000, 6, data(false), &p);
         let named = Named {
             clocked,
@@ -232,4 +238,94 @@ fn without_a_round_trip_the_time_is_unknown() {
     assert_eq!(got.causes.len(), 1, "{got:#?}");
     assert_eq!(got.causes[0].cause, Cause::Unknown);
     assert_eq!(got.causes[0].fix, None);
+}
+
+/// At the receiver's end, 10 ms from the server: a full segment 8 ms after the one before,
+/// no ACK between, is the window's wait only if an ACK of this turn's data passed about a
+/// round trip before (it released it); with none, the path paced it (its rate, its jitter).
+#[test]
+fn a_window_waits_only_for_an_ack_that_could_release_it() {
+    let p = paths(10_000, 0);
+    let full = Data {
+        full: true,
+        wait: Wait::Congestion,
+        in_flight: 2_896,
+        ..data(false)
+    };
+    let run = |ack: bool| {
+        let mut b = Budget::new(0, 1);
+        b.on_data(C, 10_000, 4, data(true), &p);
+        b.on_data(S, 21_000, 5, full, &p);
+        if ack {
+            b.on_ack(C, 21_050, 6, false, 1_448, true);
+        }
+        // Back to back with the first: on its way before any ACK could release it.
+        b.on_data(S, 21_900, 7, full, &p);
+        b.on_data(S, 29_900, 8, full, &p);
+        b.close(29_900, 8, &p, Named::default())
+    };
+    let released = run(true);
+    assert_eq!(
+        ms_of(&released, Cause::CongestionWindow, Some("server")),
+        8.0,
+        "{released:#?}"
+    );
+    let paced = run(false);
+    assert_eq!(
+        ms_of(&paced, Cause::CongestionWindow, Some("server")),
+        0.0,
+        "{paced:#?}"
+    );
+    assert!(
+        (ms_of(&paced, Cause::Transfer, None) - 8.9).abs() < 1e-6,
+        "{paced:#?}"
+    );
+}
+
+/// At the sender's end, 10 ms from the client: after the last segment, the ACK that leaves
+/// more in flight, then two more a segment's time apart, acknowledging the last of the queue
+/// as it came: the drain runs to the last of them (less its way back), then the round trip,
+/// then the client's idle. An ACK the client's next request carries is its turn's, not the
+/// queue's.
+#[test]
+fn the_drain_runs_to_the_last_ack_at_its_pace() {
+    let p = paths(0, 10_000);
+    let full = Data {
+        full: true,
+        wait: Wait::Congestion,
+        in_flight: 4_344,
+        ..data(false)
+    };
+    let mut b = Budget::new(0, 1);
+    b.on_data(C, 10_000, 4, data(true), &p);
+    b.on_data(S, 10_100, 5, full, &p);
+    b.on_ack(C, 23_100, 6, true, 1_448, true);
+    b.on_ack(C, 26_100, 7, false, 1_448, true);
+    b.on_ack(C, 27_000, 8, false, 1_448, true);
+    b.on_data(C, 37_500, 9, data(true), &p);
+    let got = b.close(37_500, 9, &p, Named::default());
+    assert!(
+        (ms_of(&got, Cause::Transfer, None) - 6.9).abs() < 1e-6,
+        "{got:#?}"
+    );
+    assert!(
+        (ms_of(&got, Cause::Idle, Some("client")) - 10.5).abs() < 1e-6,
+        "{got:#?}"
+    );
+    let mut b = Budget::new(0, 1);
+    b.on_data(C, 10_000, 4, data(true), &p);
+    b.on_data(S, 10_100, 5, full, &p);
+    b.on_ack(C, 23_100, 6, true, 1_448, true);
+    b.on_ack(C, 26_100, 7, false, 1_448, true);
+    b.on_ack(C, 29_000, 8, false, 1_448, false);
+    b.on_data(C, 29_000, 8, data(true), &p);
+    let got = b.close(29_000, 8, &p, Named::default());
+    assert!(
+        (ms_of(&got, Cause::Transfer, None) - 6.0).abs() < 1e-6,
+        "{got:#?}"
+    );
+    assert!(
+        (ms_of(&got, Cause::Idle, Some("client")) - 2.9).abs() < 1e-6,
+        "{got:#?}"
+    );
 }
