@@ -136,20 +136,24 @@ fn rtt_ms(p: &EmulatedPath) -> f64 {
 }
 
 /// A server that reads each 100-byte request, sleeps 40 ms and 10 ms more each round, and
-/// answers: its think time, as it measured it.
+/// answers: its think time, from its request's arrival at its socket (the kernel's stamp) to
+/// its answer's write, as it measured it (its wake-ups on a busy machine included, as the
+/// wire shows them).
 fn think(p: &EmulatedPath, port: u16) -> Made {
     let l = listen(p, port);
+    stamp_arrivals(&l);
     let srv = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         s.set_nodelay(true).unwrap();
         let mut buf = [0u8; 100];
         let mut slept = Vec::new();
         for i in 0..ROUNDS {
-            s.read_exact(&mut buf).unwrap();
-            let t = Instant::now();
+            let arrived = read_request(&s, &mut buf);
             thread::sleep(Duration::from_millis(40 + 10 * i));
-            slept.push(ms(t.elapsed()));
             s.write_all(&[b'r'; 100]).unwrap();
+            slept.push(ms(SystemTime::now()
+                .duration_since(arrived)
+                .unwrap_or_default()));
         }
         slept
     });
@@ -283,17 +287,22 @@ fn stall(p: &EmulatedPath, port: u16) -> Made {
 /// the pause is the hold, the pause the server's think time.
 fn hold(p: &EmulatedPath, port: u16) -> Made {
     let l = listen(p, port);
+    stamp_arrivals(&l);
     let srv = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         s.set_nodelay(true).unwrap();
         let mut buf = [0u8; 100];
         let mut paused = Vec::new();
         for _ in 0..ROUNDS {
-            s.read_exact(&mut buf).unwrap();
+            let arrived = read_request(&s, &mut buf);
             s.write_all(&[b'h'; 50]).unwrap();
+            // Its time before the header (a wake-up on a busy machine), then its pause.
             let t = Instant::now();
+            let before = ms(SystemTime::now()
+                .duration_since(arrived)
+                .unwrap_or_default());
             thread::sleep(Duration::from_millis(15));
-            paused.push(ms(t.elapsed()));
+            paused.push((before, ms(t.elapsed())));
             let body = [b'b'; 100];
             // SAFETY: a send of a live buffer of its length on a socket this thread owns.
             let n = unsafe {
@@ -325,10 +334,10 @@ fn hold(p: &EmulatedPath, port: u16) -> Made {
     drop(c);
     let paused = srv.join().unwrap();
     let mut truth = Vec::new();
-    for (i, (gap, pause)) in gaps.iter().zip(&paused).enumerate() {
+    for (i, (gap, (before, pause))) in gaps.iter().zip(&paused).enumerate() {
         let x = i as u64 + 1;
         truth.push((x, "sender's hold (server)", (gap - pause).max(0.0)));
-        truth.push((x, "think (server)", *pause));
+        truth.push((x, "think (server)", before + pause));
     }
     Made {
         name: "an answer's last piece held by MSG_MORE",
@@ -722,6 +731,18 @@ fn read_stamped(s: &std::net::TcpStream, buf: &mut [u8]) -> std::io::Result<(usi
         None if n == 0 => Ok((0, SystemTime::now())),
         None => panic!("a read of {n} bytes without the kernel's stamp"),
     }
+}
+
+/// Reads a whole request of `buf`'s length from `s` (stamped by [`stamp_arrivals`]): when
+/// its last segment arrived, by the kernel's clock.
+fn read_request(s: &std::net::TcpStream, buf: &mut [u8]) -> SystemTime {
+    let (mut got, mut at) = (0, SystemTime::UNIX_EPOCH);
+    while got < buf.len() {
+        let (n, arrived) = read_stamped(s, &mut buf[got..]).unwrap();
+        assert!(n > 0, "the client closed mid-request");
+        (got, at) = (got + n, arrived);
+    }
+    at
 }
 
 /// The time `causes` give `label`, ms.
