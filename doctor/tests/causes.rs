@@ -13,7 +13,7 @@
 //! scored against it per cause, by time (the time it gives a cause that truly went to it,
 //! over all it gives that cause, and over all that truly went to it) and by event (exchanges
 //! where a cause took 20 ms or more, and whether the doctor gave it at least half of that; a
-//! cause given 20 ms or more where it took less than half of that is a false one). Needs root
+//! cause given 40 ms or more where it took less than half of that is a false one). Needs root
 //! (namespaces, tcpdump): skipped with a note outside CI, a failure under CI.
 //!
 //! The figures are printed; `scripts/bench-causes` measures them on a quiet machine (most
@@ -22,7 +22,7 @@
 //! clocks (think and idle fell to 0.86-0.89 by time, a Nagle stall's recall at the server's
 //! end to 0.74, beside one or two busy loops). So it holds each cause a scenario made to 0.6
 //! by time (a build that does not know a cause gives it nothing), every exchange's cause by
-//! event (found when given half its time, none given 20 ms falsely; 0.95),
+//! event (found when given half its time, none given 40 ms falsely; 0.95),
 //! and time given a cause no scenario of its path made to 40 ms an exchange at most.
 #![allow(clippy::disallowed_methods)] // the programs measure real time
 
@@ -768,7 +768,10 @@ struct Score {
 /// An event: a cause that took this long in an exchange, ms.
 const EVENT_MS: f64 = 20.0;
 
-/// Time a cause no scenario of a path made may be given there, per exchange, ms.
+/// Time a cause no scenario of a path made may be given there, per exchange, ms; and a false
+/// event: a cause given this long in an exchange where it took less than half of it (the
+/// emulated path's forwarder, late on a busy host, makes gaps of 20-40 ms that read as a
+/// window's or the program's; a build that names a wrong cause gives it more).
 const STRAY_MS: f64 = 40.0;
 
 /// 0 at the client's end, 1 at the server's.
@@ -851,7 +854,7 @@ impl Score {
                 self.missed += 1;
                 eprintln!("{what}: {label} missed: {truth:.1} ms, given {given:.1}");
             }
-        } else if given >= EVENT_MS && truth < given / 2.0 {
+        } else if given >= STRAY_MS && truth < given / 2.0 {
             self.false_found += 1;
             eprintln!("{what}: {label} given {given:.1} ms, truly {truth:.1}");
         }
