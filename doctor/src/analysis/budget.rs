@@ -371,8 +371,6 @@ impl Budget {
                         let from_us = self.ledger.until_us();
                         self.split(ack_us, ack_frame, p.side_us[d], waited, acker);
                         self.split(us, frame, p.side_us[d.peer()], waited, mine(Cause::Think));
-                        // At the sender's end, the ACKs to come tell whether the path's queue
-                        // was busy meanwhile.
                         // At the sender's end (the round trip known to say so), the ACKs to come
                         // tell whether the path's queue was busy meanwhile. The wait is the
                         // window's part, not the sender's own pause after the ACK; the pace
