@@ -1,4 +1,5 @@
 //! Judges write-write-read rounds for a Nagle/delayed-ACK stall, robustly on a busy machine.
+#![allow(dead_code)] // each test binary that includes this module uses part of it
 
 use std::time::Duration;
 
@@ -20,5 +21,18 @@ pub fn assert_no_stall(times: &[Duration]) {
         slow <= (times.len() / 10).max(2),
         "{slow} of {} rounds took as long as a stall: {times:?}",
         times.len()
+    );
+}
+
+/// Asserts that the linger flushes were what a busy machine makes, not a coalescer's fault.
+/// A linger flush needs a byte queued `linger` ago and still unsent, so only a round that
+/// took at least that long can hold one: a descheduled thread or Wine's slower calls make
+/// such rounds, while a coalescer that flushed bursts by its timer would leave more flushes
+/// than slow rounds.
+pub fn assert_lingers_fit(lingered: usize, times: &[Duration], linger: Duration) {
+    let slow = times.iter().filter(|d| **d >= linger).count();
+    assert!(
+        lingered <= slow,
+        "{lingered} linger flushes in {slow} rounds as long as the linger ({linger:?}): {times:?}"
     );
 }
