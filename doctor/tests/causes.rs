@@ -23,7 +23,11 @@
 //! end to 0.74, beside one or two busy loops). So it holds each cause a scenario made to 0.6
 //! by time (a build that does not know a cause gives it nothing), every exchange's cause by
 //! event (found when given half its time, none given 40 ms falsely; 0.95),
-//! and time given a cause no scenario of its path made to 40 ms an exchange at most.
+//! and time given a cause no scenario of its path made to 40 ms an exchange at most. A busy
+//! host also deschedules the path's forwarder, 0.2-10 ms at a time here: a wait no program
+//! and no part of the path made, no truth here. A run that fails where the forwarder ran 1 ms
+//! or more behind its schedule is made again, three runs at most; one whose path kept time
+//! counts at once.
 #![allow(clippy::disallowed_methods)] // the programs measure real time
 
 mod path_support;
@@ -484,6 +488,7 @@ fn transfer(p: &EmulatedPath, port: u16) -> Made {
 /// first byte to its last by the client's clock.
 fn window(p: &EmulatedPath, port: u16) -> Made {
     const SIZE: usize = 96 << 10;
+    roomy_receiver(p);
     let srv = answering(p, port, SIZE);
     let asked = ask(p, port, SIZE, Duration::from_millis(400));
     srv.join().unwrap();
@@ -503,6 +508,18 @@ fn window(p: &EmulatedPath, port: u16) -> Made {
         unscored: &[],
         round_trips: [ROUNDS as f64 + 2.0, ROUNDS as f64 + 1.0],
     }
+}
+
+/// Gives connections in the client's namespace a 4 MB receive buffer from their start (its
+/// `tcp_rmem` default): the client's window then opens two segments for each it takes, ahead
+/// of a sender's window in slow start, so only the server's congestion window holds the
+/// answers back. (With the host's 128 KB the window stays near 80 KB until autotuning grows
+/// the buffer; a congestion window grown by then meets it, and the receive window truly
+/// holds the sender back, as the doctor said on a busy machine.)
+fn roomy_receiver(p: &EmulatedPath) {
+    p.run_in_client(|| std::fs::write("/proc/sys/net/ipv4/tcp_rmem", "4096 4194304 8388608"))
+        .and_then(|r| r)
+        .expect("the client's namespace takes a tcp_rmem");
 }
 
 /// An echo server, and a client whose request the path loses in rounds 2 and 6 and whose
@@ -673,8 +690,41 @@ fn clocked(p: &EmulatedPath, port: u16) -> Made {
 }
 
 /// Asks the kernel to stamp each segment `s` (or a connection it accepts) receives with its
-/// arrival (`SO_TIMESTAMPNS`).
+/// arrival (`SO_TIMESTAMPNS`), once it stamps every packet ([`stamping`]).
 fn stamp_arrivals(s: &impl AsRawFd) {
+    stamping();
+    set_stamps(s);
+}
+
+/// Waits until the kernel stamps every packet it receives, and keeps it so for the process.
+/// The first socket to ask for stamps turns them on for all from a work item, later: on a
+/// busy machine a request came before it ran, unstamped. A UDP socket of ours asks, and
+/// datagrams to it on 127.0.0.1 show when its ask took (at most 10 s).
+fn stamping() {
+    static ON: std::sync::OnceLock<std::net::UdpSocket> = std::sync::OnceLock::new();
+    ON.get_or_init(|| {
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP socket on 127.0.0.1");
+        set_stamps(&u);
+        let to = u.local_addr().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            u.send_to(b"s", to).unwrap();
+            let mut b = [0u8; 1];
+            let (_, at) = read_with_stamp(&u, &mut b).expect("our datagram");
+            if at.is_some() {
+                return u;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the kernel stamps no packet after 10 s"
+            );
+            thread::sleep(Duration::from_millis(5));
+        }
+    });
+}
+
+/// Sets `SO_TIMESTAMPNS` on `s`.
+fn set_stamps(s: &impl AsRawFd) {
     let on: libc::c_int = 1;
     // SAFETY: a setsockopt on a socket this thread owns, with a live `c_int` of its size.
     let r = unsafe {
@@ -692,6 +742,20 @@ fn stamp_arrivals(s: &impl AsRawFd) {
 /// A read from `s` (stamped by [`stamp_arrivals`]), and when the last segment it read
 /// arrived, by the kernel's clock: a thread's wake-up after the arrival is not in it.
 fn read_stamped(s: &std::net::TcpStream, buf: &mut [u8]) -> std::io::Result<(usize, SystemTime)> {
+    let (n, at) = read_with_stamp(s, buf)?;
+    // (A read of nothing, the end of the stream, carries no stamp; any other must.)
+    match at {
+        Some(at) => Ok((n, at)),
+        None if n == 0 => Ok((0, SystemTime::now())),
+        None => panic!("a read of {n} bytes without the kernel's stamp"),
+    }
+}
+
+/// A read from `s`, and the kernel's stamp on what it read, if any.
+fn read_with_stamp(
+    s: &impl AsRawFd,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, Option<SystemTime>)> {
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
@@ -724,13 +788,8 @@ fn read_stamped(s: &std::net::TcpStream, buf: &mut [u8]) -> std::io::Result<(usi
             c = libc::CMSG_NXTHDR(&msg, c);
         }
     }
-    // (A read of nothing, the end of the stream, carries no stamp; any other must.)
     assert_eq!(msg.msg_flags & libc::MSG_CTRUNC, 0, "the stamp was cut");
-    match at {
-        Some(at) => Ok((n as usize, at)),
-        None if n == 0 => Ok((0, SystemTime::now())),
-        None => panic!("a read of {n} bytes without the kernel's stamp"),
-    }
+    Ok((n as usize, at))
 }
 
 /// Reads a whole request of `buf`'s length from `s` (stamped by [`stamp_arrivals`]): when
@@ -861,10 +920,41 @@ impl Score {
     }
 }
 
+/// How far behind its schedule the path's forwarder may run in a run whose verdicts count:
+/// a busy host that deschedules it longer makes waits no scenario made (the truths are the
+/// programs' and the path's, not the host's), so such a run is made again. (This machine's
+/// forwarder ran 0.2-10 ms late at most in a run, idle or beside two busy loops.)
+const LATE_PATH: Duration = Duration::from_millis(1);
+
+/// Runs on a late path made again before the verdicts of the last one count.
+const RUNS: usize = 3;
+
 /// Makes `scenarios` on a path of `spec`, captured at both ends, and holds the doctor's
 /// budget to their truths: each label of `made_here` (which the scenarios made) and every
-/// other (which they did not, so that what the doctor gives it is false).
-fn check(spec: PathSpec, made_here: &[&str], scenarios: impl FnOnce(&EmulatedPath) -> Vec<Made>) {
+/// other (which they did not, so that what the doctor gives it is false). A run that fails
+/// on a path whose forwarder ran late ([`LATE_PATH`]) is made again, [`RUNS`] in all.
+fn check(spec: PathSpec, made_here: &[&str], scenarios: impl Fn(&EmulatedPath) -> Vec<Made>) {
+    for run in 1..=RUNS {
+        let Some((failures, late)) = check_once(spec.clone(), made_here, &scenarios) else {
+            return;
+        };
+        if failures.is_empty() {
+            return;
+        }
+        if late < LATE_PATH || run == RUNS {
+            panic!("run {run} of {RUNS} (the path ran {late:?} late at most): {failures:#?}");
+        }
+        eprintln!("run {run}: the path ran {late:?} late, made again: {failures:#?}");
+    }
+}
+
+/// One run of [`check`]: its failed verdicts, and how late the path ran; `None` where no
+/// path can be made here.
+fn check_once(
+    spec: PathSpec,
+    made_here: &[&str],
+    scenarios: &impl Fn(&EmulatedPath) -> Vec<Made>,
+) -> Option<(Vec<String>, Duration)> {
     let opts = Options {
         top: 0,
         ..Options::default()
@@ -873,9 +963,15 @@ fn check(spec: PathSpec, made_here: &[&str], scenarios: impl FnOnce(&EmulatedPat
         Some(r) => format!("{} ms {} Mbit/s", spec.rtt.as_millis(), r / 1_000_000),
         None => format!("{} ms", spec.rtt.as_millis()),
     };
-    let Some(((made, rtt), captures)) = at_both_ends(spec, opts, |p| (scenarios(p), rtt_ms(p)))
-    else {
-        return;
+    let ((made, rtt, late), captures) = at_both_ends(spec, opts, |p| {
+        (scenarios(p), rtt_ms(p), p.stats().late_most)
+    })?;
+    eprintln!("{tag}: the path ran {late:?} late at most");
+    let mut failures = Vec::new();
+    let mut verdict = |ok: bool, what: String| {
+        if !ok {
+            failures.push(what);
+        }
     };
     for (end, d) in &captures {
         let mut scores = [Score::default(); LABELS.len()];
@@ -911,29 +1007,35 @@ fn check(spec: PathSpec, made_here: &[&str], scenarios: impl FnOnce(&EmulatedPat
             );
             }
             if made_here.contains(&label.name) {
-                assert!(s.truth > 0.0, "{end}, {}: a scenario made it", label.name);
+                verdict(
+                    s.truth > 0.0,
+                    format!("{end}, {}: a scenario made it", label.name),
+                );
             }
             if s.truth > 0.0 {
-                assert!(
+                verdict(
                     precision >= 0.6 && recall >= 0.6,
-                    "{end}, {}: by time {precision:.3} / {recall:.3}",
-                    label.name
+                    format!(
+                        "{end}, {}: by time {precision:.3} / {recall:.3}",
+                        label.name
+                    ),
                 );
             } else {
-                assert!(
+                verdict(
                     s.given <= STRAY_MS * exchanges as f64,
-                    "{end}, {}: {:.1} ms given, none made",
-                    label.name,
-                    s.given
+                    format!("{end}, {}: {:.1} ms given, none made", label.name, s.given),
                 );
             }
-            assert!(
+            verdict(
                 ev_precision >= 0.95 && ev_recall >= 0.95,
-                "{end}, {}: by event {ev_precision:.2} / {ev_recall:.2}",
-                label.name
+                format!(
+                    "{end}, {}: by event {ev_precision:.2} / {ev_recall:.2}",
+                    label.name
+                ),
             );
         }
     }
+    Some((failures, late))
 }
 
 #[test]

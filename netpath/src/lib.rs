@@ -52,6 +52,9 @@ use crate::link::{Link, LinkSpec, Verdict};
 /// How close to a packet's delivery time the forwarder stops sleeping and polls instead.
 const SPIN: Duration = Duration::from_micros(250);
 
+/// A wake-up's usual lateness (timer slack and a VM's wake-up), not counted as running late.
+const OVERSLEEP: Duration = Duration::from_micros(200);
+
 /// The client's address on the path.
 pub(crate) const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
 /// The server's address on the path.
@@ -176,6 +179,11 @@ pub struct PathStats {
     pub queue_drops: u64,
     /// Pure ACKs held to an emulated delayed-ACK timer (released or superseded).
     pub acks_held: u64,
+    /// The longest a forwarder ran behind its schedule: a packet written that long after its
+    /// delivery time, or a wait that ended that long after its timeout. A busy host that
+    /// deschedules a forwarder stretches the path by that much, a delay no part of the
+    /// path's spec made. (A packet the host's kernel handles late is not seen here.)
+    pub late_most: Duration,
 }
 
 #[derive(Default)]
@@ -184,6 +192,8 @@ struct Counters {
     lost: AtomicU64,
     queue_drops: AtomicU64,
     acks_held: AtomicU64,
+    /// [`PathStats::late_most`], µs.
+    late_most_us: AtomicU64,
 }
 
 impl Counters {
@@ -195,6 +205,12 @@ impl Counters {
             Verdict::QueueFull => self.queue_drops.fetch_add(1, Ordering::Relaxed),
         };
         None
+    }
+
+    /// Notes that a forwarder acted `late` after it was due.
+    fn ran_late(&self, late: Duration) {
+        let us = u64::try_from(late.as_micros()).unwrap_or(u64::MAX);
+        self.late_most_us.fetch_max(us, Ordering::Relaxed);
     }
 }
 
@@ -407,7 +423,8 @@ impl EmulatedPath {
                         }
                     }
                     while queue.front().is_some_and(|(at, _)| *at <= now) {
-                        if let Some((_, pkt)) = queue.pop_front() {
+                        if let Some((at, pkt)) = queue.pop_front() {
+                            counters.ran_late(now.saturating_sub(at));
                             sys::write_packet(to.as_raw_fd(), &pkt);
                             counters.delivered.fetch_add(1, Ordering::Relaxed);
                         }
@@ -427,7 +444,15 @@ impl EmulatedPath {
                         wait - SPIN
                     };
                     let waiting_since = start.elapsed();
-                    if !sys::wait_readable(from.as_raw_fd(), sleep).unwrap_or(false) {
+                    let readable = sys::wait_readable(from.as_raw_fd(), sleep).unwrap_or(false);
+                    // A wait never ends later than its timeout unless the host held the thread
+                    // back: what it overslept, a packet that came meanwhile waited too.
+                    counters.ran_late(
+                        start
+                            .elapsed()
+                            .saturating_sub(waiting_since + sleep + OVERSLEEP),
+                    );
+                    if !readable {
                         if sleep.is_zero() {
                             std::hint::spin_loop();
                         }
@@ -532,6 +557,7 @@ impl EmulatedPath {
             lost: self.counters.lost.load(Ordering::Relaxed),
             queue_drops: self.counters.queue_drops.load(Ordering::Relaxed),
             acks_held: self.counters.acks_held.load(Ordering::Relaxed),
+            late_most: Duration::from_micros(self.counters.late_most_us.load(Ordering::Relaxed)),
         }
     }
 }
