@@ -22,279 +22,39 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
-use std::io::ErrorKind;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use nagless_fix::existing;
 use nagless_fix::existing::Changed;
 use nagless_fix::ledger::Ledger;
 use nagless_fix::policy::{Decision, Policy, Rule, Workload};
 use nagless_fix::trial::{Rate, Step, Trial};
-use nagless_fix::{attach, existing, target};
 use nagless_host::Proc;
 use nagless_watch::metrics::PolicyRule;
+
+mod hand_made;
+mod names;
+mod stall_watch;
+mod state;
+
+use hand_made::HandMade;
+use names::{opens, Names};
+use stall_watch::StallWatch;
+use state::{
+    clean_after_another, form, lock_in, put_back, read_taken_back, status_in, taken_back_in,
+    write_journal,
+};
+pub(crate) use state::{journal_in, policy_status, running_agent, STATE_DIR};
 
 /// How often the agent looks: a new connection is changed within one pass (and the time to
 /// name the host's processes).
 pub(crate) const PASS: Duration = Duration::from_millis(250);
 
-/// Where an agent keeps its journal unless told (`--state`).
-pub(crate) const STATE_DIR: &str = "/run/nagless";
-
-/// The journal's file under the state directory.
-pub(crate) fn journal_in(state: &Path) -> PathBuf {
-    state.join("fix-policy.journal")
-}
-
-/// The agent's status beside its journal: its rules, what each changed, its trial (JSON;
-/// what `nagless watch` publishes and `nagless fix --list` shows).
-pub(crate) fn status_in(state: &Path) -> PathBuf {
-    state.join("fix-policy.status.json")
-}
-
-/// The rules of the agent that runs with the state directory `state`, as its last status
-/// says; none when no agent runs.
-pub(crate) fn policy_status(state: &Path) -> Vec<PolicyRule> {
-    if running_agent(state).is_none() {
-        return Vec::new();
-    }
-    fs::read(status_in(state))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
-}
-
 /// A line of the agent's log (its audit: every change and every undo), on stdout.
 fn log(line: impl std::fmt::Display) {
     outln!("nagless fix: {line}");
-}
-
-/// The lock an agent holds on its state directory for its life (`flock`: released however
-/// it ends, a kill included).
-fn lock_in(state: &Path) -> PathBuf {
-    state.join("fix-policy.lock")
-}
-
-/// The journal of an agent that still runs, if one does: its pid and ledger.
-pub(crate) fn running_agent(state: &Path) -> Option<(u32, Ledger)> {
-    let lock = fs::File::open(lock_in(state)).ok()?;
-    // Free (taken here, and released as `lock` closes): no agent holds it.
-    if crate::sys::try_lock(&lock).unwrap_or(true) {
-        return None;
-    }
-    let text = fs::read_to_string(journal_in(state)).ok()?;
-    Ledger::from_journal(&text).ok()
-}
-
-/// Before this agent begins: what a stopped or killed agent left changed is put back, or,
-/// if that agent still runs, this one refuses (one agent per host and state directory).
-fn clean_after_another(journal: &Path) -> anyhow::Result<()> {
-    let text = match fs::read_to_string(journal) {
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-        r => r.with_context(|| format!("reading the journal {}", journal.display()))?,
-    };
-    let (pid, mut ledger) = Ledger::from_journal(&text).map_err(|e| {
-        crate::refused(format!(
-            "the journal {}: {e}; it is not an agent's: move it away",
-            journal.display()
-        ))
-    })?;
-    let left = ledger.retire(|_| false);
-    let account = put_back(&left, &mut ledger);
-    log(format_args!(
-        "a stopped agent (pid {pid}) left {} connection(s) changed: {account}",
-        left.len()
-    ));
-    if !ledger.is_empty() {
-        write_journal(journal, &ledger)?;
-        return Err(crate::refused(format!(
-            "{} connection(s) a stopped agent changed cannot be put back; {} keeps them (give the agent CAP_SYS_PTRACE over their processes, or remove it once they have ended)",
-            ledger.len(),
-            journal.display()
-        )));
-    }
-    fs::remove_file(journal).with_context(|| format!("removing {}", journal.display()))
-}
-
-/// The rule the sockets an undo could not reach are kept under (the journal lists them; the
-/// agent's stop, and the next agent, try again).
-const UNREACHED: &str = "(not put back yet)";
-
-/// Puts `changed` back; what could not be reached goes back into `ledger`. The log's account.
-fn put_back(changed: &[Changed], ledger: &mut Ledger) -> String {
-    let done = existing::undo_all(changed, |_, _| false);
-    let mut t = format!("{} of {} put back", done.restored, changed.len());
-    if let Some((_, why)) = done.unreached.first() {
-        t += &format!(
-            ", {} could not be reached ({why}) and stay in the journal",
-            done.unreached.len()
-        );
-    }
-    for (c, _) in done.unreached {
-        ledger.record(UNREACHED, c);
-    }
-    t + " (the others had closed, or their programs set the option since)"
-}
-
-/// Writes the journal whole (a crash mid-write leaves the previous one).
-fn write_journal(journal: &Path, ledger: &Ledger) -> anyhow::Result<()> {
-    let tmp = journal.with_extension("journal.new");
-    fs::write(&tmp, ledger.to_journal(std::process::id()))
-        .and_then(|()| fs::rename(&tmp, journal))
-        .with_context(|| format!("writing the journal {}", journal.display()))
-}
-
-/// The processes hand-made fixes in force cover: whole cgroups (relative to the cgroup2
-/// root, as `watch` names them) and processes fixed by pid (with their children).
-#[derive(Default)]
-struct HandMade {
-    cgroups: Vec<String>,
-    pids: BTreeSet<u32>,
-}
-
-impl HandMade {
-    fn now() -> HandMade {
-        let mut h = HandMade::default();
-        if !attach::can_list() {
-            return h;
-        }
-        let Ok(root) = target::cgroup2_root() else {
-            return h;
-        };
-        for r in attach::running() {
-            match r.config {
-                Some(c) if c.target_pid != 0 => h.pids.extend(target::process_tree(c.target_pid)),
-                _ if r.whole => {
-                    if let Some(rel) = attach::find_cgroup(&root, r.cgroup)
-                        .and_then(|d| d.strip_prefix(&root).ok().map(Path::to_path_buf))
-                    {
-                        h.cgroups.push(format!("/{}", rel.display()));
-                    }
-                }
-                _ => {}
-            }
-        }
-        h
-    }
-
-    fn covers(&self, pid: u32, cgroup: &str) -> bool {
-        self.pids.contains(&pid)
-            || self.cgroups.iter().any(|c| {
-                c == "/"
-                    || cgroup == c
-                    || cgroup
-                        .strip_prefix(c.as_str())
-                        .is_some_and(|r| r.starts_with('/'))
-            })
-    }
-}
-
-/// The file of the rules taken back, beside the journal: one per line, its name, rates and
-/// form (a rule edited since is tried again).
-fn taken_back_in(state: &Path) -> PathBuf {
-    state.join("fix-policy.taken-back")
-}
-
-/// A rule's form, whatever its line: what a rule is known by across edits of the file (kept,
-/// or taken back).
-fn form(r: &Rule) -> String {
-    let mut r = r.clone();
-    r.line = 0;
-    format!("{r:?}")
-}
-
-/// The rules taken back: form -> (before, after).
-fn read_taken_back(file: &Path) -> HashMap<String, (Rate, Rate)> {
-    let text = fs::read_to_string(file).unwrap_or_default();
-    text.lines()
-        .filter_map(|l| {
-            let mut f = l.splitn(4, '\t');
-            let (_name, b, a, form) = (f.next()?, f.next()?, f.next()?, f.next()?);
-            Some((
-                form.to_owned(),
-                (Rate(b.parse().ok()?), Rate(a.parse().ok()?)),
-            ))
-        })
-        .collect()
-}
-
-/// The watch that counts stalls for the trials: `nagless watch`'s backend (eBPF where it
-/// loads, else sampling) on a thread of its own, each stall sent as (pid, local, remote).
-struct StallWatch {
-    rx: mpsc::Receiver<(u32, SocketAddr, SocketAddr)>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl StallWatch {
-    fn start() -> Result<StallWatch, String> {
-        use nagless_watch::backend::{Backend, Choice};
-        let (tx, rx) = mpsc::channel();
-        let (ready_tx, ready) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            let mut w = match Backend::open(Choice::Auto, nagless_watch::Filter::default()) {
-                Ok((w, _)) => w,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e.to_string()));
-                    return;
-                }
-            };
-            w.keep_stalls();
-            let every = if w.name() == "ebpf" {
-                Duration::from_millis(50)
-            } else {
-                Duration::from_millis(2)
-            };
-            let _ = ready_tx.send(Ok(w.name()));
-            while !stopping.load(Ordering::Relaxed) {
-                if w.sample().is_err() {
-                    break;
-                }
-                for e in w.take_stalls() {
-                    if let Some(pid) = e.key.pid {
-                        let _ = tx.send((pid, e.local, e.remote));
-                    }
-                }
-                std::thread::sleep(every);
-            }
-        });
-        match ready.recv() {
-            Ok(Ok(name)) => {
-                log(format_args!(
-                    "counting stalls for the rules on trial ({name} backend)"
-                ));
-                Ok(StallWatch {
-                    rx,
-                    stop,
-                    thread: Some(thread),
-                })
-            }
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err("the watch thread ended".into()),
-        }
-    }
-}
-
-impl StallWatch {
-    /// Its thread ended (its backend failed).
-    fn ended(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
-    }
-}
-
-impl Drop for StallWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 /// The agent's state between passes.
@@ -646,80 +406,6 @@ impl Agent {
         self.seen = self.ledger.inodes().collect();
         self.known.clear();
         self.scanned.clear();
-    }
-}
-
-/// The TCP connections the network namespace of process `pid` has opened, actively and
-/// passively (`/proc/PID/net/snmp`: a few lines, where the connection tables are thousands):
-/// a count that moves with every new connection.
-fn opens(pid: u32) -> Option<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/net/snmp")).ok()?;
-    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
-    let (names, values) = (tcp.next()?, tcp.next()?);
-    let mut n = 0;
-    for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
-        if name == "ActiveOpens" || name == "PassiveOpens" {
-            n += value.parse::<u64>().ok()?;
-        }
-    }
-    Some(n)
-}
-
-/// The workloads of the host's processes, as `nagless watch` names them, and their network
-/// namespaces, kept between passes: named again when a pid's start time or command name
-/// changes (a new process, an exec), and every [`NAMES_FRESH`] passes.
-#[derive(Default)]
-struct Names(HashMap<u32, Named>);
-
-/// A process as named at a pass: its start key, the pass, its workload and network
-/// namespace.
-type Named = (String, u64, Option<Workload>, Option<u64>);
-
-/// Passes a process's names are kept before they are read again (10 s).
-const NAMES_FRESH: u64 = 40;
-
-impl Names {
-    fn retain(&mut self, keep: impl Fn(&u32, &mut Named) -> bool) {
-        self.0.retain(|p, v| keep(p, v));
-    }
-
-    /// Process `pid`'s network namespace, as named with its workload.
-    fn net_ns(&self, pid: u32) -> Option<u64> {
-        self.0.get(&pid).and_then(|n| n.3)
-    }
-
-    /// Process `pid`'s workload at pass `pass` (`None` if it is gone or a kernel thread),
-    /// and whether it is another process, or another program, than the pid's last.
-    fn workload(&mut self, pid: u32, node: &str, pass: u64) -> (Option<Workload>, bool) {
-        // Its start time and command name: a pid reused, or an exec, is named again.
-        let Ok(text) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return (None, false);
-        };
-        let Some(stat) = nagless_host::text::Stat::parse(&text) else {
-            return (None, false);
-        };
-        let comm = &text[..text.rfind(')').unwrap_or(0)];
-        let key = format!("{comm}) {}", stat.field(22).unwrap_or(""));
-        let mut renamed = false;
-        if let Some((k, at, w, _)) = self.0.get(&pid) {
-            if *k == key && pass.saturating_sub(*at) < NAMES_FRESH {
-                return (w.clone(), false);
-            }
-            renamed = *k != key;
-        }
-        let w = super::policy::workload(pid, node);
-        let ns = w.as_ref().and_then(|_| Proc::host().net_ns(pid));
-        // A pod's container before the kubelet's link names it: named again next pass.
-        let unnamed_pod = w.as_ref().is_some_and(|w| {
-            w.container.is_some() && w.k8s_pod.is_none() && w.cgroup.contains("kubepods")
-        });
-        let at = if unnamed_pod {
-            pass.saturating_sub(NAMES_FRESH)
-        } else {
-            pass
-        };
-        self.0.insert(pid, (key, at, w.clone(), ns));
-        (w, renamed)
     }
 }
 
