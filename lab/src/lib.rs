@@ -21,6 +21,7 @@ pub mod report;
 mod run;
 mod scenario;
 pub mod seeds;
+mod sources;
 mod strategy;
 mod sys;
 mod table;
