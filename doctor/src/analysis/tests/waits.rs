@@ -1,0 +1,178 @@
+//! Without a stall, the wait that took the flow is named: think time, bulk, zero windows,
+//! retransmission timeouts.
+
+use super::*;
+
+#[test]
+fn think_time_bulk_zero_window_and_retransmission_raise_no_alarm() {
+    // Slow server: request, delayed ACK, reply 100 ms later, next request.
+    let mut c = Conv::new();
+    let mut t = 1.0;
+    for _ in 0..5 {
+        c.data(t, 0, 100)
+            .ack(t + 40.0, 1)
+            .data(t + 100.0, 1, 100)
+            .data(t + 100.1, 0, 100);
+        t += 200.0;
+    }
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert!(
+        r.verdict[0].starts_with("no Nagle stall"),
+        "{:?}",
+        r.verdict
+    );
+    // Bulk: full segments back to back, ACK every second one.
+    let mut c = Conv::new();
+    for i in 0..200 {
+        c.data(1.0 + i as f64 * 0.01, 0, 1448);
+        if i % 2 == 1 {
+            c.ack(1.0 + i as f64 * 0.01 + 0.005, 1);
+        }
+    }
+    assert_eq!(analyse(&c.segs)[0].stall_count, 0);
+    // A zero window: the server's ACK closes the window, a late update opens it, the
+    // client's small write follows the update at once.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).ack(41.0, 1);
+    c.last_mut().window = 0;
+    c.data(41.05, 0, 100);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[1].zero_window_waits, 1);
+    // A retransmission timeout: part 1 is lost, sent again 200 ms later, ACKed at once,
+    // then part 2 leaves.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100);
+    c.seq[0] -= 100;
+    c.data(201.0, 0, 100).ack(201.1, 1).data(201.15, 0, 100);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[0].retransmission_timeouts, 1);
+    assert!(
+        r.verdict[0].contains("1 retransmission timeout"),
+        "{:?}",
+        r.verdict
+    );
+}
+
+/// Issue 51's honest negative: without a stall, the time retransmission timeouts and zero
+/// windows took is measured, and the longest is named with its side and its share.
+#[test]
+fn without_a_stall_the_wait_that_took_the_flow_is_named() {
+    // Part 1 is lost twice: sent again 200 ms later, then 400 ms after that (the backoff),
+    // ACKed at once, then part 2 leaves.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100);
+    c.seq[0] -= 100;
+    c.data(201.0, 0, 100);
+    c.seq[0] -= 100;
+    c.data(601.0, 0, 100).ack(601.1, 1).data(601.15, 0, 100);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[0].retransmission_timeouts, 2);
+    assert!(
+        (r.sides[0].retransmission_timeout_ms - 600.0).abs() < 0.01,
+        "{r:#?}"
+    );
+    let line = &r.verdict[0];
+    assert!(
+        line.contains("2 retransmission timeout(s) (600 ms waited)"),
+        "{line}"
+    );
+    assert!(
+        line.contains("the longest of these waits: retransmission timeouts of")
+            && line.contains("the path lost packets")
+            && line.contains("600 ms in all of the flow's"),
+        "{line}"
+    );
+    // The evidence, for the Wireshark plugin: each retransmission and the sending before it
+    // (frames 1-3 are the handshake).
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "retransmission-timeout")
+        .expect("a retransmission-timeout finding");
+    let frames: Vec<(u64, &str)> = f.frames.iter().map(|x| (x.frame, x.role)).collect();
+    assert_eq!(
+        frames,
+        [
+            (4, "sent"),
+            (5, "retransmission"),
+            (5, "sent"),
+            (6, "retransmission")
+        ],
+        "{f:#?}"
+    );
+    assert!((f.delay_ms - 300.0).abs() < 0.01, "{f:#?}");
+    assert_eq!(f.direction, "client->server");
+
+    // The server closes its window for 2 s (its application read nothing), then opens it;
+    // the client's write follows at once.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).ack(41.0, 1);
+    c.last_mut().window = 0;
+    c.ack(2041.0, 1).data(2041.05, 0, 100).ack(2042.0, 1);
+    let r = &analyse(&c.segs)[0];
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    assert_eq!(r.sides[1].zero_window_waits, 1);
+    assert!((r.sides[1].zero_window_ms - 2000.0).abs() < 0.01, "{r:#?}");
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == "zero-window")
+        .expect("a zero-window finding");
+    let roles: Vec<&str> = f.frames.iter().map(|x| x.role).collect();
+    assert_eq!(roles, ["closed", "opened"], "{f:#?}");
+    assert!((f.delay_ms - 2000.0).abs() < 0.01, "{f:#?}");
+    assert_eq!(f.direction, "client->server", "the data held back");
+    assert!(f.summary.starts_with(&r.sides[1].addr), "{f:#?}");
+    let line = &r.verdict[0];
+    assert!(
+        line.contains("1 zero-window wait(s) (2.00 s in all)"),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "the longest of these waits: {}'s zero window, 2.00 s in all of the flow's 2.04 s: its application stopped reading",
+            r.sides[1].addr
+        )),
+        "{line}"
+    );
+
+    // A 10 ms zero window is counted, but not named as a wait.
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).ack(41.0, 1);
+    c.last_mut().window = 0;
+    c.ack(51.0, 1).data(51.05, 0, 100).ack(92.0, 1);
+    c.data(2000.0, 0, 100).ack(2001.0, 1);
+    let r = &analyse(&c.segs)[0];
+    assert!((r.sides[1].zero_window_ms - 10.0).abs() < 0.01, "{r:#?}");
+    assert!(
+        r.verdict[0].contains("(10 ms in all)") && !r.verdict[0].contains("longest of these"),
+        "{:?}",
+        r.verdict
+    );
+}
+
+/// A whole window lost: after the timeout, the segments sent again behind the first (in
+/// slow start, the duplicate ACKs forgotten) count as timeouts too, but the time they waited
+/// through together counts once: the waits never add up to more than the flow lasted.
+#[test]
+fn the_segments_behind_one_timeout_do_not_count_its_wait_again() {
+    let mut c = Conv::new();
+    c.data(1.0, 0, 100).data(1.1, 0, 100).data(1.2, 0, 100);
+    c.seq[0] -= 300;
+    c.data(201.0, 0, 100).ack(201.1, 1);
+    c.data(201.2, 0, 100).data(201.3, 0, 100).ack(201.4, 1);
+    let r = &analyse(&c.segs)[0];
+    let side = &r.sides[0];
+    assert!(side.retransmission_timeouts >= 1, "{r:#?}");
+    assert!(
+        (side.retransmission_timeout_ms - 200.3).abs() < 0.01,
+        "{} ms waited in a flow of {} s",
+        side.retransmission_timeout_ms,
+        r.duration_s
+    );
+    assert!(side.retransmission_timeout_ms <= r.duration_s * 1000.0);
+}
