@@ -12,110 +12,15 @@
 mod fix_support;
 
 use std::io::{BufRead, BufReader, Read as _, Write as _};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use fix_support::agent::*;
+use fix_support::pod::Pod;
 use fix_support::*;
 use nagless_test_support::{exclusive, root_or_skip};
-
-/// The cgroup as a policy names it (relative to the cgroup2 root).
-fn rel(cg: &Cgroup) -> String {
-    let root = nagless_fix::target::cgroup2_root().unwrap();
-    format!("/{}", cg.dir.strip_prefix(root).unwrap().display())
-}
-
-/// A directory for one test's policy and journal, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("nagless-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn policy(&self) -> PathBuf {
-        self.0.join("policy.toml")
-    }
-    fn state(&self) -> String {
-        self.0.join("state").display().to_string()
-    }
-    fn journal(&self) -> PathBuf {
-        self.0.join("state/fix-policy.journal")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A rule that sets TCP_NODELAY on connections of `cg` to `port`.
-fn nodelay_rule(name: &str, cg: &Cgroup, port: u16) -> String {
-    format!(
-        "[[rule]]\nname = \"{name}\"\ncgroup = \"{}\"\nports = [{port}]\nnodelay = true\n\n",
-        rel(cg)
-    )
-}
-
-/// Waits (at most `limit`) for `holder`'s TCP_NODELAY to read `want`; how long it took.
-fn until(holder: &mut Holder, want: &str, limit: Duration) -> Duration {
-    let start = Instant::now();
-    loop {
-        let now = holder.nodelay();
-        if now == want {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < limit,
-            "TCP_NODELAY still {now} after {limit:?}, {want} expected"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Sends `sig` to the agent and waits for its clean exit.
-fn stop(mut agent: Child, sig: i32) {
-    // SAFETY: kill(2) on the pid of a child this test started and has not waited for.
-    unsafe { libc::kill(agent.id() as i32, sig) };
-    let st = nagless_test_support::wait_at_most(&mut agent, Duration::from_secs(20))
-        .expect("the agent did not stop");
-    if sig == libc::SIGTERM {
-        assert!(st.success(), "the agent: {st}");
-    }
-}
-
-/// A child killed if the test fails before it ends it.
-struct Guard(Option<Child>);
-
-impl Guard {
-    fn take(&mut self) -> Child {
-        self.0.take().unwrap()
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Starts an agent on the scratch's policy and state; its first line.
-fn agent(s: &Scratch) -> (Guard, String) {
-    let (c, line) = start_fix(&[
-        "--policy",
-        s.policy().to_str().unwrap(),
-        "--state",
-        &s.state(),
-    ]);
-    (Guard(Some(c)), line)
-}
 
 #[test]
 fn the_agent_keeps_a_policy_true_and_undoes_it() {
@@ -559,92 +464,6 @@ for line in sys.stdin:\n    print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NO
         start.elapsed()
     );
     stop(agent.take(), libc::SIGTERM);
-}
-
-/// A pod as a kubelet lays one out on a node, faked: its container's cgroup under
-/// `kubepods`, named for the pod's uid and the container's id, the kubelet's link in
-/// `/var/log/containers` that names its pod, namespace and container, and a network
-/// namespace of its own. Its process holds one connection to itself there (both ends) and
-/// answers each line with the two sockets' TCP_NODELAY. Everything is removed when dropped.
-struct Pod {
-    cgroup: Cgroup,
-    slice: PathBuf,
-    log: PathBuf,
-    _netns: Netns,
-    holder: Guard,
-    out: BufReader<std::process::ChildStdout>,
-    stdin: std::process::ChildStdin,
-}
-
-impl Pod {
-    fn new(top: &Path, namespace: &str, name: &str, n: u8) -> Pod {
-        let uid = format!("{n:08x}-0000-4000-8000-00000000000{n}");
-        let id = format!("{n:02x}").repeat(32);
-        let root = nagless_fix::target::cgroup2_root().unwrap();
-        let slice = top.join(format!(
-            "kubepods-besteffort-pod{}.slice",
-            uid.replace('-', "_")
-        ));
-        let rel = slice.join(format!("cri-containerd-{id}.scope"));
-        let cgroup = Cgroup::named(rel.strip_prefix(&root).unwrap().to_str().unwrap());
-        let netns = Netns::new(&format!("pod{n}"));
-        const HOLD: &str = "import socket, sys\n\
-l = socket.socket()\n\
-l.bind(('127.0.0.1', 0))\n\
-l.listen(1)\n\
-c = socket.create_connection(l.getsockname())\n\
-a, _ = l.accept()\n\
-print('ready', flush=True)\n\
-for line in sys.stdin:\n    print(c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), a.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY), flush=True)\n";
-        // Into the cgroup first: `ip netns exec` mounts a sysfs of the namespace's own.
-        let mut child = cgroup
-            .command()
-            .args(["ip", "netns", "exec", &netns.0, "python3", "-c", HOLD])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let stdin = child.stdin.take().unwrap();
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready");
-        // Last, so that a failure above leaves no link behind.
-        std::fs::create_dir_all("/var/log/containers").unwrap();
-        let log = PathBuf::from(format!(
-            "/var/log/containers/{name}_{namespace}_app-{id}.log"
-        ));
-        std::fs::write(&log, "").unwrap();
-        Pod {
-            cgroup,
-            slice,
-            log,
-            _netns: netns,
-            holder: Guard(Some(child)),
-            out,
-            stdin,
-        }
-    }
-
-    /// Its two sockets' TCP_NODELAY, as its program sees them.
-    fn nodelay(&mut self) -> String {
-        self.stdin.write_all(b"?\n").unwrap();
-        let mut line = String::new();
-        self.out.read_line(&mut line).unwrap();
-        line.trim().to_string()
-    }
-}
-
-impl Drop for Pod {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.holder.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let _ = std::fs::remove_file(&self.log);
-        // (The container's cgroup goes with `cgroup`; its pod's slice after it.)
-        let _ = &self.cgroup;
-    }
 }
 
 /// Issue 52 on a node as a kubelet lays it out: a rule that selects pods by namespace and name

@@ -3,6 +3,9 @@
 //! options as the kernel holds them.
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod agent;
+pub mod pod;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
