@@ -254,28 +254,28 @@ fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
     if !ebpf_or_skip() {
         return;
     }
-    watch_support::a_reader_that_stops("ebpf");
+    watch_support::waits::a_reader_that_stops("ebpf");
 }
 
 /// Issue 51's waits under eBPF for connections closed between two walks
-/// (`watch_support::short_connections_held_back`).
+/// (`watch_support::waits::short_connections_held_back`).
 #[test]
 fn connections_closed_between_walks_keep_their_counts() {
     let _one = exclusive();
     if !ebpf_or_skip() {
         return;
     }
-    watch_support::short_connections_held_back("ebpf");
+    watch_support::waits::short_connections_held_back("ebpf");
 }
 
-/// Issue 51's path causes under eBPF (`watch_support::a_small_buffer_on_a_lossy_path`).
+/// Issue 51's path causes under eBPF (`watch_support::waits::a_small_buffer_on_a_lossy_path`).
 #[test]
 fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {
     let _one = exclusive();
     if !ebpf_or_skip() {
         return;
     }
-    watch_support::a_small_buffer_on_a_lossy_path("ebpf");
+    watch_support::waits::a_small_buffer_on_a_lossy_path("ebpf");
 }
 
 /// Issue 51's sender's own hold, live (HAProxy #3447): a server that answers each request with
@@ -366,22 +366,22 @@ fn a_senders_own_cork_is_named_on_its_process_and_port() {
 }
 
 /// Issue 51's think time on a pooled connection
-/// (`watch_support::a_pooled_connection_s_server_that_thinks`).
+/// (`watch_support::waits::a_pooled_connection_s_server_that_thinks`).
 #[test]
 fn a_pooled_connection_s_server_that_thinks_is_named() {
     let _one = exclusive();
     if !ebpf_or_skip() {
         return;
     }
-    watch_support::a_pooled_connection_s_server_that_thinks("ebpf");
+    watch_support::waits::a_pooled_connection_s_server_that_thinks("ebpf");
 }
 
-/// Issue 51's think time, live (`watch_support::a_server_that_thinks`).
+/// Issue 51's think time, live (`watch_support::waits::a_server_that_thinks`).
 #[test]
 fn a_server_that_thinks_is_named_on_its_process_and_port() {
     let _one = exclusive();
     if !ebpf_or_skip() {
         return;
     }
-    watch_support::a_server_that_thinks("ebpf");
+    watch_support::waits::a_server_that_thinks("ebpf");
 }

@@ -184,34 +184,34 @@ fn short_connections_that_stall_once_are_counted() {
     assert!(seen <= made, "{seen} of {made} connections");
 }
 
-/// Issue 51's honest negative, live (`watch_support::a_reader_that_stops`).
+/// Issue 51's honest negative, live (`watch_support::waits::a_reader_that_stops`).
 #[test]
 fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {
     let _one = exclusive();
-    watch_support::a_reader_that_stops("sampling");
+    watch_support::waits::a_reader_that_stops("sampling");
 }
 
 /// Issue 51's think time on a pooled connection
-/// (`watch_support::a_pooled_connection_s_server_that_thinks`).
+/// (`watch_support::waits::a_pooled_connection_s_server_that_thinks`).
 #[test]
 fn a_pooled_connection_s_server_that_thinks_is_named() {
     let _one = exclusive();
-    watch_support::a_pooled_connection_s_server_that_thinks("sampling");
+    watch_support::waits::a_pooled_connection_s_server_that_thinks("sampling");
 }
 
-/// Issue 51's think time, live (`watch_support::a_server_that_thinks`).
+/// Issue 51's think time, live (`watch_support::waits::a_server_that_thinks`).
 #[test]
 fn a_server_that_thinks_is_named_on_its_process_and_port() {
     let _one = exclusive();
-    watch_support::a_server_that_thinks("sampling");
+    watch_support::waits::a_server_that_thinks("sampling");
 }
 
-/// Issue 51's path causes under sampling (`watch_support::a_small_buffer_on_a_lossy_path`).
+/// Issue 51's path causes under sampling (`watch_support::waits::a_small_buffer_on_a_lossy_path`).
 #[test]
 fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {
     let _one = exclusive();
     if !root_or_skip("an emulated path") {
         return;
     }
-    watch_support::a_small_buffer_on_a_lossy_path("sampling");
+    watch_support::waits::a_small_buffer_on_a_lossy_path("sampling");
 }
