@@ -3,6 +3,9 @@
 //! and stdout, bad pointers, set-user-ID programs, a hostile cache directory. Each case is a
 //! small C program of `tests/c/` (or a real one from Debian) run natively and under the shim;
 //! loopback only, every program started here stopped here.
+//!
+//! A little over 600 lines, kept one file: one subject (what a careful shim must survive),
+//! each case a test on the few helpers above it, used by no other file.
 
 use nagless_test_support as common;
 

@@ -5,6 +5,10 @@
 //! held writes are followed ([`HoldTracker`]) and its stalls (and the short holds a prompt
 //! ACK released: [`Release::Clocked`]) tallied, then added to its group's on the board
 //! ([`crate::board`]) when the rows are made.
+//!
+//! A little over 600 lines, kept whole: one type, the [`Watcher`], whose pass (`process`) and
+//! whose [`Source`] answers read and write the same per-socket state; split, each half would
+//! reach into the other's fields.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
