@@ -21,25 +21,21 @@ use crate::sys::{errno, quietly, set_errno, Libc};
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
 
-/// The shim, once initialised, outside the program's signal handlers: inside one (see
-/// `signals`) every hook passes its call through and holds nothing.
+/// The shim, once initialised, where it acts (`standing`): not inside the program's signal
+/// handlers, where every hook passes its call through and holds nothing.
 pub fn shim() -> Option<&'static Shim> {
-    SHIM.get()
-        .filter(|_| present() && !crate::signals::in_handler())
+    SHIM.get().filter(|_| crate::standing::now().acts())
 }
 
 /// The shim, even inside a signal handler: its [`SignalSafe`] steps only, which allocate
 /// nothing and start nothing (ending bursts at close, fork, exec and exit; what the program
-/// sets and reads of its own options). `None` where the shim steps aside: under a seccomp
-/// filter (`sandbox`), and in a child that shares the process's memory (`children`: a
-/// `vfork` child, whose descriptor table is its own while the shim's table is the parent's).
+/// sets and reads of its own options). `None` where the shim steps aside (`standing`): under
+/// a seccomp filter, and in a child that shares the process's memory (a `vfork` child, whose
+/// descriptor table is its own while the shim's table is the parent's).
 pub fn shim_anywhere() -> Option<SignalSafe> {
-    SHIM.get().filter(|_| present()).map(SignalSafe::from)
-}
-
-/// Whether the shim acts in the calling process (see [`shim_anywhere`]).
-pub fn present() -> bool {
-    !crate::sandbox::aside() && !crate::children::in_shared_child()
+    SHIM.get()
+        .filter(|_| crate::standing::now().releases())
+        .map(SignalSafe::from)
 }
 
 /// Every burst ends, none starts, and the flusher thread is gone when this returns.
@@ -50,10 +46,53 @@ fn end_bursts_and_flusher(s: SignalSafe) {
     s.release_all();
 }
 
-/// Holds nothing from now on, and stops the flusher (a seccomp filter comes: `sandbox`).
-pub fn stop_holding() {
+/// The program is about to install a seccomp filter (`what` names the call): every burst
+/// ends and the flusher stops, before the filter can refuse anything of ours; then the shim
+/// steps aside for good (`standing`). Nothing where it already has, or in a `vfork` child
+/// (the child's filter is its own: the parent's memory, where the standing lives, is not).
+pub fn before_filter(what: &str) {
+    use crate::standing::Standing;
+    if matches!(
+        crate::standing::now(),
+        Standing::Aside | Standing::SharedChild
+    ) {
+        return;
+    }
     if let Some(s) = shim_anywhere() {
         quietly(|| end_bursts_and_flusher(s));
+    }
+    log(format_args!(
+        "{what}: a seccomp filter comes: stepping aside"
+    ));
+    crate::standing::step_aside();
+}
+
+/// Before a child that shares this process's memory is made (`vfork`, `clone` with
+/// `CLONE_VM` and `CLONE_VFORK`): every burst ends, and the child will find itself one. In
+/// such a child (a `vfork` inside a `vfork` child), or aside, nothing. Its parent reports
+/// the return to `standing` (`shared_child_returned`).
+pub fn before_shared_child() {
+    use crate::standing::Standing;
+    if matches!(
+        crate::standing::now(),
+        Standing::Aside | Standing::SharedChild
+    ) {
+        return;
+    }
+    release_everything();
+    crate::standing::shared_child_begins();
+}
+
+/// In a child with memory of its own that no `pthread_atfork` handler ran in (`_Fork`,
+/// `clone`), and in a forked one (from the atfork handler, perhaps in a signal handler: only
+/// atomics are stored): no shared child runs here, the flusher is gone, and the next burst
+/// starts one (a child that wrote would otherwise leave its bursts to the kernel's ~200 ms
+/// timer).
+pub fn after_fork_child() {
+    crate::standing::own_child_begins();
+    crate::flusher::forget_in_child();
+    if let Some(s) = shim_anywhere() {
+        s.after_fork_child();
     }
 }
 
@@ -310,7 +349,9 @@ pub fn on_close(fd: c_int) {
             if s.is_managed(fd) {
                 // The held tail leaves first, so that the count includes it.
                 s.release(fd);
-                crate::report::account(s, fd);
+                if crate::report::account(s, fd) {
+                    crate::flusher::nudge_flusher(s);
+                }
             }
             s.forget(fd);
         });

@@ -31,7 +31,7 @@ fn adopt_inherited() {
 /// In the child after a fork: the flusher is gone, and restarts at the next held burst.
 extern "C" fn after_fork_child() {
     // Also after a fork made in a signal handler: only atomics are stored.
-    crate::children::after_fork_child();
+    crate::hooks::after_fork_child();
 }
 
 /// At exit: every burst ends, and the report is made.
@@ -50,7 +50,7 @@ extern "C" fn init_hook() {
         crate::carry::init();
         if crate::sandbox::filter_at_start() {
             // Born under a seccomp filter (or unable to tell): no call of ours from here on.
-            crate::sandbox::aside_from_start();
+            crate::standing::step_aside();
             if let Ok(path) = std::env::var("NAGLESS_LOG") {
                 crate::debug_log::open(&path);
             }

@@ -62,8 +62,6 @@
 #[cfg(not(test))]
 mod carry;
 #[cfg(not(test))]
-mod children;
-#[cfg(not(test))]
 mod debug_log;
 #[cfg(not(test))]
 mod exec;
@@ -82,6 +80,8 @@ mod sandbox;
 mod signal_safe;
 #[cfg(not(test))]
 mod signals;
+#[cfg(not(test))]
+mod standing;
 #[cfg(not(test))]
 mod symbols;
 #[cfg(not(test))]

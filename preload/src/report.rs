@@ -140,22 +140,26 @@ fn sent_counters(fd: c_int) -> Option<(u64, u64)> {
     Some((info.data_segs_out? as u64, info.bytes_sent?))
 }
 
-/// Adds what the closing socket `fd` sent to the totals. The stats file is then written by
-/// the flusher, nudged here (the program's `close` never waits for a file system); in the
-/// modes without a flusher, here, at most once per [`STATS_FILE_EVERY`].
-pub fn account(s: SignalSafe, fd: c_int) {
+/// Adds what the closing socket `fd` sent to the totals; whether the flusher is to write the
+/// stats file now (the caller nudges it: the program's `close` never waits for a file
+/// system). In the modes without a flusher the file is written here, at most once per
+/// [`STATS_FILE_EVERY`].
+#[must_use]
+pub fn account(s: SignalSafe, fd: c_int) -> bool {
     if let Some((segs, bytes)) = sent_counters(fd) {
         s.stats().data_segs.fetch_add(segs, Relaxed);
         s.stats().bytes.fetch_add(bytes, Relaxed);
     }
     if !stale(s) {
-        return;
+        return false;
     }
     if s.config().mode == nagless_shim_policy::Mode::Nagless {
-        crate::flusher::nudge_flusher(s);
-    } else if !crate::signals::in_handler() {
+        return true;
+    }
+    if !crate::standing::in_handler() {
         refresh(s);
     }
+    false
 }
 
 /// The report line into `buf`, its length. `live`: add what the sockets still open have sent

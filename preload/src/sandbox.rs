@@ -4,7 +4,7 @@
 //! program's own call that installs one (`prctl(PR_SET_SECCOMP)`, or `seccomp(2)` through
 //! libc's `syscall()`, as libseccomp makes it) it ends every burst and stops its flusher
 //! thread (a filter with `TSYNC` applies to that thread too), and from then on it steps
-//! aside: every hook passes its call through untouched. A program born under a filter (one
+//! aside (`standing`): every hook passes its call through untouched. A program born under a filter (one
 //! its parent installed before `exec`, as systemd's `SystemCallFilter=` starts services) is
 //! found at start-up: `Seccomp:` in `/proc/self/status`, read with `openat`, `read` and
 //! `close`, the calls the loader itself has just made to load the shim. If that file cannot
@@ -12,29 +12,9 @@
 //!
 //! What is out of reach: a filter installed by an inline system call, not through libc
 //! (Chromium's sandbox): the shim does not see it.
-
-#[cfg(not(test))]
-use std::sync::atomic::{AtomicBool, Ordering::*};
-
-#[cfg(not(test))]
-use crate::debug_log::log;
-
-#[cfg(not(test))]
-/// The shim has stepped aside for good in this process (and in its children: a filter is
-/// inherited across `fork` and `exec`).
-static ASIDE: AtomicBool = AtomicBool::new(false);
-
-/// Whether the shim has stepped aside: its hooks then pass every call through.
-#[cfg(not(test))]
-pub fn aside() -> bool {
-    ASIDE.load(Relaxed)
-}
-
-/// A filter was found in force at start-up: the shim stays aside for the process's life.
-#[cfg(not(test))]
-pub fn aside_from_start() {
-    ASIDE.store(true, Relaxed);
-}
+//!
+//! This module finds a filter at start-up; the hooks of the calls that install one end the
+//! bursts and step aside (`hooks::before_filter`).
 
 /// Whether a seccomp filter is, or may be, in force at start-up (`/proc/self/status` says so,
 /// or cannot be read).
@@ -46,19 +26,4 @@ pub fn filter_at_start() -> bool {
         Some(n) => nagless_host::text::seccomp_in_force(&status[..n]),
         None => true,
     }
-}
-
-/// The program is about to install a seccomp filter (`what` names the call): end every
-/// burst, stop the flusher, and step aside, before the filter can refuse anything of ours.
-#[cfg(not(test))]
-pub fn before_filter(what: &str) {
-    // A `vfork` child's filter is its own: the parent's memory, where this flag lives, is not.
-    if aside() || crate::children::in_shared_child() {
-        return;
-    }
-    crate::hooks::stop_holding();
-    log(format_args!(
-        "{what}: a seccomp filter comes: stepping aside"
-    ));
-    ASIDE.store(true, Relaxed);
 }

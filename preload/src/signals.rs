@@ -1,7 +1,7 @@
 //! Knowing when a hook runs inside a signal handler of the program. A handler may interrupt
 //! the program anywhere, inside `malloc` or holding a libc lock: there the shim must not
 //! allocate, start a thread or look up a symbol, so its hooks pass the call through and hold
-//! nothing (`hooks::shim()` is `None` there), except the steps that only release bursts.
+//! nothing (`standing` says `InHandler` there), except the steps that only release bursts.
 //!
 //! The program's handlers are installed as given, behind one trampoline of ours that counts,
 //! per thread, how deep in handlers it is: the hooks of `sigaction`, `signal`, `sysv_signal`,
@@ -26,19 +26,12 @@ const NSIG: usize = 65;
 static HANDLERS: [AtomicUsize; NSIG] = [const { AtomicUsize::new(0) }; NSIG];
 static FLAGS: [AtomicI32; NSIG] = [const { AtomicI32::new(0) }; NSIG];
 
-// How many handlers the calling thread is inside: an initial-exec thread-local of
-// `c/handler_depth.c` (Rust's thread-locals in a shared library go through
-// `__tls_get_addr`, which may allocate).
+// Counts the calling thread in and out of the program's handlers: an initial-exec
+// thread-local of `c/handler_depth.c` (Rust's thread-locals in a shared library go through
+// `__tls_get_addr`, which may allocate), read by `standing::in_handler`.
 extern "C" {
-    fn nagless_handler_depth() -> libc::c_uint;
     fn nagless_handler_enter();
     fn nagless_handler_leave();
-}
-
-/// Whether the calling thread runs a signal handler of the program.
-pub fn in_handler() -> bool {
-    // SAFETY: reads this thread's counter; no arguments, no preconditions.
-    unsafe { nagless_handler_depth() > 0 }
 }
 
 /// Runs the program's handler for `sig`, counted. Always called with the three arguments of
@@ -112,7 +105,7 @@ pub unsafe extern "C" fn sigaction(
     let mut wrapped = None;
     // Where the shim steps aside (a seccomp filter, a `vfork` child on the parent's table),
     // the action is installed as given: no probe, and the table stays as the parent left it.
-    if !act.is_null() && crate::hooks::present() {
+    if !act.is_null() && crate::standing::now().releases() {
         // An unreadable action: the real call reports EFAULT, as it would.
         if let Some(mut a) = user_memory::read(act) {
             if catches(a.sa_sigaction) {
@@ -182,7 +175,7 @@ macro_rules! signal_hook {
                 set_errno(libc::ENOSYS);
                 return libc::SIG_ERR;
             };
-            let Some(i) = index(sig).filter(|_| catches(handler) && crate::hooks::present())
+            let Some(i) = index(sig).filter(|_| catches(handler) && crate::standing::now().releases())
             else {
                 // A disposition (or a number the kernel refuses): made as asked.
                 let before = index(sig).map_or(0, |i| HANDLERS[i].load(Relaxed));

@@ -103,7 +103,7 @@ pub unsafe extern "C" fn syscall(
     } else if number == libc::SYS_seccomp && (a1 == 0 || a1 == 1) {
         // libseccomp's way (and a program's own) to install a filter: SECCOMP_SET_MODE_STRICT
         // or SECCOMP_SET_MODE_FILTER (its other operations only ask).
-        crate::sandbox::before_filter("seccomp(2)");
+        hooks::before_filter("seccomp(2)");
     } else if (number == libc::SYS_unshare && super::process::unshare_needs_one_thread(a1 as c_int))
         || (number == libc::SYS_setns && super::process::setns_needs_one_thread(a2 as c_int))
     {

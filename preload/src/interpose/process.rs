@@ -1,8 +1,8 @@
 //! The process ends or changes: every burst ends before `_exit`, `_Exit`, `fork`, `_Fork`,
 //! `vfork` and `clone` (exec, in all its forms: `exec.rs`; the children the atfork handler
-//! never hears of: `children`); the flusher thread stops before the calls a multithreaded
+//! never hears of: `standing`); the flusher thread stops before the calls a multithreaded
 //! process cannot make (`unshare` of a user namespace, `setns`), and for good before a
-//! seccomp filter (`sandbox`).
+//! seccomp filter (`standing`).
 
 use super::*;
 
@@ -51,7 +51,7 @@ forward!(
     /// flusher, as after `fork`.
     fn _Fork() -> libc::pid_t {
         hooks::release_everything()
-    } => after(|r| if r == 0 { crate::children::after_fork_child() })
+    } => after(|r| if r == 0 { hooks::after_fork_child() })
 );
 
 /// The child of a `clone` without `CLONE_VM` starts here, on its own copy of the memory: it
@@ -62,7 +62,7 @@ struct CloneChild {
 }
 
 extern "C" fn clone_child(p: *mut c_void) -> c_int {
-    crate::children::after_fork_child();
+    hooks::after_fork_child();
     // SAFETY: `p` points to the `CloneChild` on the parent's stack at the moment of the
     // clone, of which this child has its own copy (no CLONE_VM).
     let c = unsafe { &*p.cast::<CloneChild>() };
@@ -123,10 +123,10 @@ pub unsafe extern "C" fn clone(
             }
         }
         _ if vm && flags & libc::CLONE_VFORK != 0 && flags & libc::CLONE_THREAD == 0 => {
-            crate::children::before_shared_child();
+            hooks::before_shared_child();
             // SAFETY: forwarding the caller's arguments unchanged.
             let r = unsafe { real(f, stack, flags, arg, ptid, tls, ctid) };
-            crate::children::after_shared_child();
+            crate::standing::shared_child_returned();
             r
         }
         // SAFETY: forwarding the caller's arguments unchanged.
@@ -138,14 +138,14 @@ pub unsafe extern "C" fn clone(
 /// itself a child sharing the memory.
 #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
 extern "C" fn vfork_prepare() {
-    crate::children::before_shared_child();
+    hooks::before_shared_child();
 }
 
 /// In the parent, once the kernel call of a `vfork` returned `r` (the child's PID, or
 /// `-errno`): the child has called `exec` or `_exit`. Sets `errno` on failure, as libc does.
 #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
 extern "C" fn vfork_parent(r: libc::c_long) -> libc::c_long {
-    crate::children::after_shared_child();
+    crate::standing::shared_child_returned();
     if r < 0 {
         set_errno(-r as c_int);
         return -1;
@@ -218,7 +218,7 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
 }
 
 /// `prctl(2)`, declared with its four optional arguments (as glibc reads them). Before
-/// `PR_SET_SECCOMP` the shim steps aside (`sandbox`).
+/// `PR_SET_SECCOMP` the shim steps aside (`hooks::before_filter`).
 #[no_mangle]
 pub unsafe extern "C" fn prctl(
     option: c_int,
@@ -238,7 +238,7 @@ pub unsafe extern "C" fn prctl(
         return enosys();
     };
     if option == libc::PR_SET_SECCOMP {
-        crate::sandbox::before_filter("prctl(PR_SET_SECCOMP)");
+        hooks::before_filter("prctl(PR_SET_SECCOMP)");
     }
     // SAFETY: forwarding the caller's arguments unchanged.
     unsafe { real(option, a2, a3, a4, a5) }
