@@ -5,8 +5,8 @@ use std::io;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::harness::Session;
 use crate::harness::{ClientReport, Setup};
-use crate::scenario::Session;
 use crate::strategy::{Burst, Conn, Strategy};
 
 /// BGP messages in real framing: 16-byte marker, length, type.

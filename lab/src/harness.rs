@@ -324,3 +324,6 @@ where
         Ok((report, client_cost, server_cost?))
     })
 }
+
+/// What one session of a case gives: the client's report, and the two sides' costs.
+pub(crate) type Session = (ClientReport, SideCost, SideCost);

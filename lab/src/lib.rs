@@ -35,5 +35,5 @@ pub use plan::{default_pin, Plan, Scale};
 pub use run::{make_paths, run_plan, Progress};
 pub use scenario::{Case, Credit, SCENARIOS};
 pub use strategy::Strategy;
-pub use table::{Row, Spread, Table};
-pub use verdict::{verdict, Verdict};
+pub use table::{Row, Spread, Table, Verdict};
+pub use verdict::verdict;

@@ -17,8 +17,9 @@ use std::io;
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{session, ClientReport, RunResult, Setup};
+use crate::harness::{session, ClientReport, RunResult, Session, Setup};
 use crate::pattern::{Pattern, Step};
+pub use crate::sources::Credit;
 use crate::sources::{framed_window, http_session, pipelined_read};
 use crate::strategy::{Burst, Conn, Strategy};
 
@@ -127,17 +128,6 @@ pub enum Case {
         /// Rounds per run.
         rounds: usize,
     },
-}
-
-/// When the framed-window receiver sends a credit (SEQ) frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Credit {
-    /// After every frame it consumes.
-    EachFrame,
-    /// Once at least half the window has been consumed since the last grant (as BEEP stacks
-    /// do to avoid a SEQ per tiny frame): the setting of source 001's collapse.
-    HalfWindow,
 }
 
 /// Scenario names accepted on the command line.
@@ -376,12 +366,6 @@ impl Case {
         Ok(result)
     }
 }
-
-pub(crate) type Session = (
-    ClientReport,
-    crate::harness::SideCost,
-    crate::harness::SideCost,
-);
 
 /// 1024 bytes as K near-equal writes, answered the same way (source 003).
 pub(crate) fn split_write_patterns(k: usize) -> (Pattern, Pattern) {

@@ -6,9 +6,19 @@ use std::io;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::harness::{session, ClientReport, Setup};
-use crate::scenario::{Credit, Session};
+use crate::harness::{session, ClientReport, Session, Setup};
 use crate::strategy::{Burst, Strategy};
+
+/// When the framed-window receiver sends a credit (SEQ) frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Credit {
+    /// After every frame it consumes.
+    EachFrame,
+    /// Once at least half the window has been consumed since the last grant (as BEEP stacks
+    /// do to avoid a SEQ per tiny frame): the setting of source 001's collapse.
+    HalfWindow,
+}
 
 const FRAME_HEADER: usize = 8;
 

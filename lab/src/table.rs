@@ -6,7 +6,6 @@ use hdrhistogram::Histogram;
 use crate::harness::{Path, RunResult};
 use crate::scenario::Case;
 use crate::strategy::Strategy;
-use crate::verdict::Verdict;
 
 /// Median and spread of one measure over the repetitions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
@@ -217,4 +216,27 @@ pub(crate) fn row(strategy: Strategy, runs: &[RunResult]) -> Row {
         cpu_us_per_exchange: spread(|x| x.cpu_per_ex),
         cdf: cdf(runs),
     }
+}
+
+/// Is nagless on the Pareto corner of its table?
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Verdict {
+    /// nagless's median p50 and p99 are each within 1.1 x the best (+20 µs).
+    pub latency_ok: bool,
+    /// nagless's median p50 is within 1.1 x the best (+20 µs).
+    pub p50_ok: bool,
+    /// nagless's median p99 is within 1.1 x the best (+20 µs).
+    pub p99_ok: bool,
+    /// nagless's data segments per exchange are within 1.05 x the fewest.
+    pub segments_ok: bool,
+    /// Both.
+    pub on_corner: bool,
+    /// Some strategy (nagless or another) is on the corner: false where the fewest segments
+    /// come only with a latency beyond the bound (e.g. by waiting for an ACK, as Nagle does).
+    pub corner_reachable: bool,
+    /// nagless is as fast as the best and sends the fewest segments of the strategies that are:
+    /// where the corner is out of everyone's reach, the best a strategy can do.
+    pub fewest_of_the_fast: bool,
+    /// One line for people.
+    pub summary: String,
 }

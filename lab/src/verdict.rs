@@ -1,33 +1,10 @@
 //! Where nagless stands in a table: on the Pareto corner of latency and segments, or not
-//! ([`Verdict`], from [`verdict`]).
+//! (the table's [`Verdict`], judged by [`verdict`]).
 
 use std::fmt::Write as _;
 
 use crate::strategy::Strategy;
-use crate::table::Row;
-
-/// Is nagless on the Pareto corner of its table?
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Verdict {
-    /// nagless's median p50 and p99 are each within 1.1 x the best (+20 µs).
-    pub latency_ok: bool,
-    /// nagless's median p50 is within 1.1 x the best (+20 µs).
-    pub p50_ok: bool,
-    /// nagless's median p99 is within 1.1 x the best (+20 µs).
-    pub p99_ok: bool,
-    /// nagless's data segments per exchange are within 1.05 x the fewest.
-    pub segments_ok: bool,
-    /// Both.
-    pub on_corner: bool,
-    /// Some strategy (nagless or another) is on the corner: false where the fewest segments
-    /// come only with a latency beyond the bound (e.g. by waiting for an ACK, as Nagle does).
-    pub corner_reachable: bool,
-    /// nagless is as fast as the best and sends the fewest segments of the strategies that are:
-    /// where the corner is out of everyone's reach, the best a strategy can do.
-    pub fewest_of_the_fast: bool,
-    /// One line for people.
-    pub summary: String,
-}
+use crate::table::{Row, Verdict};
 
 /// Judges nagless against the best p50, the best p99 and the fewest segments of `rows`:
 /// on the Pareto corner when its p50 and its p99 are each within 1.1 x the best + 20 µs, and
