@@ -21,7 +21,7 @@ use aya::{Ebpf, EbpfLoader};
 use nagless_host::BpfError;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
-use crate::existing::TcpOption;
+use crate::plan::TcpOption;
 use crate::plan::{Config, CONFIG_LEN};
 use crate::sys;
 
@@ -587,7 +587,7 @@ mod tests {
         assert_eq!(define("CHOSE_DELACK_MAX"), Some(CHOSE_DELACK_MAX.into()));
         assert_eq!(
             define("TCP_DELACK_MAX_US"),
-            Some(crate::existing::TCP_DELACK_MAX_US.into())
+            Some(crate::plan::TCP_DELACK_MAX_US.into())
         );
         assert_eq!(define("SOL_TCP"), Some(libc::SOL_TCP.into()));
         assert_eq!(define("TCP_NODELAY"), Some(libc::TCP_NODELAY.into()));

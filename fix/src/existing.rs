@@ -11,12 +11,9 @@ use nagless_host::text::{TcpRow, TCP_ESTABLISHED};
 use nagless_host::Proc;
 
 use crate::attach::Attached;
-use crate::plan::{Action, Ports};
+pub use crate::plan::TcpOption;
+use crate::plan::{Action, Ports, TCP_DELACK_MAX_US};
 use crate::sys;
-
-/// `TCP_DELACK_MAX_US` (Linux 6.15): the most a socket's delayed ACK waits (also
-/// fix.bpf.c's, which notes the program's own choice of it: a test holds the two alike).
-pub(crate) const TCP_DELACK_MAX_US: i32 = 46;
 
 /// One socket changed, and what it had before.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,15 +246,6 @@ pub(crate) fn sockets(pid: u32) -> Result<BTreeMap<i32, u64>, Reach> {
 /// The inode of the socket a descriptor refers to.
 fn inode_of(fd: &OwnedFd) -> Option<u64> {
     nagless_host::fd::inode_of(fd.as_fd())
-}
-
-/// An option a fix sets (what [`undo`] asks the program's choices about).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TcpOption {
-    /// `TCP_NODELAY`.
-    Nodelay,
-    /// `TCP_DELACK_MAX_US`.
-    DelackMax,
 }
 
 /// What a look at one socket came to.

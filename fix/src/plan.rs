@@ -6,6 +6,19 @@ use std::time::Duration;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+/// `TCP_DELACK_MAX_US` (Linux 6.15): the most a socket's delayed ACK waits (also
+/// fix.bpf.c's, which notes the program's own choice of it: a test holds the two alike).
+pub(crate) const TCP_DELACK_MAX_US: i32 = 46;
+
+/// An option a fix sets (what [`undo`](crate::existing::undo) asks the program's choices about).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpOption {
+    /// `TCP_NODELAY`.
+    Nodelay,
+    /// `TCP_DELACK_MAX_US`.
+    DelackMax,
+}
+
 /// Ports a fix may be narrowed to: `MAX_PORTS` of fix.bpf.c (a test holds the two alike).
 pub(crate) const MAX_PORTS: usize = 16;
 
