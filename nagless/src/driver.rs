@@ -16,7 +16,7 @@ use crate::coalescer::{drive, Coalescer, Drive};
 use crate::policy::Urgency;
 use crate::sys::Sock;
 
-pub(crate) use wire::{Sends, Wire};
+pub(crate) use wire::{refresh_segment, Sends, Wire};
 
 /// What seals the due bytes before they are moved.
 pub(crate) trait Seal {
@@ -231,7 +231,7 @@ impl<S: Seal> Driver<S> {
                 .is_some_and(|t| self.core.pending() >= t)
         {
             if let Some(fd) = wire.socket() {
-                crate::io_glue::refresh_segment(&mut self.core, fd);
+                refresh_segment(&mut self.core, fd);
             }
         }
         if self.core.policy().is_clocked() && wire.can_clock() && !self.seal.handshaking() {

@@ -23,17 +23,6 @@ impl Wire for FdWire<'_> {
     }
 }
 
-/// Reads the socket's send MSS into the core, when the kernel tells it (Linux: `TCP_INFO`;
-/// macOS and the BSDs: `TCP_MAXSEG`; Windows: `SIO_TCP_INFO`, else `TCP_MAXSEG`).
-pub(crate) fn refresh_segment(core: &mut Coalescer, fd: Sock<'_>) {
-    core.on_segment_check();
-    if let Ok(mss) = sys::segment_size(fd) {
-        if mss > 0 {
-            core.set_segment_size(mss as usize);
-        }
-    }
-}
-
 /// Sets `TCP_NODELAY` on TCP sockets; other descriptors (pipes, UNIX sockets) are fine as
 /// they are. (On macOS and the BSDs but FreeBSD, also `SO_NOSIGPIPE`: see [`sys::prepare`].)
 pub(crate) fn set_nodelay_if_tcp(fd: Sock<'_>) -> io::Result<()> {

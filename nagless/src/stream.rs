@@ -16,8 +16,9 @@ use std::time::Instant;
 
 use crate::clock::now;
 use crate::coalescer::{Coalescer, Drive, Stats};
+use crate::driver::refresh_segment;
 use crate::driver::{Driver, Plain};
-use crate::io_glue::{queue_vectored, refresh_segment, set_nodelay_if_tcp, FdWire};
+use crate::io_glue::{queue_vectored, set_nodelay_if_tcp, FdWire};
 use crate::policy::{FlushPolicy, Urgency};
 use crate::sys::{self, AsOsSocket, Sock};
 use crate::tcp_info::TcpInfo;

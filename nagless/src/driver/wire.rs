@@ -1,11 +1,12 @@
 //! How due bytes are moved ([`Wire`]: a gathered send, and what the socket under it can
 //! tell: its segment size, its send-queue counters, its Nagle switch), and a wire as the core's
-//! [`Transport`] ([`Sends`]).
+//! [`Transport`] ([`Sends`]); and the segment size a socket tells, read into the core
+//! ([`refresh_segment`]).
 
 use std::io::{self, IoSlice};
 
-use crate::coalescer::Transport;
-use crate::sys::Sock;
+use crate::coalescer::{Coalescer, Transport};
+use crate::sys::{self, Sock};
 
 /// How due bytes are moved: a gathered send, and what the socket under it can tell.
 pub(crate) trait Wire {
@@ -95,5 +96,16 @@ pub(crate) struct Sends<'w, W: ?Sized> {
 impl<W: Wire + ?Sized> Transport for Sends<'_, W> {
     fn send(&mut self, bufs: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
         self.wire.send(bufs, more || self.hold)
+    }
+}
+
+/// Reads the socket's send MSS into the core, when the kernel tells it (Linux: `TCP_INFO`;
+/// macOS and the BSDs: `TCP_MAXSEG`; Windows: `SIO_TCP_INFO`, else `TCP_MAXSEG`).
+pub(crate) fn refresh_segment(core: &mut Coalescer, fd: Sock<'_>) {
+    core.on_segment_check();
+    if let Ok(mss) = sys::segment_size(fd) {
+        if mss > 0 {
+            core.set_segment_size(mss as usize);
+        }
     }
 }

@@ -51,8 +51,9 @@ use std::time::Duration;
 use ::tokio::io::AsyncWrite;
 
 use crate::coalescer::Coalescer;
+use crate::driver::refresh_segment;
 use crate::driver::{Driver, Plain, Seal};
-use crate::io_glue::{refresh_segment, set_nodelay_if_tcp};
+use crate::io_glue::set_nodelay_if_tcp;
 use crate::policy::FlushPolicy;
 use crate::sys::AsOsSocket;
 
