@@ -35,6 +35,15 @@
 //! driver (private module `driver`), shared with the std stream and both TLS streams; this
 //! module holds what is tokio's: the shared state, the socket as a wire of poll functions,
 //! the flusher and drain tasks (the TLS stream's too) and the lane.
+//!
+//! How its files lean on each other: `shared` is the one state every handle and task holds
+//! (behind `sync`'s lock, loom's under the models); it names the types of two of its fields,
+//! the `lane`'s `Lane` and the `tasks`' `Spawner`, and those two modules act on the state
+//! through `shared`'s lock. So `shared` and `tasks` point at each other by type only
+//! (`shared` calls nothing of `tasks`); `shared` calls the lane once, when a guard that
+//! holds it is dropped (the lane opens again, checked to be empty), and the rest of the
+//! lane's work runs in `lane`, on `shared`'s lock. Kept so: the state is one, and its lock
+//! and its guard must know what they guard. `halves` and `poll` sit above all three.
 
 mod halves;
 mod lane;
