@@ -29,8 +29,7 @@ fn make_lib_dir() -> PathBuf {
         .map(|d| d.join("libnagless_capi.so"))
         .find(|f| f.is_file())
         .unwrap_or_else(|| panic!("libnagless_capi.so not built near {}", deps.display()));
-    let dir = std::env::temp_dir().join(format!("nagless-capi-lib-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = nagless_test_support::scratch_dir("capi-lib");
     let soname = format!("libnagless.so.0.{}", env!("CARGO_PKG_VERSION_MINOR"));
     for name in ["libnagless.so", soname.as_str()] {
         let link = dir.join(name);
@@ -43,7 +42,7 @@ fn make_lib_dir() -> PathBuf {
 /// Compiles `tests/c/<name>.c` against the header and the shared library; returns the binary.
 fn compile(name: &str) -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::env::temp_dir().join(format!("nagless-capi-{}-{name}", std::process::id()));
+    let out = nagless_test_support::scratch_dir("capi").join(name);
     let lib = lib_dir();
     let st = Command::new("cc")
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-o"])
@@ -215,7 +214,7 @@ fn a_program_links_and_runs_against_the_build_tree() {
         std::fs::rename(&tmp, &up).unwrap();
     }
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::env::temp_dir().join(format!("nagless-capi-{}-buildtree", std::process::id()));
+    let out = nagless_test_support::scratch_dir("capi").join("buildtree");
     let st = Command::new("cc")
         .args(["-O2", "-Wall", "-Wextra", "-Werror", "-std=c11", "-o"])
         .arg(&out)
@@ -240,7 +239,7 @@ fn a_program_links_and_runs_against_the_build_tree() {
 fn a_program_outside_the_workspace_builds_with_pkg_config_alone() {
     let _one = exclusive();
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let root = std::env::temp_dir().join(format!("nagless-capi-install-{}", std::process::id()));
+    let root = nagless_test_support::scratch_dir("capi-install");
     let prefix = root.join("prefix");
     let lib = lib_dir();
     let built = std::fs::canonicalize(lib.join("libnagless.so")).unwrap();

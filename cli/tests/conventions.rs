@@ -24,9 +24,7 @@ fn text(o: &Output) -> (String, String) {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nagless-conventions-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    nagless_test_support::scratch_dir("conventions").join(name)
 }
 
 const COMMANDS: [&str; 5] = ["lab", "run", "doctor", "watch", "fix"];

@@ -8,9 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nagless-run-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+    nagless_test_support::scratch_dir("run").join(name)
 }
 
 /// The command under test: this build's, or the one `NAGLESS_BIN` names.

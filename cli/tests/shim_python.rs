@@ -89,8 +89,7 @@ const STALLED_CAP: f64 = CONNS as f64 * 25.0 * 1.5;
 /// `python3 -m http.server --protocol HTTP/1.1` (headers and body as two writes) under wrk:
 /// returns requests/s and, under the shim, data segments per response.
 fn http_server_under_wrk(mode: Option<&str>) -> (f64, Option<f64>) {
-    let dir = std::env::temp_dir().join(format!("nagless-http-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = nagless_test_support::scratch_dir("http");
     std::fs::write(dir.join("f.txt"), [b'x'; 100]).unwrap();
     let port = free_port();
     let mut cmd = Command::new(python());

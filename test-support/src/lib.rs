@@ -157,6 +157,35 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Directories [`scratch_dir`] made, removed at exit.
+static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A directory of this test process's own for `tag` (`$TMPDIR/nagless-TAG-PID`), made on the
+/// first call; every one is removed, with what it holds, when the process exits (the test
+/// harness ends through `exit`, which runs the `atexit` handler registered here), so a run
+/// leaves nothing behind. (Elsewhere than Unix it stays.)
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nagless-{tag}-{}", std::process::id()));
+    let mut made = SCRATCH.lock().unwrap_or_else(PoisonError::into_inner);
+    if !made.contains(&dir) {
+        std::fs::create_dir_all(&dir).unwrap();
+        #[cfg(unix)]
+        if made.is_empty() {
+            extern "C" fn remove_scratch() {
+                let made = SCRATCH.lock().unwrap_or_else(PoisonError::into_inner);
+                for d in made.iter() {
+                    let _ = std::fs::remove_dir_all(d);
+                }
+            }
+            // SAFETY: registers a handler that takes no arguments and returns; it runs at
+            // `exit`, after the tests, on the exiting thread.
+            unsafe { libc::atexit(remove_scratch) };
+        }
+        made.push(dir.clone());
+    }
+    dir
+}
+
 /// A free port on 127.0.0.1 (bound, read and released; the server binds it right after).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

@@ -33,13 +33,7 @@ pub fn shim() -> PathBuf {
 
 /// Compiles a C program of `tests/c/` once per test run.
 pub fn c_program(name: &str) -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("nagless-preload-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        d
-    });
-    let out = dir.join(name);
+    let out = nagless_test_support::scratch_dir("preload").join(name);
     if !out.exists() {
         let gcc = compile_c(name, &out, &[]);
         assert!(
