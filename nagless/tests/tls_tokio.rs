@@ -38,14 +38,14 @@ async fn tokio_three_writes_leave_as_one_record_in_one_segment() {
     let mut req = [0u8; 4];
     tls.read_exact(&mut req).await.unwrap();
     let mut before = None;
-    let mut times = Vec::with_capacity(ROUNDS);
+    let mut writing = Vec::with_capacity(ROUNDS);
     loop {
         let t = std::time::Instant::now();
         for part in ANSWER {
             tls.write_all(part).await.unwrap();
         }
+        writing.push(t.elapsed());
         let n = tls.read(&mut req).await.unwrap();
-        times.push(t.elapsed());
         match n {
             0 => break,
             n => assert_eq!(n, 4),
@@ -59,7 +59,7 @@ async fn tokio_three_writes_leave_as_one_record_in_one_segment() {
     let lingered = tls.stats().flushes_for(FlushReason::Linger);
     eprintln!("tokio nagless tls: {records:.2} records/answer, {lingered} linger flushes");
     // A linger flush is a thread descheduled mid-burst: only a round as long as the linger.
-    rounds::assert_lingers_fit(lingered as usize, &times, nagless::DEFAULT_LINGER);
+    rounds::assert_lingers_fit(lingered as usize, &writing, nagless::DEFAULT_LINGER);
     let margin = lingered as f64 / ROUNDS as f64;
     assert!(records >= 1.0 && records <= 1.0 + 2.0 * margin, "{records}");
     if let (Some(Some(b)), Some(a)) = (before, after) {

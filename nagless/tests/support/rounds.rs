@@ -24,15 +24,16 @@ pub fn assert_no_stall(times: &[Duration]) {
     );
 }
 
-/// Asserts that the linger flushes were what a busy machine makes, not a coalescer's fault.
-/// A linger flush needs a byte queued `linger` ago and still unsent, so only a round that
-/// took at least that long can hold one: a descheduled thread or Wine's slower calls make
-/// such rounds, while a coalescer that flushed bursts by its timer would leave more flushes
-/// than slow rounds.
-pub fn assert_lingers_fit(lingered: usize, times: &[Duration], linger: Duration) {
-    let slow = times.iter().filter(|d| **d >= linger).count();
+/// Asserts that the linger flushes were what a busy machine makes, not a coalescer's fault:
+/// one round in ten at most, or, where more rounds wrote that slowly, as many as the rounds
+/// whose writes (`writing`: from the first write to the read's call) took the linger. A
+/// linger flush needs a byte queued `linger` ago and still unsent: a thread descheduled
+/// between its writes, or Wine's slower calls, make such rounds. A coalescer whose
+/// before-read did not flush leaves a linger flush in every round, its writes quick.
+pub fn assert_lingers_fit(lingered: usize, writing: &[Duration], linger: Duration) {
+    let slow = writing.iter().filter(|d| **d >= linger).count();
     assert!(
-        lingered <= slow,
-        "{lingered} linger flushes in {slow} rounds as long as the linger ({linger:?}): {times:?}"
+        lingered <= (writing.len() / 10).max(slow),
+        "{lingered} linger flushes; {slow} rounds wrote for the linger ({linger:?}) or longer: {writing:?}"
     );
 }
