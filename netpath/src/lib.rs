@@ -180,9 +180,11 @@ pub struct PathStats {
     /// Pure ACKs held to an emulated delayed-ACK timer (released or superseded).
     pub acks_held: u64,
     /// The longest a forwarder ran behind its schedule: a packet written that long after its
-    /// delivery time, or a wait that ended that long after its timeout. A busy host that
-    /// deschedules a forwarder stretches the path by that much, a delay no part of the
-    /// path's spec made. (A packet the host's kernel handles late is not seen here.)
+    /// delivery time, or a wait with a packet due or come that ended that long after its
+    /// timeout. A busy host that deschedules a forwarder stretches the path by that much, a
+    /// delay no part of the path's spec made. A lower bound: a forwarder descheduled while it
+    /// waited, woken by a packet before its timeout, reads that packet late unseen here, and
+    /// so does the host's kernel handling a packet late.
     pub late_most: Duration,
 }
 
@@ -446,12 +448,15 @@ impl EmulatedPath {
                     let waiting_since = start.elapsed();
                     let readable = sys::wait_readable(from.as_raw_fd(), sleep).unwrap_or(false);
                     // A wait never ends later than its timeout unless the host held the thread
-                    // back: what it overslept, a packet that came meanwhile waited too.
-                    counters.ran_late(
-                        start
-                            .elapsed()
-                            .saturating_sub(waiting_since + sleep + OVERSLEEP),
-                    );
+                    // back: what it overslept, a packet due or come meanwhile waited too (an
+                    // idle wait that overslept delayed nothing).
+                    if readable || !queue.is_empty() || !held.is_empty() {
+                        counters.ran_late(
+                            start
+                                .elapsed()
+                                .saturating_sub(waiting_since + sleep + OVERSLEEP),
+                        );
+                    }
                     if !readable {
                         if sleep.is_zero() {
                             std::hint::spin_loop();

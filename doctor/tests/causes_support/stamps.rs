@@ -1,6 +1,7 @@
 //! The kernel's arrival stamps (`SO_TIMESTAMPNS`) on what a scenario's server reads: when a
 //! request truly arrived, a thread's wake-up after it not counted.
 
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -14,21 +15,26 @@ pub(crate) fn stamp_arrivals(s: &impl AsRawFd) {
 
 /// Waits until the kernel stamps every packet it receives, and keeps it so for the process.
 /// The first socket to ask for stamps turns them on for all from a work item, later: on a
-/// busy machine a request came before it ran, unstamped. A UDP socket of ours asks, and
-/// datagrams to it on 127.0.0.1 show when its ask took (at most 10 s).
+/// busy machine a request came before it ran, unstamped, and TCP then gives no stamp (UDP
+/// would stamp such a datagram with the time of its read, so it cannot tell). A TCP
+/// connection of ours on 127.0.0.1 asks, and bytes sent on it show when its ask took (at
+/// most 10 s).
 pub(crate) fn stamping() {
-    static ON: std::sync::OnceLock<std::net::UdpSocket> = std::sync::OnceLock::new();
+    type Pair = (std::net::TcpStream, std::net::TcpStream);
+    static ON: std::sync::OnceLock<Pair> = std::sync::OnceLock::new();
     ON.get_or_init(|| {
-        let u = std::net::UdpSocket::bind("127.0.0.1:0").expect("a UDP socket on 127.0.0.1");
-        set_stamps(&u);
-        let to = u.local_addr().unwrap();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener on 127.0.0.1");
+        let mut to = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (from, _) = l.accept().unwrap();
+        set_stamps(&from);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            u.send_to(b"s", to).unwrap();
+            to.write_all(b"s").unwrap();
             let mut b = [0u8; 1];
-            let (_, at) = read_with_stamp(&u, &mut b).expect("our datagram");
+            let (n, at) = read_with_stamp(&from, &mut b).expect("our byte");
+            assert_eq!(n, 1, "our byte");
             if at.is_some() {
-                return u;
+                return (to, from);
             }
             assert!(
                 Instant::now() < deadline,

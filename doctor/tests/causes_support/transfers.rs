@@ -129,5 +129,5 @@ pub(crate) fn window(p: &EmulatedPath, port: u16) -> Made {
 pub(crate) fn roomy_receiver(p: &EmulatedPath) {
     p.run_in_client(|| std::fs::write("/proc/sys/net/ipv4/tcp_rmem", "4096 4194304 8388608"))
         .and_then(|r| r)
-        .expect("the client's namespace takes a tcp_rmem");
+        .expect("the client's namespace takes a tcp_rmem (per namespace since Linux 4.15)");
 }
