@@ -163,14 +163,15 @@ static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// A directory of this test process's own for `tag` (`$TMPDIR/nagless-TAG-PID`), made on the
 /// first call; every one is removed, with what it holds, when the process exits (the test
 /// harness ends through `exit`, which runs the `atexit` handler registered here), so a run
-/// leaves nothing behind. (Elsewhere than Unix it stays.)
+/// leaves nothing behind; `NAGLESS_KEEP_SCRATCH` set keeps them (a failure's programs and
+/// files, to look at). (Elsewhere than Unix they stay.)
 pub fn scratch_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("nagless-{tag}-{}", std::process::id()));
     let mut made = SCRATCH.lock().unwrap_or_else(PoisonError::into_inner);
     if !made.contains(&dir) {
         std::fs::create_dir_all(&dir).unwrap();
         #[cfg(unix)]
-        if made.is_empty() {
+        if made.is_empty() && std::env::var_os("NAGLESS_KEEP_SCRATCH").is_none() {
             extern "C" fn remove_scratch() {
                 let made = SCRATCH.lock().unwrap_or_else(PoisonError::into_inner);
                 for d in made.iter() {
