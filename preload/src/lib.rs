@@ -56,7 +56,9 @@
 //! flusher thread is `flusher`; start-up and exit `init`; the exit report and stats file
 //! `report`; the debug log `debug_log`; what a hook may use inside a signal handler
 //! `signal_safe`; the shim carried into programs started with an environment that dropped it
-//! `carry`.
+//! `carry`; what the shim may do in the process right now (active, in a signal handler, in a
+//! `vfork` child, aside under a seccomp filter) `standing`, and a filter found at start-up
+//! `sandbox`.
 
 // The hooks would interpose the test runner itself: unit tests build without them.
 #[cfg(not(test))]

@@ -1,5 +1,5 @@
-//! What the shim may do in this process right now: one answer ([`now`]), asked once by each
-//! hook, and the transitions that change it, reported here by whoever notices them. Nothing
+//! What the shim may do in this process right now: one answer ([`now`]), which the hooks
+//! ask, and the transitions that change it, reported here by whoever notices them. Nothing
 //! here calls back into the hooks: the arrows run hooks -> standing, never back.
 //!
 //! | standing | what the shim does | entered when | left when |
@@ -9,8 +9,8 @@
 //! | [`Standing::SharedChild`] | nothing: every call passes through | a `vfork` (or `clone` with `CLONE_VM` and `CLONE_VFORK`) made a child on this memory | the call that made it returns in the parent |
 //! | [`Standing::Aside`] | nothing, for good | a seccomp filter is, or may be, in force | never (a filter is inherited) |
 //!
-//! They are checked in the order of the table's last three rows: a shared child inside a
-//! handler does nothing, as one outside.
+//! [`now`] checks them from the table's last row up (aside, then a shared child, then a
+//! handler): a shared child inside a handler does nothing, as one outside.
 //!
 //! - **A seccomp filter** may kill the program (SIGSYS) for any system call it forbids, and
 //!   the shim cannot read the filter: from the moment one is, or may be, in force it makes no

@@ -42,7 +42,8 @@
 //! through `shared`'s lock. So `shared` and `tasks` point at each other by type only
 //! (`shared` calls nothing of `tasks`); `shared` calls the lane once, when a guard that
 //! holds it is dropped (the lane opens again, checked to be empty), and the rest of the
-//! lane's work runs in `lane`, on `shared`'s lock. Kept so: the state is one, and its lock
+//! lane's work runs in `lane`, on `shared`'s lock (its drop hands a write over through
+//! `tasks::flush_on_drop`, as `halves` does). Kept so: the state is one, and its lock
 //! and its guard must know what they guard. `halves` and `poll` sit above all three.
 
 mod halves;

@@ -1,8 +1,9 @@
 //! The process ends or changes: every burst ends before `_exit`, `_Exit`, `fork`, `_Fork`,
 //! `vfork` and `clone` (exec, in all its forms: `exec.rs`; the children the atfork handler
-//! never hears of: `standing`); the flusher thread stops before the calls a multithreaded
+//! never hears of: `hooks::before_shared_child` and `hooks::after_fork_child`, and
+//! `standing`); the flusher thread stops before the calls a multithreaded
 //! process cannot make (`unshare` of a user namespace, `setns`), and for good before a
-//! seccomp filter (`standing`).
+//! seccomp filter (`hooks::before_filter`).
 
 use super::*;
 
