@@ -43,7 +43,7 @@ use causes_support::{
 use nagless_doctor::analysis::{Cause, Options, Spent};
 use nagless_doctor::Diagnosis;
 use nagless_netpath::{EmulatedPath, PathSpec};
-use path_support::{at_both_ends, flow_on, spent};
+use path_support::{at_both_ends, flow_on, kept_capture, spent};
 
 /// What a cause is scored as: a name, and the (cause, side) pairs of the budget it is.
 struct Label {
@@ -263,15 +263,10 @@ fn check(spec: PathSpec, made_here: &[&str], scenarios: impl Fn(&EmulatedPath) -
 /// Keeps the captures of failed run `run` (`NAGLESS_KEEP_CAPTURES`) beside the next run's:
 /// renamed `...-run{run}.pcap`.
 fn keep_failed_run(run: usize) {
-    let Some(dir) = std::env::var_os("NAGLESS_KEEP_CAPTURES") else {
-        return;
-    };
-    let test = std::thread::current()
-        .name()
-        .unwrap_or("paths")
-        .replace("::", "-");
-    for end in ["client-end", "server-end"] {
-        let from = std::path::Path::new(&dir).join(format!("{test}-{end}.pcap"));
+    for from in ["client end", "server end"]
+        .into_iter()
+        .filter_map(kept_capture)
+    {
         let _ = std::fs::rename(&from, from.with_extension(format!("run{run}.pcap")));
     }
 }

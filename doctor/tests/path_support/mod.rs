@@ -67,13 +67,8 @@ pub fn at_both_ends<T>(
         ("server end", at_server.finish()),
     ];
     let read = |(end, bytes): (&'static str, Vec<u8>)| {
-        if let Some(dir) = std::env::var_os("NAGLESS_KEEP_CAPTURES") {
-            let test = std::thread::current()
-                .name()
-                .unwrap_or("paths")
-                .replace("::", "-");
-            let name = format!("{test}-{}.pcap", end.replace(' ', "-"));
-            std::fs::write(std::path::Path::new(&dir).join(name), &bytes).unwrap();
+        if let Some(file) = kept_capture(end) {
+            std::fs::write(file, &bytes).unwrap();
         }
         let d = nagless_doctor::diagnose_reader(&bytes[..], opts.clone(), |_| {})
             .expect("tcpdump's capture parses");
@@ -82,6 +77,17 @@ pub fn at_both_ends<T>(
     };
     let [c, s] = captures;
     Some((made, [read(c), read(s)]))
+}
+
+/// Where the capture at `end` ("client end", "server end") of the calling test is kept, when
+/// `NAGLESS_KEEP_CAPTURES` names a directory: `DIR/TEST-client-end.pcap`.
+pub fn kept_capture(end: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::var_os("NAGLESS_KEEP_CAPTURES")?;
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("paths")
+        .replace("::", "-");
+    Some(std::path::Path::new(&dir).join(format!("{test}-{}.pcap", end.replace(' ', "-"))))
 }
 
 /// The one flow of `d` to `port`.
