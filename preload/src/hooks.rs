@@ -51,11 +51,8 @@ fn end_bursts_and_flusher(s: SignalSafe) {
 /// steps aside for good (`standing`). Nothing where it already has, or in a `vfork` child
 /// (the child's filter is its own: the parent's memory, where the standing lives, is not).
 pub fn before_filter(what: &str) {
-    use crate::standing::Standing;
-    if matches!(
-        crate::standing::now(),
-        Standing::Aside | Standing::SharedChild
-    ) {
+    // (Aside, or in a shared child: the standings where nothing is released.)
+    if !crate::standing::now().releases() {
         return;
     }
     if let Some(s) = shim_anywhere() {
@@ -72,11 +69,8 @@ pub fn before_filter(what: &str) {
 /// such a child (a `vfork` inside a `vfork` child), or aside, nothing. Its parent reports
 /// the return to `standing` (`shared_child_returned`).
 pub fn before_shared_child() {
-    use crate::standing::Standing;
-    if matches!(
-        crate::standing::now(),
-        Standing::Aside | Standing::SharedChild
-    ) {
+    // (Aside, or in a shared child: the standings where nothing is released.)
+    if !crate::standing::now().releases() {
         return;
     }
     release_everything();
