@@ -11,7 +11,7 @@ mod fix_support;
 use std::process::Command;
 
 use fix_support::*;
-use nagless_test_support::{exclusive, have_tool, root_or_skip};
+use nagless_test_support::{exclusive_on_host, have_tool, root_or_skip};
 
 fn text(o: &std::process::Output) -> (String, String) {
     (
@@ -25,7 +25,7 @@ fn the_undo_leaves_an_option_the_program_set_itself() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     // A whole cgroup, and a process that shares its cgroup: both kinds of fix.
     for whole in [true, false] {
         let cg = Cgroup::new(if whole {
@@ -70,7 +70,7 @@ fn a_second_fix_of_a_fixed_target_is_refused_with_the_firsts_identity() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let cg = Cgroup::new("overlap");
     let [port, _] = two_listeners();
     let mut h = Holder::start(&cg, port);
@@ -100,7 +100,7 @@ fn a_fix_that_cannot_act_fails_and_says_why() {
     if !root_or_skip("nagless fix") || !have_tool("setpriv") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let cg = Cgroup::new("not-mine");
     let [port, _] = two_listeners();
     // Two processes in the cgroup: a fix of one is a fix of its own connections.
@@ -178,7 +178,7 @@ fn a_dry_run_shows_the_selection_and_changes_nothing() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let cg = Cgroup::new("dry");
     let [port, _] = two_listeners();
     let mut h = Holder::start(&cg, port);
@@ -201,7 +201,7 @@ fn the_list_shows_the_fixes_running() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let (whole, shared) = (Cgroup::new("listed"), Cgroup::new("listed-shared"));
     let [port, _] = two_listeners();
     let (_a, b, _c) = (

@@ -8,14 +8,14 @@ mod fix_support;
 use std::time::Duration;
 
 use fix_support::*;
-use nagless_test_support::{exclusive, have_tool_of, root_or_skip};
+use nagless_test_support::{exclusive_on_host, have_tool_of, root_or_skip};
 
 #[test]
 fn options_change_only_inside_the_selection_and_go_when_a_signal_ends_the_fix() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let (target, neighbour) = (Cgroup::new("selected"), Cgroup::new("beside"));
     let [selected, other] = two_listeners();
     let cgroup = target.dir.display().to_string();
@@ -66,7 +66,7 @@ fn a_pid_that_shares_its_cgroup_is_fixed_alone() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let shared = Cgroup::new("shared");
     let [port, _] = two_listeners();
     let (mut target, mut beside) = (Holder::start(&shared, port), Holder::start(&shared, port));
@@ -90,7 +90,7 @@ fn a_program_in_its_own_network_namespace_is_reached_through_its_cgroup() {
     if !root_or_skip("nagless fix") || !have_tool_of("ip", "iproute2") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let (cg, ns) = (Cgroup::new("container"), Netns::new("container"));
     // An unmodified python3 inside the namespace and the cgroup, as in a container: a server
     // and a client of its own on the namespace's loopback; TCP_NODELAY of the client's socket.
@@ -183,7 +183,7 @@ fn a_pid_that_shares_its_cgroup_has_each_new_connection_fixed_as_it_is_made() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let shared = Cgroup::new("short");
     let (mut target, mut beside) = (
         ShortConnections::start(&shared),
@@ -209,7 +209,7 @@ fn connections_accepted_by_a_listener_charged_to_another_cgroup_are_fixed() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     // The listener is made in one cgroup; then its process is moved to a cgroup of its own
     // (as a supervisor moves a started service): every connection it accepts is charged to
     // the first cgroup, where the listener was made.
@@ -233,7 +233,7 @@ fn a_policys_dry_run_names_what_each_rule_selects_and_changes_nothing() {
     if !root_or_skip("nagless fix") {
         return;
     }
-    let _one = exclusive();
+    let _one = exclusive_on_host("fixes");
     let (a, b) = (Cgroup::new("policy-a"), Cgroup::new("policy-b"));
     let [selected, other] = two_listeners();
     let mut in_a = Holder::start(&a, selected);

@@ -21,73 +21,6 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-#[test]
-fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
-    let _one = exclusive();
-    if !have_tool("nginx") || !have_tool("wrk") {
-        return;
-    }
-    // nginx with two worker processes (forked by the master) and TCP_NODELAY off, so that
-    // the shim holds the workers' bursts: every worker must release them (on epoll_wait, or
-    // by its own flusher), or responses would wait for the kernel's 200 ms cork timer.
-    let dir = std::env::temp_dir().join(format!("nagless-nginx-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("f.txt"), [b'x'; 100]).unwrap();
-    let port = free_port();
-    let conf = dir.join("nginx.conf");
-    std::fs::write(
-        &conf,
-        format!(
-            "worker_processes 2;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
-             events {{ worker_connections 256; }}\n\
-             http {{ access_log off; sendfile on; tcp_nodelay off; tcp_nopush off;\n\
-             keepalive_requests 1000000;\n\
-             server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
-            d = dir.display()
-        ),
-    )
-    .unwrap();
-    let mut cmd = Command::new(tool_path("nginx").unwrap());
-    cmd.arg("-c")
-        .arg(&conf)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    with_shim(&mut cmd, "nagless");
-    let mut server = Started(cmd.spawn().unwrap());
-    wait_for_port(port);
-    let (rps, max_ms, errors, _) = wrk_run(&format!("http://127.0.0.1:{port}/f.txt"), 4);
-    // SIGQUIT, nginx's graceful stop, to the master we started: the workers exit normally
-    // and print their counters (nginx points their stderr at its error log).
-    let _ = Command::new("kill")
-        .args(["-QUIT", &server.0.id().to_string()])
-        .status();
-    let _ = common::wait_at_most(&mut server.0, Duration::from_secs(10));
-    drop(server);
-    let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("nginx, 2 workers, under the shim: {rps:.0} req/s, max latency {max_ms:.2} ms");
-    assert_eq!(errors, 0, "wrk saw errors");
-    // A burst left to the kernel's cork timer waits 200 ms: four connections stalled so
-    // would give at most 20 responses/s, and the slowest response would take 200 ms or
-    // more. A busy machine only delays the others by scheduling, far less than that.
-    assert!(rps > 100.0, "{rps} req/s");
-    assert!(
-        max_ms < 200.0,
-        "a response waited {max_ms} ms: a worker's burst was not released"
-    );
-    // The workers (not only the master) managed sockets and held bursts.
-    let stats = stats_lines(&log);
-    for l in log.lines().filter(|l| l.starts_with("nagless stats:")) {
-        eprintln!("{l}");
-    }
-    let busy = stats.iter().filter(|s| s["bursts"] > 0).count();
-    assert!(busy >= 1, "no worker held a burst: {log}");
-    for s in &stats {
-        // One segment per burst: nginx writes each response with one writev.
-        assert!(s["data"] <= s["bursts"] + s["released"] + 2, "{s:?}");
-    }
-}
-
 /// What one load run saw.
 struct Load {
     responses: u64,
@@ -348,91 +281,165 @@ const SERVERS: &[RealServer] = &[
     },
 ];
 
-/// Real servers from Debian, unmodified, natively, under `--mode nodelay` and under the
-/// default mode: every answer intact, the shim leaving alone the sockets of servers that
-/// chose TCP_NODELAY themselves, no more data segments per response than natively under the
-/// default mode (`--mode nodelay` may send more: Nagle natively joins a response's parts
-/// whenever the first is still unacknowledged, which a loaded machine makes more often), and
-/// no stall (a rate more than twice what a server stalled on every response could give; the
-/// rate against the native one is scripts/bench-servers's figure, ≥ 0.97 ×).
-#[test]
-fn real_servers_under_the_shim_lose_nothing_and_send_no_more_segments() {
-    let _one = exclusive();
-    let tools: Vec<&str> = SERVERS
-        .iter()
-        .flat_map(|s| s.tools.iter().copied())
-        .chain(["tcpdump"])
-        .collect();
-    if !tools.iter().all(|t| have_tool(t)) {
-        return;
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
+
+    #[test]
+    fn nginx_prefork_workers_under_the_shim_keep_the_linger_bound() {
+        let _one = exclusive();
+        if !have_tool("nginx") || !have_tool("wrk") {
+            return;
+        }
+        // nginx with two worker processes (forked by the master) and TCP_NODELAY off, so that
+        // the shim holds the workers' bursts: every worker must release them (on epoll_wait, or
+        // by its own flusher), or responses would wait for the kernel's 200 ms cork timer.
+        let dir = std::env::temp_dir().join(format!("nagless-nginx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("f.txt"), [b'x'; 100]).unwrap();
+        let port = free_port();
+        let conf = dir.join("nginx.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "worker_processes 2;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log;\n\
+                 events {{ worker_connections 256; }}\n\
+                 http {{ access_log off; sendfile on; tcp_nodelay off; tcp_nopush off;\n\
+                 keepalive_requests 1000000;\n\
+                 server {{ listen 127.0.0.1:{port}; root {d}; }} }}\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        let mut cmd = Command::new(tool_path("nginx").unwrap());
+        cmd.arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        with_shim(&mut cmd, "nagless");
+        let mut server = Started(cmd.spawn().unwrap());
+        wait_for_port(port);
+        let (rps, max_ms, errors, _) = wrk_run(&format!("http://127.0.0.1:{port}/f.txt"), 4);
+        // SIGQUIT, nginx's graceful stop, to the master we started: the workers exit normally
+        // and print their counters (nginx points their stderr at its error log).
+        let _ = Command::new("kill")
+            .args(["-QUIT", &server.0.id().to_string()])
+            .status();
+        let _ = common::wait_at_most(&mut server.0, Duration::from_secs(10));
+        drop(server);
+        let log = std::fs::read_to_string(dir.join("error.log")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("nginx, 2 workers, under the shim: {rps:.0} req/s, max latency {max_ms:.2} ms");
+        assert_eq!(errors, 0, "wrk saw errors");
+        // A burst left to the kernel's cork timer waits 200 ms: four connections stalled so
+        // would give at most 20 responses/s, and the slowest response would take 200 ms or
+        // more. A busy machine only delays the others by scheduling, far less than that.
+        assert!(rps > 100.0, "{rps} req/s");
+        assert!(
+            max_ms < 200.0,
+            "a response waited {max_ms} ms: a worker's burst was not released"
+        );
+        // The workers (not only the master) managed sockets and held bursts.
+        let stats = stats_lines(&log);
+        for l in log.lines().filter(|l| l.starts_with("nagless stats:")) {
+            eprintln!("{l}");
+        }
+        let busy = stats.iter().filter(|s| s["bursts"] > 0).count();
+        assert!(busy >= 1, "no worker held a burst: {log}");
+        for s in &stats {
+            // One segment per burst: nginx writes each response with one writev.
+            assert!(s["data"] <= s["bursts"] + s["released"] + 2, "{s:?}");
+        }
     }
-    let dir = TempDir(std::env::temp_dir().join(format!("nagless-servers-{}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).unwrap();
-    let dir = &dir.0;
-    for server in SERVERS {
-        let mut native = None;
-        for mode in ["native", "nodelay", "nagless"] {
-            let port = free_port();
-            let mut cmd = (server.command)(port, dir);
-            cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-            if mode != "native" {
-                with_shim(&mut cmd, mode);
-            }
-            let mut server_proc = ServerGroup::spawn(&mut cmd);
-            let stderr = server_proc.child.stderr.take().unwrap();
-            let log = std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = BufReader::new(stderr).read_to_string(&mut s);
-                s
-            });
-            wait_for_port(port);
-            (server.check_bytes)(port);
-            let Some(capture) = SegmentCount::start(port) else {
-                return;
-            };
-            let load = (server.load)(port);
-            let segments = capture.stop();
-            (server.check_bytes)(port);
-            // SIGTERM: the servers exit normally, so the shim prints its counters.
-            server_proc.stop();
-            drop(server_proc);
-            let err = log.join().unwrap();
-            let per_response = segments as f64 / load.responses.max(1) as f64;
-            eprintln!(
-                "{} | {mode} | {:.0}/s | {per_response:.3} data segments per response",
-                server.name, load.per_sec
-            );
-            assert!(load.responses > 0, "{}: no responses", server.name);
-            match native {
-                None => native = Some((load.per_sec, per_response)),
-                Some((rate, segs)) => {
+
+    /// Real servers from Debian, unmodified, natively, under `--mode nodelay` and under the
+    /// default mode: every answer intact, the shim leaving alone the sockets of servers that
+    /// chose TCP_NODELAY themselves, no more data segments per response than natively under the
+    /// default mode (`--mode nodelay` may send more: Nagle natively joins a response's parts
+    /// whenever the first is still unacknowledged, which a loaded machine makes more often), and
+    /// no stall (a rate more than twice what a server stalled on every response could give; the
+    /// rate against the native one is scripts/bench-servers's figure, ≥ 0.97 ×).
+    #[test]
+    fn real_servers_under_the_shim_lose_nothing_and_send_no_more_segments() {
+        let _one = exclusive();
+        let tools: Vec<&str> = SERVERS
+            .iter()
+            .flat_map(|s| s.tools.iter().copied())
+            .chain(["tcpdump"])
+            .collect();
+        if !tools.iter().all(|t| have_tool(t)) {
+            return;
+        }
+        let dir =
+            TempDir(std::env::temp_dir().join(format!("nagless-servers-{}", std::process::id())));
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let dir = &dir.0;
+        for server in SERVERS {
+            let mut native = None;
+            for mode in ["native", "nodelay", "nagless"] {
+                let port = free_port();
+                let mut cmd = (server.command)(port, dir);
+                cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+                if mode != "native" {
+                    with_shim(&mut cmd, mode);
+                }
+                let mut server_proc = ServerGroup::spawn(&mut cmd);
+                let stderr = server_proc.child.stderr.take().unwrap();
+                let log = std::thread::spawn(move || {
+                    let mut s = String::new();
+                    let _ = BufReader::new(stderr).read_to_string(&mut s);
+                    s
+                });
+                wait_for_port(port);
+                (server.check_bytes)(port);
+                let Some(capture) = SegmentCount::start(port) else {
+                    return;
+                };
+                let load = (server.load)(port);
+                let segments = capture.stop();
+                (server.check_bytes)(port);
+                // SIGTERM: the servers exit normally, so the shim prints its counters.
+                server_proc.stop();
+                drop(server_proc);
+                let err = log.join().unwrap();
+                let per_response = segments as f64 / load.responses.max(1) as f64;
+                eprintln!(
+                    "{} | {mode} | {:.0}/s | {per_response:.3} data segments per response",
+                    server.name, load.per_sec
+                );
+                assert!(load.responses > 0, "{}: no responses", server.name);
+                match native {
+                    None => native = Some((load.per_sec, per_response)),
+                    Some((rate, segs)) => {
+                        assert!(
+                            mode == "nodelay" || per_response <= segs * 1.1 + 0.05,
+                            "{} {mode}: {per_response:.3} segments per response, {segs:.3} natively",
+                            server.name
+                        );
+                        // The shim adds no stall: a rate well above any stalled server's.
+                        // How it compares with the native rate is a benchmark
+                        // (scripts/bench-servers), which a loaded machine blurs.
+                        let cap = stalled_cap(server.in_flight);
+                        assert!(
+                            load.per_sec > 2.0 * cap,
+                            "{} {mode}: {:.0}/s ({rate:.0}/s natively), where a server stalled \
+                             on every response gives at most {cap:.0}/s",
+                            server.name,
+                            load.per_sec
+                        );
+                    }
+                }
+                if mode == "nagless" && server.chooses_nodelay {
+                    let stats = stats_lines(&err);
+                    let left = stats.iter().map(|s| s["left"]).sum::<u64>();
+                    let held = stats.iter().map(|s| s["bursts"]).sum::<u64>();
                     assert!(
-                        mode == "nodelay" || per_response <= segs * 1.1 + 0.05,
-                        "{} {mode}: {per_response:.3} segments per response, {segs:.3} natively",
+                        left >= 1 && held == 0,
+                        "{}: the shim should leave the server's sockets to it: {err}",
                         server.name
                     );
-                    // The shim adds no stall: a rate well above any stalled server's.
-                    // How it compares with the native rate is a benchmark
-                    // (scripts/bench-servers), which a loaded machine blurs.
-                    let cap = stalled_cap(server.in_flight);
-                    assert!(
-                        load.per_sec > 2.0 * cap,
-                        "{} {mode}: {:.0}/s ({rate:.0}/s natively), where a server stalled \
-                         on every response gives at most {cap:.0}/s",
-                        server.name,
-                        load.per_sec
-                    );
                 }
-            }
-            if mode == "nagless" && server.chooses_nodelay {
-                let stats = stats_lines(&err);
-                let left = stats.iter().map(|s| s["left"]).sum::<u64>();
-                let held = stats.iter().map(|s| s["bursts"]).sum::<u64>();
-                assert!(
-                    left >= 1 && held == 0,
-                    "{}: the shim should leave the server's sockets to it: {err}",
-                    server.name
-                );
             }
         }
     }

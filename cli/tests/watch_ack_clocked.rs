@@ -119,51 +119,57 @@ fn clocked_and_not(backend: &str) {
     );
 }
 
-#[test]
-fn sampling_names_the_ack_clocked_client_and_not_its_nodelay_twin() {
-    let _one = exclusive();
-    clocked_and_not("sampling");
-}
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
 
-#[test]
-fn ebpf_names_the_ack_clocked_client_and_not_its_nodelay_twin() {
-    let _one = exclusive();
-    if !watch_ebpf_or_skip(NAGLESS) {
-        return;
+    #[test]
+    fn sampling_names_the_ack_clocked_client_and_not_its_nodelay_twin() {
+        let _one = exclusive();
+        clocked_and_not("sampling");
     }
-    clocked_and_not("ebpf");
-}
 
-#[test]
-fn a_classic_stall_stays_a_stall_under_both_backends() {
-    let _one = exclusive();
-    if !have_tool("wrk") {
-        return;
-    }
-    let ebpf = watch_ebpf_or_skip(NAGLESS);
-    let dir = www("clocked-stall");
-    let port = free_port();
-    let s = http_server(&dir, port, false);
-    let pid = s.0.id();
-    for backend in ["sampling", "ebpf"] {
-        if backend == "ebpf" && !ebpf {
-            continue;
+    #[test]
+    fn ebpf_names_the_ack_clocked_client_and_not_its_nodelay_twin() {
+        let _one = exclusive();
+        if !watch_ebpf_or_skip(NAGLESS) {
+            return;
         }
-        let mut w = watch_by(backend, Some(port), 120.0);
-        wait_ready(&mut w);
-        wrk(port, "/f.txt", 2);
-        let lines = end(w);
-        let summary = lines.last().unwrap();
-        let row = summary["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["pid"] == pid && r["serves"] == true)
-            .unwrap_or_else(|| panic!("{backend}: no row of the server: {summary}"));
-        assert_eq!(row["kind"], "stall", "{backend}: {row}");
-        assert!(row["stalls"].as_u64().unwrap() >= 10, "{backend}: {row}");
-        assert!(row["ack_clocked"].is_null(), "{backend}: {row}");
+        clocked_and_not("ebpf");
     }
-    drop(s);
-    let _ = std::fs::remove_dir_all(dir);
+
+    #[test]
+    fn a_classic_stall_stays_a_stall_under_both_backends() {
+        let _one = exclusive();
+        if !have_tool("wrk") {
+            return;
+        }
+        let ebpf = watch_ebpf_or_skip(NAGLESS);
+        let dir = www("clocked-stall");
+        let port = free_port();
+        let s = http_server(&dir, port, false);
+        let pid = s.0.id();
+        for backend in ["sampling", "ebpf"] {
+            if backend == "ebpf" && !ebpf {
+                continue;
+            }
+            let mut w = watch_by(backend, Some(port), 120.0);
+            wait_ready(&mut w);
+            wrk(port, "/f.txt", 2);
+            let lines = end(w);
+            let summary = lines.last().unwrap();
+            let row = summary["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["pid"] == pid && r["serves"] == true)
+                .unwrap_or_else(|| panic!("{backend}: no row of the server: {summary}"));
+            assert_eq!(row["kind"], "stall", "{backend}: {row}");
+            assert!(row["stalls"].as_u64().unwrap() >= 10, "{backend}: {row}");
+            assert!(row["ack_clocked"].is_null(), "{backend}: {row}");
+        }
+        drop(s);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -53,26 +53,6 @@ impl Drop for Netns {
     }
 }
 
-#[test]
-fn a_server_in_another_network_namespace_is_watched_named_and_outlives_its_namespace() {
-    if !root_or_skip("ip netns add") || !have_tool("wrk") || !have_tool_of("ip", "iproute2") {
-        return;
-    }
-    server_in_a_namespace("sampling");
-}
-
-#[test]
-fn ebpf_names_the_namespace_container_and_role_of_a_server_in_another_namespace() {
-    if !root_or_skip("ip netns add")
-        || !have_tool("wrk")
-        || !have_tool_of("ip", "iproute2")
-        || !watch_ebpf_or_skip(NAGLESS)
-    {
-        return;
-    }
-    server_in_a_namespace("ebpf");
-}
-
 /// A server in a network namespace of the test's stalls under wrk (in the same namespace)
 /// while `nagless watch --backend BACKEND` watches from outside; the server and the namespace
 /// go before the watch ends.
@@ -171,4 +151,30 @@ fn server_in_a_namespace(backend: &str) {
     assert!(row["cgroup"].as_str().unwrap().starts_with('/'), "{row}");
     assert!(row["stalls"].as_u64().unwrap() > 0, "{row}");
     // (The summary's count of namespaces is the last listing's: the test's is gone by then.)
+}
+
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
+
+    #[test]
+    fn a_server_in_another_network_namespace_is_watched_named_and_outlives_its_namespace() {
+        if !root_or_skip("ip netns add") || !have_tool("wrk") || !have_tool_of("ip", "iproute2") {
+            return;
+        }
+        server_in_a_namespace("sampling");
+    }
+
+    #[test]
+    fn ebpf_names_the_namespace_container_and_role_of_a_server_in_another_namespace() {
+        if !root_or_skip("ip netns add")
+            || !have_tool("wrk")
+            || !have_tool_of("ip", "iproute2")
+            || !watch_ebpf_or_skip(NAGLESS)
+        {
+            return;
+        }
+        server_in_a_namespace("ebpf");
+    }
 }

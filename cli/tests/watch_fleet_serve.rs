@@ -153,110 +153,118 @@ fn the_shipped_web_config_is_refused_until_filled_in() {
     assert!(said.contains("https://"), "{said}");
 }
 
-/// TLS and basic authentication by exporter-toolkit's web configuration file (issue 29,
-/// point 2): Debian's Prometheus scrapes over TLS with the right password, and gets nothing
-/// with a wrong one or over plain HTTP; a bad file is refused at start with exit 2.
-#[test]
-fn prometheus_scrapes_over_tls_with_a_password_and_not_without() {
-    let _one = exclusive();
-    if !have_tool("prometheus") {
-        return;
-    }
-    let tmp = TempDir::new("tls");
-    let dir = &tmp.0;
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-    std::fs::write(dir.join("watch.crt"), cert.cert.pem()).unwrap();
-    std::fs::write(dir.join("watch.key"), cert.key_pair.serialize_pem()).unwrap();
-    // Cost 4, bcrypt's lowest, keeps the test quick; deploy files say 10 or more.
-    let hash = bcrypt::hash("right horse", 4).unwrap();
-    std::fs::write(
-        dir.join("web.yml"),
-        format!(
-            "tls_server_config:\n  cert_file: watch.crt\n  key_file: watch.key\nbasic_auth_users:\n  prometheus: {hash}\n"
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("bad.yml"),
-        "basic_auth_users:\n  prometheus: plain\n",
-    )
-    .unwrap();
-    let out = Command::new(NAGLESS)
-        .args([
-            "watch",
-            "--duration",
-            "1s",
-            "--serve",
-            "127.0.0.1:0",
-            "--web-config",
-        ])
-        .arg(dir.join("bad.yml"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{said}");
-    assert!(
-        said.contains("bad.yml") && said.contains("not a bcrypt hash"),
-        "{said}"
-    );
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
 
-    let (metrics_port, prom_port) = (free_port(), free_port());
-    let job = |name: &str, scheme: &str, password: Option<&str>| {
-        let mut j = format!(
-            "  - job_name: {name}\n    scheme: {scheme}\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
-        );
-        if scheme == "https" {
-            j += &format!(
-                "    tls_config:\n      ca_file: {}\n      server_name: localhost\n",
-                dir.join("watch.crt").display()
-            );
+    /// TLS and basic authentication by exporter-toolkit's web configuration file (issue 29,
+    /// point 2): Debian's Prometheus scrapes over TLS with the right password, and gets nothing
+    /// with a wrong one or over plain HTTP; a bad file is refused at start with exit 2.
+    #[test]
+    fn prometheus_scrapes_over_tls_with_a_password_and_not_without() {
+        let _one = exclusive();
+        if !have_tool("prometheus") {
+            return;
         }
-        if let Some(p) = password {
-            j += &format!("    basic_auth:\n      username: prometheus\n      password: '{p}'\n");
-        }
-        j
-    };
-    let jobs = job("right", "https", Some("right horse"))
-        + &job("wrong", "https", Some("wrong horse"))
-        + &job("plain", "http", Some("right horse"));
-    let _prometheus = start_prometheus_with(dir, &jobs, prom_port);
-    let watch = Command::new(NAGLESS)
-        .args(["watch", "--refresh", "250ms", "--serve"])
-        .arg(format!("127.0.0.1:{metrics_port}"))
-        .arg("--web-config")
-        .arg(dir.join("web.yml"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
+        let tmp = TempDir::new("tls");
+        let dir = &tmp.0;
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        std::fs::write(dir.join("watch.crt"), cert.cert.pem()).unwrap();
+        std::fs::write(dir.join("watch.key"), cert.key_pair.serialize_pem()).unwrap();
+        // Cost 4, bcrypt's lowest, keeps the test quick; deploy files say 10 or more.
+        let hash = bcrypt::hash("right horse", 4).unwrap();
+        std::fs::write(
+            dir.join("web.yml"),
+            format!(
+                "tls_server_config:\n  cert_file: watch.crt\n  key_file: watch.key\nbasic_auth_users:\n  prometheus: {hash}\n"
+            ),
+        )
         .unwrap();
-    let mut watch = Started(watch);
-    wait_for_port(metrics_port);
-    let start = Instant::now();
-    let up = |job: &str| promql(prom_port, &format!(r#"up{{job="{job}"}}"#));
-    // Until each job has been scraped at least once (60 s at most).
-    while !["right", "wrong", "plain"].iter().all(|j| {
-        http_get(prom_port, "/-/ready").is_some_and(|(c, _)| c == 200) && !up(j).is_empty()
-    }) {
+        std::fs::write(
+            dir.join("bad.yml"),
+            "basic_auth_users:\n  prometheus: plain\n",
+        )
+        .unwrap();
+        let out = Command::new(NAGLESS)
+            .args([
+                "watch",
+                "--duration",
+                "1s",
+                "--serve",
+                "127.0.0.1:0",
+                "--web-config",
+            ])
+            .arg(dir.join("bad.yml"))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{said}");
         assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "Prometheus never scraped the three jobs"
+            said.contains("bad.yml") && said.contains("not a bcrypt hash"),
+            "{said}"
         );
-        std::thread::sleep(Duration::from_millis(300));
+
+        let (metrics_port, prom_port) = (free_port(), free_port());
+        let job = |name: &str, scheme: &str, password: Option<&str>| {
+            let mut j = format!(
+                "  - job_name: {name}\n    scheme: {scheme}\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n"
+            );
+            if scheme == "https" {
+                j += &format!(
+                    "    tls_config:\n      ca_file: {}\n      server_name: localhost\n",
+                    dir.join("watch.crt").display()
+                );
+            }
+            if let Some(p) = password {
+                j += &format!(
+                    "    basic_auth:\n      username: prometheus\n      password: '{p}'\n"
+                );
+            }
+            j
+        };
+        let jobs = job("right", "https", Some("right horse"))
+            + &job("wrong", "https", Some("wrong horse"))
+            + &job("plain", "http", Some("right horse"));
+        let _prometheus = start_prometheus_with(dir, &jobs, prom_port);
+        let watch = Command::new(NAGLESS)
+            .args(["watch", "--refresh", "250ms", "--serve"])
+            .arg(format!("127.0.0.1:{metrics_port}"))
+            .arg("--web-config")
+            .arg(dir.join("web.yml"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut watch = Started(watch);
+        wait_for_port(metrics_port);
+        let start = Instant::now();
+        let up = |job: &str| promql(prom_port, &format!(r#"up{{job="{job}"}}"#));
+        // Until each job has been scraped at least once (60 s at most).
+        while !["right", "wrong", "plain"].iter().all(|j| {
+            http_get(prom_port, "/-/ready").is_some_and(|(c, _)| c == 200) && !up(j).is_empty()
+        }) {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "Prometheus never scraped the three jobs"
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let right = up("right");
+        let wrong = up("wrong");
+        let plain = up("plain");
+        let info = promql(prom_port, r#"nagless_build_info{job="right"}"#);
+        sigterm(&watch.0);
+        let mut stderr = String::new();
+        let _ = watch.0.stderr.take().unwrap().read_to_string(&mut stderr);
+        assert_eq!(right.first().map(|(_, v)| *v), Some(1.0), "{right:?}");
+        assert_eq!(info.len(), 1, "{info:?}");
+        assert_eq!(wrong.first().map(|(_, v)| *v), Some(0.0), "{wrong:?}");
+        assert_eq!(plain.first().map(|(_, v)| *v), Some(0.0), "{plain:?}");
+        assert!(
+            stderr.contains("https://127.0.0.1:") && stderr.contains("basic authentication"),
+            "{stderr}"
+        );
     }
-    std::thread::sleep(Duration::from_secs(2));
-    let right = up("right");
-    let wrong = up("wrong");
-    let plain = up("plain");
-    let info = promql(prom_port, r#"nagless_build_info{job="right"}"#);
-    sigterm(&watch.0);
-    let mut stderr = String::new();
-    let _ = watch.0.stderr.take().unwrap().read_to_string(&mut stderr);
-    assert_eq!(right.first().map(|(_, v)| *v), Some(1.0), "{right:?}");
-    assert_eq!(info.len(), 1, "{info:?}");
-    assert_eq!(wrong.first().map(|(_, v)| *v), Some(0.0), "{wrong:?}");
-    assert_eq!(plain.first().map(|(_, v)| *v), Some(0.0), "{plain:?}");
-    assert!(
-        stderr.contains("https://127.0.0.1:") && stderr.contains("basic authentication"),
-        "{stderr}"
-    );
 }

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nagless_test_support::{
-    exclusive, fixed_port, free_port, have_tool, root_or_skip, wait_for_port, Started,
+    exclusive_on_host, fixed_port, free_port, have_tool, root_or_skip, wait_for_port, Started,
 };
 use watch_fleet_support::{
     deploy, http_server, promql, start_prometheus, wait_scraped, wrk, TempDir, NAGLESS,
@@ -85,94 +85,100 @@ fn nagless_watch_page() -> String {
     page
 }
 
-#[test]
-fn every_panel_returns_series_from_a_real_prometheus() {
-    let _one = exclusive();
-    if !have_tool("prometheus") || !have_tool("wrk") || !root_or_skip("nagless fix (BPF)") {
-        return;
-    }
-    let tmp = TempDir::new("grafana");
-    let dir = &tmp.0;
-    std::fs::create_dir_all(dir.join("www")).unwrap();
-    std::fs::write(dir.join("www/f.txt"), vec![b'x'; 2000]).unwrap();
-    let (stalling, other) = (fixed_port(), fixed_port());
-    let s1 = http_server(&dir.join("www"), stalling, false);
-    let s2 = http_server(&dir.join("www"), other, false);
-    // A fix in force on the other server before the watcher starts (it lists fixes every
-    // 10 s, the first time at its first refresh).
-    let mut fix = Started(
-        Command::new(NAGLESS)
-            .args([
-                "fix",
-                "--pid",
-                &s2.0.id().to_string(),
-                "--nodelay",
-                "--duration",
-                "2m",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    // The policy's node agent, with a rule on trial (its stall rate before it acts is
-    // published 5 s after it starts), on Prometheus's connections: the stalling server's are
-    // left to stall.
-    let policy = dir.join("policy.toml");
-    std::fs::write(
-        &policy,
-        "[[rule]]\nname = \"scrapes\"\nprogram = \"prometheus\"\nnodelay = true\nrevert_after = \"10s\"\n",
-    )
-    .unwrap();
-    let mut agent = Started(
-        Command::new(NAGLESS)
-            .args(["fix", "--policy"])
-            .arg(&policy)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(fix.0.try_wait().unwrap().is_none(), "nagless fix stopped");
-    assert!(
-        agent.0.try_wait().unwrap().is_none(),
-        "nagless fix --policy stopped"
-    );
-    let (metrics_port, prom_port) = (free_port(), free_port());
-    let prometheus = start_prometheus(dir, metrics_port, prom_port);
-    let watch = Started(
-        Command::new(NAGLESS)
-            .args(["watch", "--refresh", "250ms", "--serve"])
-            .arg(format!("127.0.0.1:{metrics_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for_port(metrics_port);
-    wait_scraped(prom_port);
-    wrk(stalling, 4).join().unwrap();
-    std::thread::sleep(Duration::from_millis(2500));
-    // The agent's rule has its rate before it acts by now (5 s after it started).
-    let mut empty = Vec::new();
-    for (title, expr) in queries() {
-        let q = expr
-            .replace("$__rate_interval", "1m")
-            .replace("$instance", ".*");
-        let got = promql(prom_port, &q);
-        if got.is_empty() {
-            empty.push(format!("{title}: {q}"));
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
+
+    #[test]
+    fn every_panel_returns_series_from_a_real_prometheus() {
+        let _one = exclusive_on_host("fixes");
+        if !have_tool("prometheus") || !have_tool("wrk") || !root_or_skip("nagless fix (BPF)") {
+            return;
         }
+        let tmp = TempDir::new("grafana");
+        let dir = &tmp.0;
+        std::fs::create_dir_all(dir.join("www")).unwrap();
+        std::fs::write(dir.join("www/f.txt"), vec![b'x'; 2000]).unwrap();
+        let (stalling, other) = (fixed_port(), fixed_port());
+        let s1 = http_server(&dir.join("www"), stalling, false);
+        let s2 = http_server(&dir.join("www"), other, false);
+        // A fix in force on the other server before the watcher starts (it lists fixes every
+        // 10 s, the first time at its first refresh).
+        let mut fix = Started(
+            Command::new(NAGLESS)
+                .args([
+                    "fix",
+                    "--pid",
+                    &s2.0.id().to_string(),
+                    "--nodelay",
+                    "--duration",
+                    "2m",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        // The policy's node agent, with a rule on trial (its stall rate before it acts is
+        // published 5 s after it starts), on Prometheus's connections: the stalling server's are
+        // left to stall.
+        let policy = dir.join("policy.toml");
+        std::fs::write(
+            &policy,
+            "[[rule]]\nname = \"scrapes\"\nprogram = \"prometheus\"\nnodelay = true\nrevert_after = \"10s\"\n",
+        )
+        .unwrap();
+        let mut agent = Started(
+            Command::new(NAGLESS)
+                .args(["fix", "--policy"])
+                .arg(&policy)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(fix.0.try_wait().unwrap().is_none(), "nagless fix stopped");
+        assert!(
+            agent.0.try_wait().unwrap().is_none(),
+            "nagless fix --policy stopped"
+        );
+        let (metrics_port, prom_port) = (free_port(), free_port());
+        let prometheus = start_prometheus(dir, metrics_port, prom_port);
+        let watch = Started(
+            Command::new(NAGLESS)
+                .args(["watch", "--refresh", "250ms", "--serve"])
+                .arg(format!("127.0.0.1:{metrics_port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for_port(metrics_port);
+        wait_scraped(prom_port);
+        wrk(stalling, 4).join().unwrap();
+        std::thread::sleep(Duration::from_millis(2500));
+        // The agent's rule has its rate before it acts by now (5 s after it started).
+        let mut empty = Vec::new();
+        for (title, expr) in queries() {
+            let q = expr
+                .replace("$__rate_interval", "1m")
+                .replace("$instance", ".*");
+            let got = promql(prom_port, &q);
+            if got.is_empty() {
+                empty.push(format!("{title}: {q}"));
+            }
+        }
+        // Stopped cleanly, so that it leaves no journal for the next agent.
+        // SAFETY: kill(2) on the pid of a child this test started and has not waited for.
+        unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
+        let _ = nagless_test_support::wait_at_most(&mut agent.0, Duration::from_secs(20));
+        drop((watch, prometheus, fix, agent, s1, s2));
+        assert!(
+            empty.is_empty(),
+            "panels with no series:\n{}",
+            empty.join("\n")
+        );
     }
-    // Stopped cleanly, so that it leaves no journal for the next agent.
-    // SAFETY: kill(2) on the pid of a child this test started and has not waited for.
-    unsafe { libc::kill(agent.0.id() as i32, libc::SIGTERM) };
-    let _ = nagless_test_support::wait_at_most(&mut agent.0, Duration::from_secs(20));
-    drop((watch, prometheus, fix, agent, s1, s2));
-    assert!(
-        empty.is_empty(),
-        "panels with no series:\n{}",
-        empty.join("\n")
-    );
 }

@@ -361,65 +361,71 @@ fn check_once(
     Some((failures, late))
 }
 
-#[test]
-fn each_cause_is_given_its_time_at_either_end() {
-    let _one = nagless_test_support::exclusive();
-    let spec = PathSpec {
-        rtt: Duration::from_millis(10),
-        ..PathSpec::default()
-    };
-    let made_here = [
-        "think (server)",
-        "idle (client)",
-        "Nagle stall (client)",
-        "sender's hold (server)",
-        "the receiver (zero and receive window)",
-        "loss recovery (client)",
-        "loss recovery (server)",
-        "ACK-clocked (client)",
-        "round trip",
-    ];
-    check(spec, &made_here, |p| {
-        vec![
-            think(p, 7101),
-            idle(p, 7102),
-            stall(p, 7103),
-            hold(p, 7104),
-            receiver(p, 7105),
-            loss(p, 7106),
-            clocked(p, 7107),
-        ]
-    });
-}
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
 
-#[test]
-fn the_path_s_rate_is_transfer_at_either_end() {
-    let _one = nagless_test_support::exclusive();
-    // 4 Mbit/s, and a queue that never drops (no loss to recover from).
-    let spec = PathSpec {
-        rtt: Duration::from_millis(10),
-        rate_bps: Some(4_000_000),
-        queue_bytes: Some(1 << 20),
-        ..PathSpec::default()
-    };
-    // (At the sender's end the round trip is measured from its handshake, 11.4 ms here: the
-    // forwarder's first packets, 1.5 ms an exchange more than the path's 10; precision
-    // 0.90-0.93 by time.)
-    check(spec, &["transfer", "round trip"], |p| {
-        vec![transfer(p, 7111)]
-    });
-}
+    #[test]
+    fn each_cause_is_given_its_time_at_either_end() {
+        let _one = nagless_test_support::exclusive();
+        let spec = PathSpec {
+            rtt: Duration::from_millis(10),
+            ..PathSpec::default()
+        };
+        let made_here = [
+            "think (server)",
+            "idle (client)",
+            "Nagle stall (client)",
+            "sender's hold (server)",
+            "the receiver (zero and receive window)",
+            "loss recovery (client)",
+            "loss recovery (server)",
+            "ACK-clocked (client)",
+            "round trip",
+        ];
+        check(spec, &made_here, |p| {
+            vec![
+                think(p, 7101),
+                idle(p, 7102),
+                stall(p, 7103),
+                hold(p, 7104),
+                receiver(p, 7105),
+                loss(p, 7106),
+                clocked(p, 7107),
+            ]
+        });
+    }
 
-#[test]
-fn slow_start_is_the_congestion_window_at_either_end() {
-    let _one = nagless_test_support::exclusive();
-    let spec = PathSpec {
-        rtt: Duration::from_millis(50),
-        ..PathSpec::default()
-    };
-    check(
-        spec,
-        &["congestion window (server)", "idle (client)", "round trip"],
-        |p| vec![window(p, 7121)],
-    );
+    #[test]
+    fn the_path_s_rate_is_transfer_at_either_end() {
+        let _one = nagless_test_support::exclusive();
+        // 4 Mbit/s, and a queue that never drops (no loss to recover from).
+        let spec = PathSpec {
+            rtt: Duration::from_millis(10),
+            rate_bps: Some(4_000_000),
+            queue_bytes: Some(1 << 20),
+            ..PathSpec::default()
+        };
+        // (At the sender's end the round trip is measured from its handshake, 11.4 ms here: the
+        // forwarder's first packets, 1.5 ms an exchange more than the path's 10; precision
+        // 0.90-0.93 by time.)
+        check(spec, &["transfer", "round trip"], |p| {
+            vec![transfer(p, 7111)]
+        });
+    }
+
+    #[test]
+    fn slow_start_is_the_congestion_window_at_either_end() {
+        let _one = nagless_test_support::exclusive();
+        let spec = PathSpec {
+            rtt: Duration::from_millis(50),
+            ..PathSpec::default()
+        };
+        check(
+            spec,
+            &["congestion window (server)", "idle (client)", "round trip"],
+            |p| vec![window(p, 7121)],
+        );
+    }
 }

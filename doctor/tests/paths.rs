@@ -538,53 +538,59 @@ fn nagle_scenarios(p: &EmulatedPath) -> Vec<Expect> {
     ]
 }
 
-#[test]
-fn both_ends_of_a_10_ms_path() {
-    both_ends(
-        PathSpec {
-            rtt: Duration::from_millis(10),
-            ..PathSpec::default()
-        },
-        nagle_scenarios,
-    );
-}
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
 
-#[test]
-fn both_ends_of_a_50_ms_path() {
-    both_ends(
-        PathSpec {
-            rtt: Duration::from_millis(50),
-            ..PathSpec::default()
-        },
-        |p| {
-            let mut v = nagle_scenarios(p);
-            v.push(keepalives(p, 7007));
-            v
-        },
-    );
-}
+    #[test]
+    fn both_ends_of_a_10_ms_path() {
+        both_ends(
+            PathSpec {
+                rtt: Duration::from_millis(10),
+                ..PathSpec::default()
+            },
+            nagle_scenarios,
+        );
+    }
 
-#[test]
-fn both_ends_of_a_lossy_path() {
-    both_ends(
-        PathSpec {
-            rtt: Duration::from_millis(10),
-            loss: 0.03,
-            seed: 7,
-            ..PathSpec::default()
-        },
-        |p| vec![lossy(p, 7010)],
-    );
-}
+    #[test]
+    fn both_ends_of_a_50_ms_path() {
+        both_ends(
+            PathSpec {
+                rtt: Duration::from_millis(50),
+                ..PathSpec::default()
+            },
+            |p| {
+                let mut v = nagle_scenarios(p);
+                v.push(keepalives(p, 7007));
+                v
+            },
+        );
+    }
 
-#[test]
-fn both_ends_of_a_control_channel_whose_acks_are_messages() {
-    both_ends(
-        PathSpec {
-            rtt: Duration::from_millis(10),
-            server_ack_delay: Some(Duration::from_millis(200)),
-            ..PathSpec::default()
-        },
-        |p| vec![crossing_messages(p, 7020, 12)],
-    );
+    #[test]
+    fn both_ends_of_a_lossy_path() {
+        both_ends(
+            PathSpec {
+                rtt: Duration::from_millis(10),
+                loss: 0.03,
+                seed: 7,
+                ..PathSpec::default()
+            },
+            |p| vec![lossy(p, 7010)],
+        );
+    }
+
+    #[test]
+    fn both_ends_of_a_control_channel_whose_acks_are_messages() {
+        both_ends(
+            PathSpec {
+                rtt: Duration::from_millis(10),
+                server_ack_delay: Some(Duration::from_millis(200)),
+                ..PathSpec::default()
+            },
+            |p| vec![crossing_messages(p, 7020, 12)],
+        );
+    }
 }

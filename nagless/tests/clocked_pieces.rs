@@ -59,70 +59,76 @@ fn check(answer: &[u8; ANSWER], seq: u64) {
     assert!(answer[8..].iter().all(|&b| b == b'a'), "bytes intact");
 }
 
-#[test]
-fn std_clocked_requests_in_pieces_never_wait_for_a_delayed_ack() {
-    let (addr, server) = server();
-    let tcp = std::net::TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    // The answers are read from a clone of the socket, as a multiplexed client's reader
-    // thread reads them: the stream never sees a read that would wait.
-    let mut answers = tcp.try_clone().unwrap();
-    let mut s = nagless::NaglessStream::with_policy(tcp, FlushPolicy::clocked()).unwrap();
-    let mut waits = Vec::new();
-    let mut answer = [0u8; ANSWER];
-    for seq in 0..ROUNDS {
-        let start = Instant::now();
-        s.write_all(&header(seq)).unwrap();
-        s.write_all(&[b'b'; BODY / 2]).unwrap();
-        s.write_all(&[b'b'; BODY / 2]).unwrap();
-        s.flush().unwrap();
-        answers.read_exact(&mut answer).unwrap();
-        waits.push(start.elapsed());
-        check(&answer, seq);
-    }
-    let middle = median(waits);
-    assert!(middle < STALL, "the median request waited {middle:?}");
-    assert!(s.stats().clock_checks > 0, "clocked: {:?}", s.stats());
-    drop((s, answers));
-    server.join().unwrap();
-}
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
 
-#[cfg(feature = "tokio")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokio_clocked_requests_in_pieces_never_wait_for_a_delayed_ack() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let (addr, server) = server();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let s =
-        nagless::tokio_adapter::NaglessStream::with_policy(tcp, FlushPolicy::clocked()).unwrap();
-    // A reader task and a writer, as a multiplexed client has them.
-    let (mut rd, mut wr) = s.into_split();
-    let mut waits = Vec::new();
-    let mut answer = [0u8; ANSWER];
-    for seq in 0..ROUNDS {
-        let start = Instant::now();
-        wr.write_all(&header(seq)).await.unwrap();
-        wr.write_all(&[b'b'; BODY / 2]).await.unwrap();
-        wr.write_all(&[b'b'; BODY / 2]).await.unwrap();
-        wr.flush().await.unwrap();
-        tokio::time::timeout(Duration::from_secs(20), rd.read_exact(&mut answer))
-            .await
-            .expect("every request answered")
-            .unwrap();
-        waits.push(start.elapsed());
-        check(&answer, seq);
+    #[test]
+    fn std_clocked_requests_in_pieces_never_wait_for_a_delayed_ack() {
+        let (addr, server) = server();
+        let tcp = std::net::TcpStream::connect(addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // The answers are read from a clone of the socket, as a multiplexed client's reader
+        // thread reads them: the stream never sees a read that would wait.
+        let mut answers = tcp.try_clone().unwrap();
+        let mut s = nagless::NaglessStream::with_policy(tcp, FlushPolicy::clocked()).unwrap();
+        let mut waits = Vec::new();
+        let mut answer = [0u8; ANSWER];
+        for seq in 0..ROUNDS {
+            let start = Instant::now();
+            s.write_all(&header(seq)).unwrap();
+            s.write_all(&[b'b'; BODY / 2]).unwrap();
+            s.write_all(&[b'b'; BODY / 2]).unwrap();
+            s.flush().unwrap();
+            answers.read_exact(&mut answer).unwrap();
+            waits.push(start.elapsed());
+            check(&answer, seq);
+        }
+        let middle = median(waits);
+        assert!(middle < STALL, "the median request waited {middle:?}");
+        assert!(s.stats().clock_checks > 0, "clocked: {:?}", s.stats());
+        drop((s, answers));
+        server.join().unwrap();
     }
-    let middle = median(waits);
-    assert!(middle < STALL, "the median request waited {middle:?}");
-    assert!(wr.stats().clock_checks > 0, "clocked: {:?}", wr.stats());
-    // Each request one segment (its answer came before the next, so nothing was in flight
-    // at its flush), where its three writes would be three under `TCP_NODELAY`: the tokio
-    // stream keeps a batch until its `poll_flush`.
-    let segs = u64::from(wr.tcp_info().unwrap().data_segs_out.unwrap_or(0));
-    assert!(
-        segs <= ROUNDS + ROUNDS / 4,
-        "{segs} data segments for {ROUNDS} requests"
-    );
-    drop((rd, wr));
-    server.join().unwrap();
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokio_clocked_requests_in_pieces_never_wait_for_a_delayed_ack() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (addr, server) = server();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let s = nagless::tokio_adapter::NaglessStream::with_policy(tcp, FlushPolicy::clocked())
+            .unwrap();
+        // A reader task and a writer, as a multiplexed client has them.
+        let (mut rd, mut wr) = s.into_split();
+        let mut waits = Vec::new();
+        let mut answer = [0u8; ANSWER];
+        for seq in 0..ROUNDS {
+            let start = Instant::now();
+            wr.write_all(&header(seq)).await.unwrap();
+            wr.write_all(&[b'b'; BODY / 2]).await.unwrap();
+            wr.write_all(&[b'b'; BODY / 2]).await.unwrap();
+            wr.flush().await.unwrap();
+            tokio::time::timeout(Duration::from_secs(20), rd.read_exact(&mut answer))
+                .await
+                .expect("every request answered")
+                .unwrap();
+            waits.push(start.elapsed());
+            check(&answer, seq);
+        }
+        let middle = median(waits);
+        assert!(middle < STALL, "the median request waited {middle:?}");
+        assert!(wr.stats().clock_checks > 0, "clocked: {:?}", wr.stats());
+        // Each request one segment (its answer came before the next, so nothing was in flight
+        // at its flush), where its three writes would be three under `TCP_NODELAY`: the tokio
+        // stream keeps a batch until its `poll_flush`.
+        let segs = u64::from(wr.tcp_info().unwrap().data_segs_out.unwrap_or(0));
+        assert!(
+            segs <= ROUNDS + ROUNDS / 4,
+            "{segs} data segments for {ROUNDS} requests"
+        );
+        drop((rd, wr));
+        server.join().unwrap();
+    }
 }

@@ -101,32 +101,6 @@ async fn tokio_clocked_writes_reach_the_kernel_at_once_and_in_order() {
     server.join().unwrap();
 }
 
-/// One request in flight at a time: each write finds nothing unacknowledged and must leave
-/// at once, never waiting for the peer's delayed ACK.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tokio_clocked_with_nothing_in_flight_no_request_waits_for_a_timer() {
-    let (addr, server) = echo_server();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut s = NaglessStream::with_policy(tcp, FlushPolicy::clocked()).unwrap();
-    let mut waits = Vec::new();
-    let mut answer = [0u8; SIZE];
-    for seq in 0..100 {
-        let start = Instant::now();
-        s.write_all(&request(seq)).await.unwrap();
-        tokio::time::timeout(LIMIT, s.read_exact(&mut answer))
-            .await
-            .unwrap()
-            .unwrap();
-        waits.push(start.elapsed());
-        assert_eq!(answer, request(seq));
-    }
-    let middle = median(waits);
-    assert!(middle < STALL, "the median request waited {middle:?}");
-    assert!(s.stats().clock_checks > 0, "{:?}", s.stats());
-    drop(s);
-    server.join().unwrap();
-}
-
 #[cfg(feature = "tls")]
 mod tls_support;
 
@@ -157,86 +131,124 @@ mod tls {
         median(waits)
     }
 
-    /// The std TLS stream answers in three writes under `clocked`: each is sealed and handed
-    /// to the kernel at once, and the turn to read sends what the kernel held.
-    #[test]
-    fn std_tls_clocked_answers_leave_without_waiting() {
-        let pki = pki();
-        let (l, addr) = tls_support::listen();
-        let c = std::thread::spawn({
-            let cfg = pki.client.clone();
-            move || client(addr, cfg)
-        });
-        let (tcp, _) = l.accept().unwrap();
-        let conn = rustls::ServerConnection::new(pki.server).unwrap();
-        let mut tls =
-            nagless::tls::TlsStream::with_policy(conn, tcp, FlushPolicy::clocked()).unwrap();
-        let mut req = [0u8; 4];
-        loop {
-            match tls.read(&mut req) {
-                Ok(0) => break,
-                Ok(n) => assert_eq!(n, 4),
-                Err(e) => panic!("server read: {e}"),
-            }
-            for part in ANSWER {
-                tls.write_all(part).unwrap();
-                assert_eq!(tls.pending(), 0, "no plaintext waits in the stream");
-            }
-        }
-        let middle = c.join().unwrap();
-        assert!(middle < STALL, "the median answer waited {middle:?}");
-        let stats = tls.stats().clone();
-        assert!(
-            stats.clock_checks > 0,
-            "the hand-over was clocked: {stats:?}"
-        );
-        eprintln!(
-            "std tls clocked: median answer {middle:?}, {} held for an ACK, {} pushes",
-            stats.held_for_ack, stats.pushes
-        );
-    }
+    /// Tests that run alone (docs/testing.md).
+    mod alone {
+        use super::*;
 
-    /// The tokio TLS stream, likewise.
+        /// The std TLS stream answers in three writes under `clocked`: each is sealed and handed
+        /// to the kernel at once, and the turn to read sends what the kernel held.
+        #[test]
+        fn std_tls_clocked_answers_leave_without_waiting() {
+            let pki = pki();
+            let (l, addr) = tls_support::listen();
+            let c = std::thread::spawn({
+                let cfg = pki.client.clone();
+                move || client(addr, cfg)
+            });
+            let (tcp, _) = l.accept().unwrap();
+            let conn = rustls::ServerConnection::new(pki.server).unwrap();
+            let mut tls =
+                nagless::tls::TlsStream::with_policy(conn, tcp, FlushPolicy::clocked()).unwrap();
+            let mut req = [0u8; 4];
+            loop {
+                match tls.read(&mut req) {
+                    Ok(0) => break,
+                    Ok(n) => assert_eq!(n, 4),
+                    Err(e) => panic!("server read: {e}"),
+                }
+                for part in ANSWER {
+                    tls.write_all(part).unwrap();
+                    assert_eq!(tls.pending(), 0, "no plaintext waits in the stream");
+                }
+            }
+            let middle = c.join().unwrap();
+            assert!(middle < STALL, "the median answer waited {middle:?}");
+            let stats = tls.stats().clone();
+            assert!(
+                stats.clock_checks > 0,
+                "the hand-over was clocked: {stats:?}"
+            );
+            eprintln!(
+                "std tls clocked: median answer {middle:?}, {} held for an ACK, {} pushes",
+                stats.held_for_ack, stats.pushes
+            );
+        }
+
+        /// The tokio TLS stream, likewise.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn tokio_tls_clocked_answers_leave_without_waiting() {
+            let pki = pki();
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let c = std::thread::spawn({
+                let cfg = pki.client.clone();
+                move || client(addr, cfg)
+            });
+            let (tcp, _) = l.accept().await.unwrap();
+            let conn = rustls::ServerConnection::new(pki.server).unwrap();
+            let mut tls =
+                nagless::tokio_tls::TlsStream::from_socket(conn, tcp, FlushPolicy::clocked())
+                    .unwrap();
+            let mut req = [0u8; 4];
+            loop {
+                match tokio::time::timeout(LIMIT, tls.read(&mut req))
+                    .await
+                    .unwrap()
+                {
+                    Ok(0) => break,
+                    Ok(n) => assert_eq!(n, 4),
+                    Err(e) => panic!("server read: {e}"),
+                }
+                for part in ANSWER {
+                    tls.write_all(part).await.unwrap();
+                    assert_eq!(tls.pending(), 0, "no plaintext waits in the stream");
+                }
+            }
+            let middle = tokio::task::spawn_blocking(move || c.join().unwrap())
+                .await
+                .unwrap();
+            assert!(middle < STALL, "the median answer waited {middle:?}");
+            let stats = tls.stats();
+            assert!(
+                stats.clock_checks > 0,
+                "the hand-over was clocked: {stats:?}"
+            );
+            eprintln!(
+                "tokio tls clocked: median answer {middle:?}, {} held for an ACK, {} pushes",
+                stats.held_for_ack, stats.pushes
+            );
+        }
+    }
+}
+
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
+
+    /// One request in flight at a time: each write finds nothing unacknowledged and must leave
+    /// at once, never waiting for the peer's delayed ACK.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn tokio_tls_clocked_answers_leave_without_waiting() {
-        let pki = pki();
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let c = std::thread::spawn({
-            let cfg = pki.client.clone();
-            move || client(addr, cfg)
-        });
-        let (tcp, _) = l.accept().await.unwrap();
-        let conn = rustls::ServerConnection::new(pki.server).unwrap();
-        let mut tls =
-            nagless::tokio_tls::TlsStream::from_socket(conn, tcp, FlushPolicy::clocked()).unwrap();
-        let mut req = [0u8; 4];
-        loop {
-            match tokio::time::timeout(LIMIT, tls.read(&mut req))
+    async fn tokio_clocked_with_nothing_in_flight_no_request_waits_for_a_timer() {
+        let (addr, server) = echo_server();
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut s = NaglessStream::with_policy(tcp, FlushPolicy::clocked()).unwrap();
+        let mut waits = Vec::new();
+        let mut answer = [0u8; SIZE];
+        for seq in 0..100 {
+            let start = Instant::now();
+            s.write_all(&request(seq)).await.unwrap();
+            tokio::time::timeout(LIMIT, s.read_exact(&mut answer))
                 .await
                 .unwrap()
-            {
-                Ok(0) => break,
-                Ok(n) => assert_eq!(n, 4),
-                Err(e) => panic!("server read: {e}"),
-            }
-            for part in ANSWER {
-                tls.write_all(part).await.unwrap();
-                assert_eq!(tls.pending(), 0, "no plaintext waits in the stream");
-            }
+                .unwrap();
+            waits.push(start.elapsed());
+            assert_eq!(answer, request(seq));
         }
-        let middle = tokio::task::spawn_blocking(move || c.join().unwrap())
-            .await
-            .unwrap();
-        assert!(middle < STALL, "the median answer waited {middle:?}");
-        let stats = tls.stats();
-        assert!(
-            stats.clock_checks > 0,
-            "the hand-over was clocked: {stats:?}"
-        );
-        eprintln!(
-            "tokio tls clocked: median answer {middle:?}, {} held for an ACK, {} pushes",
-            stats.held_for_ack, stats.pushes
-        );
+        let middle = median(waits);
+        assert!(middle < STALL, "the median request waited {middle:?}");
+        assert!(s.stats().clock_checks > 0, "{:?}", s.stats());
+        drop(s);
+        server.join().unwrap();
     }
 }

@@ -67,113 +67,6 @@ fn wwr_timed(client: &mut (impl Read + Write), rounds: usize) -> (Vec<Duration>,
 }
 
 #[test]
-fn plain_stream_shows_the_write_write_read_stall() {
-    let (addr, server) = reply_server(ROUNDS);
-    let mut client = TcpStream::connect(addr).unwrap();
-    let times = wwr_rounds(&mut client, ROUNDS);
-    server.join().unwrap();
-    let stalled = times
-        .iter()
-        .filter(|d| **d >= Duration::from_millis(30))
-        .count();
-    // Proof the test can see the stall: most rounds wait for the delayed ACK.
-    assert!(
-        stalled >= ROUNDS / 2,
-        "only {stalled}/{ROUNDS} rounds stalled: {times:?}"
-    );
-}
-
-#[test]
-fn nagless_stream_never_stalls_and_sends_one_segment_per_request() {
-    let (addr, server) = reply_server(ROUNDS);
-    let mut client = NaglessStream::connect(addr).unwrap();
-    #[cfg(target_os = "linux")]
-    let before = data_segs_out(client.get_ref());
-    let (times, writing) = wwr_timed(&mut client, ROUNDS);
-    #[cfg(target_os = "linux")]
-    let segs = data_segs_out(client.get_ref()) - before;
-    server.join().unwrap();
-    rounds::assert_no_stall(&times);
-    let st = client.stats();
-    // One segment per request; a round where the thread was descheduled for longer than the
-    // linger bound between its two writes legitimately sends the first one alone.
-    let lingered = st.flushes_for(nagless::FlushReason::Linger) as usize;
-    // A linger flush is a thread descheduled mid-burst: a few on a busy machine.
-    rounds::assert_lingers_fit(lingered, &writing, nagless::DEFAULT_LINGER);
-    // A linger flush at the second write sends the first alone; one at the read (the
-    // thread descheduled before it) sends both together.
-    let sends = ROUNDS..=ROUNDS + lingered;
-    #[cfg(target_os = "linux")]
-    assert!(
-        sends.contains(&(segs as usize)),
-        "{segs} data segments for {ROUNDS} requests, {lingered} linger flushes"
-    );
-    let gathered = (st.syscalls - st.input_checks - st.segment_checks) as usize;
-    assert!(
-        sends.contains(&gathered),
-        "{gathered} gathered sends (sendmsg, WSASend) for {ROUNDS} requests, {lingered} linger flushes"
-    );
-    assert_eq!(
-        st.input_checks as usize, ROUNDS,
-        "one input check before each waiting read"
-    );
-    assert_eq!(
-        st.segment_checks, 1,
-        "one segment-size query, when the stream was made"
-    );
-}
-
-/// 255 small messages, then a read: at most ceil(bytes / MSS) + 1 data segments.
-#[cfg(target_os = "linux")]
-#[test]
-fn burst_of_255_messages_packs_into_full_segments() {
-    let msg = [0x55u8; 45]; // the size of a one-prefix BGP UPDATE
-    let total = msg.len() * 255;
-    let run = |nagless: bool| -> (u32, u32) {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let server = thread::spawn(move || {
-            let (mut s, _) = listener.accept().unwrap();
-            let mut buf = vec![0u8; total];
-            s.read_exact(&mut buf).unwrap();
-            s.write_all(b"k").unwrap();
-        });
-        let tcp = TcpStream::connect(addr).unwrap();
-        let before = data_segs_out(&tcp);
-        let (segs, mss) = if nagless {
-            let mut s = NaglessStream::new(tcp).unwrap();
-            for _ in 0..255 {
-                s.write_all(&msg).unwrap();
-            }
-            let mut k = [0u8; 1];
-            s.read_exact(&mut k).unwrap();
-            let info = s.tcp_info().unwrap();
-            (info.data_segs_out.unwrap() - before, info.snd_mss)
-        } else {
-            let mut s = tcp;
-            s.set_nodelay(true).unwrap();
-            for _ in 0..255 {
-                s.write_all(&msg).unwrap();
-            }
-            let mut k = [0u8; 1];
-            s.read_exact(&mut k).unwrap();
-            let info = TcpInfo::of(&s).unwrap();
-            (info.data_segs_out.unwrap() - before, info.snd_mss)
-        };
-        server.join().unwrap();
-        (segs, mss)
-    };
-    let (nagless_segs, mss) = run(true);
-    let (nodelay_segs, _) = run(false);
-    let bound = total.div_ceil(mss as usize) + 1;
-    eprintln!(
-        "255 x 45 B: nagless {nagless_segs} segments (bound {bound}), NODELAY alone {nodelay_segs}"
-    );
-    assert!(nagless_segs as usize <= bound, "{nagless_segs} > {bound}");
-    assert!(nodelay_segs > nagless_segs);
-}
-
-#[test]
 fn drop_flushes_pending_output() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -489,4 +382,117 @@ fn flushes_are_counted_by_what_started_them() {
     let mut got = Vec::new();
     peer.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"onetwo");
+}
+
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
+
+    #[test]
+    fn plain_stream_shows_the_write_write_read_stall() {
+        let (addr, server) = reply_server(ROUNDS);
+        let mut client = TcpStream::connect(addr).unwrap();
+        let times = wwr_rounds(&mut client, ROUNDS);
+        server.join().unwrap();
+        let stalled = times
+            .iter()
+            .filter(|d| **d >= Duration::from_millis(30))
+            .count();
+        // Proof the test can see the stall: most rounds wait for the delayed ACK.
+        assert!(
+            stalled >= ROUNDS / 2,
+            "only {stalled}/{ROUNDS} rounds stalled: {times:?}"
+        );
+    }
+
+    #[test]
+    fn nagless_stream_never_stalls_and_sends_one_segment_per_request() {
+        let (addr, server) = reply_server(ROUNDS);
+        let mut client = NaglessStream::connect(addr).unwrap();
+        #[cfg(target_os = "linux")]
+        let before = data_segs_out(client.get_ref());
+        let (times, writing) = wwr_timed(&mut client, ROUNDS);
+        #[cfg(target_os = "linux")]
+        let segs = data_segs_out(client.get_ref()) - before;
+        server.join().unwrap();
+        rounds::assert_no_stall(&times);
+        let st = client.stats();
+        // One segment per request; a round where the thread was descheduled for longer than the
+        // linger bound between its two writes legitimately sends the first one alone.
+        let lingered = st.flushes_for(nagless::FlushReason::Linger) as usize;
+        // A linger flush is a thread descheduled mid-burst: a few on a busy machine.
+        rounds::assert_lingers_fit(lingered, &writing, nagless::DEFAULT_LINGER);
+        // A linger flush at the second write sends the first alone; one at the read (the
+        // thread descheduled before it) sends both together.
+        let sends = ROUNDS..=ROUNDS + lingered;
+        #[cfg(target_os = "linux")]
+        assert!(
+            sends.contains(&(segs as usize)),
+            "{segs} data segments for {ROUNDS} requests, {lingered} linger flushes"
+        );
+        let gathered = (st.syscalls - st.input_checks - st.segment_checks) as usize;
+        assert!(
+            sends.contains(&gathered),
+            "{gathered} gathered sends (sendmsg, WSASend) for {ROUNDS} requests, {lingered} linger flushes"
+        );
+        assert_eq!(
+            st.input_checks as usize, ROUNDS,
+            "one input check before each waiting read"
+        );
+        assert_eq!(
+            st.segment_checks, 1,
+            "one segment-size query, when the stream was made"
+        );
+    }
+
+    /// 255 small messages, then a read: at most ceil(bytes / MSS) + 1 data segments.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn burst_of_255_messages_packs_into_full_segments() {
+        let msg = [0x55u8; 45]; // the size of a one-prefix BGP UPDATE
+        let total = msg.len() * 255;
+        let run = |nagless: bool| -> (u32, u32) {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = thread::spawn(move || {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut buf = vec![0u8; total];
+                s.read_exact(&mut buf).unwrap();
+                s.write_all(b"k").unwrap();
+            });
+            let tcp = TcpStream::connect(addr).unwrap();
+            let before = data_segs_out(&tcp);
+            let (segs, mss) = if nagless {
+                let mut s = NaglessStream::new(tcp).unwrap();
+                for _ in 0..255 {
+                    s.write_all(&msg).unwrap();
+                }
+                let mut k = [0u8; 1];
+                s.read_exact(&mut k).unwrap();
+                let info = s.tcp_info().unwrap();
+                (info.data_segs_out.unwrap() - before, info.snd_mss)
+            } else {
+                let mut s = tcp;
+                s.set_nodelay(true).unwrap();
+                for _ in 0..255 {
+                    s.write_all(&msg).unwrap();
+                }
+                let mut k = [0u8; 1];
+                s.read_exact(&mut k).unwrap();
+                let info = TcpInfo::of(&s).unwrap();
+                (info.data_segs_out.unwrap() - before, info.snd_mss)
+            };
+            server.join().unwrap();
+            (segs, mss)
+        };
+        let (nagless_segs, mss) = run(true);
+        let (nodelay_segs, _) = run(false);
+        let bound = total.div_ceil(mss as usize) + 1;
+        eprintln!(
+            "255 x 45 B: nagless {nagless_segs} segments (bound {bound}), NODELAY alone {nodelay_segs}"
+        );
+        assert!(nagless_segs as usize <= bound, "{nagless_segs} > {bound}");
+        assert!(nodelay_segs > nagless_segs);
+    }
 }

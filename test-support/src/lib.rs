@@ -157,6 +157,46 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A lock over the whole host for `what`, held until dropped: for tests whose resource is the
+/// host's, not their binary's, when test binaries run together (`scripts/test`). `"fixes"`:
+/// the fixes in force (a fix of a process in the root cgroup covers every cgroup under it, so
+/// another binary's fix of one is refused). A file lock in the temporary directory; elsewhere
+/// than Unix, nothing.
+pub fn host_wide(what: &str) -> HostWide {
+    let path = std::env::temp_dir().join(format!("nagless-tests-{what}.lock"));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this function owns; it blocks until granted, and the
+        // lock goes with the file when the guard drops.
+        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            let e = std::io::Error::last_os_error();
+            assert_eq!(
+                e.kind(),
+                std::io::ErrorKind::Interrupted,
+                "flock {}: {e}",
+                path.display()
+            );
+        }
+    }
+    HostWide(file)
+}
+
+/// Held by [`host_wide`].
+pub struct HostWide(#[allow(dead_code)] std::fs::File);
+
+/// [`exclusive`], then [`host_wide`]`(what)` (always in that order).
+pub fn exclusive_on_host(what: &str) -> (MutexGuard<'static, ()>, HostWide) {
+    let one = exclusive();
+    (one, host_wide(what))
+}
+
 /// Directories [`scratch_dir`] made, removed at exit.
 static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
