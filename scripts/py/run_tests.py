@@ -94,6 +94,12 @@ def run(name, argv, folder, env, lock, results):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=3, help="binaries run together (part 1)")
+    ap.add_argument(
+        "--part",
+        choices=["both", "together", "alone"],
+        default="both",
+        help="run one part only",
+    )
     ap.add_argument("cargo_args", nargs="*", help="for cargo test (--workspace, features)")
     a = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -117,6 +123,8 @@ def main():
     ]
     jobs.append(("doc tests", ["cargo", "test", "--doc"] + a.cargo_args, root, dict(os.environ)))
     jobs.sort(key=lambda j: -last.get(j[0], 1e9))
+    if a.part == "alone":
+        jobs = []
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         for name, argv, folder, env in jobs:
             pool.submit(run, name, argv, folder, env, lock, results)
@@ -124,7 +132,7 @@ def main():
 
     # 2. Alone: only binaries that hold such tests run (--list says which).
     alone_began = time.monotonic()
-    for name, folder, path, _ in bins:
+    for name, folder, path, _ in bins if a.part != "together" else []:
         env = environment(folder, target_dir)
         listed = subprocess.run(
             [path, "--list", QUIET], cwd=folder, env=env, stdout=subprocess.PIPE
@@ -139,8 +147,9 @@ def main():
         base = name.removesuffix(" (alone)")
         times[base] = times.get(base, 0) + took
     try:
-        with open(times_file, "w") as f:
-            json.dump(times, f, indent=0, sort_keys=True)
+        if a.part == "both":
+            with open(times_file, "w") as f:
+                json.dump(times, f, indent=0, sort_keys=True)
     except OSError:
         pass
     failed_bins = [r[0] for r in results if not r[4]]
