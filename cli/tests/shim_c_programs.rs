@@ -12,7 +12,7 @@ use shim_support::{c_program, compile_c, fields, shim_case, stats_lines, with_sh
 
 // `exclusive()`, held by each test while it runs: these tests time real programs and count
 // their segments, and must not share the two CPUs with each other when `cargo test` runs
-// them in parallel (`./scripts/test` runs one at a time anyway).
+// them in parallel (`./scripts/test` runs those that time or count alone: docs/testing.md).
 use common::{exclusive, Started};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

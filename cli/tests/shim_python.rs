@@ -10,7 +10,7 @@ use shim_support::{stats_lines, with_shim};
 
 // `exclusive()`, held by each test while it runs: these tests time real programs and count
 // their segments, and must not share the two CPUs with each other when `cargo test` runs
-// them in parallel (`./scripts/test` runs one at a time anyway).
+// them in parallel (`./scripts/test` runs those that time or count alone: docs/testing.md).
 use common::{
     exclusive, free_port, have_tool, http_server_args, interrupt, sigint_default, wait_for_port,
     Started,

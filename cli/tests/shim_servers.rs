@@ -13,7 +13,7 @@ use shim_support::{stats_lines, with_shim};
 
 // `exclusive()`, held by each test while it runs: these tests time real programs and count
 // their segments, and must not share the two CPUs with each other when `cargo test` runs
-// them in parallel (`./scripts/test` runs one at a time anyway).
+// them in parallel (`./scripts/test` runs those that time or count alone: docs/testing.md).
 use common::{exclusive, free_port, have_tool, tool_path, wait_for_port, Started};
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;

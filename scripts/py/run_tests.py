@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -54,13 +55,13 @@ def binaries(cargo_args):
     return found
 
 
-def environment(folder, target_dir):
+def environment(folder, executable):
     """What cargo sets for a test binary it runs (those the tests read)."""
     env = dict(os.environ)
     env["CARGO_MANIFEST_DIR"] = folder
-    env["CARGO"] = env.get("CARGO", "cargo")
-    deps = os.path.join(target_dir, "debug", "deps")
-    debug = os.path.join(target_dir, "debug")
+    env["CARGO"] = env.get("CARGO") or shutil.which("cargo") or "cargo"
+    deps = os.path.dirname(executable)
+    debug = os.path.dirname(deps)
     env["LD_LIBRARY_PATH"] = ":".join(
         p for p in [deps, debug, env.get("LD_LIBRARY_PATH", "")] if p
     )
@@ -118,7 +119,7 @@ def main():
 
     # 1. Together, the longest (as last measured) first.
     jobs = [
-        (name, [path, "--skip", QUIET], folder, environment(folder, target_dir))
+        (name, [path, "--skip", QUIET], folder, environment(folder, path))
         for name, folder, path, _ in bins
     ]
     jobs.append(("doc tests", ["cargo", "test", "--doc"] + a.cargo_args, root, dict(os.environ)))
@@ -126,18 +127,29 @@ def main():
     if a.part == "alone":
         jobs = []
     with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        for name, argv, folder, env in jobs:
-            pool.submit(run, name, argv, folder, env, lock, results)
+        started = [
+            (name, pool.submit(run, name, argv, folder, env, lock, results))
+            for name, argv, folder, env in jobs
+        ]
+    for name, f in started:
+        if f.exception() is not None:
+            # (It could not start: named among the failed.)
+            print(f"\n== {name}: {f.exception()}")
+            results.append((name, 0.0, 0, 0, False))
     together = time.monotonic() - began
 
     # 2. Alone: only binaries that hold such tests run (--list says which).
     alone_began = time.monotonic()
     for name, folder, path, _ in bins if a.part != "together" else []:
-        env = environment(folder, target_dir)
+        env = environment(folder, path)
         listed = subprocess.run(
             [path, "--list", QUIET], cwd=folder, env=env, stdout=subprocess.PIPE
-        ).stdout.decode(errors="replace")
-        if ": test" not in listed:
+        )
+        if listed.returncode != 0:
+            print(f"\n== {name}: --list failed (exit {listed.returncode})")
+            results.append((name + " (alone)", 0.0, 0, 0, False))
+            continue
+        if ": test" not in listed.stdout.decode(errors="replace"):
             continue
         run(name + " (alone)", [path, QUIET, "--test-threads=1"], folder, env, lock, results)
     alone = time.monotonic() - alone_began
@@ -160,7 +172,10 @@ def main():
     )
     for name in failed_bins:
         print(f"failed: {name}")
-    print(f"binaries: {len(results)} run, {len(failed_bins)} failed; {passed} tests passed, {failed} failed")
+    print(
+        f"runs: {len(results)} (the binaries, their alone parts, the doc tests), "
+        f"{len(failed_bins)} failed; {passed} tests passed, {failed} failed"
+    )
     return 1 if failed_bins else 0
 
 

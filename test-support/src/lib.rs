@@ -160,15 +160,19 @@ pub fn exclusive() -> MutexGuard<'static, ()> {
 /// A lock over the whole host for `what`, held until dropped: for tests whose resource is the
 /// host's, not their binary's, when test binaries run together (`scripts/test`). `"fixes"`:
 /// the fixes in force (a fix of a process in the root cgroup covers every cgroup under it, so
-/// another binary's fix of one is refused). A file lock in the temporary directory; elsewhere
-/// than Unix, nothing.
+/// another binary's fix of one is refused). A file lock in the temporary directory, opened to
+/// read when it is there (whoever made it: a sticky directory refuses to create over another
+/// user's file); elsewhere than Unix, nothing.
 pub fn host_wide(what: &str) -> HostWide {
     let path = std::env::temp_dir().join(format!("nagless-tests-{what}.lock"));
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
+    let file = std::fs::File::open(&path)
+        .or_else(|_| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+        })
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     #[cfg(unix)]
     {

@@ -74,7 +74,8 @@ const SHORT_HOLDS_US: u64 = 10_000_000;
 /// `scripts/bench-watch-short`, docs/watch.md).
 const SHORT_HOLDS_SPEEDUP: u32 = 4;
 
-/// Listings never run more often than this.
+/// Listings never run more often than this, on average (each wait is drawn between half and
+/// one and a half of the interval: `lister::Waits`).
 const SCAN_FLOOR: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// What a batch of rows is.

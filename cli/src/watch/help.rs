@@ -36,7 +36,7 @@ WHAT SAMPLING CAN AND CANNOT SEE
   hold shorter than INTERVAL can be missed, and each stall's length is known to within one
   INTERVAL (the default 2 ms is fine for 40 ms and 200 ms delayed-ACK timers). On a
   connection idle for 2 s or more, the first stall after the pause is seen only from the
-  listing that finds it busy (up to SCAN_INTERVAL late): shortened, or missed; so is a short
+  listing that finds it busy (up to 1.5 SCAN_INTERVAL late): shortened, or missed; so is a short
   connection whose hold falls between two listings. A remote
   sender waiting for this host's delayed ACKs does not show here (capture at either end and
   use `nagless doctor`).
