@@ -189,11 +189,13 @@ pub fn host_wide(what: &str) -> HostWide {
             );
         }
     }
-    HostWide(file)
+    HostWide { _file: file }
 }
 
-/// Held by [`host_wide`].
-pub struct HostWide(#[allow(dead_code)] std::fs::File);
+/// Held by [`host_wide`]: the lock goes with its file.
+pub struct HostWide {
+    _file: std::fs::File,
+}
 
 /// [`exclusive`], then [`host_wide`]`(what)` (always in that order).
 pub fn exclusive_on_host(what: &str) -> (MutexGuard<'static, ()>, HostWide) {
