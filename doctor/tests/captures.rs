@@ -121,7 +121,18 @@ mod alone {
         srv.join().unwrap();
         let (found, d) = stalls(&cap.finish());
         assert_eq!(found, 0, "{d:#?}");
-        assert_eq!(d.flows[0].verdict[0], "no Nagle stall");
+        // No alarm: no stall, no ACK clock, no sender's hold. A busy machine's slow rounds may
+        // add where the time went ("most of the time waited was ...'s think time"): honest,
+        // and no alarm.
+        for v in &d.flows[0].verdict {
+            assert!(
+                v.starts_with("no Nagle stall")
+                    && !v.contains("ACK-clocked")
+                    && !v.contains("not Nagle"),
+                "{:?}",
+                d.flows[0].verdict
+            );
+        }
 
         // Bulk: 8 MB one way.
         let (l, port) = listener();
