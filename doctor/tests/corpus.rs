@@ -132,3 +132,49 @@ fn the_rule_finds_the_labelled_stalls_and_no_others() {
     assert!(precision >= 0.95, "precision {precision:.3}");
     assert!(recall >= 0.95, "recall {recall:.3}");
 }
+
+/// The honest negative on captures others made for the purpose: the four of *Practical
+/// Packet Analysis*'s "locating the source of high latency" (one web request each: normal, the
+/// wire's latency, the client's, the server's, as the book tells them), a receiver that stopped
+/// reading and a segment never acknowledged. No stall in any; each verdict names where the
+/// time went as the book or the packets say, and says it once.
+#[test]
+fn practical_packet_analysis_s_slow_requests_are_named_by_their_source() {
+    let verdict = |name: &str| {
+        let bytes = std::fs::read(dir().join(name)).unwrap();
+        let d = nagless_doctor::diagnose_reader(&bytes[..], Options::default(), |_| {}).unwrap();
+        assert_eq!(d.flows.len(), 1, "{name}");
+        assert_eq!(d.flows[0].stall_count, 0, "{name}");
+        d.flows[0].verdict.join(" | ")
+    };
+    let round_trip = "most of the time waited (idle left out) was round trip";
+    for (name, says, not) in [
+        ("ppa-latency1.pcapng", round_trip, "first data"),
+        ("ppa-latency2.pcapng", round_trip, "first data"),
+        (
+            "ppa-latency3.pcapng",
+            "172.16.16.128:1606 sent the connection's first data 1.35 s after its handshake: its own time, not the network's",
+            "think time",
+        ),
+        (
+            "ppa-latency4.pcapng",
+            "was 74.125.95.104:80's think time",
+            "first data",
+        ),
+        (
+            "ppa-tcp_zerowindowdead.pcapng",
+            "172.31.136.85:38760's zero window, 23.73 s in all",
+            "most of the time waited",
+        ),
+        (
+            "ppa-tcp_retransmissions.pcapng",
+            "retransmission timeouts of 10.3.30.1:1048's data, 9.21 s in all",
+            "most of the time waited",
+        ),
+    ] {
+        let v = verdict(name);
+        assert!(v.starts_with("no Nagle stall"), "{name}: {v}");
+        assert!(v.contains(says), "{name}: {v}");
+        assert!(!v.contains(not), "{name}: {v}");
+    }
+}

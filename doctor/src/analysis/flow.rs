@@ -541,10 +541,15 @@ impl Flow {
             .collect();
         findings.extend(verdict::budget_findings(&budget));
         if self.found.stall_count == 0 {
-            if let (Some(line), Some(clause)) =
-                (verdict.first_mut(), verdict::most_waited(&budget, &sides))
-            {
-                *line += &format!("; {clause}");
+            let handshake = self.syn && self.synack;
+            let clauses = [
+                verdict::first_wait(&budget, &sides, handshake),
+                verdict::most_waited(&budget, &sides),
+            ];
+            if let Some(line) = verdict.first_mut() {
+                for clause in clauses.into_iter().flatten() {
+                    *line += &format!("; {clause}");
+                }
             }
         }
         FlowReport {

@@ -185,28 +185,55 @@ const NOTABLE_WAIT_MS: f64 = 20.0;
 /// that read nothing), with the side it belongs to, its share of the flow (the reader judges
 /// it) and what to look at.
 fn longest_wait(sides: &[Side; 2], duration_us: u64) -> Option<String> {
-    let total_ms = duration_us as f64 / 1000.0;
-    let mut waits: Vec<(f64, String, &str)> = Vec::new();
-    for side in sides {
-        waits.push((
-            side.retransmission_timeout_ms,
-            format!("retransmission timeouts of {}'s data", side.addr),
+    let (w, side) = longest_measured(sides)?;
+    let (what, meaning) = match w.cause {
+        Cause::LossRecovery => (
+            format!("retransmission timeouts of {}'s data", sides[side].addr),
             "the path lost packets (look at loss, not at the programs)",
+        ),
+        _ => (
+            format!("{}'s zero window", sides[side].addr),
+            "its application stopped reading (look at what it does between reads)",
+        ),
+    };
+    Some(format!(
+        "the longest of these waits: {what}, {} in all of the flow's {}: {meaning}",
+        span(w.ms),
+        span(duration_us as f64 / 1000.0)
+    ))
+}
+
+/// A wait the counters measured: its cause (loss recovery for retransmission timeouts, the
+/// sender's; a zero window, the receiver's) and its total, ms.
+struct Measured {
+    cause: Cause,
+    ms: f64,
+}
+
+/// The longest wait the counters measured, and whose side it is (0: the client's), if it is
+/// worth naming ([`NOTABLE_WAIT_MS`] or more).
+fn longest_measured(sides: &[Side; 2]) -> Option<(Measured, usize)> {
+    let mut waits = Vec::new();
+    for (i, side) in sides.iter().enumerate() {
+        waits.push((
+            Measured {
+                cause: Cause::LossRecovery,
+                ms: side.retransmission_timeout_ms,
+            },
+            i,
         ));
         waits.push((
-            side.zero_window_ms,
-            format!("{}'s zero window", side.addr),
-            "its application stopped reading (look at what it does between reads)",
+            Measured {
+                cause: Cause::ZeroWindow,
+                ms: side.zero_window_ms,
+            },
+            i,
         ));
     }
-    let (ms, what, meaning) = waits.into_iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
-    (ms >= NOTABLE_WAIT_MS).then(|| {
-        format!(
-            "the longest of these waits: {what}, {} in all of the flow's {}: {meaning}",
-            span(ms),
-            span(total_ms)
-        )
-    })
+    waits
+        .into_iter()
+        .max_by(|a, b| a.0.ms.total_cmp(&b.0.ms))
+        .filter(|(w, _)| w.ms >= NOTABLE_WAIT_MS)
 }
 
 /// "no Nagle stall", and what the flow had instead.
@@ -346,6 +373,10 @@ const NOTABLE_MS: f64 = 20.0;
 /// Without a stall, the verdict's clause for the cause that took most of the time waited
 /// (idle left out), if it took [`NOTABLE_MS`] or more: what it was, whose, its share, and
 /// what to do.
+///
+/// Not when that cause is the one the longest of the waits measured already named (the
+/// same words twice): a retransmission timeout's loss recovery, or a zero window, on the same
+/// side.
 pub(super) fn most_waited(b: &Budget, sides: &[Side; 2]) -> Option<String> {
     let waited: f64 = b
         .causes
@@ -355,6 +386,11 @@ pub(super) fn most_waited(b: &Budget, sides: &[Side; 2]) -> Option<String> {
         .sum();
     let top = b.causes.iter().find(|s| s.cause != Cause::Idle)?;
     if top.ms < NOTABLE_MS {
+        return None;
+    }
+    let side_of = |i: usize| Some(if i == 0 { "client" } else { "server" });
+    if longest_measured(sides).is_some_and(|(w, i)| w.cause == top.cause && side_of(i) == top.side)
+    {
         return None;
     }
     let whose = match top.side {
@@ -373,6 +409,36 @@ pub(super) fn most_waited(b: &Budget, sides: &[Side; 2]) -> Option<String> {
         line += &format!(": {fix}");
     }
     Some(line)
+}
+
+/// Without a stall, the connection's first wait, if it is worth naming: the time from its
+/// handshake to its first data, the sender's own (idle in the budget), when it is
+/// [`NOTABLE_MS`] or more and no other cause but later idle took as long. A program that
+/// connects and then takes a second to send its request is slow to begin (the client latency
+/// of a slow web request), and naming the round trips of the rest would send its reader to
+/// the network.
+pub(super) fn first_wait(b: &Budget, sides: &[Side; 2], handshake: bool) -> Option<String> {
+    if !handshake {
+        return None;
+    }
+    let first = b.exchanges.iter().find(|e| e.index == 0)?;
+    let idle = first.causes.iter().find(|s| s.cause == Cause::Idle)?;
+    let top_other = b
+        .causes
+        .iter()
+        .find(|s| s.cause != Cause::Idle)
+        .map_or(0.0, |s| s.ms);
+    if idle.ms < NOTABLE_MS || idle.ms < top_other {
+        return None;
+    }
+    let who = match idle.side {
+        Some("server") => &sides[1].addr,
+        _ => &sides[0].addr,
+    };
+    Some(format!(
+        "{who} sent the connection's first data {} after its handshake: its own time, not the network's (a program slow to begin, or a connection opened before it was needed)",
+        span(idle.ms)
+    ))
 }
 
 /// The findings the Wireshark plugin marks for the budget: one per exchange kept that took

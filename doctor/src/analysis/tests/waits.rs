@@ -139,6 +139,8 @@ fn without_a_stall_the_wait_that_took_the_flow_is_named() {
         )),
         "{line}"
     );
+    // Said once: the budget's account of the same wait adds nothing.
+    assert!(!line.contains("most of the time waited"), "{line}");
 
     // A 10 ms zero window is counted, but not named as a wait.
     let mut c = Conv::new();
@@ -175,4 +177,35 @@ fn the_segments_behind_one_timeout_do_not_count_its_wait_again() {
         r.duration_s
     );
     assert!(side.retransmission_timeout_ms <= r.duration_s * 1000.0);
+}
+
+/// A connection whose first request comes long after its handshake (the client latency of a
+/// slow web request: PPA's `latency3.pcapng` is one) is named for that wait, the client's own,
+/// not for the round trips of the rest; one that asks at once, or idles only between
+/// requests, is not.
+#[test]
+fn a_first_request_long_after_the_handshake_is_the_client_s_own_time() {
+    let late = |first_ms: f64, then_ms: f64| {
+        let mut c = Conv::with_rtt(30.0);
+        c.data(first_ms, 0, 600)
+            .ack(first_ms + 30.0, 1)
+            .data(first_ms + 40.0, 1, 1400)
+            .data(then_ms, 0, 600)
+            .data(then_ms + 30.0, 1, 1400)
+            .ack(then_ms + 30.5, 0);
+        analyse(&c.segs).remove(0)
+    };
+    let r = late(1400.0, 1470.0);
+    assert_eq!(r.stall_count, 0, "{r:#?}");
+    let line = &r.verdict[0];
+    assert!(
+        line.contains(&format!(
+            "{} sent the connection's first data 1.37 s after its handshake: its own time, not the network's",
+            r.sides[0].addr
+        )),
+        "{line}"
+    );
+    // At once, then a second of idle between two requests: nothing said of a first wait.
+    let r = late(30.5, 1470.0);
+    assert!(!r.verdict[0].contains("first data"), "{:?}", r.verdict);
 }
