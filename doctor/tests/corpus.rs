@@ -136,7 +136,7 @@ fn the_rule_finds_the_labelled_stalls_and_no_others() {
 /// The honest negative on captures others made for the purpose: the four of *Practical
 /// Packet Analysis*'s "locating the source of high latency" (one web request each: normal, the
 /// wire's latency, the client's, the server's, as the book tells them), a receiver that stopped
-/// reading and a segment never acknowledged. No stall in any; each verdict names where the
+/// reading, a segment never acknowledged, a connect never answered and one refused. No stall in any; each verdict names where the
 /// time went as the book or the packets say, and says it once.
 #[test]
 fn practical_packet_analysis_s_slow_requests_are_named_by_their_source() {
@@ -169,6 +169,16 @@ fn practical_packet_analysis_s_slow_requests_are_named_by_their_source() {
         (
             "ppa-tcp_retransmissions.pcapng",
             "retransmission timeouts of 10.3.30.1:1048's data, 9.21 s in all",
+            "most of the time waited",
+        ),
+        (
+            "ppa-nowebaccess3.pcapng",
+            "172.16.0.8:1251's SYN went unanswered: sent 3 times over 1.00 s (connect retries)",
+            "most of the time waited",
+        ),
+        (
+            "ppa-tcp_refuseconnection.pcapng",
+            "the connection was refused: 192.168.100.1:80 answered 192.168.100.138:3372's SYN with a reset",
             "most of the time waited",
         ),
     ] {

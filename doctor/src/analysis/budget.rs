@@ -460,6 +460,16 @@ impl Budget {
             .is_some_and(|side| us < ack_us + (side - side / 4).saturating_sub(SLACK_US))
     }
 
+    /// The client sent its SYN again until `us` (frame `frame`, the last copy): the time since
+    /// the first was its connect's retransmission timeouts, loss recovery.
+    pub(super) fn handshake_retried(&mut self, us: u64, frame: u64) {
+        self.push(
+            us,
+            frame,
+            Label::of(Cause::LossRecovery, Some(Direction::Client)),
+        );
+    }
+
     /// The time from `from_us` to `to_us` went to `label` instead, as later evidence shows.
     pub(super) fn overlay(&mut self, from_us: u64, to_us: u64, label: Label) {
         self.ledger.overlay(from_us, to_us, label);

@@ -25,6 +25,33 @@ const PENDING_MAX: usize = 4096;
 /// The least retransmission timeout Linux takes (`TCP_RTO_MIN`) beyond the round trip, µs.
 const RTO_LEAST_US: u64 = 200_000;
 
+/// How the connection opened, as far as the capture saw it: the client's SYNs (copies of one,
+/// sent again while unanswered) and its last (µs, frame), and whether the server answered one
+/// with a reset.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Opening {
+    pub(super) syns: u32,
+    last_syn: (u64, u64),
+    pub(super) refused: bool,
+}
+
+impl Opening {
+    /// A budget from the flow's `first` frame (µs, frame): the client's SYNs sent again, if
+    /// it sent them again, are its connect's loss recovery.
+    fn budget(self, (first_us, first_frame): (u64, u64)) -> Box<Budget> {
+        let mut b = Box::new(Budget::new(first_us, first_frame));
+        if self.syns > 1 {
+            b.handshake_retried(self.last_syn.0, self.last_syn.1);
+        }
+        b
+    }
+
+    /// The time from the flow's first frame (`first_us`) to the client's last SYN, µs.
+    pub(super) fn retried_us(self, first_us: u64) -> u64 {
+        self.last_syn.0.saturating_sub(first_us)
+    }
+}
+
 /// One TCP connection (or what the capture holds of it).
 pub(super) struct Flow {
     /// 1-based, in capture order.
@@ -69,6 +96,7 @@ pub(super) struct Flow {
     pub(super) last_us: u64,
     syn: bool,
     synack: bool,
+    opening: Opening,
     fin: [bool; 2],
     rst: bool,
     timeline: Option<Vec<TimelinePoint>>,
@@ -120,6 +148,7 @@ impl Flow {
             last_us: us,
             syn: false,
             synack: false,
+            opening: Opening::default(),
             fin: [false; 2],
             rst: false,
             timeline: timeline.then(Vec::new),
@@ -180,6 +209,7 @@ impl Flow {
         }
         if s.flags & flags::RST != 0 {
             self.rst = true;
+            self.opening.refused |= d == Direction::Server && self.syn && !self.synack;
             if let Some(b) = &mut self.budget {
                 b.on_close(d, us, frame);
             }
@@ -197,6 +227,10 @@ impl Flow {
                 self.synack = true;
             } else {
                 self.syn = true;
+                if d == Direction::Client && !self.synack {
+                    self.opening.syns += 1;
+                    self.opening.last_syn = (us, frame);
+                }
             }
             self.seq[d].on_syn(s);
         }
@@ -331,10 +365,8 @@ impl Flow {
             wait: Wait::of(&self.seq, d, !small),
             in_flight: sequence::in_flight(&self.seq, d),
         };
-        let (first_us, first_frame) = (self.first_us, self.start.frame);
-        let b = self
-            .budget
-            .get_or_insert_with(|| Box::new(Budget::new(first_us, first_frame)));
+        let (opening, first) = (self.opening, (self.first_us, self.start.frame));
+        let b = self.budget.get_or_insert_with(|| opening.budget(first));
         let from_us = b.until_us();
         b.on_data(d, us, frame, data, &Paths::of(&self.seq));
         // A probe of bytes whose ACK already passed here was for an ACK lost after: not late.
@@ -519,10 +551,16 @@ impl Flow {
         };
         let budget = self
             .budget
-            .unwrap_or_else(|| Box::new(Budget::new(self.first_us, self.start.frame)))
+            .unwrap_or_else(|| self.opening.budget((self.first_us, self.start.frame)))
             .close(self.last_us, self.last_frame, &Paths::of(&self.seq), named);
         let answerer = self.first_sender.map(|o| o.peer());
         let slow_answers = answerer.zip(self.answers.as_ref().and_then(|a| a.median_us()));
+        let opened = verdict::Opened {
+            syns: self.opening.syns,
+            retried_ms: self.opening.retried_us(self.first_us) as f64 / 1000.0,
+            answered: self.synack,
+            refused: self.opening.refused,
+        };
         let mut verdict = verdict::verdict(
             &sides,
             &self.found,
@@ -530,6 +568,7 @@ impl Flow {
             &path,
             slow_answers,
             duration_us,
+            opened,
         );
         verdict.extend(ack_clocked.iter().map(verdict::clocked));
         verdict.extend(sender_holds.iter().map(verdict::sender_hold));
@@ -544,7 +583,7 @@ impl Flow {
             let handshake = self.syn && self.synack;
             let clauses = [
                 verdict::first_wait(&budget, &sides, handshake),
-                verdict::most_waited(&budget, &sides),
+                verdict::most_waited(&budget, &sides, opened),
             ];
             if let Some(line) = verdict.first_mut() {
                 for clause in clauses.into_iter().flatten() {

@@ -110,6 +110,7 @@ pub(super) fn verdict(
     path: &Path,
     answers: Option<(Direction, (u64, usize))>,
     duration_us: u64,
+    opened: Opened,
 ) -> Vec<String> {
     let mut out = Vec::new();
     for d in Direction::BOTH {
@@ -149,7 +150,7 @@ pub(super) fn verdict(
         out.push(format!("or {second}"));
     }
     if out.is_empty() {
-        let mut line = no_stall(sides, found.delayed_count);
+        let mut line = no_stall(sides, found.delayed_count, opened);
         if let Some(longest) = longest_wait(sides, duration_us) {
             line += &format!("; {longest}");
         }
@@ -236,8 +237,46 @@ fn longest_measured(sides: &[Side; 2]) -> Option<(Measured, usize)> {
         .filter(|(w, _)| w.ms >= NOTABLE_WAIT_MS)
 }
 
+/// How the connection opened, as the capture saw it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Opened {
+    /// The client's SYNs: copies of one, sent again while unanswered.
+    pub(super) syns: u32,
+    /// From the first to the last, ms.
+    pub(super) retried_ms: f64,
+    /// The server answered with its SYN-ACK.
+    pub(super) answered: bool,
+    /// The server answered with a reset.
+    pub(super) refused: bool,
+}
+
+/// What the connection's opening says, if it says something: refused, or its SYN sent again
+/// (the client's connect retries: 1 s, then doubling, on Linux and Windows alike), answered
+/// at last or never.
+fn opening(o: Opened, sides: &[Side; 2]) -> Option<String> {
+    let (client, server) = (&sides[0].addr, &sides[1].addr);
+    if o.refused {
+        return Some(format!(
+            "the connection was refused: {server} answered {client}'s SYN with a reset (nothing listens there, or a firewall rejects it)"
+        ));
+    }
+    if o.syns < 2 {
+        return None;
+    }
+    let (n, span) = (o.syns, span(o.retried_ms));
+    Some(if o.answered {
+        format!(
+            "{client} sent its SYN {n} times before {server} answered: {span} of connect retries (a SYN or its answer lost, or a listen queue full)"
+        )
+    } else {
+        format!(
+            "{client}'s SYN went unanswered: sent {n} times over {span} (connect retries): {server} is down, filtered, or its listen queue is full"
+        )
+    })
+}
+
 /// "no Nagle stall", and what the flow had instead.
-fn no_stall(sides: &[Side; 2], delayed_acks: u64) -> String {
+fn no_stall(sides: &[Side; 2], delayed_acks: u64, opened: Opened) -> String {
     let mut seen = Vec::new();
     let count = |n: u64, what: &str| (n > 0).then(|| format!("{n} {what}"));
     let s = |f: fn(&Side) -> u64| sides.iter().map(f).sum::<u64>();
@@ -262,11 +301,14 @@ fn no_stall(sides: &[Side; 2], delayed_acks: u64) -> String {
         delayed_acks,
         "delayed ACK(s) that no write waited for",
     ));
-    if seen.is_empty() {
-        "no Nagle stall".to_string()
-    } else {
-        format!("no Nagle stall; {}", seen.join(", "))
+    let mut line = "no Nagle stall".to_string();
+    if let Some(o) = opening(opened, sides) {
+        line += &format!("; {o}");
     }
+    if !seen.is_empty() {
+        line += &format!("; {}", seen.join(", "));
+    }
+    line
 }
 
 /// What to do about an ACK-clocked sender.
@@ -374,10 +416,10 @@ const NOTABLE_MS: f64 = 20.0;
 /// (idle left out), if it took [`NOTABLE_MS`] or more: what it was, whose, its share, and
 /// what to do.
 ///
-/// Not when that cause is the one the longest of the waits measured already named (the
-/// same words twice): a retransmission timeout's loss recovery, or a zero window, on the same
-/// side.
-pub(super) fn most_waited(b: &Budget, sides: &[Side; 2]) -> Option<String> {
+/// Not when that cause is one the line already named (the same words twice): the longest of
+/// the waits measured (a retransmission timeout's loss recovery, or a zero window, on the same
+/// side), or the client's connect retries when its loss recovery was theirs alone.
+pub(super) fn most_waited(b: &Budget, sides: &[Side; 2], opened: Opened) -> Option<String> {
     let waited: f64 = b
         .causes
         .iter()
@@ -390,6 +432,13 @@ pub(super) fn most_waited(b: &Budget, sides: &[Side; 2]) -> Option<String> {
     }
     let side_of = |i: usize| Some(if i == 0 { "client" } else { "server" });
     if longest_measured(sides).is_some_and(|(w, i)| w.cause == top.cause && side_of(i) == top.side)
+    {
+        return None;
+    }
+    if opened.syns > 1
+        && top.cause == Cause::LossRecovery
+        && top.side == Some("client")
+        && sides[0].retransmissions == 0
     {
         return None;
     }

@@ -209,3 +209,74 @@ fn a_first_request_long_after_the_handshake_is_the_client_s_own_time() {
     let r = late(30.5, 1470.0);
     assert!(!r.verdict[0].contains("first data"), "{:?}", r.verdict);
 }
+
+/// A client's SYNs sent again (its connect's retries: 1 s, then 2 s more) are loss recovery,
+/// named as such, never the client's own time; a reset in answer to the SYN is a refusal.
+#[test]
+fn connect_retries_and_a_refusal_are_named() {
+    let syns = |times: &[f64]| {
+        let mut c = Conv {
+            segs: Vec::new(),
+            seq: [1000, 5000],
+            ends: [C, S],
+            ids: [100, 30_000],
+        };
+        for &t in times {
+            c.push(t, 0, 0, flags::SYN, Some(1460));
+        }
+        c
+    };
+    // Never answered.
+    let r = &analyse(&syns(&[0.0, 1000.0, 3000.0]).segs)[0];
+    let line = &r.verdict[0];
+    assert!(
+        line.contains(&format!(
+            "{}'s SYN went unanswered: sent 3 times over 3.00 s (connect retries): {} is down",
+            r.sides[0].addr, r.sides[1].addr
+        )),
+        "{line}"
+    );
+    assert!(
+        !line.contains("most of the time waited"),
+        "said once: {line}"
+    );
+    let lost = r
+        .budget
+        .causes
+        .iter()
+        .find(|s| s.cause == crate::analysis::Cause::LossRecovery && s.side == Some("client"))
+        .map_or(0.0, |s| s.ms);
+    assert!((lost - 3000.0).abs() < 0.01, "{:#?}", r.budget);
+
+    // Answered after the third, then a request at once: the retries are not its idle.
+    let mut c = syns(&[0.0, 1000.0, 3000.0]);
+    c.seq[0] += 1;
+    c.push(3030.0, 1, 0, flags::SYN | flags::ACK, Some(1460));
+    c.seq[1] += 1;
+    c.push(3030.1, 0, 0, flags::ACK, None);
+    c.data(3030.2, 0, 100)
+        .ack(3060.0, 1)
+        .data(3070.0, 1, 200)
+        .ack(3100.0, 0);
+    let r = &analyse(&c.segs)[0];
+    let line = &r.verdict[0];
+    assert!(
+        line.contains("sent its SYN 3 times before") && line.contains("3.00 s of connect retries"),
+        "{line}"
+    );
+    assert!(!line.contains("first data"), "{line}");
+
+    // Refused.
+    let mut c = syns(&[0.0]);
+    c.seq[0] += 1;
+    c.push(1.3, 1, 0, flags::RST | flags::ACK, None);
+    let r = &analyse(&c.segs)[0];
+    assert!(
+        r.verdict[0].contains(&format!(
+            "the connection was refused: {} answered {}'s SYN with a reset",
+            r.sides[1].addr, r.sides[0].addr
+        )),
+        "{:?}",
+        r.verdict
+    );
+}
