@@ -6,6 +6,9 @@
 //! the next comes: who the flow was waiting for is known only when the wait ends.
 //! - The other side answered: its side of the round trip (as the capture point sees it) is
 //!   the path's, the rest its own: think time, or, before the client's next question, idle.
+//!   At the receiver's end, an answer's first full segment also took its time to cross at
+//!   the path's rate (the least seen between two of its sender's full segments in a row):
+//!   the path's too.
 //!   Before that, while ACKs of the data before came later than its way back with more still
 //!   in flight, the path drained its queue: its rate's.
 //! - The same side went on with no ACK of its data between: the path's rate (within a
@@ -210,6 +213,11 @@ pub(super) struct Budget {
     peer_acks: [Option<u64>; PEER_ACKS],
     /// The newest of them, kept or not.
     last_peer_ack: Option<u64>,
+    /// Per sender, the least time seen between two of its full segments in a row with no
+    /// ACK of its data between, µs: at the receiver's end of a path with a rate, a full
+    /// segment's time to cross at that rate (at the sender's end, or on a fast path, about
+    /// nothing).
+    crossing_us: [Option<u64>; 2],
     exchange: u64,
 }
 
@@ -232,6 +240,7 @@ impl Budget {
             window_wait: None,
             peer_acks: [None; PEER_ACKS],
             last_peer_ack: None,
+            crossing_us: [None; 2],
             exchange: 0,
         }
     }
@@ -291,15 +300,25 @@ impl Budget {
             // The time before the first data: the handshake, then the first speaker's.
             None => self.path_then(us, frame, p.round_trip_us(), mine(think)),
             Some(_) if data.retransmit => self.push(us, frame, mine(Cause::LossRecovery)),
-            // An answer: the way to the answerer and back, then its time.
+            // An answer: the way to the answerer and back, then its time. At the receiver's
+            // end, a full segment's last byte comes its time at the path's rate after its
+            // first: that is the path's too.
             Some(l) if l.sender != d => {
                 self.drain(us, p);
-                self.path_then(us, frame, p.side_us[l.sender], mine(think))
+                let crossing = match self.crossing_us[d] {
+                    Some(c) if data.full && p.near_receiver(d) => c,
+                    _ => 0,
+                };
+                self.path_crossing_then(us, frame, p.side_us[l.sender], crossing, mine(think))
             }
             Some(l) => {
                 // Since the last data segment, and the round trip, to judge the span by.
                 let gap = us.saturating_sub(self.ledger.until_us());
                 let rt = p.round_trip_us();
+                if l.full && data.full && self.acked.is_none() {
+                    let c = &mut self.crossing_us[d];
+                    *c = Some(c.map_or(gap, |c| c.min(gap)));
+                }
                 match self
                     .acked
                     .filter(|&(ack_us, _)| !(l.full && Self::too_soon(us, ack_us, d, p)))
@@ -553,6 +572,31 @@ impl Budget {
             Label::of(Cause::RoundTrip, None),
             rest,
         );
+    }
+
+    /// Up to `to_us`: the path's round trip for `path_us` (all of it unknown if that was never
+    /// measured), its rate's for `crossing_us` (a segment's time to cross), then `rest`.
+    fn path_crossing_then(
+        &mut self,
+        to_us: u64,
+        frame: u64,
+        path_us: Option<u64>,
+        crossing_us: u64,
+        rest: Label,
+    ) {
+        let Some(path_us) = path_us.filter(|_| crossing_us > 0) else {
+            return self.path_then(to_us, frame, path_us, rest);
+        };
+        let from = self.frame;
+        let way = (self.ledger.until_us() + path_us).min(to_us);
+        let crossed = (way + crossing_us).min(to_us);
+        let path = Label::of(Cause::RoundTrip, None);
+        self.ledger.push(way, [from, frame], path, self.exchange);
+        let rate = Label::of(Cause::Transfer, None);
+        self.ledger
+            .push(crossed, [from, frame], rate, self.exchange);
+        self.ledger.push(to_us, [from, frame], rest, self.exchange);
+        self.frame = frame;
     }
 
     /// Up to `to_us`: `first` for `first_us` (all of it unknown if that is), then `rest`.

@@ -26,12 +26,14 @@ const PENDING_MAX: usize = 4096;
 const RTO_LEAST_US: u64 = 200_000;
 
 /// How the connection opened, as far as the capture saw it: the client's SYNs (copies of one,
-/// sent again while unanswered) and its last (µs, frame), and whether the server answered one
-/// with a reset.
+/// sent again while unanswered: a copy sooner than a retransmission timeout can come is the
+/// capture's duplicate, not counted) and its last (µs, frame), whether anything came from the
+/// server, and whether its first answer was a reset.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Opening {
     pub(super) syns: u32,
     last_syn: (u64, u64),
+    pub(super) heard: bool,
     pub(super) refused: bool,
 }
 
@@ -207,9 +209,17 @@ impl Flow {
                 });
             }
         }
+        if d == Direction::Server && s.flags & flags::RST == 0 {
+            self.opening.heard = true;
+        }
         if s.flags & flags::RST != 0 {
             self.rst = true;
-            self.opening.refused |= d == Direction::Server && self.syn && !self.synack;
+            // (The server's first word, acknowledging the SYN: a refusal. A reset later, with
+            // its SYN-ACK missed by the capture, is not.)
+            self.opening.refused |= d == Direction::Server
+                && self.syn
+                && !self.opening.heard
+                && s.flags & flags::ACK != 0;
             if let Some(b) = &mut self.budget {
                 b.on_close(d, us, frame);
             }
@@ -227,8 +237,10 @@ impl Flow {
                 self.synack = true;
             } else {
                 self.syn = true;
-                if d == Direction::Client && !self.synack {
-                    self.opening.syns += 1;
+                let copy =
+                    self.opening.syns > 0 && us < self.opening.last_syn.0 + sequence::RTO_MIN_US;
+                if d == Direction::Client && !self.opening.heard && !copy {
+                    self.opening.syns = self.opening.syns.saturating_add(1);
                     self.opening.last_syn = (us, frame);
                 }
             }
@@ -558,7 +570,7 @@ impl Flow {
         let opened = verdict::Opened {
             syns: self.opening.syns,
             retried_ms: self.opening.retried_us(self.first_us) as f64 / 1000.0,
-            answered: self.synack,
+            answered: self.synack || self.opening.heard,
             refused: self.opening.refused,
         };
         let mut verdict = verdict::verdict(

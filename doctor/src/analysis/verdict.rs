@@ -251,22 +251,27 @@ pub(super) struct Opened {
 }
 
 /// What the connection's opening says, if it says something: refused, or its SYN sent again
-/// (the client's connect retries: 1 s, then doubling, on Linux and Windows alike), answered
-/// at last or never.
+/// (the client's connect retries: on Linux after 1 s, then doubling), answered at last or
+/// never.
 fn opening(o: Opened, sides: &[Side; 2]) -> Option<String> {
     let (client, server) = (&sides[0].addr, &sides[1].addr);
+    let (n, span) = (o.syns, span(o.retried_ms));
     if o.refused {
+        let retried = if n > 1 {
+            format!(", after {n} SYNs over {span}")
+        } else {
+            String::new()
+        };
         return Some(format!(
-            "the connection was refused: {server} answered {client}'s SYN with a reset (nothing listens there, or a firewall rejects it)"
+            "the connection was refused: {server} answered {client}'s SYN with a reset{retried} (nothing listens there, or a firewall rejects it)"
         ));
     }
-    if o.syns < 2 {
+    if n < 2 {
         return None;
     }
-    let (n, span) = (o.syns, span(o.retried_ms));
     Some(if o.answered {
         format!(
-            "{client} sent its SYN {n} times before {server} answered: {span} of connect retries (a SYN or its answer lost, or a listen queue full)"
+            "{client} sent its SYN {n} times before {server} answered: {span} of connect retries (a SYN or its answer lost or late, or a listen queue full)"
         )
     } else {
         format!(
@@ -416,9 +421,9 @@ const NOTABLE_MS: f64 = 20.0;
 /// (idle left out), if it took [`NOTABLE_MS`] or more: what it was, whose, its share, and
 /// what to do.
 ///
-/// Not when that cause is one the line already named (the same words twice): the longest of
-/// the waits measured (a retransmission timeout's loss recovery, or a zero window, on the same
-/// side), or the client's connect retries when its loss recovery was theirs alone.
+/// Not when that cause is one the line already named (the same words twice), with nearly all
+/// of its time: the longest of the waits measured (a retransmission timeout's loss recovery,
+/// or a zero window, on the same side), or the client's connect retries.
 pub(super) fn most_waited(b: &Budget, sides: &[Side; 2], opened: Opened) -> Option<String> {
     let waited: f64 = b
         .causes
@@ -430,15 +435,19 @@ pub(super) fn most_waited(b: &Budget, sides: &[Side; 2], opened: Opened) -> Opti
     if top.ms < NOTABLE_MS {
         return None;
     }
+    // (Named already when the clause's wait is the same cause and side, and nearly all of
+    // its time.)
+    let named = |ms: f64| ms >= top.ms * 0.9;
     let side_of = |i: usize| Some(if i == 0 { "client" } else { "server" });
-    if longest_measured(sides).is_some_and(|(w, i)| w.cause == top.cause && side_of(i) == top.side)
+    if longest_measured(sides)
+        .is_some_and(|(w, i)| w.cause == top.cause && side_of(i) == top.side && named(w.ms))
     {
         return None;
     }
     if opened.syns > 1
         && top.cause == Cause::LossRecovery
         && top.side == Some("client")
-        && sides[0].retransmissions == 0
+        && named(opened.retried_ms)
     {
         return None;
     }

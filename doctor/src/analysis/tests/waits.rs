@@ -266,6 +266,32 @@ fn connect_retries_and_a_refusal_are_named() {
     );
     assert!(!line.contains("first data"), "{line}");
 
+    // A copy 20 µs after the SYN is the capture's duplicate (a bridge, `-i any`), no retry.
+    let mut c = syns(&[0.0, 0.02]);
+    c.seq[0] += 1;
+    c.push(30.0, 1, 0, flags::SYN | flags::ACK, Some(1460));
+    c.seq[1] += 1;
+    c.push(30.1, 0, 0, flags::ACK, None);
+    c.data(30.2, 0, 100).ack(60.0, 1).data(70.0, 1, 200);
+    let r = &analyse(&c.segs)[0];
+    assert!(!r.verdict[0].contains("SYN"), "{:?}", r.verdict);
+
+    // Two SYNs, the SYN-ACK missed by the capture, then the server's data: answered, and a
+    // reset at the end is no refusal.
+    let mut c = syns(&[0.0, 1000.0]);
+    c.seq[0] += 1;
+    c.seq[1] += 1;
+    c.push(1030.1, 0, 0, flags::ACK, None);
+    c.data(1030.2, 0, 100).ack(1060.0, 1).data(1070.0, 1, 200);
+    c.push(1100.0, 1, 0, flags::RST | flags::ACK, None);
+    let r = &analyse(&c.segs)[0];
+    let line = &r.verdict[0];
+    assert!(line.contains("sent its SYN 2 times before"), "{line}");
+    assert!(
+        !line.contains("unanswered") && !line.contains("refused"),
+        "{line}"
+    );
+
     // Refused.
     let mut c = syns(&[0.0]);
     c.seq[0] += 1;
@@ -279,4 +305,36 @@ fn connect_retries_and_a_refusal_are_named() {
         "{:?}",
         r.verdict
     );
+}
+
+/// At the receiver's end of a path with a rate, a full segment's last byte comes its time at
+/// the rate after its first: once two full segments in a row have shown that time (3 ms
+/// here), an answer that starts with a full segment gives it to the path's rate, not to the
+/// server's think time.
+#[test]
+fn an_answer_s_first_full_segment_crosses_at_the_path_s_rate() {
+    let mut c = Conv::with_rtt(10.0);
+    // Two answers of two full segments, each 2 ms of the server's time and 3 ms a segment.
+    for t in [20.0, 100.0] {
+        c.data(t, 0, 100)
+            .data(t + 15.0, 1, 1448)
+            .data(t + 18.0, 1, 1448)
+            .ack(t + 18.1, 0);
+    }
+    let r = &analyse(&c.segs)[0];
+    let ms = |cause, side| {
+        r.budget
+            .causes
+            .iter()
+            .filter(|s| s.cause == cause && s.side == side)
+            .map(|s| s.ms)
+            .sum::<f64>()
+    };
+    use crate::analysis::Cause;
+    // The first answer's 3 ms are the server's (no segment's time known yet); the second's
+    // are the path's.
+    let think = ms(Cause::Think, Some("server"));
+    assert!((think - 7.0).abs() < 0.05, "{think}: {:#?}", r.budget);
+    let transfer = ms(Cause::Transfer, None);
+    assert!((transfer - 9.0).abs() < 0.05, "{transfer}: {:#?}", r.budget);
 }
