@@ -301,8 +301,10 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
                 "{} segment(s) sent again, {} retransmission timeout(s){b}",
                 w.retransmits, w.timeouts
             ));
+            // (A connect's SYN sent again counts here too: a server whose listen queue is full
+            // drops SYNs, and its clients wait 1 s, then 3 s, to connect.)
             meaning.push(
-                "packets were lost, on the path or at a full receiver (look at loss, not at the programs)",
+                "packets were lost: on the path, at a full receiver, or SYNs dropped by a server whose listen queue was full (its clients' connects wait 1 s, then 3 s): look at loss, and at the listeners' accept queues (`ss -lnt`: Recv-Q against Send-Q)",
             );
         }
         let _ = writeln!(

@@ -206,6 +206,12 @@ fn each_fix_is_given_once_for_the_rows_it_fits() {
         t.contains("3 segment(s) sent again, 3 retransmission timeout(s), backed off up to 3 time(s) in a row (each doubled the wait)"),
         "{t}"
     );
+    // Loss is not only the path's: a server's full listen queue drops its clients' SYNs.
+    assert!(
+        t.contains("or SYNs dropped by a server whose listen queue was full")
+            && !t.contains("not at the programs"),
+        "{t}"
+    );
 
     let mut s = String::new();
     // A fix pinned on node's cgroup covers it; the others are told the command.
