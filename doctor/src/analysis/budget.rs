@@ -22,7 +22,8 @@
 //!   the round trip that wait is its window's (a full segment or more in flight: the
 //!   receiver's window if that was full, else its congestion window) or, for one small
 //!   segment, a round trip the ACK clock's verdict may claim; beyond the receiver's side it is
-//!   the receiver's delayed ACK, beyond the sender's its own pause. After a small segment, a
+//!   the receiver's delayed ACK (or, for an ACK of two full segments or more, which a receiver
+//!   sends at once, the path's queue: its rate's), beyond the sender's its own pause. After a small segment, a
 //!   sender that did not send as the ACK reached it was not waiting for it: all of it is its
 //!   own time.
 //! - A retransmission ends its span as loss recovery.
@@ -148,6 +149,8 @@ pub(super) struct Data {
     pub(super) wait: Wait,
     /// What its sender has in flight with it, bytes (as the capture point sees it).
     pub(super) in_flight: u64,
+    /// Its sender's full segment, bytes of payload.
+    pub(super) segment: u32,
 }
 
 /// The last data segment.
@@ -195,8 +198,9 @@ pub(super) struct Budget {
     /// The frame the ledger stands at.
     frame: u64,
     last: Option<Last>,
-    /// The peer's first ACK of the last sender's data since it: when, and its frame.
-    acked: Option<(u64, u64)>,
+    /// The peer's first ACK of the last sender's data since it: when, its frame, and the bytes
+    /// of new data it acknowledged.
+    acked: Option<(u64, u64, u64)>,
     /// The peer's last ACK of the last sender's data since it that left more than a full
     /// segment unacknowledged: when, and its frame.
     draining: Option<(u64, u64)>,
@@ -271,7 +275,7 @@ impl Budget {
                 self.peer_acks.rotate_left(1);
                 self.peer_acks[PEER_ACKS - 1] = Some(us);
             }
-            self.acked.get_or_insert((us, frame));
+            self.acked.get_or_insert((us, frame, newly));
             if more {
                 self.draining = Some((us, frame));
                 self.drain_tail = None;
@@ -321,7 +325,7 @@ impl Budget {
                 }
                 match self
                     .acked
-                    .filter(|&(ack_us, _)| !(l.full && Self::too_soon(us, ack_us, d, p)))
+                    .filter(|&(ack_us, _, _)| !(l.full && Self::too_soon(us, ack_us, d, p)))
                 {
                     // Back to back: the path's rate.
                     None if gap <= RATE_GAP_US => {
@@ -374,19 +378,25 @@ impl Budget {
                     }
                     // After a small segment, a sender that did not send as the ACK reached it was
                     // not waiting for it: the ACK passed during its own time.
-                    Some((ack_us, _))
+                    Some((ack_us, _, _))
                         if l.wait == Wait::Small
                             && p.side_us[d.peer()]
                                 .is_some_and(|side| us > ack_us + side + SLACK_US + side / 4) =>
                     {
                         self.push(us, frame, mine(Cause::Think))
                     }
-                    Some((ack_us, ack_frame)) => {
+                    Some((ack_us, ack_frame, newly)) => {
                         // The wait for the ACK: up to the receiver's side its window's, then the
                         // receiver's delay; from the ACK, up to the sender's side its window's,
-                        // then its own pause.
+                        // then its own pause. An ACK of two full segments or more was sent as
+                        // the second came (a receiver delays only an ACK of less): its lateness
+                        // was the path's queue, at its rate.
                         let waited = l.wait.label(d);
-                        let acker = Label::of(Cause::DelayedAck, Some(d.peer()));
+                        let acker = if newly * 2 >= u64::from(data.segment) * 3 {
+                            Label::of(Cause::Transfer, None)
+                        } else {
+                            Label::of(Cause::DelayedAck, Some(d.peer()))
+                        };
                         let from_us = self.ledger.until_us();
                         self.split(ack_us, ack_frame, p.side_us[d], waited, acker);
                         self.split(us, frame, p.side_us[d.peer()], waited, mine(Cause::Think));

@@ -376,6 +376,7 @@ impl Flow {
             full: !small,
             wait: Wait::of(&self.seq, d, !small),
             in_flight: sequence::in_flight(&self.seq, d),
+            segment: sequence::sizes(&self.seq, d).full_segment().0,
         };
         let (opening, first) = (self.opening, (self.first_us, self.start.frame));
         let b = self.budget.get_or_insert_with(|| opening.budget(first));

@@ -20,6 +20,7 @@ fn data(opens_exchange: bool) -> Data {
         full: false,
         wait: Wait::Small,
         in_flight: 0,
+        segment: 1448,
     }
 }
 
@@ -77,6 +78,7 @@ fn windows_loss_and_a_capture_that_ends_mid_turn() {
         full: true,
         wait,
         in_flight: 2_896,
+        segment: 1448,
     };
     b.on_data(C, 21_000, 4, data(true), &p);
     b.on_data(C, 21_100, 5, bulk(Wait::Congestion), &p);
@@ -328,4 +330,36 @@ fn the_drain_runs_to_the_last_ack_at_its_pace() {
         (ms_of(&got, Cause::Idle, Some("client")) - 2.9).abs() < 1e-6,
         "{got:#?}"
     );
+}
+
+/// At the sender's end of a path with a standing queue (a slow uplink), ACKs come late because
+/// the segments before them waited in the queue. An ACK of two full segments was sent as the
+/// second arrived (a receiver delays only an ACK of less): its lateness past the round trip is
+/// the path's rate, not a delayed ACK. An ACK of one segment as late may be the receiver's.
+#[test]
+fn a_late_ack_of_two_segments_is_the_path_s_queue_not_a_delayed_ack() {
+    let full = |wait| Data {
+        full: true,
+        wait,
+        ..data(false)
+    };
+    let p = paths(14_000, 0);
+    let mut b = Budget::new(0, 1);
+    b.on_data(C, 10_000, 4, data(true), &p);
+    b.on_data(C, 10_100, 5, full(Wait::Receive), &p);
+    b.on_ack(S, 130_000, 6, true, 2_896, true);
+    b.on_data(C, 130_050, 7, full(Wait::Receive), &p);
+    b.on_ack(S, 250_000, 8, true, 1_448, true);
+    b.on_data(C, 250_050, 9, full(Wait::Receive), &p);
+    let got = b.close(250_050, 9, &p, Named::default());
+    // Each wait: the round trip's 14 ms the window's, the rest the queue's or the delay's.
+    assert!(
+        (ms_of(&got, Cause::ReceiveWindow, Some("client")) - 28.0).abs() < 1e-6,
+        "{got:#?}"
+    );
+    assert!(
+        (ms_of(&got, Cause::DelayedAck, Some("server")) - 105.95).abs() < 1e-6,
+        "{got:#?}"
+    );
+    assert!(ms_of(&got, Cause::Transfer, None) >= 105.9, "{got:#?}");
 }
