@@ -39,8 +39,10 @@ use super::output::{self, At, Cause, ExchangeBudget};
 use super::sequence::{self, Sequence};
 use nagless_stall_rule::DELAYED_ACK_MIN_US;
 
+mod paths;
 mod sum;
 
+pub(super) use paths::Paths;
 pub(super) use sum::Named;
 use sum::{queue_behind_the_clock, spent, tally_total};
 
@@ -93,43 +95,6 @@ impl Wait {
             Wait::Receive => Label::of(Cause::ReceiveWindow, Some(d)),
             Wait::Unknown => Label::of(Cause::Unknown, None),
         }
-    }
-}
-
-/// The round trip as the capture point sees it.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Paths {
-    /// Per sender: from its data passing the capture point to its receiver's ACK passing it
-    /// (the receiver's side of the round trip, jitter allowed), once measured.
-    side_us: [Option<u64>; 2],
-    /// The same without the jitter allowed: the least it was seen to take.
-    base_us: [Option<u64>; 2],
-}
-
-impl Paths {
-    pub(super) fn of(seq: &[Sequence; 2]) -> Paths {
-        let side = |d: Direction| {
-            seq[d]
-                .base_us
-                .map(|_| sequence::receiver_side_us(seq, d) + seq[d].spread_us)
-        };
-        let base = |d: Direction| seq[d].base_us.map(|_| sequence::receiver_side_us(seq, d));
-        Paths {
-            side_us: [side(Direction::Client), side(Direction::Server)],
-            base_us: [base(Direction::Client), base(Direction::Server)],
-        }
-    }
-
-    fn round_trip_us(&self) -> Option<u64> {
-        Some(self.side_us[0]? + self.side_us[1]?)
-    }
-
-    /// Whether the capture point is nearer the receiver of `d`'s data than its sender: the
-    /// way from there to `d` and back is at least half the round trip.
-    fn near_receiver(&self, d: Direction) -> bool {
-        self.side_us[d.peer()]
-            .zip(self.round_trip_us())
-            .is_some_and(|(side, rt)| side >= rt / 2)
     }
 }
 

@@ -12,6 +12,7 @@ use super::hold::SenderHolds;
 use super::ip_ids::{IpIds, Unseen};
 use super::judge::{self, Findings};
 use super::ledger::{Kind, Label, Stretch};
+use super::opening::Opening;
 use super::output::{At, Cause, FlowReport, Side, TimelinePoint, TIMELINE_MAX};
 use super::sequence::{self, Sequence, Window};
 use super::verdict;
@@ -24,35 +25,6 @@ const PENDING_MAX: usize = 4096;
 
 /// The least retransmission timeout Linux takes (`TCP_RTO_MIN`) beyond the round trip, µs.
 const RTO_LEAST_US: u64 = 200_000;
-
-/// How the connection opened, as far as the capture saw it: the client's SYNs (copies of one,
-/// sent again while unanswered: a copy sooner than a retransmission timeout can come is the
-/// capture's duplicate, not counted) and its last (µs, frame), whether anything came from the
-/// server, and whether its first answer was a reset.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Opening {
-    pub(super) syns: u32,
-    last_syn: (u64, u64),
-    pub(super) heard: bool,
-    pub(super) refused: bool,
-}
-
-impl Opening {
-    /// A budget from the flow's `first` frame (µs, frame): the client's SYNs sent again, if
-    /// it sent them again, are its connect's loss recovery.
-    fn budget(self, (first_us, first_frame): (u64, u64)) -> Box<Budget> {
-        let mut b = Box::new(Budget::new(first_us, first_frame));
-        if self.syns > 1 {
-            b.handshake_retried(self.last_syn.0, self.last_syn.1);
-        }
-        b
-    }
-
-    /// The time from the flow's first frame (`first_us`) to the client's last SYN, µs.
-    pub(super) fn retried_us(self, first_us: u64) -> u64 {
-        self.last_syn.0.saturating_sub(first_us)
-    }
-}
 
 /// One TCP connection (or what the capture holds of it).
 pub(super) struct Flow {
@@ -209,17 +181,9 @@ impl Flow {
                 });
             }
         }
-        if d == Direction::Server && s.flags & flags::RST == 0 {
-            self.opening.heard = true;
-        }
+        self.opening.on_segment(d, s, us, frame);
         if s.flags & flags::RST != 0 {
             self.rst = true;
-            // (The server's first word, acknowledging the SYN: a refusal. A reset later, with
-            // its SYN-ACK missed by the capture, is not.)
-            self.opening.refused |= d == Direction::Server
-                && self.syn
-                && !self.opening.heard
-                && s.flags & flags::ACK != 0;
             if let Some(b) = &mut self.budget {
                 b.on_close(d, us, frame);
             }
@@ -237,12 +201,6 @@ impl Flow {
                 self.synack = true;
             } else {
                 self.syn = true;
-                let copy =
-                    self.opening.syns > 0 && us < self.opening.last_syn.0 + sequence::RTO_MIN_US;
-                if d == Direction::Client && !self.opening.heard && !copy {
-                    self.opening.syns = self.opening.syns.saturating_add(1);
-                    self.opening.last_syn = (us, frame);
-                }
             }
             self.seq[d].on_syn(s);
         }
@@ -568,12 +526,7 @@ impl Flow {
             .close(self.last_us, self.last_frame, &Paths::of(&self.seq), named);
         let answerer = self.first_sender.map(|o| o.peer());
         let slow_answers = answerer.zip(self.answers.as_ref().and_then(|a| a.median_us()));
-        let opened = verdict::Opened {
-            syns: self.opening.syns,
-            retried_ms: self.opening.retried_us(self.first_us) as f64 / 1000.0,
-            answered: self.synack || self.opening.heard,
-            refused: self.opening.refused,
-        };
+        let opened = self.opening.opened(self.first_us, self.synack);
         let mut verdict = verdict::verdict(
             &sides,
             &self.found,

@@ -49,6 +49,7 @@ mod hold;
 mod ip_ids;
 mod judge;
 mod ledger;
+mod opening;
 mod options;
 mod output;
 mod relay;
