@@ -92,6 +92,18 @@ fn a_killed_agents_changes_are_put_back_by_the_next_and_one_agent_runs() {
     std::fs::write(s.policy(), nodelay_rule("a", &a, port)).unwrap();
     let (mut first, _) = agent(&s);
     until(&mut held, "1", Duration::from_secs(15));
+    // The change is in the journal at once (the agent writes it before it looks at the next
+    // process): within a pass, the busiest machine allowing. A kill before it would leave the
+    // connection changed with no one to put it back.
+    let journaled = Instant::now();
+    while !std::fs::read_to_string(s.journal()).is_ok_and(|j| j.contains(&format!(":{port} "))) {
+        assert!(
+            journaled.elapsed() < Duration::from_secs(5),
+            "the change is not in the journal {:?}",
+            std::fs::read_to_string(s.journal())
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // A second agent on the same state is refused while the first runs, naming it.
     let out = fix(&[
         "--policy",

@@ -62,6 +62,10 @@ struct Agent {
     policy: Policy,
     node: String,
     ledger: Ledger,
+    /// Where the ledger is kept on disk: written as soon as a process's connections are
+    /// changed, so that an agent killed outright leaves every change but the last few
+    /// microseconds' in it.
+    journal: PathBuf,
     /// Sockets (by inode) looked at under the policy in force: changed, or not selected.
     seen: BTreeSet<u64>,
     /// Processes left to a hand-made fix, and notes, each logged once.
@@ -371,6 +375,7 @@ impl Agent {
             } else {
                 self.connecting.remove(&pid);
             }
+            let mut recorded = false;
             for mut c in pass.changed {
                 if let Some((earlier, _)) = self.orphans.remove(&c.inode()) {
                     c = c.after(&earlier);
@@ -387,7 +392,15 @@ impl Agent {
                     super::policy::place(&w)
                 ));
                 self.ledger.record(&rule.name, c);
+                recorded = true;
                 *self.changes.entry(rule.name.clone()).or_default() += 1;
+            }
+            // On disk before the next process is looked at (the pass's end may be far on a
+            // busy host); the pass's own write, at its end, reports a failure.
+            if recorded {
+                if let Err(e) = write_journal(&self.journal, &self.ledger) {
+                    self.once(format!("{e:#}"));
+                }
             }
             for n in pass.notes.into_iter().chain(pass.blocked) {
                 self.once(n);
@@ -462,6 +475,7 @@ pub(super) fn run(path: &Path, state: &Path, duration: Duration) -> anyhow::Resu
         policy: Policy::default(),
         node: super::policy::node(),
         ledger: Ledger::default(),
+        journal: journal.clone(),
         seen: BTreeSet::new(),
         said: BTreeSet::new(),
         trials: BTreeMap::new(),
