@@ -278,7 +278,9 @@ impl Budget {
                     Some(c) if data.full && p.near_receiver(d) => c,
                     _ => 0,
                 };
-                self.path_crossing_then(us, frame, p.side_us[l.sender], crossing, mine(think))
+                let rate = (crossing, Label::of(Cause::Transfer, None));
+                let path = Label::of(Cause::RoundTrip, None);
+                self.split_via(us, frame, p.side_us[l.sender], path, rate, mine(think))
             }
             Some(l) => {
                 // Since the last data segment, and the round trip, to judge the span by.
@@ -549,39 +551,32 @@ impl Budget {
         );
     }
 
-    /// Up to `to_us`: the path's round trip for `path_us` (all of it unknown if that was never
-    /// measured), its rate's for `crossing_us` (a segment's time to cross), then `rest`.
-    fn path_crossing_then(
+    /// Up to `to_us`: `first` for `first_us` (all of it unknown if that is), then `rest`.
+    fn split(&mut self, to_us: u64, frame: u64, first_us: Option<u64>, first: Label, rest: Label) {
+        self.split_via(to_us, frame, first_us, first, (0, rest), rest);
+    }
+
+    /// Up to `to_us`: `first` for `first_us` (all of it unknown if that is), `then` for
+    /// `then_us`, then `rest`.
+    fn split_via(
         &mut self,
         to_us: u64,
         frame: u64,
-        path_us: Option<u64>,
-        crossing_us: u64,
+        first_us: Option<u64>,
+        first: Label,
+        (then_us, then): (u64, Label),
         rest: Label,
     ) {
-        let Some(path_us) = path_us.filter(|_| crossing_us > 0) else {
-            return self.path_then(to_us, frame, path_us, rest);
-        };
-        let from = self.frame;
-        let way = (self.ledger.until_us() + path_us).min(to_us);
-        let crossed = (way + crossing_us).min(to_us);
-        let path = Label::of(Cause::RoundTrip, None);
-        self.ledger.push(way, [from, frame], path, self.exchange);
-        let rate = Label::of(Cause::Transfer, None);
-        self.ledger
-            .push(crossed, [from, frame], rate, self.exchange);
-        self.ledger.push(to_us, [from, frame], rest, self.exchange);
-        self.frame = frame;
-    }
-
-    /// Up to `to_us`: `first` for `first_us` (all of it unknown if that is), then `rest`.
-    fn split(&mut self, to_us: u64, frame: u64, first_us: Option<u64>, first: Label, rest: Label) {
         let Some(first_us) = first_us else {
             return self.push(to_us, frame, Label::of(Cause::Unknown, None));
         };
         let cut = (self.ledger.until_us() + first_us).min(to_us);
+        let then_cut = (cut + then_us).min(to_us);
         let from = self.frame;
         self.ledger.push(cut, [from, frame], first, self.exchange);
+        // (A span of no time is not pushed: `then` is skipped when `then_us` is 0.)
+        self.ledger
+            .push(then_cut, [from, frame], then, self.exchange);
         self.ledger.push(to_us, [from, frame], rest, self.exchange);
         self.frame = frame;
     }
