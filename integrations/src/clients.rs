@@ -24,13 +24,21 @@ pub enum Way {
     Nodelay,
     /// nagless's default policy.
     Nagless,
+    /// nagless's default policy with `clock_answered(false)`: every flush sent at once.
+    Flushes,
     /// `FlushPolicy::clocked`.
     Clocked,
 }
 
 impl Way {
     /// Every way, in table order.
-    pub const ALL: [Way; 4] = [Way::Kernel, Way::Nodelay, Way::Nagless, Way::Clocked];
+    pub const ALL: [Way; 5] = [
+        Way::Kernel,
+        Way::Nodelay,
+        Way::Nagless,
+        Way::Flushes,
+        Way::Clocked,
+    ];
 
     /// Its name in tables (and in `MODES`).
     pub fn name(self) -> &'static str {
@@ -38,6 +46,7 @@ impl Way {
             Way::Kernel => "kernel",
             Way::Nodelay => "nodelay",
             Way::Nagless => "nagless",
+            Way::Flushes => "flushes",
             Way::Clocked => "clocked",
         }
     }
@@ -143,11 +152,11 @@ pub async fn connect(port: u16, way: Way, pieces: usize) -> Result<(Boxed, Segme
             tcp.set_nodelay(true).map_err(e)?;
             Box::pin(wrap(tcp))
         }
-        Way::Nagless | Way::Clocked => {
-            let policy = if way == Way::Clocked {
-                nagless::FlushPolicy::clocked()
-            } else {
-                nagless::FlushPolicy::default()
+        Way::Nagless | Way::Flushes | Way::Clocked => {
+            let policy = match way {
+                Way::Clocked => nagless::FlushPolicy::clocked(),
+                Way::Flushes => nagless::FlushPolicy::default().clock_answered(false),
+                _ => nagless::FlushPolicy::default(),
             };
             let s = nagless::tokio_adapter::NaglessStream::with_policy(tcp, policy).map_err(e)?;
             Box::pin(Pieces {

@@ -332,6 +332,15 @@ impl Coalescer {
         }
     }
 
+    /// The application flushed after the peer answered (see
+    /// [`FlushPolicy::clock_answered`]): everything pending is due for a clocked hand-over
+    /// (unless the policy makes flushes hints).
+    pub(crate) fn flush_clocked(&mut self) {
+        if self.q.policy.explicit_flush {
+            self.q.edit().make_all_due(FlushReason::Clocked);
+        }
+    }
+
     /// Under [`FlushPolicy::clocked`]: the caller's flushes mark where its batches end, so
     /// from now on its normal writes wait for the flush that ends their batch.
     pub(crate) fn flushes_delimit_batches(&mut self) {

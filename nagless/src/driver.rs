@@ -105,9 +105,13 @@ pub(crate) struct Driver<S> {
     /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked): the caller's batch, as
     /// its flushes delimit it.
     batch: Batch,
-    /// Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked), in a tokio stream: whether
-    /// the kernel's Nagle clocks whole batches, and the next look at what it holds.
+    /// In a tokio stream: whether the kernel's Nagle clocks whole batches, and the next look
+    /// at what it holds (under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked) every
+    /// batch once flushes delimit them; under other policies a flush the peer answered).
     kernel: KernelClock,
+    /// Whether the peer answers the batches the caller's flushes hand over (see
+    /// [`Answers`]).
+    answers: Answers,
 }
 
 impl<S> Driver<S> {
@@ -120,7 +124,14 @@ impl<S> Driver<S> {
             held: None,
             batch: Batch::default(),
             kernel: KernelClock::default(),
+            answers: Answers::default(),
         }
+    }
+
+    /// Input came from the peer (a tokio stream's read got bytes).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn input_arrived(&mut self) {
+        self.answers.input();
     }
 
     /// Bytes may have gone to the socket outside a pump (rustls's answers to input: a key
@@ -132,7 +143,8 @@ impl<S> Driver<S> {
 
     /// The stream can make the looks a Nagle socket needs (a tokio stream with a timer, over
     /// a socket it clocks): once the caller's flushes delimit its batches, a clocked batch is
-    /// handed to the socket with Nagle on (see [`KernelClock`]).
+    /// handed to the socket with Nagle on (see [`KernelClock`]); under the other policies
+    /// that flush, a batch whose flush the peer answered (see [`flush_point`](Self::flush_point)).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn allow_kernel_clock(&mut self) {
         if self.kernel == KernelClock::Unavailable {
@@ -234,11 +246,16 @@ impl<S: Seal> Driver<S> {
                 refresh_segment(&mut self.core, fd);
             }
         }
-        if self.core.policy().is_clocked() && wire.can_clock() && !self.seal.handshaking() {
-            if self.kernel.usable() && self.core.flushes_delimit() {
-                return self.pump_kernel_clocked(wire, now, handshake);
+        if wire.can_clock() && !self.seal.handshaking() {
+            if self.core.policy().is_clocked() {
+                if self.kernel.usable() && self.core.flushes_delimit() {
+                    return self.pump_kernel_clocked(wire, now, handshake);
+                }
+                return self.pump_clocked(wire, now, handshake);
             }
-            return self.pump_clocked(wire, now, handshake);
+            if self.kernel.usable() {
+                return self.pump_answered(wire, now, handshake);
+            }
         }
         self.seal
             .send_due(&mut self.core, wire, now, handshake, false)
@@ -358,8 +375,27 @@ impl<S: Seal> Driver<S> {
     /// stream or the C API, whose writers may flush once and then wait elsewhere). The
     /// flush's own send belongs to the batch it ends: [`batch_ended`](Self::batch_ended)
     /// follows it.
+    ///
+    /// Under a policy that is not [`clocked`](crate::FlushPolicy::clocked), in a stream whose
+    /// kernel's Nagle can be bounded by looks (a tokio stream over a socket, with a timer), a
+    /// flush made after input came (the peer answers: redis-rs's, hyper's, a database
+    /// driver's connection task, whose batches overlap the answers to earlier ones) hands its
+    /// batch to the kernel's Nagle, as the clocked policy does: it leaves at once when
+    /// nothing small of ours is unacknowledged, and otherwise with the next answer's ACK,
+    /// together with the batches written meanwhile, or a bound later. Any other flush (a
+    /// stream that only sends, an SSE server's tokens) leaves at once.
     pub(crate) fn flush_point(&mut self, queue: bool) {
-        self.core.flush();
+        // (A flush with nothing to hand over leaves the answer for the batch that comes.)
+        let answered = queue
+            && self.kernel.usable()
+            && self.core.pending() > 0
+            && self.core.policy().is_clock_answered()
+            && self.answers.clock();
+        if answered {
+            self.core.flush_clocked();
+        } else {
+            self.core.flush();
+        }
         if queue {
             self.core.flushes_delimit_batches();
         }
@@ -523,10 +559,12 @@ impl<S: Seal> Driver<S> {
     }
 }
 
+mod answers;
 mod batch;
 mod clocked;
 mod kernel_clock;
 mod wire;
+use answers::Answers;
 use batch::Batch;
 use kernel_clock::KernelClock;
 

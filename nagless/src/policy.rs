@@ -46,6 +46,7 @@ pub struct FlushPolicy {
     pub(crate) msg_more: bool,
     pub(crate) explicit_flush: bool,
     pub(crate) clocked: bool,
+    pub(crate) clock_answered: bool,
 }
 
 /// Default size threshold: 64 KiB pending (a loopback segment, or 45 Ethernet segments).
@@ -80,6 +81,7 @@ impl Default for FlushPolicy {
             msg_more: true,
             explicit_flush: true,
             clocked: false,
+            clock_answered: true,
         }
     }
 }
@@ -272,6 +274,47 @@ impl FlushPolicy {
     /// Whether `flush()` sends at once.
     pub fn is_explicit_flush(&self) -> bool {
         self.explicit_flush
+    }
+
+    /// Whether a flush the peer has answered since the one before is clocked as Nagle clocks
+    /// it, in a tokio stream over a TCP socket on a runtime with a timer, on Linux (on by
+    /// default; elsewhere, and in the std streams and the C API, flushes send at once).
+    ///
+    /// A connection task that writes batches while the answers to earlier ones come in
+    /// (redis-rs's multiplexed connection, hyper's HTTP/2 client, a database driver) reads
+    /// input between its flushes. Such a flush hands its batch to the socket with the
+    /// kernel's Nagle on: it leaves at once when nothing small of ours is unacknowledged,
+    /// and otherwise with the next ACK (which the peer's next answer carries) together
+    /// with what was written meanwhile, in one segment where `TCP_NODELAY` sends one per
+    /// batch. The stream then looks at what the kernel holds, and bytes held a whole
+    /// [`DEFAULT_LINGER`] with no ACK to release them are pushed: a batch waits one to two
+    /// milliseconds at most (tokio's timer), never the peer's delayed ACK. A flush with no
+    /// input since the one before (a stream that only sends, server-sent events' tokens)
+    /// leaves at once, as do urgent writes, `flush_now`, the linger deadline and close.
+    /// See [`clocked`](Self::clocked), which clocks every batch.
+    ///
+    /// Off: every flush leaves at once, as with `TCP_NODELAY` (for a caller that counts each
+    /// flush's latency above its segments).
+    ///
+    /// ```
+    /// use nagless::FlushPolicy;
+    /// assert!(FlushPolicy::default().is_clock_answered());
+    /// assert!(!FlushPolicy::default().clock_answered(false).is_clock_answered());
+    /// assert!(!FlushPolicy::immediate().is_clock_answered(), "every write leaves at once");
+    /// ```
+    pub fn clock_answered(mut self, on: bool) -> Self {
+        self.clock_answered = on;
+        self
+    }
+
+    /// Whether flushes the peer answered are clocked ([`clock_answered`](Self::clock_answered)):
+    /// on, with explicit flushes, under a policy that neither clocks every write
+    /// ([`clocked`](Self::clocked)) nor sends every write at once ([`immediate`](Self::immediate)).
+    pub fn is_clock_answered(&self) -> bool {
+        self.clock_answered
+            && self.explicit_flush
+            && !self.clocked
+            && self.linger != Linger::Immediate
     }
 
     /// Whether before-read flushing is on.

@@ -267,8 +267,11 @@ where
             // have completed the handshake, letting plaintext queued during it leave: the next
             // wait flushes again. rustls may have answered them (a key update, an alert): what
             // it sent is owed a look (the flusher is made sure of below, before any return).
-            Ok(_) => {
+            Ok(input) => {
                 flushed = false;
+                if matches!(input, Input::Read) {
+                    g.driver.input_arrived();
+                }
                 g.driver.owe_look(now());
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock && !flushed => {

@@ -177,6 +177,41 @@ impl<S: Seal> Driver<S> {
         r
     }
 
+    /// Sends what is due under a policy that clocks only the flushes its peer answered
+    /// ([`FlushPolicy::clock_answered`](crate::FlushPolicy::clock_answered)), in a stream
+    /// with a [`KernelClock`]: such a flush's batch (due as clocked) goes to the kernel's
+    /// Nagle as [`pump_kernel_clocked`](Self::pump_kernel_clocked) hands it; anything else
+    /// due (a flush with no answer since the one before, a linger deadline, the threshold, an
+    /// urgent write, close) leaves at once, Nagle turned off first, which sends what the
+    /// kernel held before it.
+    pub(super) fn pump_answered<W: Wire + ?Sized>(
+        &mut self,
+        wire: &mut W,
+        now: Instant,
+        handshake: bool,
+    ) -> io::Result<Drive>
+    where
+        S: SealOver<W>,
+    {
+        match self.core.poll_transmit(now) {
+            Some(tx) if tx.reason == FlushReason::Clocked => {
+                return self.pump_kernel_clocked(wire, now, handshake);
+            }
+            // Records the seal holds, after a clocked batch: looked at with it.
+            None if self.kernel.is_on() => {
+                return self.pump_kernel_clocked(wire, now, handshake);
+            }
+            Some(_) if self.kernel.is_on() => {
+                self.core.on_push();
+                wire.nagle(false)?;
+                self.kernel.turned_off();
+            }
+            _ => {}
+        }
+        self.seal
+            .send_due(&mut self.core, wire, now, handshake, false)
+    }
+
     /// Under a [`KernelClock`] that is on: the look owed, if it is due at `now` (the stream's
     /// background task calls it) or, `early`, if it is the first since a send (a reader
     /// about to wait): bytes the kernel held a whole bound are pushed.
@@ -200,8 +235,13 @@ impl<S: Seal> Driver<S> {
             // The kernel cannot say: push, so that nothing waits on what is not known.
             Err(_) => Found::Stuck,
         };
-        if found == Found::Stuck {
-            return self.push_kernel(wire);
+        match found {
+            Found::Stuck => {
+                self.answers.unanswered();
+                return self.push_kernel(wire);
+            }
+            Found::Released(_) => self.answers.released(),
+            Found::Clear | Found::Moving(_) => {}
         }
         Ok(())
     }

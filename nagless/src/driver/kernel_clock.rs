@@ -33,7 +33,8 @@ pub(crate) enum KernelClock {
     /// wait elsewhere), a stream without a timer to make the looks, or no socket to clock.
     #[default]
     Unavailable,
-    /// Allowed; the socket still has `TCP_NODELAY` on (no batch delimited yet).
+    /// Allowed; the socket has `TCP_NODELAY` on: no batch clocked yet, or (under a policy
+    /// that clocks only the flushes its peer answered) the last batch left at once.
     Ready,
     /// Nagle is on; `look` is when to next ask the kernel what it holds.
     On { look: Option<Look> },
@@ -56,9 +57,11 @@ pub(crate) struct Look {
 pub(crate) enum Found {
     /// Nothing held: no more looks until the next send.
     Clear,
-    /// Bytes held, but none that were held at the previous look (ACKs are coming): look
-    /// again then.
+    /// Bytes held, none seen held before (the first look since a send): look again then.
     Moving(Instant),
+    /// The bytes held at the previous look have left, sent by ACKs before a whole bound
+    /// passed (answers are coming): look again then, if newer bytes are held.
+    Released(Option<Instant>),
     /// Bytes held a whole bound with nothing sent: push them.
     Stuck,
 }
@@ -121,24 +124,37 @@ impl KernelClock {
             return Found::Clear;
         };
         let before = look.and_then(|l| l.held);
-        if unsent == 0 {
-            *look = None;
-            return Found::Clear;
-        }
         // The kernel sends in order: the bytes it held at the previous look have all left
         // once it has sent as many since.
-        if before
-            .is_some_and(|(was_sent, was_held)| sent.saturating_sub(was_sent) < u64::from(was_held))
-        {
+        let stuck = before.is_some_and(|(was_sent, was_held)| {
+            sent.saturating_sub(was_sent) < u64::from(was_held)
+        });
+        if stuck && unsent > 0 {
             *look = None;
             return Found::Stuck;
         }
-        let at = now + bound;
-        *look = Some(Look {
+        let next = (unsent > 0).then(|| now + bound);
+        *look = next.map(|at| Look {
             at,
             held: Some((sent, unsent)),
         });
-        Found::Moving(at)
+        match (before.is_some(), next) {
+            (true, next) => Found::Released(next),
+            (false, Some(at)) => Found::Moving(at),
+            (false, None) => Found::Clear,
+        }
+    }
+
+    /// Nagle was turned off (`TCP_NODELAY` set, which sends what it held): a batch leaves at
+    /// once, and no look is owed.
+    pub(crate) fn turned_off(&mut self) {
+        debug_assert!(matches!(self, KernelClock::On { .. }));
+        *self = KernelClock::Ready;
+    }
+
+    /// Whether Nagle is on now.
+    pub(crate) fn is_on(self) -> bool {
+        matches!(self, KernelClock::On { .. })
     }
 
     /// The socket would not turn Nagle back on after a push (it has `TCP_NODELAY`): the
@@ -182,6 +198,17 @@ mod tests {
         k.sent(t, BOUND);
         assert_eq!(k.looked(t + BOUND, BOUND, 100, 0), Found::Clear);
         assert_eq!(k.due(), None);
+        // Held at one look, gone at the next: released, and no look more.
+        k.sent(t + 2 * BOUND, BOUND);
+        assert!(matches!(
+            k.looked(t + 3 * BOUND, BOUND, 100, 40),
+            Found::Moving(_)
+        ));
+        assert_eq!(
+            k.looked(t + 4 * BOUND, BOUND, 100, 0),
+            Found::Released(None)
+        );
+        assert_eq!(k.due(), None);
     }
 
     #[test]
@@ -191,10 +218,10 @@ mod tests {
         let t1 = t + BOUND;
         assert_eq!(k.looked(t1, BOUND, 100, 40), Found::Moving(t1 + BOUND));
         // An ACK came and released the 40 bytes held (the kernel sent 40 more); 40 newer
-        // ones wait: still moving.
+        // ones wait: look again.
         assert_eq!(
             k.looked(t1 + BOUND, BOUND, 140, 40),
-            Found::Moving(t1 + 2 * BOUND)
+            Found::Released(Some(t1 + 2 * BOUND))
         );
         assert_eq!(k.due(), Some(t1 + 2 * BOUND));
         // Only 39 sent since: a byte held then still waits.

@@ -144,6 +144,9 @@ where
     let filled = buf.filled().len();
     match Pin::new(&mut g.io).poll_read(cx, buf) {
         Poll::Ready(Ok(())) if buf.filled().len() > filled || buf.remaining() == 0 => {
+            if buf.filled().len() > filled {
+                g.driver.input_arrived();
+            }
             flusher_if_needed(g);
             return Poll::Ready(Ok(()));
         }

@@ -1,0 +1,106 @@
+//! Whether the peer answers what this stream sends: under a policy that clocks the batches
+//! its peer answers ([`FlushPolicy::clock_answered`](crate::FlushPolicy::clock_answered)), a
+//! batch goes to the kernel's Nagle only while answers come, because only answers bring the
+//! ACKs that release what Nagle holds soon. A peer that only receives (server-sent events, a
+//! response streamed in parts) acknowledges late, and a batch held for its ACK would wait
+//! for the bound.
+//!
+//! A connection task that multiplexes (redis-rs's, hyper's HTTP/2) does not read between
+//! every two of its flushes: its tasks' requests come in bursts, each flushed as it comes,
+//! while the answers to earlier ones are on their way. So input turns clocking on for the
+//! batches that follow, until a batch the kernel held waits a whole bound with no ACK to
+//! release it (the look that pushes it): the peer is not answering now. The stream then
+//! remembers that its peer lets batches wait, and clocks only a batch that input came just
+//! before, until a held batch is seen released by an ACK (answers do come after all). A
+//! sender whose peer never speaks never clocks; a server that streams each answer in parts
+//! pays one bound, once.
+//!
+//! Invariant: `answering` implies `!burned` (a peer known to let batches wait is trusted
+//! again only by a release).
+
+/// The peer's answers, as seen from the batches this stream hands over.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Answers {
+    /// Input came since the last batch was handed over.
+    input: bool,
+    /// Input came, and no batch held since waited a whole bound: clock every batch.
+    answering: bool,
+    /// A held batch waited a whole bound, and no held batch was released by an ACK since.
+    burned: bool,
+}
+
+impl Answers {
+    /// Input came from the peer.
+    pub(crate) fn input(&mut self) {
+        self.input = true;
+        self.answering = !self.burned;
+    }
+
+    /// A batch is handed over: whether it may wait for the ACK an answer brings.
+    pub(crate) fn clock(&mut self) -> bool {
+        debug_assert!(!(self.answering && self.burned));
+        std::mem::take(&mut self.input) || self.answering
+    }
+
+    /// Bytes the kernel held waited a whole bound with nothing sent: no answer came soon.
+    pub(crate) fn unanswered(&mut self) {
+        self.answering = false;
+        self.burned = true;
+    }
+
+    /// Bytes the kernel held were sent by an ACK before the bound: answers do come.
+    pub(crate) fn released(&mut self) {
+        self.burned = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_that_never_spoke_gets_every_batch_at_once() {
+        let mut a = Answers::default();
+        assert!((0..10).all(|_| !a.clock()));
+    }
+
+    #[test]
+    fn input_clocks_the_batches_after_it_until_one_waits_in_vain() {
+        let mut a = Answers::default();
+        a.input();
+        assert!(a.clock());
+        assert!(
+            a.clock(),
+            "batches without input between them: still answering"
+        );
+        a.unanswered();
+        assert!(!a.clock());
+    }
+
+    #[test]
+    fn a_peer_that_let_a_batch_wait_has_only_batches_right_after_input_clocked() {
+        let mut a = Answers::default();
+        a.input();
+        a.unanswered();
+        // A server streaming its next answer in parts: the part right after the request is
+        // clocked (nothing of ours is in flight then: it leaves at once), the rest are not.
+        a.input();
+        assert!(a.clock());
+        assert!(!a.clock());
+        assert!(!a.clock());
+    }
+
+    #[test]
+    fn a_release_trusts_the_peer_again() {
+        let mut a = Answers::default();
+        a.input();
+        a.unanswered();
+        a.input();
+        assert!(a.clock());
+        a.released();
+        assert!(!a.clock(), "trusted from the next input on");
+        a.input();
+        assert!(a.clock());
+        assert!(a.clock(), "every batch clocked again");
+    }
+}

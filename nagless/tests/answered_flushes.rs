@@ -1,0 +1,252 @@
+//! The default policy through the tokio stream: a flush made while the peer answers (a
+//! connection task that pipelines requests, as redis-rs's and hyper's do) goes to the kernel's
+//! Nagle, which sends it with the next answer's ACK; a stream whose peer does not answer
+//! (server-sent events) sends each flush at once. `FlushPolicy::clock_answered(false)` sends
+//! every flush at once.
+//!
+//! Robust facts only: which way the socket is set (asked through a second descriptor of it),
+//! every byte answered in order, and, alone, a token stream whose median token is far from a
+//! delayed ACK's 40 ms; a hang is caught by generous timeouts.
+#![cfg(all(target_os = "linux", feature = "tokio"))]
+#![allow(clippy::disallowed_methods)] // tests measure real time
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use nagless::tokio_adapter::NaglessStream;
+use nagless::FlushPolicy;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const REQUEST: usize = 48;
+const ANSWER: usize = 16;
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// A plain server (kernel defaults) answering each fixed-size request with its sequence
+/// number, until the client closes.
+fn answering_server() -> (std::net::SocketAddr, std::thread::JoinHandle<u64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(LIMIT)).unwrap();
+        let mut answered = 0;
+        let mut m = [0u8; REQUEST];
+        while s.read_exact(&mut m).is_ok() {
+            let mut answer = [b'a'; ANSWER];
+            answer[..8].copy_from_slice(&m[8..16]);
+            if s.write_all(&answer).is_err() {
+                break;
+            }
+            answered += 1;
+        }
+        answered
+    });
+    (addr, h)
+}
+
+fn request(seq: u64) -> [u8; REQUEST] {
+    let mut m = [b'r'; REQUEST];
+    m[8..16].copy_from_slice(&seq.to_le_bytes());
+    m
+}
+
+/// A tokio stream to `addr` under `policy`, and a second descriptor of its socket.
+async fn connect(
+    addr: std::net::SocketAddr,
+    policy: FlushPolicy,
+) -> (NaglessStream<tokio::net::TcpStream>, TcpStream) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let raw = tcp.into_std().unwrap();
+    let probe = raw.try_clone().unwrap();
+    let tcp = tokio::net::TcpStream::from_std(raw).unwrap();
+    (NaglessStream::with_policy(tcp, policy).unwrap(), probe)
+}
+
+/// Pipelines `n` requests, four in flight: each flush after the first four follows the
+/// answer it waited for. Returns whether the socket has `TCP_NODELAY` at the end.
+async fn pipeline(policy: FlushPolicy, n: u64) -> bool {
+    const IN_FLIGHT: u64 = 4;
+    let (addr, server) = answering_server();
+    let (mut s, probe) = connect(addr, policy).await;
+    let mut answer = [0u8; ANSWER];
+    let mut next = 0u64;
+    for seq in 0..n {
+        s.write_all(&request(seq)).await.unwrap();
+        s.flush().await.unwrap();
+        if seq + 1 >= IN_FLIGHT {
+            tokio::time::timeout(LIMIT, s.read_exact(&mut answer))
+                .await
+                .expect("answered")
+                .unwrap();
+            assert_eq!(answer[..8], next.to_le_bytes(), "answers in order");
+            next += 1;
+        }
+    }
+    let nodelay = probe.nodelay().unwrap();
+    while next < n {
+        tokio::time::timeout(LIMIT, s.read_exact(&mut answer))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert_eq!(answer[..8], next.to_le_bytes(), "answers in order");
+        next += 1;
+    }
+    assert_eq!(s.stats().bytes_sent, n * REQUEST as u64, "nothing lost");
+    assert_eq!(s.pending(), 0, "nothing left in the stream");
+    drop((s, probe));
+    assert_eq!(server.join().unwrap(), n, "every request arrived whole");
+    nodelay
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flushes_the_peer_answers_are_clocked_by_the_kernel_s_nagle() {
+    assert!(
+        !pipeline(FlushPolicy::default(), 200).await,
+        "the kernel's Nagle clocks a pipelining caller's flushes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_answered_off_sends_every_flush_at_once() {
+    assert!(
+        pipeline(FlushPolicy::default().clock_answered(false), 200).await,
+        "TCP_NODELAY kept"
+    );
+}
+
+/// A server-sent-events server over the default policy: it reads one request, then sends
+/// `tokens` tokens, each written and flushed, `gap` apart; the client (kernel defaults) never
+/// answers them. Returns each token's time from its flush to its arrival, and whether the
+/// server's socket has `TCP_NODELAY` at the end.
+async fn token_stream(tokens: u64, gap: Duration) -> (Vec<Duration>, bool) {
+    const TOKEN: usize = 24;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = std::thread::spawn(move || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(LIMIT)).unwrap();
+        // Delayed ACKs from the first token on (a new connection acknowledges its first
+        // segments at once): a token held behind the one before waits for the stream's look.
+        socket2::SockRef::from(&c).set_tcp_quickack(false).unwrap();
+        c.write_all(b"GET /events\r\n\r\n").unwrap();
+        let mut arrived = Vec::new();
+        let mut t = [0u8; TOKEN];
+        for seq in 0..tokens {
+            c.read_exact(&mut t).unwrap();
+            arrived.push(Instant::now());
+            assert_eq!(t[..8], seq.to_le_bytes(), "tokens in order");
+        }
+        arrived
+    });
+    let (tcp, _) = listener.accept().await.unwrap();
+    let raw = tcp.into_std().unwrap();
+    let probe = raw.try_clone().unwrap();
+    let tcp = tokio::net::TcpStream::from_std(raw).unwrap();
+    let mut s = NaglessStream::with_policy(tcp, FlushPolicy::default()).unwrap();
+    let mut req = [0u8; 15];
+    s.read_exact(&mut req).await.unwrap();
+    let mut flushed = Vec::new();
+    for seq in 0..tokens {
+        let mut t = [b't'; TOKEN];
+        t[..8].copy_from_slice(&seq.to_le_bytes());
+        s.write_all(&t).await.unwrap();
+        s.flush().await.unwrap();
+        flushed.push(Instant::now());
+        tokio::time::sleep(gap).await;
+    }
+    let arrived = tokio::task::spawn_blocking(move || client.join().unwrap())
+        .await
+        .unwrap();
+    let nodelay = probe.nodelay().unwrap();
+    let waits = flushed
+        .iter()
+        .zip(&arrived)
+        .map(|(f, a)| a.saturating_duration_since(*f))
+        .collect();
+    (waits, nodelay)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_peer_does_not_answer_sends_its_flushes_at_once() {
+    let (_, nodelay) = token_stream(20, Duration::from_millis(2)).await;
+    assert!(
+        nodelay,
+        "a peer that does not answer: flushes leave at once (TCP_NODELAY)"
+    );
+}
+
+/// A server that answers each request of a keep-alive connection in two flushes (a head, then
+/// a body streamed after it) to a client that delays its ACKs: the body waits for the head's
+/// ACK once, then the stream remembers that this peer lets batches wait, and each later body
+/// leaves at once (the socket has `TCP_NODELAY` when the client has it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_streaming_its_answers_in_parts_stops_clocking_the_parts() {
+    const REQUESTS: usize = 24;
+    const PART: usize = 32;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (probe_tx, probe_rx) = std::sync::mpsc::channel::<TcpStream>();
+    let client = std::thread::spawn(move || {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(LIMIT)).unwrap();
+        let probe = probe_rx.recv().unwrap();
+        let mut nodelay_after_body = Vec::new();
+        let mut answer = [0u8; 2 * PART];
+        for seq in 0..REQUESTS {
+            socket2::SockRef::from(&c).set_tcp_quickack(false).unwrap();
+            c.write_all(&[seq as u8; 8]).unwrap();
+            c.read_exact(&mut answer).unwrap();
+            assert!(answer[..PART].iter().all(|&b| b == b'h'), "the head, whole");
+            assert!(
+                answer[PART..].iter().all(|&b| b == seq as u8),
+                "the body, whole and in order"
+            );
+            nodelay_after_body.push(probe.nodelay().unwrap());
+        }
+        nodelay_after_body
+    });
+    let (tcp, _) = listener.accept().await.unwrap();
+    let raw = tcp.into_std().unwrap();
+    probe_tx.send(raw.try_clone().unwrap()).unwrap();
+    let tcp = tokio::net::TcpStream::from_std(raw).unwrap();
+    let mut s = NaglessStream::with_policy(tcp, FlushPolicy::default()).unwrap();
+    let mut req = [0u8; 8];
+    for _ in 0..REQUESTS {
+        tokio::time::timeout(LIMIT, s.read_exact(&mut req))
+            .await
+            .expect("a request")
+            .unwrap();
+        s.write_all(&[b'h'; PART]).await.unwrap();
+        s.flush().await.unwrap();
+        s.write_all(&[req[0]; PART]).await.unwrap();
+        s.flush().await.unwrap();
+    }
+    let nodelay = tokio::task::spawn_blocking(move || client.join().unwrap())
+        .await
+        .unwrap();
+    let later = &nodelay[REQUESTS / 2..];
+    assert!(
+        later.iter().all(|&n| n),
+        "bodies after the first were clocked (TCP_NODELAY after each body: {nodelay:?})"
+    );
+}
+
+/// Tests that run alone, with nothing else on the machine: they time what a busy
+/// machine blurs, or take what is host-wide (docs/testing.md).
+mod alone {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokens_do_not_wait_for_the_client_s_delayed_ack() {
+        const STALL: Duration = Duration::from_millis(30);
+        let (mut waits, _) = token_stream(40, Duration::from_millis(5)).await;
+        waits.sort();
+        let middle = waits[waits.len() / 2];
+        let late = waits.iter().filter(|w| **w >= STALL).count();
+        assert!(
+            middle < STALL && late <= 2,
+            "the median token waited {middle:?}, {late} waited {STALL:?} or more (all: {waits:?})"
+        );
+    }
+}
