@@ -17,7 +17,9 @@
 //!
 //! Such a library writes each batch of requests and flushes it; the clocked stream hands each
 //! batch to the kernel at its flush, sent at once or with the next ACK together with the
-//! batches flushed since, and never lets one wait for the peer's delayed ACK. `--plain` runs
+//! batches flushed since, and never lets one wait for the peer's delayed ACK. (The default
+//! policy does the same with the flushes made while the peer answers, which are all of them
+//! here once the first answer has come: `FlushPolicy::clock_answered`.) `--plain` runs
 //! the same client over a tokio stream with `TCP_NODELAY`, for comparison. Prints requests per
 //! second and the client's data segments per request; `--requests` (default 20,000) and
 //! `--tasks` (default 32) set the load.

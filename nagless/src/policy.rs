@@ -4,7 +4,8 @@
 //! [`Coalescer`](crate::Coalescer) turns the policy into "send these bytes now" and "wake me
 //! at T". The default needs no tuning: flush before every read, send the first full segment
 //! of a burst built from small writes at once, stream full segments once 64 KiB are pending,
-//! and never hold a byte longer than 500 µs.
+//! and never hold a byte longer than 500 µs; in a tokio stream, a flush made while the peer
+//! answers is clocked as Nagle clocks it ([`FlushPolicy::clock_answered`]).
 
 use std::time::Duration;
 
@@ -71,7 +72,8 @@ pub const DEFAULT_HIGH_WATER: usize = 4 * 1024 * 1024;
 
 impl Default for FlushPolicy {
     /// Before-read on, threshold [`DEFAULT_THRESHOLD`], linger [`DEFAULT_LINGER`], high-water
-    /// [`DEFAULT_HIGH_WATER`], `MSG_MORE` between the syscalls of one flush.
+    /// [`DEFAULT_HIGH_WATER`], `MSG_MORE` between the syscalls of one flush, flushes the peer
+    /// answered clocked ([`clock_answered`](Self::clock_answered)).
     fn default() -> Self {
         Self {
             before_read: true,
@@ -276,22 +278,28 @@ impl FlushPolicy {
         self.explicit_flush
     }
 
-    /// Whether a flush the peer has answered since the one before is clocked as Nagle clocks
-    /// it, in a tokio stream over a TCP socket on a runtime with a timer, on Linux (on by
-    /// default; elsewhere, and in the std streams and the C API, flushes send at once).
+    /// Whether the flushes made while the peer answers are clocked as Nagle clocks them, in a
+    /// tokio stream over a TCP socket on a runtime with a timer, on Linux (on by default;
+    /// elsewhere, and in the std streams and the C API, every flush is sent at once).
     ///
     /// A connection task that writes batches while the answers to earlier ones come in
     /// (redis-rs's multiplexed connection, hyper's HTTP/2 client, a database driver) reads
-    /// input between its flushes. Such a flush hands its batch to the socket with the
-    /// kernel's Nagle on: it leaves at once when nothing small of ours is unacknowledged,
-    /// and otherwise with the next ACK (which the peer's next answer carries) together
-    /// with what was written meanwhile, in one segment where `TCP_NODELAY` sends one per
-    /// batch. The stream then looks at what the kernel holds, and bytes held a whole
-    /// [`DEFAULT_LINGER`] with no ACK to release them are pushed: a batch waits one to two
-    /// milliseconds at most (tokio's timer), never the peer's delayed ACK. A flush with no
-    /// input since the one before (a stream that only sends, server-sent events' tokens)
-    /// leaves at once, as do urgent writes, `flush_now`, the linger deadline and close.
-    /// See [`clocked`](Self::clocked), which clocks every batch.
+    /// input between its flushes. Once input has come, each flush hands its batch to the
+    /// socket with the kernel's Nagle on: it leaves at once when nothing small of ours is
+    /// unacknowledged, and otherwise with the next ACK (which the peer's next answer
+    /// carries) together with what was written meanwhile, in one segment where
+    /// `TCP_NODELAY` sends one per batch. The stream looks at what the kernel holds, and
+    /// pushes bytes held a whole [`DEFAULT_LINGER`] with no ACK to release them: a batch
+    /// waits one to two milliseconds at most (tokio's timer), never the peer's delayed ACK.
+    ///
+    /// Such a push says the peer is not answering now: later flushes leave at once until
+    /// input comes again. A stream whose peer never speaks (server-sent events' tokens)
+    /// never clocks, and one that has seen its peer let a batch wait (a server that
+    /// streams each answer in parts) clocks only a flush made right after input, until a
+    /// held batch is seen released by an ACK: such a server pays the bound once per
+    /// connection, not once per answer. Urgent writes, `flush_now`, the linger deadline,
+    /// the threshold and close always leave at once. See [`clocked`](Self::clocked), which
+    /// clocks every batch.
     ///
     /// Off: every flush leaves at once, as with `TCP_NODELAY` (for a caller that counts each
     /// flush's latency above its segments).
