@@ -322,22 +322,20 @@ impl Coalescer {
     /// The application flushed: everything pending is due (unless the policy makes flushes
     /// hints: [`FlushPolicy::explicit_flush`]).
     pub fn flush(&mut self) {
+        self.flush_for(self.q.policy.clocked);
+    }
+
+    /// The application flushed; with `clocked`, everything pending is due for a clocked
+    /// hand-over (a flush the peer answered: [`FlushPolicy::clock_answered`]), unless the
+    /// policy makes flushes hints.
+    pub(crate) fn flush_for(&mut self, clocked: bool) {
         if self.q.policy.explicit_flush {
-            let reason = if self.q.policy.clocked {
+            let reason = if clocked {
                 FlushReason::Clocked
             } else {
                 FlushReason::Explicit
             };
             self.q.edit().make_all_due(reason);
-        }
-    }
-
-    /// The application flushed after the peer answered (see
-    /// [`FlushPolicy::clock_answered`]): everything pending is due for a clocked hand-over
-    /// (unless the policy makes flushes hints).
-    pub(crate) fn flush_clocked(&mut self) {
-        if self.q.policy.explicit_flush {
-            self.q.edit().make_all_due(FlushReason::Clocked);
         }
     }
 

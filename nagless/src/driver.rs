@@ -191,10 +191,16 @@ impl<S: Seal> Driver<S> {
         } else if self.due_now() {
             Some(now)
         } else {
-            match (self.core.poll_timeout(), self.kernel.due()) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
+            self.earliest_wake()
+        }
+    }
+
+    /// The earliest of the linger deadline and the look owed to a Nagle socket, if any.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn earliest_wake(&self) -> Option<Instant> {
+        match (self.core.poll_timeout(), self.kernel.due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -225,7 +231,8 @@ impl<S: Seal> Driver<S> {
 
     /// Sends what is due through `wire`; with `handshake`, a TLS handshake in progress is
     /// completed first. At the threshold the socket's segment size is read again; under
-    /// [`FlushPolicy::clocked`](crate::FlushPolicy::clocked) the bytes are clocked.
+    /// [`FlushPolicy::clocked`](crate::FlushPolicy::clocked) the bytes are clocked, and
+    /// under another policy a flush the peer answered ([`flush_point`](Self::flush_point)).
     pub(crate) fn pump<W: Wire + ?Sized>(
         &mut self,
         wire: &mut W,
@@ -391,11 +398,8 @@ impl<S: Seal> Driver<S> {
             && self.core.pending() > 0
             && self.core.policy().is_clock_answered()
             && self.answers.clock();
-        if answered {
-            self.core.flush_clocked();
-        } else {
-            self.core.flush();
-        }
+        self.core
+            .flush_for(answered || self.core.policy().is_clocked());
         if queue {
             self.core.flushes_delimit_batches();
         }

@@ -157,8 +157,9 @@ impl FlushPolicy {
     /// Clocking needs the kernel's send-queue counters (`SIOCOUTQ`, `SIOCOUTQNSD`: Linux
     /// and Android) and a send the kernel can be asked to hold: every stream has it (the std
     /// [`NaglessStream`](crate::NaglessStream) and [`Sender`](crate::Sender), the TLS streams,
-    /// the tokio streams over tokio's own `TcpStream` or `UnixStream`). A tokio stream over
-    /// another `AsyncWrite`, and every stream elsewhere, take this policy as
+    /// the tokio streams over tokio's own `TcpStream`). A tokio stream over another
+    /// `AsyncWrite` (a `UnixStream` too: no Nagle, no ACKs), and every stream elsewhere, take
+    /// this policy as
     /// [`immediate`](Self::immediate): every write leaves at once. Costs two to four syscalls
     /// per write (the counters, the send, at times a push) where `TCP_NODELAY` costs one.
     ///
@@ -292,13 +293,14 @@ impl FlushPolicy {
     /// pushes bytes held a whole [`DEFAULT_LINGER`] with no ACK to release them: a batch
     /// waits one to two milliseconds at most (tokio's timer), never the peer's delayed ACK.
     ///
-    /// Such a push says the peer is not answering now: later flushes leave at once until
-    /// input comes again. A stream whose peer never speaks (server-sent events' tokens)
-    /// never clocks, and one that has seen its peer let a batch wait (a server that
-    /// streams each answer in parts) clocks only a flush made right after input, until a
-    /// held batch is seen released by an ACK: such a server pays the bound once per
-    /// connection, not once per answer. Urgent writes, `flush_now`, the linger deadline,
-    /// the threshold and close always leave at once. See [`clocked`](Self::clocked), which
+    /// Such a push says the peer is not answering now, and the stream remembers it: from
+    /// then on only a flush made right after input is clocked, until a held batch is seen
+    /// released by an ACK (answers do come), when every flush after input is clocked
+    /// again. So a stream whose peer speaks only to ask (a server-sent-events client: its
+    /// request) has at most one token wait one bound, and a server that streams each answer
+    /// in parts pays the bound once per connection, not once per answer. Bytes made due by
+    /// an urgent write, the linger deadline, the threshold, a read that would wait or close
+    /// leave at once, `TCP_NODELAY` set again first. See [`clocked`](Self::clocked), which
     /// clocks every batch.
     ///
     /// Off: every flush leaves at once, as with `TCP_NODELAY` (for a caller that counts each

@@ -15,7 +15,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use nagless::tokio_adapter::NaglessStream;
-use nagless::FlushPolicy;
+use nagless::{FlushPolicy, FlushReason};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REQUEST: usize = 48;
@@ -64,8 +64,9 @@ async fn connect(
 }
 
 /// Pipelines `n` requests, four in flight: each flush after the first four follows the
-/// answer it waited for. Returns whether the socket has `TCP_NODELAY` at the end.
-async fn pipeline(policy: FlushPolicy, n: u64) -> bool {
+/// answer it waited for. Returns whether the socket has `TCP_NODELAY` at the end, and the
+/// stream's clocked sends.
+async fn pipeline(policy: FlushPolicy, n: u64) -> (bool, u64) {
     const IN_FLIGHT: u64 = 4;
     let (addr, server) = answering_server();
     let (mut s, probe) = connect(addr, policy).await;
@@ -92,27 +93,28 @@ async fn pipeline(policy: FlushPolicy, n: u64) -> bool {
         assert_eq!(answer[..8], next.to_le_bytes(), "answers in order");
         next += 1;
     }
-    assert_eq!(s.stats().bytes_sent, n * REQUEST as u64, "nothing lost");
+    let stats = s.stats();
+    assert_eq!(stats.bytes_sent, n * REQUEST as u64, "nothing lost");
     assert_eq!(s.pending(), 0, "nothing left in the stream");
     drop((s, probe));
     assert_eq!(server.join().unwrap(), n, "every request arrived whole");
-    nodelay
+    (nodelay, stats.flushes_for(FlushReason::Clocked))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushes_the_peer_answers_are_clocked_by_the_kernel_s_nagle() {
+    let (nodelay, clocked) = pipeline(FlushPolicy::default(), 200).await;
     assert!(
-        !pipeline(FlushPolicy::default(), 200).await,
-        "the kernel's Nagle clocks a pipelining caller's flushes"
+        clocked > 0,
+        "the kernel's Nagle clocks a pipelining caller's flushes (TCP_NODELAY at the end: {nodelay})"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_answered_off_sends_every_flush_at_once() {
-    assert!(
-        pipeline(FlushPolicy::default().clock_answered(false), 200).await,
-        "TCP_NODELAY kept"
-    );
+    let (nodelay, clocked) = pipeline(FlushPolicy::default().clock_answered(false), 200).await;
+    assert!(nodelay, "TCP_NODELAY kept");
+    assert_eq!(clocked, 0, "no flush clocked");
 }
 
 /// A server-sent-events server over the default policy: it reads one request, then sends
@@ -232,14 +234,98 @@ async fn a_server_streaming_its_answers_in_parts_stops_clocking_the_parts() {
     );
 }
 
+/// Over a Unix socket (no Nagle, no ACKs) the default policy sends every flush at once, and a
+/// flush made while the peer has not read our earlier bytes neither fails nor holds them.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_stream_sends_its_answered_flushes_at_once() {
+    let (ours, mut peer) = tokio::net::UnixStream::pair().unwrap();
+    let mut s = NaglessStream::from_socket(ours, FlushPolicy::default()).unwrap();
+    s.write_all(b"x").await.unwrap();
+    s.flush().await.unwrap();
+    // The peer speaks, and has not read our "x" yet.
+    peer.write_all(b"req").await.unwrap();
+    let mut b = [0u8; 3];
+    s.read_exact(&mut b).await.unwrap();
+    s.write_all(b"answer").await.unwrap();
+    s.flush()
+        .await
+        .expect("an answered flush over a Unix socket");
+    let mut got = [0u8; 7];
+    tokio::time::timeout(LIMIT, peer.read_exact(&mut got))
+        .await
+        .expect("sent")
+        .unwrap();
+    assert_eq!(&got, b"xanswer");
+    assert_eq!(
+        s.stats().flushes_for(FlushReason::Clocked),
+        0,
+        "nothing clocked"
+    );
+}
+
 /// Tests that run alone, with nothing else on the machine: they time what a busy
 /// machine blurs, or take what is host-wide (docs/testing.md).
 mod alone {
     use super::*;
 
+    /// Shorter than any wait for a delayed ACK (40 ms on Linux).
+    const STALL: Duration = Duration::from_millis(30);
+
+    /// A linger longer than the looks' bound: the flusher sleeping towards the linger
+    /// deadline still makes the look owed sooner, so a held flush never waits for the
+    /// peer's delayed ACK (or for the linger).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_linger_does_not_delay_the_looks() {
+        const LINGER: Duration = Duration::from_millis(200);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let peer = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            c.set_read_timeout(Some(LIMIT)).unwrap();
+            socket2::SockRef::from(&c).set_tcp_quickack(false).unwrap();
+            c.write_all(b"hello").unwrap();
+            let mut got = Vec::new();
+            let mut b = [0u8; 8];
+            for i in 0..6u8 {
+                socket2::SockRef::from(&c).set_tcp_quickack(false).unwrap();
+                c.read_exact(&mut b).unwrap();
+                got.push(Instant::now());
+                assert_eq!(b, [i; 8], "in order");
+            }
+            got
+        });
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut s = NaglessStream::with_policy(tcp, FlushPolicy::default().linger(LINGER)).unwrap();
+        let mut h = [0u8; 5];
+        s.read_exact(&mut h).await.unwrap();
+        let mut flushed = Vec::new();
+        for i in 0..6u8 {
+            s.write_all(&[i; 8]).await.unwrap();
+            // The flusher sleeps towards the linger deadline meanwhile.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            s.flush().await.unwrap();
+            flushed.push(Instant::now());
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let got = tokio::task::spawn_blocking(move || peer.join().unwrap())
+            .await
+            .unwrap();
+        let waits: Vec<Duration> = got
+            .iter()
+            .zip(&flushed)
+            .map(|(g, f)| g.saturating_duration_since(*f))
+            .collect();
+        // A held flush waits a look (one to two milliseconds); one whose look is late waits
+        // for the peer's delayed ACK (about 35 ms here) or the linger.
+        assert!(
+            waits.iter().all(|w| *w < STALL / 2),
+            "a flush waited for a delayed ACK or the linger: {waits:?}"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tokens_do_not_wait_for_the_client_s_delayed_ack() {
-        const STALL: Duration = Duration::from_millis(30);
         let (mut waits, _) = token_stream(40, Duration::from_millis(5)).await;
         waits.sort();
         let middle = waits[waits.len() / 2];

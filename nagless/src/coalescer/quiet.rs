@@ -214,9 +214,16 @@ impl State {
         let upgrade = self.must_send > 0
             && self.must_reason == FlushReason::Clocked
             && reason != FlushReason::Clocked;
+        // ...and bytes due for a stronger reason (still waiting for socket space) stay due
+        // for it when a clocked flush adds more: nothing urgent is handed to Nagle.
+        let downgrade = self.must_send > 0
+            && self.must_reason != FlushReason::Clocked
+            && reason == FlushReason::Clocked;
         if self.queue.len() > self.must_send || upgrade {
             self.must_send = self.queue.len();
-            self.must_reason = reason;
+            if !downgrade {
+                self.must_reason = reason;
+            }
         }
         self.set_oldest_unflushed(None);
         // Everything is due: the burst ends, and the next write begins another.

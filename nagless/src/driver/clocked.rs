@@ -4,7 +4,9 @@
 //! queue before and after each send (every stream), and, in a tokio stream whose caller's
 //! flushes delimit its batches, whole batches left to the kernel's own Nagle, bounded by looks
 //! ([`KernelClock`]). Both release what the kernel holds when the caller wants everything on
-//! the wire.
+//! the wire. Under another policy, in such a tokio stream, the flushes made while the peer
+//! answers ([`Answers`](super::Answers)) take the second way, and everything else leaves at
+//! once ([`Driver::pump_answered`]).
 
 use std::io;
 use std::time::Instant;
@@ -134,6 +136,12 @@ impl<S: Seal> Driver<S> {
             // `MSG_MORE` hand-over stays.
             let ok = wire.progress().is_ok() && wire.nagle(true).is_ok();
             self.kernel.turned_on(ok);
+            if !ok && !self.core.policy().is_clocked() {
+                // Under a policy that clocks only answered flushes: they leave at once.
+                return self
+                    .seal
+                    .send_due(&mut self.core, wire, now, handshake, false);
+            }
             if !ok {
                 return self.pump_clocked(wire, now, handshake);
             }
@@ -202,8 +210,7 @@ impl<S: Seal> Driver<S> {
                 return self.pump_kernel_clocked(wire, now, handshake);
             }
             Some(_) if self.kernel.is_on() => {
-                self.core.on_push();
-                wire.nagle(false)?;
+                self.nagle_off(wire)?;
                 self.kernel.turned_off();
             }
             _ => {}
@@ -232,8 +239,9 @@ impl<S: Seal> Driver<S> {
         self.core.on_clock_check();
         let found = match wire.progress() {
             Ok((sent, unsent)) => self.kernel.looked(now, CLOCK_BOUND, sent, unsent),
-            // The kernel cannot say: push, so that nothing waits on what is not known.
-            Err(_) => Found::Stuck,
+            // The kernel cannot say: push, so that nothing waits on what is not known (which
+            // says nothing of the peer).
+            Err(_) => return self.push_kernel(wire),
         };
         match found {
             Found::Stuck => {
@@ -250,13 +258,18 @@ impl<S: Seal> Driver<S> {
     /// look stays owed until the push is made; a socket that refuses to turn Nagle back on
     /// keeps `TCP_NODELAY` and the `MSG_MORE` hand-over from then on.
     fn push_kernel<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<()> {
-        self.core.on_push();
-        wire.nagle(false)?;
+        self.nagle_off(wire)?;
         self.kernel.pushed();
         if wire.nagle(true).is_err() {
             self.kernel.refused();
         }
         Ok(())
+    }
+
+    /// Turns the kernel's Nagle off (`TCP_NODELAY` set), which sends what it held.
+    fn nagle_off<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<()> {
+        self.core.on_push();
+        wire.nagle(false)
     }
 
     /// Pushes what the kernel holds, whatever was last seen.

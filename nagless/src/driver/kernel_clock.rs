@@ -1,6 +1,8 @@
 //! Under [`FlushPolicy::clocked`](crate::FlushPolicy::clocked), in a tokio stream whose
-//! caller's flushes delimit its batches (see [`Batch`](super::Batch)) and which has a timer:
-//! the kernel's own Nagle clocks whole batches, bounded by looks.
+//! caller's flushes delimit its batches (see [`Batch`](super::Batch)) and which has a timer,
+//! and under another policy for the flushes made while the peer answers
+//! ([`FlushPolicy::clock_answered`](crate::FlushPolicy::clock_answered)): the kernel's own
+//! Nagle clocks whole batches, bounded by looks.
 //!
 //! Such a caller (redis-rs's multiplexed connection, hyper, a codec) already writes each batch
 //! whole and flushes it. Each batch is one plain send to a socket with Nagle on: the kernel

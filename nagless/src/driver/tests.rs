@@ -373,3 +373,69 @@ fn a_socket_without_the_kernel_counters_keeps_the_msg_more_hand_over() {
     assert_eq!(d.kernel, KernelClock::Refused);
     assert_eq!(k.segments, [40]);
 }
+
+/// The default policy in a stream that can make looks.
+fn answered_default() -> (Driver<Plain>, NagleKernel) {
+    let mut d = Driver::new(Coalescer::new(FlushPolicy::default()), Plain);
+    d.allow_kernel_clock();
+    (d, NagleKernel::default())
+}
+
+#[test]
+fn under_the_default_only_flushes_after_input_go_to_nagle() {
+    let (mut d, mut k) = answered_default();
+    let t = crate::clock::now();
+    batch(&mut d, &mut k, t);
+    assert!(k.switches.is_empty(), "no input yet: sent at once");
+    assert_eq!(k.k.segments, [40]);
+    d.input_arrived();
+    batch(&mut d, &mut k, t + Duration::from_micros(10));
+    assert_eq!(k.switches, [true], "Nagle on for the answered flush");
+    assert_eq!(k.k.held, 40, "held behind the first, for its ACK");
+    k.ack();
+    assert_eq!(k.k.segments, [40, 40], "the answer's ACK sent it");
+    // Due for another reason (an urgent write): Nagle off first, then sent at once.
+    d.core.write(
+        &[b'u'; 10],
+        crate::Urgency::SendNow,
+        t + Duration::from_micros(20),
+    );
+    d.pump(&mut k, t + Duration::from_micros(20), false)
+        .unwrap();
+    assert_eq!(k.switches, [true, false]);
+    assert_eq!(k.k.segments, [40, 40, 10]);
+    assert_eq!(d.core.stats().held_for_ack, 0, "no MSG_MORE hand-over");
+}
+
+#[test]
+fn a_look_that_must_push_stops_the_default_clocking_until_input() {
+    let (mut d, mut k) = answered_default();
+    let t = crate::clock::now();
+    d.input_arrived();
+    batch(&mut d, &mut k, t);
+    // A second batch behind the first, which the peer never acknowledges.
+    let sent = t + Duration::from_micros(10);
+    batch(&mut d, &mut k, sent);
+    assert_eq!(k.k.held, 40);
+    d.look_at_kernel(&mut k, sent + CLOCK_BOUND, false).unwrap();
+    assert_eq!(k.k.held, 0, "pushed a bound after its send");
+    // The peer let it wait: the next flush, without input, leaves at once (Nagle off).
+    batch(&mut d, &mut k, sent + 2 * CLOCK_BOUND);
+    assert_eq!(k.switches.last(), Some(&false));
+    assert_eq!(k.k.held, 0, "sent at once");
+}
+
+#[test]
+fn a_socket_that_refuses_nagle_sends_the_default_s_flushes_plainly() {
+    let (mut d, mut k) = answered_default();
+    k.refuse_nagle = true;
+    let t = crate::clock::now();
+    for i in 0..3 {
+        d.input_arrived();
+        batch(&mut d, &mut k, t + Duration::from_micros(i));
+    }
+    assert_eq!(k.k.segments, [40, 40, 40], "each flush sent at once");
+    assert!(k.switches.is_empty());
+    assert_eq!(d.core.stats().held_for_ack, 0, "no MSG_MORE hand-over");
+    assert_eq!(d.kernel, KernelClock::Refused);
+}

@@ -47,8 +47,10 @@ pub(crate) trait Wire {
 
     /// Sends everything the kernel holds (`TCP_NODELAY` set again).
     fn push(&mut self) -> io::Result<()> {
-        match self.socket() {
-            Some(fd) => crate::sys::set_nodelay(fd, true),
+        match self.socket().map(|fd| crate::sys::set_nodelay(fd, true)) {
+            // A socket that is not TCP (a Unix socket) holds nothing for an ACK.
+            Some(Err(e)) if crate::sys::not_tcp(&e) => Ok(()),
+            Some(r) => r,
             None => Ok(()),
         }
     }

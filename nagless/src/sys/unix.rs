@@ -145,7 +145,7 @@ pub fn prepare(fd: BorrowedFd<'_>) -> io::Result<()> {
 }
 
 /// True for the errors of a descriptor that is not a TCP socket.
-fn not_tcp(e: &io::Error) -> bool {
+pub fn not_tcp(e: &io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::ENOTSOCK | libc::EOPNOTSUPP | libc::ENOPROTOOPT)

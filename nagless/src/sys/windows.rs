@@ -99,16 +99,17 @@ pub fn set_nodelay(s: BorrowedSocket<'_>, on: bool) -> io::Result<()> {
 /// it is).
 pub fn prepare(s: BorrowedSocket<'_>) -> io::Result<()> {
     match set_nodelay(s, true) {
-        Err(e)
-            if matches!(
-                e.raw_os_error(),
-                Some(ws::WSAENOTSOCK | ws::WSAEOPNOTSUPP | ws::WSAENOPROTOOPT | ws::WSAEINVAL)
-            ) =>
-        {
-            Ok(())
-        }
+        Err(e) if not_tcp(&e) => Ok(()),
         other => other,
     }
+}
+
+/// True for the errors of a descriptor that is not a TCP socket.
+pub fn not_tcp(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(ws::WSAENOTSOCK | ws::WSAEOPNOTSUPP | ws::WSAENOPROTOOPT | ws::WSAEINVAL)
+    )
 }
 
 /// True for the error of a socket call on a handle that is not a socket (`WSAENOTSOCK`).

@@ -115,14 +115,16 @@ impl NaglessStream<::tokio::net::TcpStream> {
         Self::new(::tokio::net::TcpStream::connect(addr).await?)
     }
 
-    /// Wraps a tokio TCP stream with the default policy; sets `TCP_NODELAY`.
+    /// Wraps a tokio TCP stream with the default policy; sets `TCP_NODELAY` (cleared while
+    /// the flushes the peer answers are clocked: [`FlushPolicy::clock_answered`]).
     pub fn new(stream: ::tokio::net::TcpStream) -> io::Result<Self> {
         Self::with_policy(stream, FlushPolicy::default())
     }
 
     /// Wraps a tokio TCP stream with `policy`; sets `TCP_NODELAY` (under
     /// [`FlushPolicy::clocked`], cleared again after the caller's first flush: the kernel's
-    /// Nagle then clocks its batches, see there).
+    /// Nagle then clocks its batches, see there; under another policy, cleared while the
+    /// flushes the peer answers are clocked: [`FlushPolicy::clock_answered`]).
     pub fn with_policy(stream: ::tokio::net::TcpStream, policy: FlushPolicy) -> io::Result<Self> {
         stream.set_nodelay(true)?;
         let mut core = Coalescer::new(policy);

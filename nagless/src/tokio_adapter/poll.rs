@@ -160,7 +160,12 @@ where
     flusher_if_needed(g);
     // Poll again so that the read waker is registered after the flush (and a reply to what
     // we just sent may already be there).
-    Pin::new(&mut g.io).poll_read(cx, buf)
+    let filled = buf.filled().len();
+    let r = Pin::new(&mut g.io).poll_read(cx, buf);
+    if buf.filled().len() > filled {
+        g.driver.input_arrived();
+    }
+    r
 }
 
 macro_rules! impl_async_write {

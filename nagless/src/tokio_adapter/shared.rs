@@ -60,6 +60,9 @@ pub(crate) struct SocketAccess<T> {
     /// The `AsyncWrite` writes to the descriptor as it is (tokio's own socket types), so a
     /// send may go to the descriptor directly, with `MSG_MORE`.
     pub(crate) direct: bool,
+    /// It is tokio's `TcpStream`: a socket with Nagle and ACKs to clock by (a `UnixStream`
+    /// has neither, and its sends are never held).
+    pub(crate) tcp: bool,
 }
 
 impl<T> Clone for SocketAccess<T> {
@@ -71,11 +74,13 @@ impl<T> Clone for SocketAccess<T> {
 impl<T> Copy for SocketAccess<T> {}
 
 impl<T> SocketAccess<T> {
-    /// Whether a send can be held for the next ACK (`MSG_MORE` reaches the descriptor) and
-    /// its send queue asked: [`FlushPolicy::clocked`](crate::FlushPolicy::clocked) clocks.
+    /// Whether a send can be held for the next ACK (`MSG_MORE` reaches the descriptor of a
+    /// TCP socket) and its send queue asked: [`FlushPolicy::clocked`](crate::FlushPolicy::clocked)
+    /// clocks.
     pub(crate) fn can_clock(&self) -> bool {
         cfg!(any(target_os = "linux", target_os = "android"))
             && self.direct
+            && self.tcp
             && self.socket.is_some()
     }
 }
@@ -86,6 +91,7 @@ impl<T> SocketAccess<T> {
         SocketAccess {
             socket: None,
             direct: false,
+            tcp: false,
         }
     }
 
@@ -99,6 +105,7 @@ impl<T> SocketAccess<T> {
         SocketAccess {
             socket: Some(<T as AsOsSocket>::as_os_socket),
             direct: tokio_socket::<T>(),
+            tcp: tokio_tcp::<T>(),
         }
     }
 }
@@ -118,6 +125,16 @@ fn tokio_socket<T: 'static>() -> bool {
         return true;
     }
     let _ = t;
+    false
+}
+
+/// Whether `T` is tokio's `TcpStream`.
+fn tokio_tcp<T: 'static>() -> bool {
+    // (tokio has no `net` under loom's model checker.)
+    #[cfg(not(loom))]
+    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<::tokio::net::TcpStream>() {
+        return true;
+    }
     false
 }
 
@@ -208,6 +225,9 @@ pub(crate) struct Shared<T, S> {
     /// The flusher's waker while it sleeps towards a linger deadline: a call that makes bytes
     /// due sooner (or finds the socket full) wakes it, so they do not wait for that deadline.
     pub(crate) flusher_sleeping: Option<Waker>,
+    /// When the sleeping flusher wakes by itself: a call that brings its next wake sooner (a
+    /// look owed to a Nagle socket before a later linger deadline) wakes it too.
+    pub(crate) flusher_until: Option<Instant>,
     /// The runtime the stream was made on has tokio's time driver.
     pub(crate) has_timer: bool,
     pub(crate) spawner: Spawner<T, S>,
@@ -238,6 +258,7 @@ impl<T, S: Seal> Shared<T, S> {
             access,
             flusher_running: false,
             flusher_sleeping: None,
+            flusher_until: None,
             handles: 1,
             has_timer,
             spawner,

@@ -155,7 +155,7 @@ pub(crate) fn quietly_succeeds(probe: impl FnOnce()) -> bool {
 /// wakes it from its sleep when bytes became due before the deadline it sleeps towards.
 pub(crate) fn ensure_flusher<T, S: Seal>(arc: &Arced<T, S>, guard: &mut Shared<T, S>) {
     if guard.flusher_running {
-        if guard.driver.due_now() {
+        if wakes_sooner(guard) {
             if let Some(w) = guard.flusher_sleeping.take() {
                 w.wake();
             }
@@ -167,6 +167,13 @@ pub(crate) fn ensure_flusher<T, S: Seal>(arc: &Arced<T, S>, guard: &mut Shared<T
     }
     // Outside a runtime no task can run: the deadline is honoured at the next call.
     guard.flusher_running = (guard.spawner.flusher)(Arc::downgrade(arc));
+}
+
+/// The sleeping flusher must act before it wakes by itself: bytes are due now, or its next
+/// wake came sooner than the one it sleeps towards.
+fn wakes_sooner<T, S: Seal>(g: &Shared<T, S>) -> bool {
+    g.driver.due_now()
+        || matches!((g.driver.earliest_wake(), g.flusher_until), (Some(w), Some(until)) if w < until)
 }
 
 /// What the flusher does next, decided under the lock.
@@ -186,15 +193,19 @@ pub(crate) fn flusher_next<T, S: Seal>(g: &mut Shared<T, S>, now: Instant) -> Fl
             g.flusher_running = false;
             FlusherStep::Done
         }
-        Some(t) if t > now => FlusherStep::SleepUntil(t),
+        Some(t) if t > now => {
+            g.flusher_until = Some(t);
+            FlusherStep::SleepUntil(t)
+        }
         Some(_) => FlusherStep::Send,
     }
 }
 
 /// One poll of the flusher's sleep, under the lock, after the timer said it has not fired:
-/// ready if bytes became due meanwhile, else the waker is left for whoever makes them due.
+/// ready if bytes became due meanwhile (or it must wake sooner), else the waker is left for
+/// whoever makes them due.
 pub(crate) fn flusher_sleep<T, S: Seal>(g: &mut Shared<T, S>, waker: &Waker) -> Poll<()> {
-    if g.driver.due_now() {
+    if wakes_sooner(g) {
         return Poll::Ready(());
     }
     g.flusher_sleeping = Some(waker.clone());
@@ -268,7 +279,9 @@ where
                 })
                 .await;
                 if let Some(arc) = weak.upgrade() {
-                    lock(&arc).flusher_sleeping = None;
+                    let mut g = lock(&arc);
+                    g.flusher_sleeping = None;
+                    g.flusher_until = None;
                 }
             }
         }
