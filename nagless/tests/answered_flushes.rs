@@ -264,6 +264,66 @@ async fn a_unix_stream_sends_its_answered_flushes_at_once() {
     );
 }
 
+#[cfg(feature = "tls")]
+mod tls_support;
+
+/// The tokio TLS stream under the default policy: a server's answers, each flushed after the
+/// request it read, are clocked (they follow input), and arrive whole and in order.
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_stream_clocks_the_answers_it_flushes_after_input() {
+    use tls_support::{pki, Peer, ANSWER, ANSWER_LEN};
+    const ROUNDS: usize = 20;
+    let pki = pki();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let client = std::thread::spawn({
+        let cfg = pki.client.clone();
+        move || {
+            let mut p = Peer::connect(addr, cfg);
+            for _ in 0..ROUNDS {
+                p.write(b"GET\n");
+                let a = p.read_exact(ANSWER_LEN);
+                assert_eq!(&a[..20], ANSWER[0]);
+                assert_eq!(&a[20..220], ANSWER[1]);
+                assert_eq!(&a[220..], ANSWER[2]);
+            }
+            p.conn.send_close_notify();
+            p.send();
+        }
+    });
+    let (tcp, _) = l.accept().await.unwrap();
+    let conn = rustls::ServerConnection::new(pki.server).unwrap();
+    let mut tls =
+        nagless::tokio_tls::TlsStream::from_socket(conn, tcp, FlushPolicy::default()).unwrap();
+    let mut req = [0u8; 4];
+    let mut answered = 0;
+    loop {
+        match tokio::time::timeout(LIMIT, tls.read(&mut req))
+            .await
+            .unwrap()
+        {
+            Ok(0) => break,
+            Ok(n) => assert_eq!(n, 4),
+            Err(e) => panic!("server read: {e}"),
+        }
+        for part in ANSWER {
+            tls.write_all(part).await.unwrap();
+        }
+        tls.flush().await.unwrap();
+        answered += 1;
+    }
+    tokio::task::spawn_blocking(move || client.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(answered, ROUNDS);
+    let stats = tls.stats();
+    assert!(
+        stats.flushes_for(FlushReason::Clocked) > 0,
+        "answers after input were clocked: {stats:?}"
+    );
+}
+
 /// Tests that run alone, with nothing else on the machine: they time what a busy
 /// machine blurs, or take what is host-wide (docs/testing.md).
 mod alone {
