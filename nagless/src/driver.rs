@@ -384,13 +384,13 @@ impl<S: Seal> Driver<S> {
     /// follows it.
     ///
     /// Under a policy that is not [`clocked`](crate::FlushPolicy::clocked), in a stream whose
-    /// kernel's Nagle can be bounded by looks (a tokio stream over a socket, with a timer), a
-    /// flush made after input came (the peer answers: redis-rs's, hyper's, a database
-    /// driver's connection task, whose batches overlap the answers to earlier ones) hands its
-    /// batch to the kernel's Nagle, as the clocked policy does: it leaves at once when
-    /// nothing small of ours is unacknowledged, and otherwise with the next answer's ACK,
-    /// together with the batches written meanwhile, or a bound later. Any other flush (a
-    /// stream that only sends, an SSE server's tokens) leaves at once.
+    /// kernel's Nagle can be bounded by looks (a tokio stream over a TCP socket, with a
+    /// timer), a flush made while the peer answers ([`Answers`]: redis-rs's, hyper's, a
+    /// database driver's connection task, whose batches overlap the answers to earlier ones)
+    /// hands its batch to the kernel's Nagle, as the clocked policy does: it leaves at once
+    /// when nothing small of ours is unacknowledged, and otherwise with the next answer's
+    /// ACK, together with the batches written meanwhile, or a bound later. Any other flush
+    /// (a stream that only sends, an SSE server's tokens) leaves at once.
     pub(crate) fn flush_point(&mut self, queue: bool) {
         // (A flush with nothing to hand over leaves the answer for the batch that comes.)
         let answered = queue

@@ -2,8 +2,8 @@
 //! skipping (or, under CI, failing) when a tool or root is missing, child processes stopped
 //! by their PID, tcpdump started and stopped, free loopback ports, a lock that runs a test
 //! binary's timing-sensitive tests one at a time, the check that a committed BPF object is
-//! built from its source ([`bpf_object`]), and a page as headless Chromium lays it out
-//! ([`browser`]).
+//! built from its source ([`bpf_object`]), a page as headless Chromium lays it out
+//! ([`browser`]), and the write-write-read exchange of the capture tests ([`exchanges`]).
 //!
 //! **Skip or fail.** `./scripts/test` (and so CI) installs every tool the tests drive and
 //! runs them as root. A plain `cargo test` on a machine without a tool, or without root,
@@ -17,6 +17,7 @@
 
 pub mod bpf_object;
 pub mod browser;
+pub mod exchanges;
 pub mod stall_match;
 
 use std::ffi::OsStr;
