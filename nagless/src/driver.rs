@@ -384,8 +384,8 @@ impl<S: Seal> Driver<S> {
     /// follows it.
     ///
     /// Under a policy that is not [`clocked`](crate::FlushPolicy::clocked), in a stream whose
-    /// kernel's Nagle can be bounded by looks (a tokio stream over a TCP socket, with a
-    /// timer), a flush made while the peer answers ([`Answers`]: redis-rs's, hyper's, a
+    /// kernel's Nagle can be bounded by looks (a tokio stream over tokio's `TcpStream`, with
+    /// a timer), a flush made while the peer answers ([`Answers`]: redis-rs's, hyper's, a
     /// database driver's connection task, whose batches overlap the answers to earlier ones)
     /// hands its batch to the kernel's Nagle, as the clocked policy does: it leaves at once
     /// when nothing small of ours is unacknowledged, and otherwise with the next answer's

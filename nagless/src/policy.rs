@@ -280,8 +280,9 @@ impl FlushPolicy {
     }
 
     /// Whether the flushes made while the peer answers are clocked as Nagle clocks them, in a
-    /// tokio stream over a TCP socket on a runtime with a timer, on Linux (on by default;
-    /// elsewhere, and in the std streams and the C API, every flush is sent at once).
+    /// tokio stream over tokio's `TcpStream` on a runtime with a timer, on Linux (on by
+    /// default; elsewhere, in the std streams, the C API and a tokio stream over another
+    /// `AsyncWrite`, every flush is sent at once).
     ///
     /// A connection task that writes batches while the answers to earlier ones come in
     /// (redis-rs's multiplexed connection, hyper's HTTP/2 client, a database driver) reads
@@ -297,7 +298,7 @@ impl FlushPolicy {
     /// then on only a flush made right after input is clocked, until a held batch is seen
     /// released by an ACK (answers do come), when every flush after input is clocked
     /// again. So a stream whose peer speaks only to ask (a server-sent-events client: its
-    /// request) has at most one token wait one bound, and a server that streams each answer
+    /// request) has the tokens of one bound wait, once, and a server that streams each answer
     /// in parts pays the bound once per connection, not once per answer. Bytes made due by
     /// an urgent write, the linger deadline, the threshold, a read that would wait or close
     /// leave at once, `TCP_NODELAY` set again first. See [`clocked`](Self::clocked), which

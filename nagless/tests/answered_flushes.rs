@@ -64,9 +64,10 @@ async fn connect(
 }
 
 /// Pipelines `n` requests, four in flight: each flush after the first four follows the
-/// answer it waited for. Returns whether the socket has `TCP_NODELAY` at the end, and the
-/// stream's clocked sends.
-async fn pipeline(policy: FlushPolicy, n: u64) -> (bool, u64) {
+/// answer it waited for. Returns whether the socket has `TCP_NODELAY` at the end, the
+/// stream's clocked sends, and its looks at the kernel's send queue (made only while Nagle
+/// is on).
+async fn pipeline(policy: FlushPolicy, n: u64) -> (bool, u64, u64) {
     const IN_FLIGHT: u64 = 4;
     let (addr, server) = answering_server();
     let (mut s, probe) = connect(addr, policy).await;
@@ -98,21 +99,26 @@ async fn pipeline(policy: FlushPolicy, n: u64) -> (bool, u64) {
     assert_eq!(s.pending(), 0, "nothing left in the stream");
     drop((s, probe));
     assert_eq!(server.join().unwrap(), n, "every request arrived whole");
-    (nodelay, stats.flushes_for(FlushReason::Clocked))
+    (
+        nodelay,
+        stats.flushes_for(FlushReason::Clocked),
+        stats.clock_checks,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flushes_the_peer_answers_are_clocked_by_the_kernel_s_nagle() {
-    let (nodelay, clocked) = pipeline(FlushPolicy::default(), 200).await;
+    let (nodelay, clocked, looks) = pipeline(FlushPolicy::default(), 200).await;
     assert!(
-        clocked > 0,
-        "the kernel's Nagle clocks a pipelining caller's flushes (TCP_NODELAY at the end: {nodelay})"
+        clocked > 0 && looks > 0,
+        "the kernel's Nagle clocks a pipelining caller's flushes, looked at: {clocked} clocked, \
+         {looks} looks (TCP_NODELAY at the end: {nodelay})"
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clock_answered_off_sends_every_flush_at_once() {
-    let (nodelay, clocked) = pipeline(FlushPolicy::default().clock_answered(false), 200).await;
+    let (nodelay, clocked, _) = pipeline(FlushPolicy::default().clock_answered(false), 200).await;
     assert!(nodelay, "TCP_NODELAY kept");
     assert_eq!(clocked, 0, "no flush clocked");
 }

@@ -185,3 +185,23 @@ fn reads_that_find_input_still_honour_the_linger_deadline() {
     assert_eq!(s.read(&mut buf).unwrap(), 10);
     assert_eq!(s.pending(), 0, "the expired output waited behind the input");
 }
+
+/// `clocked` over a Unix socket (no Nagle, no ACKs): writes the peer has not read yet neither
+/// fail nor wait; every byte arrives, in order.
+#[cfg(unix)]
+#[test]
+fn clocked_writes_over_a_unix_socket_neither_fail_nor_wait() {
+    let (ours, mut peer) = UnixStream::pair().unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut s = NaglessStream::with_policy(ours, FlushPolicy::clocked()).unwrap();
+    let data = pattern(0, 5 * 40);
+    for part in data.chunks(40) {
+        s.write_all(part)
+            .expect("a clocked write over a Unix socket");
+    }
+    s.flush().unwrap();
+    let mut got = vec![0u8; data.len()];
+    peer.read_exact(&mut got).unwrap();
+    assert_eq!(got, data);
+}

@@ -256,7 +256,7 @@ impl<S: Seal> Driver<S> {
 
     /// Sends everything a Nagle socket holds (`TCP_NODELAY` set, then cleared again). The
     /// look stays owed until the push is made; a socket that refuses to turn Nagle back on
-    /// keeps `TCP_NODELAY` and the `MSG_MORE` hand-over from then on.
+    /// keeps `TCP_NODELAY` from then on ([`KernelClock::Refused`]).
     fn push_kernel<W: Wire + ?Sized>(&mut self, wire: &mut W) -> io::Result<()> {
         self.nagle_off(wire)?;
         self.kernel.pushed();

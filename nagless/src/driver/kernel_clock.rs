@@ -40,7 +40,8 @@ pub(crate) enum KernelClock {
     Ready,
     /// Nagle is on; `look` is when to next ask the kernel what it holds.
     On { look: Option<Look> },
-    /// The socket refused to turn Nagle on: the `MSG_MORE` hand-over stays.
+    /// The socket refused to turn Nagle on: under `clocked` the `MSG_MORE` hand-over stays,
+    /// under another policy every batch is sent plainly.
     Refused,
 }
 

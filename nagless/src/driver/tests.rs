@@ -7,7 +7,7 @@ use std::time::Duration;
 use std::io::IoSlice;
 
 use super::*;
-use crate::policy::FlushPolicy;
+use crate::policy::{FlushPolicy, FlushReason};
 
 /// A kernel's send side with `TCP_NODELAY` on: `MSG_MORE` holds, a plain send or an ACK
 /// sends everything held as one segment.
@@ -430,12 +430,27 @@ fn a_socket_that_refuses_nagle_sends_the_default_s_flushes_plainly() {
     let (mut d, mut k) = answered_default();
     k.refuse_nagle = true;
     let t = crate::clock::now();
-    for i in 0..3 {
+    // A first batch is in flight (unacknowledged) when the answered ones come.
+    batch(&mut d, &mut k, t);
+    for i in 1..4 {
         d.input_arrived();
         batch(&mut d, &mut k, t + Duration::from_micros(i));
     }
-    assert_eq!(k.k.segments, [40, 40, 40], "each flush sent at once");
+    assert_eq!(k.k.segments, [40, 40, 40, 40], "each flush sent at once");
     assert!(k.switches.is_empty());
     assert_eq!(d.core.stats().held_for_ack, 0, "no MSG_MORE hand-over");
     assert_eq!(d.kernel, KernelClock::Refused);
+}
+
+#[test]
+fn a_clocked_flush_hands_no_urgent_byte_to_nagle() {
+    let (mut d, _) = answered_default();
+    let t = crate::clock::now();
+    // An urgent write the socket has not taken yet, then a normal one, then an answered flush.
+    d.core.write(&[b'u'; 10], crate::Urgency::SendNow, t);
+    d.core.write(&[b'n'; 10], crate::Urgency::Normal, t);
+    d.core.flush_for(true);
+    let tx = d.core.poll_transmit(t).expect("due");
+    assert_eq!(tx.len, 20);
+    assert_eq!(tx.reason, FlushReason::Urgent, "the stronger reason stays");
 }
