@@ -120,11 +120,8 @@ mod tls {
         for _ in 0..40 {
             let start = Instant::now();
             p.write(b"GET\n");
-            let a = p.read_exact(ANSWER_LEN);
+            p.read_answer();
             waits.push(start.elapsed());
-            assert_eq!(&a[..20], ANSWER[0]);
-            assert_eq!(&a[20..220], ANSWER[1]);
-            assert_eq!(&a[220..], ANSWER[2]);
         }
         p.conn.send_close_notify();
         p.send();

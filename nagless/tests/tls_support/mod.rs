@@ -96,6 +96,14 @@ impl Peer {
         self.plain.drain(..n).collect()
     }
 
+    /// Reads one [`ANSWER`] and checks it is whole, its three parts in order.
+    pub fn read_answer(&mut self) {
+        let a = self.read_exact(ANSWER_LEN);
+        assert_eq!(&a[..20], ANSWER[0]);
+        assert_eq!(&a[20..220], ANSWER[1]);
+        assert_eq!(&a[220..], ANSWER[2]);
+    }
+
     /// Reads to the end; true if it ended with close_notify.
     pub fn read_to_end(&mut self, chunk: usize, out: &mut Vec<u8>) -> bool {
         loop {
@@ -136,10 +144,7 @@ pub fn answer_client(addr: std::net::SocketAddr, cfg: Arc<rustls::ClientConfig>)
     let before = p.scan.app_records;
     for _ in 0..ROUNDS {
         p.write(b"GET\n");
-        let a = p.read_exact(ANSWER_LEN);
-        assert_eq!(&a[..20], ANSWER[0]);
-        assert_eq!(&a[20..220], ANSWER[1]);
-        assert_eq!(&a[220..], ANSWER[2]);
+        p.read_answer();
     }
     let records = p.scan.app_records - before;
     p.conn.send_close_notify();
