@@ -142,11 +142,8 @@ where
     T: AsyncRead + AsyncWrite + Unpin,
 {
     let filled = buf.filled().len();
-    match Pin::new(&mut g.io).poll_read(cx, buf) {
+    match poll_socket_read(g, cx, buf) {
         Poll::Ready(Ok(())) if buf.filled().len() > filled || buf.remaining() == 0 => {
-            if buf.filled().len() > filled {
-                g.driver.input_arrived();
-            }
             flusher_if_needed(g);
             return Poll::Ready(Ok(()));
         }
@@ -160,6 +157,18 @@ where
     flusher_if_needed(g);
     // Poll again so that the read waker is registered after the flush (and a reply to what
     // we just sent may already be there).
+    poll_socket_read(g, cx, buf)
+}
+
+/// One poll of the socket's read; input that came tells the driver the peer answers.
+fn poll_socket_read<T>(
+    g: &mut Locked<'_, T, Plain>,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+) -> Poll<io::Result<()>>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
     let filled = buf.filled().len();
     let r = Pin::new(&mut g.io).poll_read(cx, buf);
     if buf.filled().len() > filled {
