@@ -354,6 +354,14 @@ impl Coalescer {
         self.q.flush_delimits
     }
 
+    /// A burst sent its first segment early and has not ended, though nothing of it is
+    /// pending: the next [`before_read`](Self::before_read) still changes the state (it ends
+    /// the burst, so that the next one's first segment leaves early too). An I/O layer that
+    /// asks whether a read would wait only while output is pending asks then too.
+    pub(crate) fn burst_open_empty(&self) -> bool {
+        self.q.first_segment_out && self.q.queue.is_empty()
+    }
+
     /// The application asked for everything pending to leave now, whatever the policy (a
     /// flush that is never a hint: `flush_now`).
     pub fn flush_all(&mut self) {

@@ -175,6 +175,13 @@ impl<S: Seal> Driver<S> {
         self.core.pending() > 0 || self.held.is_some() || self.seal.backlog()
     }
 
+    /// A read that may wait asks first whether input is there (and tells the core, by
+    /// [`input_checked`](Self::input_checked), when none is): output waits, or a burst the
+    /// core has not yet ended ([`Coalescer::burst_open_empty`]).
+    pub(crate) fn read_checks_input(&self) -> bool {
+        self.output_waiting() || self.core.burst_open_empty()
+    }
+
     /// Bytes are due now (or sealed bytes wait): they wait only for socket space.
     #[cfg_attr(not(any(feature = "tokio", feature = "tls")), allow(dead_code))]
     pub(crate) fn due_now(&self) -> bool {

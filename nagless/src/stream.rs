@@ -454,7 +454,7 @@ impl<S: AsOsSocket + Read> Read for NaglessStream<S> {
     /// pending leaves first. A send error met here does not hide the input: it is kept for
     /// the next write, flush or close.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if self.driver.output_waiting() && !buf.is_empty() {
+        if self.driver.read_checks_input() && !buf.is_empty() {
             // (The field, not `fd()`: the driver is borrowed beside it.)
             let fd = self
                 .inner

@@ -323,6 +323,29 @@ proptest! {
     }
 }
 
+/// A read that would wait ends a burst even when nothing of it is pending (proptest's case):
+/// the high-water mark sent everything after the burst's early first segment, the program
+/// reads, and its next small writes fill a segment, which leaves at once (the std stream,
+/// asking the socket only while output was pending, held it until its linger).
+#[test]
+fn a_read_ends_a_burst_that_left_whole() {
+    let ops = [
+        Op::Write(234, Urgency::Normal),
+        Op::Write(1214, Urgency::Normal),
+        Op::Write(20_000, Urgency::Normal),
+        Op::Read(0),
+        Op::Write(775, Urgency::Normal),
+        Op::Write(673, Urgency::Normal),
+    ];
+    let (stream, model) = std_stream::run(policies()[3].clone(), &ops);
+    assert_eq!(
+        model[ops.len() - 1].sent.len(),
+        1,
+        "the core sends the segment"
+    );
+    compare("std", &ops, &stream, &model).unwrap();
+}
+
 /// The comparison sees differences: a stream that sends the same bytes in other calls than
 /// the model fails it.
 #[test]

@@ -378,7 +378,7 @@ impl<C: TlsConnection, S: AsOsSocket + Read> Read for TlsStream<C, S> {
                 }
                 return r;
             }
-            if self.driver.output_waiting() {
+            if self.driver.read_checks_input() {
                 // Input already there is read without flushing (one `recv(MSG_DONTWAIT)`), so
                 // answers to pipelined requests still coalesce; when none is, the read would
                 // wait: everything pending leaves first (before-read).
