@@ -273,6 +273,16 @@ mod alone {
         watch_support::waits::short_connections_held_back("ebpf");
     }
 
+    /// The acceptor's stall, live (`watch_support::waits::a_listener_that_accepts_too_slowly`).
+    #[test]
+    fn a_listener_that_accepts_too_slowly_is_named() {
+        let _one = exclusive();
+        if !ebpf_or_skip() {
+            return;
+        }
+        watch_support::waits::a_listener_that_accepts_too_slowly("ebpf");
+    }
+
     /// Issue 51's path causes under eBPF (`watch_support::waits::a_small_buffer_on_a_lossy_path`).
     #[test]
     fn a_small_buffer_on_a_lossy_path_is_named_by_the_kernels_account() {

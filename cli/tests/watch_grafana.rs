@@ -1,7 +1,7 @@
 //! `deploy/grafana/nagless.json`, the Grafana dashboard: it loads, each panel's queries are
 //! valid PromQL, and each returns series from Debian's real Prometheus scraping a live
 //! `nagless watch --serve` while one server stalls under load, a `nagless fix` is in force
-//! on another and the policy's node agent keeps a rule (the dashboard's variables given as Grafana would: every host, a 1 m rate
+//! on another, a listener's accept queue fills and the policy's node agent keeps a rule (the dashboard's variables given as Grafana would: every host, a 1 m rate
 //! window).
 #![allow(clippy::disallowed_methods)] // tests wait for real time
 
@@ -85,6 +85,31 @@ fn nagless_watch_page() -> String {
     page
 }
 
+/// A listener with a backlog of 1 that accepts nothing for 1.5 s while five clients connect:
+/// its queue fills, and the kernel drops connection attempts (the acceptor panel's series).
+fn fill_an_accept_queue() {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    s.listen(1).unwrap();
+    let l: std::net::TcpListener = s.into();
+    let addr = l.local_addr().unwrap();
+    let clients: Vec<_> = (0..5)
+        .map(|_| {
+            std::thread::spawn(move || {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map(drop)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    for _ in 0..5 {
+        l.accept().unwrap();
+    }
+    for c in clients {
+        c.join().unwrap().unwrap();
+    }
+}
+
 /// Tests that run alone, with nothing else on the machine: they time what a busy
 /// machine blurs, or take what is host-wide (docs/testing.md).
 mod alone {
@@ -157,7 +182,9 @@ mod alone {
         );
         wait_for_port(metrics_port);
         wait_scraped(prom_port);
+        let filled = std::thread::spawn(fill_an_accept_queue);
         wrk(stalling, 4).join().unwrap();
+        filled.join().unwrap();
         std::thread::sleep(Duration::from_millis(2500));
         // The agent's rule has its rate before it acts by now (5 s after it started).
         let mut empty = Vec::new();

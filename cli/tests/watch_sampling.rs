@@ -189,6 +189,13 @@ mod alone {
         assert!(seen <= made, "{seen} of {made} connections");
     }
 
+    /// The acceptor's stall, live (`watch_support::waits::a_listener_that_accepts_too_slowly`).
+    #[test]
+    fn a_listener_that_accepts_too_slowly_is_named() {
+        let _one = exclusive();
+        watch_support::waits::a_listener_that_accepts_too_slowly("sampling");
+    }
+
     /// Issue 51's honest negative, live (`watch_support::waits::a_reader_that_stops`).
     #[test]
     fn a_reader_that_stops_reading_is_named_by_the_kernels_account() {

@@ -12,6 +12,7 @@ use nagless_stall_rule::{
     clock_window_us, judge_clock, AckClocked, AckTimer, ClockEvidence, SENDER_FIX,
 };
 
+use crate::accept::{AcceptQueue, Listener};
 use crate::detect::Stall;
 use crate::peer::Receiver;
 use crate::waits::Waits;
@@ -126,6 +127,11 @@ pub struct Row {
     pub sender_hold_ms: f64,
     /// Connections with such holds.
     pub sender_hold_connections: usize,
+    /// Its listener's accept queue, when it was seen full or connection attempts to it were
+    /// dropped (absent from the JSON otherwise): connects that wait 1 s, then 3 s, on a
+    /// program that accepts too slowly. Not Nagle.
+    #[serde(skip_serializing_if = "AcceptQueue::is_quiet")]
+    pub accept_queue: AcceptQueue,
 }
 
 impl Row {
@@ -165,6 +171,8 @@ pub(crate) struct Tally {
     corks: u64,
     cork_us: u64,
     corking: u64,
+    /// Its listener's accept queue, as looked at ([`crate::accept`]).
+    accept: AcceptQueue,
 }
 
 impl Tally {
@@ -219,6 +227,7 @@ impl Tally {
 
     fn merge(&mut self, o: &Tally) {
         self.acked_by = o.acked_by.or(self.acked_by);
+        self.accept.merge(&o.accept);
         self.waits.add(&o.waits);
         self.conns += o.conns;
         self.stalling += o.stalling;
@@ -303,6 +312,7 @@ impl Tally {
             sender_holds: self.corks,
             sender_hold_ms: self.cork_us as f64 / 1000.0,
             sender_hold_connections: self.corking as usize,
+            accept_queue: self.accept,
         }
     }
 }
@@ -317,6 +327,20 @@ pub(crate) struct Who {
     pub(crate) container: Option<String>,
     pub(crate) service: Option<String>,
     pub(crate) pod: Option<crate::kube::Pod>,
+}
+
+impl From<crate::procs::Process> for Who {
+    fn from(p: crate::procs::Process) -> Who {
+        Who {
+            cmd: Some(p.cmd),
+            program: Some(p.program),
+            comm: Some(p.comm),
+            cgroup: Some(p.cgroup),
+            container: p.container,
+            service: Some(p.service),
+            pod: p.pod,
+        }
+    }
 }
 
 impl Who {
@@ -411,6 +435,39 @@ impl Board {
         self.add(key, who, &t);
     }
 
+    /// Adds what a look said of each listener ([`crate::accept::Judge`]) to `boards` (a
+    /// window's and the whole watch's), under the group of the listener's owner (`owner`, by
+    /// socket inode) serving its port, if `filter` keeps it.
+    pub(crate) fn add_accepts(
+        mut boards: [&mut Board; 2],
+        judged: &[(&Listener, AcceptQueue)],
+        filter: &crate::Filter,
+        mut owner: impl FnMut(u32) -> Option<crate::procs::Process>,
+    ) {
+        for (l, q) in judged {
+            let o = owner(l.inode);
+            let pid = o.as_ref().map(|o| o.pid);
+            if !filter.keeps(pid, (l.port, l.port)) {
+                continue;
+            }
+            let key = GroupKey {
+                pid,
+                uid: l.uid,
+                port: l.port,
+                serves: true,
+                netns: l.netns,
+            };
+            let who = o.map_or_else(Who::default, Who::from);
+            let t = Tally {
+                accept: *q,
+                ..Tally::default()
+            };
+            for b in boards.iter_mut() {
+                b.add(&key, &who, &t);
+            }
+        }
+    }
+
     /// The rows, over tallies that cover `watched_us` (a window, or the whole watch),
     /// stalling and clocked groups first.
     pub(crate) fn rows(&self, watched_us: u64) -> Vec<Row> {
@@ -430,96 +487,4 @@ impl Board {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(port: u16) -> GroupKey {
-        GroupKey {
-            pid: Some(7),
-            uid: 0,
-            port,
-            serves: false,
-            netns: 1,
-        }
-    }
-
-    fn stall(lost_us: u64) -> Stall {
-        Stall {
-            held: 40,
-            lost_us,
-            at_us: 0,
-            timer: Some(AckTimer::Linux40ms),
-        }
-    }
-
-    #[test]
-    fn a_group_is_ack_clocked_by_the_rule_and_a_stall_stays_a_stall() {
-        let mut b = Board::default();
-        let who = Who::default();
-        // Connection 1 of port 6379: 14,000 writes that waited 610 ms of a 1 s window, and
-        // one stall; counted once, as clocked and as stalling.
-        b.add_clock(&key(6379), &who, 1, (10_000, 400_000), (0, 600_000));
-        b.add_clock(&key(6379), &who, 1, (4_000, 210_000), (600_000, 1_000_000));
-        b.add_stall(&key(6379), &who, 1, &stall(40_000), None);
-        // Port 80: stalls, and a few prompt-ACK releases (not clocked).
-        b.add_stall(&key(80), &who, 2, &stall(40_000), None);
-        b.add_stall(&key(80), &who, 2, &stall(41_000), None);
-        b.add_clock(&key(80), &who, 2, (12, 600), (0, 1_000_000));
-        let rows = b.rows(1_000_000);
-        let clocked = rows.iter().find(|r| r.port == 6379).unwrap();
-        assert_eq!(clocked.kind, RowKind::AckClocked, "{clocked:?}");
-        let c = clocked.ack_clocked.unwrap();
-        assert_eq!(c.releases, 14_000);
-        assert!((c.share - 0.61).abs() < 1e-9, "{c:?}");
-        assert_eq!(
-            (
-                clocked.connections,
-                clocked.stalling_connections,
-                clocked.ack_released_connections
-            ),
-            (1, 1, 1)
-        );
-        assert_eq!(clocked.stalls, 1);
-        let stalling = rows.iter().find(|r| r.port == 80).unwrap();
-        assert_eq!(stalling.kind, RowKind::Stall, "{stalling:?}");
-        assert!(stalling.ack_clocked.is_none());
-        assert_eq!(stalling.ack_released, 12);
-        // Clocked first: it cost more.
-        assert_eq!(rows[0].port, 6379);
-        // Over a 10 s watch, the clocked second is judged over its span, not the watch.
-        let c = b.rows(10_000_000)[0].ack_clocked.unwrap();
-        assert!((c.share - 0.61).abs() < 1e-9, "{c:?}");
-    }
-
-    #[test]
-    fn a_senders_own_holds_name_the_group_when_they_cost_most() {
-        let mut b = Board::default();
-        let who = Who::default();
-        // Port 8080: three corked answers on two connections, and one shorter stall.
-        b.add_cork(&key(8080), &who, 1, 204_000);
-        b.add_cork(&key(8080), &who, 1, 208_000);
-        b.add_cork(&key(8080), &who, 2, 212_000);
-        b.add_stall(&key(8080), &who, 2, &stall(40_000), None);
-        // Port 80: a stall that cost more than its one hold.
-        b.add_cork(&key(80), &who, 3, 200_000);
-        b.add_stall(&key(80), &who, 3, &stall(300_000), None);
-        let rows = b.rows(1_000_000);
-        let corking = rows.iter().find(|r| r.port == 8080).unwrap();
-        assert_eq!(corking.kind, RowKind::SenderHold, "{corking:?}");
-        assert_eq!(
-            (
-                corking.sender_holds,
-                corking.sender_hold_connections,
-                corking.connections
-            ),
-            (3, 2, 2)
-        );
-        assert!((corking.sender_hold_ms - 624.0).abs() < 1e-9);
-        assert_eq!(corking.stalls, 1);
-        let stalling = rows.iter().find(|r| r.port == 80).unwrap();
-        assert_eq!(stalling.kind, RowKind::Stall, "{stalling:?}");
-        assert_eq!(stalling.sender_holds, 1);
-        // The corking group first: its holds cost the most.
-        assert_eq!(rows[0].port, 8080);
-    }
-}
+mod tests;

@@ -46,7 +46,11 @@ pub(crate) struct SocketRow {
     pub(crate) ifindex: u32,
     /// Bytes written and not yet acknowledged, sent or not (the kernel's `write_seq -
     /// snd_una`): 0 when the socket has nothing in flight. Listed with or without `info`.
+    /// A listener's: its backlog.
     pub(crate) send_queue: u32,
+    /// Bytes received and not yet read (`idiag_rqueue`). A listener's: the connections in
+    /// its accept queue.
+    pub(crate) recv_queue: u32,
 }
 
 impl SocketRow {
@@ -69,6 +73,7 @@ impl SocketRow {
             family,
             ifindex: id.interface_id,
             send_queue: h.send_queue,
+            recv_queue: h.recv_queue,
         }
     }
 

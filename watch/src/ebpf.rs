@@ -31,7 +31,7 @@
 //! connections column counts connections that reported a long hold, not every connection.
 //!
 //! Rooms: this one is the watcher's one state ([`EbpfWatcher`]: loading, draining, judging,
-//! grouping, a little over 600 lines, kept whole because each part reads the same maps and
+//! grouping, under 700 lines, kept whole because each part reads the same maps and
 //! owners); the records' mirrors are `event`, `clock`, `waits` and `counters`, the waits
 //! walk is `walk`, and why the backend could not start is `unavailable`.
 
@@ -141,6 +141,12 @@ pub(crate) struct EbpfWatcher {
     events: u64,
     /// The sockets' waits, from the `waits` iterator (`None`: the kernel refused it).
     waits: Option<WaitsWalk>,
+    /// The looks at the listeners' accept queues: judged, when last made, and their
+    /// owners by socket inode (/proc walked again, at most once a second, for one unknown).
+    accepts: crate::accept::Judge,
+    looked_at: Option<Instant>,
+    listener_owners: crate::procs::ProcMap,
+    owners_walked: Option<Instant>,
 }
 
 impl EbpfWatcher {
@@ -218,6 +224,10 @@ impl EbpfWatcher {
             _stats: aya::sys::enable_stats(aya::sys::Stats::RunTime).ok(),
             events: 0,
             waits,
+            accepts: crate::accept::Judge::default(),
+            looked_at: None,
+            listener_owners: crate::procs::ProcMap::default(),
+            owners_walked: None,
         })
     }
 
@@ -286,9 +296,8 @@ impl EbpfWatcher {
 
     /// Whether the watch's filter (`--port`, `--pid`) keeps a socket of process `pid` with
     /// local and remote ports `ports`.
-    fn keeps(&self, pid: u32, (lport, rport): (u16, u16)) -> bool {
-        self.filter.port.is_none_or(|p| p == lport || p == rport)
-            && self.filter.pid.is_none_or(|p| p == pid)
+    fn keeps(&self, pid: u32, ports: (u16, u16)) -> bool {
+        self.filter.keeps(Some(pid), ports)
     }
 
     /// Takes one report into the tallies; returns the stall if it was one.
@@ -443,6 +452,37 @@ impl EbpfWatcher {
         stats.full = true;
     }
 
+    /// Every [`LOOK_EVERY`](crate::accept::LOOK_EVERY): the listeners' accept queues (the
+    /// kernel's programs see no connect that waits for one).
+    fn look_at_listeners(&mut self) {
+        if self
+            .looked_at
+            .is_some_and(|t| t.elapsed() < crate::accept::LOOK_EVERY)
+        {
+            return;
+        }
+        self.looked_at = Some(Instant::now());
+        let Some(look) = self.nets.as_mut().and_then(|n| n.look_at_listeners().ok()) else {
+            return;
+        };
+        let judged = self.accepts.judge(&look, self.now_us());
+        let (procs, walked) = (&mut self.listener_owners, &mut self.owners_walked);
+        Board::add_accepts(
+            [&mut self.window, &mut self.total],
+            &judged,
+            &self.filter,
+            |inode| {
+                if !procs.knows(inode)
+                    && walked.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
+                {
+                    *walked = Some(Instant::now());
+                    procs.rescan();
+                }
+                procs.owner(inode)
+            },
+        );
+    }
+
     /// The kernel programs' counters so far.
     pub(crate) fn counters(&self) -> Counters {
         let map = self
@@ -502,6 +542,7 @@ impl Source for EbpfWatcher {
             }
         }
         self.count_sockets(&mut stats);
+        self.look_at_listeners();
         // The sockets closed meanwhile (their ring buffer holds about 1,900).
         self.walk_waits(false);
         // (Each refresh drains them too; this bounds a long refresh's map.)

@@ -14,10 +14,12 @@
 //!
 //! Its rooms: `board` holds the groups, their tallies and rows, which both backends feed;
 //! `sampling` is the sock_diag sampler, `ebpf` the kernel's events, [`backend`] the one
-//! the command asks (what runs, what it cost, what it cannot see).
+//! the command asks (what runs, what it cost, what it cannot see); `accept` judges the
+//! listeners' accept queues both backends look at (connects a slow acceptor made wait).
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+mod accept;
 pub mod backend;
 mod board;
 mod detect;
@@ -37,6 +39,7 @@ mod turns;
 pub mod waits;
 pub mod web_config;
 
+pub use accept::AcceptQueue;
 pub use board::{GroupKey, Row, RowKind};
 pub(crate) use sampling::Watcher;
 
@@ -47,6 +50,15 @@ pub struct Filter {
     pub port: Option<u16>,
     /// Only sockets of this process.
     pub pid: Option<u32>,
+}
+
+impl Filter {
+    /// Whether it keeps a socket of process `pid` (`None`: not known) with local and remote
+    /// ports `ports`.
+    pub(crate) fn keeps(&self, pid: Option<u32>, (local, remote): (u16, u16)) -> bool {
+        self.port.is_none_or(|p| p == local || p == remote)
+            && self.pid.is_none_or(|p| pid == Some(p))
+    }
 }
 
 /// What one sample cost and saw.

@@ -40,6 +40,8 @@ pub(crate) struct Listing {
     pub(crate) owners: Vec<(u32, Process)>,
     /// Processes whose fds could not be read at the last /proc walk.
     pub(crate) denied: usize,
+    /// A look at every listener's accept queue, every [`crate::accept::LOOK_EVERY`].
+    pub(crate) accept: Option<crate::accept::Look>,
 }
 
 /// Attribution of socket inodes, on the listing thread.
@@ -103,6 +105,7 @@ pub(crate) fn spawn(
             let mut last_refresh = Instant::now();
             let mut known: HashSet<(u64, u64)> = HashSet::new();
             let mut last_listeners = None;
+            let mut last_look: Option<Instant> = None;
             let mut due = false;
             let mut listeners: Vec<SocketRow> = Vec::new();
             let mut listener_ports: HashMap<(u64, u16), u32> = HashMap::new();
@@ -174,7 +177,20 @@ pub(crate) fn spawn(
                 rows.extend(listeners.iter().cloned());
                 let found = owners.of(&rows);
                 rows.truncate(n);
+                let accept = if last_look.is_none_or(|t| t.elapsed() >= crate::accept::LOOK_EVERY) {
+                    last_look = Some(at);
+                    match nets.look_at_listeners() {
+                        Ok(look) => Some(look),
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                } else {
+                    None
+                };
                 let listing = Listing {
+                    accept,
                     owners: found,
                     denied: owners.procs.denied,
                     at,

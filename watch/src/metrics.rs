@@ -12,6 +12,7 @@
 //! | `nagless_stalling_connections` | gauge | connections of the group that stalled in the last refresh |
 //! | `nagless_ack_clocked_seconds_total` | counter | time the group's writes waited behind the peer's prompt ACKs, in refreshes where it was ACK-clocked |
 //! | `nagless_sender_holds_total`, `nagless_sender_hold_seconds_total` | counter | writes the group's senders held themselves (a cork the kernel's 200 ms ceiling released; eBPF only), and their time (`corks`) |
+//! | `nagless_accept_queue_full_seconds_total`, `nagless_accept_queue_drops_total` | counter | time the group's listener had a full accept queue, and the connection attempts it dropped (`accept`): connects that waited 1 s, then 3 s |
 //! | `nagless_tcp_busy_seconds_total`, `nagless_tcp_rwnd_limited_seconds_total`, `nagless_tcp_sndbuf_limited_seconds_total`, `nagless_tcp_retransmits_total`, `nagless_tcp_timeouts_total`, `nagless_tcp_zero_window_probes_total` | counter | what the kernel counted of the group's time and losses (`waits`): where the time went when it was not a stall |
 //! | `nagless_own_turn_seconds_total`, `nagless_own_turns_total` | counter | the time the group's programs took their turns (from a last read of the peer's data to the first write after it: a server answering), and those turns |
 //! | `nagless_peer_turn_seconds_total`, `nagless_peer_turns_total` | counter | the time they waited for their peers' turns (from a last write to the first read of data after it: a client waiting for an answer, the round trip included), and those turns |
@@ -70,6 +71,7 @@
 //! see, `text_format` the page for clients that do not ask for OpenMetrics
 //! (`text_format()`), and `tests` the families' tests.
 
+mod accept;
 mod blind;
 mod corks;
 mod labels;
@@ -82,6 +84,7 @@ mod waits;
 pub(crate) use labels::{Labels, Owner};
 pub(crate) use text_format::text_format;
 
+use accept::AcceptFamilies;
 use blind::BlindGauges;
 pub use blind::BlindSpots;
 use corks::CorkFamilies;
@@ -164,6 +167,7 @@ pub struct Metrics {
     stalling: Family<Labels, Gauge>,
     ack_clocked: Family<Labels, MicrosCounter>,
     corks: CorkFamilies,
+    accepts: AcceptFamilies,
     waits: WaitFamilies,
     host_stalls: Counter,
     cpu: FloatCounter,
@@ -227,6 +231,7 @@ impl Metrics {
             ack_clocked.clone(),
         );
         let corks = CorkFamilies::register(&mut r);
+        let accepts = AcceptFamilies::register(&mut r);
         let waits = WaitFamilies::register(&mut r);
         let host_stalls = Counter::default();
         r.register(
@@ -288,6 +293,7 @@ impl Metrics {
             stalling,
             ack_clocked,
             corks,
+            accepts,
             waits,
             host_stalls,
             cpu,
@@ -373,6 +379,7 @@ impl Metrics {
             self.stalling.remove(&l);
             self.ack_clocked.remove(&l);
             self.corks.remove(&l);
+            self.accepts.remove(&l);
             self.waits.remove(&l);
             self.forgotten.inc();
         }
@@ -416,6 +423,7 @@ impl Metrics {
                 r.sender_holds,
                 (r.sender_hold_ms * 1000.0).round() as u64,
             );
+            self.accepts.add(&l, &r.accept_queue);
             self.waits.add(&l, &r.waits);
             if !r.waits.is_empty() {
                 // (The open turn a group's role waits on: a server's own, a client's peer's.)

@@ -188,6 +188,36 @@ impl Namespaces {
             .sum()
     }
 
+    /// Every namespace's listeners, with their accept queues, and each namespace's count of
+    /// connection attempts its full accept queues dropped ([`crate::accept`]).
+    pub(crate) fn look_at_listeners(&mut self) -> io::Result<crate::accept::Look> {
+        let mut rows = Vec::new();
+        self.list(StateFlags::LISTEN, &mut rows)?;
+        let listeners = rows
+            .iter()
+            .map(|r| crate::accept::Listener {
+                netns: r.netns,
+                port: r.local.port(),
+                inode: r.inode,
+                uid: r.uid,
+                queued: r.recv_queue,
+                backlog: r.send_queue,
+            })
+            .collect();
+        let proc = Proc::host();
+        let overflows = std::iter::once((self.own, Pid::Own))
+            .chain(self.others.iter().map(|(ns, n)| (*ns, Pid::Id(n.pid))))
+            .filter_map(|(ns, pid)| {
+                let text = proc.read(pid, "net/netstat").ok()?;
+                Some((ns, crate::accept::listen_overflows(&text)?))
+            })
+            .collect();
+        Ok(crate::accept::Look {
+            listeners,
+            overflows,
+        })
+    }
+
     /// The lookup sockets of the namespaces entered since the last call.
     pub(crate) fn take_lookups(&mut self) -> Vec<(u64, NsLookup)> {
         std::mem::take(&mut self.new_lookups)

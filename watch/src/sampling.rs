@@ -144,6 +144,8 @@ pub(crate) struct Watcher {
     /// When the first listing was taken (µs): sockets first seen after it were made while
     /// watching.
     first_listing_us: Option<u64>,
+    /// The listings' looks at the listeners' accept queues, judged.
+    accepts: crate::accept::Judge,
 }
 
 impl Watcher {
@@ -184,6 +186,7 @@ impl Watcher {
             scan_every: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(100_000)),
             short_holds_until_us: 0,
             first_listing_us: None,
+            accepts: crate::accept::Judge::default(),
         })
     }
 
@@ -266,15 +269,7 @@ impl Watcher {
                 });
                 t.key = key;
                 t.by_listener = by_listener;
-                t.who = owner.map_or_else(Who::default, |o| Who {
-                    cmd: Some(o.cmd),
-                    program: Some(o.program),
-                    comm: Some(o.comm),
-                    cgroup: Some(o.cgroup),
-                    container: o.container,
-                    service: Some(o.service),
-                    pod: o.pod,
-                });
+                t.who = owner.map_or_else(Who::default, Who::from);
             }
             let Some(t) = self.sockets.get_mut(&id) else {
                 continue;
@@ -488,6 +483,15 @@ impl Source for Watcher {
             self.owners.retain(|i, _| live.contains(i));
             self.rows = l.rows;
             let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
+            if let Some(look) = &l.accept {
+                let judged = self.accepts.judge(look, at_us);
+                Board::add_accepts(
+                    [&mut self.gone_window, &mut self.gone_total],
+                    &judged,
+                    &self.filter,
+                    |inode| self.owners.get(&inode).cloned(),
+                );
+            }
             self.process(Pass::Listing, at_us, &mut stats);
             self.first_listing_us.get_or_insert(at_us);
             stats.sockets = l.in_use;

@@ -11,7 +11,7 @@ use nagless_watch::Row;
 use super::json::json_rows;
 use super::live::View;
 use super::pin::Pin;
-use super::table::{cork_lines, stalled_lines, table, waited, waits_lines};
+use super::table::{accept_lines, cork_lines, stalled_lines, table, waited, waits_lines};
 use super::turns::{any_notable, turn_lines};
 use super::WatchArgs;
 
@@ -84,6 +84,11 @@ pub(super) fn write(
         if totals.iter().any(|r| r.sender_holds > 0) {
             out += "\nwrites their senders held themselves (not Nagle):\n";
             cork_lines(&totals, view.own_netns, &mut out);
+        }
+        // Listeners that accepted too slowly.
+        if totals.iter().any(|r| !r.accept_queue.is_quiet()) {
+            out += "\nlisteners whose accept queue was full (connects waited; not Nagle):\n";
+            accept_lines(&totals, view.own_netns, &mut out);
         }
         // Where the time went besides: the kernel's account (sampling backend).
         if totals.iter().any(waited) {

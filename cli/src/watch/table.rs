@@ -214,12 +214,20 @@ pub(super) fn waited(r: &Row) -> bool {
 /// segments it sent again, and the writes its own cork held; the summary says what each
 /// means.
 fn waits_tag(r: &Row) -> Option<String> {
-    if !waited(r) && r.sender_holds == 0 {
+    if !waited(r) && r.sender_holds == 0 && r.accept_queue.is_quiet() {
         return None;
     }
     let w = &r.waits;
     let ms = |us: u64| us as f64 / 1000.0;
     let mut parts = Vec::new();
+    let q = &r.accept_queue;
+    if !q.is_quiet() {
+        parts.push(format!(
+            "accept queue full {:.1} s, {} connect(s) dropped",
+            q.full_us as f64 / 1e6,
+            q.drops
+        ));
+    }
     if r.sender_holds > 0 {
         parts.push(format!("{} held by its own cork", r.sender_holds));
     }
@@ -259,7 +267,7 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
             ms(w.busy_us) / secs,
             r.connections
         )];
-        let mut meaning = Vec::new();
+        let mut meaning: Vec<String> = Vec::new();
         // How far the kernel backed off (the most seen): its timeouts' doubling, or its
         // zero-window probes'.
         let backed_off = if w.backoff > 0 {
@@ -283,7 +291,7 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
                 ms(w.rwnd_limited_us),
                 share(w.rwnd_limited_us)
             ));
-            meaning.push("the readers at the other end read slowly or not at all (look at them, or raise their receive buffers)");
+            meaning.push("the readers at the other end read slowly or not at all (look at them, or raise their receive buffers)".into());
         }
         if w.sndbuf_limited_us >= NOTABLE_WAIT_US {
             parts.push(format!(
@@ -292,7 +300,7 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
                 share(w.sndbuf_limited_us)
             ));
             meaning.push(
-                "its send buffers were too small for the path's round trip and rate, so the network waited for the program (raise its SO_SNDBUF and net.core.wmem_max if it sets one, else the maximum of net.ipv4.tcp_wmem)",
+                "its send buffers were too small for the path's round trip and rate, so the network waited for the program (raise its SO_SNDBUF and net.core.wmem_max if it sets one, else the maximum of net.ipv4.tcp_wmem)".into(),
             );
         }
         if w.retransmits > 0 || w.timeouts > 0 {
@@ -302,10 +310,23 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
                 w.retransmits, w.timeouts
             ));
             // (A connect's SYN sent again counts here too: a server whose listen queue is full
-            // drops SYNs, and its clients wait 1 s, then 3 s, to connect.)
-            meaning.push(
-                "packets were lost: on the path, at a full receiver, or SYNs dropped by a server whose listen queue was full (its clients' connects wait 1 s, then 3 s): look at loss, and at the listeners' accept queues (`ss -lnt`: Recv-Q against Send-Q)",
-            );
+            // drops SYNs, and its clients wait 1 s, then 3 s, to connect.) A listener of this
+            // host that dropped connection attempts on the port it connects to is named.
+            let full_listener = rows.iter().find(|l| {
+                !r.serves
+                    && l.serves
+                    && l.port == r.port
+                    && l.netns == r.netns
+                    && l.accept_queue.drops > 0
+            });
+            meaning.push(match full_listener {
+                Some(l) => format!(
+                    "its connects' SYNs were dropped by {}'s full accept queue on :{} (see its line): its connects waited for them to be sent again, not the network",
+                    who(l, own_netns, usize::MAX),
+                    l.port
+                ),
+                None => "packets were lost: on the path, at a full receiver, or SYNs dropped by a server whose listen queue was full (its clients' connects wait 1 s, then 3 s): look at loss, and at the listeners' accept queues (`ss -lnt`: Recv-Q against Send-Q)".to_owned(),
+            });
         }
         let _ = writeln!(
             out,
@@ -314,6 +335,37 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
             port(r),
             parts.join(", "),
             meaning.join("; ")
+        );
+    }
+}
+
+/// The summary's lines on the listeners whose accept queue was full (or to which connection
+/// attempts were dropped): each row's process, port, how long and how full, the drops, what
+/// it means and the fix.
+pub(super) fn accept_lines(rows: &[Row], own_netns: u64, out: &mut String) {
+    use std::fmt::Write as _;
+    for r in rows.iter().filter(|r| !r.accept_queue.is_quiet()) {
+        let q = &r.accept_queue;
+        let full = if q.full_looks > 0 {
+            format!(
+                "was full for {:.1} s ({} look(s), up to {} connection(s) waiting to be accepted, backlog {})",
+                q.full_us as f64 / 1e6,
+                q.full_looks,
+                q.most_queued,
+                q.backlog
+            )
+        } else {
+            format!(
+                "held up to {} connection(s) waiting to be accepted (backlog {})",
+                q.most_queued, q.backlog
+            )
+        };
+        let _ = writeln!(
+            out,
+            "{} {}: its listener's accept queue {full}; {} connection attempt(s) dropped: its clients' connects wait for their SYN to be sent again (1 s, then 3 s), not Nagle: accept faster (more acceptor threads, or accept in a loop until EAGAIN), or raise the backlog (listen()'s argument; the kernel caps it at net.core.somaxconn)",
+            who(r, own_netns, usize::MAX),
+            port(r),
+            q.drops,
         );
     }
 }

@@ -382,3 +382,70 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
     assert_eq!(row["stalls"], 0, "{row}");
     true
 }
+
+/// The acceptor's stall, live, under `backend`: a listener with a backlog of 1 whose program
+/// accepts nothing for 2 s while six clients connect. Its queue fills (two connections wait
+/// in it), the kernel drops the other clients' SYNs, and they connect only when a SYN sent
+/// again finds room (after 1 s, then 3 s more). The listener's row (this process, its port,
+/// serving) names its full queue: the looks that saw it full, the connections in it, its
+/// backlog and the connection attempts dropped; and no stall (exit 0). The caller holds the
+/// machine.
+pub fn a_listener_that_accepts_too_slowly(backend: &str) {
+    const CLIENTS: usize = 6;
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    s.listen(1).unwrap();
+    let listener: TcpListener = s.into();
+    let addr = listener.local_addr().unwrap();
+    let mut w = watch_by(backend, Some(addr.port()), 5.0);
+    wait_ready(&mut w);
+    // (A look before the connects: the drops' baseline.)
+    std::thread::sleep(Duration::from_millis(400));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let t = std::time::Instant::now();
+                let c = TcpStream::connect_timeout(&addr, Duration::from_secs(10));
+                (c.map(drop), t.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let acceptor = std::thread::spawn(move || {
+        (0..CLIENTS)
+            .map(|_| listener.accept().map(drop))
+            .collect::<Vec<_>>()
+    });
+    let waited: Vec<Duration> = clients
+        .into_iter()
+        .map(|c| {
+            let (r, t) = c.join().unwrap();
+            r.unwrap();
+            t
+        })
+        .collect();
+    assert!(acceptor.join().unwrap().iter().all(Result::is_ok));
+    // What the watch must name: connects that waited for their SYN's timer.
+    assert!(
+        waited.iter().any(|t| *t >= Duration::from_millis(900)),
+        "connects: {waited:?}"
+    );
+    let (lines, code) = json_lines(w);
+    let row = row_of(
+        quiet_summary(&lines, code),
+        std::process::id(),
+        addr.port(),
+        true,
+    );
+    let q = &row["accept_queue"];
+    assert!(
+        q["full_looks"].as_u64() >= Some(1)
+            && q["full_us"].as_u64() >= Some(100_000)
+            && q["drops"].as_u64() >= Some(1)
+            && q["most_queued"].as_u64() >= Some(2)
+            && q["backlog"] == 1,
+        "{row}"
+    );
+    assert_eq!(row["stalls"], 0, "{row}");
+}

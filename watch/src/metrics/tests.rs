@@ -432,3 +432,35 @@ fn ports_clients_may_get_never_become_labels() {
         assert!(text.contains(&want), "no {want} in\n{text}");
     }
 }
+
+#[test]
+fn a_full_accept_queue_is_counted_on_its_listener_only() {
+    let mut m = metrics(1000);
+    let full = Row {
+        accept_queue: crate::AcceptQueue {
+            full_us: 500_000,
+            full_looks: 2,
+            most_queued: 2,
+            backlog: 1,
+            drops: 4,
+        },
+        ..row("python3 srv.py", 7777, true)
+    };
+    m.window(std::slice::from_ref(&full));
+    m.window(&[full, row("nginx", 80, true)]);
+    let text = m.encode();
+    let g = l("python3 srv.py", "7777", "serves", "");
+    for want in [
+        format!("nagless_accept_queue_full_seconds_total{g} 1.0\n"),
+        format!("nagless_accept_queue_drops_total{g} 8\n"),
+        "# TYPE nagless_accept_queue_full_seconds counter".into(),
+    ] {
+        assert!(text.contains(&want), "no {want} in\n{text}");
+    }
+    // A listener never full has no series of these.
+    let nginx = l("nginx", "80", "serves", "");
+    assert!(
+        !text.contains(&format!("nagless_accept_queue_drops_total{nginx}")),
+        "{text}"
+    );
+}

@@ -244,3 +244,47 @@ fn each_fix_is_given_once_for_the_rows_it_fits() {
         "the summary's table points to its lines: {t}"
     );
 }
+
+#[test]
+fn a_full_accept_queue_is_named_with_its_fix_and_its_clients_point_to_it() {
+    let mut listener = row(30, "python3 srv.py", 7777, 0, None);
+    listener.accept_queue = nagless_watch::AcceptQueue {
+        full_us: 2_250_000,
+        full_looks: 9,
+        most_queued: 2,
+        backlog: 1,
+        drops: 12,
+    };
+    let mut client = row(31, "python3 cli.py", 7777, 0, None);
+    client.serves = false;
+    client.waits.retransmits = 12;
+    // The client of another namespace's listener of the same port is not pointed to it.
+    let mut elsewhere = client.clone();
+    elsewhere.netns = 2;
+    let rows = [listener, client, elsewhere];
+    let mut t = String::new();
+    table(&rows, 2.0, 1, false, &mut t);
+    assert!(
+        t.contains("accept queue full 2.2 s, 12 connect(s) dropped"),
+        "{t}"
+    );
+    let mut s = String::new();
+    accept_lines(&rows, 1, &mut s);
+    assert_eq!(s.lines().count(), 1, "{s}");
+    assert!(
+        s.starts_with("30 python3 srv.py :7777: its listener's accept queue was full for 2.2 s (9 look(s), up to 2 connection(s) waiting to be accepted, backlog 1); 12 connection attempt(s) dropped")
+            && s.contains("raise the backlog (listen()'s argument; the kernel caps it at net.core.somaxconn)"),
+        "{s}"
+    );
+    let mut w = String::new();
+    waits_lines(&rows, 2.0, 1, &mut w);
+    let lines: Vec<&str> = w.lines().collect();
+    assert_eq!(lines.len(), 2, "{w}");
+    assert!(
+        lines[0].contains(
+            "its connects' SYNs were dropped by 30 python3 srv.py's full accept queue on :7777"
+        ) && !lines[0].contains("look at loss"),
+        "{w}"
+    );
+    assert!(lines[1].contains("look at loss"), "{w}");
+}

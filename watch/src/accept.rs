@@ -1,0 +1,309 @@
+//! Listeners whose accept queue is full (the acceptor's stall, issue 51): a program that
+//! accepts too slowly (its one acceptor busy, a backlog of 1, a burst of connects) fills its
+//! listener's accept queue, and the kernel then drops its clients' SYNs (or their handshake's
+//! last ACK): each such client's connect waits for its SYN's timer, 1 s, then 3 s. None of it
+//! shows in an established connection's `tcp_info`, nor as a Nagle stall.
+//!
+//! Every [`LOOK_EVERY`] a backend lists each namespace's listeners (sock_diag gives each its
+//! queue, `idiag_rqueue`, and its backlog, `idiag_wqueue`) and reads each namespace's
+//! `ListenOverflows` (`/proc/PID/net/netstat`: the connection attempts its full queues
+//! dropped); [`Judge`] (pure) turns each look into what it says of each listener, and the
+//! backend adds it to its board under the listener's group.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// How often the listeners are looked at.
+pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// A listener at one look.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Listener {
+    /// Its network namespace and port.
+    pub(crate) netns: u64,
+    pub(crate) port: u16,
+    /// Its socket's inode (what names its process) and its owner's uid.
+    pub(crate) inode: u32,
+    pub(crate) uid: u32,
+    /// Connections in its accept queue (handshake done, not accepted yet).
+    pub(crate) queued: u32,
+    /// Its backlog: the most the queue holds (`listen()`'s argument, capped by
+    /// `net.core.somaxconn`).
+    pub(crate) backlog: u32,
+}
+
+impl Listener {
+    /// The kernel's test (`sk_acceptq_is_full`): the queue holds more than its backlog, and
+    /// new connection attempts are dropped.
+    pub(crate) fn full(&self) -> bool {
+        self.queued > self.backlog
+    }
+}
+
+/// One look at every listener.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Look {
+    pub(crate) listeners: Vec<Listener>,
+    /// Per namespace, the kernel's count of connection attempts full accept queues dropped
+    /// (`TcpExt: ListenOverflows`).
+    pub(crate) overflows: Vec<(u64, u64)>,
+}
+
+/// What the looks said of a listener (summed over looks, as a board sums tallies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AcceptQueue {
+    /// Time it was seen full, µs: each look that found it full counts the time since the
+    /// look before (at most two looks' interval).
+    pub full_us: u64,
+    /// Looks that found it full.
+    pub full_looks: u64,
+    /// The most connections seen in its queue.
+    pub most_queued: u32,
+    /// Its backlog, as last seen.
+    pub backlog: u32,
+    /// Connection attempts dropped, given to it: its namespace's `ListenOverflows` rose while
+    /// it was full (or, none being full, held connections) at that look or the one before.
+    pub drops: u64,
+}
+
+impl AcceptQueue {
+    /// Nothing to say: never seen full, and no drop given to it.
+    pub fn is_quiet(&self) -> bool {
+        self.full_looks == 0 && self.drops == 0
+    }
+
+    pub(crate) fn merge(&mut self, o: &AcceptQueue) {
+        self.full_us += o.full_us;
+        self.full_looks += o.full_looks;
+        self.most_queued = self.most_queued.max(o.most_queued);
+        if o.backlog > 0 || o.most_queued > 0 {
+            self.backlog = o.backlog;
+        }
+        self.drops += o.drops;
+    }
+}
+
+/// Judges looks, one after another (pure).
+#[derive(Debug, Default)]
+pub(crate) struct Judge {
+    /// The last look's time, and each namespace's count then.
+    last_us: Option<u64>,
+    overflows: HashMap<u64, u64>,
+    /// Listeners (namespace, port) that were full, or held connections, at the last look.
+    full: HashSet<(u64, u16)>,
+    holding: HashSet<(u64, u16)>,
+}
+
+impl Judge {
+    /// What `look`, taken at `at_us` (µs on any steady clock), says of each listener it has something to say of (seen full, or given
+    /// drops). A namespace's first count is its baseline: drops before the watch are not
+    /// counted. Drops nobody can be given (no listener of their namespace full or holding
+    /// connections at this look or the last) are left out.
+    pub(crate) fn judge<'a>(
+        &mut self,
+        look: &'a Look,
+        at_us: u64,
+    ) -> Vec<(&'a Listener, AcceptQueue)> {
+        let gap_us = self
+            .last_us
+            .map_or(LOOK_EVERY.as_micros() as u64, |t| at_us.saturating_sub(t))
+            .min(2 * LOOK_EVERY.as_micros() as u64);
+        let mut out: Vec<(&Listener, AcceptQueue)> = look
+            .listeners
+            .iter()
+            .map(|l| {
+                let full = l.full();
+                let q = AcceptQueue {
+                    full_us: if full { gap_us } else { 0 },
+                    full_looks: u64::from(full),
+                    most_queued: l.queued,
+                    backlog: l.backlog,
+                    drops: 0,
+                };
+                (l, q)
+            })
+            .collect();
+        for &(ns, count) in &look.overflows {
+            let rise = self
+                .overflows
+                .insert(ns, count)
+                .map_or(0, |before| count.saturating_sub(before));
+            if rise == 0 {
+                continue;
+            }
+            let was = |set: &HashSet<(u64, u16)>, l: &Listener| set.contains(&(l.netns, l.port));
+            let takers_by = |test: &dyn Fn(&Listener) -> bool| -> Vec<usize> {
+                (0..out.len())
+                    .filter(|&i| out[i].0.netns == ns && test(out[i].0))
+                    .collect()
+            };
+            let mut takers = takers_by(&|l| l.full() || was(&self.full, l));
+            if takers.is_empty() {
+                takers = takers_by(&|l| l.queued > 0 || was(&self.holding, l));
+            }
+            // Split among them, the fullest first taking what does not divide.
+            takers.sort_by_key(|&i| (std::cmp::Reverse(out[i].0.queued), out[i].0.port));
+            let n = takers.len() as u64;
+            for (k, &i) in takers.iter().enumerate() {
+                out[i].1.drops = rise / n + u64::from((k as u64) < rise % n);
+            }
+        }
+        self.last_us = Some(at_us);
+        self.full = look
+            .listeners
+            .iter()
+            .filter(|l| l.full())
+            .map(|l| (l.netns, l.port))
+            .collect();
+        self.holding = look
+            .listeners
+            .iter()
+            .filter(|l| l.queued > 0)
+            .map(|l| (l.netns, l.port))
+            .collect();
+        out.retain(|(_, q)| !q.is_quiet());
+        out
+    }
+}
+
+/// `ListenOverflows` from the text of `/proc/net/netstat` (a line of `TcpExt:` names, then
+/// one of their values).
+pub(crate) fn listen_overflows(netstat: &str) -> Option<u64> {
+    let mut lines = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "ListenOverflows")?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listener(ns: u64, port: u16, queued: u32, backlog: u32) -> Listener {
+        Listener {
+            netns: ns,
+            port,
+            inode: u32::from(port),
+            uid: 0,
+            queued,
+            backlog,
+        }
+    }
+
+    fn look(listeners: Vec<Listener>, overflows: &[(u64, u64)]) -> Look {
+        Look {
+            listeners,
+            overflows: overflows.to_vec(),
+        }
+    }
+
+    /// A look, and its time in µs.
+    fn at(ms: u64, listeners: Vec<Listener>, overflows: &[(u64, u64)]) -> (Look, u64) {
+        (look(listeners, overflows), ms * 1000)
+    }
+
+    #[test]
+    fn a_full_queue_is_timed_and_given_its_namespaces_drops() {
+        let mut j = Judge::default();
+        // The first look: the baseline (500 dropped before the watch), nothing full.
+        let first = at(
+            0,
+            vec![listener(1, 80, 0, 128), listener(1, 7777, 1, 1)],
+            &[(1, 500)],
+        );
+        assert!(j.judge(&first.0, first.1).is_empty());
+        // Full (2 queued, backlog 1); 4 drops since: all its own.
+        let second = at(
+            250,
+            vec![listener(1, 80, 0, 128), listener(1, 7777, 2, 1)],
+            &[(1, 504)],
+        );
+        let said = j.judge(&second.0, second.1);
+        assert_eq!(said.len(), 1, "{said:?}");
+        let (l, q) = &said[0];
+        assert_eq!(l.port, 7777);
+        assert_eq!(
+            *q,
+            AcceptQueue {
+                full_us: 250_000,
+                full_looks: 1,
+                most_queued: 2,
+                backlog: 1,
+                drops: 4
+            }
+        );
+        // Emptied (accepted) but drops counted since: given to the one full at the last look.
+        let third = at(
+            500,
+            vec![listener(1, 80, 0, 128), listener(1, 7777, 0, 1)],
+            &[(1, 506)],
+        );
+        let said = j.judge(&third.0, third.1);
+        assert_eq!(
+            (said[0].0.port, said[0].1.drops, said[0].1.full_us),
+            (7777, 2, 0)
+        );
+        // Nothing full or holding since: drops nobody can be given are left out.
+        let fourth = at(
+            750,
+            vec![listener(1, 80, 0, 128), listener(1, 7777, 0, 1)],
+            &[(1, 509)],
+        );
+        assert!(j.judge(&fourth.0, fourth.1).is_empty());
+    }
+
+    #[test]
+    fn drops_stay_in_their_namespace_and_split_between_full_listeners() {
+        let mut j = Judge::default();
+        let base = [(1, 0), (2, 0)];
+        let first = at(0, vec![], &base);
+        j.judge(&first.0, first.1);
+        let l = vec![
+            listener(1, 80, 3, 2),
+            listener(1, 81, 5, 4),
+            listener(2, 80, 0, 1),
+        ];
+        let second = at(250, l, &[(1, 5), (2, 7)]);
+        let said = j.judge(&second.0, second.1);
+        let drops: Vec<(u64, u16, u64)> = said
+            .iter()
+            .map(|(l, q)| (l.netns, l.port, q.drops))
+            .collect();
+        // 5 split between namespace 1's two full listeners, the fuller first; namespace 2's
+        // 7 have no listener to be given to.
+        assert_eq!(drops, [(1, 80, 2), (1, 81, 3)]);
+        // Without a full one, a listener holding connections takes them.
+        let third = at(500, vec![listener(2, 80, 1, 1)], &[(2, 9)]);
+        let said = j.judge(&third.0, third.1);
+        assert_eq!(
+            (said[0].0.port, said[0].1.drops, said[0].1.full_looks),
+            (80, 2, 0)
+        );
+    }
+
+    #[test]
+    fn a_long_gap_counts_two_looks_at_most() {
+        let mut j = Judge::default();
+        let first = at(0, vec![], &[]);
+        j.judge(&first.0, first.1);
+        let late = at(5000, vec![listener(1, 80, 2, 1)], &[]);
+        let said = j.judge(&late.0, late.1);
+        assert_eq!(said[0].1.full_us, 500_000);
+    }
+
+    #[test]
+    fn the_overflow_count_is_read_from_netstat() {
+        let text = "TcpExt: SyncookiesSent SyncookiesRecv ListenOverflows ListenDrops\n\
+                    TcpExt: 0 0 12 14\n\
+                    IpExt: InNoRoutes\nIpExt: 0\n";
+        assert_eq!(listen_overflows(text), Some(12));
+        assert_eq!(listen_overflows("IpExt: a\nIpExt: 1\n"), None);
+        assert_eq!(
+            listen_overflows("TcpExt: ListenOverflows\nTcpExt: x\n"),
+            None
+        );
+    }
+}
