@@ -41,7 +41,8 @@ OUTPUT
   `--json --every-stall --top 0` in Wireshark (docs/doctor.md).
 
 EXIT STATUS
-  0 no stall found, 1 stalls or an ACK-clocked flow found (the report says which), 2
+  0 no stall found, 1 stalls, an ACK-clocked flow or a sender's own hold (a cork left on)
+  found (the report says which), 2
   unreadable capture or bad arguments, 3 nothing to judge: the capture holds no packets, no TCP segment, or no flow the --filter matches (a
   CI gate must not read that as all clear).";
 
@@ -158,6 +159,11 @@ fn diagnose(args: &DoctorArgs) -> Result<ExitCode, String> {
             )
         } else if d.frames == 0 {
             "it holds no packets".to_owned()
+        } else if d.tcp_fragments > 0 {
+            format!(
+                "none of its {} frames is a whole TCP segment: {} are fragments of IP packets carrying TCP, which the doctor does not reassemble",
+                d.frames, d.tcp_fragments
+            )
         } else {
             format!("none of its {} frames is a TCP segment", d.frames)
         };

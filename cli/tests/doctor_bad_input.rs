@@ -123,6 +123,31 @@ fn a_capture_with_nothing_to_judge_exits_3_and_says_why() {
         "{}",
         r.stderr
     );
+    // Only fragments of IP packets carrying TCP (seladb/PcapPlusPlus's
+    // `frag_http_req.pcap`): they are TCP, but not reassembled, and said so.
+    let r = doctor(&[], |w| {
+        let mut v = pcap_header();
+        for i in 0..3 {
+            let mut rec = record(
+                i * 1000,
+                ([10, 0, 0, 1], 40000),
+                ([10, 0, 0, 2], 80),
+                6,
+                ACK,
+            );
+            // More fragments, at offset 0, then 1480 (the IPv4 header's flags and offset).
+            let at = 16 + 14 + 6;
+            rec[at..at + 2].copy_from_slice(&(0x2000u16 | (i as u16 * 185)).to_be_bytes());
+            v.extend(rec);
+        }
+        let _ = w.write_all(&v);
+    });
+    assert_eq!(r.code, Some(3), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("none of its 3 frames is a whole TCP segment: 3 are fragments of IP packets carrying TCP"),
+        "{}",
+        r.stderr
+    );
     // TCP, but not what the filter asks for; the same capture without it judges (exit 0).
     let tcp = || {
         let mut v = pcap_header();

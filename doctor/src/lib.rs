@@ -39,6 +39,10 @@ pub struct Diagnosis {
     pub frames: u64,
     /// TCP segments decoded.
     pub tcp_segments: u64,
+    /// Frames that are fragments of IP packets carrying TCP: not reassembled, so their bytes
+    /// are missing from the flows.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tcp_fragments: u64,
     /// Bytes of capture read (after decompression).
     pub bytes: u64,
     /// When the first frame was captured, in seconds since the Unix epoch (as the capture
@@ -79,7 +83,7 @@ pub fn diagnose_reader(
     let order = opts.order;
     let mut analyzer = analysis::Analyzer::new(opts);
     let mut unsupported = Vec::new();
-    let (mut frames, mut tcp_segments) = (0u64, 0u64);
+    let (mut frames, mut tcp_segments, mut tcp_fragments) = (0u64, 0u64, 0u64);
     let mut origin_ns = None;
     let mut damage = None;
     loop {
@@ -106,6 +110,8 @@ pub fn diagnose_reader(
             tcp_segments += 1;
             let us = rec.ts_ns.saturating_sub(origin) / 1000;
             analyzer.push(rec.frame, us, &s);
+        } else if packet::is_tcp_fragment(rec.linktype, rec.data) {
+            tcp_fragments += 1;
         }
         if frames % 65_536 == 0 {
             progress(reader.offset());
@@ -119,6 +125,7 @@ pub fn diagnose_reader(
     Ok(Diagnosis {
         frames,
         tcp_segments,
+        tcp_fragments,
         bytes: reader.offset(),
         start_unix_s: origin_ns.map(|ns| ns as f64 / 1e9),
         unsupported_linktypes: unsupported,
@@ -126,4 +133,9 @@ pub fn diagnose_reader(
         order,
         outcome,
     })
+}
+
+/// For serde: a count left out of the JSON when 0.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -3,7 +3,8 @@
 //!
 //! Checked views over untrusted bytes that never panic. The payload length comes from the IP
 //! header, not from the captured bytes, so headers-only captures (short snap length) work.
-//! Anything that is not TCP, or is an IP fragment, reads as `None`.
+//! Anything that is not TCP, or is an IP fragment, reads as `None` (a fragment of a TCP
+//! packet is told apart: [`is_tcp_fragment`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -98,7 +99,32 @@ impl Head {
 
 /// Decodes a frame of link type `linktype` that was `wire_len` bytes long on the wire.
 pub(crate) fn decode(linktype: LinkType, frame: &[u8], wire_len: u32) -> Option<Segment> {
-    let ip = match linktype {
+    let ip = ip_of(linktype, frame)?;
+    // The IP packet's length on the wire: the frame's, less the link header.
+    let link_header = frame.len() - ip.len();
+    let ip_wire_len = usize::try_from(wire_len)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(link_header);
+    decode_ip(ip, ip_wire_len)
+}
+
+/// Whether a frame [`decode`] read no segment from is a fragment of an IP packet that carries
+/// TCP (the doctor does not reassemble them: their bytes are missing from its flows).
+pub(crate) fn is_tcp_fragment(linktype: LinkType, frame: &[u8]) -> bool {
+    let Some(ip) = ip_of(linktype, frame) else {
+        return false;
+    };
+    match ip.first().map(|b| b >> 4) {
+        Some(4) => ip.get(9) == Some(&6) && be16(ip, 6).is_some_and(|f| f & 0x3fff != 0),
+        // A fragment header (44) right after the fixed header, of a TCP packet.
+        Some(6) => ip.get(6) == Some(&44) && ip.get(40) == Some(&6),
+        _ => false,
+    }
+}
+
+/// The IP packet in a frame of link type `linktype` (`None`: no IP, or a link type not read).
+fn ip_of(linktype: LinkType, frame: &[u8]) -> Option<&[u8]> {
+    Some(match linktype {
         LinkType::Ethernet => {
             let mut et = be16(frame, 12)?;
             let mut at = 14;
@@ -119,13 +145,7 @@ pub(crate) fn decode(linktype: LinkType, frame: &[u8], wire_len: u32) -> Option<
         LinkType::Null | LinkType::Loop => frame.get(4..)?,
         LinkType::Raw | LinkType::Ipv4 | LinkType::Ipv6 => frame,
         LinkType::Other(_) => return None,
-    };
-    // The IP packet's length on the wire: the frame's, less the link header.
-    let link_header = frame.len() - ip.len();
-    let ip_wire_len = usize::try_from(wire_len)
-        .unwrap_or(usize::MAX)
-        .saturating_sub(link_header);
-    decode_ip(ip, ip_wire_len)
+    })
 }
 
 /// Decodes an IP packet `wire_len` bytes long on the wire. An IP length of 0 is read as
@@ -269,6 +289,30 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_fragment_of_a_tcp_packet_is_told_apart() {
+        let mut first = ipv4_tcp(1234, 80, flags::ACK, 100);
+        first[6] = 0x20; // more fragments, offset 0
+        let mut later = ipv4_tcp(1234, 80, flags::ACK, 100);
+        later[6..8].copy_from_slice(&0x00b9u16.to_be_bytes()); // the last, at offset 1480
+        let whole = ipv4_tcp(1234, 80, flags::ACK, 100);
+        for f in [&first, &later] {
+            assert_eq!(decode(LinkType::Raw, f, 140), None);
+            assert!(is_tcp_fragment(LinkType::Raw, f));
+        }
+        assert!(!is_tcp_fragment(LinkType::Raw, &whole));
+        let mut udp = later.clone();
+        udp[9] = 17;
+        assert!(!is_tcp_fragment(LinkType::Raw, &udp));
+        // IPv6: a fragment header (44) whose next header is TCP.
+        let mut ip6 = vec![0x60, 0, 0, 0, 0, 28, 44, 64];
+        ip6.extend_from_slice(&[0; 32]);
+        ip6.extend_from_slice(&[6, 0, 0, 1, 0, 0, 0, 7]);
+        ip6.extend_from_slice(&[0; 20]);
+        assert!(is_tcp_fragment(LinkType::Raw, &ip6));
+        assert!(!is_tcp_fragment(LinkType::Ethernet, &[0; 5]));
+    }
+
+    #[test]
     fn every_link_type_reaches_the_same_segment() {
         let ip = ipv4_tcp(1234, 80, flags::ACK, 100);
         let mut eth = vec![0; 12];
@@ -326,6 +370,7 @@ pub(crate) mod tests {
         let mut udp = ipv4_tcp(1, 2, 0, 0);
         udp[9] = 17;
         assert_eq!(decode(LinkType::Raw, &udp, 40), None);
+        assert!(!is_tcp_fragment(LinkType::Raw, &udp));
         assert_eq!(decode(LinkType::Ethernet, &[0; 5], 5), None);
     }
 

@@ -44,6 +44,13 @@ pub fn text(d: &Diagnosis) -> String {
             d.flows_sender_held
         );
     }
+    if d.tcp_fragments > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} frame(s) are fragments of IP packets carrying TCP, which the doctor does not reassemble: their bytes are missing from the flows",
+            d.tcp_fragments
+        );
+    }
     // (A cut or damaged capture is warned about on stderr, by the command, once.)
     if !d.unsupported_linktypes.is_empty() {
         let _ = writeln!(

@@ -25,6 +25,17 @@ pub fn is_cork_ceiling(held_us: u64) -> bool {
     held_us + CORK_EARLY_US >= CORK_CEILING_US
 }
 
+/// Whether a hold seen on the wire, `held_us` on a path of round trip `rtt_us`, can have been
+/// the kernel's ceiling: the probe timer waits the retransmission timeout, which Linux keeps at
+/// least `TCP_RTO_MIN` (200 ms, the floor of its variance term) above its smoothed round trip,
+/// so a shorter hold was written out by the program itself (a browser's next request after
+/// its own think time). Three quarters of the round trip are asked for, not all of it: a
+/// capture's estimate of it may exceed the sender's. (A host that lowers `rto_min` on its
+/// routes has a ceiling nearer 200 ms on a long path: its holds there are left unnamed.)
+pub fn is_cork_ceiling_on_path(held_us: u64, rtt_us: u64) -> bool {
+    is_cork_ceiling(held_us.saturating_sub(rtt_us * 3 / 4))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +48,19 @@ mod tests {
             "a longer timeout on a longer path"
         );
         assert!(!is_cork_ceiling(189_999) && !is_cork_ceiling(15_000));
+    }
+
+    #[test]
+    fn on_a_long_path_the_ceiling_is_the_round_trip_more() {
+        // 100 ms of round trip: the timeout is 300 ms or more.
+        assert!(is_cork_ceiling_on_path(300_000, 100_000));
+        assert!(
+            is_cork_ceiling_on_path(270_000, 100_000),
+            "the estimate's margin"
+        );
+        assert!(!is_cork_ceiling_on_path(252_000, 100_000));
+        // On a short path, as without one.
+        assert!(is_cork_ceiling_on_path(200_000, 200));
+        assert!(!is_cork_ceiling_on_path(185_000, 200));
     }
 }

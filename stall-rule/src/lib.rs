@@ -32,7 +32,9 @@ pub use ack_clock::{
     clock_window_us, is_clocked_release, judge_clock, AckClocked, ClockEvidence, NotClocked,
     CLOCKED_FIX,
 };
-pub use cork::{is_cork_ceiling, CORK_CEILING_US, CORK_EARLY_US, CORK_FIX};
+pub use cork::{
+    is_cork_ceiling, is_cork_ceiling_on_path, CORK_CEILING_US, CORK_EARLY_US, CORK_FIX,
+};
 
 /// An ACK sent this long or longer after the data it acknowledges (the path's round trip
 /// taken off) is a delayed ACK. Linux's delayed-ACK timer is 40 ms at its shortest

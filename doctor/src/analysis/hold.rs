@@ -6,11 +6,12 @@
 //!
 //! On the wire, at either end: the sender answered the peer's data with a segment, then, with
 //! all of it acknowledged and nothing from the peer in between, sent a small segment about
-//! 200 ms later, which the peer was waiting for: it sends its next data (or closes) soon
+//! 200 ms later (the round trip and 200 ms, at least, on a long path:
+//! [`is_cork_ceiling_on_path`]), which the peer was waiting for: it sends its next data (or closes) soon
 //! after. A periodic feed (the same gap, no peer data before it) and an answer after think
 //! time (the first segment of a turn) are not it.
 
-use nagless_stall_rule::{is_cork_ceiling, CORK_CEILING_US as CEILING_US};
+use nagless_stall_rule::{is_cork_ceiling_on_path, CORK_CEILING_US as CEILING_US};
 
 use super::direction::Direction;
 use super::output::{At, SenderHold};
@@ -104,7 +105,7 @@ impl SenderHolds {
             if small
                 && !in_flight
                 && acked_before
-                && is_cork_ceiling(gap)
+                && is_cork_ceiling_on_path(gap, rtt_us)
                 && gap <= ceiling + 4 * rtt_us + 50_000
             {
                 self.pending[d] = Some(Pending {

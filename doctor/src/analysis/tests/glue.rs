@@ -209,3 +209,30 @@ fn a_cork_left_on_is_a_sender_hold_and_look_alikes_are_not() {
     assert!(r.sender_holds.is_empty(), "{r:#?}");
     assert_eq!(r.stall_count, 3);
 }
+
+/// A client on a 100 ms path that sends a small record, then its next request 250 ms later,
+/// twice alike (a browser's own time: seladb/PcapPlusPlus's `many-protocols.pcap`): too soon
+/// for a cork's ceiling, which waits the retransmission timeout, 200 ms beyond the round trip
+/// at least. The same answers' pieces 315 ms apart are named.
+#[test]
+fn on_a_long_path_a_hold_shorter_than_the_timeout_is_no_cork() {
+    let on_path = |gap_ms: f64| {
+        let mut c = Conv::handshake(100.0, 0.05, [1460, 1460]);
+        let mut t = 200.0;
+        for _ in 0..3 {
+            c.data(t, 0, 10)
+                .data(t + 100.0, 1, 100)
+                .ack(t + 100.1, 0)
+                .data(t + 100.0 + gap_ms, 1, 50)
+                .ack(t + 100.1 + gap_ms, 0);
+            // The client was waiting for it: its next request follows at once.
+            t += 100.0 + gap_ms + 30.0;
+        }
+        c.data(t, 0, 10);
+        analyse(&c.segs).remove(0)
+    };
+    assert!(on_path(250.0).sender_holds.is_empty());
+    let r = on_path(315.0);
+    assert_eq!(r.sender_holds.len(), 1, "{r:#?}");
+    assert_eq!(r.sender_holds[0].count, 3);
+}
