@@ -359,7 +359,8 @@ impl Coalescer {
     /// the burst, so that the next one's first segment leaves early too). An I/O layer that
     /// asks whether a read would wait only while output is pending asks then too.
     pub(crate) fn burst_open_empty(&self) -> bool {
-        self.q.first_segment_out && self.q.queue.is_empty()
+        // (Under a policy without before-read, `before_read` changes nothing: no check.)
+        self.q.policy.before_read && self.q.first_segment_out && self.q.queue.is_empty()
     }
 
     /// The application asked for everything pending to leave now, whatever the policy (a

@@ -346,6 +346,30 @@ fn a_read_ends_a_burst_that_left_whole() {
     compare("std", &ops, &stream, &model).unwrap();
 }
 
+/// The check that ends such a burst costs a read that would wait one `recv` per burst, and
+/// nothing where no read ends a burst (before-read off).
+#[test]
+fn a_read_asks_once_for_a_burst_and_never_without_before_read() {
+    for (before_read, checks) in [(true, 1), (false, 0)] {
+        let (ours, _peer) = std_stream::pair();
+        let policy = FlushPolicy::default()
+            .threshold(Some(3000))
+            .high_water(20_000)
+            .before_read(before_read);
+        let mut s = crate::stream::NaglessStream::with_policy(ours, policy).unwrap();
+        // A burst's first full segment leaves at once: nothing is pending after it.
+        s.write_all(&[1; 775]).unwrap();
+        s.write_all(&[1; 673]).unwrap();
+        assert_eq!(s.stats().bytes_sent, 1448);
+        let mut buf = [0u8; 64];
+        for _ in 0..10 {
+            let r = s.read(&mut buf);
+            assert_eq!(r.unwrap_err().kind(), io::ErrorKind::WouldBlock);
+        }
+        assert_eq!(s.stats().input_checks, checks, "before-read {before_read}");
+    }
+}
+
 /// The comparison sees differences: a stream that sends the same bytes in other calls than
 /// the model fails it.
 #[test]

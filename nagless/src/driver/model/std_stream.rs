@@ -3,7 +3,7 @@
 use super::*;
 use socket2::{Domain, Socket, Type};
 
-fn pair() -> (Socket, Socket) {
+pub(super) fn pair() -> (Socket, Socket) {
     let (a, b) = Socket::pair(Domain::UNIX, Type::SEQPACKET, None).unwrap();
     a.set_nonblocking(true).unwrap();
     b.set_nonblocking(true).unwrap();
