@@ -4,11 +4,14 @@
 //! last ACK): each such client's connect waits for its SYN's timer, 1 s, then 3 s. None of it
 //! shows in an established connection's `tcp_info`, nor as a Nagle stall.
 //!
-//! Every [`LOOK_EVERY`] a backend lists each namespace's listeners (sock_diag gives each its
+//! Every [`LOOK_EVERY`] (sampling: at its listings, that often at most) a backend lists each
+//! namespace's listeners (sock_diag gives each its
 //! queue, `idiag_rqueue`, and its backlog, `idiag_wqueue`) and reads each namespace's
-//! `ListenOverflows` (`/proc/PID/net/netstat`: the connection attempts its full queues
-//! dropped); [`Judge`] (pure) turns each look into what it says of each listener, and the
-//! backend adds it to its board under the listener's group.
+//! `ListenOverflows` (`/proc/PID/net/netstat`: the handshake packets its full queues dropped,
+//! a SYN or a handshake's last ACK, each time one is sent again); [`Judge`] (pure) turns each
+//! look into what it says of each listener, and the backend adds it to its board under the
+//! listener's group ([`merge_look`] first joins the listeners of one group: a server's IPv4
+//! and IPv6 sockets on one port, or `SO_REUSEPORT`'s).
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -44,7 +47,7 @@ impl Listener {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Look {
     pub(crate) listeners: Vec<Listener>,
-    /// Per namespace, the kernel's count of connection attempts full accept queues dropped
+    /// Per namespace, the kernel's count of handshake packets full accept queues dropped
     /// (`TcpExt: ListenOverflows`).
     pub(crate) overflows: Vec<(u64, u64)>,
 }
@@ -61,8 +64,9 @@ pub struct AcceptQueue {
     pub most_queued: u32,
     /// Its backlog, as last seen.
     pub backlog: u32,
-    /// Connection attempts dropped, given to it: its namespace's `ListenOverflows` rose while
-    /// it was full (or, none being full, held connections) at that look or the one before.
+    /// Handshake packets dropped (a SYN, or a handshake's last ACK; counted again each time
+    /// one is sent again), given to it: its namespace's `ListenOverflows` rose while it was
+    /// full (or, none being full, held connections) at that look or the one before.
     pub drops: u64,
 }
 
@@ -72,6 +76,7 @@ impl AcceptQueue {
         self.full_looks == 0 && self.drops == 0
     }
 
+    /// Adds `o`, a later look's.
     pub(crate) fn merge(&mut self, o: &AcceptQueue) {
         self.full_us += o.full_us;
         self.full_looks += o.full_looks;
@@ -83,9 +88,25 @@ impl AcceptQueue {
     }
 }
 
+/// What one look says of several listeners of one group (a server's IPv4 and IPv6 sockets on
+/// one port, `SO_REUSEPORT`'s): full while any is (its time once), their queues and backlogs
+/// added, their drops added.
+pub(crate) fn merge_look(a: &AcceptQueue, b: &AcceptQueue) -> AcceptQueue {
+    AcceptQueue {
+        full_us: a.full_us.max(b.full_us),
+        full_looks: a.full_looks.max(b.full_looks),
+        most_queued: a.most_queued + b.most_queued,
+        backlog: a.backlog + b.backlog,
+        drops: a.drops + b.drops,
+    }
+}
+
 /// Judges looks, one after another (pure).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Judge {
+    /// How often looks are made: a look that finds a queue full counts the time since the
+    /// last, two of these at most.
+    every: Duration,
     /// The last look's time, and each namespace's count then.
     last_us: Option<u64>,
     overflows: HashMap<u64, u64>,
@@ -94,7 +115,29 @@ pub(crate) struct Judge {
     holding: HashSet<(u64, u16)>,
 }
 
+impl Default for Judge {
+    fn default() -> Judge {
+        Judge::every(LOOK_EVERY)
+    }
+}
+
 impl Judge {
+    /// Looks made every `every` (at least [`LOOK_EVERY`]).
+    pub(crate) fn every(every: Duration) -> Judge {
+        Judge {
+            every: every.max(LOOK_EVERY),
+            last_us: None,
+            overflows: HashMap::new(),
+            full: HashSet::new(),
+            holding: HashSet::new(),
+        }
+    }
+
+    /// Looks are made every `every` from now on (at least [`LOOK_EVERY`]).
+    pub(crate) fn set_every(&mut self, every: Duration) {
+        self.every = every.max(LOOK_EVERY);
+    }
+
     /// What `look`, taken at `at_us` (µs on any steady clock), says of each listener it has something to say of (seen full, or given
     /// drops). A namespace's first count is its baseline: drops before the watch are not
     /// counted. Drops nobody can be given (no listener of their namespace full or holding
@@ -104,10 +147,11 @@ impl Judge {
         look: &'a Look,
         at_us: u64,
     ) -> Vec<(&'a Listener, AcceptQueue)> {
+        let every_us = self.every.as_micros() as u64;
         let gap_us = self
             .last_us
-            .map_or(LOOK_EVERY.as_micros() as u64, |t| at_us.saturating_sub(t))
-            .min(2 * LOOK_EVERY.as_micros() as u64);
+            .map_or(every_us, |t| at_us.saturating_sub(t))
+            .min(2 * every_us);
         let mut out: Vec<(&Listener, AcceptQueue)> = look
             .listeners
             .iter()
@@ -292,6 +336,34 @@ mod tests {
         let late = at(5000, vec![listener(1, 80, 2, 1)], &[]);
         let said = j.judge(&late.0, late.1);
         assert_eq!(said[0].1.full_us, 500_000);
+        // Looks made every 2 s (sampling's listings at a long scan interval) count theirs.
+        let mut j = Judge::every(Duration::from_secs(2));
+        j.judge(&first.0, first.1);
+        let said = j.judge(&late.0, 2_100_000);
+        assert_eq!(said[0].1.full_us, 2_100_000);
+    }
+
+    #[test]
+    fn one_look_at_two_listeners_of_a_group_counts_its_time_once() {
+        let q = |full: bool, queued: u32, drops: u64| AcceptQueue {
+            full_us: if full { 250_000 } else { 0 },
+            full_looks: u64::from(full),
+            most_queued: queued,
+            backlog: 1,
+            drops,
+        };
+        let m = merge_look(&q(true, 2, 3), &q(true, 2, 4));
+        assert_eq!(
+            m,
+            AcceptQueue {
+                full_us: 250_000,
+                full_looks: 1,
+                most_queued: 4,
+                backlog: 2,
+                drops: 7
+            }
+        );
+        assert_eq!(merge_look(&q(false, 0, 1), &q(true, 2, 0)).full_looks, 1);
     }
 
     #[test]

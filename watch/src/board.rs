@@ -127,8 +127,8 @@ pub struct Row {
     pub sender_hold_ms: f64,
     /// Connections with such holds.
     pub sender_hold_connections: usize,
-    /// Its listener's accept queue, when it was seen full or connection attempts to it were
-    /// dropped (absent from the JSON otherwise): connects that wait 1 s, then 3 s, on a
+    /// Its listener's accept queue, when it was seen full or handshakes to it were dropped
+    /// (absent from the JSON otherwise): connects that wait 1 s, then 3 s, on a
     /// program that accepts too slowly. Not Nagle.
     #[serde(skip_serializing_if = "AcceptQueue::is_quiet")]
     pub accept_queue: AcceptQueue,
@@ -444,6 +444,9 @@ impl Board {
         filter: &crate::Filter,
         mut owner: impl FnMut(u32) -> Option<crate::procs::Process>,
     ) {
+        // The listeners of one group (a server's IPv4 and IPv6 sockets on one port) are one
+        // queue to its clients: joined first, so that one look counts its time once.
+        let mut groups: HashMap<GroupKey, (Who, AcceptQueue)> = HashMap::new();
         for (l, q) in judged {
             let o = owner(l.inode);
             let pid = o.as_ref().map(|o| o.pid);
@@ -457,9 +460,16 @@ impl Board {
                 serves: true,
                 netns: l.netns,
             };
-            let who = o.map_or_else(Who::default, Who::from);
+            match groups.get_mut(&key) {
+                Some(g) => g.1 = crate::accept::merge_look(&g.1, q),
+                None => {
+                    groups.insert(key, (o.map_or_else(Who::default, Who::from), *q));
+                }
+            }
+        }
+        for (key, (who, q)) in groups {
             let t = Tally {
-                accept: *q,
+                accept: q,
                 ..Tally::default()
             };
             for b in boards.iter_mut() {

@@ -142,11 +142,12 @@ pub(crate) struct EbpfWatcher {
     /// The sockets' waits, from the `waits` iterator (`None`: the kernel refused it).
     waits: Option<WaitsWalk>,
     /// The looks at the listeners' accept queues: judged, when last made, and their
-    /// owners by socket inode (/proc walked again, at most once a second, for one unknown).
+    /// owners by socket inode (/proc walked again, at most once a second and three times
+    /// for each, for one unknown: a kernel's listener has none).
     accepts: crate::accept::Judge,
     looked_at: Option<Instant>,
     listener_owners: crate::procs::ProcMap,
-    owners_walked: Option<Instant>,
+    owners_walked: (Option<Instant>, HashMap<u32, u8>),
 }
 
 impl EbpfWatcher {
@@ -227,7 +228,7 @@ impl EbpfWatcher {
             accepts: crate::accept::Judge::default(),
             looked_at: None,
             listener_owners: crate::procs::ProcMap::default(),
-            owners_walked: None,
+            owners_walked: (None, HashMap::new()),
         })
     }
 
@@ -462,19 +463,27 @@ impl EbpfWatcher {
             return;
         }
         self.looked_at = Some(Instant::now());
-        let Some(look) = self.nets.as_mut().and_then(|n| n.look_at_listeners().ok()) else {
+        let mut rows = Vec::new();
+        let Some(look) = (self.nets.as_mut()).and_then(|n| n.look_at_listeners(&mut rows).ok())
+        else {
             return;
         };
         let judged = self.accepts.judge(&look, self.now_us());
-        let (procs, walked) = (&mut self.listener_owners, &mut self.owners_walked);
+        let (procs, (walked, tries)) = (&mut self.listener_owners, &mut self.owners_walked);
+        if tries.len() > 4096 {
+            tries.clear(); // inodes are reused: a cache, not a record
+        }
         Board::add_accepts(
             [&mut self.window, &mut self.total],
             &judged,
             &self.filter,
             |inode| {
+                let tried = tries.entry(inode).or_insert(0);
                 if !procs.knows(inode)
+                    && *tried < 3
                     && walked.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
                 {
+                    *tried += 1;
                     *walked = Some(Instant::now());
                     procs.rescan();
                 }

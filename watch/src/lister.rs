@@ -26,7 +26,7 @@ pub(crate) struct Listing {
     /// have data in flight: the watcher looks those up at once).
     pub(crate) rows: Vec<SocketRow>,
     /// The listening (namespace, port)s with each listener's inode, when listed again (new
-    /// connections appeared: see [`spawn`]).
+    /// connections appeared, see [`spawn`]; or the accept queues were looked at).
     pub(crate) listening: Option<HashMap<(u64, u16), u32>>,
     /// Lookup sockets of namespaces entered since the last listing.
     pub(crate) lookups: Vec<(u64, crate::netns::NsLookup)>,
@@ -105,7 +105,7 @@ pub(crate) fn spawn(
             let mut last_refresh = Instant::now();
             let mut known: HashSet<(u64, u64)> = HashSet::new();
             let mut last_listeners = None;
-            let mut last_look: Option<Instant> = None;
+            let mut last_look = None;
             let mut due = false;
             let mut listeners: Vec<SocketRow> = Vec::new();
             let mut listener_ports: HashMap<(u64, u16), u32> = HashMap::new();
@@ -149,15 +149,29 @@ pub(crate) fn spawn(
                         && !ephemeral.contains(r.local.port())
                 });
                 known = now;
-                let listening = if due
+                // The listeners' accept queues are looked at every `LOOK_EVERY` (the same
+                // dump lists the listeners again).
+                let look_due =
+                    last_look.is_none_or(|t: Instant| t.elapsed() >= crate::accept::LOOK_EVERY);
+                let listing_due = due
                     && (unknown_server
                         || last_listeners
-                            .is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)))
-                {
-                    due = false;
-                    last_listeners = Some(at);
+                            .is_none_or(|t: Instant| t.elapsed() >= Duration::from_secs(1)));
+                let mut accept = None;
+                let listening = if listing_due || look_due {
+                    if listing_due {
+                        due = false;
+                        last_listeners = Some(at);
+                    }
                     let mut l = Vec::new();
-                    if let Err(e) = nets.list(StateFlags::LISTEN, &mut l) {
+                    let listed = if look_due {
+                        last_look = Some(at);
+                        nets.look_at_listeners(&mut l)
+                            .map(|look| accept = Some(look))
+                    } else {
+                        nets.list(StateFlags::LISTEN, &mut l)
+                    };
+                    if let Err(e) = listed {
                         let _ = tx.send(Err(e));
                         return;
                     }
@@ -177,18 +191,6 @@ pub(crate) fn spawn(
                 rows.extend(listeners.iter().cloned());
                 let found = owners.of(&rows);
                 rows.truncate(n);
-                let accept = if last_look.is_none_or(|t| t.elapsed() >= crate::accept::LOOK_EVERY) {
-                    last_look = Some(at);
-                    match nets.look_at_listeners() {
-                        Ok(look) => Some(look),
-                        Err(e) => {
-                            let _ = tx.send(Err(e));
-                            return;
-                        }
-                    }
-                } else {
-                    None
-                };
                 let listing = Listing {
                     accept,
                     owners: found,

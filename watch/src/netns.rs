@@ -189,10 +189,14 @@ impl Namespaces {
     }
 
     /// Every namespace's listeners, with their accept queues, and each namespace's count of
-    /// connection attempts its full accept queues dropped ([`crate::accept`]).
-    pub(crate) fn look_at_listeners(&mut self) -> io::Result<crate::accept::Look> {
-        let mut rows = Vec::new();
-        self.list(StateFlags::LISTEN, &mut rows)?;
+    /// handshake packets its full accept queues dropped ([`crate::accept`]); the listeners'
+    /// rows are left in `rows` (emptied first).
+    pub(crate) fn look_at_listeners(
+        &mut self,
+        rows: &mut Vec<SocketRow>,
+    ) -> io::Result<crate::accept::Look> {
+        rows.clear();
+        self.list(StateFlags::LISTEN, rows)?;
         let listeners = rows
             .iter()
             .map(|r| crate::accept::Listener {

@@ -144,8 +144,10 @@ pub(crate) struct Watcher {
     /// When the first listing was taken (µs): sockets first seen after it were made while
     /// watching.
     first_listing_us: Option<u64>,
-    /// The listings' looks at the listeners' accept queues, judged.
+    /// The listings' looks at the listeners' accept queues, judged; every listener's inode
+    /// at the last look (their owners are kept: `listening` names one per port).
     accepts: crate::accept::Judge,
+    listener_inodes: HashSet<u32>,
 }
 
 impl Watcher {
@@ -186,7 +188,8 @@ impl Watcher {
             scan_every: std::sync::Arc::new(std::sync::atomic::AtomicU64::new(100_000)),
             short_holds_until_us: 0,
             first_listing_us: None,
-            accepts: crate::accept::Judge::default(),
+            accepts: crate::accept::Judge::every(std::time::Duration::from_millis(100)),
+            listener_inodes: HashSet::new(),
         })
     }
 
@@ -474,11 +477,15 @@ impl Source for Watcher {
             if let Some(set) = l.listening {
                 self.listening = set;
             }
+            if let Some(look) = &l.accept {
+                self.listener_inodes = look.listeners.iter().map(|l| l.inode).collect();
+            }
             let live: HashSet<u32> = l
                 .rows
                 .iter()
                 .map(|r| r.inode)
                 .chain(self.listening.values().copied())
+                .chain(self.listener_inodes.iter().copied())
                 .collect();
             self.owners.retain(|i, _| live.contains(i));
             self.rows = l.rows;
@@ -584,6 +591,8 @@ impl Source for Watcher {
     /// [`sample`](Source::sample) looks up only the sockets busy lately.
     fn set_scan_interval(&mut self, every: std::time::Duration) {
         self.scan_interval = every;
+        // (Its listings look at the listeners: at most every `accept::LOOK_EVERY`.)
+        self.accepts.set_every(every);
     }
 
     fn not_entered_means(&self) -> &'static str {

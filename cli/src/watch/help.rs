@@ -68,12 +68,14 @@ A SENDER'S OWN HOLD (not Nagle; eBPF backend)
 A LISTENER THAT ACCEPTS TOO SLOWLY (not Nagle; both backends)
   A program whose accept loop falls behind fills its listener's accept queue; the kernel
   then drops new connection attempts, and each such client's connect waits for its SYN to
-  be sent again (1 s, then 3 s). Every 250 ms both backends look at every listener's queue
-  and backlog (sock_diag) and at each namespace's ListenOverflows (the attempts dropped):
-  the fix column reads `(not Nagle: accept queue full 2.4 s, 12 connect(s) dropped)`, the
+  be sent again (1 s, then 3 s). Every 250 ms (sampling: at its listings, that often at
+  most) both backends look at every listener's queue
+  and backlog (sock_diag) and at each namespace's ListenOverflows (the SYNs and handshake
+  ACKs dropped): the fix column reads
+  `(not Nagle: accept queue full 2.4 s, 12 handshake packet(s) dropped)`, the
   summary names the process and port and the fix (accept faster, or raise the backlog up
-  to net.core.somaxconn), and a client row of this host whose SYNs went unanswered there
-  is pointed to it; JSON rows say `accept_queue`; Prometheus counts
+  to net.core.somaxconn), and a client row of this host that sent segments again to that
+  port is pointed to it; JSON rows say `accept_queue`; Prometheus counts
   nagless_accept_queue_full_seconds_total and nagless_accept_queue_drops_total. It does
   not change the exit status.
 

@@ -87,7 +87,7 @@ pub(super) fn write(
         }
         // Listeners that accepted too slowly.
         if totals.iter().any(|r| !r.accept_queue.is_quiet()) {
-            out += "\nlisteners whose accept queue was full (connects waited; not Nagle):\n";
+            out += "\nlisteners whose accept queue was full, or dropped handshakes (connects waited; not Nagle):\n";
             accept_lines(&totals, view.own_netns, &mut out);
         }
         // Where the time went besides: the kernel's account (sampling backend).

@@ -223,7 +223,7 @@ fn waits_tag(r: &Row) -> Option<String> {
     let q = &r.accept_queue;
     if !q.is_quiet() {
         parts.push(format!(
-            "accept queue full {:.1} s, {} connect(s) dropped",
+            "accept queue full {:.1} s, {} handshake packet(s) dropped",
             q.full_us as f64 / 1e6,
             q.drops
         ));
@@ -311,7 +311,9 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
             ));
             // (A connect's SYN sent again counts here too: a server whose listen queue is full
             // drops SYNs, and its clients wait 1 s, then 3 s, to connect.) A listener of this
-            // host that dropped connection attempts on the port it connects to is named.
+            // host that dropped handshakes on the port it connects to is named: the row does not
+            // say whether its connections go to it (a proxy may connect to the same port
+            // elsewhere), so the loss's other causes stay.
             let full_listener = rows.iter().find(|l| {
                 !r.serves
                     && l.serves
@@ -319,13 +321,14 @@ pub(super) fn waits_lines(rows: &[Row], secs: f64, own_netns: u64, out: &mut Str
                     && l.netns == r.netns
                     && l.accept_queue.drops > 0
             });
+            let lost = "packets were lost: on the path, at a full receiver, or SYNs dropped by a server whose listen queue was full (its clients' connects wait 1 s, then 3 s): look at loss, and at the listeners' accept queues (`ss -lnt`: Recv-Q against Send-Q)";
             meaning.push(match full_listener {
                 Some(l) => format!(
-                    "its connects' SYNs were dropped by {}'s full accept queue on :{} (see its line): its connects waited for them to be sent again, not the network",
+                    "{lost}; {} on :{} here dropped handshakes meanwhile (see its line): if these connections go to it, its full accept queue is where their SYNs went",
                     who(l, own_netns, usize::MAX),
                     l.port
                 ),
-                None => "packets were lost: on the path, at a full receiver, or SYNs dropped by a server whose listen queue was full (its clients' connects wait 1 s, then 3 s): look at loss, and at the listeners' accept queues (`ss -lnt`: Recv-Q against Send-Q)".to_owned(),
+                None => lost.to_owned(),
             });
         }
         let _ = writeln!(
@@ -362,7 +365,7 @@ pub(super) fn accept_lines(rows: &[Row], own_netns: u64, out: &mut String) {
         };
         let _ = writeln!(
             out,
-            "{} {}: its listener's accept queue {full}; {} connection attempt(s) dropped: its clients' connects wait for their SYN to be sent again (1 s, then 3 s), not Nagle: accept faster (more acceptor threads, or accept in a loop until EAGAIN), or raise the backlog (listen()'s argument; the kernel caps it at net.core.somaxconn)",
+            "{} {}: its listener's accept queue {full}; {} handshake packet(s) dropped (SYNs, or a handshake's last ACK; each sent again counts again): its clients' connects wait for their SYN to be sent again (1 s after the first, then 3 s, 7 s), not Nagle: accept faster (more acceptor threads, or accept in a loop until EAGAIN), or raise the backlog (listen()'s argument; the kernel caps it at net.core.somaxconn)",
             who(r, own_netns, usize::MAX),
             port(r),
             q.drops,

@@ -386,9 +386,9 @@ pub fn a_small_buffer_on_a_lossy_path(backend: &str) -> bool {
 /// The acceptor's stall, live, under `backend`: a listener with a backlog of 1 whose program
 /// accepts nothing for 2 s while six clients connect. Its queue fills (two connections wait
 /// in it), the kernel drops the other clients' SYNs, and they connect only when a SYN sent
-/// again finds room (after 1 s, then 3 s more). The listener's row (this process, its port,
+/// again finds room (1 s after the first, then 3 s). The listener's row (this process, its port,
 /// serving) names its full queue: the looks that saw it full, the connections in it, its
-/// backlog and the connection attempts dropped; and no stall (exit 0). The caller holds the
+/// backlog and the handshake packets dropped; and no stall (exit 0). The caller holds the
 /// machine.
 pub fn a_listener_that_accepts_too_slowly(backend: &str) {
     const CLIENTS: usize = 6;

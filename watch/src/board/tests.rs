@@ -110,10 +110,11 @@ fn a_listener_s_queue_is_added_under_its_owner_serving_its_port() {
         backlog: 1,
         drops: 3,
     };
-    let (a, b) = (l(7777, 10), l(8080, 11));
-    let judged = [(&a, q), (&b, q)];
+    // Its IPv4 and IPv6 listeners on 7777 (inodes 10 and 12), and another on 8080.
+    let (a, b, a6) = (l(7777, 10), l(8080, 11), l(7777, 12));
+    let judged = [(&a, q), (&b, q), (&a6, q)];
     let owner = |inode: u32| {
-        (inode == 10).then(|| crate::procs::Process {
+        (inode != 11).then(|| crate::procs::Process {
             pid: 7,
             cmd: "python3 srv.py".into(),
             program: "python3 srv.py".into(),
@@ -143,9 +144,14 @@ fn a_listener_s_queue_is_added_under_its_owner_serving_its_port() {
     let named = rows.iter().find(|r| r.port == 7777).unwrap();
     assert_eq!((named.pid, named.serves, named.uid), (Some(7), true, 33));
     assert_eq!(named.cmd.as_deref(), Some("python3 srv.py"));
+    // One look at two listeners of the group is one full look, their drops added; two
+    // looks (the second at 7777's first listener alone), two.
+    let a = &named.accept_queue;
+    assert_eq!((a.full_looks, a.full_us, a.drops), (2, 500_000, 9));
     assert_eq!(
-        (named.accept_queue.full_looks, named.accept_queue.drops),
-        (2, 6)
+        (a.most_queued, a.backlog),
+        (4, 1),
+        "the most seen; the last backlog"
     );
     assert_eq!(named.connections, 0, "a listener is no connection");
     // Its owner unknown: its uid names it.
