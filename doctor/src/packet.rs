@@ -4,7 +4,7 @@
 //! Checked views over untrusted bytes that never panic. The payload length comes from the IP
 //! header, not from the captured bytes, so headers-only captures (short snap length) work.
 //! Anything that is not TCP, or is an IP fragment, reads as `None` (a fragment of a TCP
-//! packet is told apart: [`is_tcp_fragment`]).
+//! packet is told apart: `is_tcp_fragment`).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
