@@ -5,10 +5,11 @@
 //! shows in an established connection's `tcp_info`, nor as a Nagle stall.
 //!
 //! Every [`LOOK_EVERY`] (sampling: at its listings, that often at most) a backend lists each
-//! namespace's listeners (sock_diag gives each its
-//! queue, `idiag_rqueue`, and its backlog, `idiag_wqueue`) and reads each namespace's
-//! `ListenOverflows` (`/proc/PID/net/netstat`: the handshake packets its full queues dropped,
-//! a SYN or a handshake's last ACK, each time one is sent again); [`Judge`] (pure) turns each
+//! namespace's listeners (sock_diag gives each its queue, `idiag_rqueue`, its backlog,
+//! `idiag_wqueue`, and the packets it dropped, `sk_drops` in `INET_DIAG_SKMEMINFO`: a full
+//! queue's SYNs and handshake ACKs, each time one is sent again) and reads each namespace's
+//! `ListenOverflows` (`/proc/PID/net/netstat`), shared between its listeners the kernel gave
+//! no count of; [`Judge`] (pure) turns each
 //! look into what it says of each listener, and the backend adds it to its board under the
 //! listener's group ([`merge_look`] first joins the listeners of one group: a server's IPv4
 //! and IPv6 sockets on one port, or `SO_REUSEPORT`'s).
@@ -33,6 +34,9 @@ pub(crate) struct Listener {
     /// Its backlog: the most the queue holds (`listen()`'s argument, capped by
     /// `net.core.somaxconn`).
     pub(crate) backlog: u32,
+    /// The packets it dropped (`sk_drops`: a full queue's SYNs and handshake ACKs above all),
+    /// when the kernel said (`INET_DIAG_SKMEMINFO`).
+    pub(crate) drops: Option<u32>,
 }
 
 impl Listener {
@@ -65,7 +69,8 @@ pub struct AcceptQueue {
     /// Its backlog, as last seen.
     pub backlog: u32,
     /// Handshake packets dropped (a SYN, or a handshake's last ACK; counted again each time
-    /// one is sent again), given to it: its namespace's `ListenOverflows` rose while it was
+    /// one is sent again): the rise of its own count (`sk_drops`); for a listener the kernel
+    /// gave none of, its namespace's `ListenOverflows`, given to it when it rose while it was
     /// full (or, none being full, held connections) at that look or the one before.
     pub drops: u64,
 }
@@ -113,6 +118,8 @@ pub(crate) struct Judge {
     /// Listeners (namespace, port) that were full, or held connections, at the last look.
     full: HashSet<(u64, u16)>,
     holding: HashSet<(u64, u16)>,
+    /// Each listener's own count of drops at the last look, by (namespace, port, inode).
+    drops: HashMap<(u64, u16, u32), u32>,
 }
 
 impl Default for Judge {
@@ -130,6 +137,7 @@ impl Judge {
             overflows: HashMap::new(),
             full: HashSet::new(),
             holding: HashSet::new(),
+            drops: HashMap::new(),
         }
     }
 
@@ -138,10 +146,12 @@ impl Judge {
         self.every = every.max(LOOK_EVERY);
     }
 
-    /// What `look`, taken at `at_us` (µs on any steady clock), says of each listener it has something to say of (seen full, or given
-    /// drops). A namespace's first count is its baseline: drops before the watch are not
-    /// counted. Drops nobody can be given (no listener of their namespace full or holding
-    /// connections at this look or the last) are left out.
+    /// What `look`, taken at `at_us` (µs on any steady clock), says of each listener it has
+    /// something to say of (seen full, or given drops; and the others on its port). A listener's first count (and a namespace's) is its baseline: drops before the
+    /// watch are not counted. A listener's own count gives it its drops; a namespace's count
+    /// is shared only between its listeners the kernel gave no count of. Drops nobody can be
+    /// given (no such listener full or holding connections at this look or the last) are left
+    /// out.
     pub(crate) fn judge<'a>(
         &mut self,
         look: &'a Look,
@@ -157,15 +167,25 @@ impl Judge {
             .iter()
             .map(|l| {
                 let full = l.full();
+                let own = l.drops.map_or(0, |now| {
+                    self.drops
+                        .get(&(l.netns, l.port, l.inode))
+                        .map_or(0, |&before| u64::from(now.saturating_sub(before)))
+                });
                 let q = AcceptQueue {
                     full_us: if full { gap_us } else { 0 },
                     full_looks: u64::from(full),
                     most_queued: l.queued,
                     backlog: l.backlog,
-                    drops: 0,
+                    drops: own,
                 };
                 (l, q)
             })
+            .collect();
+        self.drops = look
+            .listeners
+            .iter()
+            .filter_map(|l| Some(((l.netns, l.port, l.inode), l.drops?)))
             .collect();
         for &(ns, count) in &look.overflows {
             let rise = self
@@ -178,7 +198,10 @@ impl Judge {
             let was = |set: &HashSet<(u64, u16)>, l: &Listener| set.contains(&(l.netns, l.port));
             let takers_by = |test: &dyn Fn(&Listener) -> bool| -> Vec<usize> {
                 (0..out.len())
-                    .filter(|&i| out[i].0.netns == ns && test(out[i].0))
+                    .filter(|&i| {
+                        let l = out[i].0;
+                        l.netns == ns && l.drops.is_none() && test(l)
+                    })
                     .collect()
             };
             let mut takers = takers_by(&|l| l.full() || was(&self.full, l));
@@ -205,7 +228,14 @@ impl Judge {
             .filter(|l| l.queued > 0)
             .map(|l| (l.netns, l.port))
             .collect();
-        out.retain(|(_, q)| !q.is_quiet());
+        // (A quiet listener beside one that is not, on the same port, is kept: the two are
+        // one queue to their clients, whose backlog is both of theirs.)
+        let loud: HashSet<(u64, u16)> = out
+            .iter()
+            .filter(|(_, q)| !q.is_quiet())
+            .map(|(l, _)| (l.netns, l.port))
+            .collect();
+        out.retain(|(l, _)| loud.contains(&(l.netns, l.port)));
         out
     }
 }
@@ -234,6 +264,7 @@ mod tests {
             uid: 0,
             queued,
             backlog,
+            drops: None,
         }
     }
 
@@ -326,6 +357,63 @@ mod tests {
             (said[0].0.port, said[0].1.drops, said[0].1.full_looks),
             (80, 2, 0)
         );
+    }
+
+    #[test]
+    fn a_listener_s_own_count_gives_it_its_drops_and_keeps_it_out_of_the_share() {
+        let mut j = Judge::default();
+        let own = |port: u16, queued: u32, drops: u32| Listener {
+            drops: Some(drops),
+            ..listener(1, port, queued, 1)
+        };
+        // Baselines: 40 dropped before the watch by :80, 500 in the namespace.
+        let first = at(0, vec![own(80, 0, 40), listener(1, 81, 0, 1)], &[(1, 500)]);
+        assert!(j.judge(&first.0, first.1).is_empty());
+        // :80 full with 6 drops of its own; the namespace's 9 more: 3 are :81's (full, no
+        // count of its own), 6 are :80's, already counted.
+        let second = at(
+            250,
+            vec![own(80, 2, 46), listener(1, 81, 2, 1)],
+            &[(1, 509)],
+        );
+        let said = j.judge(&second.0, second.1);
+        let drops: Vec<(u16, u64)> = said.iter().map(|(l, q)| (l.port, q.drops)).collect();
+        assert_eq!(drops, [(80, 6), (81, 9)], "the share goes to :81 alone");
+        // Not full, but dropping (a SYN flood, cookies off): named by its own count.
+        let third = at(
+            500,
+            vec![own(80, 0, 50), listener(1, 81, 0, 1)],
+            &[(1, 513)],
+        );
+        let said = j.judge(&third.0, third.1);
+        let drops: Vec<(u16, u64)> = said.iter().map(|(l, q)| (l.port, q.drops)).collect();
+        assert_eq!(drops, [(80, 4), (81, 4)]);
+        // A listener made again (a new inode) starts from its own baseline.
+        let again = Listener {
+            inode: 99,
+            ..own(80, 0, 7)
+        };
+        let fourth = at(750, vec![again], &[(1, 513)]);
+        assert!(j.judge(&fourth.0, fourth.1).is_empty());
+    }
+
+    #[test]
+    fn a_quiet_listener_beside_a_full_one_of_its_port_is_kept() {
+        let mut j = Judge::default();
+        let v6 = Listener {
+            inode: 6,
+            ..listener(1, 80, 0, 1)
+        };
+        let first = at(0, vec![], &[]);
+        j.judge(&first.0, first.1);
+        let second = at(
+            250,
+            vec![listener(1, 80, 2, 1), v6, listener(1, 81, 0, 1)],
+            &[],
+        );
+        let said = j.judge(&second.0, second.1);
+        let kept: Vec<(u16, u32)> = said.iter().map(|(l, _)| (l.port, l.inode)).collect();
+        assert_eq!(kept, [(80, 80), (80, 6)], "both of :80, not :81");
     }
 
     #[test]

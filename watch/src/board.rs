@@ -468,6 +468,10 @@ impl Board {
             }
         }
         for (key, (who, q)) in groups {
+            // (A quiet listener of a port another process's listener filled: nothing to say.)
+            if q.is_quiet() {
+                continue;
+            }
             let t = Tally {
                 accept: q,
                 ..Tally::default()

@@ -51,6 +51,10 @@ pub(crate) struct SocketRow {
     /// Bytes received and not yet read (`idiag_rqueue`). A listener's: the connections in
     /// its accept queue.
     pub(crate) recv_queue: u32,
+    /// Packets the socket dropped (`sk_drops`, from `INET_DIAG_SKMEMINFO`), when asked for
+    /// ([`Diag::list_listeners`]). A listener's: the handshake packets it dropped, a full
+    /// accept queue's above all.
+    pub(crate) drops: Option<u32>,
 }
 
 impl SocketRow {
@@ -59,6 +63,10 @@ impl SocketRow {
         let id = &h.socket_id;
         let info = r.nlas.iter().find_map(|nla| match nla {
             Nla::TcpInfo(raw) => TcpInfo::parse(raw),
+            _ => None,
+        });
+        let drops = r.nlas.iter().find_map(|nla| match nla {
+            Nla::MemInfo(m) => Some(m.drops),
             _ => None,
         });
         SocketRow {
@@ -74,6 +82,7 @@ impl SocketRow {
             ifindex: id.interface_id,
             send_queue: h.send_queue,
             recv_queue: h.recv_queue,
+            drops,
         }
     }
 
@@ -138,6 +147,12 @@ impl Diag {
     /// on each socket, and `send_queue` still tells which have data in flight.
     pub(crate) fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
         self.dump_with(states, ExtensionFlags::empty(), out)
+    }
+
+    /// The listening sockets, with what each dropped (`drops`, from their memory information:
+    /// `INET_DIAG_SKMEMINFO`) and without `tcp_info`.
+    pub(crate) fn list_listeners(&mut self, out: &mut Vec<SocketRow>) -> io::Result<()> {
+        self.dump_with(StateFlags::LISTEN, ExtensionFlags::SKMEMINFO, out)
     }
 
     /// One dump of both address families: the compatibility request (`TCPDIAG_GETSOCK`, a
@@ -348,6 +363,43 @@ impl Destroyed {
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn a_listener_is_listed_with_its_queue_backlog_and_drops() {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        s.listen(1).unwrap();
+        let l: TcpListener = s.into();
+        let addr = l.local_addr().unwrap();
+        let mut d = Diag::open().unwrap();
+        let find = |d: &mut Diag| {
+            let mut rows = Vec::new();
+            d.list_listeners(&mut rows).unwrap();
+            rows.into_iter().find(|r| r.local == addr).expect("listed")
+        };
+        let before = find(&mut d);
+        assert_eq!((before.recv_queue, before.send_queue), (0, 1));
+        // Two connections fill a backlog of 1; a third's SYN is dropped (and sent again
+        // later: each drop counts).
+        let mut socks = Vec::new();
+        for _ in 0..3 {
+            let c =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            c.set_nonblocking(true).unwrap();
+            let _ = c.connect(&addr.into());
+            socks.push(c);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let r = find(&mut d);
+            if r.recv_queue == 2 && r.drops > before.drops {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{r:?}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 
     #[test]
     fn a_freed_socket_is_told_with_its_last_tcp_info() {

@@ -145,15 +145,24 @@ impl Namespaces {
     /// is an error; in another, that namespace is dropped (it may be found again at the next
     /// refresh).
     pub(crate) fn list(&mut self, states: StateFlags, out: &mut Vec<SocketRow>) -> io::Result<()> {
+        self.list_by(out, |d, out| d.list(states.clone(), out))
+    }
+
+    /// [`list`](Self::list), each namespace's dump made by `dump`.
+    fn list_by(
+        &mut self,
+        out: &mut Vec<SocketRow>,
+        mut dump: impl FnMut(&mut Diag, &mut Vec<SocketRow>) -> io::Result<()>,
+    ) -> io::Result<()> {
         let from = out.len();
-        self.own_diag.list(states.clone(), out)?;
+        dump(&mut self.own_diag, out)?;
         for r in &mut out[from..] {
             r.netns = self.own;
         }
         let mut failed = Vec::new();
         for (ns, n) in &mut self.others {
             let from = out.len();
-            match n.diag.list(states.clone(), out) {
+            match dump(&mut n.diag, out) {
                 Ok(()) => {
                     for r in &mut out[from..] {
                         r.netns = *ns;
@@ -196,7 +205,7 @@ impl Namespaces {
         rows: &mut Vec<SocketRow>,
     ) -> io::Result<crate::accept::Look> {
         rows.clear();
-        self.list(StateFlags::LISTEN, rows)?;
+        self.list_by(rows, |d, out| d.list_listeners(out))?;
         let listeners = rows
             .iter()
             .map(|r| crate::accept::Listener {
@@ -206,6 +215,7 @@ impl Namespaces {
                 uid: r.uid,
                 queued: r.recv_queue,
                 backlog: r.send_queue,
+                drops: r.drops,
             })
             .collect();
         let proc = Proc::host();

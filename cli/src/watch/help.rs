@@ -70,8 +70,7 @@ A LISTENER THAT ACCEPTS TOO SLOWLY (not Nagle; both backends)
   then drops new connection attempts, and each such client's connect waits for its SYN to
   be sent again (1 s, then 3 s). Every 250 ms (sampling: at its listings, that often at
   most) both backends look at every listener's queue
-  and backlog (sock_diag) and at each namespace's ListenOverflows (the SYNs and handshake
-  ACKs dropped): the fix column reads
+  and backlog and the SYNs and handshake ACKs it dropped (sock_diag): the fix column reads
   `(not Nagle: accept queue full 2.4 s, 12 handshake packet(s) dropped)`, the
   summary names the process and port and the fix (accept faster, or raise the backlog up
   to net.core.somaxconn), and a client row of this host that sent segments again to that

@@ -102,6 +102,7 @@ fn a_listener_s_queue_is_added_under_its_owner_serving_its_port() {
         uid: 33,
         queued: 2,
         backlog: 1,
+        drops: None,
     };
     let q = AcceptQueue {
         full_us: 250_000,

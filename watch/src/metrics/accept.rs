@@ -4,7 +4,7 @@
 //! | metric | type | what |
 //! | --- | --- | --- |
 //! | `nagless_accept_queue_full_seconds_total` | counter | time the group's listener was seen with a full accept queue |
-//! | `nagless_accept_queue_drops_total` | counter | handshake packets (SYNs, handshakes' last ACKs) its full accept queue dropped (its namespace's `ListenOverflows`, given to the listener that was full) |
+//! | `nagless_accept_queue_drops_total` | counter | handshake packets (SYNs, handshakes' last ACKs) its listener dropped (its own `sk_drops`, else its namespace's `ListenOverflows`, given to the listener that was full) |
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -32,7 +32,7 @@ impl AcceptFamilies {
         );
         r.register(
             "nagless_accept_queue_drops",
-            "Handshake packets (SYNs, handshakes' last ACKs; each sent again counts again) the group's full accept queue dropped (its network namespace's ListenOverflows, given to the listener seen full)",
+            "Handshake packets (SYNs, handshakes' last ACKs; each sent again counts again) the group's listeners dropped (their own sk_drops; else their network namespace's ListenOverflows, given to the listener seen full)",
             f.drops.clone(),
         );
         f
