@@ -294,9 +294,9 @@ mod alone {
     }
 
     /// Issue 51's sender's own hold, live (HAProxy #3447): a server that answers each request with
-    /// a head, then, 15 ms later (the client has ACKed the head at once: nothing in flight), its
-    /// last 100 bytes with `MSG_MORE` and nothing after. The kernel holds that piece until its
-    /// 200 ms ceiling. The server's row, on its process and port, names five holds of 190 ms or
+    /// a head, then, 15 ms later (once the client, which ACKs at once, has ACKed the head:
+    /// nothing in flight), its last 100 bytes with `MSG_MORE` and nothing after. The kernel holds
+    /// that piece until its 200 ms ceiling. The server's row, on its process and port, names five holds of 190 ms or
     /// more, and no stall (exit 0). The same server sending its last piece plainly holds nothing.
     #[test]
     fn a_senders_own_cork_is_named_on_its_process_and_port() {
@@ -319,6 +319,14 @@ mod alone {
                     s.read_exact(&mut q).unwrap();
                     s.write_all(&[b'h'; 50]).unwrap();
                     std::thread::sleep(Duration::from_millis(15));
+                    // Nothing in flight: a client slow to run on a loaded machine ACKs the
+                    // head late, and a piece sent before that ACK is released by it, not by
+                    // the ceiling (a hold the watcher rightly counts as waiting for an ACK).
+                    let acked = Instant::now() + Duration::from_secs(10);
+                    while unacknowledged(&s) > 0 {
+                        assert!(Instant::now() < acked, "the head was never acknowledged");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                     let flags = if msg_more { libc::MSG_MORE } else { 0 };
                     let n = socket2::SockRef::from(&s)
                         .send_with_flags(&[b'b'; 100], flags)
@@ -326,7 +334,9 @@ mod alone {
                     assert_eq!(n, 100);
                 }
                 // Open until the client has read it all: a close would push the last piece.
-                s
+                // The listener too, until the watch has ended: without it, a hold reported
+                // after the watcher next lists listeners is a client's (both ports ephemeral).
+                (s, l)
             });
             let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
             c.set_nodelay(true).unwrap();
@@ -340,8 +350,9 @@ mod alone {
                 c.read_exact(&mut body).unwrap();
             }
             let took = started.elapsed();
-            drop(srv.join().unwrap());
+            let open = srv.join().unwrap();
             let (lines, code) = json_lines(w);
+            drop(open);
             let summary = lines.iter().rev().find(|l| l["type"] == "summary").unwrap();
             assert_eq!(code, Some(0), "no stall: {summary}");
             let served: Vec<&serde_json::Value> = summary["rows"]
@@ -378,6 +389,17 @@ mod alone {
                 );
             }
         }
+    }
+
+    /// Bytes `s` has written that its peer has not acknowledged (`SIOCOUTQ`).
+    fn unacknowledged(s: &TcpStream) -> libc::c_int {
+        use std::os::fd::AsRawFd;
+        let mut n: libc::c_int = 0;
+        // SAFETY: `TIOCOUTQ` writes one `c_int` through the pointer, which outlives the call;
+        // the descriptor is `s`'s, open for the call.
+        let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+        assert_eq!(r, 0, "SIOCOUTQ: {}", std::io::Error::last_os_error());
+        n
     }
 
     /// Issue 51's think time on a pooled connection
