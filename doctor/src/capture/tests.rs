@@ -123,6 +123,38 @@ fn pcapng_with_tsresol_and_errors_name_the_offset() {
 }
 
 #[test]
+fn a_pcapng_time_past_2554_is_an_error_not_a_wrap() {
+    let mut shb = 0x1a2b_3c4du32.to_le_bytes().to_vec();
+    shb.extend_from_slice(&[1, 0, 0, 0]);
+    shb.extend_from_slice(&(-1i64).to_le_bytes());
+    let mut idb = vec![1, 0, 0, 0];
+    idb.extend_from_slice(&0u32.to_le_bytes());
+    idb.extend_from_slice(&[9, 0, 1, 0, 0, 0, 0, 0]); // if_tsresol = 10^0: seconds
+    idb.extend_from_slice(&[0, 0, 0, 0]);
+    let epb = |ts: u64| {
+        let mut b = 0u32.to_le_bytes().to_vec();
+        b.extend_from_slice(&((ts >> 32) as u32).to_le_bytes());
+        b.extend_from_slice(&(ts as u32).to_le_bytes());
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(b"xyz");
+        block(EPB, &b)
+    };
+    let mut file = block(0x0a0d_0d0a, &shb);
+    file.extend(block(IDB, &idb));
+    // 2^64 ns is 18,446,744,073.7 s: the last whole second before it is read, the next is not.
+    file.extend(epb(18_446_744_073));
+    let r = read(&file).unwrap();
+    assert_eq!(r[0].0, 18_446_744_073_000_000_000);
+    file.extend(epb(18_446_744_074));
+    let e = read(&file).unwrap_err().to_string();
+    assert!(
+        e.contains("past the year 2554") && e.contains("record 4"),
+        "{e}"
+    );
+}
+
+#[test]
 fn truncated_pcap_names_the_frame() {
     let mut f = pcap(&[(0, b"abcdef"), (1, b"ghijkl")], 1);
     f.truncate(f.len() - 2);
