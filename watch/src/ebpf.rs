@@ -142,12 +142,10 @@ pub(crate) struct EbpfWatcher {
     /// The sockets' waits, from the `waits` iterator (`None`: the kernel refused it).
     waits: Option<WaitsWalk>,
     /// The looks at the listeners' accept queues: judged, when last made, and their
-    /// owners by socket inode (/proc walked again, at most once a second and three times
-    /// for each, for one unknown: a kernel's listener has none).
+    /// owners by socket inode (/proc walked again at most once a second for one unknown).
     accepts: crate::accept::Judge,
     looked_at: Option<Instant>,
-    listener_owners: crate::procs::ProcMap,
-    owners_walked: (Option<Instant>, HashMap<u32, u8>),
+    listener_owners: crate::procs::Walked,
 }
 
 impl EbpfWatcher {
@@ -227,8 +225,10 @@ impl EbpfWatcher {
             waits,
             accepts: crate::accept::Judge::default(),
             looked_at: None,
-            listener_owners: crate::procs::ProcMap::default(),
-            owners_walked: (None, HashMap::new()),
+            listener_owners: crate::procs::Walked::new(
+                crate::procs::ProcMap::default(),
+                Duration::from_secs(1),
+            ),
         })
     }
 
@@ -469,25 +469,15 @@ impl EbpfWatcher {
             return;
         };
         let judged = self.accepts.judge(&look, self.now_us());
-        let (procs, (walked, tries)) = (&mut self.listener_owners, &mut self.owners_walked);
-        if tries.len() > 4096 {
-            tries.clear(); // inodes are reused: a cache, not a record
-        }
+        let owners = &mut self.listener_owners;
+        owners.keep_only(&look.listeners.iter().map(|l| l.inode).collect());
         Board::add_accepts(
             [&mut self.window, &mut self.total],
             &judged,
             &self.filter,
             |inode| {
-                let tried = tries.entry(inode).or_insert(0);
-                if !procs.knows(inode)
-                    && *tried < 3
-                    && walked.is_none_or(|t| t.elapsed() >= Duration::from_secs(1))
-                {
-                    *tried += 1;
-                    *walked = Some(Instant::now());
-                    procs.rescan();
-                }
-                procs.owner(inode)
+                owners.look_for(&[inode]);
+                owners.owner(inode)
             },
         );
     }

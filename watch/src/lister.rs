@@ -16,7 +16,7 @@ use netlink_packet_sock_diag::inet::StateFlags;
 
 use crate::diag::SocketRow;
 use crate::netns::Namespaces;
-use crate::procs::{ProcMap, Process};
+use crate::procs::{ProcMap, Process, Walked};
 
 /// One listing.
 pub(crate) struct Listing {
@@ -44,46 +44,31 @@ pub(crate) struct Listing {
     pub(crate) accept: Option<crate::accept::Look>,
 }
 
-/// Attribution of socket inodes, on the listing thread.
+/// Attribution of socket inodes, on the listing thread: each owner handed over once.
 struct Owners {
-    procs: ProcMap,
-    /// Inodes whose owner was handed over, or given up on; with the walks made for each.
+    walked: Walked,
+    /// Inodes whose owner was handed over.
     done: HashSet<u32>,
-    tries: HashMap<u32, u8>,
-    last_walk: Option<Instant>,
 }
 
 impl Owners {
-    /// The owners of `rows`' sockets not handed over yet, walking /proc if some are unknown.
+    /// The owners of `rows`' sockets not handed over yet, walking /proc (at most every
+    /// 200 ms) if some are unknown.
     fn of(&mut self, rows: &[SocketRow]) -> Vec<(u32, Process)> {
         let present: HashSet<u32> = rows.iter().map(|r| r.inode).collect();
         self.done.retain(|i| present.contains(i));
-        self.tries.retain(|i, _| present.contains(i));
-        let unknown = |o: &Owners, i: u32| i != 0 && !o.done.contains(&i) && !o.procs.knows(i);
-        if rows.iter().any(|r| unknown(self, r.inode))
-            && self
-                .last_walk
-                .is_none_or(|t| t.elapsed() >= Duration::from_millis(200))
-        {
-            self.procs.rescan();
-            self.last_walk = Some(Instant::now());
-            for r in rows {
-                if unknown(self, r.inode) {
-                    let n = self.tries.entry(r.inode).or_default();
-                    *n += 1;
-                    // Some can never be attributed (other users' sockets without root).
-                    if *n >= 3 {
-                        self.done.insert(r.inode);
-                    }
-                }
-            }
-        }
+        self.walked.keep_only(&present);
+        let fresh: Vec<u32> = rows
+            .iter()
+            .map(|r| r.inode)
+            .filter(|i| *i != 0 && !self.done.contains(i))
+            .collect();
+        self.walked.look_for(&fresh);
         let mut found = Vec::new();
-        for r in rows {
-            if r.inode != 0 && !self.done.contains(&r.inode) {
-                if let Some(p) = self.procs.owner(r.inode) {
-                    self.done.insert(r.inode);
-                    found.push((r.inode, p));
+        for i in fresh {
+            if let Some(p) = self.walked.owner(i) {
+                if self.done.insert(i) {
+                    found.push((i, p));
                 }
             }
         }
@@ -116,10 +101,8 @@ pub(crate) fn spawn(
                     .map_or(1, |d| d.as_nanos() as u64),
             );
             let mut owners = Owners {
-                procs,
+                walked: Walked::new(procs, Duration::from_millis(200)),
                 done: HashSet::new(),
-                tries: HashMap::new(),
-                last_walk: None,
             };
             loop {
                 let at = Instant::now();
@@ -194,7 +177,7 @@ pub(crate) fn spawn(
                 let listing = Listing {
                     accept,
                     owners: found,
-                    denied: owners.procs.denied,
+                    denied: owners.walked.denied(),
                     at,
                     rows,
                     listening,

@@ -6,7 +6,8 @@
 //! the script, module or main class of its command line, and the systemd unit its cgroup
 //! names.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use nagless_host::text::{cgroup_lines, cgroup_v2_path};
 use nagless_host::{Pid, Proc};
@@ -70,6 +71,71 @@ impl ProcMap {
     pub(crate) fn owner(&mut self, inode: u32) -> Option<Process> {
         let pid = *self.owners.get(&inode)?;
         Some(self.cmds.entry(pid).or_insert_with(|| process(pid)).clone())
+    }
+}
+
+/// A [`ProcMap`] walked again only for a socket inode it does not know: at most once per
+/// `every`, and at most [`Walked::TRIES`] times for any one inode (some are never found:
+/// other users' sockets without root, a kernel's own listener). The sampler's listing thread
+/// and the eBPF backend's looks at listeners both find owners so.
+#[derive(Debug)]
+pub(crate) struct Walked {
+    procs: ProcMap,
+    /// Walks that did not find each inode still unknown.
+    tries: HashMap<u32, u8>,
+    last: Option<Instant>,
+    every: Duration,
+}
+
+impl Walked {
+    /// Walks of /proc that may look for one inode.
+    pub(crate) const TRIES: u8 = 3;
+
+    pub(crate) fn new(procs: ProcMap, every: Duration) -> Walked {
+        Walked {
+            procs,
+            tries: HashMap::new(),
+            last: None,
+            every,
+        }
+    }
+
+    /// Walks /proc if one of `inodes` is unknown and not given up on, and the last walk is
+    /// `every` old; a walk that does not find one counts a try against it.
+    pub(crate) fn look_for(&mut self, inodes: &[u32]) {
+        let wanted = |w: &Walked, i: u32| i != 0 && !w.procs.knows(i) && !w.given_up(i);
+        if !inodes.iter().any(|&i| wanted(self, i))
+            || self.last.is_some_and(|t| t.elapsed() < self.every)
+        {
+            return;
+        }
+        self.procs.rescan();
+        self.last = Some(Instant::now());
+        for &i in inodes {
+            if wanted(self, i) {
+                *self.tries.entry(i).or_default() += 1;
+            }
+        }
+    }
+
+    /// Whether `inode` is no longer looked for.
+    pub(crate) fn given_up(&self, inode: u32) -> bool {
+        self.tries.get(&inode).is_some_and(|&n| n >= Walked::TRIES)
+    }
+
+    /// Forgets the tries of inodes not `present` (inodes are reused).
+    pub(crate) fn keep_only(&mut self, present: &HashSet<u32>) {
+        self.tries.retain(|i, _| present.contains(i));
+    }
+
+    /// The process owning socket `inode`, if the last walk found it.
+    pub(crate) fn owner(&mut self, inode: u32) -> Option<Process> {
+        self.procs.owner(inode)
+    }
+
+    /// Processes whose fds could not be read at the last walk.
+    pub(crate) fn denied(&self) -> usize {
+        self.procs.denied
     }
 }
 

@@ -19,6 +19,35 @@ mod owner_tests {
     }
 
     #[test]
+    fn an_unknown_inode_is_walked_for_three_times_and_no_more_often_than_asked() {
+        // An inode no process holds (sock_diag's are 32 bits; this one is far past any here).
+        const NOBODY: u32 = u32::MAX - 7;
+        let mut w = Walked::new(ProcMap::default(), Duration::ZERO);
+        for _ in 0..Walked::TRIES {
+            assert!(!w.given_up(NOBODY));
+            w.look_for(&[NOBODY]);
+        }
+        assert!(w.given_up(NOBODY));
+        // A socket opened after that is found by the next walk all the same.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let inode = nagless_host::fd::inode_of(std::os::fd::AsFd::as_fd(&l)).unwrap() as u32;
+        assert!(w.owner(inode).is_none());
+        w.look_for(&[NOBODY, inode]);
+        assert_eq!(w.owner(inode).map(|p| p.pid), Some(std::process::id()));
+        // Forgotten once gone, then tried afresh.
+        w.keep_only(&HashSet::from([inode]));
+        assert!(!w.given_up(NOBODY));
+        // At most one walk per `every`: a second ask within it walks nothing.
+        let mut w = Walked::new(ProcMap::default(), Duration::from_secs(3600));
+        w.look_for(&[NOBODY]);
+        let l2 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let inode2 = nagless_host::fd::inode_of(std::os::fd::AsFd::as_fd(&l2)).unwrap() as u32;
+        w.look_for(&[NOBODY, inode2]);
+        assert!(w.owner(inode2).is_none());
+        assert!(!w.given_up(NOBODY));
+    }
+
+    #[test]
     fn container_ids_of_the_usual_runtimes() {
         let id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
         for path in [
