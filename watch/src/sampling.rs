@@ -477,8 +477,16 @@ impl Source for Watcher {
             if let Some(set) = l.listening {
                 self.listening = set;
             }
+            let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
             if let Some(look) = &l.accept {
                 self.listener_inodes = look.listeners.iter().map(|l| l.inode).collect();
+                let judged = self.accepts.judge(look, at_us);
+                Board::add_accepts(
+                    [&mut self.gone_window, &mut self.gone_total],
+                    &judged,
+                    &self.filter,
+                    |inode| self.owners.get(&inode).cloned(),
+                );
             }
             let live: HashSet<u32> = l
                 .rows
@@ -489,16 +497,6 @@ impl Source for Watcher {
                 .collect();
             self.owners.retain(|i, _| live.contains(i));
             self.rows = l.rows;
-            let at_us = l.at.saturating_duration_since(self.start).as_micros() as u64;
-            if let Some(look) = &l.accept {
-                let judged = self.accepts.judge(look, at_us);
-                Board::add_accepts(
-                    [&mut self.gone_window, &mut self.gone_total],
-                    &judged,
-                    &self.filter,
-                    |inode| self.owners.get(&inode).cloned(),
-                );
-            }
             self.process(Pass::Listing, at_us, &mut stats);
             self.first_listing_us.get_or_insert(at_us);
             stats.sockets = l.in_use;
