@@ -76,9 +76,11 @@ pub(crate) fn transfer(p: &EmulatedPath, port: u16) -> Made {
     let rate = spec.rate_bps.expect("a path with a rate") as f64;
     let each = wire as f64 * 8.0 / rate * 1000.0;
     for (whole, _, _) in &asked {
-        // The client's clock agrees (the round trip, and a scheduler's slack).
+        // The client's clock agrees: the round trip, and a scheduler's slack (up to half as
+        // long again on a loaded host, 33 ms of 136 seen beside a build); a path at half
+        // the rate would still fail it.
         assert!(
-            *whole >= each && *whole < each + rtt_ms(p) + 20.0,
+            *whole >= each && *whole < each * 1.5 + rtt_ms(p) + 20.0,
             "{whole:.1} ms for {each:.1} ms of transfer"
         );
     }
