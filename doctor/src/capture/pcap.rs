@@ -47,7 +47,9 @@ impl FileHeader {
         Ok(FileHeader {
             order,
             fraction,
-            linktype: LinkType::of(int32(&h[20..24], order) & 0x0fff_ffff),
+            // libpcap's LT_LINKTYPE: the bits above say whether frames end in a frame check
+            // sequence, and how long (the IP header's length bounds what is read).
+            linktype: LinkType::of(int32(&h[20..24], order) & 0x03ff_ffff),
         })
     }
 }

@@ -123,6 +123,17 @@ fn pcapng_with_tsresol_and_errors_name_the_offset() {
 }
 
 #[test]
+fn a_pcap_link_type_that_says_its_frames_carry_a_check_sequence_is_still_ethernet() {
+    // Bit 26: an FCS length is given; bits 28-31: 4 (in 16-bit words: 8 bytes).
+    for field in [0x0400_0001u32, 0x2400_0001] {
+        let mut f = pcap(&[(0, b"abc")], 1);
+        f[20..24].copy_from_slice(&field.to_le_bytes());
+        let r = read(&f).unwrap();
+        assert_eq!(r[0].1, LinkType::Ethernet, "{field:#x}");
+    }
+}
+
+#[test]
 fn a_pcapng_time_past_2554_is_an_error_not_a_wrap() {
     let mut shb = 0x1a2b_3c4du32.to_le_bytes().to_vec();
     shb.extend_from_slice(&[1, 0, 0, 0]);
