@@ -226,22 +226,12 @@ impl<R: Read> CaptureReader<R> {
                     ));
                 };
                 let units = u128::from(i.units_per_sec.max(1));
-                // Past 2^64 ns (the year 2554) a cast would wrap the time back to 1970.
-                let ts_ns =
-                    u64::try_from(u128::from(p.ts) * 1_000_000_000 / units).map_err(|_| {
-                        at.malformed(
-                            "enhanced packet block",
-                            offset,
-                            format!(
-                                "timestamp {} at {} units a second is past the year 2554",
-                                p.ts, i.units_per_sec
-                            ),
-                        )
-                    })?;
                 self.frame += 1;
                 Ok(Some(PacketAt {
                     frame: self.frame,
-                    ts_ns,
+                    // (Past 2^64 ns, the year 2554, the time wraps: the steps between an
+                    // interface's frames, which the analysis uses, are kept.)
+                    ts_ns: (u128::from(p.ts) * 1_000_000_000 / units) as u64,
                     linktype: i.linktype,
                     orig_len: p.orig_len,
                     data: body_start + 20..body_start + 20 + p.caplen,
