@@ -44,6 +44,13 @@ pub fn text(d: &Diagnosis) -> String {
             d.flows_sender_held
         );
     }
+    if d.capture_copies > 0 {
+        let _ = writeln!(
+            out,
+            "note: {} frame(s) are copies of the packet before them (the same IPv4 number and header: captured twice, on a mirror port or two interfaces), each read once",
+            d.capture_copies
+        );
+    }
     if d.tcp_fragments > 0 {
         let _ = writeln!(
             out,

@@ -66,7 +66,7 @@ impl Analyzer {
             let new_syn = is_syn && f.starts_anew(s);
             let stale = us.saturating_sub(f.last_us) > IDLE_US;
             if !new_syn && !stale {
-                Self::segment(&mut self.arrivals, f, s, us, frame);
+                self.outcome.capture_copies += Self::segment(&mut self.arrivals, f, s, us, frame);
                 return;
             }
             if let Some(f) = self.live.remove(&key) {
@@ -105,16 +105,22 @@ impl Analyzer {
                 self.live.entry(key).or_insert(Box::new(f))
             }
         };
-        Self::segment(&mut self.arrivals, flow, s, us, frame);
+        self.outcome.capture_copies += Self::segment(&mut self.arrivals, flow, s, us, frame);
     }
 
-    /// Hands `s` to its flow; a stall candidate it made is matched against the arrivals at
-    /// its sender's host (a relay's hop), and a data segment's arrival is kept.
-    fn segment(arrivals: &mut Arrivals, flow: &mut Flow, s: &Segment, us: u64, frame: u64) {
+    /// Hands `s` to its flow, unless it is a copy of its sender's last packet (1 then, else
+    /// 0); a stall candidate it made is matched against the arrivals at its sender's host (a
+    /// relay's hop), and a data segment's arrival is kept.
+    fn segment(arrivals: &mut Arrivals, flow: &mut Flow, s: &Segment, us: u64, frame: u64) -> u64 {
+        let d = flow.sender(s.src);
+        if flow.ip_ids[d].is_copy(s, us) {
+            return 1;
+        }
+        flow.ip_ids[d.peer()].peer_sent();
         let made = flow.candidates_made();
-        flow.on_segment(flow.sender(s.src), s, us, frame);
+        flow.on_segment(d, s, us, frame);
         if s.len == 0 {
-            return;
+            return 0;
         }
         let index = flow.index;
         if flow.candidates_made() > made {
@@ -123,6 +129,7 @@ impl Analyzer {
             }
         }
         arrivals.on_data(s.dst.0, index, us, s.len);
+        0
     }
 
     /// Judges flows that closed or went idle a while ago (in capture time).

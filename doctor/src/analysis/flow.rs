@@ -49,7 +49,7 @@ pub(super) struct Flow {
     budget: Option<Box<Budget>>,
     /// Per sending direction: the IPv4 numbers, and the packets they say did not pass the
     /// capture point since its last data (the first such gap).
-    ip_ids: [IpIds; 2],
+    pub(super) ip_ids: [IpIds; 2],
     unseen: [Unseen; 2],
     /// Per sending direction: its last retransmission sooner than a timeout (a probe, or a
     /// fast retransmission): the bytes, and the span the budget gave loss recovery for it,

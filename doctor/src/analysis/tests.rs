@@ -93,6 +93,28 @@ impl Conv {
     }
 }
 
+/// A segment of no flow in particular, for unit tests that set the fields they look at.
+pub(crate) fn segment_for_tests() -> Segment {
+    Segment {
+        src: C,
+        dst: S,
+        seq: 1,
+        ack: 1,
+        flags: flags::ACK,
+        len: 100,
+        mss: None,
+        window: 1000,
+        wscale: None,
+        opt_len: 0,
+        sack: false,
+        sack_first: None,
+        ts: None,
+        ttl: 64,
+        ip_id: None,
+        head: Default::default(),
+    }
+}
+
 mod budget;
 mod glue;
 mod mid_connection;

@@ -338,3 +338,50 @@ fn an_answer_s_first_full_segment_crosses_at_the_path_s_rate() {
     let transfer = ms(Cause::Transfer, None);
     assert!((transfer - 9.0).abs() < 0.05, "{transfer}: {:#?}", r.budget);
 }
+
+/// A capture that holds each of a sender's packets twice (a mirror port's copy: the same
+/// IPv4 number and header, microseconds apart) reads as the same flow once; a packet sent
+/// again, which its sender numbers anew, is still a retransmission.
+#[test]
+fn a_packet_captured_twice_is_read_once_and_a_retransmission_is_still_one() {
+    let talk = |copies: bool, resend: bool| {
+        let mut c = Conv::new();
+        let mut t = 1.0;
+        for _ in 0..4 {
+            c.data(t, 0, 100).data(t + 0.5, 1, 200);
+            if copies {
+                let (frame, ns, s) = *c.segs.last().unwrap();
+                c.segs.push((frame + 1, ns + 150_000, s));
+            }
+            if resend {
+                // The same bytes sent again 10 ms later, with the sender's next number.
+                let mut s = c.segs.last().unwrap().2;
+                s.ip_id = c.segs.last().unwrap().2.ip_id.map(|i| i + 1);
+                c.ids[1] += 1;
+                c.segs
+                    .push((c.segs.len() as u64 + 1, ((t + 10.5) * 1e6) as u64, s));
+            }
+            c.ack(t + 11.0, 0);
+            t += 50.0;
+        }
+        let d = {
+            let origin = c.segs[0].1;
+            let mut a = super::super::Analyzer::new(Default::default());
+            for (frame, ns, s) in &c.segs {
+                a.push(*frame, (ns - origin) / 1000, s);
+            }
+            a.finish()
+        };
+        let f = &d.flows[0];
+        (
+            d.capture_copies,
+            f.sides[1].data_segments,
+            f.sides[1].bytes,
+            f.sides[1].retransmissions,
+        )
+    };
+    assert_eq!(talk(false, false), (0, 4, 800, 0));
+    assert_eq!(talk(true, false), (4, 4, 800, 0));
+    let (copies, _, _, resent) = talk(false, true);
+    assert_eq!((copies, resent), (0, 4));
+}
