@@ -118,9 +118,12 @@ fn flow_text(out: &mut String, f: &FlowReport, order: crate::analysis::StallOrde
         "\nflow {}: {} -> {} (from frame {} at {:.6} s)",
         f.index, c.addr, s.addr, f.start.frame, f.start.time_s
     );
-    let rtt = match f.rtt_ms {
-        Some(r) => format!("RTT {r:.1} ms, {}", f.capture_point.describe()),
-        None => "RTT unknown".to_string(),
+    let rtt = match (f.rtt_ms, f.far_rtt_ms) {
+        (Some(r), Some(far)) => format!(
+            "RTT {far:.1} ms to the far end by the handshake, {r:.1} ms to a NAT or proxy that acknowledges for it"
+        ),
+        (Some(r), None) => format!("RTT {r:.1} ms, {}", f.capture_point.describe()),
+        (None, _) => "RTT unknown".to_string(),
     };
     let _ = writeln!(
         out,

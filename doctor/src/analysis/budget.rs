@@ -172,8 +172,9 @@ pub(super) struct Budget {
     /// The ACKs after that one: the last (when, and its frame), and the longest gap between
     /// two of them, µs.
     drain_tail: Option<(u64, u64, u64)>,
-    /// The first side to close (FIN or RST), when, and its frame.
+    /// The first side to close (FIN or RST), when, and its frame; and when the other did.
     closed: Option<(Direction, u64, u64)>,
+    closed_too: Option<(u64, u64)>,
     /// A wait given to the congestion window, until the ACKs after it are judged.
     window_wait: Option<WindowWait>,
     /// When the peer's last ACKs of the last sender's data passed (the newest last), since
@@ -206,6 +207,7 @@ impl Budget {
             draining: None,
             drain_tail: None,
             closed: None,
+            closed_too: None,
             window_wait: None,
             peer_acks: [None; PEER_ACKS],
             last_peer_ack: None,
@@ -254,7 +256,11 @@ impl Budget {
 
     /// `d` closed (FIN or RST) at `us`.
     pub(super) fn on_close(&mut self, d: Direction, us: u64, frame: u64) {
-        self.closed.get_or_insert((d, us, frame));
+        match self.closed {
+            None => self.closed = Some((d, us, frame)),
+            Some((c, ..)) if c != d => _ = self.closed_too.get_or_insert((us, frame)),
+            Some(_) => {}
+        }
     }
 
     /// A data segment from `d` at `us`: the span since the last one is labelled.
@@ -267,7 +273,7 @@ impl Budget {
         let mut keep_wait = None;
         match self.last {
             // The time before the first data: the handshake, then the first speaker's.
-            None => self.path_then(us, frame, p.round_trip_us(), mine(think)),
+            None => self.path_then(us, frame, p.answer_round_trip_us(), mine(think)),
             Some(_) if data.retransmit => self.push(us, frame, mine(Cause::LossRecovery)),
             // An answer: the way to the answerer and back, then its time. At the receiver's
             // end, a full segment's last byte comes its time at the path's rate after its
@@ -280,7 +286,8 @@ impl Budget {
                 };
                 let rate = (crossing, Label::of(Cause::Transfer, None));
                 let path = Label::of(Cause::RoundTrip, None);
-                self.split_via(us, frame, p.side_us[l.sender], path, rate, mine(think))
+                let way = p.answer_way_us(l.sender);
+                self.split_via(us, frame, way, path, rate, mine(think))
             }
             Some(l) => {
                 // Since the last data segment, and the round trip, to judge the span by.
@@ -503,7 +510,16 @@ impl Budget {
                     self.drain(close_us, p);
                     self.path_then(close_us, close_frame, p.side_us[l.sender], idle(c));
                 }
-                self.path_then(us, frame, p.round_trip_us(), idle(c.peer()));
+                // The other's FIN passes the capture point the way to it and back after the
+                // closer's (the far end's, where a middlebox acknowledges for it), and the
+                // last ACK the way to the closer and back after that.
+                match self.closed_too.filter(|&(too_us, _)| too_us <= us) {
+                    Some((too_us, too_frame)) => {
+                        self.path_then(too_us, too_frame, p.answer_way_us(c), idle(c.peer()));
+                        self.path_then(us, frame, p.side_us[c.peer()], idle(c));
+                    }
+                    None => self.path_then(us, frame, p.round_trip_us(), idle(c.peer())),
+                }
             }
             // The capture ended with the flow open.
             (Some(l), None) => {

@@ -567,6 +567,7 @@ impl Flow {
             handshake: self.syn && self.synack,
             rtt_ms,
             capture_point,
+            far_rtt_ms: sequence::far_round_trip_us(&self.seq).map(|us| us as f64 / 1000.0),
             stall_count: self.found.stall_count,
             stalls: self.found.stalls,
             stalled_share: if duration_s > 0.0 {

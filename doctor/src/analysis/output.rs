@@ -400,6 +400,11 @@ pub struct FlowReport {
     pub rtt_ms: Option<f64>,
     /// Where the capture was taken.
     pub capture_point: CapturePoint,
+    /// The round trip to the far end by the handshake, ms, when a middlebox near the capture
+    /// acknowledges one side's data for it (a splitting NAT or proxy: `rtt_ms` is then the
+    /// middlebox's); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub far_rtt_ms: Option<f64>,
     /// Stalls found.
     pub stall_count: u64,
     /// The worst stalls (at most 32), worst first.

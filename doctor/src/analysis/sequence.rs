@@ -468,6 +468,34 @@ pub(super) fn receiver_side_us(seq: &[Sequence; 2], d: Direction) -> u64 {
     }
 }
 
+/// A middlebox acknowledges a direction's data when the handshake took this many times its
+/// fastest ACK of data...
+const SPLIT_FACTOR: u64 = 4;
+/// ...and this much more, µs...
+const SPLIT_MIN_US: u64 = 5_000;
+/// ...and less than this, µs (a SYN-ACK lost on the way and sent again comes a second later).
+const SPLIT_MAX_US: u64 = 950_000;
+
+/// The receiver's side of the round trip of `d`'s data as the far end answers it, when a
+/// middlebox acknowledges that data for it (a NAT that splits connections, as VirtualBox's
+/// does; a TCP proxy, or a link's accelerator): the handshake, which the far end answered,
+/// took [`SPLIT_FACTOR`] times the fastest ACK of data and [`SPLIT_MIN_US`] more. `None`
+/// where the receiver acknowledges its own data.
+pub(super) fn far_side_us(seq: &[Sequence; 2], d: Direction) -> Option<u64> {
+    let (hs, base) = (seq[d].handshake_us?, seq[d].base_us?);
+    (hs >= base * SPLIT_FACTOR && hs >= base + SPLIT_MIN_US && hs < SPLIT_MAX_US).then_some(hs)
+}
+
+/// The round trip to the far end, µs, when a middlebox acknowledges one side's data for it
+/// ([`far_side_us`]); `None` otherwise.
+pub(super) fn far_round_trip_us(seq: &[Sequence; 2]) -> Option<u64> {
+    let far = |d| far_side_us(seq, d);
+    let (c, s) = (far(Direction::Client), far(Direction::Server));
+    c.or(s)?;
+    let side = |d, f: Option<u64>| f.unwrap_or_else(|| receiver_side_us(seq, d));
+    Some(side(Direction::Client, c) + side(Direction::Server, s))
+}
+
 /// The base data-to-ACK times of both directions ([`receiver_side_us`]), client's data
 /// first: `[server's side of the round trip, client's side]`.
 pub(super) fn sides_of_round_trip(seq: &[Sequence; 2]) -> [u64; 2] {

@@ -12,6 +12,8 @@ pub(in crate::analysis) struct Paths {
     pub(super) side_us: [Option<u64>; 2],
     /// The same without the jitter allowed: the least it was seen to take.
     pub(super) base_us: [Option<u64>; 2],
+    /// Per sender: the far end's side, where a middlebox acknowledges its data for it.
+    pub(super) far_us: [Option<u64>; 2],
 }
 
 impl Paths {
@@ -25,11 +27,28 @@ impl Paths {
         Paths {
             side_us: [side(Direction::Client), side(Direction::Server)],
             base_us: [base(Direction::Client), base(Direction::Server)],
+            far_us: [
+                sequence::far_side_us(seq, Direction::Client),
+                sequence::far_side_us(seq, Direction::Server),
+            ],
         }
+    }
+
+    /// The way from the capture point to the receiver of `d`'s data and back, as an answer
+    /// to that data waits for it: the far end's where a middlebox acknowledges the data
+    /// ([`sequence::far_side_us`]; its ACKs clock the sender, not the far end's answers).
+    pub(super) fn answer_way_us(&self, d: Direction) -> Option<u64> {
+        self.far_us[d].or(self.side_us[d])
     }
 
     pub(super) fn round_trip_us(&self) -> Option<u64> {
         Some(self.side_us[0]? + self.side_us[1]?)
+    }
+
+    /// The round trip an answer waits for: to the far end where a middlebox acknowledges for
+    /// it ([`Paths::answer_way_us`]), as a handshake does.
+    pub(super) fn answer_round_trip_us(&self) -> Option<u64> {
+        Some(self.answer_way_us(Direction::Client)? + self.answer_way_us(Direction::Server)?)
     }
 
     /// Whether the capture point is nearer the receiver of `d`'s data than its sender: the

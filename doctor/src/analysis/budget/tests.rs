@@ -9,6 +9,7 @@ fn paths(client_data_side: u64, server_data_side: u64) -> Paths {
     Paths {
         side_us: [Some(client_data_side), Some(server_data_side)],
         base_us: [Some(client_data_side), Some(server_data_side)],
+        far_us: [None, None],
     }
 }
 
@@ -64,6 +65,37 @@ fn an_answer_a_stall_and_idle_time_add_up() {
     let indexes: Vec<u64> = got.exchanges.iter().map(|e| e.index).collect();
     assert_eq!(indexes, [0, 1, 2]);
     assert_eq!(got.exchanges[2].total_ms, 60.1);
+}
+
+/// Seen at the client behind a NAT that acknowledges its data at once (0.5 ms) for a server
+/// 100 ms away: the answer waits for the far end, not for the NAT's ACK; the server closes
+/// as it answers, and the client's FIN after 56 ms is its own time.
+#[test]
+fn behind_a_splitting_nat_an_answer_waits_for_the_far_end() {
+    let mut p = paths(500, 0);
+    p.far_us[0] = Some(100_000);
+    let mut b = Budget::new(0, 1);
+    b.on_data(C, 100_500, 4, data(true), &p);
+    b.on_ack(S, 101_000, 5, false, 1448, true);
+    b.on_data(S, 203_500, 6, data(false), &p);
+    b.on_close(S, 203_600, 7);
+    b.on_close(C, 260_000, 8);
+    let got = b.close(260_500, 9, &p, Named::default());
+    // The handshake's 100 ms and the answer's, the far end's round trips, and the NAT's ACK
+    // of the client's FIN, the near one's; the client's own time before its request and its
+    // FIN.
+    assert!(
+        (ms_of(&got, Cause::Think, Some("server")) - 3.0).abs() < 1e-6,
+        "{got:#?}"
+    );
+    assert!(
+        (ms_of(&got, Cause::RoundTrip, None) - 200.5).abs() < 1e-6,
+        "{got:#?}"
+    );
+    assert!(
+        (ms_of(&got, Cause::Idle, Some("client")) - 56.9).abs() < 1e-6,
+        "{got:#?}"
+    );
 }
 
 /// A bulk sender waits for ACKs with its window full, a receiver that stops reading.
@@ -232,6 +264,7 @@ fn without_a_round_trip_the_time_is_unknown() {
     let p = Paths {
         side_us: [None, None],
         base_us: [None, None],
+        far_us: [None, None],
     };
     let mut b = Budget::new(0, 1);
     b.on_data(C, 1_000, 2, data(true), &p);
