@@ -299,7 +299,7 @@ impl Budget {
                 }
                 match self
                     .acked
-                    .filter(|&(ack_us, _, _)| !(l.full && Self::too_soon(us, ack_us, d, p)))
+                    .filter(|&(ack_us, _, _)| !(l.full && p.too_soon(us, ack_us, d, SLACK_US)))
                 {
                     // Back to back: the path's rate.
                     None if gap <= RATE_GAP_US => {
@@ -452,15 +452,6 @@ impl Budget {
         if drained > self.ledger.until_us() {
             self.push(drained, ack_frame, Label::of(Cause::Transfer, None));
         }
-    }
-
-    /// Whether `d`'s data at `us` came sooner after the peer's ACK at `ack_us` than that ACK
-    /// could have released it (its way to the sender and the data's back, less a quarter and
-    /// the scheduler's slack): it was on its way already, and the ACK released none of the
-    /// wait. (At the sender's end that way is nothing: never.)
-    fn too_soon(us: u64, ack_us: u64, d: Direction, p: &Paths) -> bool {
-        p.side_us[d.peer()]
-            .is_some_and(|side| us < ack_us + (side - side / 4).saturating_sub(SLACK_US))
     }
 
     /// The client sent its SYN again until `us` (frame `frame`, the last copy): the time since

@@ -51,6 +51,15 @@ impl Paths {
         Some(self.answer_way_us(Direction::Client)? + self.answer_way_us(Direction::Server)?)
     }
 
+    /// Whether `d`'s data at `us` came sooner after the peer's ACK at `ack_us` than that ACK
+    /// could have released it (its way to the sender and the data's back, less a quarter and
+    /// the scheduler's `slack_us`): it was on its way already, and the ACK released none of
+    /// the wait. (At the sender's end that way is nothing: never.)
+    pub(super) fn too_soon(&self, us: u64, ack_us: u64, d: Direction, slack_us: u64) -> bool {
+        self.side_us[d.peer()]
+            .is_some_and(|side| us < ack_us + (side - side / 4).saturating_sub(slack_us))
+    }
+
     /// Whether the capture point is nearer the receiver of `d`'s data than its sender: the
     /// way from there to `d` and back is at least half the round trip.
     pub(super) fn near_receiver(&self, d: Direction) -> bool {
