@@ -55,6 +55,10 @@ const RATE_GAP_US: u64 = 1_000;
 /// willing.
 const SLACK_US: u64 = 2_000;
 
+/// How much later than its way an ACK may come and still be the path's (its jitter), not a
+/// receiver's timer, µs.
+const JITTER_US: u64 = 1_000;
+
 /// What a sender waits on when its data is in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Wait {
@@ -365,13 +369,17 @@ impl Budget {
                         // then its own pause. An ACK of two full segments or more was sent as
                         // the second came (a receiver delays only an ACK of less): its lateness
                         // was the path's queue, at its rate.
+                        // (Later by less than a millisecond: the path's jitter, no timer.)
                         let waited = l.wait.label(d);
+                        let from_us = self.ledger.until_us();
+                        let late = ack_us.saturating_sub(from_us + p.side_us[d].unwrap_or(0));
                         let acker = if newly * 2 >= u64::from(data.segment) * 3 {
                             Label::of(Cause::Transfer, None)
+                        } else if late < JITTER_US {
+                            waited
                         } else {
                             Label::of(Cause::DelayedAck, Some(d.peer()))
                         };
-                        let from_us = self.ledger.until_us();
                         self.split(ack_us, ack_frame, p.side_us[d], waited, acker);
                         self.split(us, frame, p.side_us[d.peer()], waited, mine(Cause::Think));
                         // At the sender's end (the round trip known to say so), the ACKs to come

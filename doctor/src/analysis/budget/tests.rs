@@ -98,6 +98,24 @@ fn behind_a_splitting_nat_an_answer_waits_for_the_far_end() {
     );
 }
 
+/// A small write waits for the ACK of the one before: an ACK a few tenths of a millisecond
+/// later than its way is the path's jitter, one 30 ms later the receiver's timer.
+#[test]
+fn only_an_ack_a_timer_made_late_is_a_delayed_ack() {
+    let p = paths(10_000, 0);
+    let delayed = |ack_us: u64| {
+        let mut b = Budget::new(0, 1);
+        b.on_data(C, 10_000, 4, data(true), &p);
+        b.on_ack(S, ack_us, 5, false, 100, true);
+        b.on_data(C, ack_us + 100, 6, data(false), &p);
+        b.on_data(S, ack_us + 10_200, 7, data(false), &p);
+        let got = b.close(ack_us + 10_200, 7, &p, Named::default());
+        ms_of(&got, Cause::DelayedAck, Some("server"))
+    };
+    assert_eq!(delayed(20_300), 0.0);
+    assert_eq!(delayed(50_000), 30.0);
+}
+
 /// A bulk sender waits for ACKs with its window full, a receiver that stops reading.
 #[test]
 fn windows_loss_and_a_capture_that_ends_mid_turn() {
