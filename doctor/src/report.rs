@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use crate::analysis::FlowReport;
+use crate::analysis::{Cause, FlowReport};
 use crate::Diagnosis;
 
 mod svg;
@@ -198,21 +198,28 @@ fn flow_text(out: &mut String, f: &FlowReport, order: crate::analysis::StallOrde
     }
 }
 
-/// Causes in a line of the budget: the largest, each 1% of the time or more; the rest
-/// summed up.
+/// Causes in a line of the budget: the largest, each 1% of the time or more, and the largest
+/// but idle time (which the verdict weighs with idle left out); the rest summed up.
 const CAUSES_SHOWN: usize = 6;
 const CAUSE_SHARE_SHOWN: f64 = 0.01;
 
 /// Where the flow's time went, and its slowest exchange's.
 fn budget_text(out: &mut String, f: &FlowReport) {
     let line = |causes: &[crate::analysis::Spent]| {
-        let shown = causes
+        let mut shown: Vec<&crate::analysis::Spent> = causes
             .iter()
             .take(CAUSES_SHOWN)
             .take_while(|s| s.share >= CAUSE_SHARE_SHOWN)
-            .count()
-            .max(1);
-        let mut parts: Vec<String> = causes[..shown]
+            .collect();
+        if let Some(s) = causes.iter().find(|s| s.cause != Cause::Idle) {
+            if !shown.iter().any(|x| std::ptr::eq(*x, s)) {
+                shown.push(s);
+            }
+        }
+        if shown.is_empty() {
+            shown.extend(causes.first());
+        }
+        let mut parts: Vec<String> = shown
             .iter()
             .map(|s| {
                 let side = s.side.map(|x| format!(" ({x})")).unwrap_or_default();
@@ -224,8 +231,9 @@ fn budget_text(out: &mut String, f: &FlowReport) {
                 )
             })
             .collect();
-        if causes.len() > shown {
-            let rest: f64 = causes[shown..].iter().map(|s| s.ms).sum();
+        if causes.len() > shown.len() {
+            let rest: f64 =
+                causes.iter().map(|s| s.ms).sum::<f64>() - shown.iter().map(|s| s.ms).sum::<f64>();
             parts.push(format!("other {rest:.1} ms"));
         }
         parts.join(", ")
@@ -260,4 +268,74 @@ pub fn json(d: &Diagnosis) -> serde_json::Value {
     doc["schema"] = JSON_SCHEMA_VERSION.into();
     doc["tool"] = format!("nagless-doctor {}", env!("CARGO_PKG_VERSION")).into();
     doc
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::packet::{flags, Segment};
+    use std::net::{IpAddr, Ipv4Addr};
+
+    /// A flow idle for minutes between two questions the server takes 30 ms to answer: its
+    /// think time is under 1 % of the whole, but it is what the verdict names (idle left
+    /// out), so the time line shows it too.
+    #[test]
+    fn the_time_line_shows_the_cause_the_verdict_names_however_small() {
+        let (c, s) = (
+            (IpAddr::V4(Ipv4Addr::LOCALHOST), 40000),
+            (IpAddr::V4(Ipv4Addr::LOCALHOST), 8000),
+        );
+        let mut frames = Vec::new();
+        let mut seq = [1000u32, 5000];
+        let mut push = |ms: f64, from: usize, len: u32, fl: u8| {
+            let (src, dst) = if from == 0 { (c, s) } else { (s, c) };
+            let seg = Segment {
+                src,
+                dst,
+                seq: seq[from],
+                ack: seq[1 - from],
+                flags: fl,
+                len,
+                mss: (fl & flags::SYN != 0).then_some(1460),
+                window: 1000,
+                wscale: None,
+                opt_len: 0,
+                sack: false,
+                sack_first: None,
+                ts: None,
+                ttl: 64,
+                ip_id: None,
+                head: Default::default(),
+            };
+            seq[from] = seq[from].wrapping_add(len.max(u32::from(fl & flags::SYN != 0)));
+            frames.push((frames.len() as u64 + 1, (ms * 1000.0) as u64, seg));
+        };
+        push(0.0, 0, 0, flags::SYN);
+        push(0.1, 1, 0, flags::SYN | flags::ACK);
+        push(0.2, 0, 0, flags::ACK);
+        for start in [1.0, 300_000.0, 600_000.0] {
+            push(start, 0, 100, flags::ACK);
+            push(start + 30.0, 1, 100, flags::ACK);
+            push(start + 30.1, 0, 0, flags::ACK);
+        }
+        let mut a = crate::analysis::Analyzer::new(Default::default());
+        for (frame, us, seg) in &frames {
+            a.push(*frame, *us, seg);
+        }
+        let d = crate::Diagnosis {
+            order: Default::default(),
+            frames: frames.len() as u64,
+            tcp_segments: frames.len() as u64,
+            tcp_fragments: 0,
+            bytes: 0,
+            start_unix_s: None,
+            unsupported_linktypes: Vec::new(),
+            damage: None,
+            outcome: a.finish(),
+        };
+        let text = super::text(&d);
+        let line = text.lines().find(|l| l.contains("time: ")).unwrap();
+        assert!(line.contains("think time (server)"), "{text}");
+        let verdict = text.lines().find(|l| l.contains("=> ")).unwrap();
+        assert!(verdict.contains("think time"), "{text}");
+    }
 }
