@@ -113,10 +113,10 @@ impl Analyzer {
     /// relay's hop), and a data segment's arrival is kept.
     fn segment(arrivals: &mut Arrivals, flow: &mut Flow, s: &Segment, us: u64, frame: u64) -> u64 {
         let d = flow.sender(s.src);
-        if flow.ip_ids[d].is_copy(s, us) {
+        if flow.copies[d].is_copy(s, us) {
             return 1;
         }
-        flow.ip_ids[d.peer()].peer_sent();
+        flow.copies[d.peer()].peer_sent(s);
         let made = flow.candidates_made();
         flow.on_segment(d, s, us, frame);
         if s.len == 0 {

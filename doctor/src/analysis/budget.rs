@@ -43,21 +43,13 @@ mod paths;
 mod sum;
 
 pub(super) use paths::Paths;
+use paths::{JITTER_US, SLACK_US};
 pub(super) use sum::Named;
 use sum::{queue_behind_the_clock, spent, tally_total};
 
 /// Gaps between one side's segments up to this long are the path's rate, whatever their
 /// size, µs.
 const RATE_GAP_US: u64 = 1_000;
-
-/// How much later than the ACK's way to it (and a quarter of that) a sender may send and
-/// still have been waiting for the ACK, µs: it sends as the ACK comes, the scheduler
-/// willing.
-const SLACK_US: u64 = 2_000;
-
-/// How much later than its way an ACK may come and still be the path's (its jitter), not a
-/// receiver's timer, µs.
-const JITTER_US: u64 = 1_000;
 
 /// What a sender waits on when its data is in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -510,11 +502,13 @@ impl Budget {
                     self.path_then(close_us, close_frame, p.side_us[l.sender], idle(c));
                 }
                 // The other's FIN passes the capture point the way to it and back after the
-                // closer's (the far end's, where a middlebox acknowledges for it), and the
-                // last ACK the way to the closer and back after that.
+                // closer's (the far end's, where a middlebox acknowledges for it; none if it
+                // spoke since, a half-close), and the last ACK the way to the closer and back.
                 match self.closed_too.filter(|&(too_us, _)| too_us <= us) {
                     Some((too_us, too_frame)) => {
-                        self.path_then(too_us, too_frame, p.answer_way_us(c), idle(c.peer()));
+                        let spoke = self.ledger.until_us() > close_us;
+                        let way = if spoke { Some(0) } else { p.answer_way_us(c) };
+                        self.path_then(too_us, too_frame, way, idle(c.peer()));
                         self.path_then(us, frame, p.side_us[c.peer()], idle(c));
                     }
                     None => self.path_then(us, frame, p.round_trip_us(), idle(c.peer())),

@@ -6,6 +6,7 @@ use super::answer::Answers;
 use super::budget::{self, Budget, Named, Paths, Wait};
 use super::candidates::Collector;
 use super::clock::Clock;
+use super::copies::Copies;
 use super::direction::Direction;
 use super::endpoint::{self, Endpoint};
 use super::hold::SenderHolds;
@@ -49,8 +50,10 @@ pub(super) struct Flow {
     budget: Option<Box<Budget>>,
     /// Per sending direction: the IPv4 numbers, and the packets they say did not pass the
     /// capture point since its last data (the first such gap).
-    pub(super) ip_ids: [IpIds; 2],
+    ip_ids: [IpIds; 2],
     unseen: [Unseen; 2],
+    /// Per sending direction: its last packets, to tell the capture's copies of them.
+    pub(super) copies: [Copies; 2],
     /// Per sending direction: its last retransmission sooner than a timeout (a probe, or a
     /// fast retransmission): the bytes, and the span the budget gave loss recovery for it,
     /// µs. A D-SACK of those bytes says none were lost: the peer's ACK was late.
@@ -109,6 +112,7 @@ impl Flow {
             budget: None,
             ip_ids: Default::default(),
             unseen: Default::default(),
+            copies: Default::default(),
             probed: [None; 2],
             last_frame: frame,
             last_data_us: [0; 2],
@@ -336,6 +340,9 @@ impl Flow {
             in_flight: sequence::in_flight(&self.seq, d),
             segment: sequence::sizes(&self.seq, d).full_segment().0,
         };
+        if self.last_sender.is_some_and(|l| l != d) && !sent.retransmit {
+            sequence::on_answer(&mut self.seq, d, us, self.last_data_us[d.peer()]);
+        }
         let (opening, first) = (self.opening, (self.first_us, self.start.frame));
         let b = self.budget.get_or_insert_with(|| opening.budget(first));
         let from_us = b.until_us();
@@ -391,7 +398,7 @@ impl Flow {
             // Between the question and the answer, as captured: the answerer's side of the
             // round trip (all of it at the opener's end, none at the answerer's) and its
             // think time.
-            let rtt = sequence::receiver_side_us(&self.seq, d.peer());
+            let rtt = sequence::answer_side_us(&self.seq, d.peer());
             self.answers
                 .get_or_insert_with(Default::default)
                 .on_answer(us.saturating_sub(asked).saturating_sub(rtt));

@@ -30,6 +30,7 @@
 //! | `answer` | how long the answering side took to answer, its side of the round trip taken off: named without a stall |
 //! | `hold` | per direction: a small segment that left about 200 ms after its answer began, the peer waiting: a cork left on (not Nagle) |
 //! | `waits` | per direction: retransmission timeouts and zero windows, their frames kept as evidence (not Nagle) |
+//! | `copies` | per direction: packets the capture saw twice (a mirror port, two interfaces), read once |
 //! | `ip_ids` | per direction: packets lost before the capture point, from the IPv4 numbers skipped (their retransmission's wait is loss recovery, not the sender's time) |
 //! | `budget` | where the flow's time went: each span between data segments labelled with a cause, later evidence relabelling what it covers ([`Budget`]) |
 //! | `ledger` | the budget's runs of labelled time, end to end, folded into totals per cause and per exchange as they age |
@@ -42,6 +43,7 @@ mod answer;
 mod budget;
 mod candidates;
 mod clock;
+mod copies;
 mod direction;
 mod endpoint;
 mod flow;

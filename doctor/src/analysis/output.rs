@@ -509,9 +509,10 @@ pub struct Outcome {
     /// own); absent from the JSON when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub flows_sender_held: u64,
-    /// Frames that were copies of their sender's packet before them (the same IPv4 number
-    /// and header within 9 ms, nothing from the peer between: a mirror port's copy, or one
-    /// packet captured on two interfaces), each read once; absent from the JSON when 0.
+    /// Frames that were copies of one of their sender's last packets (the same IPv4 number
+    /// and header within 9 ms, no duplicate ACK from the peer since: a mirror port's copy,
+    /// or one packet captured on two interfaces), each read once; absent from the JSON
+    /// when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub capture_copies: u64,
     /// Per server port, most stalled time first.

@@ -69,6 +69,10 @@ pub(super) struct Sequence {
     /// The receiver's side of the round trip as the handshake measured it (its ACK of a SYN
     /// comes at once, never delayed): the one measure a lower bound may rest on.
     pub(super) handshake_us: Option<u64>,
+    /// The soonest the peer's data answered this direction's (from its last segment to the
+    /// peer's first, as captured): an answer sooner than the handshake says no middlebox
+    /// stands in for the far end ([`far_side_us`]).
+    fastest_answer_us: Option<u64>,
     /// How far prompt pure ACKs of this direction's data come after `base_us`: the first
     /// such distance, then an exponential mean (gain 1/8), as RFC 6298 starts RTTVAR; the
     /// jitter on the receiver's side of the path (0 until measured).
@@ -479,11 +483,30 @@ const SPLIT_MAX_US: u64 = 950_000;
 /// The receiver's side of the round trip of `d`'s data as the far end answers it, when a
 /// middlebox acknowledges that data for it (a NAT that splits connections, as VirtualBox's
 /// does; a TCP proxy, or a link's accelerator): the handshake, which the far end answered,
-/// took [`SPLIT_FACTOR`] times the fastest ACK of data and [`SPLIT_MIN_US`] more. `None`
-/// where the receiver acknowledges its own data.
+/// took [`SPLIT_FACTOR`] times the fastest ACK of data and [`SPLIT_MIN_US`] more, and no
+/// answer to that data came sooner than three quarters of it (a SYN-ACK that was only slow,
+/// as a busy server's or a first packet's through a firewall, is disproved by the first
+/// answer). `None` where the receiver acknowledges its own data.
 pub(super) fn far_side_us(seq: &[Sequence; 2], d: Direction) -> Option<u64> {
     let (hs, base) = (seq[d].handshake_us?, seq[d].base_us?);
-    (hs >= base * SPLIT_FACTOR && hs >= base + SPLIT_MIN_US && hs < SPLIT_MAX_US).then_some(hs)
+    let split = hs >= base.saturating_mul(SPLIT_FACTOR)
+        && hs >= base + SPLIT_MIN_US
+        && hs < SPLIT_MAX_US
+        && seq[d].fastest_answer_us.is_none_or(|a| a >= hs - hs / 4);
+    split.then_some(hs)
+}
+
+/// `d`'s data at `us` answered the peer's, whose last segment passed at `asked_us`.
+pub(super) fn on_answer(seq: &mut [Sequence; 2], d: Direction, us: u64, asked_us: u64) {
+    let gap = us.saturating_sub(asked_us);
+    let q = &mut seq[d.peer()];
+    q.fastest_answer_us = Some(q.fastest_answer_us.map_or(gap, |a| a.min(gap)));
+}
+
+/// The answering side's side of the round trip of the peer's data: the far end's where a
+/// middlebox acknowledges for it ([`far_side_us`]), else [`receiver_side_us`].
+pub(super) fn answer_side_us(seq: &[Sequence; 2], d: Direction) -> u64 {
+    far_side_us(seq, d).unwrap_or_else(|| receiver_side_us(seq, d))
 }
 
 /// The round trip to the far end, µs, when a middlebox acknowledges one side's data for it

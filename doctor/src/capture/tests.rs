@@ -124,7 +124,7 @@ fn pcapng_with_tsresol_and_errors_name_the_offset() {
 
 #[test]
 fn a_pcap_link_type_that_says_its_frames_carry_a_check_sequence_is_still_ethernet() {
-    // Bit 26: an FCS length is given; bits 28-31: 4 (in 16-bit words: 8 bytes).
+    // Bit 26: an FCS length is given; bits 28-31: 2 (in 16-bit words: 4 bytes).
     for field in [0x0400_0001u32, 0x2400_0001] {
         let mut f = pcap(&[(0, b"abc")], 1);
         f[20..24].copy_from_slice(&field.to_le_bytes());

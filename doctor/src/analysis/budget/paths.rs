@@ -4,6 +4,15 @@
 use super::super::direction::Direction;
 use super::super::sequence::{self, Sequence};
 
+/// How much later than its way an ACK may come and still be the path's (its jitter), not a
+/// receiver's timer, µs.
+pub(super) const JITTER_US: u64 = 1_000;
+
+/// How much later than the ACK's way to it (and a quarter of that) a sender may send and
+/// still have been waiting for the ACK, µs: it sends as the ACK comes, the scheduler
+/// willing.
+pub(super) const SLACK_US: u64 = 2_000;
+
 /// The round trip as the capture point sees it.
 #[derive(Debug, Clone, Copy)]
 pub(in crate::analysis) struct Paths {

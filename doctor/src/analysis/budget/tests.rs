@@ -98,6 +98,32 @@ fn behind_a_splitting_nat_an_answer_waits_for_the_far_end() {
     );
 }
 
+/// Behind the same NAT, a half-close: the client sends its request and its FIN; the server
+/// answers, and closes 60 ms after its answer: its own time, not a way to the far end.
+#[test]
+fn a_half_closed_peer_s_fin_after_its_answer_is_its_own_time() {
+    let mut p = paths(500, 0);
+    p.far_us[0] = Some(117_000);
+    let mut b = Budget::new(0, 1);
+    b.on_data(C, 117_500, 4, data(true), &p);
+    b.on_close(C, 117_600, 5);
+    b.on_data(S, 237_500, 6, data(false), &p);
+    b.on_close(S, 297_500, 7);
+    let got = b.close(298_000, 8, &p, Named::default());
+    assert!(
+        (ms_of(&got, Cause::Idle, Some("server")) - 60.0).abs() < 1e-6,
+        "{got:#?}"
+    );
+    assert!(
+        (ms_of(&got, Cause::RoundTrip, None) - 234.0).abs() < 1e-6,
+        "{got:#?}"
+    );
+    assert!(
+        (ms_of(&got, Cause::Think, Some("server")) - 3.0).abs() < 1e-6,
+        "{got:#?}"
+    );
+}
+
 /// A small write waits for the ACK of the one before: an ACK a few tenths of a millisecond
 /// later than its way is the path's jitter, one 30 ms later the receiver's timer.
 #[test]

@@ -354,12 +354,13 @@ fn a_packet_captured_twice_is_read_once_and_a_retransmission_is_still_one() {
                 c.segs.push((frame + 1, ns + 150_000, s));
             }
             if resend {
-                // The same bytes sent again 10 ms later, with the sender's next number.
+                // The same bytes sent again 2 ms later, within a copy's 9 ms: its new
+                // number says it is no copy.
                 let mut s = c.segs.last().unwrap().2;
                 s.ip_id = c.segs.last().unwrap().2.ip_id.map(|i| i + 1);
                 c.ids[1] += 1;
                 c.segs
-                    .push((c.segs.len() as u64 + 1, ((t + 10.5) * 1e6) as u64, s));
+                    .push((c.segs.len() as u64 + 1, ((t + 2.5) * 1e6) as u64, s));
             }
             c.ack(t + 11.0, 0);
             t += 50.0;
@@ -384,4 +385,45 @@ fn a_packet_captured_twice_is_read_once_and_a_retransmission_is_still_one() {
     assert_eq!(talk(true, false), (4, 4, 800, 0));
     let (copies, _, _, resent) = talk(false, true);
     assert_eq!((copies, resent), (0, 4));
+}
+
+/// Behind a NAT that acknowledges each segment at once (0.5 ms) for a server 117 ms away (the
+/// handshake's round trip), an answer 120 ms after its question waited for the far end: the
+/// server's own time is 3 ms. A SYN-ACK that was only slow (350 ms, on a path of 50 ms) is
+/// disproved by the first answer, 90 ms after its question: no far end, the server's 40 ms
+/// its own.
+#[test]
+fn a_nat_that_acks_for_the_far_end_is_told_from_a_slow_syn_ack() {
+    let talk = |handshake: f64, ack: f64, answer: f64| {
+        let mut c = Conv::seen_from(handshake, 0.01);
+        let mut t = handshake + 1.0;
+        for _ in 0..3 {
+            c.data(t, 0, 100).ack(t + ack, 1).data(t + answer, 1, 200);
+            c.ack(t + answer + 0.1, 0);
+            t += 1000.0;
+        }
+        analyse(&c.segs).remove(0)
+    };
+    let think = |r: &crate::analysis::FlowReport| {
+        r.budget
+            .causes
+            .iter()
+            .filter(|s| s.cause == crate::analysis::Cause::Think)
+            .map(|s| s.ms)
+            .sum::<f64>()
+    };
+    let nat = talk(117.0, 0.5, 120.0);
+    assert!(
+        nat.far_rtt_ms.is_some_and(|f| (f - 117.0).abs() < 0.1),
+        "{nat:#?}"
+    );
+    assert!((think(&nat) - 9.0).abs() < 0.5, "{:#?}", nat.budget);
+    assert!(
+        !nat.verdict.iter().any(|v| v.contains("profile")),
+        "{:?}",
+        nat.verdict
+    );
+    let slow = talk(350.0, 50.0, 90.0);
+    assert_eq!(slow.far_rtt_ms, None, "{slow:#?}");
+    assert!((think(&slow) - 120.0).abs() < 0.5, "{:#?}", slow.budget);
 }

@@ -1,0 +1,139 @@
+//! Packets the capture saw twice ([`Copies`]): a mirror port's copy, or one packet captured on
+//! two interfaces (VLAN and bridge, a tunnel and the link under it), which would read as a
+//! retransmission and, for a data segment, as loss recovery. A copy carries its packet's
+//! IPv4 number and TCP header; Linux numbers a retransmission anew, and any stack sends one
+//! only after the peer's duplicate ACKs or a timer. So a packet is a copy of one of its
+//! sender's last [`KEPT`] packets when it has the same number (not 0: some systems number
+//! no packet) and header, within [`COPY_WITHIN_US`], with no duplicate ACK from the peer
+//! since. Not told: IPv6 (unnumbered); and a stack that keeps a segment's number when it
+//! sends it again on a timer that short (Windows keeps a SYN's, a second later).
+
+use crate::packet::{flags, Segment};
+
+/// A copy of a packet in the capture comes this soon after it (microseconds as a rule; the
+/// two interfaces of one capture may be a few milliseconds apart).
+const COPY_WITHIN_US: u64 = 9_000;
+
+/// A sender's packets looked among (the copies of a burst interleave with its packets).
+const KEPT: usize = 8;
+
+/// One sender's last packets, and the peer's last ACK of them.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Copies {
+    /// Fingerprints of the packets' number and header, and when each passed, µs; the
+    /// newest at `next - 1`.
+    kept: [(u64, u64); KEPT],
+    next: usize,
+    /// The peer's last acknowledgement number.
+    peer_ack: Option<u32>,
+}
+
+impl Copies {
+    /// Whether `s`, passing at `us`, is a copy of one of this sender's last packets; it is
+    /// kept otherwise.
+    pub(super) fn is_copy(&mut self, s: &Segment, us: u64) -> bool {
+        let Some(id) = s.ip_id.filter(|&id| id != 0) else {
+            return false;
+        };
+        let print = fingerprint(id, s);
+        let fresh = |&(_, at): &(u64, u64)| at != 0 && us.saturating_sub(at) <= COPY_WITHIN_US;
+        if self.kept.iter().any(|k| fresh(k) && k.0 == print) {
+            return true;
+        }
+        // (`us` may be 0, the capture's first frame: kept as 1, a microsecond on.)
+        self.kept[self.next] = (print, us.max(1));
+        self.next = (self.next + 1) % KEPT;
+        false
+    }
+
+    /// The peer sent `s` (no copy): a duplicate ACK says it misses data, which may come again.
+    pub(super) fn peer_sent(&mut self, s: &Segment) {
+        if s.flags & flags::ACK == 0 {
+            return;
+        }
+        let pure = s.len == 0 && s.flags & (flags::SYN | flags::FIN | flags::RST) == 0;
+        if pure && (self.peer_ack == Some(s.ack) || s.sack) {
+            self.kept = Default::default();
+        }
+        self.peer_ack = Some(s.ack);
+    }
+}
+
+/// The number and header of a packet, mixed into 64 bits (FNV-1a).
+fn fingerprint(id: u16, s: &Segment) -> u64 {
+    let (tsval, tsecr) = s.ts.unwrap_or_default();
+    let words = [
+        u64::from(id),
+        u64::from(s.seq),
+        u64::from(s.ack),
+        u64::from(s.flags) << 32 | u64::from(s.window),
+        u64::from(s.len),
+        u64::from(tsval) << 32 | u64::from(tsecr),
+        u64::from(s.ts.is_some()),
+    ];
+    words.iter().fold(0xcbf2_9ce4_8422_2325, |h, w| {
+        (h ^ w).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seg(id: u16, seq: u32) -> Segment {
+        Segment {
+            ip_id: Some(id),
+            seq,
+            ..crate::analysis::tests::segment_for_tests()
+        }
+    }
+
+    #[test]
+    fn a_copy_has_a_number_not_0_and_comes_soon() {
+        let mut c = Copies::default();
+        assert!(!c.is_copy(&seg(7, 1), 0));
+        assert!(c.is_copy(&seg(7, 1), 200));
+        assert!(!c.is_copy(&seg(8, 101), 300), "a new number: a new packet");
+        assert!(!c.is_copy(&seg(9, 201), 400));
+        assert!(
+            !c.is_copy(&seg(9, 201), 400 + COPY_WITHIN_US + 1),
+            "too late for a copy"
+        );
+        // Unnumbered packets (0: some systems number none) are never copies.
+        assert!(!c.is_copy(&seg(0, 301), 400_000));
+        assert!(!c.is_copy(&seg(0, 301), 400_001));
+    }
+
+    /// A capture of two interfaces 5 ms apart: a burst's copies come after the whole burst,
+    /// and after the peer's (advancing) ACKs of it.
+    #[test]
+    fn a_burst_s_copies_come_after_it_and_the_peer_s_acks() {
+        let mut c = Copies::default();
+        for i in 0..4u16 {
+            assert!(!c.is_copy(&seg(10 + i, 1 + u32::from(i) * 100), 1_000 + u64::from(i)));
+        }
+        let mut ack = seg(500, 1);
+        ack.len = 0;
+        ack.ack = 201;
+        c.peer_sent(&ack);
+        ack.ack = 401;
+        c.peer_sent(&ack);
+        for i in 0..4u16 {
+            assert!(c.is_copy(&seg(10 + i, 1 + u32::from(i) * 100), 6_000 + u64::from(i)));
+        }
+    }
+
+    /// After the peer's duplicate ACK, the same packet again is its retransmission.
+    #[test]
+    fn after_a_duplicate_ack_the_same_packet_is_sent_again() {
+        let mut c = Copies::default();
+        assert!(!c.is_copy(&seg(10, 1), 1_000));
+        assert!(!c.is_copy(&seg(11, 101), 1_001));
+        let mut ack = seg(500, 1);
+        ack.len = 0;
+        ack.ack = 1;
+        c.peer_sent(&ack);
+        c.peer_sent(&ack);
+        assert!(!c.is_copy(&seg(10, 1), 2_000));
+    }
+}
