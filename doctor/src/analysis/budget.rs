@@ -506,7 +506,7 @@ impl Budget {
                 // spoke since, a half-close), and the last ACK the way to the closer and back.
                 match self.closed_too.filter(|&(too_us, _)| too_us <= us) {
                     Some((too_us, too_frame)) => {
-                        let spoke = self.ledger.until_us() > close_us;
+                        let spoke = l.sender != c && self.ledger.until_us() > close_us;
                         let way = if spoke { Some(0) } else { p.answer_way_us(c) };
                         self.path_then(too_us, too_frame, way, idle(c.peer()));
                         self.path_then(us, frame, p.side_us[c.peer()], idle(c));
