@@ -294,12 +294,14 @@ impl FlushPolicy {
     /// pushes bytes held a whole [`DEFAULT_LINGER`] with no ACK to release them: a batch
     /// waits one to two milliseconds at most (tokio's timer), never the peer's delayed ACK.
     ///
-    /// Such a push says the peer is not answering now, and the stream remembers it: from
-    /// then on only a flush made right after input is clocked, until a held batch is seen
-    /// released by an ACK (answers do come), when every flush after input is clocked
-    /// again. So a stream whose peer speaks only to ask (a server-sent-events client: its
-    /// request) has the tokens of one bound wait, once, and a server that streams each answer
-    /// in parts pays the bound once per connection, not once per answer. Bytes made due by
+    /// Such a push says the peer is not answering now, and the stream doubts it: from then
+    /// on only a flush made right after input is clocked, until a held batch is seen
+    /// released by an ACK (answers do come) or 64 more inputs have come, when every flush
+    /// after input is clocked again. So a stream whose peer speaks only to ask (a
+    /// server-sent-events client: its request) has the tokens of one bound wait, once; a
+    /// server that streams each answer in parts pays the bound once per 64 answers, not once
+    /// per answer; and a peer late once (a busy server, a loaded host) is doubted for a while,
+    /// not for good. Bytes made due by
     /// an urgent write, the linger deadline, the threshold, a read that would wait or close
     /// leave at once, `TCP_NODELAY` set again first. See [`clocked`](Self::clocked), which
     /// clocks every batch.
