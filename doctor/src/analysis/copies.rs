@@ -5,7 +5,12 @@
 //! only after the peer's duplicate ACKs or a timer. So a packet is a copy of one of its
 //! sender's last [`KEPT`] packets when it has the same number (not 0: some systems number
 //! no packet) and header, within [`COPY_WITHIN_US`], with no duplicate ACK from the peer
-//! since. Not told: IPv6 (unnumbered); and a stack that keeps a segment's number when it
+//! since. A packet with no number (IPv6, or 0) is told by its timestamps instead, when it
+//! carries data (or a SYN or FIN) and the timestamps option: a stack stamps a segment sent
+//! again with its clock's time then (a tick of a millisecond or less), so a segment with
+//! the same header, the same stamps, within the same bound, is the same packet. Not told:
+//! an unnumbered packet without timestamps, or a pure ACK without a number (a receiver's
+//! duplicate ACKs in one tick are alike); and a stack that keeps a segment's number when it
 //! sends it again on a timer that short (Windows keeps a SYN's, a second later).
 
 use crate::packet::{flags, Segment};
@@ -32,8 +37,11 @@ impl Copies {
     /// Whether `s`, passing at `us`, is a copy of one of this sender's last packets; it is
     /// kept otherwise.
     pub(super) fn is_copy(&mut self, s: &Segment, us: u64) -> bool {
-        let Some(id) = s.ip_id.filter(|&id| id != 0) else {
-            return false;
+        let id = match s.ip_id.filter(|&id| id != 0) {
+            Some(id) => id,
+            // Unnumbered: told by the timestamps, for what a retransmission could be.
+            None if s.ts.is_some() && (s.len > 0 || s.flags & (flags::SYN | flags::FIN) != 0) => 0,
+            None => return false,
         };
         let print = fingerprint(id, s);
         let fresh = |&(_, at): &(u64, u64)| at != 0 && us.saturating_sub(at) <= COPY_WITHIN_US;
@@ -135,5 +143,34 @@ mod tests {
         c.peer_sent(&ack);
         c.peer_sent(&ack);
         assert!(!c.is_copy(&seg(10, 1), 2_000));
+    }
+
+    /// IPv6 (no number): a data segment with the same header and stamps soon after is a
+    /// copy; with other stamps (sent again a tick or more later) it is not; without
+    /// timestamps, or a pure ACK, nothing is told.
+    #[test]
+    fn an_unnumbered_copy_is_told_by_its_timestamps() {
+        let v6 = |seq: u32, ts: Option<(u32, u32)>| Segment {
+            ip_id: None,
+            seq,
+            ts,
+            ..crate::analysis::tests::segment_for_tests()
+        };
+        let mut c = Copies::default();
+        assert!(!c.is_copy(&v6(1, Some((500, 9))), 1_000));
+        assert!(c.is_copy(&v6(1, Some((500, 9))), 1_050), "a copy");
+        assert!(
+            !c.is_copy(&v6(1, Some((508, 9))), 8_000),
+            "sent again 7 ms later: new stamps"
+        );
+        assert!(!c.is_copy(&v6(101, None), 9_000));
+        assert!(!c.is_copy(&v6(101, None), 9_010), "no stamps: not told");
+        let mut ack = v6(201, Some((600, 9)));
+        ack.len = 0;
+        assert!(!c.is_copy(&ack, 10_000));
+        assert!(
+            !c.is_copy(&ack, 10_010),
+            "a pure ACK without a number: not told"
+        );
     }
 }

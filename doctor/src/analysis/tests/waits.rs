@@ -387,6 +387,60 @@ fn a_packet_captured_twice_is_read_once_and_a_retransmission_is_still_one() {
     assert_eq!((copies, resent), (0, 4));
 }
 
+/// The same over IPv6 (no number): each packet stamped with its sender's millisecond clock
+/// (the timestamps option); a copy has its packet's stamps, a segment sent again 2 ms later
+/// new ones.
+#[test]
+fn an_ipv6_packet_captured_twice_is_read_once_by_its_timestamps() {
+    let talk = |copies: bool, resend: bool| {
+        let mut c = Conv::new();
+        let mut t = 1.0;
+        for _ in 0..4 {
+            c.data(t, 0, 100).data(t + 0.5, 1, 200);
+            if copies {
+                let (frame, ns, s) = *c.segs.last().unwrap();
+                c.segs.push((frame + 1, ns + 150_000, s));
+            }
+            if resend {
+                let (_, ns, s) = *c.segs.last().unwrap();
+                c.segs.push((c.segs.len() as u64 + 1, ns + 2_000_000, s));
+            }
+            c.ack(t + 11.0, 0);
+            t += 50.0;
+        }
+        // IPv6: no number; stamps from each packet's time (ms), a copy's from its packet's.
+        let mut stamp = 0;
+        let mut last: Option<(u32, u64)> = None;
+        for (_, ns, s) in c.segs.iter_mut() {
+            s.ip_id = None;
+            let copy = copies && last.is_some_and(|(seq, at)| seq == s.seq && *ns - at < 1_000_000);
+            if !copy {
+                stamp = (*ns / 1_000_000) as u32;
+            }
+            s.ts = Some((stamp, 7));
+            last = Some((s.seq, *ns));
+        }
+        let d = {
+            let origin = c.segs[0].1;
+            let mut a = super::super::Analyzer::new(Default::default());
+            for (frame, ns, s) in &c.segs {
+                a.push(*frame, (ns - origin) / 1000, s);
+            }
+            a.finish()
+        };
+        let f = &d.flows[0];
+        (
+            d.capture_copies,
+            f.sides[1].data_segments,
+            f.sides[1].retransmissions,
+        )
+    };
+    assert_eq!(talk(false, false), (0, 4, 0));
+    assert_eq!(talk(true, false), (4, 4, 0), "each copy read once");
+    let (copies, _, resent) = talk(false, true);
+    assert_eq!((copies, resent), (0, 4), "sent again with new stamps");
+}
+
 /// Behind a NAT that acknowledges each segment at once (0.5 ms) for a server 117 ms away (the
 /// handshake's round trip), an answer 120 ms after its question waited for the far end: the
 /// server's own time is 3 ms. A SYN-ACK that was only slow (350 ms, on a path of 50 ms) is
