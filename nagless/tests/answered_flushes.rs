@@ -353,7 +353,7 @@ mod alone {
     /// its peer, for a while only. Its later flushes are clocked again, not sent at once
     /// (`TCP_NODELAY` set and cleared around each) for the rest of the connection, as they were
     /// while a peer that answered late once was doubted for good (issue 56: one such wait in a
-    /// redis-rs run kept a fifth of its flushes off the clock).
+    /// redis-rs run kept 17-44 % of its flushes off the clock).
     ///
     /// Alone: a busy machine makes the server late more than once (beside two busy loops a run
     /// here pushed 12 times, each doubting the peer for a while); doubted for good, nearly every
