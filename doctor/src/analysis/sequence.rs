@@ -343,7 +343,7 @@ pub(super) fn send_data(
     let end = s.seq.wrapping_add(s.len);
     let sizes = sizes(seq, d);
     let small = sizes.is_small(s.len, u32::from(s.opt_len));
-    let full = sizes.full_segment().0;
+    let (full, announced) = sizes.full_segment();
     let dir = &mut seq[d];
     let base_seq = *dir.base_seq.get_or_insert(s.seq);
     match s.len.cmp(&dir.max_len) {
@@ -392,11 +392,17 @@ pub(super) fn send_data(
         // it is off. (Sent at once with the first, both were pushed together: by a close, an
         // uncork, MSG_MORE ending.)
         // (Not from segments of three quarters of a full one or more: they may be the full
-        // segments of a path that carries less, not yet seen twice.)
+        // segments of a path that carries less, not yet seen twice. Where the full segment is
+        // one this sender was seen to send (no SYN in the capture, or a path that carries
+        // less, seen), any segment shorter by more than the options' 40 bytes is small.)
         // (Nor from the small tail of a large write, sent right behind its full segments:
         // Windows applies Nagle to each write, not to each segment, so such a tail leaves
         // beside a small segment in flight, and is not one Nagle counts either.)
-        let clearly_small = s.len * 4 < full * 3;
+        let clearly_small = if announced {
+            s.len * 4 < full * 3
+        } else {
+            s.len + 40 < full
+        };
         let tail = small && dir.last_full_us.is_some_and(|t| us < t + NAGLE_OFF_GAP_US);
         let counted = small && !tail;
         // (Nor from a tail-loss probe: with one small segment in flight and no ACK for the

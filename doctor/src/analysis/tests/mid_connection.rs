@@ -201,3 +201,39 @@ fn a_windows_receivers_56_ms_timer_is_not_named_linuxs() {
         r.verdict
     );
 }
+
+/// A capture begun mid-connection (no SYN: the full segment is the largest payload seen,
+/// 1326 bytes) of a server that sends 1031-byte segments two at a time, the second 16 ms after
+/// the first and before its ACK: no Nagle holds such a second segment, so the server runs
+/// without it, and its segments that follow the client's late ACKs are not stalls (secdev/scapy's
+/// `http_chunk.pcap`, IIS streaming a chunked answer: 12 stalls claimed before 2026-12-01).
+/// Under three quarters of a full segment was the proof's bar, for a full segment announced
+/// by a SYN that the path may not carry; a payload seen sent is one it carries.
+#[test]
+fn segments_shorter_than_one_seen_sent_two_in_flight_prove_nagle_off() {
+    let stalls = |second: u32| {
+        let mut c = Conv::new();
+        c.segs.clear();
+        c.data(1.0, 0, 300);
+        c.data(2.0, 1, 1326).data(2.1, 1, 1326).ack(3.0, 0);
+        let mut t = 10.0;
+        for _ in 0..4 {
+            c.data(t, 1, 1031).data(t + 16.0, 1, second);
+            c.ack(t + 150.0, 0);
+            c.data(t + 150.5, 1, 1031);
+            c.ack(t + 190.0, 0);
+            t += 300.0;
+        }
+        analyse(&c.segs)[0].stall_count
+    };
+    // (A second segment that is full: no proof, and the late ACKs' releases are stalls.)
+    assert!(
+        stalls(1326) > 0,
+        "the scenario holds stalls when Nagle may be on"
+    );
+    assert_eq!(
+        stalls(1031),
+        0,
+        "two 1031-byte segments in flight: Nagle is off"
+    );
+}
