@@ -12,16 +12,18 @@
 //! release it (the look that pushes it): the peer is not answering now. The stream then
 //! remembers that its peer lets batches wait, and clocks only a batch that input came just
 //! before, until a held batch is seen released by an ACK (answers do come after all), or
-//! until [`FORGIVE`] more inputs have come: a peer that answers on (a busy server that once
+//! until [`FORGIVE`] more answers have come (input between two of its batches, however many
+//! reads it takes, is one): a peer that answers on (a busy server that once
 //! took longer than the bound, a scheduler's hiccup on a loaded host) is not doubted for the
 //! rest of the connection. A sender whose peer never speaks never clocks; a peer that speaks
 //! only to ask once (server-sent events) is never trusted again; a server that streams each
 //! answer in parts pays one bound every [`FORGIVE`] requests.
 //!
 //! Invariant: `answering` implies `doubt == 0` (a peer known to let batches wait is trusted
-//! again only by a release, or after [`FORGIVE`] inputs).
+//! again only by a release, or after [`FORGIVE`] answers).
 
-/// Inputs after which a peer that let a batch wait a whole bound is trusted again.
+/// Answers (input between two batches) after which a peer that let a batch wait a whole
+/// bound is trusted again.
 ///
 /// Measured (redis-rs's multiplexed connection, 32 tasks, 300,000 requests over loopback, the
 /// `redis_clients` program `scripts/bench-clients` runs): while a peer was doubted for good,
@@ -39,7 +41,7 @@ pub(crate) struct Answers {
     input: bool,
     /// Input came, and no batch held since waited a whole bound: clock every batch.
     answering: bool,
-    /// Inputs left before the peer is trusted again: a held batch waited a whole bound, and
+    /// Answers left before the peer is trusted again: a held batch waited a whole bound, and
     /// no held batch was released by an ACK since (0: trusted).
     doubt: u16,
 }
@@ -47,8 +49,12 @@ pub(crate) struct Answers {
 impl Answers {
     /// Input came from the peer.
     pub(crate) fn input(&mut self) {
+        // One step of the doubt per answer: the input between two batches, however many
+        // reads it takes (a request read in pieces is one).
+        if !self.input {
+            self.doubt = self.doubt.saturating_sub(1);
+        }
         self.input = true;
-        self.doubt = self.doubt.saturating_sub(1);
         self.answering = self.doubt == 0;
     }
 
@@ -121,12 +127,13 @@ mod tests {
     }
 
     /// A busy server that once took longer than the bound, then answers on (redis-rs's
-    /// multiplexed connection on a loaded host): doubted for `FORGIVE` inputs, not for the
+    /// multiplexed connection on a loaded host): doubted for `FORGIVE` answers, not for the
     /// rest of the connection.
     #[test]
     fn a_peer_that_answers_on_is_trusted_again_after_some_inputs() {
         let mut a = Answers::default();
         a.input();
+        assert!(a.clock());
         a.unanswered();
         for _ in 1..FORGIVE {
             a.input();
@@ -152,5 +159,20 @@ mod tests {
         assert!(a.clock());
         a.unanswered();
         assert!((0..10 * usize::from(FORGIVE)).all(|_| !a.clock()));
+    }
+
+    /// Input read in many pieces between two batches (a request read a few bytes at a time)
+    /// is one answer: it does not wear the doubt down by itself.
+    #[test]
+    fn input_between_two_batches_counts_once() {
+        let mut a = Answers::default();
+        a.input();
+        assert!(a.clock());
+        a.unanswered();
+        for _ in 0..2 * FORGIVE {
+            a.input();
+        }
+        assert!(a.clock(), "right after input");
+        assert!(!a.clock(), "still doubted: one answer came, not 128");
     }
 }
