@@ -116,7 +116,7 @@ impl Analyzer {
         if flow.copies[d].is_copy(s, us) {
             return 1;
         }
-        flow.copies[d.peer()].peer_sent(s);
+        flow.copies[d.peer()].peer_sent(s, us);
         let made = flow.candidates_made();
         flow.on_segment(d, s, us, frame);
         if s.len == 0 {

@@ -6,12 +6,16 @@
 //! sender's last [`KEPT`] packets when it has the same number (not 0: some systems number
 //! no packet) and header, within [`COPY_WITHIN_US`], with no duplicate ACK from the peer
 //! since. A packet with no number (IPv6, or 0) is told by its timestamps instead, when it
-//! carries data (or a SYN or FIN) and the timestamps option: a stack stamps a segment sent
-//! again with its clock's time then (a tick of a millisecond or less), so a segment with
-//! the same header, the same stamps, within the same bound, is the same packet. Not told:
-//! an unnumbered packet without timestamps, or a pure ACK without a number (a receiver's
-//! duplicate ACKs in one tick are alike); and a stack that keeps a segment's number when it
-//! sends it again on a timer that short (Windows keeps a SYN's, a second later).
+//! carries data (or a SYN or FIN) and the timestamps option, and the peer was seen (a
+//! capture of one way would miss the duplicate ACKs that tell a fast retransmission): a
+//! stack stamps a segment sent again with its clock's time then (a tick of a millisecond on
+//! today's stacks; 10 ms on some older ones, whose timers are longer still), so a segment
+//! with the same header, the same stamps, within the same bound, is the same packet. The
+//! copy of an unnumbered pure ACK is not told, but forgets nothing: a real duplicate ACK
+//! carries SACK blocks. Not told: an unnumbered packet without timestamps; a retransmission
+//! in the same tick whose duplicate ACKs the capture dropped; a stack that keeps a segment's
+//! number when it sends it again on a timer that short (Windows keeps a SYN's, a second
+//! later).
 
 use crate::packet::{flags, Segment};
 
@@ -31,6 +35,9 @@ pub(super) struct Copies {
     next: usize,
     /// The peer's last acknowledgement number.
     peer_ack: Option<u32>,
+    /// The peer's last pure ACK without a number, as (ACK number, window, stamps), and when
+    /// it passed, µs: the same again soon may be its copy, not a duplicate ACK.
+    peer_unnumbered: Option<((u32, u16, (u32, u32)), u64)>,
 }
 
 impl Copies {
@@ -40,7 +47,14 @@ impl Copies {
         let id = match s.ip_id.filter(|&id| id != 0) {
             Some(id) => id,
             // Unnumbered: told by the timestamps, for what a retransmission could be.
-            None if s.ts.is_some() && (s.len > 0 || s.flags & (flags::SYN | flags::FIN) != 0) => 0,
+            // Only once the peer was seen: a capture of one way (a mirror port's) misses
+            // the duplicate ACKs that tell a fast retransmission in the same tick.
+            None if s.ts.is_some()
+                && self.peer_ack.is_some()
+                && (s.len > 0 || s.flags & (flags::SYN | flags::FIN) != 0) =>
+            {
+                0
+            }
             None => return false,
         };
         let print = fingerprint(id, s);
@@ -55,13 +69,27 @@ impl Copies {
     }
 
     /// The peer sent `s` (no copy): a duplicate ACK says it misses data, which may come again.
-    pub(super) fn peer_sent(&mut self, s: &Segment) {
+    /// An unnumbered pure ACK (IPv6) that repeats the peer's last one, stamps and window
+    /// alike, within [`COPY_WITHIN_US`] and without SACK blocks, may be its copy: it forgets
+    /// nothing (a real duplicate ACK carries SACK blocks wherever SACK is on, as it is
+    /// nearly everywhere).
+    pub(super) fn peer_sent(&mut self, s: &Segment, us: u64) {
         if s.flags & flags::ACK == 0 {
             return;
         }
         let pure = s.len == 0 && s.flags & (flags::SYN | flags::FIN | flags::RST) == 0;
-        if pure && (self.peer_ack == Some(s.ack) || s.sack) {
+        let unnumbered = pure && s.ip_id.is_none_or(|id| id == 0);
+        let print = s.ts.filter(|_| unnumbered).map(|ts| (s.ack, s.window, ts));
+        let maybe_copy = !s.sack
+            && print.is_some_and(|p| {
+                self.peer_unnumbered
+                    .is_some_and(|(q, at)| q == p && us.saturating_sub(at) <= COPY_WITHIN_US)
+            });
+        if pure && !maybe_copy && (self.peer_ack == Some(s.ack) || s.sack) {
             self.kept = Default::default();
+        }
+        if let Some(p) = print {
+            self.peer_unnumbered = Some((p, us));
         }
         self.peer_ack = Some(s.ack);
     }
@@ -107,7 +135,8 @@ mod tests {
             !c.is_copy(&seg(9, 201), 400 + COPY_WITHIN_US + 1),
             "too late for a copy"
         );
-        // Unnumbered packets (0: some systems number none) are never copies.
+        // Unnumbered packets (0: some systems number none) without timestamps are never
+        // copies.
         assert!(!c.is_copy(&seg(0, 301), 400_000));
         assert!(!c.is_copy(&seg(0, 301), 400_001));
     }
@@ -123,9 +152,9 @@ mod tests {
         let mut ack = seg(500, 1);
         ack.len = 0;
         ack.ack = 201;
-        c.peer_sent(&ack);
+        c.peer_sent(&ack, 1_500);
         ack.ack = 401;
-        c.peer_sent(&ack);
+        c.peer_sent(&ack, 1_500);
         for i in 0..4u16 {
             assert!(c.is_copy(&seg(10 + i, 1 + u32::from(i) * 100), 6_000 + u64::from(i)));
         }
@@ -140,8 +169,8 @@ mod tests {
         let mut ack = seg(500, 1);
         ack.len = 0;
         ack.ack = 1;
-        c.peer_sent(&ack);
-        c.peer_sent(&ack);
+        c.peer_sent(&ack, 1_500);
+        c.peer_sent(&ack, 1_500);
         assert!(!c.is_copy(&seg(10, 1), 2_000));
     }
 
@@ -158,7 +187,15 @@ mod tests {
         };
         let mut c = Copies::default();
         assert!(!c.is_copy(&v6(1, Some((500, 9))), 1_000));
-        assert!(c.is_copy(&v6(1, Some((500, 9))), 1_050), "a copy");
+        assert!(
+            !c.is_copy(&v6(1, Some((500, 9))), 1_050),
+            "the peer never seen (a capture of one way): not told"
+        );
+        let mut peer = v6(1, Some((9, 400)));
+        peer.len = 0;
+        c.peer_sent(&peer, 1_060);
+        assert!(!c.is_copy(&v6(1, Some((500, 9))), 1_070));
+        assert!(c.is_copy(&v6(1, Some((500, 9))), 1_100), "a copy");
         assert!(
             !c.is_copy(&v6(1, Some((508, 9))), 8_000),
             "sent again 7 ms later: new stamps"
@@ -172,5 +209,32 @@ mod tests {
             !c.is_copy(&ack, 10_010),
             "a pure ACK without a number: not told"
         );
+    }
+
+    /// The copy of the peer's unnumbered pure ACK (the same stamps and window, soon, no SACK)
+    /// is no duplicate ACK: the sender's packets are still kept, and their copies told. A
+    /// duplicate ACK with SACK blocks forgets them.
+    #[test]
+    fn an_unnumbered_ack_s_copy_forgets_nothing() {
+        let v6 = |seq: u32, len: u32, ts: (u32, u32)| Segment {
+            ip_id: None,
+            seq,
+            len,
+            ts: Some(ts),
+            ..crate::analysis::tests::segment_for_tests()
+        };
+        let mut c = Copies::default();
+        let mut first = v6(1, 0, (7, 400));
+        first.ack = 0;
+        c.peer_sent(&first, 500);
+        assert!(!c.is_copy(&v6(1, 100, (500, 7)), 1_000));
+        let ack = v6(1, 0, (8, 500));
+        c.peer_sent(&ack, 1_200);
+        c.peer_sent(&ack, 1_250);
+        assert!(c.is_copy(&v6(1, 100, (500, 7)), 5_000), "still kept");
+        let mut dup = v6(1, 0, (9, 500));
+        dup.sack = true;
+        c.peer_sent(&dup, 5_100);
+        assert!(!c.is_copy(&v6(1, 100, (500, 7)), 5_200), "forgotten");
     }
 }
