@@ -26,6 +26,9 @@ const COPY_WITHIN_US: u64 = 9_000;
 /// A sender's packets looked among (the copies of a burst interleave with its packets).
 const KEPT: usize = 8;
 
+/// A pure ACK as its copy repeats it: ACK number, window, stamps.
+type AckPrint = (u32, u16, (u32, u32));
+
 /// One sender's last packets, and the peer's last ACK of them.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Copies {
@@ -37,7 +40,7 @@ pub(super) struct Copies {
     peer_ack: Option<u32>,
     /// The peer's last pure ACK without a number, as (ACK number, window, stamps), and when
     /// it passed, µs: the same again soon may be its copy, not a duplicate ACK.
-    peer_unnumbered: Option<((u32, u16, (u32, u32)), u64)>,
+    peer_unnumbered: Option<(AckPrint, u64)>,
 }
 
 impl Copies {
