@@ -47,7 +47,7 @@ pub fn text(d: &Diagnosis) -> String {
     if d.capture_copies > 0 {
         let _ = writeln!(
             out,
-            "note: {} frame(s) are copies of a packet before them (the same IPv4 number and header: captured twice, on a mirror port or two interfaces), each read once",
+            "note: {} frame(s) are copies of a packet before them (the same IPv4 number, or over IPv6 the same timestamps, and header: captured twice, on a mirror port or two interfaces), each read once",
             d.capture_copies
         );
     }
