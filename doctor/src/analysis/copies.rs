@@ -5,7 +5,8 @@
 //! only after the peer's duplicate ACKs or a timer. So a packet is a copy of one of its
 //! sender's last [`KEPT`] packets when it has the same number (not 0: some systems number
 //! no packet) and header, within [`COPY_WITHIN_US`], with no duplicate ACK from the peer
-//! since. A packet with no number (IPv6, or 0) is told by its timestamps instead, when it
+//! since; or, seen with another TTL (before and after a router), within [`ACROSS_A_HOP_US`].
+//! A packet with no number (IPv6, or 0) is told by its timestamps instead, when it
 //! carries data (or a SYN or FIN) and the timestamps option, and the peer was seen (a
 //! capture of one way would miss the duplicate ACKs that tell a fast retransmission): a
 //! stack stamps a segment sent again with its clock's time then (a tick of a millisecond on
@@ -23,6 +24,12 @@ use crate::packet::{flags, Segment};
 /// two interfaces of one capture may be a few milliseconds apart).
 const COPY_WITHIN_US: u64 = 9_000;
 
+/// A numbered packet seen again with another TTL (or hop limit) comes this soon after it: one
+/// packet captured before and after a router (a capture of two of its interfaces), which
+/// sends it on a few to tens of milliseconds later. A retransmission is numbered anew, and
+/// leaves its sender with the TTL its first did.
+const ACROSS_A_HOP_US: u64 = 100_000;
+
 /// A sender's packets looked among (the copies of a burst interleave with its packets).
 const KEPT: usize = 8;
 
@@ -32,9 +39,9 @@ type AckPrint = (u32, u16, (u32, u32));
 /// One sender's last packets, and the peer's last ACK of them.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Copies {
-    /// Fingerprints of the packets' number and header, and when each passed, µs; the
-    /// newest at `next - 1`.
-    kept: [(u64, u64); KEPT],
+    /// Fingerprints of the packets' number and header, when each passed, µs, and its TTL;
+    /// the newest at `next - 1`.
+    kept: [(u64, u64, u8); KEPT],
     next: usize,
     /// The peer's last acknowledgement number.
     peer_ack: Option<u32>,
@@ -61,12 +68,16 @@ impl Copies {
             None => return false,
         };
         let print = fingerprint(id, s);
-        let fresh = |&(_, at): &(u64, u64)| at != 0 && us.saturating_sub(at) <= COPY_WITHIN_US;
+        let fresh = |&(_, at, ttl): &(u64, u64, u8)| {
+            let age = us.saturating_sub(at);
+            at != 0
+                && (age <= COPY_WITHIN_US || (id != 0 && ttl != s.ttl && age <= ACROSS_A_HOP_US))
+        };
         if self.kept.iter().any(|k| fresh(k) && k.0 == print) {
             return true;
         }
         // (`us` may be 0, the capture's first frame: kept as 1, a microsecond on.)
-        self.kept[self.next] = (print, us.max(1));
+        self.kept[self.next] = (print, us.max(1), s.ttl);
         self.next = (self.next + 1) % KEPT;
         false
     }
@@ -239,5 +250,23 @@ mod tests {
         dup.sack = true;
         c.peer_sent(&dup, 5_100);
         assert!(!c.is_copy(&v6(1, 100, (500, 7)), 5_200), "forgotten");
+    }
+
+    /// One packet captured before and after a router: the same number and header, its TTL
+    /// one less, 30 ms later (gopacket's `cip.pcap`: 68 such copies read as fast
+    /// retransmissions). With the same TTL that late it is not told.
+    #[test]
+    fn a_packet_seen_across_a_router_is_a_copy_later() {
+        let mut c = Copies::default();
+        assert!(!c.is_copy(&seg(7, 1), 1_000));
+        let mut routed = seg(7, 1);
+        routed.ttl -= 1;
+        assert!(c.is_copy(&routed, 31_000), "one hop on, 30 ms later");
+        assert!(!c.is_copy(&seg(8, 101), 40_000));
+        assert!(!c.is_copy(&seg(8, 101), 70_000), "the same TTL: not told");
+        assert!(!c.is_copy(&seg(9, 201), 80_000));
+        let mut late = seg(9, 201);
+        late.ttl -= 1;
+        assert!(!c.is_copy(&late, 80_000 + ACROSS_A_HOP_US + 1), "too late");
     }
 }
