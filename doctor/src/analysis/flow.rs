@@ -315,7 +315,8 @@ impl Flow {
     fn on_data(&mut self, d: Direction, s: &Segment, us: u64, frame: u64) {
         let in_flight = !self.seq[d].all_acked();
         let small = sequence::sizes(&self.seq, d).is_small(s.len, u32::from(s.opt_len));
-        let sent = sequence::send_data(&mut self.seq, d, s, us, frame);
+        let late = self.ip_ids[d].is_late(s.ip_id);
+        let sent = sequence::send_data(&mut self.seq, d, s, (us, frame, late));
         let unseen = std::mem::take(&mut self.unseen[d]);
         let side = &mut self.sides[d];
         if sent.retransmit {

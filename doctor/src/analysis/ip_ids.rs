@@ -41,10 +41,19 @@ impl IpIds {
         *self = IpIds::default();
     }
 
+    /// Whether a packet numbered `id` was sent before the last one that passed, while the
+    /// numbering was steady: a packet the path reordered, first sent, not sent again (a
+    /// retransmission is numbered anew).
+    pub(super) fn is_late(&self, id: Option<u16>) -> bool {
+        let behind = |next: u16, id: u16| (2..=SKIP_MAX + 1).contains(&next.wrapping_sub(id));
+        self.steady >= STEADY_MIN && id.zip(self.next).is_some_and(|(id, n)| behind(n, id))
+    }
+
     /// A packet numbered `id` (`None`: IPv6, unnumbered) passed at `us`: the sender's packets
-    /// before it that did not (none unless the numbering was steady).
+    /// before it that did not (none unless the numbering was steady). A late packet
+    /// ([`IpIds::is_late`]) changes nothing.
     pub(super) fn on_packet(&mut self, id: Option<u16>, us: u64) -> Unseen {
-        let Some(id) = id else {
+        let Some(id) = id.filter(|_| !self.is_late(id)) else {
             return Unseen::default();
         };
         let mut unseen = Unseen::default();
@@ -115,5 +124,21 @@ mod tests {
         assert!(run(&[40_000, 123, 9_999, 31, 32]).iter().all(|&k| k == 0));
         assert_eq!(run(&[1, 2, 4]), [0, 0, 0]);
         assert_eq!(IpIds::default().on_packet(None, 0), Unseen::default());
+    }
+
+    /// Two packets the path reordered: the later numbers pass first (a skip: unseen so far),
+    /// then the earlier ones, late, which change nothing and are told as late.
+    #[test]
+    fn packets_behind_the_numbering_are_late() {
+        let mut n = IpIds::default();
+        for (i, id) in [7, 8, 9, 10].into_iter().enumerate() {
+            n.on_packet(Some(id), i as u64);
+        }
+        assert_eq!(n.on_packet(Some(13), 10).packets, 2);
+        assert!(n.is_late(Some(11)) && n.is_late(Some(12)));
+        assert!(!n.is_late(Some(13)), "the last one passed");
+        assert!(!n.is_late(Some(14)) && !n.is_late(None));
+        assert_eq!(n.on_packet(Some(11), 11).packets, 0);
+        assert_eq!(n.on_packet(Some(14), 12).packets, 0, "on from 13");
     }
 }

@@ -332,13 +332,13 @@ pub(super) fn acknowledge(
 }
 
 /// A segment with payload sent by `d`: finds retransmissions (and whether they followed a
-/// timeout) and tracks the new bytes until they are acknowledged.
+/// timeout) and tracks the new bytes until they are acknowledged. A `late` segment (its IPv4
+/// number behind its sender's last: the path reordered it) is no retransmission.
 pub(super) fn send_data(
     seq: &mut [Sequence; 2],
     d: Direction,
     s: &Segment,
-    us: u64,
-    frame: u64,
+    (us, frame, late): (u64, u64, bool),
 ) -> Sent {
     let end = s.seq.wrapping_add(s.len);
     let sizes = sizes(seq, d);
@@ -351,7 +351,7 @@ pub(super) fn send_data(
         std::cmp::Ordering::Equal => dir.max_len_count += 1,
         std::cmp::Ordering::Less => {}
     }
-    let retransmit = dir.nxt.is_some_and(|n| seq_lt(s.seq, n));
+    let retransmit = !late && dir.nxt.is_some_and(|n| seq_lt(s.seq, n));
     let contiguous = dir.nxt.is_none_or(|n| n == s.seq);
     let mut timeout = false;
     let mut probe = false;

@@ -481,3 +481,24 @@ fn a_nat_that_acks_for_the_far_end_is_told_from_a_slow_syn_ack() {
     assert_eq!(slow.far_rtt_ms, None, "{slow:#?}");
     assert!((think(&slow) - 120.0).abs() < 0.5, "{:#?}", slow.budget);
 }
+
+/// Two segments the path reordered (the later one passes first, its IPv4 number ahead): the
+/// earlier, passing late with the number before, was first sent, not sent again.
+#[test]
+fn a_segment_the_path_reordered_is_no_retransmission() {
+    let resent = |reorder: bool| {
+        let mut c = Conv::new();
+        for i in 0..6 {
+            c.data(1.0 + f64::from(i), 1, 100);
+        }
+        let n = c.segs.len();
+        if reorder {
+            let (a, b) = (c.segs[n - 3].2, c.segs[n - 2].2);
+            (c.segs[n - 3].2, c.segs[n - 2].2) = (b, a);
+        }
+        c.ack(20.0, 0);
+        analyse(&c.segs)[0].sides[1].retransmissions
+    };
+    assert_eq!(resent(false), 0);
+    assert_eq!(resent(true), 0, "a late first sending");
+}
