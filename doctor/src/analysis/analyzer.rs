@@ -259,12 +259,18 @@ impl Analyzer {
 /// order; times are reported from the first segment's.
 #[cfg(test)]
 pub(crate) fn analyse(segments: &[(u64, u64, Segment)]) -> Vec<FlowReport> {
+    let mut flows = analyse_all(segments).flows;
+    flows.sort_by_key(|f| f.index);
+    flows
+}
+
+/// [`analyse`]'s whole outcome, the capture's own counts too (its copies).
+#[cfg(test)]
+pub(crate) fn analyse_all(segments: &[(u64, u64, Segment)]) -> Outcome {
     let origin = segments.first().map_or(0, |s| s.1);
     let mut a = Analyzer::new(Options::default());
     for (frame, ns, s) in segments {
         a.push(*frame, ns.saturating_sub(origin) / 1000, s);
     }
-    let mut flows = a.finish().flows;
-    flows.sort_by_key(|f| f.index);
-    flows
+    a.finish()
 }

@@ -61,7 +61,7 @@ mod verdict;
 mod waits;
 
 #[cfg(test)]
-pub(crate) use analyzer::analyse;
+pub(crate) use analyzer::{analyse, analyse_all};
 pub use analyzer::{Analyzer, MAX_LIVE_FLOWS};
 pub use direction::Direction;
 pub use options::{Filter, Options, StallOrder};

@@ -365,14 +365,7 @@ fn a_packet_captured_twice_is_read_once_and_a_retransmission_is_still_one() {
             c.ack(t + 11.0, 0);
             t += 50.0;
         }
-        let d = {
-            let origin = c.segs[0].1;
-            let mut a = super::super::Analyzer::new(Default::default());
-            for (frame, ns, s) in &c.segs {
-                a.push(*frame, (ns - origin) / 1000, s);
-            }
-            a.finish()
-        };
+        let d = super::super::analyse_all(&c.segs);
         let f = &d.flows[0];
         (
             d.capture_copies,
@@ -420,14 +413,7 @@ fn an_ipv6_packet_captured_twice_is_read_once_by_its_timestamps() {
             s.ts = Some((stamp, 7));
             last = Some((s.seq, *ns));
         }
-        let d = {
-            let origin = c.segs[0].1;
-            let mut a = super::super::Analyzer::new(Default::default());
-            for (frame, ns, s) in &c.segs {
-                a.push(*frame, (ns - origin) / 1000, s);
-            }
-            a.finish()
-        };
+        let d = super::super::analyse_all(&c.segs);
         let f = &d.flows[0];
         (
             d.capture_copies,
