@@ -54,7 +54,7 @@ impl Copies {
     /// Whether `s`, passing at `us`, is a copy of one of this sender's last packets; it is
     /// kept otherwise.
     pub(super) fn is_copy(&mut self, s: &Segment, us: u64) -> bool {
-        let id = match s.ip_id.filter(|&id| id != 0) {
+        let id = match number(s) {
             Some(id) => id,
             // Unnumbered: told by the timestamps, for what a retransmission could be.
             // Only once the peer was seen: a capture of one way (a mirror port's) misses
@@ -92,7 +92,7 @@ impl Copies {
             return;
         }
         let pure = s.len == 0 && s.flags & (flags::SYN | flags::FIN | flags::RST) == 0;
-        let unnumbered = pure && s.ip_id.is_none_or(|id| id == 0);
+        let unnumbered = pure && number(s).is_none();
         let print = s.ts.filter(|_| unnumbered).map(|ts| (s.ack, s.window, ts));
         let maybe_copy = !s.sack
             && print.is_some_and(|p| {
@@ -107,6 +107,12 @@ impl Copies {
         }
         self.peer_ack = Some(s.ack);
     }
+}
+
+/// A packet's IPv4 number, if it has one (IPv6 has none; 0 is none: some systems number no
+/// packet).
+fn number(s: &Segment) -> Option<u16> {
+    s.ip_id.filter(|&id| id != 0)
 }
 
 /// The number and header of a packet, mixed into 64 bits (FNV-1a).

@@ -316,7 +316,7 @@ impl Flow {
         let in_flight = !self.seq[d].all_acked();
         let small = sequence::sizes(&self.seq, d).is_small(s.len, u32::from(s.opt_len));
         let late = self.ip_ids[d].is_late(s.ip_id);
-        let sent = sequence::send_data(&mut self.seq, d, s, (us, frame, late));
+        let sent = sequence::send_data(&mut self.seq, d, s, us, frame, late);
         let unseen = std::mem::take(&mut self.unseen[d]);
         let side = &mut self.sides[d];
         if sent.retransmit {

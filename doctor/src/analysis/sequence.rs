@@ -338,7 +338,9 @@ pub(super) fn send_data(
     seq: &mut [Sequence; 2],
     d: Direction,
     s: &Segment,
-    (us, frame, late): (u64, u64, bool),
+    us: u64,
+    frame: u64,
+    late: bool,
 ) -> Sent {
     let end = s.seq.wrapping_add(s.len);
     let sizes = sizes(seq, d);
