@@ -297,13 +297,13 @@ impl FlushPolicy {
     /// Such a push says the peer is not answering now, and the stream doubts it: from then
     /// on only a flush made right after input is clocked, until a held batch is seen
     /// released by an ACK (answers do come) or 64 more answers have come (the input between
-    /// two batches is one), when every flush after input is clocked again. So a stream whose peer speaks only to ask (a
-    /// server-sent-events client: its request) has the tokens of one bound wait, once; a
-    /// server that streams each answer in parts pays the bound once per 64 answers, not once
-    /// per answer; and a peer late once (a busy server, a loaded host) is doubted for a while,
-    /// not for good. Bytes made due by
-    /// an urgent write, the linger deadline, the threshold, a read that would wait or close
-    /// leave at once, `TCP_NODELAY` set again first. See [`clocked`](Self::clocked), which
+    /// two batches is one), when every flush after input is clocked again. So a stream whose
+    /// peer speaks only to ask (a server-sent-events client: its request) has the tokens of
+    /// one bound wait, once; a server that streams each answer in parts pays the bound once
+    /// per 64 answers, not once per answer; and a peer late once (a busy server, a loaded
+    /// host) is doubted for a while, not for good. Bytes made due by an urgent write, the
+    /// linger deadline, the threshold, a read that would wait or close leave at once,
+    /// `TCP_NODELAY` set again first. See [`clocked`](Self::clocked), which
     /// clocks every batch.
     ///
     /// Off: every flush leaves at once, as with `TCP_NODELAY` (for a caller that counts each

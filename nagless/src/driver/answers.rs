@@ -13,9 +13,9 @@
 //! remembers that its peer lets batches wait, and clocks only a batch that input came just
 //! before, until a held batch is seen released by an ACK (answers do come after all), or
 //! until [`FORGIVE`] more answers have come (input between two of its batches, however many
-//! reads it takes, is one): a peer that answers on (a busy server that once
-//! took longer than the bound, a scheduler's hiccup on a loaded host) is not doubted for the
-//! rest of the connection. A sender whose peer never speaks never clocks; a peer that speaks
+//! reads it takes, is one): a peer that answers on (a busy server that once took longer
+//! than the bound, a scheduler's hiccup on a loaded host) is not doubted for the rest of the
+//! connection. A sender whose peer never speaks never clocks; a peer that speaks
 //! only to ask once (server-sent events) is never trusted again; a server that streams each
 //! answer in parts pays one bound every [`FORGIVE`] requests.
 //!
@@ -30,8 +30,8 @@
 /// one bound waited in a whole run (a server descheduled on a 2-core host) sent 17-44 % of
 /// the run's flushes at once, `TCP_NODELAY` set and cleared around them, and the run made
 /// 7-11 % fewer requests a second than runs with no such wait; with this, one such wait
-/// sent 113-1,419 flushes at once (of 60,000-170,000). A server streaming each answer in parts pays
-/// one bound (a millisecond or two) per this many answers.
+/// sent 113-1,419 flushes at once (of 60,000-170,000). A server streaming each answer in
+/// parts pays one bound (a millisecond or two) per this many answers.
 pub(crate) const FORGIVE: u16 = 64;
 
 /// The peer's answers, as seen from the batches this stream hands over.
@@ -79,6 +79,15 @@ impl Answers {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer that answered a batch, then let a held one wait a whole bound.
+    fn doubted() -> Answers {
+        let mut a = Answers::default();
+        a.input();
+        assert!(a.clock());
+        a.unanswered();
+        a
+    }
 
     #[test]
     fn a_peer_that_never_spoke_gets_every_batch_at_once() {
@@ -131,10 +140,7 @@ mod tests {
     /// rest of the connection.
     #[test]
     fn a_peer_that_answers_on_is_trusted_again_after_some_inputs() {
-        let mut a = Answers::default();
-        a.input();
-        assert!(a.clock());
-        a.unanswered();
+        let mut a = doubted();
         for _ in 1..FORGIVE {
             a.input();
             assert!(a.clock(), "right after input");
@@ -154,10 +160,7 @@ mod tests {
     /// A peer that only asked once (a server-sent-events client) is never trusted again.
     #[test]
     fn a_peer_that_asked_once_stays_doubted() {
-        let mut a = Answers::default();
-        a.input();
-        assert!(a.clock());
-        a.unanswered();
+        let mut a = doubted();
         assert!((0..10 * usize::from(FORGIVE)).all(|_| !a.clock()));
     }
 
@@ -165,10 +168,7 @@ mod tests {
     /// is one answer: it does not wear the doubt down by itself.
     #[test]
     fn input_between_two_batches_counts_once() {
-        let mut a = Answers::default();
-        a.input();
-        assert!(a.clock());
-        a.unanswered();
+        let mut a = doubted();
         for _ in 0..2 * FORGIVE {
             a.input();
         }
